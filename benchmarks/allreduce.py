@@ -1,0 +1,357 @@
+"""Collective microbenchmark in the manner of nccl-tests' `all_reduce_perf`, on torch.distributed.
+
+    bench run allreduce -b 8 -e 128M -f 2 --nproc 2                   # starts 2 local ranks
+    torchrun --nproc-per-node 8 -m benchmarks.allreduce -b 8 -e 1G -f 2 --json out.json
+    srun --ntasks-per-node 8 python -m benchmarks.allreduce -b 1M -e 1G  # MASTER_ADDR/PORT set
+
+For every message size and collective:
+- `time_us`: the nccl-tests way: warmup, barrier, n back-to-back calls, one device sync,
+  elapsed / n, and the worst rank's figure (a collective is as slow as its slowest member).
+- `algbw_gbps` = size / time, `busbw_gbps` = algbw x the collective's bus factor, GB = 1e9
+  (factors from nccl-tests' PERFORMANCE.md, see shared/REFERENCE.md).
+- `wrong`: elements that failed the check (-c iterations, buffers filled with rank-dependent
+  values so a missing, duplicated or mis-ordered contribution shows), summed over ranks.
+- per-iteration samples (each call timed on its own: CUDA events on GPU, host clock on CPU,
+  where gloo calls are blocking), worst rank per iteration, with p10/median/p90.
+
+The headline columns are the in-place call, torch.distributed's native form for every collective
+and what DDP does with its gradient buckets. `oop_*` columns are out-of-place: a real
+out-of-place call for all_gather and reduce_scatter; torch has none for all_reduce and broadcast,
+so there it is a copy into the output buffer plus the in-place call, the cost a PyTorch program
+pays to keep its input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from .common import Context, UsageError, add_common_args, format_size, main as run_main, parse_size, spread
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+OPS = ("sum", "avg", "max", "min")
+# nccl-tests' names first, then torch's and the short forms people type.
+DTYPES = {
+    "float": "float32", "float32": "float32", "fp32": "float32",
+    "half": "float16", "float16": "float16", "fp16": "float16",
+    "bfloat16": "bfloat16", "bf16": "bfloat16",
+    "double": "float64", "float64": "float64", "fp64": "float64",
+    "int32": "int32", "int": "int32",
+    "int64": "int64",
+}
+
+
+def bus_factor(collective: str, world_size: int) -> float:
+    """busbw / algbw for `collective` over `world_size` ranks (nccl-tests PERFORMANCE.md):
+    all_reduce moves 2(n-1)/n of the data over each rank's link, all_gather and
+    reduce_scatter (n-1)/n, broadcast 1. busbw is then comparable with link speed for any n."""
+    n = world_size
+    if collective == "all_reduce":
+        return 2 * (n - 1) / n
+    if collective in ("all_gather", "reduce_scatter"):
+        return (n - 1) / n
+    if collective == "broadcast":
+        return 1.0
+    raise ValueError(f"unknown collective {collective!r}; valid: {', '.join(COLLECTIVES)}")
+
+
+def message_sizes(min_bytes: int, max_bytes: int, factor: int, element_size: int, chunks: int) -> list[int]:
+    """Sizes from min to max, each multiplied by `factor`, rounded down to whole elements split
+    evenly into `chunks` (the world size for all_gather/reduce_scatter, else 1)."""
+    if max_bytes < min_bytes:
+        raise UsageError(f"--max-bytes {max_bytes} is below --min-bytes {min_bytes}")
+    if factor < 2:
+        raise UsageError(f"--step-factor must be at least 2, found {factor}")
+    unit = element_size * chunks
+    sizes: list[int] = []
+    size = min_bytes
+    while size <= max_bytes:
+        rounded = size // unit * unit
+        if rounded and (not sizes or sizes[-1] != rounded):
+            sizes.append(rounded)
+        size *= factor
+    if not sizes:
+        raise UsageError(f"no message size between {min_bytes} and {max_bytes} bytes holds a whole "
+                         f"element per rank ({unit} bytes); raise --max-bytes")
+    return sizes
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="bench run allreduce", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-b", "--min-bytes", "--minbytes", dest="min_bytes", type=parse_size, default=parse_size("8"),
+                   help="smallest message, K/M/G = powers of 1024 (default 8)")
+    p.add_argument("-e", "--max-bytes", "--maxbytes", dest="max_bytes", type=parse_size, default=parse_size("128M"),
+                   help="largest message (default 128M)")
+    p.add_argument("-f", "--step-factor", "--stepfactor", dest="step_factor", type=int, default=2,
+                   help="multiplication factor between sizes (default 2)")
+    p.add_argument("-n", "--iters", type=int, default=20, help="timed iterations per size (default 20)")
+    p.add_argument("-w", "--warmup-iters", "--warmup_iters", dest="warmup_iters", type=int, default=5,
+                   help="untimed warmup iterations per size (default 5)")
+    p.add_argument("-c", "--check", type=int, default=1, metavar="N",
+                   help="correctness-check iterations per size, 0 to skip (default 1)")
+    p.add_argument("-d", "--dtype", "--datatype", dest="dtype", choices=sorted(DTYPES), default="float")
+    p.add_argument("-o", "--op", choices=OPS, default="sum", help="reduction op (avg needs nccl)")
+    p.add_argument("--collective", default="all_reduce",
+                   help=f"comma-separated collectives among {', '.join(COLLECTIVES)} (default all_reduce)")
+    p.add_argument("--out-of-place", action=argparse.BooleanOptionalAction, default=True,
+                   help="also measure out-of-place calls (default on)")
+    add_common_args(p)
+    return p
+
+
+def _collectives(text: str) -> list[str]:
+    names = [c.strip() for c in text.split(",") if c.strip()]
+    for name in names:
+        if name not in COLLECTIVES:
+            raise UsageError(f"--collective {name!r} is not one of {', '.join(COLLECTIVES)}")
+    if not names:
+        raise UsageError(f"--collective is empty; valid: {', '.join(COLLECTIVES)}")
+    return names
+
+
+def check_args(args: argparse.Namespace, world_size: int | None) -> None:
+    _collectives(args.collective)
+    for flag, value, low in (("--iters", args.iters, 1), ("--warmup-iters", args.warmup_iters, 0),
+                             ("--check", args.check, 0)):
+        if value < low:
+            raise UsageError(f"{flag} must be at least {low}, found {value}")
+    message_sizes(args.min_bytes, args.max_bytes, args.step_factor, 1, 1)
+
+
+# --------------------------------------------------------------------------- measurement
+
+def _pattern(torch: Any, rank: int, idx: Any) -> Any:
+    """Rank r's value at element i: ((r + i) mod 5) + 1, small integers exact in every dtype."""
+    return ((idx + rank) % 5 + 1).to(torch.float64)
+
+
+def _reduce_expected(torch: Any, op: str, n: int, idx: Any) -> Any:
+    acc = _pattern(torch, 0, idx)
+    for r in range(1, n):
+        v = _pattern(torch, r, idx)
+        if op in ("sum", "avg"):
+            acc = acc + v
+        elif op == "max":
+            acc = torch.maximum(acc, v)
+        else:
+            acc = torch.minimum(acc, v)
+    return acc / n if op == "avg" else acc
+
+
+class _Collective:
+    """Buffers and calls for one collective at one size, in-place and out-of-place."""
+
+    def __init__(self, torch: Any, dist: Any, name: str, op: Any, op_name: str, count: int,
+                 inp: Any, out: Any, rank: int, n: int):
+        self.torch, self.dist, self.name = torch, dist, name
+        self.op, self.op_name, self.count, self.rank, self.n = op, op_name, count, rank, n
+        chunk = count // n
+        self.chunk = chunk
+        if name == "all_reduce":
+            self.in_place_input = self.in_place_output = inp[:count]
+            self.oop_input, self.oop_output = inp[:count], out[:count]
+        elif name == "broadcast":
+            self.in_place_input = self.in_place_output = inp[:count]
+            self.oop_input, self.oop_output = inp[:count], out[:count]
+        elif name == "all_gather":
+            self.in_place_output = out[:count]
+            self.in_place_input = out[rank * chunk:(rank + 1) * chunk]
+            self.oop_input, self.oop_output = inp[:chunk], out[:count]
+        else:  # reduce_scatter
+            self.in_place_input = inp[:count]
+            self.in_place_output = inp[rank * chunk:(rank + 1) * chunk]
+            self.oop_input, self.oop_output = inp[:count], out[:chunk]
+
+    def call(self, in_place: bool):
+        d, op = self.dist, self.op
+        if in_place:
+            i, o = self.in_place_input, self.in_place_output
+            if self.name == "all_reduce":
+                return lambda: d.all_reduce(i, op=op)
+            if self.name == "broadcast":
+                return lambda: d.broadcast(i, src=0)
+            if self.name == "all_gather":
+                return lambda: d.all_gather_into_tensor(o, i)
+            return lambda: d.reduce_scatter_tensor(o, i, op=op)
+        i, o = self.oop_input, self.oop_output
+        if self.name == "all_reduce":
+            return lambda: (o.copy_(i), d.all_reduce(o, op=op))
+        if self.name == "broadcast":
+            return lambda: (o.copy_(i), d.broadcast(o, src=0))
+        if self.name == "all_gather":
+            return lambda: d.all_gather_into_tensor(o, i)
+        return lambda: d.reduce_scatter_tensor(o, i, op=op)
+
+    def fill(self, in_place: bool) -> None:
+        torch = self.torch
+        target = self.in_place_input if in_place else self.oop_input
+        idx = torch.arange(target.numel(), device=target.device)
+        target.copy_(_pattern(torch, self.rank, idx).to(target.dtype))
+        if not in_place:
+            self.oop_output.zero_()
+
+    def expected(self, device: Any) -> Any:
+        torch, n, count, chunk = self.torch, self.n, self.count, self.chunk
+        if self.name == "all_reduce":
+            return _reduce_expected(torch, self.op_name, n, torch.arange(count, device=device))
+        if self.name == "broadcast":
+            return _pattern(torch, 0, torch.arange(count, device=device))
+        if self.name == "all_gather":
+            local = torch.arange(chunk, device=device)
+            return torch.cat([_pattern(torch, r, local) for r in range(n)])
+        mine = torch.arange(self.rank * chunk, (self.rank + 1) * chunk, device=device)
+        return _reduce_expected(torch, self.op_name, n, mine)
+
+    def wrong(self, in_place: bool, device: Any) -> int:
+        torch = self.torch
+        out = self.in_place_output if in_place else self.oop_output
+        diff = (out.to(torch.float64) - self.expected(device)).abs()
+        if out.dtype.is_floating_point:
+            # The pattern's values are small integers, exact until a sum outgrows the mantissa;
+            # past that, at most one rounding per reduction step: n ulps of the result.
+            tol = self.expected(device).abs() * torch.finfo(out.dtype).eps * self.n
+            return int((diff > tol).sum().item())
+        return int((diff != 0).sum().item())
+
+
+def _time_calls(torch: Any, dist: Any, call: Any, iters: int, warmup: int, device: Any) -> tuple[float, list[float]]:
+    """(average microseconds per call, per-call microseconds) on this rank."""
+    cuda = device.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    for _ in range(warmup):
+        call()
+    sync()
+    dist.barrier()
+    sync()
+    if cuda:
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(iters + 1)]
+        t0 = time.perf_counter_ns()
+        events[0].record()
+        for i in range(iters):
+            call()
+            events[i + 1].record()
+        sync()
+        t1 = time.perf_counter_ns()
+        samples = [events[i].elapsed_time(events[i + 1]) * 1e3 for i in range(iters)]
+    else:
+        stamps = [0] * (iters + 1)
+        t0 = stamps[0] = time.perf_counter_ns()
+        for i in range(iters):
+            call()
+            stamps[i + 1] = time.perf_counter_ns()
+        t1 = time.perf_counter_ns()
+        samples = [(stamps[i + 1] - stamps[i]) / 1e3 for i in range(iters)]
+    return (t1 - t0) / iters / 1e3, samples
+
+
+def _gather_rows(torch: Any, dist: Any, values: list[float], device: Any, world: int) -> list[list[float]]:
+    """Every rank's `values`, as a world x len(values) list of lists."""
+    mine = torch.tensor(values, dtype=torch.float64, device=device)
+    parts = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(parts, mine)
+    return [p.tolist() for p in parts]
+
+
+def _measure_mode(torch: Any, dist: Any, coll: _Collective, in_place: bool, args: argparse.Namespace,
+                  ctx: Context, size: int) -> dict[str, Any]:
+    world = ctx.launch.world_size
+    coll.fill(in_place)
+    avg_us, samples = _time_calls(torch, dist, coll.call(in_place), args.iters, args.warmup_iters, ctx.device)
+    per_rank = _gather_rows(torch, dist, [avg_us, *samples], ctx.device, world)
+    time_us = max(r[0] for r in per_rank)
+    worst = [max(r[1 + i] for r in per_rank) for i in range(args.iters)]
+    wrong = 0
+    for _ in range(args.check):
+        coll.fill(in_place)
+        coll.call(in_place)()
+        if ctx.device.type == "cuda":
+            torch.cuda.synchronize()
+        wrong += coll.wrong(in_place, ctx.device)
+    if args.check:
+        w = torch.tensor([wrong], dtype=torch.int64, device=ctx.device)
+        dist.all_reduce(w)
+        wrong = int(w.item())
+    algbw = size / (time_us * 1e-6) / 1e9
+    stats = spread(worst)
+    return {
+        "time_us": time_us,
+        "algbw_gbps": algbw,
+        "busbw_gbps": algbw * bus_factor(coll.name, world),
+        "wrong": wrong if args.check else None,
+        "time_us_p10": stats["p10"],
+        "time_us_median": stats["median"],
+        "time_us_p90": stats["p90"],
+        "samples_us": worst,
+        "rank_samples_us": [r[1:] for r in per_rank],
+    }
+
+
+def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
+    import torch
+    import torch.distributed as dist
+
+    world, rank = ctx.launch.world_size, ctx.launch.rank
+    dtype = getattr(torch, DTYPES[args.dtype])
+    if args.op == "avg" and ctx.backend != "nccl":
+        raise UsageError(f"--op avg is supported by nccl only, not {ctx.backend}; use sum")
+    op = {"sum": dist.ReduceOp.SUM, "avg": getattr(dist.ReduceOp, "AVG", None),
+          "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[args.op]
+    element = torch.empty((), dtype=dtype).element_size()
+    plan = {c: message_sizes(args.min_bytes, args.max_bytes, args.step_factor, element,
+                             world if c in ("all_gather", "reduce_scatter") else 1)
+            for c in _collectives(args.collective)}
+    max_count = max(max(s) for s in plan.values()) // element
+    inp = torch.empty(max_count, dtype=dtype, device=ctx.device)
+    out = torch.empty(max_count, dtype=dtype, device=ctx.device)
+
+    rows: list[dict[str, Any]] = []
+    for name, sizes in plan.items():
+        ctx.log(f"# collective {name}  dtype {DTYPES[args.dtype]}  op {args.op}  world size {world}  "
+                f"device {ctx.device.type}  backend {ctx.backend}  iters {args.iters}  warmup {args.warmup_iters}")
+        ctx.log(f"# {'':>41}in-place{'':>31}out-of-place")
+        ctx.log(f"# {'size':>12} {'count':>12} {'type':>8} {'redop':>5}"
+                f" {'time(us)':>10} {'algbw(GB/s)':>11} {'busbw(GB/s)':>11} {'#wrong':>6}"
+                f" {'time(us)':>10} {'algbw(GB/s)':>11} {'busbw(GB/s)':>11} {'#wrong':>6}")
+        for size in sizes:
+            count = size // element
+            coll = _Collective(torch, dist, name, op, args.op, count, inp, out, rank, world)
+            row: dict[str, Any] = {"collective": name, "size_bytes": size, "count": count,
+                                   "dtype": DTYPES[args.dtype], "op": args.op}
+            row.update(_measure_mode(torch, dist, coll, True, args, ctx, size))
+            if args.out_of_place:
+                oop = _measure_mode(torch, dist, coll, False, args, ctx, size)
+                row.update({f"oop_{k}": v for k, v in oop.items() if k != "rank_samples_us"})
+            rows.append(row)
+            ctx.log(_format_row(row))
+        mine = [r["busbw_gbps"] for r in rows if r["collective"] == name]
+        ctx.log(f"# Avg bus bandwidth (in-place, {name}): {sum(mine) / len(mine):.4f} GB/s")
+    return {
+        "params": {"min_bytes": args.min_bytes, "max_bytes": args.max_bytes, "step_factor": args.step_factor,
+                   "iters": args.iters, "warmup_iters": args.warmup_iters, "check_iters": args.check,
+                   "dtype": DTYPES[args.dtype], "op": args.op, "collectives": list(plan),
+                   "out_of_place": args.out_of_place, "timing": "worst rank; per-call samples "
+                   + ("from CUDA events" if ctx.device.type == "cuda" else "from the host clock")},
+        "rows": rows,
+    }
+
+
+def _format_row(row: dict[str, Any]) -> str:
+    def block(prefix: str) -> str:
+        if f"{prefix}time_us" not in row:
+            return f" {'-':>10} {'-':>11} {'-':>11} {'-':>6}"
+        wrong = row[f"{prefix}wrong"]
+        return (f" {row[f'{prefix}time_us']:>10.1f} {row[f'{prefix}algbw_gbps']:>11.4f}"
+                f" {row[f'{prefix}busbw_gbps']:>11.4f} {'N/A' if wrong is None else wrong:>6}")
+    return (f"  {row['size_bytes']:>12} {row['count']:>12} {row['dtype']:>8} {row['op']:>5}"
+            + block("") + block("oop_") + f"   # {format_size(row['size_bytes'])}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main("allreduce", argv, build_parser(), measure, check_args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

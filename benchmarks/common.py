@@ -1,0 +1,385 @@
+"""What every workload shares: joining the process group, choosing device and backend,
+recording the environment, summary statistics, and the entry point that either joins a
+distributed launch or starts its own ranks.
+
+A workload module provides an argparse parser and a `measure(args, ctx)` function; `main`
+here does the rest. Nothing in this package imports the harness.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import math
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any, Callable, Mapping
+
+from .results import SCHEMA_VERSION, atomic_write_json
+
+
+class UsageError(Exception):
+    """A mistake of the user's (flag, environment variable, data path): one line, exit status 2."""
+
+
+# --------------------------------------------------------------------------- sizes
+
+_SIZE_SUFFIX = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
+
+
+def parse_size(text: str | int) -> int:
+    """Parse a byte count the nccl-tests way: K, M and G are powers of 1024 (`64M` = 67,108,864)."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        value = text
+    else:
+        s = str(text).strip().upper().removesuffix("B")
+        suffix = s[-1:] if s[-1:] in ("K", "M", "G") else ""
+        digits = s[: len(s) - len(suffix)]
+        if not digits.isdigit():
+            raise ValueError(f"{text!r} is not a size; use bytes with an optional K, M or G suffix, e.g. 8, 1K, 64M, 1G")
+        value = int(digits) * _SIZE_SUFFIX[suffix]
+    if value <= 0:
+        raise ValueError(f"size {text!r} must be positive")
+    return value
+
+
+def format_size(n: int) -> str:
+    for suffix, scale in (("G", 1024**3), ("M", 1024**2), ("K", 1024)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale}{suffix}"
+    return str(n)
+
+
+# --------------------------------------------------------------------------- launch
+
+@dataclass(frozen=True)
+class Launch:
+    """Where this process sits in the job, read from the launcher's environment."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    node_rank: int
+    launcher: str
+
+
+def _env_int(env: Mapping[str, str], name: str, default: int | None = None) -> int:
+    raw = env.get(name)
+    if raw is None:
+        if default is None:
+            raise UsageError(f"environment variable {name} is not set (needed for a distributed launch)")
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise UsageError(f"environment variable {name}={raw!r} is not an integer") from None
+    if value < 0:
+        raise UsageError(f"environment variable {name}={raw!r} must not be negative")
+    return value
+
+
+def detect_launch(env: Mapping[str, str]) -> Launch | None:
+    """The launch this process is part of, or None when started by hand.
+
+    torchrun sets RANK/WORLD_SIZE/LOCAL_RANK (and GROUP_RANK, the node's rank). A bare
+    `srun` sets SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID inside a job step; the batch shell
+    itself has SLURM_PROCID too but no SLURM_STEP_ID, so it does not count as a launch.
+    """
+    launcher_hint = env.get("BENCH_LAUNCHER")
+    if "RANK" in env or "WORLD_SIZE" in env:
+        world = _env_int(env, "WORLD_SIZE")
+        rank = _env_int(env, "RANK")
+        local_rank = _env_int(env, "LOCAL_RANK", 0)
+        local_world = _env_int(env, "LOCAL_WORLD_SIZE", 1)
+        node_rank = _env_int(env, "GROUP_RANK", _env_int(env, "NODE_RANK", 0))
+        launcher = launcher_hint or ("torchrun" if "TORCHELASTIC_RUN_ID" in env else "env")
+        for name in ("MASTER_ADDR", "MASTER_PORT"):
+            if not env.get(name):
+                raise UsageError(f"environment variable {name} is not set (needed with RANK/WORLD_SIZE)")
+    elif "SLURM_PROCID" in env and "SLURM_STEP_ID" in env:
+        world = _env_int(env, "SLURM_NTASKS")
+        rank = _env_int(env, "SLURM_PROCID")
+        local_rank = _env_int(env, "SLURM_LOCALID")
+        node_rank = _env_int(env, "SLURM_NODEID", 0)
+        nnodes = max(_env_int(env, "SLURM_NNODES", 1), 1)
+        # SLURM_TASKS_PER_NODE reads like "2(x3)"; the even split is what the harness asks for.
+        local_world = max(world // nnodes, 1)
+        launcher = launcher_hint or "srun"
+        for name in ("MASTER_ADDR", "MASTER_PORT"):
+            if not env.get(name):
+                raise UsageError(f"environment variable {name} is not set (an srun launch needs it for env:// init)")
+    else:
+        return None
+    if world < 1:
+        raise UsageError(f"world size must be at least 1, found {world}")
+    if rank >= world:
+        raise UsageError(f"rank {rank} is not below the world size {world} (check RANK/SLURM_PROCID)")
+    return Launch(rank=rank, local_rank=local_rank, world_size=world,
+                  local_world_size=local_world, node_rank=node_rank, launcher=launcher)
+
+
+def spawn_local_ranks(module: str, argv: list[str], nproc: int) -> int:
+    """Start `nproc` ranks of `module` on this machine with torchrun's standalone rendezvous."""
+    # The ranks do not need --nproc, and torchrun's parser would take it for an ambiguous
+    # abbreviation of its own --nproc-per-node even after the module name.
+    rank_argv, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--nproc":
+            skip = True
+        elif not arg.startswith("--nproc="):
+            rank_argv.append(arg)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           f"--nproc-per-node={nproc}", "-m", module, *rank_argv]
+    env = dict(os.environ)
+    env.setdefault("BENCH_LAUNCHER", "torchrun-standalone")
+    # torchrun sets 1 thread per rank only when several ranks share the node; be explicit so
+    # that 1 and N ranks are measured with the same per-rank thread count.
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return subprocess.call(cmd, env=env)
+
+
+# --------------------------------------------------------------------------- device and backend
+
+def resolve_device(requested: str, launch: Launch) -> "Any":
+    import torch
+
+    if requested == "auto":
+        requested = "cuda" if torch.cuda.is_available() else "cpu"
+    if requested == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA device is available (torch.cuda.is_available() is False)")
+    count = torch.cuda.device_count()
+    if launch.local_rank >= count:
+        raise UsageError(f"local rank {launch.local_rank} has no GPU: only {count} visible "
+                         f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')})")
+    torch.cuda.set_device(launch.local_rank)
+    return torch.device("cuda", launch.local_rank)
+
+
+def resolve_backend(requested: str, device: "Any") -> str:
+    if requested == "auto":
+        return "nccl" if device.type == "cuda" else "gloo"
+    if requested == "nccl" and device.type != "cuda":
+        raise UsageError("--backend nccl needs --device cuda; use --backend gloo on CPU")
+    return requested
+
+
+def init_process_group(launch: Launch, backend: str, device: "Any", timeout_s: float) -> None:
+    import torch.distributed as dist
+
+    # Short timeout: a dead rank otherwise leaves the others blocked in a collective for
+    # 10-30 min, the torch defaults (shared/REFERENCE.md).
+    kwargs: dict[str, Any] = {}
+    if device.type == "cuda":
+        kwargs["device_id"] = device
+    dist.init_process_group(backend=backend, init_method="env://", rank=launch.rank,
+                            world_size=launch.world_size,
+                            timeout=_dt.timedelta(seconds=timeout_s), **kwargs)
+
+
+# --------------------------------------------------------------------------- environment
+
+_ENV_PREFIXES = ("NCCL_", "GLOO_", "TORCH_", "SLURM_")
+_ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")
+_SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
+
+
+def captured_variables(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment variables a result records: launcher, NCCL/Gloo/torch settings, Slurm job
+    facts. Nothing else, and any value whose name suggests a secret is redacted."""
+    out = {}
+    for name in sorted(env):
+        if not (name.startswith(_ENV_PREFIXES) or name in _ENV_NAMES):
+            continue
+        upper = name.upper()
+        out[name] = "<redacted>" if any(m in upper for m in _SECRET_MARKERS) else env[name]
+    return out
+
+
+def _version(dist_name: str) -> str | None:
+    try:
+        return metadata.version(dist_name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _gpu_driver() -> str | None:
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return None
+    try:
+        out = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = out.split()
+    return lines[0] if lines else None
+
+
+def capture_environment(launch: Launch, device: "Any", backend: str) -> dict[str, Any]:
+    """The environment of the whole job; a collective call, so every rank must call it."""
+    import torch
+    import torch.distributed as dist
+
+    mine = {
+        "rank": launch.rank,
+        "local_rank": launch.local_rank,
+        "node_rank": launch.node_rank,
+        "hostname": socket.gethostname(),
+        "pid": os.getpid(),
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
+    ranks: list[Any] = [None] * launch.world_size
+    dist.all_gather_object(ranks, mine)
+    env: dict[str, Any] = {
+        "launcher": launch.launcher,
+        "world_size": launch.world_size,
+        "backend": backend,
+        "device_type": device.type,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "torchvision": _version("torchvision"),
+        "cuda": torch.version.cuda,
+        "nccl": None,
+        "gpu_driver": None,
+        "hosts": sorted({r["hostname"] for r in ranks}),
+        "ranks": ranks,
+        "variables": captured_variables(os.environ),
+    }
+    if device.type == "cuda":
+        env["nccl"] = ".".join(str(p) for p in torch.cuda.nccl.version())
+        if launch.rank == 0:
+            env["gpu_driver"] = _gpu_driver()
+    return env
+
+
+# --------------------------------------------------------------------------- statistics
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear-interpolation percentile (numpy's default), q in [0, 100]."""
+    if not values:
+        return math.nan
+    s = sorted(values)
+    pos = (len(s) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    return {"p10": percentile(values, 10), "median": percentile(values, 50), "p90": percentile(values, 90)}
+
+
+# --------------------------------------------------------------------------- entry point
+
+def add_common_args(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("launch")
+    g.add_argument("--nproc", type=int, default=1,
+                   help="ranks to start on this machine when not inside torchrun/srun (default 1)")
+    g.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    g.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto")
+    g.add_argument("--json", metavar="PATH", help="rank 0 writes the result here (atomically)")
+    g.add_argument("--timeout", type=float, default=300.0, metavar="S",
+                   help="process-group timeout in seconds: how long a rank waits for a dead peer (default 300)")
+
+
+@dataclass(frozen=True)
+class Context:
+    """What `measure` gets besides its arguments."""
+
+    launch: Launch
+    device: Any
+    backend: str
+
+    @property
+    def is_root(self) -> bool:
+        return self.launch.rank == 0
+
+    def log(self, message: str) -> None:
+        if self.is_root:
+            print(message, flush=True)
+
+
+def main(workload: str, argv: list[str] | None, parser: argparse.ArgumentParser,
+         measure: Callable[[argparse.Namespace, Context], dict[str, Any]],
+         check: Callable[[argparse.Namespace, int | None], None] | None = None) -> int:
+    """Run `workload`: join the launch it is in, or start `--nproc` ranks of itself.
+
+    `check(args, world_size)` validates arguments before any process is started; it gets the
+    world size when it is known (None inside srun/torchrun before joining is never the case).
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
+    prog = f"bench run {workload}"
+    try:
+        launch = detect_launch(os.environ)
+        if args.nproc < 1:
+            raise UsageError(f"--nproc must be at least 1, found {args.nproc}")
+        if check:
+            check(args, launch.world_size if launch else args.nproc)
+        if launch is None:
+            return spawn_local_ranks(f"benchmarks.{workload}", argv, args.nproc)
+        device = resolve_device(args.device, launch)
+        backend = resolve_backend(args.backend, device)
+    except (UsageError, ValueError) as exc:
+        rank = os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))
+        if rank in ("0", ""):
+            print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+
+    import torch.distributed as dist
+
+    init_process_group(launch, backend, device, args.timeout)
+    ctx = Context(launch=launch, device=device, backend=backend)
+    try:
+        environment = capture_environment(launch, device, backend)
+        try:
+            body = measure(args, ctx)
+        except UsageError as exc:
+            ctx.log(f"{prog}: error: {exc}")
+            return 2
+        if ctx.is_root:
+            result = {
+                "schema_version": SCHEMA_VERSION,
+                "workload": workload,
+                "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                "world_size": launch.world_size,
+                "nodes": len({r["node_rank"] for r in environment["ranks"]}),
+                "gpus_per_node": launch.local_world_size,
+                "device": device.type,
+                "backend": backend,
+                "launcher": launch.launcher,
+                "argv": argv,
+                **body,
+                "environment": environment,
+            }
+            if args.json:
+                atomic_write_json(args.json, _json_safe(result))
+                print(f"# result written to {args.json}", flush=True)
+        return 0
+    finally:
+        dist.destroy_process_group()
+
+
+def _json_safe(obj: Any) -> Any:
+    """NaN and infinities become null: they are not JSON."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return obj

@@ -1,0 +1,68 @@
+"""Result files: the schema version, atomic writes and checked loading.
+
+Imports nothing heavy, so the harness can use it without paying for torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+# Bump when a field of the result JSON changes meaning or disappears.
+SCHEMA_VERSION = 1
+
+
+class ResultError(ValueError):
+    """A result file that cannot be used: unreadable, partial or of another schema."""
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write `data` to `path` so that a reader sees the old file or the new one, never a mix.
+
+    The temporary file lives in the target's directory, so the final rename stays on one
+    filesystem and is atomic; it is fsynced first, so a crash cannot leave an empty file.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    atomic_write_bytes(path, text.encode())
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
+    # allow_nan=False: NaN is not JSON; callers store missing values as null.
+    atomic_write_text(path, json.dumps(obj, indent=1, allow_nan=False) + "\n")
+
+
+def load_result(path: str | os.PathLike) -> dict[str, Any]:
+    """Read a workload's result JSON, rejecting anything that is not a complete result of our schema."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ResultError(f"{path}: not a readable result file ({exc})") from None
+    if not isinstance(data, dict):
+        raise ResultError(f"{path}: not a result file (top level is {type(data).__name__}, not an object)")
+    found = data.get("schema_version")
+    if found != SCHEMA_VERSION:
+        raise ResultError(f"{path}: schema_version required {SCHEMA_VERSION}, found {found!r}")
+    if data.get("workload") not in ("allreduce", "synthetic", "real"):
+        raise ResultError(f"{path}: unknown workload {data.get('workload')!r}")
+    return data

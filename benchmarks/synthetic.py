@@ -1,0 +1,71 @@
+"""ResNet DDP training on random tensors that stay on the device: compute and gradient
+all-reduce only, no data loading.
+
+    bench run synthetic --model resnet50 --batch-size 64 --nproc 2           # weak scaling
+    bench run synthetic --global-batch 512 --nproc 4                         # strong scaling
+    torchrun --nproc-per-node 8 -m benchmarks.synthetic --json out.json
+
+Warmup steps are excluded; each measured step is synchronised and timed on every rank.
+Reports images_per_s over all ranks, images_per_s_per_gpu and step_time_ms (median, p10, p90
+of the slowest rank per step), with the per-step samples.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from .common import Context, main as run_main
+from .training import add_training_args, build_trainer, check_training_args, per_gpu_batch, sync, throughput, training_params
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="bench run synthetic", description=__doc__.split("\n\n")[0])
+    add_training_args(p)
+    p.add_argument("--seed", type=int, default=0)
+    return p
+
+
+def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
+    import torch
+
+    world = ctx.launch.world_size
+    batch, scaling = per_gpu_batch(args, world)
+    trainer = build_trainer(args, ctx)
+    gen = torch.Generator(device="cpu").manual_seed(args.seed + ctx.launch.rank)
+    images = torch.randn(batch, 3, args.image_size, args.image_size, generator=gen).to(
+        ctx.device, memory_format=trainer.memory_format)
+    labels = torch.randint(0, args.num_classes, (batch,), generator=gen).to(ctx.device)
+    ctx.log(f"# synthetic {args.model} {scaling} scaling: batch {batch} per rank, world size {world}, "
+            f"{args.image_size}px, amp {trainer.amp}, device {ctx.device.type}, backend {ctx.backend}")
+
+    warmup_ms = []
+    for _ in range(args.warmup_steps):
+        t0 = time.perf_counter()
+        trainer.step(images, labels)
+        sync(ctx)
+        warmup_ms.append((time.perf_counter() - t0) * 1e3)
+    step_s = []
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        trainer.step(images, labels)
+        sync(ctx)
+        step_s.append(time.perf_counter() - t0)
+
+    result = training_params(args, trainer, batch, scaling, world)
+    result.update(throughput(ctx, batch, step_s))
+    result["warmup"] = {"step_time_ms": warmup_ms}
+    ctx.log(f"# {result['images_per_s']:.1f} images/s total, {result['images_per_s_per_gpu']:.1f} per GPU, "
+            f"step {result['step_time_ms']:.1f} ms median (p10 {result['step_time_ms_p10']:.1f}, "
+            f"p90 {result['step_time_ms_p90']:.1f})")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main("synthetic", argv, build_parser(), measure, check_training_args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

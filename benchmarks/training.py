@@ -1,0 +1,174 @@
+"""The DDP training step shared by the `synthetic` and `real` workloads: model, optimizer,
+mixed precision, timing and the throughput figures both report.
+
+Scaling modes: weak keeps `--batch-size` per GPU fixed; strong keeps `--global-batch` fixed
+and gives each rank global / world size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .common import Context, UsageError, add_common_args, spread
+
+
+def add_training_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("training")
+    g.add_argument("--model", default="resnet50", help="torchvision model name (default resnet50)")
+    g.add_argument("--num-classes", type=int, default=1000)
+    g.add_argument("--batch-size", type=int, default=64, help="images per GPU per step, weak scaling (default 64)")
+    g.add_argument("--global-batch", type=int, default=None,
+                   help="images per step over all GPUs, strong scaling: each rank takes global / world size")
+    g.add_argument("--image-size", type=int, default=224, help="square input size in pixels (default 224)")
+    g.add_argument("--steps", type=int, default=50, help="measured steps (default 50)")
+    g.add_argument("--warmup-steps", type=int, default=10, help="steps run before measuring (default 10)")
+    g.add_argument("--amp", choices=("auto", "bf16", "fp16", "off"), default="auto",
+                   help="mixed precision: auto is bf16 on CUDA and off on CPU")
+    g.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None,
+                   help="NHWC memory format (default: on for CUDA, off for CPU)")
+    g.add_argument("--compile", action="store_true", help="torch.compile the DDP model")
+    g.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP gradient bucket size (default 25, torch's)")
+    g.add_argument("--gradient-as-bucket-view", action=argparse.BooleanOptionalAction, default=True)
+    g.add_argument("--static-graph", action=argparse.BooleanOptionalAction, default=False)
+    g.add_argument("--lr", type=float, default=0.1, help="SGD learning rate (momentum 0.9)")
+    add_common_args(p)
+
+
+def check_training_args(args: argparse.Namespace, world_size: int | None) -> None:
+    for flag, value, low in (("--batch-size", args.batch_size, 1), ("--image-size", args.image_size, 16),
+                             ("--steps", args.steps, 1), ("--warmup-steps", args.warmup_steps, 0),
+                             ("--num-classes", args.num_classes, 2)):
+        if value < low:
+            raise UsageError(f"{flag} must be at least {low}, found {value}")
+    if args.bucket_cap_mb <= 0:
+        raise UsageError(f"--bucket-cap-mb must be positive, found {args.bucket_cap_mb}")
+    if args.global_batch is not None and world_size:
+        per_gpu_batch(args, world_size)
+
+
+def per_gpu_batch(args: argparse.Namespace, world_size: int) -> tuple[int, str]:
+    """(images per rank per step, scaling mode)."""
+    if args.global_batch is None:
+        return args.batch_size, "weak"
+    if args.global_batch < world_size or args.global_batch % world_size:
+        raise UsageError(f"--global-batch {args.global_batch} is not divisible by the world size {world_size} "
+                         f"into whole per-GPU batches")
+    return args.global_batch // world_size, "strong"
+
+
+@dataclass
+class Trainer:
+    model: Any
+    optimizer: Any
+    scaler: Any
+    autocast: Callable[[], Any]
+    memory_format: Any
+    amp: str
+    channels_last: bool
+
+    def step(self, images: Any, labels: Any) -> None:
+        import torch.nn.functional as F
+
+        self.optimizer.zero_grad(set_to_none=True)
+        with self.autocast():
+            loss = F.cross_entropy(self.model(images), labels)
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            loss.backward()
+            self.optimizer.step()
+
+
+def build_trainer(args: argparse.Namespace, ctx: Context) -> Trainer:
+    import torch
+    import torchvision
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    cuda = ctx.device.type == "cuda"
+    amp = ("bf16" if cuda else "off") if args.amp == "auto" else args.amp
+    if amp == "fp16" and not cuda:
+        raise UsageError("--amp fp16 needs CUDA; on CPU use --amp bf16 or off")
+    channels_last = cuda if args.channels_last is None else args.channels_last
+    memory_format = torch.channels_last if channels_last else torch.contiguous_format
+    if cuda:
+        torch.backends.cudnn.benchmark = True
+    try:
+        model = torchvision.models.get_model(args.model, weights=None, num_classes=args.num_classes)
+    except ValueError:
+        known = [m for m in torchvision.models.list_models(module=torchvision.models) if "resnet" in m]
+        raise UsageError(f"--model {args.model!r} is not a torchvision classification model; "
+                         f"e.g. {', '.join(sorted(known))}") from None
+    model = model.to(ctx.device, memory_format=memory_format)
+    ddp = DDP(model, device_ids=[ctx.device.index] if cuda else None,
+              bucket_cap_mb=args.bucket_cap_mb, gradient_as_bucket_view=args.gradient_as_bucket_view,
+              static_graph=args.static_graph)
+    runnable = torch.compile(ddp) if args.compile else ddp
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
+    scaler = torch.amp.GradScaler("cuda") if amp == "fp16" else None
+    if amp == "off":
+        autocast: Callable[[], Any] = contextlib.nullcontext
+    else:
+        dtype = torch.bfloat16 if amp == "bf16" else torch.float16
+        autocast = lambda: torch.autocast(ctx.device.type, dtype=dtype)  # noqa: E731
+    return Trainer(model=runnable, optimizer=optimizer, scaler=scaler, autocast=autocast,
+                   memory_format=memory_format, amp=amp, channels_last=channels_last)
+
+
+def sync(ctx: Context) -> None:
+    if ctx.device.type == "cuda":
+        import torch
+
+        torch.cuda.synchronize(ctx.device)
+
+
+def gather_per_rank(ctx: Context, values: list[float]) -> list[list[float]]:
+    """Every rank's list of floats (all of one length), rank by rank."""
+    import torch
+    import torch.distributed as dist
+
+    mine = torch.tensor(values, dtype=torch.float64, device=ctx.device)
+    parts = [torch.empty_like(mine) for _ in range(ctx.launch.world_size)]
+    dist.all_gather(parts, mine)
+    return [p.tolist() for p in parts]
+
+
+def throughput(ctx: Context, batch: int, step_s: list[float]) -> dict[str, Any]:
+    """Throughput figures from this rank's measured step times (seconds), over all ranks.
+
+    The measured time is the slowest rank's total: DDP synchronises ranks every step, so that
+    is the wall time of the measured phase. images_per_s = batch x world x steps / that time.
+    """
+    per_rank = gather_per_rank(ctx, step_s)
+    world, steps = ctx.launch.world_size, len(step_s)
+    measured_s = max(sum(r) for r in per_rank)
+    worst_ms = [max(r[i] for r in per_rank) * 1e3 for i in range(steps)]
+    images = batch * world * steps
+    stats = spread(worst_ms)
+    return {
+        "images_per_s": images / measured_s,
+        "images_per_s_per_gpu": images / measured_s / world,
+        "measured_time_s": measured_s,
+        "step_time_ms": stats["median"],
+        "step_time_ms_p10": stats["p10"],
+        "step_time_ms_p90": stats["p90"],
+        "samples": {"step_time_ms": worst_ms,
+                    "rank_step_time_ms": [[v * 1e3 for v in r] for r in per_rank]},
+    }
+
+
+def training_params(args: argparse.Namespace, trainer: Trainer, batch: int, scaling: str, world: int) -> dict[str, Any]:
+    return {
+        "scaling": scaling,
+        "batch_size": batch,
+        "global_batch": batch * world,
+        "params": {"model": args.model, "image_size": args.image_size, "steps": args.steps,
+                   "warmup_steps": args.warmup_steps, "amp": trainer.amp, "channels_last": trainer.channels_last,
+                   "compile": args.compile, "bucket_cap_mb": args.bucket_cap_mb,
+                   "gradient_as_bucket_view": args.gradient_as_bucket_view, "static_graph": args.static_graph,
+                   "optimizer": f"SGD(lr={args.lr}, momentum=0.9)", "num_classes": args.num_classes},
+    }
