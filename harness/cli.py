@@ -1,0 +1,283 @@
+"""The `bench` command.
+
+    bench sweep [SWEEP.yaml] [--max-nodes N] [--executor auto|local|slurm] [--out DIR] [--dry-run] [--set K=V]
+    bench sweep --resume DIR
+    bench run allreduce|synthetic|real [workload flags]
+    bench collect DIR | bench plot DIR | bench status DIR
+
+User mistakes end with one line on stderr and exit status 2; a sweep with failed jobs exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from .plan import PlanError
+from .rundir import COMPLETED, RunDir, RunDirError
+from .spec import SpecError
+
+WORKLOADS = ("allreduce", "synthetic", "real")
+SWEEPS_DIR = Path(__file__).resolve().parent.parent / "sweeps"
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    pass
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    import sys as _sys
+
+    # A pipe or log file gets wide lines rather than rich's 80-column default.
+    return Console(highlight=False, width=None if _sys.stdout.isatty() else 160)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, found {value}")
+    return value
+
+
+def _default_sweep(executor: str) -> Path:
+    return SWEEPS_DIR / ("default.yaml" if executor == "slurm" else "local.yaml")
+
+
+# --------------------------------------------------------------------------- commands
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import importlib
+
+    module = importlib.import_module(f"benchmarks.{args.workload}")
+    return module.main(args.workload_args)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from .spec import load_sweep
+    from .sweep import choose_executor, create_run, default_run_dir, execute, locked, make_executor, resume_table
+
+    console = _console()
+    if args.resume:
+        if args.sweep or args.overrides or args.max_nodes or args.out or args.dry_run:
+            raise UsageError("--resume DIR continues the plan saved in DIR; it takes no sweep file, "
+                             "--set, --max-nodes, --out or --dry-run")
+        run = RunDir(args.resume)
+        plan = run.read_plan()
+        jobs = run.jobs()
+        executor = make_executor(plan["executor"], run, plan["sweep"].get("timeout_s", 300.0))
+        console.print(f"executor: {executor.name} (from the plan in {run.path})")
+        with locked(run):
+            table = resume_table(run, jobs)
+            todo = sum(r.state != COMPLETED for r in table.values())
+            console.print(f"resuming {run.path}: {todo} of {len(jobs)} jobs to run")
+            return _run_and_report(run, executor, jobs, table, console, execute)
+
+    name, why = choose_executor(args.executor)
+    console.print(f"executor: {name} ({why})")
+    sweep_path = Path(args.sweep) if args.sweep else _default_sweep(name)
+    sweep = load_sweep(sweep_path, max_nodes=args.max_nodes, overrides=tuple(args.overrides))
+    out = Path(args.out) if args.out else default_run_dir(sweep)
+    executor = make_executor(name, RunDir(out), sweep.timeout_s)
+    if "srun" in sweep.launchers and name == "local":
+        raise UsageError(f"{sweep_path}: launchers: the local executor runs torchrun only, and the sweep asks for "
+                         f"srun; use --executor slurm or --set launchers=[torchrun]")
+    run, jobs = create_run(sweep, str(sweep_path), executor, out)
+    _print_plan(console, sweep_path, jobs, run)
+    if args.dry_run:
+        console.print(f"dry run: nothing started; plan written to {run.plan_file}")
+        return 0
+    with locked(run):
+        table = run.read_table(jobs)
+        return _run_and_report(run, executor, jobs, table, console, execute)
+
+
+def _run_and_report(run: RunDir, executor: Any, jobs: list, table: dict, console: Any, execute) -> int:
+    try:
+        table = execute(run, executor, jobs, table, console)
+    except KeyboardInterrupt:
+        console.print(f"\ninterrupted: {run.path} is consistent; continue with `bench sweep --resume {run.path}`")
+        return 130
+    summary = _collect_and_plot(run, console)
+    _print_jobs(console, table, title="Jobs")
+    _print_results(console, summary)
+    failed = [r for r in table.values() if r.state != COMPLETED]
+    console.print(f"\nresults: {run.path}\n  summary: {run.summary_csv}\n  plots:   {run.plots}/")
+    if failed:
+        console.print(f"[red]{len(failed)} of {len(table)} jobs did not complete[/] (logs in {run.path}/jobs/<job>/log.txt)")
+        return 1
+    return 0
+
+
+def _collect_and_plot(run: RunDir, console: Any) -> Any:
+    from .collect import collect, write_summary
+    from .plot import draw_all
+
+    summary, samples = collect(run, warn=lambda m: console.print(f"[yellow]warning:[/] {m}"))
+    write_summary(run, summary, samples)
+    draw_all(run, summary)
+    return summary
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    from .collect import collect, write_summary
+
+    console = _console()
+    run = RunDir(args.dir)
+    summary, samples = collect(run, warn=lambda m: console.print(f"[yellow]warning:[/] {m}"))
+    write_summary(run, summary, samples)
+    ok = int((summary["status"] == COMPLETED).sum())
+    console.print(f"{len(summary)} summary rows ({ok} COMPLETED) written to {run.summary_parquet} and {run.summary_csv}")
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from .collect import read_summary
+    from .plot import draw_all
+
+    run = RunDir(args.dir)
+    run.read_plan()
+    try:
+        summary = read_summary(run)
+    except FileNotFoundError as exc:
+        raise UsageError(str(exc)) from None
+    written = draw_all(run, summary)
+    console = _console()
+    for path in written:
+        console.print(f"wrote {path}")
+    if not written:
+        console.print("nothing to plot: the summary has no COMPLETED rows")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    run = RunDir(args.dir)
+    jobs = run.jobs()
+    table = run.read_table(jobs)
+    console = _console()
+    _print_jobs(console, table, title=f"Jobs of {run.path}")
+    done = sum(r.state == COMPLETED for r in table.values())
+    console.print(f"{done} of {len(table)} jobs COMPLETED")
+    return 0
+
+
+# --------------------------------------------------------------------------- output
+
+def _print_plan(console: Any, sweep_path: Path, jobs: list, run: RunDir) -> None:
+    from rich.table import Table
+
+    t = Table(title=f"Plan: {len(jobs)} jobs from {sweep_path} → {run.path}", title_justify="left")
+    for col in ("job", "config", "nodes", "GPUs/node", "world", "launcher", "nccl", "workloads"):
+        t.add_column(col, justify="right" if col in ("nodes", "GPUs/node", "world") else "left")
+    for job in jobs:
+        t.add_row(job.name, job.config_hash, str(job.nodes), str(job.gpus_per_node), str(job.world_size),
+                  job.launcher, job.nccl_config, " ".join(r.key for r in job.runs))
+    console.print(t)
+
+
+def _print_jobs(console: Any, table: dict, title: str) -> None:
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left")
+    for col in ("job", "id", "state", "exit", "elapsed", "nodes", "tries", "workloads"):
+        t.add_column(col)
+    for rec in table.values():
+        style = "green" if rec.state == COMPLETED else ("yellow" if rec.state in ("PENDING", "RUNNING") else "red")
+        t.add_row(rec.name, rec.job_id or "-", f"[{style}]{rec.state}[/]",
+                  "-" if rec.exit_code is None else str(rec.exit_code),
+                  "-" if rec.elapsed_s is None else f"{rec.elapsed_s:.1f} s", str(rec.nodes), str(rec.attempts),
+                  " ".join(f"{k}:{v}" for k, v in rec.runs.items()))
+    console.print(t)
+    for rec in table.values():
+        if rec.state not in (COMPLETED, "PENDING") and (rec.reason or rec.log_tail):
+            console.print(f"[red]{rec.name} {rec.state}[/]: {rec.reason or ''}")
+            if rec.log_tail:
+                console.print("  " + "\n  ".join(rec.log_tail.splitlines()[-8:]), markup=False)
+
+
+def _fmt(v: Any, spec: str) -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
+
+
+def _print_results(console: Any, summary: Any) -> None:
+    from rich.table import Table
+
+    ok = summary[summary["status"] == COMPLETED]
+    train = ok[ok["workload"] != "allreduce"].sort_values(["workload", "scaling", "launcher", "nccl_config", "world_size"])
+    if not train.empty:
+        t = Table(title="Training throughput", title_justify="left")
+        for col in ("workload", "scaling", "job", "GPUs", "images/s", "per GPU", "step ms (p50)", "speedup", "efficiency"):
+            t.add_column(col, justify="left" if col in ("workload", "scaling", "job") else "right")
+        for r in train.itertuples():
+            t.add_row(r.workload, r.scaling, r.job, str(r.world_size), _fmt(r.images_per_s, ".1f"),
+                      _fmt(r.images_per_s_per_gpu, ".1f"), _fmt(r.step_time_ms, ".1f"),
+                      _fmt(r.speedup, ".2f"), _fmt(r.efficiency, ".1%"))
+        console.print(t)
+    coll = ok[ok["workload"] == "allreduce"]
+    if not coll.empty:
+        largest = coll.loc[coll.groupby(["job", "collective"])["size_bytes"].idxmax()]
+        t = Table(title="Collectives at the largest message size", title_justify="left")
+        for col in ("job", "collective", "size", "time us", "algbw GB/s", "busbw GB/s", "#wrong"):
+            t.add_column(col, justify="left" if col in ("job", "collective") else "right")
+        from benchmarks.common import format_size
+
+        for r in largest.itertuples():
+            t.add_row(r.job, r.collective, format_size(int(r.size_bytes)), _fmt(r.time_us, ".1f"),
+                      _fmt(r.algbw_gbps, ".4f"), _fmt(r.busbw_gbps, ".4f"), _fmt(r.wrong, ".0f"))
+        console.print(t)
+
+
+# --------------------------------------------------------------------------- parser
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="bench", description="Scaling benchmarks for distributed PyTorch training.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    s = sub.add_parser("sweep", help="run (or --dry-run plan) a sweep of jobs")
+    s.add_argument("sweep", nargs="?", help="sweep YAML (default: sweeps/local.yaml locally, sweeps/default.yaml on Slurm)")
+    s.add_argument("--max-nodes", type=_positive_int, help="cap the node axis (or set it, for nodes: powers_of_two)")
+    s.add_argument("--executor", choices=("auto", "local", "slurm"), default="auto")
+    s.add_argument("--out", help="run directory (default results/<sweep>-<timestamp>)")
+    s.add_argument("--dry-run", action="store_true", help="write and print the plan, run nothing")
+    s.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a sweep value, e.g. --set workloads.synthetic.steps=20 (repeatable)")
+    s.add_argument("--resume", metavar="DIR", help="continue the run in DIR: jobs not COMPLETED run again")
+    s.set_defaults(func=cmd_sweep)
+
+    r = sub.add_parser("run", help="run one workload (see `bench run WORKLOAD --help`)", add_help=False)
+    r.add_argument("workload", choices=WORKLOADS)
+    r.add_argument("workload_args", nargs=argparse.REMAINDER)
+    r.set_defaults(func=cmd_run)
+
+    for name, func, text in (("collect", cmd_collect, "rebuild summary.parquet/csv from the job results"),
+                             ("plot", cmd_plot, "redraw the plots from the summary"),
+                             ("status", cmd_status, "show the job table of a run")):
+        c = sub.add_parser(name, help=text)
+        c.add_argument("dir", help="run directory")
+        c.set_defaults(func=func)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # `bench run WORKLOAD ...` hands everything after the workload to it, --help included.
+    if len(argv) >= 2 and argv[0] == "run" and argv[1] in WORKLOADS:
+        return cmd_run(argparse.Namespace(workload=argv[1], workload_args=argv[2:]))
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (UsageError, SpecError, PlanError, RunDirError) as exc:
+        print(f"bench {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

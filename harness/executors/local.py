@@ -1,0 +1,220 @@
+"""The local executor, the embedded default: every job of the plan runs on this machine with
+real torch.distributed processes.
+
+A job of `nodes x gpus_per_node` starts `nodes` torchrun agents, one per emulated node, that
+meet through torchrun's c10d rendezvous on 127.0.0.1 (the first hosts the store) and get
+distinct node ranks; each starts `gpus_per_node` workers. So the multi-node code paths (node
+ranks, a rendezvous across agents, collectives between agents) really run. On a machine with
+GPUs each agent gets its own slice of them; without, workers run on CPU with gloo.
+
+Jobs run one after another. A job runs its workloads in turn and stops at the first failure,
+as a batch script under `set -e` does; a job past its time limit is killed and recorded
+TIMEOUT. Ctrl-C kills the running job, records it CANCELLED and propagates.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Callable
+
+from benchmarks.results import atomic_write_text
+
+from ..plan import Job, WorkloadRun
+from ..rundir import CANCELLED, COMPLETED, FAILED, RUNNING, TIMEOUT, JobRecord, now, tail
+from .base import Executor
+
+# After one agent fails, how long the others get to notice and exit before they are killed.
+_FAILURE_GRACE_S = 20.0
+_POLL_S = 0.1
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def visible_gpus() -> list[str]:
+    """GPU ids this machine offers: CUDA_VISIBLE_DEVICES if set, else what nvidia-smi lists."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [g for g in env.split(",") if g.strip() and g.strip() != "-1"]
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return []
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: receive SIGTERM when the harness dies, even by SIGKILL, so no
+    agent outlives it (Linux prctl PR_SET_PDEATHSIG; elsewhere nothing)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _kill(procs: list[subprocess.Popen]) -> None:
+    """Terminate each agent's whole process group (agent and workers), then kill what is left."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        alive = [p for p in procs if p.poll() is None]
+        for p in alive:
+            try:
+                os.killpg(p.pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 5
+        for p in alive:
+            try:
+                p.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+
+
+class LocalExecutor(Executor):
+    name = "local"
+
+    def agent_command(self, job: Job, run: WorkloadRun, node: int, port: int | str) -> list[str]:
+        return [sys.executable, "-m", "torch.distributed.run",
+                f"--nnodes={job.nodes}", f"--nproc-per-node={job.gpus_per_node}",
+                "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={job.name}-{run.key}",
+                # Say which agent hosts the rendezvous store rather than leave all of them,
+                # sharing one hostname, to race for the port.
+                f"--rdzv-conf=is_host={'true' if node == 0 else 'false'}",
+                "--max-restarts=0", "--local-addr=127.0.0.1",
+                "-m", run.module, *job.run_args(run, self.timeout_s)]
+
+    def agent_env(self, job: Job, node: int, gpus: list[str] | None) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(job.env)
+        env.update(job.nccl_env)
+        env["BENCH_LAUNCHER"] = "local-torchrun"
+        env["BENCH_JOB"] = job.name
+        env["BENCH_NODE"] = str(node)
+        if gpus is not None:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[node * job.gpus_per_node:(node + 1) * job.gpus_per_node])
+        return env
+
+    def prepare(self, job: Job) -> None:
+        """Write the exact commands the job runs, for a person to read or rerun by hand."""
+        lines = [f"# {job.name} (config {job.config_hash}): {job.nodes} node(s) x {job.gpus_per_node} rank(s),",
+                 "# run by the local executor from the run directory; PORT is a free port chosen at run time.",
+                 *(f"export {k}={shlex.quote(v)}" for k, v in (*job.env, *job.nccl_env))]
+        for run in job.runs:
+            lines.append(f"\n# {run.key}: {job.nodes} agent(s)")
+            lines += [shlex.join(self.agent_command(job, run, node, "PORT")).replace("127.0.0.1:PORT", "127.0.0.1:$PORT")
+                      + (" &" if job.nodes > 1 else "") for node in range(job.nodes)]
+            if job.nodes > 1:
+                lines.append("wait")
+        job_dir = self.run.job_dir(job)
+        job_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(job_dir / "commands.sh", "\n".join(lines) + "\n")
+
+    def execute(self, jobs: list[Job], table: dict[str, JobRecord], changed: Callable[[JobRecord], None]) -> None:
+        gpus = None
+        if any(j.device != "cpu" for j in jobs):
+            found = visible_gpus()
+            gpus = found or None
+        for job in jobs:
+            rec = table[job.name]
+            if rec.state == COMPLETED:
+                continue
+            self._run_job(job, rec, gpus, changed)
+
+    def _run_job(self, job: Job, rec: JobRecord, gpus: list[str] | None, changed: Callable[[JobRecord], None]) -> None:
+        job_dir = self.run.job_dir(job)
+        job_dir.mkdir(parents=True, exist_ok=True)
+        for run in job.runs:  # results of an earlier attempt must not pass for this one's
+            (self.run.path / job.result_path(run)).unlink(missing_ok=True)
+        rec.attempts += 1
+        rec.state, rec.started, rec.ended, rec.exit_code = RUNNING, now(), None, None
+        rec.reason = rec.log_tail = rec.elapsed_s = None
+        rec.job_id = f"local-{os.getpid()}-{rec.attempts}"
+        rec.runs = {}
+        changed(rec)
+        start = time.monotonic()
+        deadline = start + job.time_limit_min * 60
+        log_path = self.run.log_file(job)
+        needed = job.world_size
+        if job.device == "cuda" and (gpus is None or len(gpus) < needed):
+            have = len(gpus or [])
+            self._finish(rec, start, FAILED, 1, f"needs {needed} GPUs, {have} visible on this machine", log_path, changed)
+            return
+        job_gpus = gpus if gpus is not None and len(gpus) >= needed else None
+        state, code, reason = COMPLETED, 0, None
+        with open(log_path, "ab", buffering=0) as log:
+            log.write(f"# {now()} attempt {rec.attempts} of {job.name} (config {job.config_hash})\n".encode())
+            try:
+                for run in job.runs:
+                    rec.runs[run.key] = RUNNING
+                    changed(rec)
+                    state, code, reason = self._run_workload(job, run, job_gpus, deadline, log)
+                    rec.runs[run.key] = state
+                    changed(rec)
+                    if state != COMPLETED:
+                        break
+            except KeyboardInterrupt:
+                for key, s in rec.runs.items():
+                    if s == RUNNING:
+                        rec.runs[key] = CANCELLED
+                self._finish(rec, start, CANCELLED, 130, "interrupted (Ctrl-C)", log_path, changed)
+                raise
+        self._finish(rec, start, state, code, reason, log_path, changed)
+
+    def _finish(self, rec: JobRecord, start: float, state: str, code: int | None, reason: str | None,
+                log_path, changed: Callable[[JobRecord], None]) -> None:
+        rec.state, rec.exit_code, rec.reason = state, code, reason
+        rec.elapsed_s = round(time.monotonic() - start, 3)
+        rec.ended = now()
+        rec.log_tail = None if state == COMPLETED else tail(log_path)
+        changed(rec)
+
+    def _run_workload(self, job: Job, run: WorkloadRun, gpus: list[str] | None, deadline: float,
+                      log) -> tuple[str, int | None, str | None]:
+        port = free_port()
+        log.write(f"# {now()} {run.key}: {job.nodes} agent(s) on 127.0.0.1:{port}\n".encode())
+        procs: list[subprocess.Popen] = []
+        try:
+            for node in range(job.nodes):
+                # A session of its own: Ctrl-C in the terminal reaches the harness only, which
+                # then ends every agent's process group.
+                procs.append(subprocess.Popen(self.agent_command(job, run, node, port), cwd=self.run.path,
+                                              env=self.agent_env(job, node, gpus), stdin=subprocess.DEVNULL,
+                                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                              preexec_fn=_die_with_parent))
+            failed_at = None
+            while True:
+                codes = [p.poll() for p in procs]
+                if all(c is not None for c in codes):
+                    break
+                if failed_at is None and any(c not in (None, 0) for c in codes):
+                    failed_at = time.monotonic()
+                if failed_at is not None and time.monotonic() - failed_at > _FAILURE_GRACE_S:
+                    _kill(procs)
+                    break
+                if time.monotonic() > deadline:
+                    _kill(procs)
+                    log.write(f"# {now()} {run.key}: killed at the job's time limit of {job.time_limit_min:g} min\n".encode())
+                    return TIMEOUT, None, f"{run.key} exceeded the time limit of {job.time_limit_min:g} min"
+                time.sleep(_POLL_S)
+        except BaseException:
+            _kill(procs)
+            raise
+        codes = [p.returncode for p in procs]
+        bad = [c for c in codes if c != 0]
+        if bad:
+            return FAILED, bad[0], f"{run.key} failed: agent exit codes {codes}"
+        return COMPLETED, 0, None

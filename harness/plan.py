@@ -1,0 +1,126 @@
+"""Matrix expansion: a sweep becomes a sorted list of jobs, one per point of
+(nodes, gpus_per_node, launcher, nccl set), each running all the sweep's workloads in turn.
+
+A pure function: the same sweep always gives the same jobs, names and hashes, whatever the
+machine or the run directory. Every path in a job is relative to the run directory, where
+executors run jobs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .spec import Sweep
+
+WORKLOAD_ORDER = ("allreduce", "synthetic", "real")
+
+
+class PlanError(ValueError):
+    """A sweep whose matrix cannot run (e.g. a global batch that a world size does not divide)."""
+
+
+@dataclass(frozen=True)
+class WorkloadRun:
+    """One workload invocation inside a job: `python -m benchmarks.<workload> <args>`."""
+
+    workload: str
+    scaling: str  # "weak", "strong", or "" for the microbenchmark
+    args: tuple[str, ...]
+
+    @property
+    def key(self) -> str:
+        return f"{self.workload}-{self.scaling}" if self.scaling else self.workload
+
+    @property
+    def module(self) -> str:
+        return f"benchmarks.{self.workload}"
+
+
+@dataclass(frozen=True)
+class Job:
+    name: str
+    config_hash: str
+    nodes: int
+    gpus_per_node: int
+    launcher: str
+    nccl_config: str
+    nccl_env: tuple[tuple[str, str], ...]
+    env: tuple[tuple[str, str], ...]
+    device: str
+    backend: str
+    time_limit_min: float
+    runs: tuple[WorkloadRun, ...]
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def result_path(self, run: WorkloadRun) -> str:
+        return f"jobs/{self.name}/{run.key}.json"
+
+    def run_args(self, run: WorkloadRun, timeout_s: float) -> list[str]:
+        """The workload's full argument list, as every rank receives it."""
+        return [*run.args, "--device", self.device, "--backend", self.backend,
+                "--timeout", f"{timeout_s:g}", "--json", self.result_path(run)]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["world_size"] = self.world_size
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Job":
+        return cls(name=d["name"], config_hash=d["config_hash"], nodes=d["nodes"], gpus_per_node=d["gpus_per_node"],
+                   launcher=d["launcher"], nccl_config=d["nccl_config"],
+                   nccl_env=tuple(tuple(p) for p in d["nccl_env"]), env=tuple(tuple(p) for p in d["env"]),
+                   device=d["device"], backend=d["backend"], time_limit_min=d["time_limit_min"],
+                   runs=tuple(WorkloadRun(r["workload"], r["scaling"], tuple(r["args"])) for r in d["runs"]))
+
+
+def job_name(nodes: int, gpus_per_node: int, launcher: str, nccl_config: str) -> str:
+    return f"n{nodes}-g{gpus_per_node}-{launcher}-{nccl_config}"
+
+
+def _runs(sweep: Sweep) -> tuple[WorkloadRun, ...]:
+    w = sweep.workloads
+    runs = []
+    if w.allreduce is not None:
+        runs.append(WorkloadRun("allreduce", "", tuple(w.allreduce.args())))
+    for name, spec in (("synthetic", w.synthetic), ("real", w.real)):
+        if spec is not None:
+            runs.extend(WorkloadRun(name, s, tuple(spec.args(s))) for s in spec.scaling)
+    return tuple(runs)
+
+
+def _config_hash(fields: dict[str, Any]) -> str:
+    blob = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()[:10]
+
+
+def expand(sweep: Sweep) -> list[Job]:
+    """All jobs of the sweep, ordered by nodes, GPUs per node, then launcher and NCCL set as listed."""
+    runs = _runs(sweep)
+    env = tuple(sorted(sweep.env.items()))
+    jobs = []
+    for nodes in sweep.node_counts:
+        for gpus in sorted(sweep.gpus_per_node):
+            world = nodes * gpus
+            for training in (sweep.workloads.synthetic, sweep.workloads.real):
+                if training is not None and "strong" in training.scaling and (
+                        training.global_batch < world or training.global_batch % world):
+                    raise PlanError(f"global_batch {training.global_batch} is not divisible by the world size "
+                                    f"{world} of {nodes} nodes x {gpus} GPUs; pick a multiple of every world size")
+            for launcher in sweep.launchers:
+                for nccl_name, nccl_vars in sweep.nccl.items():
+                    nccl_env = tuple(sorted(nccl_vars.items()))
+                    fields = {"nodes": nodes, "gpus_per_node": gpus, "launcher": launcher, "nccl_env": nccl_env,
+                              "env": env, "device": sweep.device, "backend": sweep.backend,
+                              "runs": [[r.workload, r.scaling, list(r.args)] for r in runs]}
+                    jobs.append(Job(name=job_name(nodes, gpus, launcher, nccl_name), config_hash=_config_hash(fields),
+                                    nodes=nodes, gpus_per_node=gpus, launcher=launcher, nccl_config=nccl_name,
+                                    nccl_env=nccl_env, env=env, device=sweep.device, backend=sweep.backend,
+                                    time_limit_min=sweep.time_limit_min, runs=runs))
+    return jobs

@@ -1,0 +1,183 @@
+"""Plots of a run's summary, with seaborn, as PNG, each beside a CSV of the points it draws:
+
+    plots/weak_scaling.png     images/s per GPU and efficiency vs GPUs, ideal lines
+    plots/strong_scaling.png   speedup and efficiency vs GPUs, ideal lines
+    plots/allreduce_busbw.png  busbw vs message size (log2), one line per node count
+
+Facets: one column per (launcher, NCCL set) where a run has several; the busbw plot has one
+row per collective. Only rows with status COMPLETED are drawn.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import format_size
+from benchmarks.results import atomic_write_bytes
+
+from .rundir import COMPLETED, RunDir
+
+TRAINING = ("synthetic", "real")
+POINT_COLUMNS = ["plot", "panel", "metric", "series", "x", "y"]
+
+
+def _setup() -> tuple[Any, Any]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    sns.set_theme(style="whitegrid", context="notebook")
+    return plt, sns
+
+
+def _panel(df: Any) -> Any:
+    return df["launcher"].astype(str) + " · " + df["nccl_config"].astype(str)
+
+
+def _log2_axis(ax: Any, values: Any, formatter) -> None:
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    ax.set_xscale("log", base=2)
+    ticks = sorted(set(int(v) for v in values))
+    if len(ticks) > 12:  # keep labels readable on long size sweeps
+        step = -(-len(ticks) // 12)
+        ticks = ticks[::step]
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: formatter(int(round(v)))))
+
+
+def _save(fig: Any, points: Any, path: Path) -> None:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    atomic_write_bytes(path, buf.getvalue())
+    atomic_write_bytes(path.with_suffix(".csv"), points.to_csv(index=False).encode())
+
+
+def _series_label(workload: str, gpus: int) -> str:
+    return f"{workload}, {gpus} GPU{'s' if gpus != 1 else ''}/node"
+
+
+def scaling_figure(summary: Any, scaling: str) -> tuple[Any, Any] | None:
+    """(figure, points) for weak or strong scaling, or None when the run has no such rows."""
+    import pandas as pd
+
+    df = summary[summary["workload"].isin(TRAINING) & (summary["scaling"] == scaling)
+                 & (summary["status"] == COMPLETED) & summary["images_per_s"].notna()].copy()
+    if df.empty:
+        return None
+    plt, sns = _setup()
+    df["panel"] = _panel(df)
+    df["series"] = [_series_label(w, int(g)) for w, g in zip(df["workload"], df["gpus_per_node"])]
+    panels = sorted(df["panel"].unique())
+    if scaling == "weak":
+        metrics = [("images_per_s_per_gpu", "images/s per GPU"), ("efficiency", "weak-scaling efficiency")]
+        title = "Weak scaling: fixed batch per GPU"
+    else:
+        metrics = [("speedup", "speedup over the smallest world size"), ("efficiency", "strong-scaling efficiency")]
+        title = "Strong scaling: fixed global batch"
+    fig, axes = plt.subplots(len(metrics), len(panels), figsize=(max(7.0, 5.2 * len(panels)), 3.8 * len(metrics)),
+                             squeeze=False, sharex="col")
+    points = []
+    palette = dict(zip(sorted(df["series"].unique()), sns.color_palette(n_colors=df["series"].nunique())))
+    for c, panel in enumerate(panels):
+        sub = df[df["panel"] == panel].sort_values("world_size")
+        for r, (metric, label) in enumerate(metrics):
+            ax = axes[r][c]
+            sns.lineplot(data=sub, x="world_size", y=metric, hue="series", palette=palette, marker="o",
+                         estimator=None, sort=True, ax=ax, legend=(r == 0 and c == len(panels) - 1))
+            _ideal(ax, sub, metric, palette)
+            _log2_axis(ax, sub["world_size"], str)
+            ax.set_xlabel("GPUs (world size)")
+            ax.set_ylabel(label)
+            if r == 0:
+                ax.set_title(panel)
+            points += [("", panel, metric, s, int(x), float(y))
+                       for s, x, y in zip(sub["series"], sub["world_size"], sub[metric])]
+    if axes[0][-1].get_legend():
+        sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1), title="workload, GPUs per node")
+    fig.suptitle(f"{title} (dashed: ideal)")
+    fig.tight_layout()
+    pts = pd.DataFrame(points, columns=POINT_COLUMNS)
+    pts["plot"] = f"{scaling}_scaling"
+    return fig, pts
+
+
+def _ideal(ax: Any, sub: Any, metric: str, palette: dict) -> None:
+    """Dashed ideal lines. Efficiency = metric / its ideal value (collect.add_scaling), so the
+    ideal per-GPU throughput (flat at the configuration's baseline) and the ideal speedup
+    (linear in world size) are metric / efficiency at every point."""
+    if metric == "efficiency":
+        ax.axhline(1.0, color="0.4", linestyle="--", linewidth=1)
+        return
+    for series, s in sub.groupby("series"):
+        s = s.sort_values(["world_size", "nodes"])
+        ax.plot(s["world_size"].astype(float).tolist(), (s[metric] / s["efficiency"]).astype(float).tolist(),
+                linestyle="--", linewidth=1, color=palette[series], alpha=0.7)
+
+
+def busbw_figure(summary: Any) -> tuple[Any, Any] | None:
+    import pandas as pd
+
+    df = summary[(summary["workload"] == "allreduce") & (summary["status"] == COMPLETED)
+                 & summary["busbw_gbps"].notna()].copy()
+    if df.empty:
+        return None
+    plt, sns = _setup()
+    df["panel"] = _panel(df)
+    df["series"] = [f"{int(n)} node{'s' if n != 1 else ''} x {int(g)} GPU{'s' if g != 1 else ''}"
+                    for n, g in zip(df["nodes"], df["gpus_per_node"])]
+    panels = sorted(df["panel"].unique())
+    collectives = sorted(df["collective"].unique())
+    order = (df.drop_duplicates("series").sort_values(["nodes", "gpus_per_node"])["series"]).tolist()
+    palette = dict(zip(order, sns.color_palette("viridis", n_colors=len(order))))
+    fig, axes = plt.subplots(len(collectives), len(panels), figsize=(max(8.0, 6.0 * len(panels)), 4.2 * len(collectives)),
+                             squeeze=False)
+    points = []
+    for r, coll in enumerate(collectives):
+        for c, panel in enumerate(panels):
+            ax = axes[r][c]
+            sub = df[(df["collective"] == coll) & (df["panel"] == panel)].sort_values("size_bytes")
+            if sub.empty:
+                ax.set_visible(False)
+                continue
+            sns.lineplot(data=sub, x="size_bytes", y="busbw_gbps", hue="series", hue_order=order, palette=palette,
+                         marker="o", estimator=None, sort=True, ax=ax, legend=(r == 0 and c == len(panels) - 1))
+            _log2_axis(ax, sub["size_bytes"], format_size)
+            ax.tick_params(axis="x", labelrotation=45)
+            ax.set_xlabel("message size (bytes, K/M/G = 2^10/2^20/2^30)")
+            ax.set_ylabel("bus bandwidth (GB/s, 1e9)")
+            ax.set_title(f"{coll} · {panel}")
+            points += [(coll, panel, "busbw_gbps", s, int(x), float(y))
+                       for s, x, y in zip(sub["series"], sub["size_bytes"], sub["busbw_gbps"])]
+    if axes[0][-1].get_legend():
+        sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1), title="nodes x GPUs per node")
+    fig.suptitle("Collective bus bandwidth vs message size (in-place, worst rank)")
+    fig.tight_layout()
+    pts = pd.DataFrame(points, columns=POINT_COLUMNS)
+    pts = pts.rename(columns={"plot": "collective"}).assign(plot="allreduce_busbw")
+    return fig, pts[["plot", "collective", "panel", "metric", "series", "x", "y"]]
+
+
+def draw_all(run: RunDir, summary: Any) -> list[Path]:
+    """Draw every plot the summary has data for; return the PNG paths written."""
+    plt, _ = _setup()
+    written = []
+    for name, make in (("weak_scaling", lambda: scaling_figure(summary, "weak")),
+                       ("strong_scaling", lambda: scaling_figure(summary, "strong")),
+                       ("allreduce_busbw", lambda: busbw_figure(summary))):
+        made = make()
+        path = run.plots / f"{name}.png"
+        if made is None:
+            continue
+        fig, points = made
+        try:
+            _save(fig, points, path)
+        finally:
+            plt.close(fig)
+        written.append(path)
+    return written

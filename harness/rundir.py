@@ -1,0 +1,133 @@
+"""The run directory and its job table.
+
+    DIR/plan.json                 the sweep as run, and every job of its matrix
+    DIR/jobs.json                 the job table: state, exit code, elapsed, log tail per job
+    DIR/jobs/<job>/               commands or script, log.txt, one result JSON per workload
+    DIR/data/                     a generated image set, when the real workload needs one
+    DIR/summary.parquet, .csv     one row per (job, workload, scaling, collective, size)
+    DIR/samples.parquet           per-iteration samples behind the summary's statistics
+    DIR/plots/                    PNG plots and the CSV of each plot's points
+
+Everything is written atomically, and the job table after every change, so a crash or
+Ctrl-C leaves a directory that `bench status` reads and `bench sweep --resume` continues.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from benchmarks.results import SCHEMA_VERSION, atomic_write_json
+
+from .plan import Job
+
+PENDING, RUNNING, COMPLETED, FAILED, TIMEOUT, CANCELLED = "PENDING", "RUNNING", "COMPLETED", "FAILED", "TIMEOUT", "CANCELLED"
+FINAL_STATES = frozenset({COMPLETED, FAILED, TIMEOUT, CANCELLED, "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
+                          "BOOT_FAIL", "DEADLINE"})
+
+
+class RunDirError(ValueError):
+    """A directory that is not a usable run directory."""
+
+
+def now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass
+class JobRecord:
+    """One row of the job table."""
+
+    name: str
+    nodes: int
+    state: str = PENDING
+    job_id: str | None = None
+    exit_code: int | None = None
+    elapsed_s: float | None = None
+    started: str | None = None
+    ended: str | None = None
+    attempts: int = 0
+    reason: str | None = None
+    log_tail: str | None = None
+    runs: dict[str, str] = field(default_factory=dict)  # workload key -> state
+
+
+class RunDir:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    plan_file = property(lambda self: self.path / "plan.json")
+    table_file = property(lambda self: self.path / "jobs.json")
+    summary_parquet = property(lambda self: self.path / "summary.parquet")
+    summary_csv = property(lambda self: self.path / "summary.csv")
+    samples_parquet = property(lambda self: self.path / "samples.parquet")
+    plots = property(lambda self: self.path / "plots")
+
+    def job_dir(self, job: Job | str) -> Path:
+        return self.path / "jobs" / (job if isinstance(job, str) else job.name)
+
+    def log_file(self, job: Job | str) -> Path:
+        return self.job_dir(job) / "log.txt"
+
+    # ---- plan
+
+    def write_plan(self, sweep: dict[str, Any], sweep_file: str, executor: str, jobs: list[Job]) -> None:
+        atomic_write_json(self.plan_file, {
+            "schema_version": SCHEMA_VERSION, "created": now(), "sweep_file": sweep_file,
+            "executor": executor, "sweep": sweep, "jobs": [j.to_dict() for j in jobs]})
+
+    def read_plan(self) -> dict[str, Any]:
+        if not self.path.is_dir():
+            raise RunDirError(f"{self.path}: no such run directory")
+        try:
+            plan = json.loads(self.plan_file.read_text())
+        except FileNotFoundError:
+            raise RunDirError(f"{self.path}: not a run directory (no plan.json)") from None
+        except (OSError, json.JSONDecodeError) as exc:
+            raise RunDirError(f"{self.plan_file}: unreadable ({exc})") from None
+        if not isinstance(plan, dict) or plan.get("schema_version") != SCHEMA_VERSION:
+            found = plan.get("schema_version") if isinstance(plan, dict) else None
+            raise RunDirError(f"{self.plan_file}: schema_version required {SCHEMA_VERSION}, found {found!r}")
+        return plan
+
+    def jobs(self) -> list[Job]:
+        return [Job.from_dict(d) for d in self.read_plan()["jobs"]]
+
+    # ---- job table
+
+    def read_table(self, jobs: Iterable[Job]) -> dict[str, JobRecord]:
+        """The saved table, with a PENDING row for any job of the plan it does not have yet."""
+        saved: dict[str, Any] = {}
+        if self.table_file.exists():
+            try:
+                saved = json.loads(self.table_file.read_text()).get("jobs", {})
+            except (OSError, json.JSONDecodeError, AttributeError) as exc:
+                raise RunDirError(f"{self.table_file}: unreadable job table ({exc})") from None
+        known = {f for f in JobRecord.__dataclass_fields__}
+        table = {}
+        for job in jobs:
+            row = saved.get(job.name)
+            table[job.name] = (JobRecord(**{k: v for k, v in row.items() if k in known}) if row
+                               else JobRecord(name=job.name, nodes=job.nodes))
+        return table
+
+    def write_table(self, table: dict[str, JobRecord], executor: str) -> None:
+        atomic_write_json(self.table_file, {
+            "schema_version": SCHEMA_VERSION, "executor": executor, "updated": now(),
+            "jobs": {name: vars(rec) for name, rec in table.items()}})
+
+
+def tail(path: Path, lines: int = 20, max_bytes: int = 64 * 1024) -> str:
+    """The last lines of a log, read from its end (logs can be large)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            data = f.read()
+    except OSError:
+        return ""
+    return "\n".join(data.decode(errors="replace").splitlines()[-lines:])

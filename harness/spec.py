@@ -1,0 +1,442 @@
+"""Sweep definitions: YAML read with `yaml.safe_load` and turned at once into frozen dataclasses.
+
+Every key is checked: an unknown key, a wrong type or an impossible value raises `SpecError`
+with one line naming the file, the key and what would be valid. Values that later reach a
+command line, a job script or an `#SBATCH` line are held to allowlists here, at the door.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from benchmarks.common import parse_size
+
+DEVICES = ("auto", "cuda", "cpu")
+BACKENDS = ("auto", "nccl", "gloo")
+LAUNCHERS = ("torchrun", "srun")
+SCALINGS = ("weak", "strong")
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+DTYPES = ("float", "float32", "half", "float16", "bfloat16", "double", "float64", "int32", "int64")
+OPS = ("sum", "avg", "max", "min")
+AMPS = ("auto", "bf16", "fp16", "off")
+NODES_POWERS_OF_TWO = "powers_of_two"
+
+# Names end up in job names, paths and #SBATCH lines, where Slurm's own parser treats
+# quotes, backslashes and '#' specially: letters, digits and a few separators only.
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+SET_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}")  # '.' is reserved in job names
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+MODEL_RE = re.compile(r"[A-Za-z0-9_]{1,64}")
+
+
+class SpecError(ValueError):
+    """A sweep file (or override) that cannot be used; the message is one line."""
+
+
+class FieldError(ValueError):
+    """Raised by a dataclass check: `key` is the field, relative to the dataclass."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(message)
+        self.key = key
+
+
+def _choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise FieldError(key, f"{value!r} is not valid; valid: {', '.join(choices)}")
+
+
+def _positive(key: str, value: float, low: float = 1) -> None:
+    if value < low:
+        raise FieldError(key, f"must be at least {low}, found {value}")
+
+
+def _safe_text(key: str, value: str) -> None:
+    if any(c in value for c in "\0\n\r"):
+        raise FieldError(key, f"{value!r} holds a newline or NUL byte")
+
+
+# --------------------------------------------------------------------------- the schema
+
+@dataclass(frozen=True, kw_only=True)
+class AllreduceSpec:
+    """The collective microbenchmark, with nccl-tests' parameters."""
+
+    min_bytes: int = field(default=8, metadata={"size": True})
+    max_bytes: int = field(default=128 * 1024**2, metadata={"size": True})
+    step_factor: int = 2
+    iters: int = 20
+    warmup_iters: int = 5
+    check_iters: int = 1
+    dtype: str = "float"
+    op: str = "sum"
+    collectives: tuple[str, ...] = ("all_reduce",)
+    out_of_place: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_bytes < self.min_bytes:
+            raise FieldError("max_bytes", f"{self.max_bytes} is below min_bytes {self.min_bytes}")
+        _positive("step_factor", self.step_factor, 2)
+        _positive("iters", self.iters)
+        _positive("warmup_iters", self.warmup_iters, 0)
+        _positive("check_iters", self.check_iters, 0)
+        _choice("dtype", self.dtype, DTYPES)
+        _choice("op", self.op, OPS)
+        if not self.collectives:
+            raise FieldError("collectives", f"is empty; valid: {', '.join(COLLECTIVES)}")
+        for c in self.collectives:
+            _choice("collectives", c, COLLECTIVES)
+
+    def args(self) -> list[str]:
+        return ["-b", str(self.min_bytes), "-e", str(self.max_bytes), "-f", str(self.step_factor),
+                "-n", str(self.iters), "-w", str(self.warmup_iters), "-c", str(self.check_iters),
+                "-d", self.dtype, "-o", self.op, "--collective", ",".join(self.collectives),
+                "--out-of-place" if self.out_of_place else "--no-out-of-place"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingSpec:
+    """ResNet DDP training, shared by the synthetic and real workloads."""
+
+    model: str = "resnet50"
+    image_size: int = 224
+    scaling: tuple[str, ...] = ("weak",)
+    batch_size: int = 64
+    global_batch: int | None = None
+    steps: int = 50
+    warmup_steps: int = 10
+    amp: str = "auto"
+    channels_last: bool | None = None
+    compile: bool = False
+    bucket_cap_mb: float = 25.0
+    gradient_as_bucket_view: bool = True
+    static_graph: bool = False
+
+    def __post_init__(self) -> None:
+        if not MODEL_RE.fullmatch(self.model):
+            raise FieldError("model", f"{self.model!r} is not a torchvision model name (letters, digits, _)")
+        _positive("image_size", self.image_size, 16)
+        _positive("batch_size", self.batch_size)
+        _positive("steps", self.steps)
+        _positive("warmup_steps", self.warmup_steps, 0)
+        _choice("amp", self.amp, AMPS)
+        if self.bucket_cap_mb <= 0:
+            raise FieldError("bucket_cap_mb", f"must be positive, found {self.bucket_cap_mb}")
+        if not self.scaling or len(set(self.scaling)) != len(self.scaling):
+            raise FieldError("scaling", f"needs distinct values among {', '.join(SCALINGS)}")
+        for s in self.scaling:
+            _choice("scaling", s, SCALINGS)
+        if "strong" in self.scaling:
+            if self.global_batch is None:
+                raise FieldError("global_batch", "strong scaling needs global_batch (images per step over all GPUs)")
+            _positive("global_batch", self.global_batch)
+
+    def args(self, scaling: str) -> list[str]:
+        out = ["--model", self.model, "--image-size", str(self.image_size), "--steps", str(self.steps),
+               "--warmup-steps", str(self.warmup_steps), "--amp", self.amp,
+               "--bucket-cap-mb", f"{self.bucket_cap_mb:g}",
+               "--gradient-as-bucket-view" if self.gradient_as_bucket_view else "--no-gradient-as-bucket-view",
+               "--static-graph" if self.static_graph else "--no-static-graph"]
+        out += ["--global-batch", str(self.global_batch)] if scaling == "strong" else ["--batch-size", str(self.batch_size)]
+        if self.channels_last is not None:
+            out.append("--channels-last" if self.channels_last else "--no-channels-last")
+        if self.compile:
+            out.append("--compile")
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class RealSpec(TrainingSpec):
+    """Training on an ImageFolder data set; with no data_dir, a generated one in the run directory."""
+
+    workers: int = 4
+    data_dir: str | None = None
+    data_classes: int = 8
+    data_images_per_class: int = 64
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _positive("workers", self.workers, 0)
+        _positive("data_classes", self.data_classes)
+        _positive("data_images_per_class", self.data_images_per_class)
+        if self.data_dir is not None:
+            _safe_text("data_dir", self.data_dir)
+
+    def args(self, scaling: str) -> list[str]:
+        out = super().args(scaling) + ["--workers", str(self.workers)]
+        if self.data_dir is not None:
+            return out + ["--data-dir", self.data_dir]
+        # Relative to the run directory, where every job runs: one generated set per run.
+        return out + ["--data-cache", "data", "--data-classes", str(self.data_classes),
+                      "--data-images-per-class", str(self.data_images_per_class)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Workloads:
+    allreduce: AllreduceSpec | None = None
+    synthetic: TrainingSpec | None = None
+    real: RealSpec | None = None
+
+    def __post_init__(self) -> None:
+        if self.allreduce is None and self.synthetic is None and self.real is None:
+            raise FieldError("", "names no workload; valid: allreduce, synthetic, real")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sweep:
+    name: str
+    description: str = ""
+    device: str = "auto"
+    backend: str = "auto"
+    nodes: tuple[int, ...] | str = (1,)
+    max_nodes: int | None = None
+    gpus_per_node: tuple[int, ...] = (1,)
+    launchers: tuple[str, ...] = ("torchrun",)
+    nccl: dict[str, dict[str, str]] = field(default_factory=lambda: {"default": {}})
+    env: dict[str, str] = field(default_factory=dict)
+    time_limit_min: float = 30.0
+    timeout_s: float = 300.0
+    workloads: Workloads
+
+    def __post_init__(self) -> None:
+        if not NAME_RE.fullmatch(self.name):
+            raise FieldError("name", f"{self.name!r} is not valid; use letters, digits, '_', '.', '-' (at most 64)")
+        _choice("device", self.device, DEVICES)
+        _choice("backend", self.backend, BACKENDS)
+        if self.backend == "nccl" and self.device == "cpu":
+            raise FieldError("backend", "nccl needs device cuda or auto; use gloo on cpu")
+        if isinstance(self.nodes, str):
+            if self.nodes != NODES_POWERS_OF_TWO:
+                raise FieldError("nodes", f"{self.nodes!r} is not valid; valid: a list of node counts or "
+                                          f"{NODES_POWERS_OF_TWO!r} with max_nodes")
+            if self.max_nodes is None:
+                raise FieldError("max_nodes", f"nodes: {NODES_POWERS_OF_TWO} needs max_nodes (or --max-nodes)")
+        else:
+            _distinct_positive("nodes", self.nodes)
+        if self.max_nodes is not None:
+            _positive("max_nodes", self.max_nodes)
+        _distinct_positive("gpus_per_node", self.gpus_per_node)
+        if not self.launchers or len(set(self.launchers)) != len(self.launchers):
+            raise FieldError("launchers", f"needs distinct values among {', '.join(LAUNCHERS)}")
+        for launcher in self.launchers:
+            _choice("launchers", launcher, LAUNCHERS)
+        if not self.nccl:
+            raise FieldError("nccl", "needs at least one named set, e.g. default: {}")
+        for set_name, variables in self.nccl.items():
+            if not SET_NAME_RE.fullmatch(set_name):
+                raise FieldError(f"nccl.{set_name}", "is not a valid set name; use letters, digits, '_', '-' (at most 32)")
+            _check_env(f"nccl.{set_name}", variables)
+        _check_env("env", self.env)
+        if self.time_limit_min <= 0:
+            raise FieldError("time_limit_min", f"must be positive, found {self.time_limit_min}")
+        if self.timeout_s <= 0:
+            raise FieldError("timeout_s", f"must be positive, found {self.timeout_s}")
+
+    @property
+    def node_counts(self) -> tuple[int, ...]:
+        """The node axis: the listed counts up to max_nodes, or the powers of two up to it."""
+        if isinstance(self.nodes, str):
+            out, n = [], 1
+            while n <= self.max_nodes:  # type: ignore[operator]
+                out.append(n)
+                n *= 2
+            return tuple(out)
+        return tuple(n for n in sorted(self.nodes) if self.max_nodes is None or n <= self.max_nodes)
+
+
+def _distinct_positive(key: str, values: tuple[int, ...]) -> None:
+    if not values:
+        raise FieldError(key, "is empty; give at least one positive integer")
+    if len(set(values)) != len(values):
+        raise FieldError(key, f"repeats a value: {list(values)}")
+    for v in values:
+        _positive(key, v)
+
+
+def _check_env(key: str, variables: dict[str, str]) -> None:
+    for name, value in variables.items():
+        if not ENV_NAME_RE.fullmatch(name):
+            raise FieldError(f"{key}.{name}", "is not a valid environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
+        _safe_text(f"{key}.{name}", value)
+
+
+# --------------------------------------------------------------------------- conversion
+
+def _type_name(tp: Any) -> str:
+    if tp is type(None):
+        return "null"
+    if isinstance(tp, type):
+        return {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false"}.get(
+            tp.__name__, tp.__name__)
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(tp))
+    if origin is tuple:
+        return f"a list of {_type_name(typing.get_args(tp)[0]).removeprefix('an ').removeprefix('a ')}s"
+    if origin is dict:
+        return "a mapping"
+    return str(tp)
+
+
+def _convert(tp: Any, value: Any, where: str, meta: typing.Mapping[str, Any]) -> Any:
+    """Check `value` from YAML against the annotation `tp` and convert it (lists to tuples,
+    sizes to bytes, nested mappings to dataclasses)."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(tp)
+        concrete = [o for o in options if o is not type(None)]
+        if value is None and type(None) in options and not dataclasses.is_dataclass(concrete[0]):
+            return None
+        if len(concrete) == 1:
+            # A workload section left empty (`allreduce:`) means its defaults.
+            return _convert(concrete[0], value, where, meta)
+        for option in options:
+            try:
+                return _convert(option, value, where, meta)
+            except SpecError:
+                pass
+        raise SpecError(f"{where}: {value!r} is not {_type_name(tp)}")
+    if tp is type(None):
+        if value is None:
+            return None
+    elif dataclasses.is_dataclass(tp):
+        if isinstance(value, dict):
+            return _build(tp, value, where)
+        if value is None:
+            return _build(tp, {}, where)
+        raise SpecError(f"{where}: expected a mapping of {tp.__name__} settings, found {value!r}")
+    elif origin is tuple:
+        if isinstance(value, list):
+            item_tp = typing.get_args(tp)[0]
+            return tuple(_convert(item_tp, v, f"{where}[{i}]", {}) for i, v in enumerate(value))
+    elif origin is dict:
+        if isinstance(value, dict):
+            key_tp, val_tp = typing.get_args(tp)
+            return {str(k): _convert(val_tp, v, f"{where}.{k}", {}) for k, v in value.items()}
+        if value is None:
+            return {}
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    elif tp is int:
+        if meta.get("size") and isinstance(value, str):
+            try:
+                return parse_size(value)
+            except ValueError as exc:
+                raise SpecError(f"{where}: {exc}") from None
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif tp is bool:
+        if isinstance(value, bool):
+            return value
+    raise SpecError(f"{where}: expected {_type_name(tp)}, found {value!r}")
+
+
+def _env_values(value: Any, where: str) -> dict[str, str]:
+    """An environment mapping: names to strings; integers are accepted and written as digits."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise SpecError(f"{where}: expected a mapping of variable names to values, found {value!r}")
+    out = {}
+    for k, v in value.items():
+        if isinstance(v, bool) or not isinstance(v, (str, int)):
+            raise SpecError(f"{where}.{k}: expected a string (quote it in YAML), found {v!r}")
+        out[str(k)] = str(v)
+    return out
+
+
+def _build(cls: type, data: dict[str, Any], where: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    prefix = f"{where}." if where else ""
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in fields:
+            raise SpecError(f"{prefix}{key}: unknown key; valid: {', '.join(fields)}")
+        if cls is Sweep and key == "env":
+            kwargs[key] = _env_values(value, f"{prefix}{key}")
+        elif cls is Sweep and key == "nccl":
+            if not isinstance(value, dict):
+                raise SpecError(f"{prefix}{key}: expected a mapping of set names to variables, found {value!r}")
+            kwargs[key] = {str(k): _env_values(v, f"{prefix}{key}.{k}") for k, v in value.items()}
+        else:
+            kwargs[key] = _convert(hints[key], value, f"{prefix}{key}", fields[key].metadata)
+    missing = [name for name, f in fields.items() if name not in kwargs
+               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise SpecError(f"{prefix}{missing[0]}: required key is missing")
+    try:
+        return cls(**kwargs)
+    except FieldError as exc:
+        key = f"{prefix}{exc.key}" if exc.key else where or cls.__name__
+        raise SpecError(f"{key}: {exc}") from None
+
+
+# --------------------------------------------------------------------------- loading
+
+def apply_override(data: dict[str, Any], assignment: str) -> None:
+    """Apply one `--set key.path=value` to the raw mapping; the value is read as YAML."""
+    if "=" not in assignment:
+        raise SpecError(f"--set {assignment!r}: expected KEY=VALUE, e.g. workloads.synthetic.steps=20")
+    path, _, raw = assignment.partition("=")
+    keys = path.strip().split(".")
+    if not all(keys):
+        raise SpecError(f"--set {assignment!r}: empty key in {path!r}")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    if isinstance(value, dict):
+        raise SpecError(f"--set {path}: sets scalars and lists, not mappings; edit the sweep file instead")
+    node = data
+    for i, key in enumerate(keys[:-1]):
+        child = node.get(key)
+        if child is None and key in node:  # a section left empty (`real:`) is still a section
+            child = node[key] = {}
+        if not isinstance(child, dict):
+            raise SpecError(f"--set {path}: {'.'.join(keys[:i + 1])} is not a section of this sweep")
+        node = child
+    node[keys[-1]] = value
+
+
+def load_sweep(path: str | Path, *, max_nodes: int | None = None, overrides: tuple[str, ...] = ()) -> Sweep:
+    """Read, override and check a sweep file. Errors name the file: `SpecError('FILE: key: ...')`."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read sweep file ({exc.strerror or exc})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise SpecError(f"{path}: not valid YAML{where}: {problem}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: expected a mapping of sweep settings at the top level")
+    try:
+        for assignment in overrides:
+            apply_override(data, assignment)
+        if max_nodes is not None:
+            if max_nodes < 1:
+                raise SpecError(f"--max-nodes must be at least 1, found {max_nodes}")
+            data["max_nodes"] = max_nodes
+        sweep = _build(Sweep, data, "")
+        if not sweep.node_counts:
+            raise SpecError(f"nodes: no node count of {list(sweep.nodes)} is within max_nodes {sweep.max_nodes}")
+    except SpecError as exc:
+        raise SpecError(f"{path}: {exc}") from None
+    return sweep
