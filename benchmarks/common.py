@@ -335,8 +335,9 @@ def main(workload: str, argv: list[str] | None, parser: argparse.ArgumentParser,
         device = resolve_device(args.device, launch)
         backend = resolve_backend(args.backend, device)
     except (UsageError, ValueError) as exc:
+        # Every rank fails alike; one line is enough, from rank 0 or when the rank is unknown.
         rank = os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))
-        if rank in ("0", ""):
+        if not (rank.isdigit() and int(rank) > 0):
             print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
 

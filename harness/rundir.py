@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -131,3 +132,19 @@ def tail(path: Path, lines: int = 20, max_bytes: int = 64 * 1024) -> str:
     except OSError:
         return ""
     return "\n".join(data.decode(errors="replace").splitlines()[-lines:])
+
+
+_OUR_ERROR = re.compile(r"bench run \w+: error: .*")
+_EXCEPTION = re.compile(r"\b\w*(?:Error|Exception): .*")
+
+
+def error_line(text: str) -> str | None:
+    """The line of a failed launch's log that says why: a workload's own one-line error, else
+    the last exception line that is not torchrun's wrapper (ChildFailedError) around it."""
+    for line in text.splitlines():
+        m = _OUR_ERROR.search(line)
+        if m:
+            return m.group(0)
+    found = [m.group(0) for line in text.splitlines()
+             if "ChildFailedError" not in line and (m := _EXCEPTION.search(line))]
+    return found[-1] if found else None

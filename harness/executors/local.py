@@ -27,7 +27,7 @@ from typing import Callable
 from benchmarks.results import atomic_write_text
 
 from ..plan import Job, WorkloadRun
-from ..rundir import CANCELLED, COMPLETED, FAILED, RUNNING, TIMEOUT, JobRecord, now, tail
+from ..rundir import CANCELLED, COMPLETED, FAILED, RUNNING, TIMEOUT, JobRecord, error_line, now, tail
 from .base import Executor
 
 # After one agent fails, how long the others get to notice and exit before they are killed.
@@ -185,6 +185,7 @@ class LocalExecutor(Executor):
     def _run_workload(self, job: Job, run: WorkloadRun, gpus: list[str] | None, deadline: float,
                       log) -> tuple[str, int | None, str | None]:
         port = free_port()
+        log_start = log.tell()
         log.write(f"# {now()} {run.key}: {job.nodes} agent(s) on 127.0.0.1:{port}\n".encode())
         procs: list[subprocess.Popen] = []
         try:
@@ -216,5 +217,8 @@ class LocalExecutor(Executor):
         codes = [p.returncode for p in procs]
         bad = [c for c in codes if c != 0]
         if bad:
-            return FAILED, bad[0], f"{run.key} failed: agent exit codes {codes}"
+            with open(log.name, "rb") as f:
+                f.seek(log_start)
+                why = error_line(f.read().decode(errors="replace"))
+            return FAILED, bad[0], f"{run.key} failed (agent exit codes {codes})" + (f": {why}" if why else "")
         return COMPLETED, 0, None

@@ -1,0 +1,178 @@
+"""Sweep files: the shipped ones load, every kind of bad input is one clear line, exit 2."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from conftest import HOSTILE_VALUES, SWEEPS, bench
+from harness.spec import SpecError, load_sweep
+
+MINIMAL = """\
+name: t
+nodes: [1, 2, 4]
+gpus_per_node: [1, 2]
+nccl: {default: {}, socket: {NCCL_IB_DISABLE: "1"}}
+workloads:
+  allreduce: {min_bytes: 1K, max_bytes: 4M}
+  synthetic: {model: resnet18, scaling: [weak, strong], global_batch: 16}
+"""
+
+
+def write(tmp_path, text: str, name: str = "sweep.yaml"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_shipped_sweeps_load():
+    local = load_sweep(SWEEPS / "local.yaml")
+    assert local.node_counts == (1, 2)
+    assert local.device == "cpu" and local.backend == "gloo"
+    default = load_sweep(SWEEPS / "default.yaml")
+    assert default.node_counts == (1, 2, 4, 8)
+    assert default.gpus_per_node == (1, 2, 4, 8)
+    assert default.workloads.synthetic.model == "resnet50"
+    assert default.workloads.synthetic.batch_size == 64
+    assert default.workloads.allreduce.min_bytes == 8
+    assert default.workloads.allreduce.max_bytes == 1024**3
+    assert set(default.nccl) == {"default", "ib", "socket"}
+    assert default.nccl["ib"] == {"NCCL_IB_DISABLE": "0", "NCCL_NET_GDR_LEVEL": "5"}
+
+
+def test_sizes_and_types_convert(tmp_path):
+    sweep = load_sweep(write(tmp_path, MINIMAL))
+    assert sweep.workloads.allreduce.min_bytes == 1024
+    assert sweep.workloads.allreduce.max_bytes == 4 * 1024**2
+    assert sweep.gpus_per_node == (1, 2)
+    assert sweep.workloads.real is None
+
+
+def test_max_nodes_caps_a_list_and_sets_powers_of_two(tmp_path):
+    path = write(tmp_path, MINIMAL)
+    assert load_sweep(path, max_nodes=2).node_counts == (1, 2)
+    assert load_sweep(path, max_nodes=3).node_counts == (1, 2)
+    assert load_sweep(path, overrides=("nodes=powers_of_two",), max_nodes=8).node_counts == (1, 2, 4, 8)
+
+
+def test_set_overrides_scalars_and_lists(tmp_path):
+    sweep = load_sweep(write(tmp_path, MINIMAL), overrides=(
+        "workloads.synthetic.steps=7", "gpus_per_node=[4]", "time_limit_min=2.5", "workloads.allreduce.max_bytes=64M"))
+    assert sweep.workloads.synthetic.steps == 7
+    assert sweep.gpus_per_node == (4,)
+    assert sweep.time_limit_min == 2.5
+    assert sweep.workloads.allreduce.max_bytes == 64 * 1024**2
+
+
+BAD = [
+    # (override or YAML replacement, words the one-line error must contain)
+    ("bogus=1", ["bogus", "unknown key", "valid:", "gpus_per_node"]),
+    ("workloads.allreduce.dtype=float128", ["workloads.allreduce.dtype", "float128", "valid:", "bfloat16"]),
+    ("workloads.allreduce.bogus=1", ["workloads.allreduce.bogus", "unknown key", "min_bytes"]),
+    ("workloads.allreduce.max_bytes=12Q", ["workloads.allreduce.max_bytes", "12Q", "K, M or G"]),
+    ("workloads.allreduce.max_bytes=512", ["max_bytes", "below min_bytes"]),
+    ("workloads.allreduce.collectives=[all_to_everyone]", ["collectives", "all_to_everyone", "all_reduce"]),
+    ("workloads.synthetic.steps=many", ["workloads.synthetic.steps", "integer", "many"]),
+    ("workloads.synthetic.steps=0", ["workloads.synthetic.steps", "at least 1"]),
+    ("workloads.synthetic.global_batch=null", ["global_batch", "strong scaling"]),
+    ("workloads.synthetic.scaling=[weak, sideways]", ["scaling", "sideways", "weak, strong"]),
+    ("workloads.synthetic.amp=fp8", ["amp", "fp8", "bf16"]),
+    ("workloads.synthetic.model=resnet50;id", ["model", "resnet50;id"]),
+    ("nodes=[]", ["nodes", "empty"]),
+    ("nodes=[1, 1]", ["nodes", "repeats"]),
+    ("nodes=[0, 1]", ["nodes", "at least 1"]),
+    ("nodes=all", ["nodes", "powers_of_two"]),
+    ("nodes=powers_of_two", ["max_nodes", "powers_of_two"]),
+    ("gpus_per_node=two", ["gpus_per_node", "list"]),
+    ("launchers=[mpirun]", ["launchers", "mpirun", "torchrun, srun"]),
+    ("device=tpu", ["device", "tpu", "auto, cuda, cpu"]),
+    ("backend=mpi", ["backend", "mpi", "nccl, gloo"]),
+    ("time_limit_min=0", ["time_limit_min", "positive"]),
+    ("max_nodes=0", ["max_nodes", "at least 1"]),
+    ("workloads.real.workers=1", ["workloads.real", "not a section"]),
+    ("name", ["KEY=VALUE"]),
+]
+
+
+@pytest.mark.parametrize("override,words", BAD, ids=[b[0] for b in BAD])
+def test_bad_values_name_file_key_and_choices(tmp_path, override, words):
+    path = write(tmp_path, MINIMAL)
+    with pytest.raises(SpecError) as info:
+        load_sweep(path, overrides=(override,))
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(str(path))
+    for word in words:
+        assert word in message, message
+
+
+@pytest.mark.parametrize("hostile", HOSTILE_VALUES)
+def test_hostile_names_are_rejected(tmp_path, hostile):
+    for text in (MINIMAL.replace("name: t", f"name: {hostile!r}"),
+                 MINIMAL.replace("socket:", f"{hostile!r}:")):
+        with pytest.raises(SpecError) as info:
+            load_sweep(write(tmp_path, text))
+        assert "valid" in str(info.value)
+
+
+@pytest.mark.parametrize("text,words", [
+    ("nccl: {bad: {'1NCCL': '0'}}", ["nccl.bad.1NCCL", "environment variable name"]),
+    ("nccl: {bad: {'NCCL X': '0'}}", ["nccl.bad.NCCL X", "environment variable name"]),
+    ("env: {NCCL_DEBUG: \"INFO\\nrm -rf /\"}", ["env.NCCL_DEBUG", "newline"]),
+    ("env: {NCCL_DEBUG: true}", ["env.NCCL_DEBUG", "string"]),
+    ("nccl: {}", ["nccl", "at least one"]),
+])
+def test_bad_environment_sets(tmp_path, text, words):
+    body = MINIMAL.replace('nccl: {default: {}, socket: {NCCL_IB_DISABLE: "1"}}', text)
+    with pytest.raises(SpecError) as info:
+        load_sweep(write(tmp_path, body))
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_nccl_on_cpu_is_impossible(tmp_path):
+    with pytest.raises(SpecError, match="nccl needs device cuda"):
+        load_sweep(write(tmp_path, MINIMAL + "device: cpu\nbackend: nccl\n"))
+
+
+@pytest.mark.parametrize("text,words", [
+    ("name: [unclosed\n", ["not valid YAML", "line"]),
+    ("- just\n- a list\n", ["mapping"]),
+    ("nodes: [1]\nworkloads: {allreduce: {}}\n", ["name", "required"]),
+    ("name: t\nworkloads: {}\n", ["workloads", "no workload"]),
+])
+def test_malformed_files(tmp_path, text, words):
+    with pytest.raises(SpecError) as info:
+        load_sweep(write(tmp_path, text))
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_missing_file():
+    with pytest.raises(SpecError, match="cannot read sweep file"):
+        load_sweep("/nonexistent/sweep.yaml")
+
+
+def test_cli_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path):
+    path = write(tmp_path, MINIMAL.replace("resnet18", "resnet18; rm -rf ~"))
+    out = tmp_path / "run"
+    r = bench("sweep", str(path), "--executor", "local", "--dry-run", "--out", str(out), check=False)
+    assert r.returncode == 2, r.describe()
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert str(path) in lines[0] and "workloads.synthetic.model" in lines[0]
+    assert not out.exists()
+
+
+def test_cli_global_batch_not_divisible_names_both_numbers(tmp_path):
+    path = write(tmp_path, MINIMAL.replace("global_batch: 16", "global_batch: 6"))
+    r = bench("sweep", str(path), "--executor", "local", "--dry-run", "--out", str(tmp_path / "run"), check=False)
+    assert r.returncode == 2
+    assert "global_batch 6" in r.stderr and "world size 4" in r.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_cli_bad_max_nodes_is_a_parser_error(tmp_path):
+    r = bench("sweep", "--max-nodes", "zero", "--dry-run", check=False)
+    assert r.returncode == 2 and "--max-nodes" in r.stderr

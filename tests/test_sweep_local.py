@@ -1,0 +1,289 @@
+"""`bench sweep` end to end on the local executor, with real torchrun agents and gloo ranks:
+the summary, statuses and plots of a whole sweep; failures, time limits, Ctrl-C and resume;
+hostile values that must stay inert."""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from PIL import Image
+
+from benchmarks.allreduce import bus_factor
+from conftest import ROOT, bench, read_json, run
+
+pytestmark = pytest.mark.slow
+
+# The shipped local sweep, shortened: same matrix and workloads, fewer steps and sizes.
+FAST = ["--set", "workloads.allreduce.max_bytes=256K", "--set", "workloads.allreduce.iters=5",
+        "--set", "workloads.synthetic.steps=3", "--set", "workloads.real.steps=3"]
+
+
+def small_sweep(tmp_path: Path, body: str, name: str = "t") -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        name: {name}
+        device: cpu
+        backend: gloo
+        env: {{OMP_NUM_THREADS: "1"}}
+        timeout_s: 60
+        """) + textwrap.dedent(body))
+    return path
+
+
+def rec_nodes(job_name: str) -> int:
+    return int(job_name.split("-")[0][1:])
+
+
+def agents_running(marker: str) -> list[str]:
+    out = subprocess.run(["pgrep", "-af", marker], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if "pgrep" not in line]
+
+
+@pytest.fixture(scope="module")
+def local_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sweep") / "run"
+    r = bench("sweep", "--max-nodes", "2", "--executor", "local", "--out", str(out), *FAST, timeout=900)
+    return out, r
+
+
+def test_sweep_completes_every_job(local_run):
+    out, r = local_run
+    assert r.stdout.splitlines()[0] == "executor: local (chosen with --executor)"
+    table = read_json(out / "jobs.json")["jobs"]
+    assert list(table) == ["n1-g1-torchrun-default", "n1-g2-torchrun-default", "n2-g1-torchrun-default",
+                           "n2-g2-torchrun-default"]
+    for rec in table.values():
+        assert rec["state"] == "COMPLETED" and rec["exit_code"] == 0 and rec["attempts"] == 1
+        assert set(rec["runs"].values()) == {"COMPLETED"}
+    assert f"summary: {out}/summary.csv" in r.stdout
+
+
+def test_summary_rows_and_values(local_run):
+    out, _ = local_run
+    df = pd.read_csv(out / "summary.csv")
+    assert (df["status"] == "COMPLETED").all()
+    assert set(df["nodes"]) == {1, 2} and set(df["world_size"]) == {1, 2, 4}
+    ar = df[df["workload"] == "allreduce"]
+    sizes = [1024, 4096, 16384, 65536, 262144]
+    for job, rows in ar.groupby("job"):
+        assert sorted(rows["size_bytes"]) == sizes, job
+    assert ((ar["busbw_gbps"] - ar["algbw_gbps"] * ar["world_size"].map(lambda n: bus_factor("all_reduce", n))).abs()
+            < 1e-9).all()
+    assert (ar["wrong"] == 0).all()
+    multi = ar[ar["world_size"] > 1]
+    assert (multi["busbw_gbps"] > 0).all() and (multi["time_us"] > 0).all()
+
+    train = df[df["workload"] != "allreduce"]
+    assert sorted(train.groupby(["workload", "scaling"]).size().items()) == [
+        (("real", "weak"), 4), (("synthetic", "strong"), 4), (("synthetic", "weak"), 4)]
+    assert (train["images_per_s"] > 0).all()
+    assert ((train["images_per_s_per_gpu"] * train["world_size"] - train["images_per_s"]).abs() < 1e-6).all()
+    strong = train[train["scaling"] == "strong"]
+    assert ((strong["batch_size"] * strong["world_size"]) == 16).all()
+    # efficiency and speedup recomputed from the throughput column
+    for (workload, scaling), rows in train.groupby(["workload", "scaling"]):
+        base = rows.sort_values(["world_size", "nodes"]).iloc[0]
+        assert base["world_size"] == 1 and base["efficiency"] == 1.0
+        for row in rows.itertuples():
+            speedup = row.images_per_s / base["images_per_s"]
+            assert row.speedup == pytest.approx(speedup)
+            assert row.efficiency == pytest.approx(speedup / row.world_size)
+    parquet = pd.read_parquet(out / "summary.parquet")
+    assert len(parquet) == len(df) and list(parquet.columns) == list(df.columns)
+    samples = pd.read_parquet(out / "samples.parquet")
+    assert len(samples[(samples["workload"] == "allreduce")]) == len(ar) * 5
+
+
+def test_plots_exist_and_hold_the_plotted_points(local_run):
+    out, _ = local_run
+    df = pd.read_csv(out / "summary.csv")
+    for name in ("weak_scaling", "strong_scaling", "allreduce_busbw"):
+        with Image.open(out / "plots" / f"{name}.png") as img:
+            img.verify()
+        with Image.open(out / "plots" / f"{name}.png") as img:
+            assert img.size[0] > 400 and img.size[1] > 300
+    weak = pd.read_csv(out / "plots" / "weak_scaling.csv")
+    per_gpu = weak[weak["metric"] == "images_per_s_per_gpu"]
+    expected = df[(df["scaling"] == "weak")][["world_size", "images_per_s_per_gpu"]]
+    assert sorted(zip(per_gpu["x"], per_gpu["y"].round(6))) == sorted(
+        zip(expected["world_size"], expected["images_per_s_per_gpu"].round(6)))
+    busbw = pd.read_csv(out / "plots" / "allreduce_busbw.csv")
+    ar = df[df["workload"] == "allreduce"]
+    assert len(busbw) == len(ar)
+    assert sorted(zip(busbw["x"], busbw["y"].round(9))) == sorted(zip(ar["size_bytes"], ar["busbw_gbps"].round(9)))
+
+    # the figure itself carries those points, one line per (nodes x GPUs) series
+    from harness.plot import busbw_figure
+
+    fig, points = busbw_figure(pd.read_parquet(out / "summary.parquet"))
+    drawn = {(float(x), round(float(y), 9)) for line in fig.axes[0].lines for x, y in zip(*line.get_data())}
+    assert {(float(x), round(y, 9)) for x, y in zip(points["x"], points["y"])} <= drawn
+
+
+def test_collect_rebuilds_the_summary_and_skips_a_corrupt_result(local_run, tmp_path):
+    out, _ = local_run
+    copy = tmp_path / "copy"
+    subprocess.run(["cp", "-a", str(out), str(copy)], check=True)
+    before = pd.read_csv(copy / "summary.csv")
+    (copy / "summary.csv").unlink()
+    (copy / "summary.parquet").unlink()
+    bench("collect", str(copy))
+    after = pd.read_csv(copy / "summary.csv")
+    pd.testing.assert_frame_equal(before, after)
+
+    victim = copy / "jobs" / "n1-g2-torchrun-default" / "synthetic-weak.json"
+    victim.write_text(victim.read_text()[:200])  # a partial write, as a crash might leave
+    r = bench("collect", str(copy))
+    assert f"warning: skipping {victim}" in " ".join(r.stdout.split())
+    df = pd.read_csv(copy / "summary.csv")
+    row = df[(df["job"] == "n1-g2-torchrun-default") & (df["workload"] == "synthetic") & (df["scaling"] == "weak")]
+    assert list(row["status"]) == ["MISSING"] and math.isnan(row["images_per_s"].iloc[0])
+    bench("plot", str(copy))
+    assert (copy / "plots" / "weak_scaling.png").exists()
+
+    status = bench("status", str(copy))
+    assert "4 of 4 jobs COMPLETED" in status.stdout
+
+
+def test_a_failing_workload_fails_its_job_and_the_sweep_goes_on(tmp_path):
+    empty = tmp_path / "empty-imagenet"
+    (empty / "class_a").mkdir(parents=True)
+    path = small_sweep(tmp_path, f"""\
+        nodes: [1, 2]
+        gpus_per_node: [1]
+        workloads:
+          allreduce: {{min_bytes: 1K, max_bytes: 4K, iters: 2, warmup_iters: 1}}
+          real: {{model: resnet18, image_size: 32, batch_size: 2, steps: 1, warmup_steps: 0, workers: 0,
+                  data_dir: "{empty}"}}
+        """)
+    out = tmp_path / "run"
+    r = bench("sweep", str(path), "--executor", "local", "--out", str(out), check=False, timeout=300)
+    assert r.returncode == 1, r.describe()
+    table = read_json(out / "jobs.json")["jobs"]
+    for name in ("n1-g1-torchrun-default", "n2-g1-torchrun-default"):
+        rec = table[name]
+        assert rec["state"] == "FAILED" and rec["exit_code"] != 0
+        assert rec["runs"] == {"allreduce": "COMPLETED", "real-weak": "FAILED"}
+        agents = ", ".join(["1"] * rec_nodes(name))
+        assert rec["reason"].startswith(f"real-weak failed (agent exit codes [{agents}]): bench run real: error: --data-dir")
+        assert "no images in class folders" in rec["reason"] and rec["log_tail"]
+    df = pd.read_csv(out / "summary.csv")
+    assert set(df[df["workload"] == "allreduce"]["status"]) == {"COMPLETED"}
+    assert list(df[df["workload"] == "real"]["status"]) == ["FAILED", "FAILED"]
+    assert "no images in class folders" in r.stdout
+    assert "2 of 2 jobs did not complete" in r.stdout
+
+
+def test_a_job_past_its_time_limit_is_killed_and_recorded_timeout(tmp_path):
+    path = small_sweep(tmp_path, """\
+        nodes: [2]
+        gpus_per_node: [1]
+        time_limit_min: 0.25
+        workloads:
+          synthetic: {model: resnet18, image_size: 32, batch_size: 2, steps: 100000, warmup_steps: 0}
+        """, name="slow")
+    out = tmp_path / "run"
+    start = time.monotonic()
+    r = bench("sweep", str(path), "--executor", "local", "--out", str(out), check=False, timeout=300)
+    assert r.returncode == 1
+    assert time.monotonic() - start < 120
+    rec = read_json(out / "jobs.json")["jobs"]["n2-g1-torchrun-default"]
+    assert rec["state"] == "TIMEOUT" and "time limit" in rec["reason"]
+    assert 15 <= rec["elapsed_s"] < 60
+    assert not agents_running("rdzv-id=n2-g1-torchrun-default")
+
+
+def test_ctrl_c_leaves_a_consistent_run_that_resumes_without_rerunning(tmp_path):
+    path = small_sweep(tmp_path, """\
+        nodes: [1, 2]
+        gpus_per_node: [1, 2]
+        workloads:
+          allreduce: {min_bytes: 1K, max_bytes: 64K, iters: 3, warmup_iters: 1}
+        """, name="resume")
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "sweep", str(path), "--executor", "local",
+                             "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            try:
+                jobs = json.loads((out / "jobs.json").read_text())["jobs"]
+            except (OSError, ValueError):
+                jobs = {}
+            if jobs.get("n1-g1-torchrun-default", {}).get("state") == "COMPLETED" and \
+                    jobs.get("n1-g2-torchrun-default", {}).get("state") == "RUNNING":
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("the sweep never reached its second job")
+        # another harness may not drive the same run meanwhile
+        busy = bench("sweep", "--resume", str(out), check=False, timeout=60)
+        assert busy.returncode == 2 and "in use by another bench process" in busy.stderr
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, output
+    assert f"bench sweep --resume {out}" in " ".join(output.split())
+    jobs = read_json(out / "jobs.json")["jobs"]
+    assert jobs["n1-g1-torchrun-default"]["state"] == "COMPLETED"
+    assert jobs["n1-g2-torchrun-default"]["state"] == "CANCELLED"
+    assert jobs["n2-g2-torchrun-default"]["state"] == "PENDING"
+    assert not agents_running("rdzv-id=n1-g2-torchrun-default")
+
+    r = bench("sweep", "--resume", str(out), timeout=300)
+    assert "resuming" in r.stdout and "3 of 4 jobs to run" in r.stdout
+    jobs = read_json(out / "jobs.json")["jobs"]
+    assert {name: (rec["state"], rec["attempts"]) for name, rec in jobs.items()} == {
+        "n1-g1-torchrun-default": ("COMPLETED", 1), "n1-g2-torchrun-default": ("COMPLETED", 2),
+        "n2-g1-torchrun-default": ("COMPLETED", 1), "n2-g2-torchrun-default": ("COMPLETED", 1)}
+    df = pd.read_csv(out / "summary.csv")
+    assert set(df["job"]) == set(jobs) and (df["status"] == "COMPLETED").all()
+
+
+def test_resume_and_out_misuse(tmp_path):
+    r = bench("sweep", "--resume", str(tmp_path), check=False)
+    assert r.returncode == 2 and "not a run directory" in r.stderr
+    out = tmp_path / "run"
+    bench("sweep", "--executor", "local", "--dry-run", "--out", str(out))
+    r = bench("sweep", "--executor", "local", "--dry-run", "--out", str(out), check=False)
+    assert r.returncode == 2 and "already holds a run" in r.stderr
+    r = bench("sweep", "--resume", str(out), "--max-nodes", "4", check=False)
+    assert r.returncode == 2 and "takes no sweep file" in r.stderr
+    r = bench("sweep", str(ROOT / "sweeps" / "default.yaml"), "--executor", "local", "--dry-run",
+              "--out", str(tmp_path / "other"), check=False)
+    assert r.returncode == 2 and "srun" in r.stderr and not (tmp_path / "other").exists()
+
+
+def test_hostile_values_stay_inert(tmp_path):
+    canary = tmp_path / "pwned"
+    hostile = f"$(touch {canary}); `touch {canary}` ; rm -rf ~ 'q' \"dq\" \\ #x"
+    path = small_sweep(tmp_path, f"""\
+        nodes: [2]
+        gpus_per_node: [1]
+        nccl:
+          hostile: {{NCCL_DEBUG_SUBSYS: {json.dumps(hostile)}}}
+        workloads:
+          allreduce: {{min_bytes: 1K, max_bytes: 4K, iters: 2, warmup_iters: 1}}
+        """)
+    out = tmp_path / "out dir with 'quotes' and $(x) ;"
+    bench("sweep", str(path), "--executor", "local", "--out", str(out), timeout=300)
+    assert not canary.exists()
+    result = read_json(out / "jobs" / "n2-g1-torchrun-hostile" / "allreduce.json")
+    assert result["environment"]["variables"]["NCCL_DEBUG_SUBSYS"] == hostile
+    # the human-readable command file quotes it: bash reads back the exact value
+    commands = out / "jobs" / "n2-g1-torchrun-hostile" / "commands.sh"
+    export = next(line for line in commands.read_text().splitlines() if line.startswith("export NCCL_DEBUG_SUBSYS"))
+    got = run(["bash", "-c", f'{export}\nprintf %s "$NCCL_DEBUG_SUBSYS"'], cwd=tmp_path)
+    assert got.stdout == hostile and not canary.exists()
+    run(["bash", "-n", str(commands)])

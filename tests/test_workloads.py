@@ -1,0 +1,127 @@
+"""Each workload with 2 real gloo ranks started by `bench run ... --nproc 2` (torchrun
+standalone): the figures are positive and consistent with each other, and bad input is one
+line with exit status 2."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.allreduce import bus_factor
+from conftest import bench, read_json
+
+pytestmark = pytest.mark.slow
+SECRET = "hunter2-do-not-record"
+TRAIN = ["--model", "resnet18", "--image-size", "32", "--steps", "4", "--warmup-steps", "1", "--device", "cpu"]
+
+
+def test_allreduce_two_ranks(tmp_path):
+    out = tmp_path / "ar.json"
+    r = bench("run", "allreduce", "-b", "4K", "-e", "1M", "-f", "4", "-n", "6", "-w", "2", "-c", "2",
+              "--collective", "all_reduce,all_gather,reduce_scatter,broadcast", "--nproc", "2", "--json", str(out),
+              env={"NCCL_TEST_TOKEN": SECRET, "NCCL_DEBUG": "WARN", "UNRELATED_VARIABLE": "x"})
+    assert "# Avg bus bandwidth" in r.stdout
+    res = read_json(out)
+    assert res["schema_version"] == 1 and res["workload"] == "allreduce"
+    assert res["world_size"] == 2 and res["backend"] == "gloo" and res["device"] == "cpu"
+    sizes = [4096, 16384, 65536, 262144, 1048576]
+    for coll in ("all_reduce", "all_gather", "reduce_scatter", "broadcast"):
+        rows = [row for row in res["rows"] if row["collective"] == coll]
+        assert [row["size_bytes"] for row in rows] == sizes
+        for row in rows:
+            assert row["count"] == row["size_bytes"] // 4
+            assert row["time_us"] > 0 and row["oop_time_us"] > 0
+            assert row["algbw_gbps"] == pytest.approx(row["size_bytes"] / (row["time_us"] * 1e-6) / 1e9)
+            assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * bus_factor(coll, 2))
+            assert row["oop_busbw_gbps"] == pytest.approx(row["oop_algbw_gbps"] * bus_factor(coll, 2))
+            assert row["wrong"] == 0 and row["oop_wrong"] == 0
+            assert len(row["samples_us"]) == 6 and len(row["rank_samples_us"]) == 2
+            assert all(s > 0 for s in row["samples_us"])
+            assert row["time_us_p10"] <= row["time_us_median"] <= row["time_us_p90"]
+            # the worst rank per iteration is the max over the ranks' own samples
+            assert row["samples_us"] == [max(a, b) for a, b in zip(*row["rank_samples_us"])]
+    env = res["environment"]
+    assert [r["rank"] for r in env["ranks"]] == [0, 1]
+    assert env["torch"] and env["launcher"] == "torchrun-standalone"
+    assert env["variables"]["NCCL_TEST_TOKEN"] == "<redacted>"
+    assert env["variables"]["NCCL_DEBUG"] == "WARN"
+    assert "UNRELATED_VARIABLE" not in env["variables"]
+    assert SECRET not in out.read_text()
+
+
+def test_synthetic_weak_and_strong(tmp_path):
+    weak, strong = tmp_path / "weak.json", tmp_path / "strong.json"
+    bench("run", "synthetic", *TRAIN, "--batch-size", "4", "--nproc", "2", "--json", str(weak))
+    bench("run", "synthetic", *TRAIN, "--global-batch", "12", "--nproc", "2", "--json", str(strong))
+    for path, batch, scaling in ((weak, 4, "weak"), (strong, 6, "strong")):
+        res = read_json(path)
+        assert res["scaling"] == scaling and res["batch_size"] == batch and res["global_batch"] == batch * 2
+        assert res["images_per_s"] == pytest.approx(batch * 2 * 4 / res["measured_time_s"])
+        assert res["images_per_s_per_gpu"] == pytest.approx(res["images_per_s"] / 2)
+        steps = res["samples"]["step_time_ms"]
+        assert len(steps) == 4 and len(res["warmup"]["step_time_ms"]) == 1
+        assert res["step_time_ms_p10"] <= res["step_time_ms"] <= res["step_time_ms_p90"]
+        # the measured time is the slowest rank's total
+        per_rank = res["samples"]["rank_step_time_ms"]
+        assert res["measured_time_s"] == pytest.approx(max(sum(r) for r in per_rank) / 1e3)
+        assert res["params"]["model"] == "resnet18" and res["params"]["amp"] == "off"
+
+
+def test_real_with_a_generated_image_folder(tmp_path, data_cache):
+    out = tmp_path / "real.json"
+    bench("run", "real", *TRAIN, "--batch-size", "4", "--workers", "1", "--data-cache", str(data_cache),
+          "--data-classes", "3", "--data-images-per-class", "8", "--nproc", "2", "--json", str(out))
+    res = read_json(out)
+    assert res["data"]["images"] == 24 and res["data"]["classes"] == 3 and res["data"]["generated"]
+    assert res["images_per_s"] == pytest.approx(4 * 2 * 4 / res["measured_time_s"])
+    assert res["compute_images_per_s"] >= res["images_per_s"]
+    assert 0 <= res["data_wait_fraction"] < 1
+    assert len(res["samples"]["data_wait_ms"]) == 4
+    # generated once, deterministic: a second build finds it complete and changes nothing
+    from benchmarks.imagefolder import ensure_imagefolder
+
+    path = ensure_imagefolder(data_cache, 3, 8, 36)
+    before = {p: p.read_bytes() for p in path.rglob("*.jpg")}
+    assert len(before) == 24
+    assert ensure_imagefolder(data_cache, 3, 8, 36) == path
+    assert {p: p.read_bytes() for p in path.rglob("*.jpg")} == before
+
+
+def test_generated_images_are_deterministic(tmp_path):
+    from benchmarks.imagefolder import ensure_imagefolder
+
+    a = ensure_imagefolder(tmp_path / "a", 2, 3, 32, seed=7)
+    b = ensure_imagefolder(tmp_path / "b", 2, 3, 32, seed=7)
+    files = sorted(p.relative_to(a) for p in a.rglob("*.jpg"))
+    assert len(files) == 6
+    assert all((a / f).read_bytes() == (b / f).read_bytes() for f in files)
+    assert not list((tmp_path / "a").glob(".building-*"))
+
+
+@pytest.mark.parametrize("args,words", [
+    (["synthetic", "--global-batch", "5", "--nproc", "2"], ["--global-batch 5", "world size 2"]),
+    (["real", "--data-dir", "/nonexistent/imagenet"], ["--data-dir /nonexistent/imagenet", "no such directory"]),
+    (["allreduce", "-b", "1M", "-e", "1K"], ["below"]),
+    (["allreduce", "--collective", "all_to_everyone"], ["all_to_everyone", "all_reduce"]),
+    (["allreduce", "-b", "12Q"], ["12Q"]),
+    (["synthetic", "--nproc", "0"], ["--nproc"]),
+])
+def test_bad_arguments_exit_2_with_one_line(args, words):
+    r = bench("run", *args, check=False, timeout=60)
+    assert r.returncode == 2, r.describe()
+    assert "Traceback" not in r.stderr
+    for word in words:
+        assert word in r.stderr, r.stderr
+
+
+def test_empty_data_dir_is_a_clear_error(tmp_path):
+    (tmp_path / "class_a").mkdir()
+    r = bench("run", "real", "--data-dir", str(tmp_path), check=False, timeout=60)
+    assert r.returncode == 2 and "no images in class folders" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_bad_launch_environment_names_the_variable():
+    r = bench("run", "allreduce", check=False, timeout=60,
+              env={"RANK": "zero", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29999"})
+    assert r.returncode == 2
+    assert r.stderr.strip() == "bench run allreduce: error: environment variable RANK='zero' is not an integer"
