@@ -28,7 +28,7 @@ import sys
 import time
 from typing import Any
 
-from .common import Context, UsageError, add_common_args, format_size, main as run_main, parse_size, spread
+from .common import PER_RANK, Context, UsageError, add_common_args, format_size, main as run_main, parse_size, spread
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 OPS = ("sum", "avg", "max", "min")
@@ -285,7 +285,7 @@ def _measure_mode(torch: Any, dist: Any, coll: _Collective, in_place: bool, args
         "time_us_median": stats["median"],
         "time_us_p90": stats["p90"],
         "samples_us": worst,
-        "rank_samples_us": [r[1:] for r in per_rank],
+        "rank_samples_us": [r[1:] for r in per_rank],  # moved to the per-rank file by measure()
     }
 
 
@@ -308,6 +308,7 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
     out = torch.empty(max_count, dtype=dtype, device=ctx.device)
 
     rows: list[dict[str, Any]] = []
+    per_rank: list[dict[str, Any]] = []
     for name, sizes in plan.items():
         ctx.log(f"# collective {name}  dtype {DTYPES[args.dtype]}  op {args.op}  world size {world}  "
                 f"device {ctx.device.type}  backend {ctx.backend}  iters {args.iters}  warmup {args.warmup_iters}")
@@ -321,6 +322,7 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
             row: dict[str, Any] = {"collective": name, "size_bytes": size, "count": count,
                                    "dtype": DTYPES[args.dtype], "op": args.op}
             row.update(_measure_mode(torch, dist, coll, True, args, ctx, size))
+            per_rank.append({"collective": name, "size_bytes": size, "samples_us": row.pop("rank_samples_us")})
             if args.out_of_place:
                 oop = _measure_mode(torch, dist, coll, False, args, ctx, size)
                 row.update({f"oop_{k}": v for k, v in oop.items() if k != "rank_samples_us"})
@@ -335,6 +337,7 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
                    "out_of_place": args.out_of_place, "timing": "worst rank; per-call samples "
                    + ("from CUDA events" if ctx.device.type == "cuda" else "from the host clock")},
         "rows": rows,
+        PER_RANK: {"rows": per_rank},
     }
 
 

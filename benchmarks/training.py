@@ -12,7 +12,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .common import Context, UsageError, add_common_args, spread
+from .common import PER_RANK, Context, UsageError, add_common_args, spread
 
 
 def add_training_args(p: argparse.ArgumentParser) -> None:
@@ -156,8 +156,8 @@ def throughput(ctx: Context, batch: int, step_s: list[float]) -> dict[str, Any]:
         "step_time_ms": stats["median"],
         "step_time_ms_p10": stats["p10"],
         "step_time_ms_p90": stats["p90"],
-        "samples": {"step_time_ms": worst_ms,
-                    "rank_step_time_ms": [[v * 1e3 for v in r] for r in per_rank]},
+        "samples": {"step_time_ms": worst_ms},
+        PER_RANK: {"step_time_ms": [[v * 1e3 for v in r] for r in per_rank]},
     }
 
 

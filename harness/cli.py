@@ -118,24 +118,24 @@ def _run_and_report(run: RunDir, executor: Any, jobs: list, table: dict, console
 
 
 def _collect_and_plot(run: RunDir, console: Any) -> Any:
-    from .collect import collect, write_summary
+    from .collect import collect, to_frame, write_summary
     from .plot import draw_all
 
     summary, samples = collect(run, warn=lambda m: console.print(f"[yellow]warning:[/] {m}"))
     write_summary(run, summary, samples)
-    draw_all(run, summary)
-    return summary
+    frame = to_frame(summary)
+    draw_all(run, frame)
+    return frame
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
     from .collect import collect, write_summary
 
-    console = _console()
     run = RunDir(args.dir)
-    summary, samples = collect(run, warn=lambda m: console.print(f"[yellow]warning:[/] {m}"))
+    summary, samples = collect(run, warn=lambda m: print(f"warning: {m}", file=sys.stderr))
     write_summary(run, summary, samples)
-    ok = int((summary["status"] == COMPLETED).sum())
-    console.print(f"{len(summary)} summary rows ({ok} COMPLETED) written to {run.summary_parquet} and {run.summary_csv}")
+    ok = summary.column("status").to_pylist().count(COMPLETED)
+    print(f"{summary.num_rows} summary rows ({ok} COMPLETED) written to {run.summary_parquet} and {run.summary_csv}")
     return 0
 
 
@@ -171,16 +171,26 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------- output
 
-def _print_plan(console: Any, sweep_path: Path, jobs: list, run: RunDir) -> None:
-    from rich.table import Table
+def plan_table(jobs: list) -> str:
+    """The plan as an aligned plain-text table, one job per line, as squeue prints: quick for
+    10,000 jobs and easy to grep."""
+    header = ("JOB", "CONFIG", "NODES", "GPUS/NODE", "WORLD", "LAUNCHER", "NCCL", "WORKLOADS")
+    rows = [(j.name, j.config_hash, str(j.nodes), str(j.gpus_per_node), str(j.world_size), j.launcher,
+             j.nccl_config, " ".join(r.key for r in j.runs)) for j in jobs]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    numeric = {2, 3, 4}
 
-    t = Table(title=f"Plan: {len(jobs)} jobs from {sweep_path} → {run.path}", title_justify="left")
-    for col in ("job", "config", "nodes", "GPUs/node", "world", "launcher", "nccl", "workloads"):
-        t.add_column(col, justify="right" if col in ("nodes", "GPUs/node", "world") else "left")
-    for job in jobs:
-        t.add_row(job.name, job.config_hash, str(job.nodes), str(job.gpus_per_node), str(job.world_size),
-                  job.launcher, job.nccl_config, " ".join(r.key for r in job.runs))
-    console.print(t)
+    def line(cells) -> str:
+        return "  ".join(c.rjust(w) if i in numeric else c.ljust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    return "\n".join([line(header), *map(line, rows)])
+
+
+def _print_plan(console: Any, sweep_path: Path, jobs: list, run: RunDir) -> None:
+    console.print(f"plan: {len(jobs)} jobs from {sweep_path} -> {run.path}", markup=False)
+    console.file.write(plan_table(jobs) + "\n")
+    console.file.flush()
 
 
 def _print_jobs(console: Any, table: dict, title: str) -> None:

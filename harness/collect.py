@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import io
 import sys
+from itertools import repeat
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Callable
 
@@ -41,6 +43,8 @@ MISSING = "MISSING"  # the job completed but its result file is absent or unusab
 
 _ROW_FIELDS = ("time_us", "algbw_gbps", "busbw_gbps", "wrong", "time_us_p10", "time_us_median", "time_us_p90",
                "oop_time_us", "oop_algbw_gbps", "oop_busbw_gbps", "oop_wrong", "dtype")
+_ROW_DEFAULTS = dict.fromkeys(_ROW_FIELDS)
+_row_getter = itemgetter(*_ROW_FIELDS)
 _TRAINING_FIELDS = ("images_per_s", "images_per_s_per_gpu", "step_time_ms", "step_time_ms_p10", "step_time_ms_p90",
                     "compute_images_per_s", "data_wait_fraction", "batch_size", "global_batch")
 
@@ -49,110 +53,185 @@ def _warn(message: str) -> None:
     print(f"bench: warning: {message}", file=sys.stderr)
 
 
-def collect(run: RunDir, warn: Callable[[str], None] = _warn) -> tuple[Any, Any]:
-    """(summary, samples) DataFrames built from the run directory's plan, job table and results."""
-    import pandas as pd
+SAMPLE_KEYS = ["job", "workload", "scaling", "collective", "size_bytes", "metric"]
+INT_COLUMNS = {"nodes", "gpus_per_node", "world_size", "size_bytes", "wrong", "oop_wrong", "batch_size", "global_batch"}
+TEXT_COLUMNS = {"job", "config_hash", "workload", "scaling", "collective", "launcher", "backend", "device",
+                "nccl_config", "status", "model", "dtype", "hosts"}
 
+
+class _Builder:
+    """The summary built column by column: 100,000 rows cost a fraction of 100,000 dicts."""
+
+    def __init__(self) -> None:
+        self.columns: dict[str, list] = {c: [] for c in COLUMNS}
+        self.keys: list[tuple] = []
+        self.values: list[list[float]] = []
+
+    def add(self, n: int, const: dict[str, Any], per_row: dict[str, list] | None = None,
+            keys: list[tuple] = (), values: list[list[float]] = ()) -> None:
+        per_row = per_row or {}
+        for name, column in self.columns.items():
+            if name in per_row:
+                column.extend(per_row[name])
+            else:
+                column.extend(repeat(const.get(name), n))
+        self.keys.extend(keys)
+        self.values.extend(values)
+
+    def table(self) -> Any:
+        """The summary as a typed Arrow table, converted in C (None becomes null)."""
+        import pyarrow as pa
+
+        return pa.table({name: pa.array(column, type=_arrow_type(name))
+                         for name, column in self.columns.items()})
+
+
+def _arrow_type(name: str) -> Any:
+    import pyarrow as pa
+
+    return pa.string() if name in TEXT_COLUMNS else pa.int64() if name in INT_COLUMNS else pa.float64()
+
+
+def to_frame(table: Any) -> Any:
+    """A summary table as a DataFrame: text as pandas strings, counts as nullable integers."""
+    import pandas as pd
+    import pyarrow as pa
+
+    mapping = {pa.string(): pd.StringDtype(), pa.int64(): pd.Int64Dtype()}
+    return table.to_pandas(types_mapper=mapping.get)
+
+
+def collect(run: RunDir, warn: Callable[[str], None] = _warn) -> tuple[Any, Any]:
+    """(summary, samples), both Arrow tables, from the run directory's plan, job table and
+    results (`to_frame` turns the summary into a DataFrame). The samples table has one row per
+    summary row that has samples: its keys, the metric, and the per-iteration values (worst
+    rank) as a list."""
     jobs = run.jobs()
     table = run.read_table(jobs)
-    rows: list[dict[str, Any]] = []
-    samples: list[Any] = []
+    items = []
     for job in jobs:
         rec = table[job.name]
         base = {"job": job.name, "config_hash": job.config_hash, "nodes": job.nodes,
                 "gpus_per_node": job.gpus_per_node, "world_size": job.world_size, "launcher": job.launcher,
                 "nccl_config": job.nccl_config}
         for wr in job.runs:
-            status = rec.runs.get(wr.key, rec.state)
-            head = {**base, "workload": wr.workload, "scaling": wr.scaling, "status": status}
-            path = run.path / job.result_path(wr)
-            result = None
-            if path.exists():
-                try:
-                    result = load_result(path)
-                except ResultError as exc:
-                    warn(f"skipping {exc}")
-            if result is None:
-                rows.append({**head, "status": MISSING if status == COMPLETED else status})
-                continue
-            head.update(backend=result.get("backend"), device=result.get("device"),
-                        hosts=",".join(result.get("environment", {}).get("hosts", [])))
+            head = {**base, "workload": wr.workload, "scaling": wr.scaling, "status": rec.runs.get(wr.key, rec.state)}
+            items.append((head, job.result_path(wr)))
+    summary, samples, warnings = _collect_part(run.path, items)
+    for message in warnings:
+        warn(message)
+    return _with_scaling(summary), samples
+
+
+def _collect_part(run_path: Path, items: list) -> tuple[Any, Any, list[str]]:
+    """Summary rows and samples (Arrow tables) of the given results, and the warnings."""
+    import pyarrow as pa
+
+    out = _Builder()
+    warnings: list[str] = []
+    for head, rel in items:
+        path = run_path / rel
+        status = head["status"]
+        result = None
+        if path.exists():
             try:
-                new_rows, new_samples = _result_rows(head, result)
-            except (KeyError, TypeError, ValueError) as exc:
-                warn(f"skipping {path}: incomplete result ({type(exc).__name__}: {exc})")
-                rows.append({**head, "status": MISSING})
-                continue
-            rows.extend(new_rows)
-            samples.extend(new_samples)
-    summary = pd.DataFrame(rows, columns=COLUMNS)
-    summary = add_scaling(summary)
-    sample_df = pd.DataFrame(samples, columns=["job", "workload", "scaling", "collective", "size_bytes",
-                                               "metric", "iteration", "value"])
-    return summary, sample_df
+                result = load_result(path)
+            except ResultError as exc:
+                warnings.append(f"skipping {exc}")
+        if result is None:
+            out.add(1, {**head, "status": MISSING if status == COMPLETED else status})
+            continue
+        head = {**head, "backend": result.get("backend"), "device": result.get("device"),
+                "hosts": ",".join(result.get("environment", {}).get("hosts", []))}
+        try:
+            _add_result(out, head, result)
+        except (KeyError, TypeError, ValueError) as exc:
+            warnings.append(f"skipping {path}: incomplete result ({type(exc).__name__}: {exc})")
+            out.add(1, {**head, "status": MISSING})
+    columns = list(zip(*out.keys)) if out.keys else [[] for _ in SAMPLE_KEYS]
+    samples = pa.table({**{k: pa.array(c, type=pa.int64() if k == "size_bytes" else pa.string())
+                           for k, c in zip(SAMPLE_KEYS, columns)},
+                        "values": pa.array(out.values, type=pa.list_(pa.float64()))})
+    return out.table(), samples, warnings
 
 
-def _result_rows(head: dict[str, Any], result: dict[str, Any]) -> tuple[list[dict[str, Any]], list[tuple]]:
-    rows, samples = [], []
-    key = (head["job"], head["workload"], head["scaling"])
-    if head["workload"] == "allreduce":
-        for r in result["rows"]:
-            rows.append({**head, "collective": r["collective"], "size_bytes": int(r["size_bytes"]),
-                         **{f: r.get(f) for f in _ROW_FIELDS}})
-            samples.extend((*key, r["collective"], int(r["size_bytes"]), "time_us", i, v)
-                           for i, v in enumerate(r["samples_us"]))
+def _with_scaling(summary: Any) -> Any:
+    """The summary with `speedup` and `efficiency` filled in from its training rows."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    index = pc.indices_nonzero(pc.not_equal(summary.column("workload"), "allreduce")).to_pylist()
+    speedup, efficiency = [None] * summary.num_rows, [None] * summary.num_rows
+    if index:
+        training = summary.take(pa.array(index)).to_pydict()
+        add_scaling(training)
+        for i, s, e in zip(index, training["speedup"], training["efficiency"]):
+            speedup[i], efficiency[i] = s, e
+    summary = summary.set_column(summary.schema.get_field_index("speedup"), "speedup", pa.array(speedup, pa.float64()))
+    return summary.set_column(summary.schema.get_field_index("efficiency"), "efficiency",
+                              pa.array(efficiency, pa.float64()))
+
+
+def _add_result(out: _Builder, head: dict[str, Any], result: dict[str, Any]) -> None:
+    """Add one result's rows and sample lists; raises before adding anything if it is incomplete."""
+    job, workload, scaling = head["job"], head["workload"], head["scaling"]
+    if workload == "allreduce":
+        rows = result["rows"]
+        if not all(f in rows[0] for f in _ROW_FIELDS):  # e.g. run with --no-out-of-place
+            rows = [{**_ROW_DEFAULTS, **r} for r in rows]
+        per_row = dict(zip(_ROW_FIELDS, map(list, zip(*map(_row_getter, rows)))))
+        per_row["collective"] = [r["collective"] for r in rows]
+        per_row["size_bytes"] = [int(r["size_bytes"]) for r in rows]
+        keys = [(job, workload, scaling, c, size, "time_us")
+                for c, size in zip(per_row["collective"], per_row["size_bytes"])]
+        out.add(len(rows), head, per_row, keys, [r["samples_us"] for r in rows])
     else:
-        rows.append({**head, "model": result["params"]["model"],
-                     **{f: result.get(f) for f in _TRAINING_FIELDS}})
-        samples.extend((*key, "", 0, "step_time_ms", i, v)
-                       for i, v in enumerate(result["samples"]["step_time_ms"]))
         if float(result["images_per_s"]) <= 0:
             raise ValueError(f"images_per_s is {result['images_per_s']}")
-    return rows, samples
+        row = {**head, "model": result["params"]["model"], **{f: result.get(f) for f in _TRAINING_FIELDS}}
+        out.add(1, row, keys=[(job, workload, scaling, "", 0, "step_time_ms")],
+                values=[result["samples"]["step_time_ms"]])
 
 
-def add_scaling(df: Any) -> Any:
-    """Fill `speedup` and `efficiency` for training rows (see the module docstring)."""
-    import pandas as pd
+def add_scaling(columns: dict[str, list]) -> None:
+    """Fill the `speedup` and `efficiency` columns in place (see the module docstring).
 
-    df = df.copy()
-    df["speedup"] = pd.Series(float("nan"), index=df.index)
-    df["efficiency"] = pd.Series(float("nan"), index=df.index)
-    ok = df[(df["workload"] != "allreduce") & df["images_per_s"].notna() & (df["status"] == COMPLETED)]
-    if ok.empty:
-        return df
-    keys = ok[SCALING_KEYS].fillna("")
-    ordered = ok.assign(_k=keys.astype(str).agg("|".join, axis=1)).sort_values(["world_size", "nodes"])
-    base = ordered.groupby("_k", sort=False)[["images_per_s", "world_size"]].transform("first")
-    speedup = ordered["images_per_s"].astype(float) / base["images_per_s"].astype(float)
-    df.loc[ordered.index, "speedup"] = speedup
-    df.loc[ordered.index, "efficiency"] = speedup / (ordered["world_size"] / base["world_size"])
-    return df
-
-
-def _frame_bytes(df: Any, kind: str) -> bytes:
-    buf = io.BytesIO()
-    if kind == "parquet":
-        df.to_parquet(buf, index=False)
-    else:
-        df.to_csv(buf, index=False)
-    return buf.getvalue()
+    Plain Python over the training rows, which are few (one per job and mode) even when the
+    summary has 100,000 collective rows; no DataFrame is needed to collect a run."""
+    n = len(columns["job"])
+    speedup, efficiency = [None] * n, [None] * n
+    groups: dict[tuple, list[int]] = {}
+    for i in range(n):
+        if (columns["workload"][i] != "allreduce" and columns["status"][i] == COMPLETED
+                and columns["images_per_s"][i] is not None):
+            groups.setdefault(tuple(columns[k][i] for k in SCALING_KEYS), []).append(i)
+    for members in groups.values():
+        base = min(members, key=lambda i: (columns["world_size"][i], columns["nodes"][i]))
+        base_ips, base_world = float(columns["images_per_s"][base]), columns["world_size"][base]
+        for i in members:
+            speedup[i] = float(columns["images_per_s"][i]) / base_ips
+            efficiency[i] = speedup[i] / (columns["world_size"][i] / base_world)
+    columns["speedup"], columns["efficiency"] = speedup, efficiency
 
 
 def write_summary(run: RunDir, summary: Any, samples: Any) -> None:
-    """Write summary.parquet, summary.csv and samples.parquet, each atomically."""
-    for df in (summary, samples):
-        for col in df.columns:
-            if df[col].dtype == object:
-                df[col] = df[col].astype("string")
-    atomic_write_bytes(run.summary_parquet, _frame_bytes(summary, "parquet"))
-    atomic_write_bytes(run.summary_csv, _frame_bytes(summary, "csv"))
-    atomic_write_bytes(run.samples_parquet, _frame_bytes(samples, "parquet"))
+    """Write summary.parquet, summary.csv and samples.parquet (Arrow tables), each atomically,
+    with Arrow's C++ writers."""
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    for path, table, write in ((run.summary_parquet, summary, pq.write_table),
+                               (run.summary_csv, summary, pacsv.write_csv),
+                               (run.samples_parquet, samples, pq.write_table)):
+        buf = io.BytesIO()
+        write(table, buf)
+        atomic_write_bytes(path, buf.getvalue())
 
 
 def read_summary(run: RunDir) -> Any:
-    import pandas as pd
+    """The run's summary.parquet as a DataFrame."""
+    import pyarrow.parquet as pq
 
     if not run.summary_parquet.exists():
         raise FileNotFoundError(f"{run.path}: no summary.parquet; run `bench collect {run.path}` first")
-    return pd.read_parquet(run.summary_parquet)
+    return to_frame(pq.read_table(run.summary_parquet))

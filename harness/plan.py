@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from .spec import Sweep
@@ -66,9 +66,12 @@ class Job:
         return [*run.args, "--device", self.device, "--backend", self.backend,
                 "--timeout", f"{timeout_s:g}", "--json", self.result_path(run)]
 
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+    def to_dict(self, with_runs: bool = True) -> dict[str, Any]:
+        """A JSON-ready dict; shallow, because a plan of 10,000 jobs writes 10,000 of them."""
+        d: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "runs"}
         d["world_size"] = self.world_size
+        if with_runs:
+            d["runs"] = [asdict(r) for r in self.runs]
         return d
 
     @classmethod

@@ -17,11 +17,11 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from benchmarks.results import SCHEMA_VERSION, atomic_write_json
+from benchmarks.results import SCHEMA_VERSION, atomic_write_json, atomic_write_text
 
 from .plan import Job
 
@@ -76,9 +76,13 @@ class RunDir:
     # ---- plan
 
     def write_plan(self, sweep: dict[str, Any], sweep_file: str, executor: str, jobs: list[Job]) -> None:
-        atomic_write_json(self.plan_file, {
-            "schema_version": SCHEMA_VERSION, "created": now(), "sweep_file": sweep_file,
-            "executor": executor, "sweep": sweep, "jobs": [j.to_dict() for j in jobs]})
+        """plan.json with one job per line. Every job of a sweep runs the same workloads, so
+        they are stored once, under "runs", rather than in each job."""
+        runs = [asdict(r) for r in jobs[0].runs] if jobs else []
+        head = json.dumps({"schema_version": SCHEMA_VERSION, "created": now(), "sweep_file": sweep_file,
+                           "executor": executor, "sweep": sweep, "runs": runs}, indent=1)
+        body = ",\n".join(json.dumps(j.to_dict(with_runs=False)) for j in jobs)
+        atomic_write_text(self.plan_file, head[:-2] + ',\n "jobs": [\n' + body + "\n ]\n}\n")
 
     def read_plan(self) -> dict[str, Any]:
         if not self.path.is_dir():
@@ -95,7 +99,11 @@ class RunDir:
         return plan
 
     def jobs(self) -> list[Job]:
-        return [Job.from_dict(d) for d in self.read_plan()["jobs"]]
+        plan = self.read_plan()
+        try:
+            return [Job.from_dict({**d, "runs": plan["runs"]}) for d in plan["jobs"]]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RunDirError(f"{self.plan_file}: malformed plan ({type(exc).__name__}: {exc})") from None
 
     # ---- job table
 

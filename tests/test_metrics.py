@@ -83,6 +83,12 @@ def test_the_check_counts_a_wrong_element(name, in_place):
         assert coll.wrong(in_place, torch.device("cpu")) == target.numel()
 
 
+def scaled(rows: list[dict]) -> pd.DataFrame:
+    columns = {c: [r[c] for r in rows] for c in COLUMNS}
+    add_scaling(columns)
+    return pd.DataFrame(columns).set_index("job").astype({"speedup": float, "efficiency": float})
+
+
 def _training_row(**kw):
     row = {c: None for c in COLUMNS}
     row.update(workload="synthetic", launcher="torchrun", backend="gloo", device="cpu", nccl_config="default",
@@ -101,7 +107,7 @@ def test_weak_scaling_efficiency_is_per_gpu_throughput_over_the_smallest_world_s
         _training_row(job="e", workload="allreduce", scaling="", nodes=1, gpus_per_node=1, world_size=1,
                       busbw_gbps=1.0),
     ]
-    df = add_scaling(pd.DataFrame(rows, columns=COLUMNS)).set_index("job")
+    df = scaled(rows)
     assert df.loc["a", "efficiency"] == 1.0
     assert df.loc["b", "efficiency"] == pytest.approx(0.95)   # 95 per GPU / 100
     assert df.loc["c", "efficiency"] == pytest.approx(0.90)   # 90 per GPU / 100
@@ -118,7 +124,7 @@ def test_strong_scaling_speedup_and_efficiency():
         _training_row(job="d", scaling="strong", nodes=1, gpus_per_node=2, world_size=4, images_per_s=50.0,
                       nccl_config="socket"),
     ]
-    df = add_scaling(pd.DataFrame(rows, columns=COLUMNS)).set_index("job")
+    df = scaled(rows)
     assert df.loc["b", "speedup"] == pytest.approx(1.5)
     assert df.loc["b", "efficiency"] == pytest.approx(0.75)   # 1.5 / (4 / 2)
     assert df.loc["c", "speedup"] == pytest.approx(2.0)

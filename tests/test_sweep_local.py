@@ -76,8 +76,9 @@ def test_summary_rows_and_values(local_run):
     sizes = [1024, 4096, 16384, 65536, 262144]
     for job, rows in ar.groupby("job"):
         assert sorted(rows["size_bytes"]) == sizes, job
-    assert ((ar["busbw_gbps"] - ar["algbw_gbps"] * ar["world_size"].map(lambda n: bus_factor("all_reduce", n))).abs()
-            < 1e-9).all()
+    factor = ar["world_size"].map(lambda n: bus_factor("all_reduce", n))
+    # results keep 7 significant digits (benchmarks.common.json_safe), each rounded on its own
+    assert ((ar["busbw_gbps"] - ar["algbw_gbps"] * factor).abs() <= 1e-6 * ar["busbw_gbps"]).all()
     assert (ar["wrong"] == 0).all()
     multi = ar[ar["world_size"] > 1]
     assert (multi["busbw_gbps"] > 0).all() and (multi["time_us"] > 0).all()
@@ -86,7 +87,8 @@ def test_summary_rows_and_values(local_run):
     assert sorted(train.groupby(["workload", "scaling"]).size().items()) == [
         (("real", "weak"), 4), (("synthetic", "strong"), 4), (("synthetic", "weak"), 4)]
     assert (train["images_per_s"] > 0).all()
-    assert ((train["images_per_s_per_gpu"] * train["world_size"] - train["images_per_s"]).abs() < 1e-6).all()
+    assert ((train["images_per_s_per_gpu"] * train["world_size"] - train["images_per_s"]).abs()
+            <= 1e-6 * train["images_per_s"]).all()
     strong = train[train["scaling"] == "strong"]
     assert ((strong["batch_size"] * strong["world_size"]) == 16).all()
     # efficiency and speedup recomputed from the throughput column
@@ -100,7 +102,9 @@ def test_summary_rows_and_values(local_run):
     parquet = pd.read_parquet(out / "summary.parquet")
     assert len(parquet) == len(df) and list(parquet.columns) == list(df.columns)
     samples = pd.read_parquet(out / "samples.parquet")
-    assert len(samples[(samples["workload"] == "allreduce")]) == len(ar) * 5
+    ar_samples = samples[samples["workload"] == "allreduce"]
+    assert len(ar_samples) == len(ar) and all(len(v) == 5 for v in ar_samples["values"])
+    assert len(samples[samples["metric"] == "step_time_ms"]) == len(train)
 
 
 def test_plots_exist_and_hold_the_plotted_points(local_run):
@@ -143,7 +147,7 @@ def test_collect_rebuilds_the_summary_and_skips_a_corrupt_result(local_run, tmp_
     victim = copy / "jobs" / "n1-g2-torchrun-default" / "synthetic-weak.json"
     victim.write_text(victim.read_text()[:200])  # a partial write, as a crash might leave
     r = bench("collect", str(copy))
-    assert f"warning: skipping {victim}" in " ".join(r.stdout.split())
+    assert f"warning: skipping {victim}" in " ".join(r.stderr.split())
     df = pd.read_csv(copy / "summary.csv")
     row = df[(df["job"] == "n1-g2-torchrun-default") & (df["workload"] == "synthetic") & (df["scaling"] == "weak")]
     assert list(row["status"]) == ["MISSING"] and math.isnan(row["images_per_s"].iloc[0])

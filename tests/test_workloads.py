@@ -34,11 +34,17 @@ def test_allreduce_two_ranks(tmp_path):
             assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * bus_factor(coll, 2))
             assert row["oop_busbw_gbps"] == pytest.approx(row["oop_algbw_gbps"] * bus_factor(coll, 2))
             assert row["wrong"] == 0 and row["oop_wrong"] == 0
-            assert len(row["samples_us"]) == 6 and len(row["rank_samples_us"]) == 2
+            assert len(row["samples_us"]) == 6 and "rank_samples_us" not in row
             assert all(s > 0 for s in row["samples_us"])
             assert row["time_us_p10"] <= row["time_us_median"] <= row["time_us_p90"]
-            # the worst rank per iteration is the max over the ranks' own samples
-            assert row["samples_us"] == [max(a, b) for a, b in zip(*row["rank_samples_us"])]
+    # per-rank samples live beside the result; the worst rank per iteration is their max
+    ranks = read_json(tmp_path / "ar.ranks.json")
+    assert res["per_rank_file"] == "ar.ranks.json" and len(ranks["hosts"]) == 2
+    assert len(ranks["rows"]) == len(res["rows"])
+    for row, per_rank in zip(res["rows"], ranks["rows"]):
+        assert (per_rank["collective"], per_rank["size_bytes"]) == (row["collective"], row["size_bytes"])
+        assert len(per_rank["samples_us"]) == 2
+        assert row["samples_us"] == [max(a, b) for a, b in zip(*per_rank["samples_us"])]
     env = res["environment"]
     assert [r["rank"] for r in env["ranks"]] == [0, 1]
     assert env["torch"] and env["launcher"] == "torchrun-standalone"
@@ -61,7 +67,8 @@ def test_synthetic_weak_and_strong(tmp_path):
         assert len(steps) == 4 and len(res["warmup"]["step_time_ms"]) == 1
         assert res["step_time_ms_p10"] <= res["step_time_ms"] <= res["step_time_ms_p90"]
         # the measured time is the slowest rank's total
-        per_rank = res["samples"]["rank_step_time_ms"]
+        per_rank = read_json(path.with_name(res["per_rank_file"]))["step_time_ms"]
+        assert len(per_rank) == 2 and all(len(r) == 4 for r in per_rank)
         assert res["measured_time_s"] == pytest.approx(max(sum(r) for r in per_rank) / 1e3)
         assert res["params"]["model"] == "resnet18" and res["params"]["amp"] == "off"
 

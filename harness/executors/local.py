@@ -22,8 +22,10 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Callable
 
+from benchmarks.common import ranks_path
 from benchmarks.results import atomic_write_text
 
 from ..plan import Job, WorkloadRun
@@ -109,6 +111,10 @@ class LocalExecutor(Executor):
         return env
 
     def prepare(self, job: Job) -> None:
+        """Nothing to write ahead: the commands depend on the port chosen at run time, and are
+        recorded in the job directory when the job starts (see `record_commands`)."""
+
+    def record_commands(self, job: Job) -> None:
         """Write the exact commands the job runs, for a person to read or rerun by hand."""
         lines = [f"# {job.name} (config {job.config_hash}): {job.nodes} node(s) x {job.gpus_per_node} rank(s),",
                  "# run by the local executor from the run directory; PORT is a free port chosen at run time.",
@@ -119,9 +125,7 @@ class LocalExecutor(Executor):
                       + (" &" if job.nodes > 1 else "") for node in range(job.nodes)]
             if job.nodes > 1:
                 lines.append("wait")
-        job_dir = self.run.job_dir(job)
-        job_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(job_dir / "commands.sh", "\n".join(lines) + "\n")
+        atomic_write_text(self.run.job_dir(job) / "commands.sh", "\n".join(lines) + "\n")
 
     def execute(self, jobs: list[Job], table: dict[str, JobRecord], changed: Callable[[JobRecord], None]) -> None:
         gpus = None
@@ -135,10 +139,12 @@ class LocalExecutor(Executor):
             self._run_job(job, rec, gpus, changed)
 
     def _run_job(self, job: Job, rec: JobRecord, gpus: list[str] | None, changed: Callable[[JobRecord], None]) -> None:
-        job_dir = self.run.job_dir(job)
-        job_dir.mkdir(parents=True, exist_ok=True)
+        self.run.job_dir(job).mkdir(parents=True, exist_ok=True)
+        self.record_commands(job)
         for run in job.runs:  # results of an earlier attempt must not pass for this one's
-            (self.run.path / job.result_path(run)).unlink(missing_ok=True)
+            result = self.run.path / job.result_path(run)
+            result.unlink(missing_ok=True)
+            Path(ranks_path(result)).unlink(missing_ok=True)
         rec.attempts += 1
         rec.state, rec.started, rec.ended, rec.exit_code = RUNNING, now(), None, None
         rec.reason = rec.log_tail = rec.elapsed_s = None

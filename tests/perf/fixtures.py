@@ -1,0 +1,55 @@
+"""Large run directories for the speed benchmarks: the real result-file layout, made-up numbers."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+from pathlib import Path
+
+from benchmarks.common import json_safe
+from benchmarks.results import SCHEMA_VERSION
+from harness.plan import expand
+from harness.rundir import COMPLETED, JobRecord, RunDir
+from harness.spec import load_sweep
+
+SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
+SIZES = [8 * 2**i for i in range(25)]  # 8 B .. 128 MiB, as nccl-tests -b 8 -e 128M -f 2
+
+
+def _allreduce_result(rng: random.Random, world: int, iters: int) -> dict:
+    rows = []
+    for size in SIZES:
+        worst = [rng.uniform(10, 1000) for _ in range(iters)]
+        t = sum(worst) / iters
+        row = {"collective": "all_reduce", "size_bytes": size, "count": size // 4, "dtype": "float32", "op": "sum",
+               "time_us": t, "algbw_gbps": size / t / 1e3, "busbw_gbps": size / t / 1e3 * 1.75, "wrong": 0,
+               "time_us_p10": min(worst), "time_us_median": sorted(worst)[iters // 2], "time_us_p90": max(worst),
+               "samples_us": worst}
+        row.update({f"oop_{k}": row[k] for k in ("time_us", "algbw_gbps", "busbw_gbps", "wrong")})
+        rows.append(row)
+    return {"schema_version": SCHEMA_VERSION, "workload": "allreduce", "world_size": world, "backend": "nccl",
+            "device": "cuda", "launcher": "slurm-torchrun", "params": {}, "rows": rows,
+            "environment": {"hosts": [f"gpu{i:03d}" for i in range(max(world // 8, 1))]}}
+
+
+def make_run(root: Path, n_jobs: int, world: int = 8, iters: int = 20, seed: int = 0) -> RunDir:
+    """A completed run directory of `n_jobs` jobs, each with one all-reduce result of 25 sizes."""
+    sweep = load_sweep(SWEEPS / "local.yaml", overrides=(
+        f"nodes={list(range(1, 101))}", "max_nodes=100", "gpus_per_node=[8]",
+        "workloads.synthetic=null", "workloads.real=null"))
+    sweep = dataclasses.replace(sweep, nccl={f"s{i}": {} for i in range(-(-n_jobs // 100))})
+    sweep = dataclasses.replace(sweep, workloads=dataclasses.replace(sweep.workloads, synthetic=None, real=None))
+    jobs = expand(sweep)[:n_jobs]
+    run = RunDir(root)
+    root.mkdir(parents=True, exist_ok=True)
+    run.write_plan({}, "tests/perf fixture", "local", jobs)
+    run.write_table({j.name: JobRecord(name=j.name, nodes=j.nodes, state=COMPLETED, runs={"allreduce": COMPLETED})
+                     for j in jobs}, "local")
+    # through the workloads' own encoding, so files are as large as real ones
+    text = json.dumps(json_safe(_allreduce_result(random.Random(seed), world, iters)))
+    for job in jobs:
+        path = root / job.result_path(job.runs[0])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return run
