@@ -329,8 +329,8 @@ def main(workload: str, argv: list[str] | None, parser: argparse.ArgumentParser,
          check: Callable[[argparse.Namespace, int | None], None] | None = None) -> int:
     """Run `workload`: join the launch it is in, or start `--nproc` ranks of itself.
 
-    `check(args, world_size)` validates arguments before any process is started; it gets the
-    world size when it is known (None inside srun/torchrun before joining is never the case).
+    `check(args, world_size)` validates the arguments before any rank starts or joins: with the
+    launch's world size inside torchrun/srun, with `--nproc` otherwise.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)

@@ -96,15 +96,13 @@ def scaling_figure(summary: Any, scaling: str) -> tuple[Any, Any] | None:
             ax.set_ylabel(label)
             if r == 0:
                 ax.set_title(panel)
-            points += [("", panel, metric, s, int(x), float(y))
+            points += [(f"{scaling}_scaling", panel, metric, s, int(x), float(y))
                        for s, x, y in zip(sub["series"], sub["world_size"], sub[metric])]
     if axes[0][-1].get_legend():
         sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1), title="workload, GPUs per node")
     fig.suptitle(f"{title} (dashed: ideal)")
     fig.tight_layout()
-    pts = pd.DataFrame(points, columns=POINT_COLUMNS)
-    pts["plot"] = f"{scaling}_scaling"
-    return fig, pts
+    return fig, pd.DataFrame(points, columns=POINT_COLUMNS)
 
 
 def _ideal(ax: Any, sub: Any, metric: str, palette: dict) -> None:
@@ -152,15 +150,13 @@ def busbw_figure(summary: Any) -> tuple[Any, Any] | None:
             ax.set_xlabel("message size (bytes, K/M/G = 2^10/2^20/2^30)")
             ax.set_ylabel("bus bandwidth (GB/s, 1e9)")
             ax.set_title(f"{coll} · {panel}")
-            points += [(coll, panel, "busbw_gbps", s, int(x), float(y))
+            points += [("allreduce_busbw", coll, panel, "busbw_gbps", s, int(x), float(y))
                        for s, x, y in zip(sub["series"], sub["size_bytes"], sub["busbw_gbps"])]
     if axes[0][-1].get_legend():
         sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1), title="nodes x GPUs per node")
     fig.suptitle("Collective bus bandwidth vs message size (in-place, worst rank)")
     fig.tight_layout()
-    pts = pd.DataFrame(points, columns=POINT_COLUMNS)
-    pts = pts.rename(columns={"plot": "collective"}).assign(plot="allreduce_busbw")
-    return fig, pts[["plot", "collective", "panel", "metric", "series", "x", "y"]]
+    return fig, pd.DataFrame(points, columns=["plot", "collective", *POINT_COLUMNS[1:]])
 
 
 def draw_all(run: RunDir, summary: Any) -> list[Path]:
