@@ -76,7 +76,6 @@ def _data_dir(args: argparse.Namespace, ctx: Context) -> Path:
 
 
 def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
-    import torch
     from torch.utils.data import DataLoader, DistributedSampler
     from torchvision import datasets, transforms
 

@@ -24,7 +24,6 @@ from typing import Any, Callable
 
 from benchmarks.results import ResultError, atomic_write_bytes, load_result
 
-from .plan import Job
 from .rundir import COMPLETED, RunDir
 
 # The columns of summary.csv, in order. Units are in the names.

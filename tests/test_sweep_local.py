@@ -92,7 +92,7 @@ def test_summary_rows_and_values(local_run):
     strong = train[train["scaling"] == "strong"]
     assert ((strong["batch_size"] * strong["world_size"]) == 16).all()
     # efficiency and speedup recomputed from the throughput column
-    for (workload, scaling), rows in train.groupby(["workload", "scaling"]):
+    for _, rows in train.groupby(["workload", "scaling"]):
         base = rows.sort_values(["world_size", "nodes"]).iloc[0]
         assert base["world_size"] == 1 and base["efficiency"] == 1.0
         for row in rows.itertuples():

@@ -9,10 +9,8 @@ of 100,000 result rows under 2 s.
 from __future__ import annotations
 
 import itertools
-import shutil
 import subprocess
 import sys
-import time
 
 import pytest
 import yaml
