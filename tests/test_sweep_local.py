@@ -216,22 +216,26 @@ def test_ctrl_c_leaves_a_consistent_run_that_resumes_without_rerunning(tmp_path)
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "sweep", str(path), "--executor", "local",
                              "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
+    def wait_for(first: str, second: str) -> None:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
             try:
                 jobs = json.loads((out / "jobs.json").read_text())["jobs"]
             except (OSError, ValueError):
                 jobs = {}
-            if jobs.get("n1-g1-torchrun-default", {}).get("state") == "COMPLETED" and \
-                    jobs.get("n1-g2-torchrun-default", {}).get("state") == "RUNNING":
-                break
-            time.sleep(0.2)
-        else:
-            pytest.fail("the sweep never reached its second job")
+            if jobs.get("n1-g1-torchrun-default", {}).get("state") == first and \
+                    jobs.get("n1-g2-torchrun-default", {}).get("state") == second:
+                return
+            time.sleep(0.1)
+        pytest.fail(f"the sweep never reached n1-g1 {first}, n1-g2 {second}")
+
+    try:
+        wait_for("RUNNING", "PENDING")
         # another harness may not drive the same run meanwhile
         busy = bench("sweep", "--resume", str(out), check=False, timeout=60)
         assert busy.returncode == 2 and "in use by another bench process" in busy.stderr
+        # a job lasts several seconds (torchrun alone takes ~5 s to start): interrupt it mid-run
+        wait_for("COMPLETED", "RUNNING")
         proc.send_signal(signal.SIGINT)
         output, _ = proc.communicate(timeout=60)
     finally:
