@@ -194,6 +194,7 @@ def _print_plan(console: Any, sweep_path: Path, jobs: list, run: RunDir) -> None
 
 
 def _print_jobs(console: Any, table: dict, title: str) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     t = Table(title=title, title_justify="left")
@@ -208,7 +209,7 @@ def _print_jobs(console: Any, table: dict, title: str) -> None:
     console.print(t)
     for rec in table.values():
         if rec.state not in (COMPLETED, "PENDING") and (rec.reason or rec.log_tail):
-            console.print(f"[red]{rec.name} {rec.state}[/]: {rec.reason or ''}")
+            console.print(f"[red]{rec.name} {rec.state}[/]: {escape(rec.reason or '')}")
             if rec.log_tail:
                 console.print("  " + "\n  ".join(rec.log_tail.splitlines()[-8:]), markup=False)
 

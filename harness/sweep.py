@@ -89,6 +89,7 @@ def resume_table(run: RunDir, jobs: list[Job]) -> dict[str, JobRecord]:
 
 def execute(run: RunDir, executor: Executor, jobs: list[Job], table: dict[str, JobRecord], console: Any) -> dict[str, JobRecord]:
     """Run the jobs, saving the table after every change and showing progress."""
+    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     total = len(jobs)
@@ -112,7 +113,7 @@ def execute(run: RunDir, executor: Executor, jobs: list[Job], table: dict[str, J
         if rec.state in FINAL_STATES and rec.name not in finished_before:
             finished_before.add(rec.name)
             style = "green" if rec.state == COMPLETED else "red"
-            extra = f": {rec.reason}" if rec.reason else ""
+            extra = f": {escape(rec.reason)}" if rec.reason else ""  # reasons quote logs and paths
             progress.console.print(f"[{done + failed}/{total}] {rec.name} [{style}]{rec.state}[/] "
                                    f"in {rec.elapsed_s:.1f} s{extra}")
         elif rec.state == RUNNING and rec.name in finished_before:
@@ -125,7 +126,4 @@ def execute(run: RunDir, executor: Executor, jobs: list[Job], table: dict[str, J
         executor.execute(jobs, table, changed)
     return table
 
-
-def failed_jobs(table: dict[str, JobRecord]) -> list[JobRecord]:
-    return [r for r in table.values() if r.state != COMPLETED]
 

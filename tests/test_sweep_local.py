@@ -159,7 +159,7 @@ def test_collect_rebuilds_the_summary_and_skips_a_corrupt_result(local_run, tmp_
 
 
 def test_a_failing_workload_fails_its_job_and_the_sweep_goes_on(tmp_path):
-    empty = tmp_path / "empty-imagenet"
+    empty = tmp_path / "empty [red]imagenet[/]"  # rich markup in a path must print as written
     (empty / "class_a").mkdir(parents=True)
     path = small_sweep(tmp_path, f"""\
         nodes: [1, 2]
@@ -167,7 +167,7 @@ def test_a_failing_workload_fails_its_job_and_the_sweep_goes_on(tmp_path):
         workloads:
           allreduce: {{min_bytes: 1K, max_bytes: 4K, iters: 2, warmup_iters: 1}}
           real: {{model: resnet18, image_size: 32, batch_size: 2, steps: 1, warmup_steps: 0, workers: 0,
-                  data_dir: "{empty}"}}
+                  data_dir: {json.dumps(str(empty))}}}
         """)
     out = tmp_path / "run"
     r = bench("sweep", str(path), "--executor", "local", "--out", str(out), check=False, timeout=300)
@@ -184,6 +184,7 @@ def test_a_failing_workload_fails_its_job_and_the_sweep_goes_on(tmp_path):
     assert set(df[df["workload"] == "allreduce"]["status"]) == {"COMPLETED"}
     assert list(df[df["workload"] == "real"]["status"]) == ["FAILED", "FAILED"]
     assert "no images in class folders" in r.stdout
+    assert f"--data-dir {empty}: no images" in " ".join(r.stdout.split())
     assert "2 of 2 jobs did not complete" in r.stdout
 
 
