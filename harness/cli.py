@@ -62,14 +62,15 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from .slurm import load_profile
     from .spec import load_sweep
     from .sweep import choose_executor, create_run, default_run_dir, execute, locked, make_executor, resume_table
 
     console = _console()
     if args.resume:
-        if args.sweep or args.overrides or args.max_nodes or args.out or args.dry_run:
+        if args.sweep or args.overrides or args.max_nodes or args.out or args.dry_run or args.cluster:
             raise UsageError("--resume DIR continues the plan saved in DIR; it takes no sweep file, "
-                             "--set, --max-nodes, --out or --dry-run")
+                             "--set, --max-nodes, --out, --cluster or --dry-run")
         run = RunDir(args.resume)
         plan = run.read_plan()
         jobs = run.jobs()
@@ -83,14 +84,20 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     name, why = choose_executor(args.executor)
     console.print(f"executor: {name} ({why})")
+    if name == "slurm" and not args.dry_run:
+        raise UsageError("submitting to Slurm is not in this version yet; "
+                         "`bench sweep --executor slurm --dry-run` writes and checks the job scripts")
+    if args.cluster and name != "slurm":
+        raise UsageError(f"--cluster describes a Slurm cluster; it needs --executor slurm, not {name}")
+    profile = load_profile(args.cluster) if args.cluster else None
     sweep_path = Path(args.sweep) if args.sweep else _default_sweep(name)
     sweep = load_sweep(sweep_path, max_nodes=args.max_nodes, overrides=tuple(args.overrides))
     out = Path(args.out) if args.out else default_run_dir(sweep)
-    executor = make_executor(name, RunDir(out), sweep.timeout_s)
+    executor = make_executor(name, RunDir(out), sweep.timeout_s, profile)
     if "srun" in sweep.launchers and name == "local":
         raise UsageError(f"{sweep_path}: launchers: the local executor runs torchrun only, and the sweep asks for "
                          f"srun; use --executor slurm or --set launchers=[torchrun]")
-    run, jobs = create_run(sweep, str(sweep_path), executor, out)
+    run, jobs = create_run(sweep, str(sweep_path), executor)
     _print_plan(console, sweep_path, jobs, run)
     if args.dry_run:
         console.print(f"dry run: nothing started; plan written to {run.plan_file}")
@@ -260,6 +267,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dry-run", action="store_true", help="write and print the plan, run nothing")
     s.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a sweep value, e.g. --set workloads.synthetic.steps=20 (repeatable)")
+    s.add_argument("--cluster", metavar="PROFILE", help="cluster profile YAML for the Slurm executor "
+                                                         "(e.g. sweeps/clusters/testbed.yaml)")
     s.add_argument("--resume", metavar="DIR", help="continue the run in DIR: jobs not COMPLETED run again")
     s.set_defaults(func=cmd_sweep)
 

@@ -75,12 +75,13 @@ class RunDir:
 
     # ---- plan
 
-    def write_plan(self, sweep: dict[str, Any], sweep_file: str, executor: str, jobs: list[Job]) -> None:
+    def write_plan(self, sweep: dict[str, Any], sweep_file: str, executor: str, jobs: list[Job],
+                   cluster: dict[str, Any] | None = None) -> None:
         """plan.json with one job per line. Every job of a sweep runs the same workloads, so
         they are stored once, under "runs", rather than in each job."""
         runs = [asdict(r) for r in jobs[0].runs] if jobs else []
         head = json.dumps({"schema_version": SCHEMA_VERSION, "created": now(), "sweep_file": sweep_file,
-                           "executor": executor, "sweep": sweep, "runs": runs}, indent=1)
+                           "executor": executor, "cluster": cluster, "sweep": sweep, "runs": runs}, indent=1)
         body = ",\n".join(json.dumps(j.to_dict(with_runs=False)) for j in jobs)
         atomic_write_text(self.plan_file, head[:-2] + ',\n "jobs": [\n' + body + "\n ]\n}\n")
 

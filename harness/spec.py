@@ -59,7 +59,7 @@ def _positive(key: str, value: float, low: float = 1) -> None:
         raise FieldError(key, f"must be at least {low}, found {value}")
 
 
-def _safe_text(key: str, value: str) -> None:
+def safe_text(key: str, value: str) -> None:
     if any(c in value for c in "\0\n\r"):
         raise FieldError(key, f"{value!r} holds a newline or NUL byte")
 
@@ -168,7 +168,7 @@ class RealSpec(TrainingSpec):
         _positive("data_classes", self.data_classes)
         _positive("data_images_per_class", self.data_images_per_class)
         if self.data_dir is not None:
-            _safe_text("data_dir", self.data_dir)
+            safe_text("data_dir", self.data_dir)
 
     def args(self, scaling: str) -> list[str]:
         out = super().args(scaling) + ["--workers", str(self.workers)]
@@ -200,8 +200,8 @@ class Sweep:
     max_nodes: int | None = None
     gpus_per_node: tuple[int, ...] = (1,)
     launchers: tuple[str, ...] = ("torchrun",)
-    nccl: dict[str, dict[str, str]] = field(default_factory=lambda: {"default": {}})
-    env: dict[str, str] = field(default_factory=dict)
+    nccl: dict[str, dict[str, str]] = field(default_factory=lambda: {"default": {}}, metadata={"mapping": "env_sets"})
+    env: dict[str, str] = field(default_factory=dict, metadata={"mapping": "env"})
     time_limit_min: float = 30.0
     timeout_s: float = 300.0
     workloads: Workloads
@@ -233,8 +233,8 @@ class Sweep:
         for set_name, variables in self.nccl.items():
             if not SET_NAME_RE.fullmatch(set_name):
                 raise FieldError(f"nccl.{set_name}", "is not a valid set name; use letters, digits, '_', '-' (at most 32)")
-            _check_env(f"nccl.{set_name}", variables)
-        _check_env("env", self.env)
+            check_env(f"nccl.{set_name}", variables)
+        check_env("env", self.env)
         if self.time_limit_min <= 0:
             raise FieldError("time_limit_min", f"must be positive, found {self.time_limit_min}")
         if self.timeout_s <= 0:
@@ -261,11 +261,11 @@ def _distinct_positive(key: str, values: tuple[int, ...]) -> None:
         _positive(key, v)
 
 
-def _check_env(key: str, variables: dict[str, str]) -> None:
+def check_env(key: str, variables: dict[str, str]) -> None:
     for name, value in variables.items():
         if not ENV_NAME_RE.fullmatch(name):
             raise FieldError(f"{key}.{name}", "is not a valid environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
-        _safe_text(f"{key}.{name}", value)
+        safe_text(f"{key}.{name}", value)
 
 
 # --------------------------------------------------------------------------- conversion
@@ -309,9 +309,9 @@ def _convert(tp: Any, value: Any, where: str, meta: typing.Mapping[str, Any]) ->
             return None
     elif dataclasses.is_dataclass(tp):
         if isinstance(value, dict):
-            return _build(tp, value, where)
+            return build(tp, value, where)
         if value is None:
-            return _build(tp, {}, where)
+            return build(tp, {}, where)
         raise SpecError(f"{where}: expected a mapping of {tp.__name__} settings, found {value!r}")
     elif origin is tuple:
         if isinstance(value, list):
@@ -357,7 +357,8 @@ def _env_values(value: Any, where: str) -> dict[str, str]:
     return out
 
 
-def _build(cls: type, data: dict[str, Any], where: str) -> Any:
+def build(cls: type, data: dict[str, Any], where: str) -> Any:
+    """A checked dataclass from a YAML mapping; errors are `SpecError('where.key: ...')`."""
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     prefix = f"{where}." if where else ""
@@ -365,9 +366,10 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
     for key, value in data.items():
         if key not in fields:
             raise SpecError(f"{prefix}{key}: unknown key; valid: {', '.join(fields)}")
-        if cls is Sweep and key == "env":
+        kind = fields[key].metadata.get("mapping")
+        if kind == "env":
             kwargs[key] = _env_values(value, f"{prefix}{key}")
-        elif cls is Sweep and key == "nccl":
+        elif kind == "env_sets":
             if not isinstance(value, dict):
                 raise SpecError(f"{prefix}{key}: expected a mapping of set names to variables, found {value!r}")
             kwargs[key] = {str(k): _env_values(v, f"{prefix}{key}.{k}") for k, v in value.items()}
@@ -411,13 +413,12 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
     node[keys[-1]] = value
 
 
-def load_sweep(path: str | Path, *, max_nodes: int | None = None, overrides: tuple[str, ...] = ()) -> Sweep:
-    """Read, override and check a sweep file. Errors name the file: `SpecError('FILE: key: ...')`."""
-    path = Path(path)
+def read_mapping(path: Path, what: str) -> dict[str, Any]:
+    """The top-level mapping of a YAML file, or a one-line SpecError naming the file."""
     try:
         text = path.read_text()
     except OSError as exc:
-        raise SpecError(f"{path}: cannot read sweep file ({exc.strerror or exc})") from None
+        raise SpecError(f"{path}: cannot read {what} file ({exc.strerror or exc})") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -426,7 +427,14 @@ def load_sweep(path: str | Path, *, max_nodes: int | None = None, overrides: tup
         problem = getattr(exc, "problem", None) or "invalid YAML"
         raise SpecError(f"{path}: not valid YAML{where}: {problem}") from None
     if not isinstance(data, dict):
-        raise SpecError(f"{path}: expected a mapping of sweep settings at the top level")
+        raise SpecError(f"{path}: expected a mapping of {what} settings at the top level")
+    return data
+
+
+def load_sweep(path: str | Path, *, max_nodes: int | None = None, overrides: tuple[str, ...] = ()) -> Sweep:
+    """Read, override and check a sweep file. Errors name the file: `SpecError('FILE: key: ...')`."""
+    path = Path(path)
+    data = read_mapping(path, "sweep")
     try:
         for assignment in overrides:
             apply_override(data, assignment)
@@ -434,7 +442,7 @@ def load_sweep(path: str | Path, *, max_nodes: int | None = None, overrides: tup
             if max_nodes < 1:
                 raise SpecError(f"--max-nodes must be at least 1, found {max_nodes}")
             data["max_nodes"] = max_nodes
-        sweep = _build(Sweep, data, "")
+        sweep = build(Sweep, data, "")
         if not sweep.node_counts:
             raise SpecError(f"nodes: no node count of {list(sweep.nodes)} is within max_nodes {sweep.max_nodes}")
     except SpecError as exc:

@@ -12,12 +12,13 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterator
 
-from .executors import Executor, LocalExecutor
+from .executors import Executor, LocalExecutor, SlurmExecutor
 from .plan import Job, expand
 from .rundir import COMPLETED, FINAL_STATES, PENDING, RUNNING, JobRecord, RunDir, RunDirError
+from .slurm import DEFAULT_PROFILE, ClusterProfile
 from .spec import Sweep
 
-EXECUTORS = {"local": LocalExecutor}
+EXECUTORS = {"local": LocalExecutor, "slurm": SlurmExecutor}
 
 
 class ExecutorUnavailable(RunDirError):
@@ -33,10 +34,11 @@ def choose_executor(requested: str) -> tuple[str, str]:
     return "local", "no sbatch on PATH"
 
 
-def make_executor(name: str, run: RunDir, timeout_s: float) -> Executor:
+def make_executor(name: str, run: RunDir, timeout_s: float, profile: ClusterProfile | None = None) -> Executor:
     if name not in EXECUTORS:
-        raise ExecutorUnavailable(f"executor {name!r} is not available in this version; valid: {', '.join(EXECUTORS)} "
-                                  f"(use --executor local)")
+        raise ExecutorUnavailable(f"executor {name!r} is not available; valid: {', '.join(EXECUTORS)}")
+    if name == "slurm":
+        return SlurmExecutor(run, timeout_s, profile or DEFAULT_PROFILE)
     return EXECUTORS[name](run, timeout_s)
 
 
@@ -45,20 +47,22 @@ def default_run_dir(sweep: Sweep, root: str | Path = "results") -> Path:
     return Path(root) / f"{sweep.name}-{stamp}"
 
 
-def create_run(sweep: Sweep, sweep_file: str, executor: Executor, path: Path) -> tuple[RunDir, list[Job]]:
-    """Expand the sweep, refuse an existing run, and write plan.json plus each job's files."""
+def create_run(sweep: Sweep, sweep_file: str, executor: Executor) -> tuple[RunDir, list[Job]]:
+    """Expand the sweep, refuse an existing run, and write each job's files, then plan.json."""
     jobs = expand(sweep)
-    run = RunDir(path)
+    run = executor.run
+    path = run.path
     if run.plan_file.exists():
         raise RunDirError(f"{path} already holds a run; continue it with `bench sweep --resume {path}` "
                           f"or choose another --out")
     if path.exists() and not path.is_dir():
         raise RunDirError(f"--out {path} exists and is not a directory")
     path.mkdir(parents=True, exist_ok=True)
-    executor.run = run
     for job in jobs:
         executor.prepare(job)
-    run.write_plan(dataclasses.asdict(sweep), sweep_file, executor.name, jobs)
+    profile = getattr(executor, "profile", None)
+    run.write_plan(dataclasses.asdict(sweep), sweep_file, executor.name, jobs,
+                   cluster=dataclasses.asdict(profile) if profile else None)
     return run, jobs
 
 

@@ -1,6 +1,7 @@
-"""Executors: interchangeable backends that run the jobs of a plan (local now; Slurm to come)."""
+"""Executors: interchangeable backends that run the jobs of a plan."""
 
 from .base import Executor
 from .local import LocalExecutor
+from .slurm import SlurmExecutor
 
-__all__ = ["Executor", "LocalExecutor"]
+__all__ = ["Executor", "LocalExecutor", "SlurmExecutor"]

@@ -1,0 +1,203 @@
+"""Slurm job scripts: golden files for the two launch modes, directive checks over the whole
+matrix, bash syntax, hostile profile and sweep values, and the time-limit trap run in bash.
+
+Submission against a real Slurm cluster is tested with the testbed (issue 3, not in yet)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import HOSTILE_VALUES, SWEEPS, bench, run
+from harness.plan import expand
+from harness.slurm import (ClusterProfile, format_time_limit, load_profile, render_script,
+                           sbatch_directives)
+from harness.spec import SpecError, load_sweep
+
+GOLDEN = Path(__file__).parent / "golden"
+REGENERATE = "BENCH_REGENERATE_GOLDEN"
+EXAMPLE = SWEEPS / "clusters" / "example.yaml"
+
+
+def default_jobs(max_nodes: int = 8):
+    return expand(load_sweep(SWEEPS / "default.yaml", max_nodes=max_nodes))
+
+
+@pytest.mark.parametrize("name", ["n2-g4-torchrun-ib", "n2-g4-srun-socket"])
+def test_golden_scripts(name):
+    job = next(j for j in default_jobs() if j.name == name)
+    text = render_script(job, load_profile(EXAMPLE), 600)
+    path = GOLDEN / f"{name}.sbatch"
+    if os.environ.get(REGENERATE):
+        path.write_text(text)
+    assert path.exists() and text == path.read_text(), (
+        f"{path} differs from the rendered script; if the change is intended, regenerate with "
+        f"{REGENERATE}=1 python -m pytest tests/test_slurm_script.py and review the diff")
+
+
+def _directives(text: str) -> dict[str, str]:
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("#SBATCH "):
+            key, _, value = line[len("#SBATCH "):].partition("=")
+            out[key] = value
+    return out
+
+
+def test_directives_over_the_whole_matrix():
+    profile = load_profile(EXAMPLE)
+    jobs = default_jobs()
+    assert len(jobs) == 96
+    for job in jobs:
+        text = render_script(job, profile, 600)
+        d = _directives(text)
+        assert d["--job-name"] == f"bench-{job.name}" and d["--nodes"] == str(job.nodes)
+        assert d["--gres"] == f"gpu:{job.gpus_per_node}" and d["--signal"] == "B:USR2@120"
+        assert d["--time"] == "00:30:00" and d["--partition"] == "gpu" and "--exclusive" in d
+        assert d["--output"] == d["--error"] == f"jobs/{job.name}/slurm-%j.out"
+        steps = [line for line in text.splitlines() if line.startswith("run_step ")]
+        assert [s.split()[1] for s in steps] == [r.key for r in job.runs]
+        if job.launcher == "torchrun":
+            # one agent per node starting G workers, never G tasks x G workers
+            assert d["--ntasks-per-node"] == "1" and d["--cpus-per-task"] == str(8 * job.gpus_per_node)
+            assert all(f"--nproc-per-node={job.gpus_per_node}" in s and "--rdzv-backend=c10d" in s
+                       and "--ntasks-per-node=1 " in s for s in steps)
+        else:
+            assert d["--ntasks-per-node"] == str(job.gpus_per_node) and d["--cpus-per-task"] == "8"
+            assert all("torch.distributed.run" not in s and "--nproc-per-node" not in s for s in steps)
+        assert all("--kill-on-bad-exit=1" in s and f"--cpus-per-task={d['--cpus-per-task']}" in s for s in steps)
+        for line in text.splitlines():
+            if line.startswith("#SBATCH "):
+                # nothing Slurm's directive parser or a shell would interpret
+                assert not any(c in line[len("#SBATCH "):] for c in " \t'\"\\#$;`"), line
+
+
+def test_every_script_is_valid_bash(tmp_path):
+    profile = load_profile(EXAMPLE)
+    for job in default_jobs(max_nodes=2):
+        path = tmp_path / f"{job.name}.sbatch"
+        path.write_text(render_script(job, profile, 600))
+        run(["bash", "-n", str(path)])
+
+
+def test_constraint_operators_are_accepted():
+    job = default_jobs(max_nodes=1)[0]
+    profile = ClusterProfile(name="c", constraint="[rack1*2&rack2*2]|(a100&ib)")
+    assert "--constraint=[rack1*2&rack2*2]|(a100&ib)" in sbatch_directives(job, profile)
+
+
+def test_gpu_request_styles_and_time_format():
+    job = next(j for j in default_jobs() if j.name == "n4-g8-torchrun-default")
+    typed = ClusterProfile(name="c", gpu_type="a100", gpu_request="gpus-per-node")
+    assert "--gpus-per-node=a100:8" in sbatch_directives(job, typed)
+    assert "--gres=gpu:a100:8" in sbatch_directives(job, ClusterProfile(name="c", gpu_type="a100"))
+    none = sbatch_directives(job, ClusterProfile(name="c", gpu_request="none"))
+    assert not any(d.startswith(("--gres", "--gpus")) for d in none)
+    assert [format_time_limit(m) for m in (0.25, 30, 90.5, 1500)] == ["00:00:15", "00:30:00", "01:30:30", "1-01:00:00"]
+
+
+# '*' is constraint syntax ([rack1*2&rack2*2]) and inert on an #SBATCH line: not hostile there.
+@pytest.mark.parametrize("key,hostile", [
+    (key, hostile) for key in ("partition", "account", "qos", "constraint", "gpu_type")
+    for hostile in HOSTILE_VALUES + ["q'uote", 'd"q', "new\nline"] if (key, hostile) != ("constraint", "*")])
+def test_hostile_sbatch_values_are_rejected(tmp_path, key, hostile):
+    path = tmp_path / "c.yaml"
+    path.write_text(f"name: c\n{key}: {json.dumps(hostile)}\n")
+    with pytest.raises(SpecError) as info:
+        load_profile(path)
+    assert f"{key}: " in str(info.value) and "#SBATCH" in str(info.value)
+
+
+@pytest.mark.parametrize("text,words", [
+    ("sbatch_options: ['--reservation=a b']", ["sbatch_options", "--reservation=a b"]),
+    ("sbatch_options: ['--partition=other']", ["sbatch_options", "sets --partition itself"]),
+    ("sbatch_options: ['-p gpu']", ["sbatch_options"]),
+    ("python: 'python3; id'", ["python", "plain program path"]),
+    ('setup: ["source x\\nrm -rf ~"]', ["setup", "newline"]),
+    ("env: {'BAD NAME': x}", ["env.BAD NAME", "environment variable name"]),
+    ("gpu_request: mig", ["gpu_request", "gres, gpus-per-node, none"]),
+    ("cpus_per_gpu: 0", ["cpus_per_gpu", "at least 1"]),
+    ("bogus: 1", ["bogus", "unknown key", "partition"]),
+])
+def test_bad_profiles(tmp_path, text, words):
+    path = tmp_path / "c.yaml"
+    path.write_text(f"name: c\n{text}\n")
+    with pytest.raises(SpecError) as info:
+        load_profile(path)
+    assert str(info.value).startswith(str(path)) and "\n" not in str(info.value)
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_hostile_environment_values_are_quoted_in_the_body(tmp_path):
+    canary = tmp_path / "pwned"
+    hostile = f"$(touch {canary}); `touch {canary}` ; rm -rf ~ 'q' \"dq\" \\ #x"
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text((SWEEPS / "local.yaml").read_text().replace(
+        "  default: {}", f"  default: {{NCCL_DEBUG_SUBSYS: {json.dumps(hostile)}}}"))
+    job = expand(load_sweep(sweep))[0]
+    text = render_script(job, ClusterProfile(name="c", env={"NCCL_SOCKET_IFNAME": hostile}), 60)
+    exports = "\n".join(line for line in text.splitlines() if line.startswith("export "))
+    got = run(["bash", "-c", exports + '\nprintf "%s|%s" "$NCCL_DEBUG_SUBSYS" "$NCCL_SOCKET_IFNAME"'])
+    assert got.stdout == f"{hostile}|{hostile}" and not canary.exists()
+
+
+def _trap_harness(tmp_path: Path, steps: str) -> Path:
+    """The script's own trap and run_step, followed by `steps`, as a runnable bash file."""
+    job = expand(load_sweep(SWEEPS / "local.yaml"))[0]
+    text = render_script(job, ClusterProfile(name="c"), 60)
+    start = text.index("step=none")
+    end = text.index("}\n", start) + 2
+    (tmp_path / "jobs" / job.name).mkdir(parents=True)
+    path = tmp_path / "trap.sh"
+    path.write_text("set -euo pipefail\n" + text[start:end] + steps)
+    return path
+
+
+def test_usr2_is_noted_and_the_step_runs_on(tmp_path):
+    """What Slurm does 120 s before the limit: USR2 to the batch shell. The step in progress
+    must not be cut by it, and the note must say which step it was."""
+    script = _trap_harness(tmp_path, "run_step synthetic-weak sleep 3\necho finished $?\n")
+    proc = subprocess.Popen(["bash", str(script)], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+    time.sleep(1)
+    proc.send_signal(signal.SIGUSR2)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and out.strip() == "finished 0"
+    note = next((tmp_path / "jobs").glob("*/time-limit.txt")).read_text()
+    assert "time limit near during synthetic-weak" in note
+
+
+def test_a_failing_step_fails_the_script_with_its_status(tmp_path):
+    script = _trap_harness(tmp_path, "run_step allreduce bash -c 'exit 3'\necho not reached\n")
+    r = run(["bash", str(script)], cwd=tmp_path, check=False)
+    assert r.returncode == 3 and "not reached" not in r.stdout
+
+
+def test_cli_slurm_dry_run_writes_every_script(tmp_path):
+    out = tmp_path / "run"
+    r = bench("sweep", str(SWEEPS / "default.yaml"), "--executor", "slurm", "--cluster", str(EXAMPLE),
+              "--max-nodes", "2", "--dry-run", "--out", str(out))
+    assert r.stdout.splitlines()[0] == "executor: slurm (chosen with --executor)"
+    scripts = sorted(out.glob("jobs/*/job.sbatch"))
+    assert len(scripts) == 2 * 4 * 2 * 3
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["executor"] == "slurm" and plan["cluster"]["name"] == "example"
+
+
+def test_cli_slurm_misuse_exits_2_and_writes_nothing(tmp_path):
+    out = tmp_path / "run"
+    r = bench("sweep", "--executor", "slurm", "--out", str(out), check=False)
+    assert r.returncode == 2 and "not in this version" in r.stderr and not out.exists()
+    r = bench("sweep", "--executor", "local", "--cluster", str(EXAMPLE), "--dry-run", "--out", str(out), check=False)
+    assert r.returncode == 2 and "--cluster" in r.stderr and not out.exists()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: c\npartition: 'gpu; rm -rf ~'\n")
+    r = bench("sweep", "--executor", "slurm", "--cluster", str(bad), "--dry-run", "--out", str(out), check=False)
+    assert r.returncode == 2 and f"{bad}: partition:" in r.stderr and not out.exists()
+    assert len(r.stderr.strip().splitlines()) == 1
