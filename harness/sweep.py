@@ -21,10 +21,6 @@ from .spec import Sweep
 EXECUTORS = {"local": LocalExecutor, "slurm": SlurmExecutor}
 
 
-class ExecutorUnavailable(RunDirError):
-    pass
-
-
 def choose_executor(requested: str) -> tuple[str, str]:
     """(executor name, why): `auto` is slurm where sbatch is on PATH, local otherwise."""
     if requested != "auto":
@@ -36,7 +32,7 @@ def choose_executor(requested: str) -> tuple[str, str]:
 
 def make_executor(name: str, run: RunDir, timeout_s: float, profile: ClusterProfile | None = None) -> Executor:
     if name not in EXECUTORS:
-        raise ExecutorUnavailable(f"executor {name!r} is not available; valid: {', '.join(EXECUTORS)}")
+        raise RunDirError(f"executor {name!r} is not available; valid: {', '.join(EXECUTORS)}")
     if name == "slurm":
         return SlurmExecutor(run, timeout_s, profile or DEFAULT_PROFILE)
     return EXECUTORS[name](run, timeout_s)
