@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,7 +61,7 @@ class ClusterProfile:
     gpu_request: str = "gres"          # --gres=gpu[:type]:G, --gpus-per-node=[type:]G, or none
     gpu_type: str | None = None
     cpus_per_gpu: int = 4
-    python: str = "python3"            # the interpreter on the compute nodes
+    python: str | None = None          # interpreter on the compute nodes; default: the one running bench
     modules: tuple[str, ...] = ()
     setup: tuple[str, ...] = ()        # shell lines run before the steps, e.g. activating a venv
     env: dict[str, str] = field(default_factory=dict, metadata={"mapping": "env"})
@@ -77,7 +78,7 @@ class ClusterProfile:
             raise FieldError("gpu_request", f"{self.gpu_request!r} is not valid; valid: {', '.join(GPU_REQUESTS)}")
         if self.cpus_per_gpu < 1:
             raise FieldError("cpus_per_gpu", f"must be at least 1, found {self.cpus_per_gpu}")
-        if not PROGRAM_RE.fullmatch(self.python):
+        if self.python is not None and not PROGRAM_RE.fullmatch(self.python):
             raise FieldError("python", f"{self.python!r} is not a plain program path (letters, digits, _ . / + -)")
         for module in self.modules:
             safe_text("modules", module)
@@ -150,6 +151,7 @@ def step_command(job: Job, run: WorkloadRun, profile: ClusterProfile, timeout_s:
     """The srun line of one workload, shell-quoted, with $VARIABLES left for the batch shell."""
     q = shlex.quote
     args = " ".join(q(a) for a in job.run_args(run, timeout_s))
+    python = q(profile.python or sys.executable)
     tasks_per_node, cpus = tasks_and_cpus(job, profile)
     # --kill-on-bad-exit: when one rank dies the others stop too, rather than wait in a collective
     # until the process-group timeout (KillOnBadExit defaults to 0, shared/REFERENCE.md).
@@ -157,11 +159,11 @@ def step_command(job: Job, run: WorkloadRun, profile: ClusterProfile, timeout_s:
     # release notes: give it to srun, or set SRUN_CPUS_PER_TASK).
     srun = f"srun --ntasks-per-node={tasks_per_node} --cpus-per-task={cpus} --kill-on-bad-exit=1"
     if job.launcher == "torchrun":
-        return (f"{srun} {q(profile.python)} -m torch.distributed.run"
+        return (f"{srun} {python} -m torch.distributed.run"
                 f' --nnodes="$SLURM_NNODES" --nproc-per-node={job.gpus_per_node} --rdzv-backend=c10d'
                 f' --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv-id="$SLURM_JOB_ID-{run.key}"'
                 f" --max-restarts=0 -m {run.module} {args}")
-    return f"{srun} {q(profile.python)} -m {run.module} {args}"
+    return f"{srun} {python} -m {run.module} {args}"
 
 
 def render_script(job: Job, profile: ClusterProfile, timeout_s: float) -> str:

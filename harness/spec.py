@@ -296,7 +296,10 @@ def _convert(tp: Any, value: Any, where: str, meta: typing.Mapping[str, Any]) ->
         if value is None and type(None) in options and not dataclasses.is_dataclass(concrete[0]):
             return None
         if len(concrete) == 1:
-            # A workload section left empty (`allreduce:`) means its defaults.
+            # A workload section left empty (`allreduce:`) means its defaults; `false` turns it
+            # off (`--set workloads.real=false`).
+            if value is False and type(None) in options and dataclasses.is_dataclass(concrete[0]):
+                return None
             return _convert(concrete[0], value, where, meta)
         for option in options:
             try:

@@ -56,6 +56,15 @@ def test_max_nodes_caps_a_list_and_sets_powers_of_two(tmp_path):
     assert load_sweep(path, overrides=("nodes=powers_of_two",), max_nodes=8).node_counts == (1, 2, 4, 8)
 
 
+def test_false_turns_a_workload_off_and_empty_means_defaults(tmp_path):
+    path = write(tmp_path, MINIMAL + "  real:\n")
+    assert load_sweep(path).workloads.real.model == "resnet50"
+    off = load_sweep(path, overrides=("workloads.real=false", "workloads.synthetic=false"))
+    assert off.workloads.real is None and off.workloads.synthetic is None and off.workloads.allreduce
+    with pytest.raises(SpecError, match="no workload"):
+        load_sweep(path, overrides=("workloads.real=false", "workloads.synthetic=false", "workloads.allreduce=false"))
+
+
 def test_set_overrides_scalars_and_lists(tmp_path):
     sweep = load_sweep(write(tmp_path, MINIMAL), overrides=(
         "workloads.synthetic.steps=7", "gpus_per_node=[4]", "time_limit_min=2.5", "workloads.allreduce.max_bytes=64M"))

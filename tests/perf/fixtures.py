@@ -37,9 +37,8 @@ def make_run(root: Path, n_jobs: int, world: int = 8, iters: int = 20, seed: int
     """A completed run directory of `n_jobs` jobs, each with one all-reduce result of 25 sizes."""
     sweep = load_sweep(SWEEPS / "local.yaml", overrides=(
         f"nodes={list(range(1, 101))}", "max_nodes=100", "gpus_per_node=[8]",
-        "workloads.synthetic=null", "workloads.real=null"))
+        "workloads.synthetic=false", "workloads.real=false"))
     sweep = dataclasses.replace(sweep, nccl={f"s{i}": {} for i in range(-(-n_jobs // 100))})
-    sweep = dataclasses.replace(sweep, workloads=dataclasses.replace(sweep.workloads, synthetic=None, real=None))
     jobs = expand(sweep)[:n_jobs]
     run = RunDir(root)
     root.mkdir(parents=True, exist_ok=True)
