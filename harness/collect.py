@@ -19,7 +19,6 @@ import io
 import sys
 from itertools import repeat
 from operator import itemgetter
-from pathlib import Path
 from typing import Any, Callable
 
 from benchmarks.results import ResultError, atomic_write_bytes, load_result
@@ -84,6 +83,15 @@ class _Builder:
         return pa.table({name: pa.array(column, type=_arrow_type(name))
                          for name, column in self.columns.items()})
 
+    def samples(self) -> Any:
+        """One row per summary row with samples: its keys, the metric, the values as a list."""
+        import pyarrow as pa
+
+        columns = list(zip(*self.keys)) if self.keys else [[] for _ in SAMPLE_KEYS]
+        return pa.table({**{k: pa.array(c, type=pa.int64() if k == "size_bytes" else pa.string())
+                            for k, c in zip(SAMPLE_KEYS, columns)},
+                         "values": pa.array(self.values, type=pa.list_(pa.float64()))})
+
 
 def _arrow_type(name: str) -> Any:
     import pyarrow as pa
@@ -107,68 +115,34 @@ def collect(run: RunDir, warn: Callable[[str], None] = _warn) -> tuple[Any, Any]
     rank) as a list."""
     jobs = run.jobs()
     table = run.read_table(jobs)
-    items = []
+    out = _Builder()
     for job in jobs:
         rec = table[job.name]
         base = {"job": job.name, "config_hash": job.config_hash, "nodes": job.nodes,
                 "gpus_per_node": job.gpus_per_node, "world_size": job.world_size, "launcher": job.launcher,
                 "nccl_config": job.nccl_config}
         for wr in job.runs:
-            head = {**base, "workload": wr.workload, "scaling": wr.scaling, "status": rec.runs.get(wr.key, rec.state)}
-            items.append((head, job.result_path(wr)))
-    summary, samples, warnings = _collect_part(run.path, items)
-    for message in warnings:
-        warn(message)
-    return _with_scaling(summary), samples
-
-
-def _collect_part(run_path: Path, items: list) -> tuple[Any, Any, list[str]]:
-    """Summary rows and samples (Arrow tables) of the given results, and the warnings."""
-    import pyarrow as pa
-
-    out = _Builder()
-    warnings: list[str] = []
-    for head, rel in items:
-        path = run_path / rel
-        status = head["status"]
-        result = None
-        if path.exists():
+            status = rec.runs.get(wr.key, rec.state)
+            head = {**base, "workload": wr.workload, "scaling": wr.scaling, "status": status}
+            path = run.path / job.result_path(wr)
+            result = None
+            if path.exists():
+                try:
+                    result = load_result(path)
+                except ResultError as exc:
+                    warn(f"skipping {exc}")
+            if result is None:
+                out.add(1, {**head, "status": MISSING if status == COMPLETED else status})
+                continue
+            head.update(backend=result.get("backend"), device=result.get("device"),
+                        hosts=",".join(result.get("environment", {}).get("hosts", [])))
             try:
-                result = load_result(path)
-            except ResultError as exc:
-                warnings.append(f"skipping {exc}")
-        if result is None:
-            out.add(1, {**head, "status": MISSING if status == COMPLETED else status})
-            continue
-        head = {**head, "backend": result.get("backend"), "device": result.get("device"),
-                "hosts": ",".join(result.get("environment", {}).get("hosts", []))}
-        try:
-            _add_result(out, head, result)
-        except (KeyError, TypeError, ValueError) as exc:
-            warnings.append(f"skipping {path}: incomplete result ({type(exc).__name__}: {exc})")
-            out.add(1, {**head, "status": MISSING})
-    columns = list(zip(*out.keys)) if out.keys else [[] for _ in SAMPLE_KEYS]
-    samples = pa.table({**{k: pa.array(c, type=pa.int64() if k == "size_bytes" else pa.string())
-                           for k, c in zip(SAMPLE_KEYS, columns)},
-                        "values": pa.array(out.values, type=pa.list_(pa.float64()))})
-    return out.table(), samples, warnings
-
-
-def _with_scaling(summary: Any) -> Any:
-    """The summary with `speedup` and `efficiency` filled in from its training rows."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    index = pc.indices_nonzero(pc.not_equal(summary.column("workload"), "allreduce")).to_pylist()
-    speedup, efficiency = [None] * summary.num_rows, [None] * summary.num_rows
-    if index:
-        training = summary.take(pa.array(index)).to_pydict()
-        add_scaling(training)
-        for i, s, e in zip(index, training["speedup"], training["efficiency"]):
-            speedup[i], efficiency[i] = s, e
-    summary = summary.set_column(summary.schema.get_field_index("speedup"), "speedup", pa.array(speedup, pa.float64()))
-    return summary.set_column(summary.schema.get_field_index("efficiency"), "efficiency",
-                              pa.array(efficiency, pa.float64()))
+                _add_result(out, head, result)
+            except (KeyError, TypeError, ValueError) as exc:
+                warn(f"skipping {path}: incomplete result ({type(exc).__name__}: {exc})")
+                out.add(1, {**head, "status": MISSING})
+    add_scaling(out.columns)
+    return out.table(), out.samples()
 
 
 def _add_result(out: _Builder, head: dict[str, Any], result: dict[str, Any]) -> None:
