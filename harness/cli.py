@@ -85,8 +85,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     name, why = choose_executor(args.executor)
     console.print(f"executor: {name} ({why})")
     if name == "slurm" and not args.dry_run:
-        raise UsageError("submitting to Slurm is not in this version yet; "
-                         "`bench sweep --executor slurm --dry-run` writes and checks the job scripts")
+        raise UsageError("submitting to Slurm is not in this version yet; `--executor slurm --dry-run` writes "
+                         "the job scripts, and `--executor local` runs the sweep on this machine")
     if args.cluster and name != "slurm":
         raise UsageError(f"--cluster describes a Slurm cluster; it needs --executor slurm, not {name}")
     profile = load_profile(args.cluster) if args.cluster else None
