@@ -38,10 +38,10 @@ def testbed():
             pytest.fail(f"CI must run the Slurm testbed, but: {reason}")
         pytest.skip(reason)
     run([str(TESTBED), "down"], timeout=300)  # a testbed left over by an interrupted run
-    run([str(TESTBED), "up", "--nodes", str(NODES)], timeout=900)
     try:
+        run([str(TESTBED), "up", "--nodes", str(NODES)], timeout=900)
         yield SLURM_ENV
-    finally:
+    finally:  # also after a failed `up`: never leave daemons and namespaces behind
         run([str(TESTBED), "down"], timeout=300)
 
 
