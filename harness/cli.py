@@ -62,9 +62,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from .slurm import load_profile
-    from .spec import load_sweep
-    from .sweep import choose_executor, create_run, default_run_dir, execute, locked, make_executor, resume_table
+    from .slurm import ClusterProfile, load_profile
+    from .spec import build, load_sweep
+    from .sweep import choose_executor, create_run, default_run_dir, locked, make_executor, resume_table
 
     console = _console()
     if args.resume:
@@ -74,13 +74,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         run = RunDir(args.resume)
         plan = run.read_plan()
         jobs = run.jobs()
-        executor = make_executor(plan["executor"], run, plan["sweep"].get("timeout_s", 300.0))
+        recorded = plan.get("cluster")
+        profile = build(ClusterProfile, recorded, "cluster") if recorded else None
+        executor = make_executor(plan["executor"], run, plan["sweep"].get("timeout_s", 300.0), profile)
         console.print(f"executor: {executor.name} (from the plan in {run.path})")
         with locked(run):
             table = resume_table(run, jobs)
             todo = sum(r.state != COMPLETED for r in table.values())
             console.print(f"resuming {run.path}: {todo} of {len(jobs)} jobs to run")
-            return _run_and_report(run, executor, jobs, table, console, execute)
+            return _run_and_report(run, executor, jobs, table, console)
 
     name, why = choose_executor(args.executor)
     console.print(f"executor: {name} ({why})")
@@ -104,10 +106,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return 0
     with locked(run):
         table = run.read_table(jobs)
-        return _run_and_report(run, executor, jobs, table, console, execute)
+        return _run_and_report(run, executor, jobs, table, console)
 
 
-def _run_and_report(run: RunDir, executor: Any, jobs: list, table: dict, console: Any, execute) -> int:
+def _run_and_report(run: RunDir, executor: Any, jobs: list, table: dict, console: Any) -> int:
+    from .sweep import execute
+
     try:
         table = execute(run, executor, jobs, table, console)
     except KeyboardInterrupt:
@@ -125,10 +129,13 @@ def _run_and_report(run: RunDir, executor: Any, jobs: list, table: dict, console
 
 
 def _collect_and_plot(run: RunDir, console: Any) -> Any:
+    from rich.markup import escape
+
     from .collect import collect, to_frame, write_summary
     from .plot import draw_all
 
-    summary, samples = collect(run, warn=lambda m: console.print(f"[yellow]warning:[/] {m}"))
+    # warnings quote file names, which may hold rich markup such as "[red]"
+    summary, samples = collect(run, warn=lambda m: console.print(f"[yellow]warning:[/] {escape(m)}"))
     write_summary(run, summary, samples)
     frame = to_frame(summary)
     draw_all(run, frame)

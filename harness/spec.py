@@ -281,8 +281,6 @@ def _type_name(tp: Any) -> str:
         return " or ".join(_type_name(a) for a in typing.get_args(tp))
     if origin is tuple:
         return f"a list of {_type_name(typing.get_args(tp)[0]).removeprefix('an ').removeprefix('a ')}s"
-    if origin is dict:
-        return "a mapping"
     return str(tp)
 
 
@@ -320,12 +318,6 @@ def _convert(tp: Any, value: Any, where: str, meta: typing.Mapping[str, Any]) ->
         if isinstance(value, list):
             item_tp = typing.get_args(tp)[0]
             return tuple(_convert(item_tp, v, f"{where}[{i}]", {}) for i, v in enumerate(value))
-    elif origin is dict:
-        if isinstance(value, dict):
-            key_tp, val_tp = typing.get_args(tp)
-            return {str(k): _convert(val_tp, v, f"{where}.{k}", {}) for k, v in value.items()}
-        if value is None:
-            return {}
     elif tp is str:
         if isinstance(value, str):
             return value

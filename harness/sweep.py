@@ -18,9 +18,6 @@ from .rundir import COMPLETED, FINAL_STATES, PENDING, RUNNING, JobRecord, RunDir
 from .slurm import DEFAULT_PROFILE, ClusterProfile
 from .spec import Sweep
 
-EXECUTORS = {"local": LocalExecutor, "slurm": SlurmExecutor}
-
-
 def choose_executor(requested: str) -> tuple[str, str]:
     """(executor name, why): `auto` is slurm where sbatch is on PATH, local otherwise."""
     if requested != "auto":
@@ -31,11 +28,11 @@ def choose_executor(requested: str) -> tuple[str, str]:
 
 
 def make_executor(name: str, run: RunDir, timeout_s: float, profile: ClusterProfile | None = None) -> Executor:
-    if name not in EXECUTORS:
-        raise RunDirError(f"executor {name!r} is not available; valid: {', '.join(EXECUTORS)}")
+    if name == "local":
+        return LocalExecutor(run, timeout_s)
     if name == "slurm":
         return SlurmExecutor(run, timeout_s, profile or DEFAULT_PROFILE)
-    return EXECUTORS[name](run, timeout_s)
+    raise RunDirError(f"executor {name!r} is not available; valid: local, slurm")
 
 
 def default_run_dir(sweep: Sweep, root: str | Path = "results") -> Path:
@@ -56,9 +53,7 @@ def create_run(sweep: Sweep, sweep_file: str, executor: Executor) -> tuple[RunDi
     path.mkdir(parents=True, exist_ok=True)
     for job in jobs:
         executor.prepare(job)
-    profile = getattr(executor, "profile", None)
-    run.write_plan(dataclasses.asdict(sweep), sweep_file, executor.name, jobs,
-                   cluster=dataclasses.asdict(profile) if profile else None)
+    run.write_plan(dataclasses.asdict(sweep), sweep_file, executor.name, jobs, cluster=executor.cluster())
     return run, jobs
 
 

@@ -188,6 +188,12 @@ def test_cli_slurm_dry_run_writes_every_script(tmp_path):
     assert len(scripts) == 2 * 4 * 2 * 3
     plan = json.loads((out / "plan.json").read_text())
     assert plan["executor"] == "slurm" and plan["cluster"]["name"] == "example"
+    # the recorded profile is what a resume rebuilds
+    from harness.spec import build
+
+    assert build(ClusterProfile, plan["cluster"], "cluster") == load_profile(EXAMPLE)
+    r = bench("sweep", "--resume", str(out), check=False)
+    assert r.returncode == 2 and "submitting to Slurm is not in this version" in r.stderr
 
 
 def test_cli_slurm_misuse_exits_2_and_writes_nothing(tmp_path):

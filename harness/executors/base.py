@@ -18,6 +18,10 @@ class Executor(ABC):
         # The workloads' process-group timeout: how long a rank waits for a dead peer.
         self.timeout_s = timeout_s
 
+    def cluster(self) -> dict | None:
+        """What plan.json records of the cluster the jobs run on (None: this machine)."""
+        return None
+
     @abstractmethod
     def prepare(self, job: Job) -> None:
         """Write what runs `job` (a script, or its command lines) into its job directory."""

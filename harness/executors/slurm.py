@@ -7,6 +7,7 @@ tracking with sbatch/squeue/sacct are not in it yet, and it says so rather than 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable
 
 from benchmarks.results import atomic_write_text
@@ -23,6 +24,9 @@ class SlurmExecutor(Executor):
     def __init__(self, run: RunDir, timeout_s: float, profile: ClusterProfile = DEFAULT_PROFILE):
         super().__init__(run, timeout_s)
         self.profile = profile
+
+    def cluster(self) -> dict:
+        return dataclasses.asdict(self.profile)
 
     def script_path(self, job: Job):
         return self.run.job_dir(job) / "job.sbatch"
