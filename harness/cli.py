@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -64,7 +65,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from .slurm import ClusterProfile, load_profile
     from .spec import build, load_sweep
-    from .sweep import choose_executor, create_run, default_run_dir, locked, make_executor, resume_table
+    from .sweep import choose_executor, create_run, default_run_dir, locked, make_executor
 
     console = _console()
     if args.resume:
@@ -79,16 +80,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         executor = make_executor(plan["executor"], run, plan["sweep"].get("timeout_s", 300.0), profile)
         console.print(f"executor: {executor.name} (from the plan in {run.path})")
         with locked(run):
-            table = resume_table(run, jobs)
+            table = executor.resume(run.read_table(jobs))
             todo = sum(r.state != COMPLETED for r in table.values())
             console.print(f"resuming {run.path}: {todo} of {len(jobs)} jobs to run")
             return _run_and_report(run, executor, jobs, table, console)
 
     name, why = choose_executor(args.executor)
     console.print(f"executor: {name} ({why})")
-    if name == "slurm" and not args.dry_run:
-        raise UsageError("submitting to Slurm is not in this version yet; `--executor slurm --dry-run` writes "
-                         "the job scripts, and `--executor local` runs the sweep on this machine")
+    if name == "slurm" and not args.dry_run and not shutil.which("sbatch"):
+        raise UsageError("--executor slurm: sbatch not found on PATH; run where Slurm's client commands are, "
+                         "or write the job scripts only with --dry-run")
     if args.cluster and name != "slurm":
         raise UsageError(f"--cluster describes a Slurm cluster; it needs --executor slurm, not {name}")
     profile = load_profile(args.cluster) if args.cluster else None
@@ -110,20 +111,30 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _run_and_report(run: RunDir, executor: Any, jobs: list, table: dict, console: Any) -> int:
+    from rich.markup import escape
+
+    from .executors.slurm import SlurmError
     from .sweep import execute
 
     try:
         table = execute(run, executor, jobs, table, console)
     except KeyboardInterrupt:
-        console.print(f"\ninterrupted: {run.path} is consistent; continue with `bench sweep --resume {run.path}`")
+        console.print(f"\ninterrupted ({executor.interrupt_note}): {run.path} is consistent; "
+                      f"continue with `bench sweep --resume {run.path}`", markup=False)
         return 130
+    except SlurmError as exc:
+        print(f"bench sweep: error: {exc}", file=sys.stderr)
+        return exc.exit_status
+    if executor.report():
+        console.print(executor.report(), markup=False)
     summary = _collect_and_plot(run, console)
     _print_jobs(console, table, title="Jobs")
     _print_results(console, summary)
     failed = [r for r in table.values() if r.state != COMPLETED]
-    console.print(f"\nresults: {run.path}\n  summary: {run.summary_csv}\n  plots:   {run.plots}/")
+    console.print(f"\nresults: {run.path}\n  summary: {run.summary_csv}\n  plots:   {run.plots}/", markup=False)
     if failed:
-        console.print(f"[red]{len(failed)} of {len(table)} jobs did not complete[/] (logs in {run.path}/jobs/<job>/log.txt)")
+        console.print(f"[red]{len(failed)} of {len(table)} jobs did not complete[/] "
+                      f"(logs in {escape(str(run.path))}/jobs/<job>/)")
         return 1
     return 0
 
@@ -173,6 +184,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from .rundir import FINAL_STATES
+    from .sweep import in_use
+
     run = RunDir(args.dir)
     jobs = run.jobs()
     table = run.read_table(jobs)
@@ -180,6 +194,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     _print_jobs(console, table, title=f"Jobs of {run.path}")
     done = sum(r.state == COMPLETED for r in table.values())
     console.print(f"{done} of {len(table)} jobs COMPLETED")
+    unfinished = sum(r.state not in FINAL_STATES for r in table.values())
+    if unfinished:
+        console.print(f"a bench process is tracking {run.path} now" if in_use(run) else
+                      f"no bench process is tracking {run.path}: the table is as it was last saved; "
+                      f"`bench sweep --resume {run.path}` goes on", markup=False)
     return 0
 
 

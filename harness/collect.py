@@ -1,8 +1,9 @@
 """Collection: the result JSONs of a run directory become one summary table.
 
 One row per (job, workload, scaling mode, collective, message size). Rows of jobs or
-workloads that did not produce a result are kept, with their status and no figures, so a
-failure is visible in the table rather than silently missing. A corrupt or partial result
+workloads that did not produce a result are kept, with their status, the job's reason and
+the tail of its log, and no figures, so a failure is visible in the table rather than
+silently missing. A corrupt or partial result
 file is skipped with a warning naming it.
 
 Scaling arithmetic, per configuration (workload, scaling mode, launcher, NCCL set, backend,
@@ -34,7 +35,7 @@ COLUMNS = [
     "oop_time_us", "oop_algbw_gbps", "oop_busbw_gbps", "oop_wrong",
     "images_per_s", "images_per_s_per_gpu", "step_time_ms", "step_time_ms_p10", "step_time_ms_p90",
     "compute_images_per_s", "data_wait_fraction", "batch_size", "global_batch", "model", "dtype",
-    "efficiency", "speedup", "hosts",
+    "efficiency", "speedup", "hosts", "reason", "log_tail",
 ]
 SCALING_KEYS = ["workload", "scaling", "launcher", "backend", "device", "nccl_config", "model"]
 MISSING = "MISSING"  # the job completed but its result file is absent or unusable
@@ -54,7 +55,7 @@ def _warn(message: str) -> None:
 SAMPLE_KEYS = ["job", "workload", "scaling", "collective", "size_bytes", "metric"]
 INT_COLUMNS = {"nodes", "gpus_per_node", "world_size", "size_bytes", "wrong", "oop_wrong", "batch_size", "global_batch"}
 TEXT_COLUMNS = {"job", "config_hash", "workload", "scaling", "collective", "launcher", "backend", "device",
-                "nccl_config", "status", "model", "dtype", "hosts"}
+                "nccl_config", "status", "model", "dtype", "hosts", "reason", "log_tail"}
 
 
 class _Builder:
@@ -124,6 +125,8 @@ def collect(run: RunDir, warn: Callable[[str], None] = _warn) -> tuple[Any, Any]
         for wr in job.runs:
             status = rec.runs.get(wr.key, rec.state)
             head = {**base, "workload": wr.workload, "scaling": wr.scaling, "status": status}
+            if status != COMPLETED:  # why, where the summary is all a reader opens
+                head.update(reason=rec.reason, log_tail=rec.log_tail)
             path = run.path / job.result_path(wr)
             result = None
             if path.exists():

@@ -2,7 +2,7 @@
 
     DIR/plan.json                 the sweep as run, and every job of its matrix
     DIR/jobs.json                 the job table: state, exit code, elapsed, log tail per job
-    DIR/jobs/<job>/               commands or script, log.txt, one result JSON per workload
+    DIR/jobs/<job>/               commands or job.sbatch, the log, one result JSON per workload
     DIR/data/                     a generated image set, when the real workload needs one
     DIR/summary.parquet, .csv     one row per (job, workload, scaling, collective, size)
     DIR/samples.parquet           per-iteration samples behind the summary's statistics
@@ -26,6 +26,9 @@ from benchmarks.results import SCHEMA_VERSION, atomic_write_json, atomic_write_t
 from .plan import Job
 
 PENDING, RUNNING, COMPLETED, FAILED, TIMEOUT, CANCELLED = "PENDING", "RUNNING", "COMPLETED", "FAILED", "TIMEOUT", "CANCELLED"
+# A Slurm job the harness is handing to sbatch: if the harness dies now, resume looks the job up
+# in Slurm (by name and working directory) before it submits anything again.
+SUBMITTING = "SUBMITTING"
 FINAL_STATES = frozenset({COMPLETED, FAILED, TIMEOUT, CANCELLED, "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
                           "BOOT_FAIL", "DEADLINE"})
 
@@ -51,6 +54,9 @@ class JobRecord:
     started: str | None = None
     ended: str | None = None
     attempts: int = 0
+    submitted: str | None = None
+    cluster: str | None = None     # Slurm's cluster, where sbatch named one (federations, -M)
+    node_list: str | None = None   # the hosts Slurm gave the job
     reason: str | None = None
     log_tail: str | None = None
     runs: dict[str, str] = field(default_factory=dict)  # workload key -> state
@@ -145,15 +151,22 @@ def tail(path: Path, lines: int = 20, max_bytes: int = 64 * 1024) -> str:
 
 _OUR_ERROR = re.compile(r"bench run \w+: error: .*")
 _EXCEPTION = re.compile(r"\b\w*(?:Error|Exception): .*")
+# A rank killed by a signal leaves no exception: torchrun's root-cause block and srun name it.
+_SIGNALLED = re.compile(r"Signal \d+ \(SIG\w+\) received by PID \d+")
+_SRUN_TASK = re.compile(r"srun: error: (\S+: task \d+: (?!Exited with exit code).*)")
 
 
 def error_line(text: str) -> str | None:
     """The line of a failed launch's log that says why: a workload's own one-line error, else
-    the last exception line that is not torchrun's wrapper (ChildFailedError) around it."""
-    for line in text.splitlines():
+    the last exception line that is not torchrun's wrapper (ChildFailedError) around it, else
+    the signal that killed a rank."""
+    lines = text.splitlines()
+    for line in lines:
         m = _OUR_ERROR.search(line)
         if m:
             return m.group(0)
-    found = [m.group(0) for line in text.splitlines()
-             if "ChildFailedError" not in line and (m := _EXCEPTION.search(line))]
-    return found[-1] if found else None
+    for pattern, group in ((_EXCEPTION, 0), (_SIGNALLED, 0), (_SRUN_TASK, 1)):
+        found = [m.group(group) for line in lines if "ChildFailedError" not in line and (m := pattern.search(line))]
+        if found:
+            return found[-1]
+    return None

@@ -66,6 +66,12 @@ class ClusterProfile:
     setup: tuple[str, ...] = ()        # shell lines run before the steps, e.g. activating a venv
     env: dict[str, str] = field(default_factory=dict, metadata={"mapping": "env"})
     sbatch_options: tuple[str, ...] = ()
+    # At most this many jobs of a sweep at once (None: as many as Slurm will run): jobs that
+    # would share CPUs or links, as on the testbed, then do not disturb each other's figures.
+    max_running_jobs: int | None = None
+    # squeue/sacct every poll_min_s while jobs change state, backing off to poll_max_s.
+    poll_min_s: float = 2.0
+    poll_max_s: float = 30.0
 
     def __post_init__(self) -> None:
         from .spec import NAME_RE
@@ -78,6 +84,11 @@ class ClusterProfile:
             raise FieldError("gpu_request", f"{self.gpu_request!r} is not valid; valid: {', '.join(GPU_REQUESTS)}")
         if self.cpus_per_gpu < 1:
             raise FieldError("cpus_per_gpu", f"must be at least 1, found {self.cpus_per_gpu}")
+        if self.max_running_jobs is not None and self.max_running_jobs < 1:
+            raise FieldError("max_running_jobs", f"must be at least 1, found {self.max_running_jobs}")
+        if not 0.1 <= self.poll_min_s <= self.poll_max_s <= 3600:
+            raise FieldError("poll_min_s", f"poll_min_s {self.poll_min_s:g} and poll_max_s {self.poll_max_s:g} must "
+                                           f"satisfy 0.1 <= poll_min_s <= poll_max_s <= 3600")
         if self.python is not None and not PROGRAM_RE.fullmatch(self.python):
             raise FieldError("python", f"{self.python!r} is not a plain program path (letters, digits, _ . / + -)")
         for module in self.modules:

@@ -14,7 +14,7 @@ from typing import Any, Iterator
 
 from .executors import Executor, LocalExecutor, SlurmExecutor
 from .plan import Job, expand
-from .rundir import COMPLETED, FINAL_STATES, PENDING, RUNNING, JobRecord, RunDir, RunDirError
+from .rundir import COMPLETED, FINAL_STATES, RUNNING, JobRecord, RunDir, RunDirError
 from .slurm import DEFAULT_PROFILE, ClusterProfile
 from .spec import Sweep
 
@@ -71,15 +71,19 @@ def locked(run: RunDir) -> Iterator[None]:
         os.close(fd)
 
 
-def resume_table(run: RunDir, jobs: list[Job]) -> dict[str, JobRecord]:
-    """The job table to continue from: rows the harness left RUNNING (it was killed) go back to
-    PENDING, keeping their history; COMPLETED rows are kept and not rerun."""
-    table = run.read_table(jobs)
-    for rec in table.values():
-        if rec.state not in FINAL_STATES and rec.state != PENDING:
-            rec.reason = f"harness stopped while the job was {rec.state}; rerun"
-            rec.state = PENDING
-    return table
+def in_use(run: RunDir) -> bool:
+    """Whether a bench process holds the run directory now (it is sweeping or resuming it)."""
+    try:
+        fd = os.open(run.path / ".lock", os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
 
 
 def execute(run: RunDir, executor: Executor, jobs: list[Job], table: dict[str, JobRecord], console: Any) -> dict[str, JobRecord]:
@@ -104,14 +108,14 @@ def execute(run: RunDir, executor: Executor, jobs: list[Job], table: dict[str, J
         run.write_table(table, executor.name)
         done, failed, running = counts()
         progress.update(task, completed=done + failed,
-                        detail=f"done {done}  failed {failed}  running {running}  remaining {total - done - failed}")
+                        detail=f"pending {total - done - failed - running}  running {running}  done {done}  failed {failed}")
         if rec.state in FINAL_STATES and rec.name not in finished_before:
             finished_before.add(rec.name)
             style = "green" if rec.state == COMPLETED else "red"
             extra = f": {escape(rec.reason)}" if rec.reason else ""  # reasons quote logs and paths
-            progress.console.print(f"[{done + failed}/{total}] {rec.name} [{style}]{rec.state}[/] "
-                                   f"in {rec.elapsed_s:.1f} s{extra}")
-        elif rec.state == RUNNING and rec.name in finished_before:
+            took = "" if rec.elapsed_s is None else f" in {rec.elapsed_s:.1f} s"
+            progress.console.print(f"[{done + failed}/{total}] {rec.name} [{style}]{rec.state}[/]{took}{extra}")
+        elif rec.state not in FINAL_STATES and rec.name in finished_before:
             finished_before.discard(rec.name)
 
     run.write_table(table, executor.name)

@@ -1,12 +1,17 @@
-"""Shared test helpers: the one way tests run subprocesses, and hostile values."""
+"""Shared test helpers: the one way tests run subprocesses, hostile values, and the Slurm
+testbed (tests/testbed/testbed), a real Slurm 22.05 cluster of emulated nodes brought up once
+per test session and taken down at its end. Where it cannot run (not root, no apt) its tests
+skip with the reason; under CI (CI=true) they must run, and a skip fails."""
 
 from __future__ import annotations
 
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +19,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SWEEPS = ROOT / "sweeps"
+TESTBED = ROOT / "tests" / "testbed" / "testbed"
+STATE = Path(os.environ.get("BENCH_TESTBED_STATE", "/run/bench-testbed"))
+SLURM_ENV = {"SLURM_CONF": str(STATE / "etc" / "slurm.conf")}
+NODES = 4
+FINAL = ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL",
+         "DEADLINE")
 
 # Values that must never be executed or break a line when they reach a shell, a job script or
 # an #SBATCH line: spaces, both quotes, ';', command substitution, backslash, '#', '*'.
@@ -70,3 +81,58 @@ def read_json(path: str | Path) -> dict:
 @pytest.fixture
 def data_cache(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("data-cache")
+
+
+# --------------------------------------------------------------------------- the Slurm testbed
+
+def pytest_collection_modifyitems(items: list) -> None:
+    """Tests marked run_last go to the end, keeping their order (a stable sort)."""
+    items.sort(key=lambda item: item.get_closest_marker("run_last") is not None)
+
+
+def _testbed_unavailable() -> str | None:
+    if os.geteuid() != 0:
+        return "the Slurm testbed needs root"
+    if not shutil.which("apt-get") and not shutil.which("slurmctld"):
+        return "the Slurm testbed needs Debian's packages (no apt-get, no slurmctld)"
+    return None
+
+
+@pytest.fixture(scope="session")
+def testbed():
+    reason = _testbed_unavailable()
+    if reason:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must run the Slurm testbed, but: {reason}")
+        pytest.skip(reason)
+    run([str(TESTBED), "down"], timeout=300)  # a testbed left over by an interrupted run
+    try:
+        run([str(TESTBED), "up", "--nodes", str(NODES)], timeout=900)
+        yield SLURM_ENV
+    finally:  # also after a failed `up`: never leave daemons and namespaces behind
+        run([str(TESTBED), "down"], timeout=300)
+
+
+def slurm(*cmd: str, **kw) -> Result:
+    """A Slurm command against the testbed."""
+    return run(list(cmd), env=SLURM_ENV, **kw)
+
+
+def sacct_rows(*args: str, fields: str = "JobID,State,ExitCode,NNodes") -> dict[str, list[str]]:
+    out = slurm("sacct", "-X", "-P", "-n", *args, f"--format={fields}").stdout
+    return {line.split("|")[0]: line.split("|")[1:] for line in out.splitlines() if line}
+
+
+def wait_done(job_ids: list[str], timeout: float = 600) -> dict[str, list[str]]:
+    """sacct rows (JobID, State, ExitCode, NNodes) once sacct gives every job a final state.
+    Leaving squeue is not enough: slurmctld tells slurmdbd of the end a moment later, and
+    meanwhile sacct still says RUNNING (seen on this testbed)."""
+    ids = ",".join(job_ids)
+    deadline = time.monotonic() + timeout
+    rows: dict[str, list[str]] = {}
+    while time.monotonic() < deadline:
+        rows = sacct_rows("-j", ids)
+        if len(rows) == len(job_ids) and all(r[0].split()[0] in FINAL for r in rows.values()):
+            return rows
+        time.sleep(1)
+    pytest.fail(f"jobs {ids} not finished after {timeout} s: {rows}")

@@ -123,6 +123,10 @@ def test_hostile_sbatch_values_are_rejected(tmp_path, key, hostile):
     ("env: {'BAD NAME': x}", ["env.BAD NAME", "environment variable name"]),
     ("gpu_request: mig", ["gpu_request", "gres, gpus-per-node, none"]),
     ("cpus_per_gpu: 0", ["cpus_per_gpu", "at least 1"]),
+    ("max_running_jobs: 0", ["max_running_jobs", "at least 1"]),
+    ("max_running_jobs: two", ["max_running_jobs", "an integer"]),
+    ("poll_min_s: 0.01", ["poll_min_s", "0.1 <= poll_min_s"]),
+    ("poll_max_s: 1", ["poll_min_s 2 and poll_max_s 1"]),
     ("bogus: 1", ["bogus", "unknown key", "partition"]),
 ])
 def test_bad_profiles(tmp_path, text, words):
@@ -192,14 +196,22 @@ def test_cli_slurm_dry_run_writes_every_script(tmp_path):
     from harness.spec import build
 
     assert build(ClusterProfile, plan["cluster"], "cluster") == load_profile(EXAMPLE)
-    r = bench("sweep", "--resume", str(out), check=False)
-    assert r.returncode == 2 and "submitting to Slurm is not in this version" in r.stderr
+    # where Slurm's commands are missing, resuming says so and the run stays resumable
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    r = bench("sweep", "--resume", str(out), env={"PATH": str(empty)}, check=False)
+    assert r.returncode == 2 and r.stderr == "bench sweep: error: sbatch not found on PATH; the Slurm executor needs " \
+                                            "Slurm's client commands\n"
+    table = json.loads((out / "jobs.json").read_text())["jobs"]
+    assert len(table) == len(scripts) and {(t["state"], t["job_id"]) for t in table.values()} == {("PENDING", None)}
 
 
 def test_cli_slurm_misuse_exits_2_and_writes_nothing(tmp_path):
     out = tmp_path / "run"
-    r = bench("sweep", "--executor", "slurm", "--out", str(out), check=False)
-    assert r.returncode == 2 and "not in this version" in r.stderr and not out.exists()
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    r = bench("sweep", "--executor", "slurm", "--out", str(out), env={"PATH": str(empty)}, check=False)
+    assert r.returncode == 2 and "sbatch not found on PATH" in r.stderr and not out.exists()
     r = bench("sweep", "--executor", "local", "--cluster", str(EXAMPLE), "--dry-run", "--out", str(out), check=False)
     assert r.returncode == 2 and "--cluster" in r.stderr and not out.exists()
     bad = tmp_path / "bad.yaml"

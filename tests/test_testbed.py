@@ -1,73 +1,17 @@
 """The Slurm testbed itself (tests/testbed/testbed): a real Slurm 22.05 cluster of emulated
-nodes, brought up once for this module and taken down after it. Where it cannot run (not root,
-no apt) these tests skip with the reason; under CI (CI=true) they must run, and a skip fails."""
+nodes (the session fixture `testbed` in conftest.py brings it up)."""
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SWEEPS, bench, run
+from conftest import NODES, STATE, SWEEPS, TESTBED, bench, run, slurm, wait_done
 
 pytestmark = pytest.mark.slow
-TESTBED = ROOT / "tests" / "testbed" / "testbed"
-STATE = Path(os.environ.get("BENCH_TESTBED_STATE", "/run/bench-testbed"))
-SLURM_ENV = {"SLURM_CONF": str(STATE / "etc" / "slurm.conf")}
-NODES = 4
-
-
-def _unavailable() -> str | None:
-    if os.geteuid() != 0:
-        return "the Slurm testbed needs root"
-    if not shutil.which("apt-get") and not shutil.which("slurmctld"):
-        return "the Slurm testbed needs Debian's packages (no apt-get, no slurmctld)"
-    return None
-
-
-@pytest.fixture(scope="module")
-def testbed():
-    reason = _unavailable()
-    if reason:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI must run the Slurm testbed, but: {reason}")
-        pytest.skip(reason)
-    run([str(TESTBED), "down"], timeout=300)  # a testbed left over by an interrupted run
-    try:
-        run([str(TESTBED), "up", "--nodes", str(NODES)], timeout=900)
-        yield SLURM_ENV
-    finally:  # also after a failed `up`: never leave daemons and namespaces behind
-        run([str(TESTBED), "down"], timeout=300)
-
-
-def slurm(*cmd: str, **kw):
-    return run(list(cmd), env=SLURM_ENV, **kw)
-
-
-FINAL = ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL",
-         "DEADLINE")
-
-
-def wait_done(job_ids: list[str], timeout: float = 600) -> dict[str, list[str]]:
-    """sacct rows (JobID, State, ExitCode, NNodes) once sacct gives every job a final state.
-    Leaving squeue is not enough: slurmctld tells slurmdbd of the end a moment later, and
-    meanwhile sacct still says RUNNING (seen on this testbed)."""
-    ids = ",".join(job_ids)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        out = slurm("sacct", "-X", "-P", "-n", "-j", ids, "--format=JobID,State,ExitCode,NNodes").stdout
-        rows = {line.split("|")[0]: line.split("|")[1:] for line in out.splitlines()}
-        if len(rows) == len(job_ids) and all(r[0].split()[0] in FINAL for r in rows.values()):
-            return rows
-        time.sleep(1)
-    pytest.fail(f"jobs {ids} not finished after {timeout} s: {rows}")
-
-
 def test_nodes_are_distinct_hosts_with_emulated_gpus(testbed):
     info = slurm("sinfo", "-h", "-N", "-o", "%N %T %G").stdout.split("\n")
     assert sorted(line for line in info if line) == [f"bnode{k} idle gpu:4" for k in range(1, NODES + 1)]
@@ -153,9 +97,9 @@ def test_shape_throttles_one_node_and_clears(testbed):
     assert bad.returncode == 2 and "--rate like 200mbit" in bad.stderr
 
 
+@pytest.mark.run_last
 def test_down_leaves_the_machine_as_found(testbed):
-    """Last in the module: down, check, and up again for nothing else needs it (the fixture's
-    own down then finds nothing to do)."""
+    """Last of the session: down, then check (the fixture's own down finds nothing to do)."""
     run([str(TESTBED), "down"], timeout=300)
     assert not STATE.exists()
     assert "bnode" not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout

@@ -7,11 +7,13 @@ from abc import ABC, abstractmethod
 from typing import Callable, ClassVar
 
 from ..plan import Job
-from ..rundir import JobRecord, RunDir
+from ..rundir import FINAL_STATES, PENDING, JobRecord, RunDir
 
 
 class Executor(ABC):
     name: ClassVar[str]
+    # What becomes of running jobs when the harness is interrupted, for the message it prints.
+    interrupt_note: ClassVar[str] = ""
 
     def __init__(self, run: RunDir, timeout_s: float):
         self.run = run
@@ -21,6 +23,20 @@ class Executor(ABC):
     def cluster(self) -> dict | None:
         """What plan.json records of the cluster the jobs run on (None: this machine)."""
         return None
+
+    def report(self) -> str | None:
+        """A line for the end of a sweep about how the executor did its work, if it has one."""
+        return None
+
+    def resume(self, table: dict[str, JobRecord]) -> dict[str, JobRecord]:
+        """The table a resumed sweep continues from. Here: jobs the harness left unfinished died
+        with it, so they go back to PENDING, keeping their history; `execute` reruns every job
+        that is not COMPLETED. An executor whose jobs outlive the harness keeps tracking them."""
+        for rec in table.values():
+            if rec.state not in FINAL_STATES and rec.state != PENDING:
+                rec.reason = f"harness stopped while the job was {rec.state}; rerun"
+                rec.state = PENDING
+        return table
 
     @abstractmethod
     def prepare(self, job: Job) -> None:

@@ -88,6 +88,7 @@ def _kill(procs: list[subprocess.Popen]) -> None:
 
 class LocalExecutor(Executor):
     name = "local"
+    interrupt_note = "the running job was stopped and recorded CANCELLED"
 
     def agent_command(self, job: Job, run: WorkloadRun, node: int, port: int | str) -> list[str]:
         return [sys.executable, "-m", "torch.distributed.run",

@@ -1,39 +1,475 @@
 """The Slurm executor: one sbatch script per job of the plan, written to
-DIR/jobs/<job>/job.sbatch before anything is submitted.
+DIR/jobs/<job>/job.sbatch before anything is submitted (harness/slurm.py renders it), then
+submitted with `sbatch --parsable` and tracked until Slurm's accounting gives every job a final
+state.
 
-This version writes the scripts (`bench sweep --executor slurm --dry-run`); submission and
-tracking with sbatch/squeue/sacct are not in it yet, and it says so rather than pretend.
+Tracking costs one `squeue` per poll for all jobs still queued or running, and one
+`sacct -X -P` for those that left the queue, never one call per job. A job that left the
+queue is never assumed to have completed: slurmctld tells slurmdbd of a job's end a moment
+later, and until then sacct still says RUNNING (seen on the testbed), so the job stays
+tracked until sacct gives a final state.
+
+The job table is saved after every change, so a harness killed at any point (Ctrl-C, a lost
+SSH session, SIGKILL) loses nothing: `bench sweep --resume DIR` goes on tracking the recorded
+job ids and submits only jobs never submitted or finished without completing. The one gap,
+a harness killed while sbatch runs, is closed by marking the row SUBMITTING first; resume
+then looks the job up by its name and working directory (the run directory) before it
+submits anything again.
+
+A cluster profile may cap how many jobs of a sweep run at once (`max_running_jobs`): the
+sweep is then submitted as that many chains, each job depending (afterany) on the previous
+one of its chain, so Slurm itself starts the next job the moment one ends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from typing import Callable
+import datetime as dt
+import os
+import pwd
+import re
+import signal
+import subprocess
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
 
+from benchmarks.common import ranks_path
 from benchmarks.results import atomic_write_text
 
 from ..plan import Job
-from ..rundir import JobRecord, RunDir, RunDirError
-from ..slurm import DEFAULT_PROFILE, ClusterProfile, render_script
+from ..rundir import (CANCELLED, COMPLETED, FAILED, FINAL_STATES, PENDING, RUNNING, SUBMITTING, TIMEOUT, JobRecord,
+                      RunDir, error_line, now, tail)
+from ..slurm import DEFAULT_PROFILE, ClusterProfile, format_time_limit, render_script
 from .base import Executor
 
+# squeue states of a job that waits to run; every other state squeue lists is a live one.
+QUEUED_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SPECIAL_EXIT"})
+SACCT_FIELDS = "JobID,State,ExitCode,ElapsedRaw,NNodes,NodeList,Start,End"
+# Bounds on Slurm's commands: consecutive failures of squeue or sacct before the sweep stops
+# and says why, tries of one sbatch that failed for a passing reason, and per-call timeouts.
+QUERY_TRIES = 6
+SBATCH_TRIES = 3
+CALL_TIMEOUT_S = 120
+# sbatch errors that say the controller is busy or unreachable, not that the job is wrong.
+TRANSIENT = re.compile(r"Socket timed out|Unable to contact slurm controller|temporarily unable|"
+                       r"Resource temporarily unavailable|Zero Bytes were transmitted", re.I)
+# Pending reasons that say the job cannot start as the cluster stands: more nodes or time than
+# the partition allows, a constraint no node has, an account or QOS it may not use (squeue(1),
+# JOB REASON CODES). Without EnforcePartLimits sbatch accepts such a job, and it would pend
+# for ever, holding up the sweep; after UNRUNNABLE_GRACE_S (a node briefly down also reads
+# PartitionNodeLimit) the harness cancels it and says why. `--resume` submits it again.
+UNRUNNABLE = frozenset({"PartitionNodeLimit", "PartitionTimeLimit", "BadConstraints", "InvalidAccount", "InvalidQOS",
+                        "DependencyNeverSatisfied", "AssocMaxNodesPerJobLimit", "AssocMaxWallDurationPerJobLimit",
+                        "QOSMaxNodePerJobLimit", "QOSMaxWallDurationPerJobLimit"})
+UNRUNNABLE_GRACE_S = 30.0
+# How long a job may be out of the queue without a final state in sacct before the harness
+# stops waiting for it (slurmdbd down, or accounting far behind).
+ACCOUNTING_GRACE_S = 300.0
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command that kept failing or refused the sweep: the run directory is consistent
+    and can be resumed. Exit status 1, or 2 where the input is at fault."""
+
+    def __init__(self, message: str, exit_status: int = 1):
+        super().__init__(message)
+        self.exit_status = exit_status
+
+
+class NoAnswer(SlurmError):
+    """A Slurm command that timed out: whether it acted is not known."""
+
+
+@dataclass(frozen=True)
+class Accounting:
+    """One allocation's row of `sacct -X -P`."""
+
+    job_id: str
+    state: str                # first word: "CANCELLED by 1000" is CANCELLED
+    by_uid: int | None        # who cancelled it
+    exit_code: int | None
+    signal: int | None
+    elapsed_s: float | None
+    nodes: int | None
+    node_list: str | None
+    start: str | None
+    end: str | None
+
+
+# --------------------------------------------------------------------------- parsing (pure)
+
+def _one_line(text: str) -> str:
+    return " | ".join(line.strip() for line in text.strip().splitlines() if line.strip()) or "(no output)"
+
+
+def parse_sbatch_reply(stdout: str, stderr: str = "") -> tuple[str, str | None]:
+    """(job id, cluster or None) from `sbatch --parsable`, which prints `id` or `id;cluster`."""
+    for line in reversed(stdout.splitlines()):
+        m = re.fullmatch(r"\s*(\d+)(?:;([A-Za-z0-9_.-]+))?\s*", line)
+        if m:
+            return m.group(1), m.group(2)
+    raise SlurmError(f"sbatch replied without a job id: {_one_line(stdout + chr(10) + stderr)}")
+
+
+def parse_squeue(text: str) -> dict[str, tuple[str, str | None]]:
+    """{job id: (state, pending reason or None)} from `squeue -h -o %i|%T|%r`."""
+    out = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) >= 2 and parts[0].isdigit():
+            reason = parts[2] if len(parts) > 2 and parts[2] not in ("", "None", "(null)") else None
+            out[parts[0]] = (parts[1], reason)
+    return out
+
+
+def _int(text: str) -> int | None:
+    return int(text) if text.strip().lstrip("-").isdigit() else None
+
+
+def _time(text: str) -> str | None:
+    return None if text in ("", "Unknown", "None", "N/A") else text
+
+
+def parse_sacct(text: str) -> dict[str, Accounting]:
+    """{job id: Accounting} from `sacct -X -P -n --format=SACCT_FIELDS`; step rows are skipped."""
+    out = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) != SACCT_FIELDS.count(",") + 1 or not parts[0].isdigit():
+            continue
+        job_id, state, exit_code, elapsed, nodes, node_list, start, end = parts
+        words = state.split()
+        by_uid = _int(words[2]) if len(words) == 3 and words[1] == "by" else None
+        code, _, sig = exit_code.partition(":")
+        out[job_id] = Accounting(job_id=job_id, state=words[0] if words else "", by_uid=by_uid, exit_code=_int(code),
+                                 signal=_int(sig), elapsed_s=float(elapsed) if elapsed.isdigit() else None,
+                                 nodes=_int(nodes), node_list=node_list or None, start=_time(start), end=_time(end))
+    return out
+
+
+def user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+# --------------------------------------------------------------------------- signals
+
+@contextlib.contextmanager
+def deferred_signals() -> Iterator[None]:
+    """Hold Ctrl-C, SIGTERM and SIGHUP (a lost SSH session) while sbatch runs and its job id is
+    saved, then act on them: a job Slurm accepted is never left out of the table."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    old = {s: signal.signal(s, lambda signum, frame: caught.append(signum)) for s in sigs}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    if caught:
+        signal.raise_signal(caught[0])
+
+
+# --------------------------------------------------------------------------- executor
 
 class SlurmExecutor(Executor):
     name = "slurm"
+    interrupt_note = "jobs already submitted keep running in Slurm"
 
     def __init__(self, run: RunDir, timeout_s: float, profile: ClusterProfile = DEFAULT_PROFILE):
         super().__init__(run, timeout_s)
         self.profile = profile
+        self.calls: Counter[str] = Counter()
+        # The generated script is what runs: SBATCH_* variables would override its directives.
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("SBATCH_")}
+        self._failures: Counter[str] = Counter()
+        self._absent_since: dict[str, float] = {}
+        self._stuck_since: dict[str, float] = {}
+        self._cancelled_why: dict[str, str] = {}
 
     def cluster(self) -> dict:
         return dataclasses.asdict(self.profile)
 
-    def script_path(self, job: Job):
+    def script_path(self, job: Job) -> Path:
         return self.run.job_dir(job) / "job.sbatch"
+
+    def log_path(self, job: Job | str, job_id: str) -> Path:
+        return self.run.job_dir(job) / f"slurm-{job_id}.out"
 
     def prepare(self, job: Job) -> None:
         atomic_write_text(self.script_path(job), render_script(job, self.profile, self.timeout_s))
 
+    def resume(self, table: dict[str, JobRecord]) -> dict[str, JobRecord]:
+        """Unchanged: jobs with a Slurm id outlive the harness and are tracked again, rows left
+        SUBMITTING are looked up in Slurm, and `execute` resubmits only jobs never submitted or
+        finished without completing."""
+        return table
+
+    def report(self) -> str:
+        return "Slurm commands: " + ", ".join(f"{self.calls[c]} {c}" for c in ("sbatch", "squeue", "sacct", "scancel")
+                                              if c != "scancel" or self.calls[c])
+
+    # ---- Slurm's commands
+
+    def _call(self, tool: str, args: list[str]) -> subprocess.CompletedProcess:
+        self.calls[tool] += 1
+        try:
+            # A session of its own: Ctrl-C in the terminal reaches the harness, not sbatch.
+            return subprocess.run([tool, *args], capture_output=True, text=True, timeout=CALL_TIMEOUT_S,
+                                  env=self.env, cwd=self.run.path, stdin=subprocess.DEVNULL, start_new_session=True)
+        except FileNotFoundError:
+            raise SlurmError(f"{tool} not found on PATH; the Slurm executor needs Slurm's client commands",
+                             exit_status=2) from None
+        except subprocess.TimeoutExpired:
+            raise NoAnswer(f"{tool} gave no answer in {CALL_TIMEOUT_S} s") from None
+
+    def _query(self, tool: str, args: list[str], ok: Callable[[subprocess.CompletedProcess], bool]) -> str | None:
+        """The output of squeue or sacct, or None after a failure; QUERY_TRIES failures in a
+        row stop the sweep with the command's own words."""
+        try:
+            p = self._call(tool, args)
+        except NoAnswer as exc:
+            p = subprocess.CompletedProcess([tool], 124, "", str(exc))
+        if ok(p):
+            self._failures[tool] = 0
+            return p.stdout
+        self._failures[tool] += 1
+        if self._failures[tool] >= QUERY_TRIES:
+            raise SlurmError(f"{tool} failed {QUERY_TRIES} times in a row (exit status {p.returncode}): "
+                             f"{_one_line(p.stderr or p.stdout)}")
+        return None
+
+    def squeue(self, ids: list[str]) -> dict[str, tuple[str, str | None]] | None:
+        # squeue fails with "Invalid job id specified" when no id it was given is still known.
+        out = self._query("squeue", ["-h", "-o", "%i|%T|%r", "-j", ",".join(ids)],
+                          lambda p: p.returncode == 0 or "Invalid job id" in p.stderr)
+        return None if out is None else parse_squeue(out)
+
+    def sacct(self, ids: list[str]) -> dict[str, Accounting] | None:
+        out = self._query("sacct", ["-X", "-P", "-n", f"--format={SACCT_FIELDS}", "-j", ",".join(ids)],
+                          lambda p: p.returncode == 0)
+        return None if out is None else parse_sacct(out)
+
+    # ---- running a sweep
+
     def execute(self, jobs: list[Job], table: dict[str, JobRecord], changed: Callable[[JobRecord], None]) -> None:
-        raise RunDirError("submitting to Slurm is not in this version yet; "
-                          "`bench sweep --executor slurm --dry-run` writes and checks the job scripts")
+        by_name = {job.name: job for job in jobs}
+        self._adopt([table[j.name] for j in jobs if table[j.name].state == SUBMITTING], changed)
+        live = {r.job_id: r for r in table.values() if r.job_id and r.state not in FINAL_STATES}
+        queued = self._poll(live, by_name, changed) if live else {}
+        todo = [j for j in jobs if table[j.name].state != COMPLETED and table[j.name].job_id not in live]
+        self._submit_all(todo, table, live, queued, changed)
+        interval = self.profile.poll_min_s
+        while live:
+            time.sleep(interval)
+            before = {i: (r.state, r.reason, dict(r.runs)) for i, r in live.items()}
+            self._poll(live, by_name, changed)
+            moved = live.keys() != before.keys() or any(before[i] != (r.state, r.reason, r.runs) for i, r in live.items())
+            interval = self.profile.poll_min_s if moved else min(interval * 1.5, self.profile.poll_max_s)
+            lost = [i for i, since in self._absent_since.items() if time.monotonic() - since > ACCOUNTING_GRACE_S]
+            if lost and set(lost) >= set(live):
+                raise SlurmError(f"job(s) {', '.join(sorted(lost))} left the queue but sacct has had no final state "
+                                 f"for them for {ACCOUNTING_GRACE_S:.0f} s (is slurmdbd up?); their ids are saved: "
+                                 f"`bench sweep --resume {self.run.path}` looks again")
+
+    def _submit_all(self, todo: list[Job], table: dict[str, JobRecord], live: dict[str, JobRecord],
+                    queued: dict, changed: Callable[[JobRecord], None]) -> None:
+        """Submit `todo`, as `max_running_jobs` chains when the profile caps running jobs."""
+        cap = self.profile.max_running_jobs
+        # A resumed sweep's chains go on from its newest jobs still queued or running.
+        tails: list[str | None] = sorted((i for i in live if i in queued), key=int)[-cap:] if cap else []
+        tails += [None] * ((cap or 0) - len(tails))
+        accepted = 0
+        for k, job in enumerate(todo):
+            slot = k % cap if cap else None
+            rec = table[job.name]
+            job_id = self._submit(job, rec, tails[slot] if cap else None, changed, first=accepted == 0)
+            if job_id:
+                accepted += 1
+                live[job_id] = rec
+                if cap:
+                    tails[slot] = job_id
+
+    def _submit(self, job: Job, rec: JobRecord, after: str | None, changed: Callable[[JobRecord], None],
+                first: bool) -> str | None:
+        """sbatch one job; its id, or None when Slurm refused it (then the row says why)."""
+        job_dir = self.run.job_dir(job)
+        for run in job.runs:  # results of an earlier attempt must not pass for this one's
+            result = self.run.path / job.result_path(run)
+            result.unlink(missing_ok=True)
+            Path(ranks_path(result)).unlink(missing_ok=True)
+        (job_dir / "time-limit.txt").unlink(missing_ok=True)
+        previous = f"attempt {rec.attempts} was Slurm job {rec.job_id} ({rec.state})" if rec.job_id else None
+        args = ["--parsable", *([f"--dependency=afterany:{after}"] if after else []),
+                str(self.script_path(job).relative_to(self.run.path))]
+        with deferred_signals():
+            rec.state, rec.submitted, rec.job_id, rec.cluster = SUBMITTING, now(), None, None
+            rec.exit_code = rec.elapsed_s = rec.started = rec.ended = rec.log_tail = rec.node_list = None
+            rec.reason, rec.runs = previous, {}
+            changed(rec)
+            for attempt in range(SBATCH_TRIES):
+                try:
+                    p = self._call("sbatch", args)
+                except NoAnswer as exc:  # the row stays SUBMITTING: resume looks the job up
+                    raise SlurmError(f"{exc} for {job.name}, so whether Slurm took it is not known; "
+                                     f"`bench sweep --resume {self.run.path}` finds out before submitting again")
+                except SlurmError:  # sbatch never ran
+                    rec.state, rec.submitted = PENDING, None
+                    changed(rec)
+                    raise
+                if p.returncode == 0 or not TRANSIENT.search(p.stderr) or attempt == SBATCH_TRIES - 1:
+                    break
+                time.sleep(2 ** attempt)
+            if p.returncode == 0:
+                rec.job_id, rec.cluster = parse_sbatch_reply(p.stdout, p.stderr)
+                rec.state, rec.attempts = PENDING, rec.attempts + 1
+                changed(rec)
+                return rec.job_id
+            why = _one_line(p.stderr or p.stdout)
+            if first:  # the first job refused: most likely the profile (partition, account) is wrong
+                rec.state, rec.submitted = PENDING, None
+                changed(rec)
+                raise SlurmError(f"sbatch could not submit {self.script_path(job)}, the first job of the sweep, so "
+                                 f"nothing was submitted: {why}", exit_status=2)
+            rec.state, rec.reason = FAILED, f"sbatch refused the job: {why}"
+            changed(rec)
+            return None
+
+    def _adopt(self, recs: list[JobRecord], changed: Callable[[JobRecord], None]) -> None:
+        """Rows a killed harness left SUBMITTING: find the job Slurm may have accepted, by job
+        name and working directory, in the queue (all states) or in accounting."""
+        if not recs:
+            return
+        names = ",".join(f"bench-{r.name}" for r in recs)
+        workdir = os.path.realpath(self.run.path)
+        found: dict[str, str] = {}
+        out = self._query("squeue", ["-h", "-t", "all", "-n", names, "-o", "%i|%j|%Z"], lambda p: p.returncode == 0)
+        since = min(dt.datetime.fromisoformat(r.submitted) for r in recs if r.submitted) if any(
+            r.submitted for r in recs) else dt.datetime.now(dt.timezone.utc)
+        start = (since.astimezone() - dt.timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%S")
+        acct = self._query("sacct", ["-X", "-P", "-n", f"--name={names}", "-S", start,
+                                     "--format=JobID,JobName,WorkDir"], lambda p: p.returncode == 0)
+        if out is None or acct is None:
+            raise SlurmError("cannot ask Slurm whether the jobs being submitted when the harness stopped were "
+                             f"accepted ({', '.join(r.name for r in recs)}); try the resume again")
+        for line in (out + acct).splitlines():
+            parts = line.strip().split("|")
+            if len(parts) == 3 and parts[0].isdigit() and os.path.realpath(parts[2]) == workdir:
+                name = parts[1].removeprefix("bench-")
+                if int(parts[0]) > int(found.get(name, "0")):
+                    found[name] = parts[0]
+        for rec in recs:
+            if rec.name in found:
+                rec.job_id, rec.state, rec.attempts = found[rec.name], PENDING, rec.attempts + 1
+                rec.reason = "found in Slurm after the harness stopped while submitting it"
+            else:
+                rec.state, rec.submitted, rec.reason = PENDING, None, None
+            changed(rec)
+
+    def _poll(self, live: dict[str, JobRecord], by_name: dict[str, Job],
+              changed: Callable[[JobRecord], None]) -> dict[str, tuple[str, str | None]]:
+        """One squeue for every live job, one sacct for those that left the queue; rows that
+        reach a final state leave `live`. Returns what squeue said."""
+        queue = self.squeue(list(live))
+        if queue is None:
+            return {}
+        gone = [i for i in live if i not in queue or queue[i][0] in FINAL_STATES]
+        acct = (self.sacct(gone) if gone else {}) or {}
+        self._cancel_unrunnable({i: q for i, q in queue.items() if i in live})
+        for job_id in list(live):
+            rec = live[job_id]
+            job = by_name[rec.name]
+            a = acct.get(job_id)
+            if job_id in gone and a is not None and a.state in FINAL_STATES:
+                self._absent_since.pop(job_id, None)
+                del live[job_id]
+                self._finish(job, rec, a)
+                changed(rec)
+                continue
+            if job_id in gone:
+                self._absent_since.setdefault(job_id, time.monotonic())
+                state, reason = RUNNING, "left the queue; waiting for sacct's final state"
+            else:
+                slurm_state, why = queue[job_id]
+                state = PENDING if slurm_state in QUEUED_STATES else RUNNING
+                reason = f"{slurm_state}: {why}" if why else (None if slurm_state in (PENDING, RUNNING) else slurm_state)
+            runs = self._workload_states(job, rec.runs, state)
+            if (state, reason, runs) != (rec.state, rec.reason, rec.runs):
+                if state == RUNNING and rec.started is None:
+                    rec.started = now()
+                rec.state, rec.reason, rec.runs = state, reason, runs
+                changed(rec)
+        return queue
+
+    def _cancel_unrunnable(self, queue: dict[str, tuple[str, str | None]]) -> None:
+        """scancel, in one call, jobs pending for UNRUNNABLE_GRACE_S with a reason that says
+        they cannot start (see UNRUNNABLE)."""
+        clock = time.monotonic()
+        stuck = {i: why for i, (state, why) in queue.items() if state in QUEUED_STATES and why in UNRUNNABLE}
+        for i in list(self._stuck_since):
+            if i not in stuck:
+                del self._stuck_since[i]
+        due = [i for i in stuck if clock - self._stuck_since.setdefault(i, clock) > UNRUNNABLE_GRACE_S
+               and i not in self._cancelled_why]
+        if not due:
+            return
+        p = self._call("scancel", due)
+        if p.returncode != 0:  # tried again next poll; the job stays visible as pending
+            return
+        for i in due:
+            self._cancelled_why[i] = (f"cancelled by bench: pending for {UNRUNNABLE_GRACE_S:.0f} s with reason "
+                                      f"{stuck[i]}, which says it cannot start on this cluster as it stands "
+                                      f"(squeue's JOB REASON CODES); `bench sweep --resume` submits it again")
+
+    def _workload_states(self, job: Job, runs: dict[str, str], state: str) -> dict[str, str]:
+        """Workload states from the result files on disk: those with a result COMPLETED, the
+        first without one in `state` (running, or how the job ended), the rest not reached."""
+        if state == PENDING:
+            return runs
+        out = {}
+        for run in job.runs:
+            if (self.run.path / job.result_path(run)).exists():
+                out[run.key] = COMPLETED
+            elif state != COMPLETED:
+                out[run.key] = state
+                break
+        return out
+
+    def _finish(self, job: Job, rec: JobRecord, a: Accounting) -> None:
+        rec.state, rec.exit_code, rec.elapsed_s = a.state, a.exit_code, a.elapsed_s
+        rec.started, rec.ended, rec.node_list = a.start or rec.started, a.end, a.node_list
+        rec.runs = self._workload_states(job, rec.runs, a.state)
+        if a.state == COMPLETED:
+            rec.reason = rec.log_tail = None
+            return
+        log = self.log_path(job, rec.job_id)
+        rec.log_tail = tail(log)
+        rec.reason = self._reason(job, rec, a, log)
+
+    def _reason(self, job: Job, rec: JobRecord, a: Accounting, log: Path) -> str:
+        step = next((k for k, s in rec.runs.items() if s != COMPLETED), None) if a.start else None
+        if a.state == CANCELLED and rec.job_id in self._cancelled_why:
+            return self._cancelled_why[rec.job_id]
+        if a.state == CANCELLED:
+            who = f" by {user_name(a.by_uid)}" if a.by_uid is not None else ""
+            return f"cancelled{who}" + (f" during {step}" if step else " before it started")
+        if a.state == TIMEOUT:
+            note = tail(self.run.job_dir(job) / "time-limit.txt", lines=1)
+            during = note.rsplit(" during ", 1)[-1] if " during " in note else step
+            return f"time limit of {format_time_limit(job.time_limit_min)} reached" + (f" during {during}" if during else "")
+        if a.state == FAILED:
+            why = error_line(tail(log, lines=400))
+            code = f"exit code {a.exit_code}" + (f", signal {a.signal}" if a.signal else "")
+            return f"{step or 'the job'} failed ({code})" + (f": {why}" if why else "")
+        signal_part = f", signal {a.signal}" if a.signal else ""
+        return f"Slurm ended the job {a.state} (exit code {a.exit_code}{signal_part})" + (f" during {step}" if step else "")

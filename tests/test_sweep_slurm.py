@@ -1,0 +1,276 @@
+"""`bench sweep --executor slurm` end to end against the real Slurm testbed: the shipped
+testbed sweep through a harness killed mid-submission and resumed, jobs cancelled, timed out,
+failed, and unable to start, and hostile values stopped before anything reaches sbatch."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from PIL import Image
+
+from conftest import HOSTILE_VALUES, ROOT, SLURM_ENV, SWEEPS, bench, run, sacct_rows, slurm
+
+pytestmark = pytest.mark.slow
+PROFILE = SWEEPS / "clusters" / "testbed.yaml"
+SLURM = ["--executor", "slurm", "--cluster", str(PROFILE)]
+
+
+def start_bench(*args: str, log: Path) -> subprocess.Popen:
+    """`bench ARGS` in the background, output to `log`."""
+    return subprocess.Popen([sys.executable, "-m", "harness.cli", *args], stdout=open(log, "w"),
+                            stderr=subprocess.STDOUT, env={**os.environ, **SLURM_ENV}, cwd=ROOT)
+
+
+def table(out: Path) -> dict[str, dict]:
+    try:
+        return json.loads((out / "jobs.json").read_text())["jobs"]
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+def wait_for(what: str, check, timeout: float = 300, every: float = 0.02):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(every)
+    pytest.fail(f"{what}: not within {timeout} s")
+
+
+def jobs_of_run(out: Path) -> list[list[str]]:
+    """sacct's (JobID, JobName, State) of every job submitted from the run directory `out`."""
+    rows = sacct_rows("-S", "now-1days", fields="JobID,JobName,State,WorkDir")
+    return [[i, *r[:2]] for i, r in rows.items() if os.path.realpath(r[2]) == os.path.realpath(out)]
+
+
+# --------------------------------------------------------------------------- the shipped sweep
+
+@pytest.fixture(scope="module")
+def testbed_sweep(testbed, tmp_path_factory):
+    """`sweeps/testbed.yaml --max-nodes 4` on the testbed profile, its harness SIGKILLed as soon
+    as the first job id is saved (the other jobs are then being submitted), then resumed. One
+    row is rewound to SUBMITTING without its id, as if the harness had died between sbatch's
+    reply and the table write: the resume must find that job in Slurm, not submit it again."""
+    base = tmp_path_factory.mktemp("slurm-sweep")
+    out = base / "run"
+    first = start_bench("sweep", str(SWEEPS / "testbed.yaml"), "--max-nodes", "4", *SLURM, "--out", str(out),
+                        log=base / "first.log")
+    wait_for("a first job id in jobs.json", lambda: any(r["job_id"] for r in table(out).values()), timeout=120)
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=30)
+    killed = table(out)
+    status = bench("status", str(out))
+    submitted = {n: r["job_id"] for n, r in killed.items() if r["job_id"]}
+    rewound = max(submitted, key=lambda n: int(submitted[n]))
+    saved = json.loads((out / "jobs.json").read_text())
+    saved["jobs"][rewound].update(state="SUBMITTING", job_id=None)
+    (out / "jobs.json").write_text(json.dumps(saved))
+
+    started = time.monotonic()
+    resume = start_bench("sweep", "--resume", str(out), log=base / "resume.log")
+    running = wait_for("a RUNNING job while the resume tracks", lambda: next(
+        (n for n, r in table(out).items() if r["state"] == "RUNNING"), None), timeout=300, every=0.5)
+    status_during = bench("status", str(out), env=SLURM_ENV)
+    code = resume.wait(timeout=1800)
+    wall = time.monotonic() - started
+    return dict(out=out, killed=killed, status=status, rewound=(rewound, submitted[rewound]), code=code,
+                log=(base / "resume.log").read_text(), first_log=(base / "first.log").read_text(),
+                status_during=status_during, running=running, wall=wall)
+
+
+def test_resumed_sweep_completes_every_job(testbed_sweep):
+    s = testbed_sweep
+    assert s["code"] == 0, s["log"][-3000:]
+    rows = table(s["out"])
+    assert len(rows) == 3 * 2 * 2
+    assert {r["state"] for r in rows.values()} == {"COMPLETED"}, {n: r["reason"] for n, r in rows.items()}
+    for name, r in rows.items():
+        assert r["runs"] == dict.fromkeys(["allreduce", "synthetic-weak", "synthetic-strong", "real-weak"], "COMPLETED")
+        nodes = int(name.split("-")[0][1:])
+        assert r["nodes"] == nodes and r["exit_code"] == 0 and r["elapsed_s"] > 0
+        assert r["node_list"] == ("bnode1" if nodes == 1 else f"bnode[1-{nodes}]")
+    assert "Slurm commands: " in s["log"]
+
+
+def test_no_job_was_submitted_twice(testbed_sweep):
+    s = testbed_sweep
+    in_slurm = jobs_of_run(s["out"])
+    names = sorted(name for _, name, _ in in_slurm)
+    assert names == sorted(f"bench-{n}" for n in table(s["out"])), in_slurm
+    assert {state for _, _, state in in_slurm} == {"COMPLETED"}
+    rows = table(s["out"])
+    assert {r["job_id"] for r in rows.values()} == {i for i, _, _ in in_slurm}
+    assert all(r["attempts"] == 1 for r in rows.values())
+    name, job_id = s["rewound"]
+    assert rows[name]["job_id"] == job_id and "found in Slurm" in (rows[name]["reason"] or "")
+
+
+def test_status_from_another_shell(testbed_sweep):
+    s = testbed_sweep
+    assert s["status"].returncode == 0
+    assert "no bench process is tracking" in s["status"].stdout
+    during = s["status_during"].stdout
+    assert "a bench process is tracking" in during
+    line = next(line for line in during.splitlines() if s["running"] in line)
+    assert "RUNNING" in line or "COMPLETED" in line  # it may have ended between the two reads
+
+
+def test_summary_and_plots_cover_the_matrix(testbed_sweep):
+    out = testbed_sweep["out"]
+    summary = pd.read_csv(out / "summary.csv")
+    assert set(summary["status"]) == {"COMPLETED"}
+    assert set(summary["nodes"]) == {1, 2, 4}
+    assert set(summary["launcher"]) == {"torchrun", "srun"}
+    assert set(summary["nccl_config"]) == {"default", "debug"}
+    assert {(w, s) for w, s in zip(summary["workload"], summary["scaling"].fillna(""))} == {
+        ("allreduce", ""), ("synthetic", "weak"), ("synthetic", "strong"), ("real", "weak")}
+    multi = summary[(summary["workload"] == "allreduce") & (summary["nodes"] > 1)]
+    assert (multi["busbw_gbps"] > 0).all() and (multi["wrong"] == 0).all()
+    four = summary[(summary["nodes"] == 4) & (summary["workload"] == "synthetic")]
+    assert set(four["hosts"]) == {"bnode1,bnode2,bnode3,bnode4"}
+    for plot in ("weak_scaling", "strong_scaling", "allreduce_busbw"):
+        with Image.open(out / "plots" / f"{plot}.png") as img:
+            img.verify()
+
+
+# --------------------------------------------------------------------------- jobs that go wrong
+
+TROUBLE = """\
+# Every job runs until something stops it: scancel, its time limit, or a broken interface.
+name: trouble
+device: cpu
+backend: gloo
+nodes: [1]
+gpus_per_node: [1]
+launchers: [torchrun]
+nccl:
+  cancelled: {}
+  broken: {GLOO_SOCKET_IFNAME: nosuchif}
+  slow: {}
+env:
+  OMP_NUM_THREADS: "1"
+  PROBE_DOLLAR: "$(touch pwned-dollar)"
+  PROBE_TICK: "`touch pwned-tick`"
+time_limit_min: 1
+timeout_s: 60
+workloads:
+  allreduce: false
+  real: false
+  synthetic: {model: resnet18, image_size: 32, scaling: [weak], batch_size: 4, steps: 100000, warmup_steps: 1,
+              amp: "off"}
+"""
+
+
+@pytest.fixture(scope="module")
+def trouble(testbed, tmp_path_factory):
+    base = tmp_path_factory.mktemp("trouble")
+    sweep = base / "trouble.yaml"
+    sweep.write_text(TROUBLE)
+    out = base / "run"
+    p = start_bench("sweep", str(sweep), *SLURM, "--out", str(out), log=base / "log")
+    job = wait_for("the first job running", lambda: next(
+        (r for n, r in table(out).items() if n.endswith("cancelled") and r["state"] == "RUNNING"), None),
+        timeout=300, every=0.5)
+    slurm("scancel", job["job_id"])
+    code = p.wait(timeout=900)
+    return dict(out=out, code=code, log=(base / "log").read_text())
+
+
+def test_cancelled_job_is_recorded_and_the_sweep_goes_on(trouble):
+    rows = table(trouble["out"])
+    r = rows["n1-g1-torchrun-cancelled"]
+    assert (r["state"], r["reason"]) == ("CANCELLED", "cancelled by root during synthetic-weak"), r
+    assert r["runs"] == {"synthetic-weak": "CANCELLED"}
+    # the jobs after it ran
+    assert rows["n1-g1-torchrun-broken"]["state"] == "FAILED"
+    assert rows["n1-g1-torchrun-slow"]["state"] == "TIMEOUT"
+    assert trouble["code"] == 1
+
+
+def test_timeout_says_which_step_the_limit_cut(trouble):
+    r = table(trouble["out"])["n1-g1-torchrun-slow"]
+    assert r["reason"] == "time limit of 00:01:00 reached during synthetic-weak", r
+    assert r["elapsed_s"] >= 60
+    note = (trouble["out"] / "jobs" / "n1-g1-torchrun-slow" / "time-limit.txt").read_text()
+    assert "time limit near during synthetic-weak" in note
+
+
+def test_failing_workload_fails_its_job_with_the_log_tail(trouble):
+    out = trouble["out"]
+    r = table(out)["n1-g1-torchrun-broken"]
+    assert r["exit_code"] != 0 and r["reason"].startswith("synthetic-weak failed (exit code")
+    assert "nosuchif" in r["reason"], r["reason"]
+    log = (out / "jobs" / "n1-g1-torchrun-broken" / f"slurm-{r['job_id']}.out").read_text()
+    assert r["log_tail"] and log.rstrip().endswith(r["log_tail"].rstrip())
+    summary = pd.read_csv(out / "summary.csv").set_index("job")
+    row = summary.loc["n1-g1-torchrun-broken"]
+    assert (row["status"], row["reason"]) == ("FAILED", r["reason"])
+    assert row["log_tail"] == r["log_tail"]
+
+
+def test_hostile_environment_values_stayed_inert(trouble):
+    out = trouble["out"]
+    assert not list(out.rglob("pwned*")) and not list(ROOT.glob("pwned*"))
+    script = (out / "jobs" / "n1-g1-torchrun-slow" / "job.sbatch").read_text()
+    assert "export PROBE_DOLLAR='$(touch pwned-dollar)'" in script
+    assert "export PROBE_TICK='`touch pwned-tick`'" in script
+
+
+def test_a_job_that_cannot_start_is_cancelled_with_the_reason(testbed, tmp_path):
+    """8 nodes on a 4-node cluster: sbatch accepts it (no EnforcePartLimits), it pends with
+    PartitionNodeLimit, and the harness cancels it rather than wait for ever."""
+    out = tmp_path / "run"
+    r = bench("sweep", str(SWEEPS / "testbed.yaml"), "--max-nodes", "8", *SLURM, "--out", str(out),
+              "--set", "nodes=[8]", "--set", "launchers=[srun]", "--set", "nccl={default: {}}",
+              "--set", "workloads.synthetic=false", "--set", "workloads.real=false", env=SLURM_ENV, check=False,
+              timeout=300)
+    assert r.returncode == 1, r.describe()
+    row = table(out)["n8-g1-srun-default"]
+    assert row["state"] == "CANCELLED" and row["elapsed_s"] == 0
+    assert row["reason"].startswith("cancelled by bench: pending for 30 s with reason PartitionNodeLimit")
+    assert "1 scancel" in r.stdout
+
+
+# --------------------------------------------------------------------------- refused before sbatch
+
+@pytest.mark.parametrize("hostile", HOSTILE_VALUES)
+def test_hostile_values_are_refused_before_anything_is_submitted(testbed, tmp_path, hostile):
+    before = sacct_rows("-S", "now-1days")
+    profile = tmp_path / "p.yaml"
+    profile.write_text(PROFILE.read_text() + f"partition: {json.dumps(hostile)}\n")
+    out = tmp_path / "run"
+    for args in (["--executor", "slurm", "--cluster", str(profile)],
+                 [*SLURM, "--set", f"nccl={{{json.dumps(hostile)}: {{}}}}"],
+                 [*SLURM, "--set", f"env={{{json.dumps(hostile)}: x}}"],
+                 [*SLURM, "--set", f"name={json.dumps(hostile)}"]):
+        r = bench("sweep", str(SWEEPS / "testbed.yaml"), *args, "--out", str(out), env=SLURM_ENV, check=False)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.describe()
+        assert not out.exists()
+    assert sacct_rows("-S", "now-1days") == before
+
+
+def test_a_failing_sacct_is_retried_then_reported(testbed, tmp_path, monkeypatch):
+    """sacct pointed at a configuration that does not exist fails for real; the executor
+    tries QUERY_TRIES times, then stops with sacct's own words."""
+    from harness.executors.slurm import QUERY_TRIES, SlurmError, SlurmExecutor
+    from harness.rundir import RunDir
+
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "missing.conf"))
+    executor = SlurmExecutor(RunDir(tmp_path), 60)
+    for _ in range(QUERY_TRIES - 1):
+        assert executor.sacct(["1"]) is None
+    with pytest.raises(SlurmError) as err:
+        executor.sacct(["1"])
+    assert str(err.value).startswith(f"sacct failed {QUERY_TRIES} times in a row (exit status 1): ")
+    assert "missing.conf" in str(err.value) or "configuration" in str(err.value)
+    assert executor.calls["sacct"] == QUERY_TRIES
