@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -73,7 +74,8 @@ def testbed_sweep(testbed, tmp_path_factory):
     submitted = {n: r["job_id"] for n, r in killed.items() if r["job_id"]}
     rewound = max(submitted, key=lambda n: int(submitted[n]))
     saved = json.loads((out / "jobs.json").read_text())
-    saved["jobs"][rewound].update(state="SUBMITTING", job_id=None)
+    row = saved["jobs"][rewound]
+    row.update(state="SUBMITTING", job_id=None, attempts=row["attempts"] - 1)
     (out / "jobs.json").write_text(json.dumps(saved))
 
     started = time.monotonic()
@@ -229,11 +231,11 @@ def test_hostile_environment_values_stayed_inert(trouble):
 def test_a_job_that_cannot_start_is_cancelled_with_the_reason(testbed, tmp_path):
     """8 nodes on a 4-node cluster: sbatch accepts it (no EnforcePartLimits), it pends with
     PartitionNodeLimit, and the harness cancels it rather than wait for ever."""
+    sweep = tmp_path / "big.yaml"
+    sweep.write_text("name: big\ndevice: cpu\nbackend: gloo\nnodes: [8]\nlaunchers: [srun]\n"
+                     "workloads: {allreduce: {max_bytes: 4K}, synthetic: false, real: false}\n")
     out = tmp_path / "run"
-    r = bench("sweep", str(SWEEPS / "testbed.yaml"), "--max-nodes", "8", *SLURM, "--out", str(out),
-              "--set", "nodes=[8]", "--set", "launchers=[srun]", "--set", "nccl={default: {}}",
-              "--set", "workloads.synthetic=false", "--set", "workloads.real=false", env=SLURM_ENV, check=False,
-              timeout=300)
+    r = bench("sweep", str(sweep), *SLURM, "--out", str(out), env=SLURM_ENV, check=False, timeout=300)
     assert r.returncode == 1, r.describe()
     row = table(out)["n8-g1-srun-default"]
     assert row["state"] == "CANCELLED" and row["elapsed_s"] == 0
@@ -245,32 +247,45 @@ def test_a_job_that_cannot_start_is_cancelled_with_the_reason(testbed, tmp_path)
 
 @pytest.mark.parametrize("hostile", HOSTILE_VALUES)
 def test_hostile_values_are_refused_before_anything_is_submitted(testbed, tmp_path, hostile):
+    """A hostile partition, settings-set name, environment variable name or sweep name: each
+    one line naming the key, exit status 2, no run directory, and no job in Slurm."""
     before = sacct_rows("-S", "now-1days")
+    value = json.dumps(hostile)
     profile = tmp_path / "p.yaml"
-    profile.write_text(PROFILE.read_text() + f"partition: {json.dumps(hostile)}\n")
+    profile.write_text(PROFILE.read_text() + f"partition: {value}\n")
+    cases = {"partition": (SWEEPS / "testbed.yaml", profile)}
+    for key, text in (("nccl", f"nccl: {{{value}: {{}}}}"), ("env", f"env: {{{value}: x}}"), ("name", f"name: {value}")):
+        sweep = tmp_path / f"{key}.yaml"
+        sweep.write_text(f"device: cpu\nbackend: gloo\nworkloads: {{allreduce: {{}}}}\n"
+                         f"{'' if key == 'name' else 'name: t'}\n{text}\n")
+        cases[key] = (sweep, PROFILE)
     out = tmp_path / "run"
-    for args in (["--executor", "slurm", "--cluster", str(profile)],
-                 [*SLURM, "--set", f"nccl={{{json.dumps(hostile)}: {{}}}}"],
-                 [*SLURM, "--set", f"env={{{json.dumps(hostile)}: x}}"],
-                 [*SLURM, "--set", f"name={json.dumps(hostile)}"]):
-        r = bench("sweep", str(SWEEPS / "testbed.yaml"), *args, "--out", str(out), env=SLURM_ENV, check=False)
+    for key, (sweep, prof) in cases.items():
+        r = bench("sweep", str(sweep), "--executor", "slurm", "--cluster", str(prof), "--out", str(out),
+                  env=SLURM_ENV, check=False)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.describe()
+        where = f"{prof}: partition: " if key == "partition" else f"{sweep}: {key}{':' if key == 'name' else '.'}"
+        assert r.stderr.startswith(f"bench sweep: error: {where}"), r.stderr
         assert not out.exists()
     assert sacct_rows("-S", "now-1days") == before
 
 
 def test_a_failing_sacct_is_retried_then_reported(testbed, tmp_path, monkeypatch):
-    """sacct pointed at a configuration that does not exist fails for real; the executor
-    tries QUERY_TRIES times, then stops with sacct's own words."""
+    """slurmdbd unreachable, for real: the testbed's configuration with the accounting port
+    moved to one nobody listens on. The executor tries QUERY_TRIES times, then stops with
+    sacct's own words."""
     from harness.executors.slurm import QUERY_TRIES, SlurmError, SlurmExecutor
     from harness.rundir import RunDir
 
-    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "missing.conf"))
+    conf = Path(testbed["SLURM_CONF"]).read_text()
+    dead = tmp_path / "slurm.conf"
+    dead.write_text(re.sub(r"(?m)^AccountingStoragePort=\d+$", "AccountingStoragePort=16999", conf))
+    monkeypatch.setenv("SLURM_CONF", str(dead))
     executor = SlurmExecutor(RunDir(tmp_path), 60)
     for _ in range(QUERY_TRIES - 1):
         assert executor.sacct(["1"]) is None
     with pytest.raises(SlurmError) as err:
         executor.sacct(["1"])
     assert str(err.value).startswith(f"sacct failed {QUERY_TRIES} times in a row (exit status 1): ")
-    assert "missing.conf" in str(err.value) or "configuration" in str(err.value)
+    assert "Connection refused" in str(err.value) and "\n" not in str(err.value)
     assert executor.calls["sacct"] == QUERY_TRIES

@@ -289,13 +289,14 @@ class SlurmExecutor(Executor):
         # A resumed sweep's chains go on from its newest jobs still queued or running.
         tails: list[str | None] = sorted((i for i in live if i in queued), key=int)[-cap:] if cap else []
         tails += [None] * ((cap or 0) - len(tails))
-        accepted = 0
+        # Until Slurm has taken one job of the sweep, a refusal is most likely the profile's fault.
+        taken = any(r.attempts for r in table.values())
         for k, job in enumerate(todo):
             slot = k % cap if cap else None
             rec = table[job.name]
-            job_id = self._submit(job, rec, tails[slot] if cap else None, changed, first=accepted == 0)
+            job_id = self._submit(job, rec, tails[slot] if cap else None, changed, first=not taken)
             if job_id:
-                accepted += 1
+                taken = True
                 live[job_id] = rec
                 if cap:
                     tails[slot] = job_id
@@ -336,7 +337,7 @@ class SlurmExecutor(Executor):
                 changed(rec)
                 return rec.job_id
             why = _one_line(p.stderr or p.stdout)
-            if first:  # the first job refused: most likely the profile (partition, account) is wrong
+            if first:
                 rec.state, rec.submitted = PENDING, None
                 changed(rec)
                 raise SlurmError(f"sbatch could not submit {self.script_path(job)}, the first job of the sweep, so "
