@@ -64,7 +64,12 @@ if sys.argv[1] == "serve":
     c.sendall(b"ok")
 else:
     data = b"x" * (4 << 20)
-    s = socket.create_connection((sys.argv[2], 15555), timeout=30); t = time.perf_counter()
+    for _ in range(100):  # the server may still be starting
+        try:
+            s = socket.create_connection((sys.argv[2], 15555), timeout=30); break
+        except ConnectionRefusedError:
+            time.sleep(0.1)
+    t = time.perf_counter()
     s.sendall(data); s.shutdown(socket.SHUT_WR); s.recv(2)
     print(len(data) / (time.perf_counter() - t) / 1e6)
 """
