@@ -125,8 +125,9 @@ def _run_and_report(run: RunDir, executor: Any, jobs: list, table: dict, console
     except SlurmError as exc:
         print(f"bench sweep: error: {exc}", file=sys.stderr)
         return exc.exit_status
-    if executor.report():
-        console.print(executor.report(), markup=False)
+    report = executor.report()
+    if report:
+        console.print(report, markup=False)
     summary = _collect_and_plot(run, console)
     _print_jobs(console, table, title="Jobs")
     _print_results(console, summary)

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from benchmarks.common import ranks_path
 from benchmarks.results import SCHEMA_VERSION, atomic_write_json, atomic_write_text
 
 from .plan import Job
@@ -75,6 +76,13 @@ class RunDir:
 
     def job_dir(self, job: Job | str) -> Path:
         return self.path / "jobs" / (job if isinstance(job, str) else job.name)
+
+    def clear_results(self, job: Job) -> None:
+        """Remove the result files of an earlier attempt, so they cannot pass for the next one's."""
+        for run in job.runs:
+            result = self.path / job.result_path(run)
+            result.unlink(missing_ok=True)
+            Path(ranks_path(result)).unlink(missing_ok=True)
 
     def log_file(self, job: Job | str) -> Path:
         return self.job_dir(job) / "log.txt"

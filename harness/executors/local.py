@@ -22,10 +22,8 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Callable
 
-from benchmarks.common import ranks_path
 from benchmarks.results import atomic_write_text
 
 from ..plan import Job, WorkloadRun
@@ -142,10 +140,7 @@ class LocalExecutor(Executor):
     def _run_job(self, job: Job, rec: JobRecord, gpus: list[str] | None, changed: Callable[[JobRecord], None]) -> None:
         self.run.job_dir(job).mkdir(parents=True, exist_ok=True)
         self.record_commands(job)
-        for run in job.runs:  # results of an earlier attempt must not pass for this one's
-            result = self.run.path / job.result_path(run)
-            result.unlink(missing_ok=True)
-            Path(ranks_path(result)).unlink(missing_ok=True)
+        self.run.clear_results(job)
         rec.attempts += 1
         rec.state, rec.started, rec.ended, rec.exit_code = RUNNING, now(), None, None
         rec.reason = rec.log_tail = rec.elapsed_s = None

@@ -38,7 +38,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from benchmarks.common import ranks_path
 from benchmarks.results import atomic_write_text
 
 from ..plan import Job
@@ -305,10 +304,7 @@ class SlurmExecutor(Executor):
                 first: bool) -> str | None:
         """sbatch one job; its id, or None when Slurm refused it (then the row says why)."""
         job_dir = self.run.job_dir(job)
-        for run in job.runs:  # results of an earlier attempt must not pass for this one's
-            result = self.run.path / job.result_path(run)
-            result.unlink(missing_ok=True)
-            Path(ranks_path(result)).unlink(missing_ok=True)
+        self.run.clear_results(job)
         (job_dir / "time-limit.txt").unlink(missing_ok=True)
         previous = f"attempt {rec.attempts} was Slurm job {rec.job_id} ({rec.state})" if rec.job_id else None
         args = ["--parsable", *([f"--dependency=afterany:{after}"] if after else []),
