@@ -10,7 +10,6 @@ import re
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from conftest import HOSTILE_VALUES, ROOT, SLURM_ENV, SWEEPS, bench, run, sacct_rows, slurm
+from conftest import HOSTILE_VALUES, ROOT, SLURM_ENV, SWEEPS, bench, sacct_rows, slurm
 
 pytestmark = pytest.mark.slow
 PROFILE = SWEEPS / "clusters" / "testbed.yaml"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,8 @@ import pytest
 from conftest import NODES, STATE, SWEEPS, TESTBED, bench, run, slurm, wait_done
 
 pytestmark = pytest.mark.slow
+
+
 def test_nodes_are_distinct_hosts_with_emulated_gpus(testbed):
     info = slurm("sinfo", "-h", "-N", "-o", "%N %T %G").stdout.split("\n")
     assert sorted(line for line in info if line) == [f"bnode{k} idle gpu:4" for k in range(1, NODES + 1)]
@@ -83,7 +86,11 @@ def throughput_mb_s(src: str, dst: str) -> float:
         time.sleep(0.5)
         out = run(["nsenter", f"--net=/run/netns/{src}", "python3", "-c", XFER, "send", f"198.18.0.{k}"], timeout=60)
     finally:
-        server.wait(timeout=30)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            raise
     return float(out.stdout)
 
 
