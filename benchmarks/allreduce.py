@@ -24,6 +24,7 @@ pays to keep its input.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from typing import Any
@@ -98,6 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"comma-separated collectives among {', '.join(COLLECTIVES)} (default all_reduce)")
     p.add_argument("--out-of-place", action=argparse.BooleanOptionalAction, default=True,
                    help="also measure out-of-place calls (default on)")
+    p.add_argument("--link-bytes", type=parse_size, default=parse_size("4M"), metavar="SIZE",
+                   help="message size of the pairwise link probe that names slow nodes, 0 to skip (default 4M)")
+    p.add_argument("--link-iters", type=int, default=5, help="link probe passes over all pairs (default 5)")
     add_common_args(p)
     return p
 
@@ -115,7 +119,8 @@ def _collectives(text: str) -> list[str]:
 def check_args(args: argparse.Namespace, world_size: int | None) -> None:
     _collectives(args.collective)
     for flag, value, low in (("--iters", args.iters, 1), ("--warmup-iters", args.warmup_iters, 0),
-                             ("--check", args.check, 0)):
+                             ("--check", args.check, 0), ("--link-iters", args.link_iters, 1),
+                             ("--link-bytes", args.link_bytes, 0)):
         if value < low:
             raise UsageError(f"{flag} must be at least {low}, found {value}")
     message_sizes(args.min_bytes, args.max_bytes, args.step_factor, 1, 1)
@@ -255,6 +260,61 @@ def _gather_rows(torch: Any, dist: Any, values: list[float], device: Any, world:
     return [p.tolist() for p in parts]
 
 
+def pair_partner(rank: int, round_: int, world: int) -> int | None:
+    """Rank's partner in round `round_` (0 .. rounds(world) - 1) of a round-robin schedule in
+    which every pair of ranks meets exactly once (the circle method); None: idle this round
+    (odd world sizes, where one rank sits out each round)."""
+    n = world + world % 2
+    if rank == n - 1:
+        partner = round_
+    elif rank == round_:
+        partner = n - 1
+    else:
+        partner = (2 * round_ - rank) % (n - 1)
+    return None if partner >= world else partner
+
+
+def pair_rounds(world: int) -> int:
+    return world - 1 + world % 2
+
+
+def _link_probe(torch: Any, dist: Any, args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
+    """Time a two-way exchange of --link-bytes with every other rank, one pair at a time.
+
+    Collective and DDP timings cannot say which node is slow: every rank waits for the slowest,
+    so all ranks see the same times. A pairwise exchange can. The pair (i, j) is timed on its
+    own (a barrier between rounds), so a slow link or NIC shows in every pair that has the slow
+    node in it, and in no other pair."""
+    world, rank = ctx.launch.world_size, ctx.launch.rank
+    count = max(1, args.link_bytes // 4)
+    send = torch.ones(count, dtype=torch.float32, device=ctx.device)
+    recv = torch.empty_like(send)
+    cuda = ctx.device.type == "cuda"
+    rounds = pair_rounds(world)
+    partners = [pair_partner(rank, k, world) for k in range(rounds)]
+    times = [[math.nan] * args.link_iters for _ in range(rounds)]
+    for it in range(-1, args.link_iters):  # pass -1 is warmup: connections, first-touch costs
+        for k, peer in enumerate(partners):
+            dist.barrier()
+            if peer is None:
+                continue
+            t0 = time.perf_counter_ns()
+            ops = [dist.P2POp(dist.isend, send, peer), dist.P2POp(dist.irecv, recv, peer)]
+            for work in dist.batch_isend_irecv(ops):
+                work.wait()
+            if cuda:
+                torch.cuda.synchronize()
+            if it >= 0:
+                times[k][it] = (time.perf_counter_ns() - t0) / 1e3
+    dist.barrier()
+    flat = [-1.0 if p is None else float(p) for p in partners] + [t for row in times for t in row]
+    every = _gather_rows(torch, dist, flat, ctx.device, world)
+    return {"size_bytes": count * 4, "iters": args.link_iters,
+            "partners": [[None if p < 0 else int(p) for p in r[:rounds]] for r in every],
+            "time_us": [[r[rounds + k * args.link_iters: rounds + (k + 1) * args.link_iters] for k in range(rounds)]
+                        for r in every]}
+
+
 def _measure_mode(torch: Any, dist: Any, coll: _Collective, in_place: bool, args: argparse.Namespace,
                   ctx: Context, size: int) -> dict[str, Any]:
     world = ctx.launch.world_size
@@ -330,14 +390,20 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
             ctx.log(_format_row(row))
         mine = [r["busbw_gbps"] for r in rows if r["collective"] == name]
         ctx.log(f"# Avg bus bandwidth (in-place, {name}): {sum(mine) / len(mine):.4f} GB/s")
+    links = None
+    if args.link_bytes and world > 1:
+        ctx.log(f"# link probe: {format_size(args.link_bytes)} both ways between every pair of ranks, "
+                f"{args.link_iters} passes")
+        links = _link_probe(torch, dist, args, ctx)
     return {
         "params": {"min_bytes": args.min_bytes, "max_bytes": args.max_bytes, "step_factor": args.step_factor,
                    "iters": args.iters, "warmup_iters": args.warmup_iters, "check_iters": args.check,
                    "dtype": DTYPES[args.dtype], "op": args.op, "collectives": list(plan),
-                   "out_of_place": args.out_of_place, "timing": "worst rank; per-call samples "
+                   "out_of_place": args.out_of_place, "link_bytes": args.link_bytes, "link_iters": args.link_iters,
+                   "timing": "worst rank; per-call samples "
                    + ("from CUDA events" if ctx.device.type == "cuda" else "from the host clock")},
         "rows": rows,
-        PER_RANK: {"rows": per_rank},
+        PER_RANK: {"rows": per_rank, **({"links": links} if links else {})},
     }
 
 

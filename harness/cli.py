@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .compare import DataError
 from .plan import PlanError
 from .rundir import COMPLETED, RunDir, RunDirError
 from .spec import SpecError
@@ -203,6 +204,195 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- compare, history, regress, report
+
+def _threshold(text: str) -> float:
+    from .compare import parse_threshold
+
+    try:
+        return parse_threshold(text)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _metrics(names: list[str] | None) -> tuple[str, ...]:
+    from .compare import DEFAULT_METRICS
+
+    return tuple(dict.fromkeys(names)) if names else DEFAULT_METRICS
+
+
+def _labels(text: str | None, a: str, b: str) -> tuple[str, str]:
+    if text is None:
+        return (a, b) if a != b else (f"A:{a}", f"B:{b}")
+    parts = text.split(",")
+    if len(parts) != 2 or not all(p.strip() for p in parts) or parts[0].strip() == parts[1].strip():
+        raise UsageError(f"--labels {text!r} must be two different names separated by a comma, e.g. before,after")
+    return parts[0].strip(), parts[1].strip()
+
+
+def _warn_stderr(message: str) -> None:
+    print(f"bench: warning: {message}", file=sys.stderr)
+
+
+def _print_comparison(console: Any, cmp: Any, top: int) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from .compare import FASTER, METRICS, SLOWER, fmt_ci, fmt_value, key_text
+
+    for d in cmp.env_diffs:
+        console.print(f"[yellow]warning: the environments differ: {escape(d)}[/]", soft_wrap=True)
+    for side in (cmp.a, cmp.b):
+        for s in side.stragglers:
+            console.print(f"[yellow]straggler in {escape(side.label)}:[/] {escape(s.line())}", soft_wrap=True)
+    t = Table(title=f"{escape(cmp.b.label)} against {escape(cmp.a.label)} (worst first; threshold "
+                    f"{cmp.threshold:.1%}; {escape(cmp.method)})", title_justify="left")
+    for col in ("verdict", "metric", "key", "A", "B", "B/A", "95% CI", "p"):
+        t.add_column(col, justify="right" if col in ("A", "B", "B/A", "p") else "left")
+    style = {SLOWER: "red", FASTER: "green"}
+    for r in cmp.table.head(top).to_dict("records"):
+        t.add_row(r["verdict"], METRICS[r["metric"]].label, escape(key_text(r)), fmt_value(r["a"]), fmt_value(r["b"]),
+                  f"{r['ratio']:.3f}", fmt_ci(r["ci_low"], r["ci_high"]), fmt_value(r["p_value"]),
+                  style=style.get(r["verdict"]))
+    console.print(t)
+    if len(cmp.table) > top:
+        console.print(f"... {len(cmp.table) - top} more rows (--top, --csv, --markdown)")
+    for side, only in ((cmp.a, cmp.only_a), (cmp.b, cmp.only_b)):
+        if len(only):
+            shown = "; ".join(f"{key_text(r)} ({r['status']} in the other)" for r in only.head(10).to_dict("records"))
+            console.print(f"only completed in {escape(side.label)}: {len(only)} key{'s' if len(only) != 1 else ''}: "
+                          f"{escape(shown)}{'; ...' if len(only) > 10 else ''}", soft_wrap=True)
+    c = cmp.counts()
+    console.print(f"{c[SLOWER]} slower, {c[FASTER]} faster, {len(cmp.table) - c[SLOWER] - c[FASTER]} no significant "
+                  f"change, of {len(cmp.table)} compared", soft_wrap=True)
+
+
+def _check_out_file(path: str | None, flag: str) -> Path | None:
+    if path is None:
+        return None
+    p = Path(path)
+    if p.is_dir():
+        raise UsageError(f"{flag} {path}: is a directory; give a file name")
+    if not p.parent.is_dir():
+        raise UsageError(f"{flag} {path}: no such directory {p.parent}")
+    return p
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from benchmarks.results import atomic_write_text
+
+    from .compare import compare, load_run, markdown
+    from .plot import draw_compare
+
+    threshold = _threshold(args.threshold)
+    csv_path, md_path = _check_out_file(args.csv, "--csv"), _check_out_file(args.markdown, "--markdown")
+    a = load_run(args.dir_a, warn=_warn_stderr)
+    b = load_run(args.dir_b, warn=_warn_stderr)
+    a.label, b.label = _labels(args.labels, a.label, b.label)
+    cmp = compare(a, b, _metrics(args.metric), threshold)
+    console = _console()
+    _print_comparison(console, cmp, args.top)
+    if csv_path:
+        atomic_write_text(csv_path, cmp.table.to_csv(index=False))
+        print(f"wrote {csv_path}")
+    if md_path:
+        atomic_write_text(md_path, markdown(cmp, f"bench compare: {b.label} against {a.label}", include_same=True) + "\n")
+        print(f"wrote {md_path}")
+    if args.plots:
+        for path in draw_compare(Path(args.plots), a.rows, b.rows, (a.label, b.label)):
+            print(f"wrote {path}")
+    return 0
+
+
+def _db(args: argparse.Namespace) -> Path:
+    return Path(args.db) if args.db else Path.cwd() / "results" / "history.sqlite"
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    from . import history
+
+    console = _console()
+    db = _db(args)
+    if args.action == "add":
+        if not args.cluster:
+            raise UsageError("history add needs --cluster NAME")
+        e = history.add(db, args.dir, args.cluster, args.label)
+        print(f"added {args.dir} to {db} as run {e.id} of cluster {e.cluster}"
+              f"{f' (label {e.label})' if e.label else ''}: {e.rows} summary rows")
+    elif args.action == "list":
+        from rich.markup import escape
+        from rich.table import Table
+
+        found = history.entries(db, args.cluster)
+        t = Table(title=f"Runs in {escape(str(db))}", title_justify="left")
+        for col in ("id", "cluster", "label", "sweep", "ran", "added", "rows", "path"):
+            t.add_column(col)
+        for e in found:
+            t.add_row(str(e.id), escape(e.cluster), escape(e.label or "-"), escape(e.sweep or "-"), e.created, e.added,
+                      str(e.rows), escape(e.path))
+        console.print(t)
+        console.print(f"{len(found)} run{'s' if len(found) != 1 else ''}")
+    else:
+        from .plot import draw_history
+
+        if not args.cluster:
+            raise UsageError("history plot needs --cluster NAME")
+        pts = history.points(db, args.cluster)
+        if pts.empty:
+            raise UsageError(f"{db}: no run of cluster {args.cluster!r}; see `bench history list`")
+        out = Path(args.out) if args.out else db.parent / f"history-{_file_safe(args.cluster)}.png"
+        print(f"wrote {draw_history(pts, args.cluster, out)}")
+    return 0
+
+
+def _file_safe(name: str) -> str:
+    import re
+
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "cluster"
+
+
+def cmd_regress(args: argparse.Namespace) -> int:
+    from . import history
+    from .compare import compare, load_run
+    from .regress import summary_line, write_all
+    from .rundir import RunDir
+
+    threshold = _threshold(args.threshold)
+    db = _db(args)
+    run = load_run(args.dir, warn=_warn_stderr)
+    base = history.baseline(db, args.cluster, args.baseline, exclude=history.fingerprint(RunDir(args.dir)))
+    cmp = compare(base, run, _metrics(args.metric), threshold)
+    console = _console()
+    _print_comparison(console, cmp, args.top)
+    out = Path(args.out) if args.out else Path(args.dir) / "regress"
+    paths = write_all(cmp, out, f"bench regress: {run.label} against {base.label} ({args.cluster})")
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
+    line = summary_line(cmp)
+    regressed = cmp.counts()["slower"] > 0
+    print(f"bench regress: {'REGRESSION: ' if regressed else ''}{line}", file=sys.stderr if regressed else sys.stdout)
+    return 1 if regressed else 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from benchmarks.results import atomic_write_text
+
+    from .compare import compare, load_run
+    from .report import default_path, render
+    from .rundir import RunDir
+
+    run = RunDir(args.dir)
+    out = _check_out_file(args.out, "--out") or default_path(run)
+    side = load_run(args.dir, warn=_warn_stderr)
+    cmp = None
+    if args.compare:
+        side_a, side_b = side, load_run(args.compare, warn=_warn_stderr)
+        side_a.label, side_b.label = _labels(args.labels, side_a.label, side_b.label)
+        cmp = compare(side_a, side_b, _metrics(args.metric), _threshold(args.threshold))
+    atomic_write_text(out, render(run, side, cmp))
+    print(f"wrote {out}")
+    return 0
+
+
 # --------------------------------------------------------------------------- output
 
 def plan_table(jobs: list) -> str:
@@ -304,6 +494,51 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("workload_args", nargs=argparse.REMAINDER)
     r.set_defaults(func=cmd_run)
 
+    from .compare import METRICS
+    from .history import BASELINE_HELP
+
+    def analysis(c: argparse.ArgumentParser, regress: bool = False) -> None:
+        c.add_argument("--metric", action="append", choices=list(METRICS),
+                       help="metric to compare (repeatable; default busbw_gbps and images_per_s)")
+        c.add_argument("--threshold", default="5%", help="smallest change that counts, e.g. 5%% (default 5%%)")
+        c.add_argument("--top", type=_positive_int, default=30, help="rows shown in the terminal (default 30)")
+
+    c = sub.add_parser("compare", help="compare two runs key by key, with confidence intervals")
+    c.add_argument("dir_a", metavar="DIR_A", help="run directory A (the reference)")
+    c.add_argument("dir_b", metavar="DIR_B", help="run directory B")
+    analysis(c)
+    c.add_argument("--labels", metavar="A,B", help="names of the two sides in output and plots")
+    c.add_argument("--csv", metavar="FILE", help="write every compared row as CSV")
+    c.add_argument("--markdown", metavar="FILE", help="write the comparison as markdown")
+    c.add_argument("--plots", metavar="DIR", help="write compare_busbw.png and compare_scaling.png here")
+    c.set_defaults(func=cmd_compare)
+
+    h = sub.add_parser("history", help="store runs per cluster and list or plot them")
+    h.add_argument("action", choices=("add", "list", "plot"))
+    h.add_argument("dir", nargs="?", help="run directory (history add)")
+    h.add_argument("--cluster", help="cluster name (required for add and plot; a filter for list)")
+    h.add_argument("--label", help="label of the run (history add), e.g. nccl-2.21 or after-ib-fix")
+    h.add_argument("--db", help="history database (default results/history.sqlite)")
+    h.add_argument("--out", help="image file (history plot; default beside the database)")
+    h.set_defaults(func=cmd_history)
+
+    g = sub.add_parser("regress", help="compare a run with a baseline from the history; exit 1 on a regression")
+    g.add_argument("dir", help="run directory")
+    g.add_argument("--cluster", required=True, help="cluster whose history holds the baseline")
+    g.add_argument("--baseline", default="last", help=f"{BASELINE_HELP} (default last)")
+    g.add_argument("--db", help="history database (default results/history.sqlite)")
+    g.add_argument("--out", help="directory for report.md, junit.xml, benchmark.json (default DIR/regress)")
+    analysis(g)
+    g.set_defaults(func=cmd_regress)
+
+    o = sub.add_parser("report", help="write one self-contained HTML report of a run")
+    o.add_argument("dir", help="run directory")
+    o.add_argument("--compare", metavar="DIR_B", help="add a comparison of DIR (as A) with DIR_B")
+    o.add_argument("--labels", metavar="A,B", help="names of the two sides")
+    o.add_argument("--out", metavar="FILE", help="HTML file (default DIR/report.html)")
+    analysis(o)
+    o.set_defaults(func=cmd_report)
+
     for name, func, text in (("collect", cmd_collect, "rebuild summary.parquet/csv from the job results"),
                              ("plot", cmd_plot, "redraw the plots from the summary"),
                              ("status", cmd_status, "show the job table of a run")):
@@ -321,7 +556,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (UsageError, SpecError, PlanError, RunDirError) as exc:
+    except (UsageError, SpecError, PlanError, RunDirError, DataError) as exc:
         print(f"bench {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
 

@@ -37,6 +37,10 @@ COLUMNS = [
     "compute_images_per_s", "data_wait_fraction", "batch_size", "global_batch", "model", "dtype",
     "efficiency", "speedup", "hosts", "reason", "log_tail",
 ]
+# The summary's own layout, stored in summary.parquet's metadata. 1: no marker (summaries written
+# before the reason and log_tail columns); 2: this layout.
+SUMMARY_VERSION = 2
+_VERSION_KEY = b"bench_summary_version"
 SCALING_KEYS = ["workload", "scaling", "launcher", "backend", "device", "nccl_config", "model"]
 MISSING = "MISSING"  # the job completed but its result file is absent or unusable
 
@@ -81,8 +85,9 @@ class _Builder:
         """The summary as a typed Arrow table, converted in C (None becomes null)."""
         import pyarrow as pa
 
-        return pa.table({name: pa.array(column, type=_arrow_type(name))
-                         for name, column in self.columns.items()})
+        table = pa.table({name: pa.array(column, type=_arrow_type(name))
+                          for name, column in self.columns.items()})
+        return table.replace_schema_metadata({_VERSION_KEY: str(SUMMARY_VERSION).encode()})
 
     def samples(self) -> Any:
         """One row per summary row with samples: its keys, the metric, the values as a list."""
@@ -98,6 +103,15 @@ def _arrow_type(name: str) -> Any:
     import pyarrow as pa
 
     return pa.string() if name in TEXT_COLUMNS else pa.int64() if name in INT_COLUMNS else pa.float64()
+
+
+def summary_version(table: Any) -> int:
+    """The layout version of a summary Arrow table (1 when it carries no marker)."""
+    raw = (table.schema.metadata or {}).get(_VERSION_KEY, b"1")
+    try:
+        return int(raw)
+    except ValueError:
+        return 0
 
 
 def to_frame(table: Any) -> Any:

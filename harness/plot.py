@@ -52,9 +52,7 @@ def _log2_axis(ax: Any, values: Any, formatter) -> None:
 
 
 def _save(fig: Any, points: Any, path: Path) -> None:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    atomic_write_bytes(path, buf.getvalue())
+    atomic_write_bytes(path, png_bytes(fig))
     atomic_write_bytes(path.with_suffix(".csv"), points.to_csv(index=False).encode())
 
 
@@ -177,3 +175,143 @@ def draw_all(run: RunDir, summary: Any) -> list[Path]:
             plt.close(fig)
         written.append(path)
     return written
+
+
+# --------------------------------------------------------------------------- two runs
+
+def _both(a: Any, b: Any, labels: tuple[str, str]) -> Any:
+    import pandas as pd
+
+    return pd.concat([a.assign(run=labels[0]), b.assign(run=labels[1])], ignore_index=True)
+
+
+def compare_busbw_figure(a: Any, b: Any, labels: tuple[str, str]) -> tuple[Any, Any] | None:
+    """busbw vs message size, both runs on one axis per node count (completed rows of each)."""
+    import pandas as pd
+
+    df = _both(a, b, labels)
+    df = df[(df["workload"] == "allreduce") & (df["busbw_gbps"] > 0)].copy()
+    if df.empty:
+        return None
+    plt, sns = _setup()
+    df["series"] = (df["run"] + " · " + df["collective"].astype(str) + " · " + df["gpus_per_node"].astype(str)
+                    + " GPU/node · " + _panel(df))
+    nodes = sorted(df["nodes"].unique())
+    fig, axes = plt.subplots(1, len(nodes), figsize=(max(7.0, 5.5 * len(nodes)), 4.4), squeeze=False)
+    points = []
+    for c, n in enumerate(nodes):
+        ax = axes[0][c]
+        sub = df[df["nodes"] == n].sort_values("size_bytes")
+        sns.lineplot(data=sub, x="size_bytes", y="busbw_gbps", hue="run", hue_order=list(labels), style="series",
+                     marker="o", estimator=None, sort=True, ax=ax, legend=(c == len(nodes) - 1))
+        _log2_axis(ax, sub["size_bytes"], format_size)
+        ax.tick_params(axis="x", labelrotation=45)
+        ax.set_xlabel("message size")
+        ax.set_ylabel("bus bandwidth (GB/s)")
+        ax.set_title(f"{int(n)} node{'s' if n != 1 else ''}")
+        points += [("compare_busbw", f"{int(n)} nodes", "busbw_gbps", s, int(x), float(y))
+                   for s, x, y in zip(sub["series"], sub["size_bytes"], sub["busbw_gbps"])]
+    if axes[0][-1].get_legend():
+        sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1))
+    fig.suptitle(f"Bus bandwidth: {labels[0]} vs {labels[1]}")
+    fig.tight_layout()
+    return fig, pd.DataFrame(points, columns=POINT_COLUMNS)
+
+
+def compare_scaling_figure(a: Any, b: Any, labels: tuple[str, str]) -> tuple[Any, Any] | None:
+    """Both runs' scaling curves: images/s per GPU of each training workload, and busbw at the
+    largest message size, against the node count."""
+    import pandas as pd
+
+    df = _both(a, b, labels)
+    train = df[df["workload"].isin(TRAINING) & (df["images_per_s_per_gpu"] > 0)].copy()
+    coll = df[(df["workload"] == "allreduce") & (df["busbw_gbps"] > 0)]
+    if len(coll):
+        coll = coll.loc[coll.groupby(["run", "collective", "nodes", "gpus_per_node", "launcher", "nccl_config"])
+                        ["size_bytes"].idxmax()].copy()
+    panels = [(f"{w} ({s})", train[(train["workload"] == w) & (train["scaling"] == s)], "images_per_s_per_gpu",
+               "images/s per GPU") for w, s in sorted(set(zip(train["workload"], train["scaling"])))]
+    if len(coll):
+        panels.append(("all-reduce at the largest size", coll, "busbw_gbps", "bus bandwidth (GB/s)"))
+    if not panels:
+        return None
+    plt, sns = _setup()
+    fig, axes = plt.subplots(1, len(panels), figsize=(max(7.0, 5.0 * len(panels)), 4.2), squeeze=False)
+    points = []
+    for c, (title, sub, metric, ylabel) in enumerate(panels):
+        ax = axes[0][c]
+        sub = sub.assign(series=sub["gpus_per_node"].astype(str) + " GPU/node · " + _panel(sub)).sort_values("nodes")
+        sns.lineplot(data=sub, x="nodes", y=metric, hue="run", hue_order=list(labels), style="series", marker="o",
+                     estimator=None, sort=True, ax=ax, legend=(c == len(panels) - 1))
+        _log2_axis(ax, sub["nodes"], str)
+        ax.set_xlabel("nodes")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        points += [("compare_scaling", title, metric, f"{r} · {s}", int(x), float(y))
+                   for r, s, x, y in zip(sub["run"], sub["series"], sub["nodes"], sub[metric])]
+    if axes[0][-1].get_legend():
+        sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1))
+    fig.suptitle(f"Scaling: {labels[0]} vs {labels[1]}")
+    fig.tight_layout()
+    return fig, pd.DataFrame(points, columns=POINT_COLUMNS)
+
+
+def png_bytes(fig: Any) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    return buf.getvalue()
+
+
+def draw_compare(out: Path, a: Any, b: Any, labels: tuple[str, str]) -> list[Path]:
+    """compare_busbw.png and compare_scaling.png (each with its CSV) in `out`."""
+    plt, _ = _setup()
+    written = []
+    for name, make in (("compare_busbw", compare_busbw_figure), ("compare_scaling", compare_scaling_figure)):
+        made = make(a, b, labels)
+        if made is None:
+            continue
+        fig, points = made
+        try:
+            _save(fig, points, out / f"{name}.png")
+        finally:
+            plt.close(fig)
+        written.append(out / f"{name}.png")
+    return written
+
+
+def draw_history(points: Any, cluster: str, out: Path) -> Path:
+    """The key figures of a cluster's runs over time: busbw at the largest message size per
+    configuration, and images/s per GPU per training workload (history.points)."""
+    plt, sns = _setup()
+    df = points.copy()
+    df["ran"] = df["created"].str.slice(0, 16).str.replace("T", " ")
+    order = list(dict.fromkeys(df.sort_values(["created", "id"])["ran"] + " #" + df.sort_values(["created", "id"])["id"].astype(str)))
+    df["run"] = df["ran"] + " #" + df["id"].astype(str)
+    metrics = [(m, label) for m, label in (("busbw_gbps", "busbw at the largest size (GB/s)"),
+                                           ("images_per_s_per_gpu", "images/s per GPU")) if (df["metric"] == m).any()]
+    fig, axes = plt.subplots(len(metrics), 1, figsize=(max(8.0, 0.35 * len(order) + 6), 4.0 * len(metrics)),
+                             squeeze=False)
+    points_out = []
+    for r, (metric, label) in enumerate(metrics):
+        ax = axes[r][0]
+        sub = df[df["metric"] == metric]
+        pos = {run: i for i, run in enumerate(order)}
+        sub = sub.assign(x=sub["run"].map(pos))
+        sns.lineplot(data=sub, x="x", y="value", hue="series", marker="o", estimator=None, sort=True, ax=ax)
+        ax.set_xticks(range(len(order)))
+        ax.set_xticklabels(order if len(order) <= 40 else [o if i % (len(order) // 40 + 1) == 0 else ""
+                                                           for i, o in enumerate(order)], rotation=60, ha="right")
+        ax.set_xlabel("run (when it was planned, history id)")
+        ax.set_ylabel(label)
+        if ax.get_legend():
+            sns.move_legend(ax, "upper left", bbox_to_anchor=(1.02, 1), fontsize="small")
+        points_out += [("history", cluster, metric, s, int(x), float(y)) for s, x, y in zip(sub["series"], sub["x"], sub["value"])]
+    fig.suptitle(f"History of {cluster}")
+    fig.tight_layout()
+    import pandas as pd
+
+    try:
+        _save(fig, pd.DataFrame(points_out, columns=POINT_COLUMNS), out)
+    finally:
+        plt.close(fig)
+    return out

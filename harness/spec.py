@@ -80,6 +80,8 @@ class AllreduceSpec:
     op: str = "sum"
     collectives: tuple[str, ...] = ("all_reduce",)
     out_of_place: bool = True
+    link_bytes: int = field(default=4 * 1024**2, metadata={"size": True})  # pairwise probe, 0: off
+    link_iters: int = 5
 
     def __post_init__(self) -> None:
         if self.max_bytes < self.min_bytes:
@@ -88,6 +90,8 @@ class AllreduceSpec:
         _positive("iters", self.iters)
         _positive("warmup_iters", self.warmup_iters, 0)
         _positive("check_iters", self.check_iters, 0)
+        _positive("link_bytes", self.link_bytes, 0)
+        _positive("link_iters", self.link_iters)
         _choice("dtype", self.dtype, DTYPES)
         _choice("op", self.op, OPS)
         if not self.collectives:
@@ -99,7 +103,8 @@ class AllreduceSpec:
         return ["-b", str(self.min_bytes), "-e", str(self.max_bytes), "-f", str(self.step_factor),
                 "-n", str(self.iters), "-w", str(self.warmup_iters), "-c", str(self.check_iters),
                 "-d", self.dtype, "-o", self.op, "--collective", ",".join(self.collectives),
-                "--out-of-place" if self.out_of_place else "--no-out-of-place"]
+                "--out-of-place" if self.out_of_place else "--no-out-of-place",
+                "--link-bytes", str(self.link_bytes), "--link-iters", str(self.link_iters)]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -3,7 +3,8 @@
     python -m pytest tests/perf/bench_speed.py --benchmark-only
 
 Targets (issue 2): `bench sweep --dry-run` of a 10,000-job matrix under 2 s; `bench collect`
-of 100,000 result rows under 2 s.
+of 100,000 result rows under 2 s. Issue 4: `bench compare` and `bench regress` of 100,000-row runs
+under 3 s; the history stays fast with 1,000 runs.
 """
 
 from __future__ import annotations
@@ -60,3 +61,70 @@ def test_collect_100k_rows(benchmark, run_100k):
     import pyarrow.parquet as pq
 
     assert pq.read_metadata(run_100k.summary_parquet).num_rows == 100_000
+
+
+# ---- issue 4: compare and regress on 100,000-row runs; the history with 1,000 runs
+
+@pytest.fixture(scope="module")
+def two_runs_100k(tmp_path_factory):
+    from harness.collect import collect, write_summary
+
+    root = tmp_path_factory.mktemp("compare")
+    runs = [make_run(root / name, 4000, seed=seed) for name, seed in (("a", 0), ("b", 1))]
+    for run in runs:
+        write_summary(run, *collect(run))
+    return runs
+
+
+def test_compare_100k_rows(benchmark, two_runs_100k, tmp_path):
+    """`bench compare A B --csv`, interpreter start included."""
+    a, b = two_runs_100k
+    _timed_command(benchmark, lambda i: [sys.executable, "-m", "harness.cli", "compare", str(a.path), str(b.path),
+                                         "--csv", str(tmp_path / f"c{i}.csv")])
+    assert sum(1 for _ in open(tmp_path / "c0.csv")) == 100_000 + 1
+
+
+def test_regress_100k_rows(benchmark, two_runs_100k, tmp_path):
+    """`bench regress B` against A in the history, interpreter start included."""
+    from harness import history
+
+    a, b = two_runs_100k
+    db = tmp_path / "history.sqlite"
+    history.add(db, a.path, "big")
+
+    def cmd(i):
+        return [sys.executable, "-m", "harness.cli", "regress", str(b.path), "--cluster", "big", "--db", str(db),
+                "--out", str(tmp_path / f"r{i}")]
+
+    counter = itertools.count()
+    benchmark.pedantic(lambda c: subprocess.run(c, stdout=subprocess.DEVNULL), setup=lambda: ((cmd(next(counter)),), {}),
+                       rounds=5, iterations=1)
+    assert (tmp_path / "r0" / "junit.xml").exists()
+
+
+@pytest.fixture(scope="module")
+def history_1000(tmp_path_factory):
+    """1,000 runs of one cluster (small ones: the database's size is in the runs, the work in the lookups)."""
+    from harness import history
+    from harness.collect import collect, write_summary
+
+    root = tmp_path_factory.mktemp("history")
+    db = root / "history.sqlite"
+    template = make_run(root / "template", 8)
+    write_summary(template, *collect(template))
+    for i in range(1000):
+        # a distinct plan per run: the history refuses a plan it has seen
+        plan = template.plan_file.read_text().replace('"created": "', f'"created": "{i:04d}-', 1)
+        template.plan_file.write_text(plan)
+        history.add(db, template.path, "c1000", label=f"r{i}")
+    return db, template
+
+
+@pytest.mark.parametrize("command", [["history", "list", "--cluster", "c1000"],
+                                     ["regress", "RUN", "--cluster", "c1000", "--baseline", "median:5"],
+                                     ["regress", "RUN", "--cluster", "c1000", "--baseline", "label:r10"]])
+def test_history_of_1000_runs(benchmark, history_1000, tmp_path, command):
+    db, template = history_1000
+    cmd = [sys.executable, "-m", "harness.cli", *[str(template.path) if c == "RUN" else c for c in command],
+           "--db", str(db)] + (["--out", str(tmp_path / "r")] if command[0] == "regress" else [])
+    benchmark.pedantic(lambda: subprocess.run(cmd, stdout=subprocess.DEVNULL), rounds=5, iterations=1)

@@ -1,0 +1,153 @@
+"""`bench report`: one self-contained HTML file per run. Plots are embedded as data: URIs and
+the styles inline, so the file opens offline, from a mail attachment or a CI artifact."""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import format_size
+
+from . import plot
+from .collect import read_summary
+from .compare import METRICS, SAME, Comparison, Side, fmt_ci, fmt_value, key_text
+from .rundir import COMPLETED, RunDir
+
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; }
+td.n { text-align: right; font-variant-numeric: tabular-nums; }
+tr.slower td { background: #fde2e1; } tr.faster td { background: #e3f6e3; }
+.warn { background: #fff4d6; border-left: 4px solid #e0a800; padding: 0.5em 1em; }
+img { max-width: 100%; display: block; margin: 0.5em 0 1.5em; }
+pre { background: #f5f5f5; padding: 0.5em; overflow-x: auto; }
+"""
+
+
+def _e(v: Any) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    return html.escape(str(v))
+
+
+def _table(head: list[str], rows: list[list[Any]], numeric: set[int] = frozenset(),
+           classes: list[str] | None = None) -> str:
+    out = ["<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"]
+    for i, row in enumerate(rows):
+        cls = f' class="{classes[i]}"' if classes and classes[i] else ""
+        out.append(f"<tr{cls}>" + "".join(f'<td{" class=n" if j in numeric else ""}>{_e(v)}</td>'
+                                          for j, v in enumerate(row)) + "</tr>")
+    return "\n".join(out) + "</table>"
+
+
+def _img(png: bytes, alt: str) -> str:
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+
+
+def _figures(makers: list[tuple[str, Any]]) -> str:
+    plt, _ = plot._setup()
+    parts = []
+    for alt, make in makers:
+        made = make()
+        if made is None:
+            continue
+        fig, _points = made
+        try:
+            parts.append(_img(plot.png_bytes(fig), alt))
+        finally:
+            plt.close(fig)
+    return "\n".join(parts)
+
+
+def _fmt(v: Any, spec: str) -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
+
+
+def run_section(run: RunDir, side: Side) -> str:
+    summary = read_summary(run)
+    plan = run.read_plan()
+    jobs = run.jobs()
+    table = run.read_table(jobs)
+    env = side.environment
+    parts = ["<h2>Environment</h2>",
+             _table(["", ""], [[k, ", ".join(v) if isinstance(v, list) else v] for k, v in env.items()]),
+             "<h2>Jobs</h2>",
+             _table(["job", "state", "exit", "elapsed s", "nodes", "node list", "reason"],
+                    [[r.name, r.state, r.exit_code, _fmt(r.elapsed_s, ".1f"), r.nodes, r.node_list, r.reason]
+                     for r in table.values()], numeric={2, 3, 4},
+                    classes=["" if r.state == COMPLETED else "slower" for r in table.values()])]
+    parts.append("<h2>Stragglers</h2>")
+    if side.stragglers:
+        parts.append("<ul>" + "".join(f"<li>{_e(s.line())}</li>" for s in side.stragglers) + "</ul>")
+    else:
+        parts.append("<p>None: no node was consistently more than 20% slower than the median node in the "
+                     "link probe of any job of three or more nodes.</p>")
+    ok = summary[summary["status"] == COMPLETED]
+    train = ok[ok["workload"] != "allreduce"].sort_values(["workload", "scaling", "launcher", "nccl_config", "world_size"])
+    parts.append("<h2>Scaling</h2>")
+    parts.append(_figures([("weak scaling", lambda: plot.scaling_figure(summary, "weak")),
+                           ("strong scaling", lambda: plot.scaling_figure(summary, "strong"))]))
+    if len(train):
+        parts.append(_table(["workload", "scaling", "job", "GPUs", "images/s", "per GPU", "step ms", "speedup", "efficiency"],
+                            [[r.workload, r.scaling, r.job, r.world_size, _fmt(r.images_per_s, ".1f"),
+                              _fmt(r.images_per_s_per_gpu, ".1f"), _fmt(r.step_time_ms, ".1f"),
+                              _fmt(r.speedup, ".2f"), _fmt(r.efficiency, ".1%")] for r in train.itertuples()],
+                            numeric={3, 4, 5, 6, 7, 8}))
+    coll = ok[ok["workload"] == "allreduce"]
+    parts.append("<h2>Collectives</h2>")
+    parts.append(_figures([("bus bandwidth vs message size", lambda: plot.busbw_figure(summary))]))
+    if len(coll):
+        coll = coll.sort_values(["job", "collective", "size_bytes"])
+        parts.append(_table(["job", "collective", "size", "time us", "algbw GB/s", "busbw GB/s", "#wrong"],
+                            [[r.job, r.collective, format_size(int(r.size_bytes)), _fmt(r.time_us, ".1f"),
+                              _fmt(r.algbw_gbps, ".4f"), _fmt(r.busbw_gbps, ".4f"), r.wrong]
+                             for r in coll.itertuples()], numeric={2, 3, 4, 5, 6}))
+    head = (f"<p>Run <code>{_e(run.path)}</code>: sweep <b>{_e((plan.get('sweep') or {}).get('name'))}</b>, "
+            f"executor {_e(plan.get('executor'))}, planned {_e(plan.get('created'))}.</p>")
+    return head + "\n".join(parts)
+
+
+def compare_section(cmp: Comparison) -> str:
+    t = cmp.table
+    c = cmp.counts()
+    parts = [f"<h2>Comparison: {_e(cmp.b.label)} against {_e(cmp.a.label)}</h2>",
+             f"<p>Threshold {cmp.threshold:.1%}; {_e(cmp.method)}. "
+             + ", ".join(f"{_e(k)}: {v}" for k, v in c.items()) + ".</p>"]
+    if cmp.env_diffs:
+        parts.append('<div class="warn"><b>The environments differ:</b><ul>'
+                     + "".join(f"<li>{_e(d)}</li>" for d in cmp.env_diffs) + "</ul></div>")
+    for side in (cmp.a, cmp.b):
+        for s in side.stragglers:
+            parts.append(f'<p class="warn">{_e(side.label)}: {_e(s.line())}</p>')
+    shown = t[t["verdict"] != SAME]
+    if len(shown):
+        parts.append(_table(["verdict", "metric", "key", "A", "B", "B/A", "95% CI", "p"],
+                            [[r["verdict"], METRICS[r["metric"]].label, key_text(r), fmt_value(r["a"]), fmt_value(r["b"]),
+                              f"{r['ratio']:.3f}", fmt_ci(r["ci_low"], r["ci_high"]), fmt_value(r["p_value"])]
+                             for r in shown.to_dict("records")], numeric={3, 4, 5, 7},
+                            classes=list(shown["verdict"])))
+    parts.append(f"<p>{c[SAME]} (metric, key) pairs show no significant change.</p>")
+    for side, only in ((cmp.a, cmp.only_a), (cmp.b, cmp.only_b)):
+        if len(only):
+            parts.append(f"<p>Only completed in {_e(side.label)}: "
+                         + "; ".join(_e(f"{key_text(r)} ({r['status']} in the other)") for r in only.head(100).to_dict("records"))
+                         + ("; ..." if len(only) > 100 else "") + "</p>")
+    labels = (cmp.a.label, cmp.b.label)
+    parts.append(_figures([("busbw of both runs", lambda: plot.compare_busbw_figure(cmp.a.rows, cmp.b.rows, labels)),
+                           ("scaling of both runs", lambda: plot.compare_scaling_figure(cmp.a.rows, cmp.b.rows, labels))]))
+    return "\n".join(parts)
+
+
+def render(run: RunDir, side: Side, cmp: Comparison | None) -> str:
+    body = run_section(run, side) + (compare_section(cmp) if cmp is not None else "")
+    return ("<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
+            f"<title>bench report: {_e(run.path.name)}</title><style>{STYLE}</style></head><body>"
+            f"<h1>bench report: {_e(run.path.name)}</h1>\n{body}\n</body></html>\n")
+
+
+def default_path(run: RunDir) -> Path:
+    return run.path / "report.html"

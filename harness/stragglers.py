@@ -1,0 +1,102 @@
+"""Straggler attribution: which node, by hostname, is consistently slower than the rest.
+
+Collective and DDP step times cannot say it: every rank of a collective waits for the slowest
+one, so all ranks record the same times whichever node is slow. The all-reduce workload's link
+probe can (benchmarks/allreduce.py, `_link_probe`): every pair of ranks exchanges a message
+on its own, so a slow node's link shows in every pair that includes it, and in no other.
+
+Per job, per pass of the probe, a node's score is the median time of its ranks' exchanges with
+ranks on other nodes; the pass's reference is the median of the node scores. A node is a
+straggler when its score exceeds the reference by more than SLOWER (20%) in at least MOST
+(3 in 4) of the passes. It takes three nodes to tell which end of a slow pair is slow, so
+jobs of fewer nodes are not judged.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import ranks_path
+from benchmarks.results import ResultError, load_result
+
+from .rundir import COMPLETED, RunDir
+
+SLOWER = 0.20
+MOST = 0.75
+MIN_NODES = 3
+
+
+@dataclass(frozen=True)
+class Straggler:
+    job: str
+    host: str
+    slower: float      # median over passes of score / reference - 1
+    passes: int        # passes in which it was more than SLOWER slower
+    of: int            # passes judged
+
+    def line(self) -> str:
+        return (f"{self.host} is {self.slower:.0%} slower than the median node in {self.job}'s link probe "
+                f"({self.passes} of {self.of} passes over {SLOWER:.0%})")
+
+
+def judge(job: str, hosts: list[str], links: dict[str, Any]) -> list[Straggler]:
+    """The stragglers of one job, from its per-rank file's hosts and link probe."""
+    nodes = sorted(set(hosts))
+    if len(nodes) < MIN_NODES:
+        return []
+    partners, times = links["partners"], links["time_us"]
+    passes = int(links["iters"])
+    flagged: dict[str, list[float]] = {h: [] for h in nodes}
+    judged = 0
+    for it in range(passes):
+        per_node: dict[str, list[float]] = {h: [] for h in nodes}
+        for rank, (peers, rounds) in enumerate(zip(partners, times)):
+            for peer, samples in zip(peers, rounds):
+                t = samples[it] if samples and it < len(samples) else None
+                if peer is None or t is None or hosts[peer] == hosts[rank]:
+                    continue
+                per_node[hosts[rank]].append(t)
+        scores = {h: statistics.median(v) for h, v in per_node.items() if v}
+        if len(scores) < MIN_NODES:
+            continue
+        judged += 1
+        ref = statistics.median(scores.values())
+        for h, s in scores.items():
+            flagged[h].append(s / ref - 1 if ref > 0 else 0.0)
+    out = []
+    for h, ratios in flagged.items():
+        over = sum(r > SLOWER for r in ratios)
+        if judged and over >= MOST * judged:
+            out.append(Straggler(job, h, statistics.median(ratios), over, judged))
+    return out
+
+
+def find(run: RunDir, warn=None) -> list[Straggler]:
+    """Stragglers over the completed all-reduce jobs of a run, worst first."""
+    found: list[Straggler] = []
+    jobs = run.jobs()
+    table = run.read_table(jobs)
+    for job in jobs:
+        if table[job.name].state != COMPLETED:
+            continue
+        for wr in job.runs:
+            if wr.workload != "allreduce":
+                continue
+            path = Path(ranks_path(run.path / job.result_path(wr)))
+            if not path.exists():
+                continue
+            try:
+                data = load_result(path)
+                if "links" in data:
+                    found += judge(job.name, data["hosts"], data["links"])
+            except (ResultError, KeyError, TypeError, IndexError, ValueError) as exc:
+                if warn:
+                    warn(f"{path}: no straggler analysis ({exc})")
+    return sorted(found, key=lambda s: -s.slower)
+
+
+def hosts_named(stragglers: list[Straggler]) -> list[str]:
+    return sorted({s.host for s in stragglers})

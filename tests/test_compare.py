@@ -1,0 +1,350 @@
+"""`bench compare`, `bench history`, `bench regress` and `bench report` on a real local run
+(gloo ranks), and the bad input each must refuse. The proofs on shaped links are in
+test_regress_testbed.py; the statistics are checked here against a brute-force reference."""
+
+from __future__ import annotations
+
+import base64
+import html.parser
+import io
+import itertools
+import json
+import math
+import re
+import shutil
+import sqlite3
+import statistics
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from PIL import Image
+
+from conftest import bench, run
+from harness import stats, stragglers
+from harness.collect import SUMMARY_VERSION
+from harness.compare import SLOWER, compare, load_run
+
+
+# --------------------------------------------------------------------------- statistics
+
+def brute_force(a: list[float], b: list[float], z: float = 1.959964) -> tuple[float, float, float, float]:
+    """Hodges-Lehmann ratio, its CI and the Mann-Whitney p-value, written out the long way."""
+    d = sorted(math.log(x) - math.log(y) for x, y in itertools.product(a, b))
+    m, n = len(a), len(b)
+    sd = math.sqrt(m * n * (m + n + 1) / 12)
+    u = sum(x > y for x, y in itertools.product(a, b)) + 0.5 * sum(x == y for x, y in itertools.product(a, b))
+    p = math.erfc(max(abs(u - m * n / 2) - 0.5, 0) / sd / math.sqrt(2))
+    k = math.floor(m * n / 2 - z * sd)
+    return math.exp(statistics.median(d)), math.exp(d[k]), math.exp(d[m * n - 1 - k]), p
+
+
+def test_rate_shift_matches_the_brute_force_reference():
+    rng = np.random.default_rng(7)
+    cases = [(rng.lognormal(5, 0.1, 10), rng.lognormal(5.2, 0.1, 10)),   # B slower: ratio ~ 0.82
+             (rng.lognormal(5, 0.1, 10), rng.lognormal(5, 0.1, 10)),     # no change
+             (rng.lognormal(3, 0.2, 7), rng.lognormal(2.5, 0.2, 12)),    # B faster, unequal counts
+             (np.full(5, 100.0), np.full(5, 100.0))]                     # all ties
+    width = max(max(len(a), len(b)) for a, b in cases)
+    A = np.full((len(cases), width), np.nan)
+    B = np.full((len(cases), width), np.nan)
+    for i, (a, b) in enumerate(cases):
+        A[i, :len(a)], B[i, :len(b)] = a, b
+    got = stats.rate_shift(A, B, [len(a) for a, _ in cases], [len(b) for _, b in cases])
+    for i, (a, b) in enumerate(cases):
+        want = brute_force(list(a), list(b))
+        assert (got.ratio[i], got.low[i], got.high[i], got.p_value[i]) == pytest.approx(want, rel=1e-9)
+    assert got.p_value[0] < 0.01 and got.high[0] < 1           # slower, significant
+    assert got.p_value[1] > 0.05 and got.low[1] < 1 < got.high[1]
+    assert got.p_value[2] < 0.01 and got.low[2] > 1            # faster
+    assert got.ratio[3] == 1 and got.p_value[3] == 1
+
+
+def test_rate_shift_leaves_rows_without_samples_undecided():
+    got = stats.rate_shift(np.ones((2, 3)), np.ones((2, 3)), [3, 1], [0, 3])
+    assert np.isnan(got.p_value).all() and np.isnan(got.ratio).all()
+
+
+def test_straggler_rule_needs_most_passes_and_three_nodes():
+    hosts = ["h1", "h2", "h3", "h4"]
+    partners = [[3, 2, 1], [2, 3, 0], [1, 0, 3], [0, 1, 2]]   # the probe's round-robin schedule for 4 ranks
+
+    def links(slow: str, slow_passes: list[int]) -> dict:
+        times = [[[10_000.0 if (slow in (hosts[r], hosts[p]) and it in slow_passes) else 1_000.0 for it in range(4)]
+                  for p in partners[r]] for r in range(4)]
+        return {"partners": partners, "time_us": times, "iters": 4}
+
+    named = stragglers.judge("j", hosts, links("h3", [0, 1, 2, 3]))
+    assert [s.host for s in named] == ["h3"] and named[0].passes == 4 and named[0].slower == pytest.approx(9)
+    assert stragglers.judge("j", hosts, links("h3", [0, 1])) == []          # 2 of 4 passes: not consistent
+    two = {"partners": [[1], [0]], "time_us": [[[9e4] * 4], [[9e4] * 4]], "iters": 4}
+    assert stragglers.judge("j", ["h1", "h2"], two) == []                  # which end is slow? cannot say
+
+
+def test_pair_schedule_meets_every_pair_once():
+    from benchmarks.allreduce import pair_partner, pair_rounds
+
+    for world in range(2, 10):
+        met = set()
+        for k in range(pair_rounds(world)):
+            partners = [pair_partner(r, k, world) for r in range(world)]
+            for r, p in enumerate(partners):
+                if p is not None:
+                    assert partners[p] == r and p != r
+                    met.add(frozenset((r, p)))
+        assert met == {frozenset(c) for c in itertools.combinations(range(world), 2)}
+
+
+# --------------------------------------------------------------------------- a real run
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory):
+    """One local sweep: 1 and 2 emulated nodes of 1 gloo rank, all-reduce and synthetic training."""
+    root = tmp_path_factory.mktemp("cmp")
+    out = root / "run"
+    bench("sweep", "sweeps/local.yaml", "--max-nodes", "2", "--executor", "local", "--out", str(out),
+          "--set", "gpus_per_node=[1]", "--set", "workloads.allreduce.min_bytes=64K",
+          "--set", "workloads.allreduce.max_bytes=1M", "--set", "workloads.synthetic.scaling=[weak]",
+          "--set", "workloads.synthetic.steps=4", "--set", "workloads.real=false", timeout=600)
+    return out
+
+
+def copy_run(src: Path, dst: Path, *, time_factor: float = 1.0, drop: str | None = None, version: int | None = None,
+             launcher: str | None = None) -> Path:
+    """A copy of a run whose summary and samples are rewritten: times scaled by time_factor
+    (rates divided), a column dropped, the layout version or the launcher changed."""
+    shutil.copytree(src, dst)
+    summary = pq.read_table(dst / "summary.parquet")
+    samples = pq.read_table(dst / "samples.parquet")
+    cols = {n: summary.column(n) for n in summary.column_names}
+    for name in ("time_us", "step_time_ms"):
+        cols[name] = pa.compute.multiply(cols[name], time_factor)
+    for name in ("busbw_gbps", "algbw_gbps", "images_per_s", "images_per_s_per_gpu"):
+        cols[name] = pa.compute.divide(cols[name], time_factor)
+    if launcher:
+        cols["launcher"] = pa.array([launcher] * summary.num_rows, type=pa.string())
+    meta = dict(summary.schema.metadata or {})
+    if version is not None:
+        meta.pop(b"bench_summary_version", None)
+        if version > 1:
+            meta[b"bench_summary_version"] = str(version).encode()
+    table = pa.table({n: c for n, c in cols.items() if n != drop}).replace_schema_metadata(meta)
+    pq.write_table(table, dst / "summary.parquet")
+    values = pa.array([[v * time_factor for v in row] for row in samples.column("values").to_pylist()],
+                      type=pa.list_(pa.float64()))
+    pq.write_table(samples.set_column(samples.column_names.index("values"), "values", values), dst / "samples.parquet")
+    return dst
+
+
+def test_a_run_against_itself_changes_nothing(real_run, tmp_path):
+    r = bench("compare", str(real_run), str(real_run), "--csv", str(tmp_path / "c.csv"),
+              "--markdown", str(tmp_path / "c.md"), "--plots", str(tmp_path / "plots"))
+    assert "Mann-Whitney" in r.stdout and "0 slower, 0 faster" in r.stdout, r.describe()
+    import pandas as pd
+
+    table = pd.read_csv(tmp_path / "c.csv")
+    # 2-node all-reduce at 64K, 256K, 1M (1-node busbw is 0: one rank moves nothing) + 2 training rows
+    assert sorted(table["metric"].unique()) == ["busbw_gbps", "images_per_s"]
+    assert len(table) == 3 + 2
+    assert (table["ratio"] == 1).all() and (table["p_value"] == 1).all()
+    assert (table["verdict"] == "no significant change").all()
+    assert "## No significant change: 5" in (tmp_path / "c.md").read_text()
+    for png in ("compare_busbw.png", "compare_scaling.png"):
+        Image.open(tmp_path / "plots" / png).verify()
+
+
+def test_a_slower_copy_is_slower_and_worst_first(real_run, tmp_path):
+    slow = copy_run(real_run, tmp_path / "slow", time_factor=10.0)  # loopback gloo on 2 CPUs: samples spread 20x
+    cmp = compare(load_run(real_run), load_run(slow))
+    assert set(cmp.table["verdict"]) == {SLOWER}
+    assert cmp.table["ratio"].to_numpy() == pytest.approx(1 / 10)
+    assert (cmp.table["ci_high"] < 1).all() and (cmp.table["p_value"] < 0.05).all()
+    r = bench("compare", str(real_run), str(slow), "--labels", "before,after", "--threshold", "95%")
+    assert "0 slower, 0 faster, 5 no significant change" in r.stdout, r.describe()  # 90% < 95%: under threshold
+    assert "after against before" in r.stdout
+
+
+def test_keys_in_one_run_only_are_listed(real_run, tmp_path):
+    other = copy_run(real_run, tmp_path / "other")
+    summary = pq.read_table(other / "summary.parquet")
+    keep = pa.compute.not_equal(summary.column("job"), "n2-g1-torchrun-default")
+    pq.write_table(summary.filter(keep), other / "summary.parquet")
+    r = bench("compare", str(real_run), str(other))
+    assert re.search(r"only completed in run: 4 keys: allreduce all_reduce 64K, 2x1, torchrun, default \(absent", r.stdout), r.describe()
+
+
+def test_environment_differences_are_warned(real_run, tmp_path):
+    other = tmp_path / "other"
+    shutil.copytree(real_run, other)
+    for path in other.glob("jobs/*/*.json"):
+        if ".ranks." in path.name:
+            continue
+        data = json.loads(path.read_text())
+        data["environment"]["torch"] = "2.0.0+cu118"
+        data["environment"]["cuda"] = "11.8"
+        path.write_text(json.dumps(data))
+    r = bench("compare", str(real_run), str(other))
+    assert "warning: the environments differ: torch:" in r.stdout and "2.0.0+cu118" in r.stdout
+    assert "CUDA: " in r.stdout
+
+
+@pytest.mark.parametrize("case", ["not a run", "no summary", "missing column", "old schema", "no common key"])
+def test_bad_runs_are_refused_with_one_line(real_run, tmp_path, case):
+    db = tmp_path / "history.sqlite"
+    if case == "not a run":
+        bad = tmp_path / "empty"
+        bad.mkdir()
+        want = "not a run directory (no plan.json)"
+    elif case == "no summary":
+        bad = tmp_path / "bad"
+        shutil.copytree(real_run, bad)
+        (bad / "summary.parquet").unlink()
+        want = "no summary.parquet; run `bench collect"
+    elif case == "missing column":
+        bad = copy_run(real_run, tmp_path / "bad", drop="busbw_gbps")
+        want = "summary lacks column busbw_gbps"
+    elif case == "old schema":
+        bad = copy_run(real_run, tmp_path / "bad", version=1)
+        want = f"summary schema_version 1 is older than this bench's {SUMMARY_VERSION}"
+    else:
+        bad = copy_run(real_run, tmp_path / "bad", launcher="srun")
+        want = "no completed key in common"
+    for args in (["compare", str(real_run), str(bad)], ["history", "add", str(bad), "--cluster", "c", "--db", str(db)],
+                 ["regress", str(bad), "--cluster", "c", "--db", str(db)], ["report", str(bad)]):
+        if case == "no common key" and args[0] != "compare":
+            continue
+        r = bench(*args, check=False)
+        assert r.returncode == 2 and want in r.stderr, r.describe()
+        assert len(r.stderr.strip().splitlines()) == 1, r.describe()
+    assert not db.exists()                       # nothing written to the history
+    assert not (bad / "regress").exists() and not (bad / "report.html").exists()
+
+
+def test_history_add_list_plot_and_duplicates(real_run, tmp_path):
+    db = tmp_path / "h" / "history.sqlite"
+    r = bench("history", "add", str(real_run), "--cluster", "lab", "--label", "first", "--db", str(db))
+    assert "as run 1 of cluster lab (label first)" in r.stdout
+    before = db.read_bytes()
+    dup = bench("history", "add", str(real_run), "--cluster", "other", "--db", str(db), check=False)
+    assert dup.returncode == 2 and "already in the history as run 1 (cluster lab, label first" in dup.stderr
+    assert db.read_bytes() == before
+    shutil.copytree(real_run, tmp_path / "second")
+    plan = tmp_path / "second" / "plan.json"
+    plan.write_text(plan.read_text().replace('"created": "', '"created": "9', 1))  # planned later: a new run
+    bench("history", "add", str(tmp_path / "second"), "--cluster", "lab", "--db", str(db))
+    listed = bench("history", "list", "--cluster", "lab", "--db", str(db)).stdout
+    assert "2 runs" in listed and "first" in listed
+    assert "0 runs" in bench("history", "list", "--cluster", "nosuch", "--db", str(db)).stdout
+    out = tmp_path / "h.png"
+    bench("history", "plot", "--cluster", "lab", "--db", str(db), "--out", str(out))
+    Image.open(out).verify()
+    con = sqlite3.connect(db)
+    series = {s for (s,) in con.execute("SELECT series FROM points WHERE run_id = 1")}
+    assert series == {"all_reduce 2x1 torchrun default", "synthetic-weak 1x1 torchrun default",
+                      "synthetic-weak 2x1 torchrun default"}
+
+
+@pytest.mark.parametrize("case", ["absent", "empty", "not sqlite", "locked", "other cluster", "bad baseline"])
+def test_bad_history_is_refused_with_one_line(real_run, tmp_path, case):
+    db = tmp_path / "history.sqlite"
+    args = ["regress", str(real_run), "--cluster", "lab", "--db", str(db)]
+    want = {"absent": "no history database", "empty": "the history is empty", "not sqlite": "not a bench history database",
+            "locked": "locked by another process", "other cluster": "no run of cluster 'lab' to use as baseline",
+            "bad baseline": "--baseline 'median:x': K must be a whole number"}[case]
+    holder = None
+    if case == "empty":
+        db.write_bytes(b"")
+    elif case == "not sqlite":
+        db.write_text("this is not a database\n" * 100)
+    elif case in ("locked", "other cluster", "bad baseline"):
+        other = copy_run(real_run, tmp_path / "other")
+        plan = other / "plan.json"
+        plan.write_text(plan.read_text().replace('"created": "', '"created": "0', 1))
+        bench("history", "add", str(other), "--cluster", "lab" if case != "other cluster" else "elsewhere",
+              "--db", str(db))
+        if case == "bad baseline":
+            args += ["--baseline", "median:x"]
+    before = db.read_bytes() if db.exists() else None
+    if case == "locked":  # after the read: closing any descriptor of the file drops this process's POSIX locks
+        holder = sqlite3.connect(db, isolation_level=None)
+        holder.execute("BEGIN EXCLUSIVE")
+        args = ["history", "add", str(real_run), "--cluster", "lab", "--db", str(db)]
+    try:
+        r = bench(*args, check=False)
+    finally:
+        if holder:
+            holder.execute("ROLLBACK")
+            holder.close()
+    assert r.returncode == 2 and want in r.stderr, r.describe()
+    assert len(r.stderr.strip().splitlines()) == 1, r.describe()
+    assert (db.read_bytes() if db.exists() else None) == before
+    assert not (real_run / "regress").exists()
+
+
+def test_regress_outputs_for_ci(real_run, tmp_path):
+    db = tmp_path / "history.sqlite"
+    base = copy_run(real_run, tmp_path / "base", time_factor=1 / 10)   # the baseline was 10x faster
+    plan = base / "plan.json"
+    plan.write_text(plan.read_text().replace('"created": "', '"created": "0', 1))
+    bench("history", "add", str(base), "--cluster", "lab", "--label", "good", "--db", str(db))
+    out = tmp_path / "out"
+    r = bench("regress", str(real_run), "--cluster", "lab", "--db", str(db), "--baseline", "label:good",
+              "--out", str(out), check=False)
+    assert r.returncode == 1 and "REGRESSION: 5 regressions, 0 improvements, 0 unchanged of 5" in r.stderr, r.describe()
+    report = (out / "report.md").read_text()
+    assert report.index("## Slower (regressions): 5") < report.index("## Faster (improvements): 0") \
+        < report.index("## No significant change: 0")
+    suite = ET.parse(out / "junit.xml").getroot().find("testsuite")
+    assert suite.get("tests") == "5" and suite.get("failures") == "5"
+    assert len(suite.findall("testcase/failure")) == 5
+    doc = json.loads((out / "benchmark.json").read_text())
+    assert {b["name"] for b in doc["benchmarks"]} >= {"all_reduce-1M[2x1-torchrun-default]",
+                                                      "synthetic-weak[1x1-torchrun-default]"}
+    one = next(b for b in doc["benchmarks"] if b["name"] == "all_reduce-1M[2x1-torchrun-default]")
+    assert one["stats"]["rounds"] == len(one["stats"]["data"]) == 10 and one["stats"]["min"] > 0
+    # pytest-benchmark itself reads it
+    shutil.copy(out / "benchmark.json", tmp_path / "0001_run.json")
+    listed = run(["pytest-benchmark", "compare", str(tmp_path / "0001_run.json"), "--columns", "min,median,rounds"])
+    assert "all_reduce-1M[2x1-torchrun-default]" in listed.stdout, listed.describe()
+    for how in ("last", "best", "median:3"):
+        again = bench("regress", str(real_run), "--cluster", "lab", "--db", str(db), "--baseline", how,
+                      "--out", str(tmp_path / how.replace(":", "")), check=False)
+        assert again.returncode == 1, again.describe()
+
+
+class _Images(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.sources: list[str] = []
+        self.links: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "img":
+            self.sources.append(attrs.get("src", ""))
+        for key in ("href", "src"):
+            if attrs.get(key) and not attrs[key].startswith("data:"):
+                self.links.append(attrs[key])
+
+
+def test_report_is_self_contained(real_run, tmp_path):
+    other = copy_run(real_run, tmp_path / "other", time_factor=10.0)
+    out = tmp_path / "report.html"
+    bench("report", str(real_run), "--compare", str(other), "--out", str(out))
+    text = out.read_text()
+    parser = _Images()
+    parser.feed(text)
+    assert parser.links == []                                  # nothing to fetch: opens offline
+    assert len(parser.sources) >= 4                            # scaling, busbw, and the two comparison plots
+    for src in parser.sources:
+        assert src.startswith("data:image/png;base64,")
+        img = Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1])))
+        img.load()
+        assert img.size[0] > 100 and img.size[1] > 100
+    for heading in ("Environment", "Jobs", "Stragglers", "Scaling", "Collectives", "Comparison"):
+        assert f"<h2>{heading}" in text
+    assert "n2-g1-torchrun-default" in text and "COMPLETED" in text
+    assert '<tr class="slower"><td>slower</td><td>busbw GB/s</td>' in text
