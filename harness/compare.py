@@ -177,27 +177,22 @@ def environment(run: RunDir) -> dict[str, Any]:
     seen: dict[str, set] = {k: set() for k in ("gpu", "nccl", "torch", "cuda", "gpu_driver", "backend", "python")}
     hosts: set[str] = set()
     largest = 0
-    jobs = run.jobs()
-    table = run.read_table(jobs)
-    for job in jobs:
-        if table[job.name].state != COMPLETED:
+    done: set[str] = set()
+    for job, _wr, path in run.completed_results():
+        if job.name in done:
             continue
-        for wr in job.runs:
-            path = run.path / job.result_path(wr)
-            if not path.exists():
-                continue
-            try:
-                env = load_result(path).get("environment", {})
-            except ResultError:
-                continue
-            for key in ("nccl", "torch", "cuda", "gpu_driver", "backend", "python"):
-                if env.get(key) is not None:
-                    seen[key].add(str(env[key]))
-            if env.get("device_type") == "cuda":
-                seen["gpu"].update(str(r.get("device")) for r in env.get("ranks", []))
-            hosts.update(env.get("hosts", []))
-            largest = max(largest, job.nodes)
-            break
+        try:
+            env = load_result(path).get("environment", {})
+        except ResultError:
+            continue
+        done.add(job.name)
+        for key in ("nccl", "torch", "cuda", "gpu_driver", "backend", "python"):
+            if env.get(key) is not None:
+                seen[key].add(str(env[key]))
+        if env.get("device_type") == "cuda":
+            seen["gpu"].update(str(r.get("device")) for r in env.get("ranks", []))
+        hosts.update(env.get("hosts", []))
+        largest = max(largest, job.nodes)
     out: dict[str, Any] = {k: sorted(v) for k, v in seen.items()}
     out["hosts"] = sorted(hosts)
     out["largest_job_nodes"] = [str(largest)] if largest else []

@@ -22,7 +22,7 @@ from typing import Any
 from benchmarks.common import ranks_path
 from benchmarks.results import ResultError, load_result
 
-from .rundir import COMPLETED, RunDir
+from .rundir import RunDir
 
 SLOWER = 0.20
 MOST = 0.75
@@ -77,17 +77,9 @@ def judge(job: str, hosts: list[str], links: dict[str, Any]) -> list[Straggler]:
 def find(run: RunDir, warn=None) -> list[Straggler]:
     """Stragglers over the completed all-reduce jobs of a run, worst first."""
     found: list[Straggler] = []
-    jobs = run.jobs()
-    table = run.read_table(jobs)
-    for job in jobs:
-        if table[job.name].state != COMPLETED:
-            continue
-        for wr in job.runs:
-            if wr.workload != "allreduce":
-                continue
-            path = Path(ranks_path(run.path / job.result_path(wr)))
-            if not path.exists():
-                continue
+    for job, wr, result in run.completed_results():
+        path = Path(ranks_path(result))
+        if wr.workload == "allreduce" and path.exists():
             try:
                 data = load_result(path)
                 if "links" in data:
@@ -96,7 +88,3 @@ def find(run: RunDir, warn=None) -> list[Straggler]:
                 if warn:
                     warn(f"{path}: no straggler analysis ({exc})")
     return sorted(found, key=lambda s: -s.slower)
-
-
-def hosts_named(stragglers: list[Straggler]) -> list[str]:
-    return sorted({s.host for s in stragglers})

@@ -17,7 +17,7 @@ import xml.etree.ElementTree as ET
 import pandas as pd
 import pytest
 
-from conftest import SWEEPS, TESTBED, bench, run
+from conftest import SLURM_ENV, SWEEPS, TESTBED, bench, run
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +33,8 @@ THRESHOLD = "50%"
 
 def sweep(out) -> None:
     r = bench("sweep", str(SWEEPS / "testbed-regress.yaml"), "--executor", "slurm",
-              "--cluster", str(SWEEPS / "clusters" / "testbed.yaml"), "--out", str(out), check=False, timeout=900)
+              "--cluster", str(SWEEPS / "clusters" / "testbed.yaml"), "--out", str(out), check=False, timeout=900,
+              env=SLURM_ENV)
     assert r.returncode == 0, r.describe()
 
 
