@@ -14,6 +14,7 @@ import re
 import shutil
 import sqlite3
 import statistics
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -307,7 +308,8 @@ def test_regress_outputs_for_ci(real_run, tmp_path):
     assert one["stats"]["rounds"] == len(one["stats"]["data"]) == 10 and one["stats"]["min"] > 0
     # pytest-benchmark itself reads it
     shutil.copy(out / "benchmark.json", tmp_path / "0001_run.json")
-    listed = run(["pytest-benchmark", "compare", str(tmp_path / "0001_run.json"), "--columns", "min,median,rounds"])
+    listed = run([sys.executable, "-m", "pytest_benchmark", "compare", str(tmp_path / "0001_run.json"),
+                  "--columns", "min,median,rounds"])
     assert "all_reduce-1M[2x1-torchrun-default]" in listed.stdout, listed.describe()
     for how in ("last", "best", "median:3"):
         again = bench("regress", str(real_run), "--cluster", "lab", "--db", str(db), "--baseline", how,
