@@ -230,10 +230,6 @@ def _labels(text: str | None, a: str, b: str) -> tuple[str, str]:
     return parts[0].strip(), parts[1].strip()
 
 
-def _warn_stderr(message: str) -> None:
-    print(f"bench: warning: {message}", file=sys.stderr)
-
-
 def _print_comparison(console: Any, cmp: Any, top: int) -> None:
     from rich.markup import escape
     from rich.table import Table
@@ -279,21 +275,20 @@ def _check_out_file(path: str | None, flag: str) -> Path | None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from benchmarks.results import atomic_write_text
+    from benchmarks.results import atomic_write_bytes, atomic_write_text
 
-    from .compare import compare, load_run, markdown
+    from .compare import compare, load_run, markdown, table_csv
     from .plot import draw_compare
 
     threshold = _threshold(args.threshold)
     csv_path, md_path = _check_out_file(args.csv, "--csv"), _check_out_file(args.markdown, "--markdown")
-    a = load_run(args.dir_a, warn=_warn_stderr)
-    b = load_run(args.dir_b, warn=_warn_stderr)
+    a, b = load_run(args.dir_a), load_run(args.dir_b)
     a.label, b.label = _labels(args.labels, a.label, b.label)
     cmp = compare(a, b, _metrics(args.metric), threshold)
     console = _console()
     _print_comparison(console, cmp, args.top)
     if csv_path:
-        atomic_write_text(csv_path, cmp.table.to_csv(index=False))
+        atomic_write_bytes(csv_path, table_csv(cmp.table))
         print(f"wrote {csv_path}")
     if md_path:
         atomic_write_text(md_path, markdown(cmp, f"bench compare: {b.label} against {a.label}", include_same=True) + "\n")
@@ -359,7 +354,7 @@ def cmd_regress(args: argparse.Namespace) -> int:
 
     threshold = _threshold(args.threshold)
     db = _db(args)
-    run = load_run(args.dir, warn=_warn_stderr)
+    run = load_run(args.dir)
     base = history.baseline(db, args.cluster, args.baseline, exclude=history.fingerprint(RunDir(args.dir)))
     cmp = compare(base, run, _metrics(args.metric), threshold)
     console = _console()
@@ -382,10 +377,10 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     run = RunDir(args.dir)
     out = _check_out_file(args.out, "--out") or default_path(run)
-    side = load_run(args.dir, warn=_warn_stderr)
+    side = load_run(args.dir)
     cmp = None
     if args.compare:
-        side_a, side_b = side, load_run(args.compare, warn=_warn_stderr)
+        side_a, side_b = side, load_run(args.compare)
         side_a.label, side_b.label = _labels(args.labels, side_a.label, side_b.label)
         cmp = compare(side_a, side_b, _metrics(args.metric), _threshold(args.threshold))
     atomic_write_text(out, render(run, side, cmp))

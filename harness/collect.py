@@ -17,7 +17,9 @@ throughput; for strong scaling it is speedup over ideal speedup.
 from __future__ import annotations
 
 import io
+import json
 import sys
+from dataclasses import asdict
 from itertools import repeat
 from operator import itemgetter
 from typing import Any, Callable
@@ -38,9 +40,13 @@ COLUMNS = [
     "efficiency", "speedup", "hosts", "reason", "log_tail",
 ]
 # The summary's own layout, stored in summary.parquet's metadata. 1: no marker (summaries written
-# before the reason and log_tail columns); 2: this layout.
-SUMMARY_VERSION = 2
+# before the reason and log_tail columns); 2: with them; 3: the run's environment and stragglers
+# in the metadata too (ENVIRONMENT_KEY, STRAGGLERS_KEY), so comparisons need not reopen results.
+SUMMARY_VERSION = 3
 _VERSION_KEY = b"bench_summary_version"
+ENVIRONMENT_KEY = b"bench_environment"
+STRAGGLERS_KEY = b"bench_stragglers"
+_ENV_FIELDS = ("nccl", "torch", "cuda", "gpu_driver", "backend", "python")
 SCALING_KEYS = ["workload", "scaling", "launcher", "backend", "device", "nccl_config", "model"]
 MISSING = "MISSING"  # the job completed but its result file is absent or unusable
 
@@ -62,6 +68,31 @@ TEXT_COLUMNS = {"job", "config_hash", "workload", "scaling", "collective", "laun
                 "nccl_config", "status", "model", "dtype", "hosts", "reason", "log_tail"}
 
 
+class _Environments:
+    """What a run ran on, over its completed jobs: each field a sorted list of the distinct
+    values seen, so a run that mixed versions shows it."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, set[str]] = {k: set() for k in ("gpu", *_ENV_FIELDS)}
+        self.hosts: set[str] = set()
+        self.largest = 0
+
+    def add(self, env: dict[str, Any], nodes: int) -> None:
+        for key in _ENV_FIELDS:
+            if env.get(key) is not None:
+                self.seen[key].add(str(env[key]))
+        if env.get("device_type") == "cuda":
+            self.seen["gpu"].update(str(r.get("device")) for r in env.get("ranks", []))
+        self.hosts.update(env.get("hosts", []))
+        self.largest = max(self.largest, nodes)
+
+    def result(self) -> dict[str, Any]:
+        out: dict[str, Any] = {k: sorted(v) for k, v in self.seen.items()}
+        out["hosts"] = sorted(self.hosts)
+        out["largest_job_nodes"] = [str(self.largest)] if self.largest else []
+        return out
+
+
 class _Builder:
     """The summary built column by column: 100,000 rows cost a fraction of 100,000 dicts."""
 
@@ -81,13 +112,15 @@ class _Builder:
         self.keys.extend(keys)
         self.values.extend(values)
 
-    def table(self) -> Any:
+    def table(self, environment: dict[str, Any], stragglers: list[dict[str, Any]]) -> Any:
         """The summary as a typed Arrow table, converted in C (None becomes null)."""
         import pyarrow as pa
 
         table = pa.table({name: pa.array(column, type=_arrow_type(name))
                           for name, column in self.columns.items()})
-        return table.replace_schema_metadata({_VERSION_KEY: str(SUMMARY_VERSION).encode()})
+        return table.replace_schema_metadata({_VERSION_KEY: str(SUMMARY_VERSION).encode(),
+                                              ENVIRONMENT_KEY: json.dumps(environment).encode(),
+                                              STRAGGLERS_KEY: json.dumps(stragglers).encode()})
 
     def samples(self) -> Any:
         """One row per summary row with samples: its keys, the metric, the values as a list."""
@@ -103,6 +136,15 @@ def _arrow_type(name: str) -> Any:
     import pyarrow as pa
 
     return pa.string() if name in TEXT_COLUMNS else pa.int64() if name in INT_COLUMNS else pa.float64()
+
+
+def run_facts(table: Any) -> tuple[dict[str, Any], list[Any]]:
+    """(environment, stragglers) recorded in a summary's metadata by `collect`."""
+    from .stragglers import Straggler
+
+    meta = table.schema.metadata or {}
+    env = json.loads(meta.get(ENVIRONMENT_KEY, b"{}"))
+    return env, [Straggler(**d) for d in json.loads(meta.get(STRAGGLERS_KEY, b"[]"))]
 
 
 def summary_version(table: Any) -> int:
@@ -128,9 +170,13 @@ def collect(run: RunDir, warn: Callable[[str], None] = _warn) -> tuple[Any, Any]
     results (`to_frame` turns the summary into a DataFrame). The samples table has one row per
     summary row that has samples: its keys, the metric, and the per-iteration values (worst
     rank) as a list."""
+    from . import stragglers
+
     jobs = run.jobs()
     table = run.read_table(jobs)
     out = _Builder()
+    envs = _Environments()
+    slow: list[Any] = []
     for job in jobs:
         rec = table[job.name]
         base = {"job": job.name, "config_hash": job.config_hash, "nodes": job.nodes,
@@ -158,8 +204,14 @@ def collect(run: RunDir, warn: Callable[[str], None] = _warn) -> tuple[Any, Any]
             except (KeyError, TypeError, ValueError) as exc:
                 warn(f"skipping {path}: incomplete result ({type(exc).__name__}: {exc})")
                 out.add(1, {**head, "status": MISSING})
+                continue
+            if status == COMPLETED:
+                envs.add(result.get("environment", {}), job.nodes)
+                if wr.workload == "allreduce" and result.get("per_rank_file"):
+                    slow += stragglers.judge_file(job.name, path.parent / result["per_rank_file"], warn)
     add_scaling(out.columns)
-    return out.table(), out.samples()
+    slow.sort(key=lambda s: -s.slower)
+    return out.table(envs.result(), [asdict(s) for s in slow]), out.samples()
 
 
 def _add_result(out: _Builder, head: dict[str, Any], result: dict[str, Any]) -> None:

@@ -18,13 +18,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from benchmarks.common import format_size
-from benchmarks.results import ResultError, load_result
 
-from . import stats, stragglers as straggler_mod
-from .collect import SUMMARY_VERSION, summary_version
+from . import stats
+from .collect import SUMMARY_VERSION, run_facts, summary_version
 from .rundir import COMPLETED, RunDir, RunDirError
 
 KEYS = ["workload", "collective", "scaling", "nodes", "gpus_per_node", "launcher", "nccl_config", "size_bytes"]
@@ -164,39 +163,11 @@ def side_from_tables(summary: Any, samples: Any, label: str, source: str,
                 stragglers=found or [], incomplete=incomplete)
 
 
-def load_run(path: str | Path, label: str | None = None, warn: Callable[[str], None] | None = None) -> Side:
+def load_run(path: str | Path, label: str | None = None) -> Side:
     run = RunDir(path)
     summary, samples = read_tables(run)
-    return side_from_tables(summary, samples, label or run.path.name, str(run.path),
-                            environment(run), straggler_mod.find(run, warn))
-
-
-def environment(run: RunDir) -> dict[str, Any]:
-    """What the run ran on, from one result file per completed job: each field a sorted list
-    of the distinct values seen."""
-    seen: dict[str, set] = {k: set() for k in ("gpu", "nccl", "torch", "cuda", "gpu_driver", "backend", "python")}
-    hosts: set[str] = set()
-    largest = 0
-    done: set[str] = set()
-    for job, _wr, path in run.completed_results():
-        if job.name in done:
-            continue
-        try:
-            env = load_result(path).get("environment", {})
-        except ResultError:
-            continue
-        done.add(job.name)
-        for key in ("nccl", "torch", "cuda", "gpu_driver", "backend", "python"):
-            if env.get(key) is not None:
-                seen[key].add(str(env[key]))
-        if env.get("device_type") == "cuda":
-            seen["gpu"].update(str(r.get("device")) for r in env.get("ranks", []))
-        hosts.update(env.get("hosts", []))
-        largest = max(largest, job.nodes)
-    out: dict[str, Any] = {k: sorted(v) for k, v in seen.items()}
-    out["hosts"] = sorted(hosts)
-    out["largest_job_nodes"] = [str(largest)] if largest else []
-    return out
+    environment, found = run_facts(summary)
+    return side_from_tables(summary, samples, label or run.path.name, str(run.path), environment, found)
 
 
 def env_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
@@ -297,6 +268,18 @@ def _one_sided(x: Side, y: Side) -> Any:
 
 
 # --------------------------------------------------------------------------- text
+
+def table_csv(table: Any) -> bytes:
+    """The comparison table as CSV, with Arrow's C++ writer (pandas' is 10x slower)."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    buf = io.BytesIO()
+    pacsv.write_csv(pa.Table.from_pandas(table, preserve_index=False), buf)
+    return buf.getvalue()
+
 
 def key_text(r: Any) -> str:
     """One key in words: 'allreduce all_reduce 4M, 4x1, torchrun, default'."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .compare import REQUIRED, DataError, Side, environment, read_tables, side_from_tables
+from .compare import REQUIRED, DataError, Side, read_tables, side_from_tables
 from .rundir import COMPLETED, RunDir
 
 DEFAULT_DB = Path("results") / "history.sqlite"
@@ -132,7 +132,7 @@ def _points(rows: Any) -> list[tuple[str, str, float]]:
 
 def add(db: Path, path: str | Path, cluster: str, label: str | None = None) -> Entry:
     """Store a run; everything is checked before the one transaction that writes it."""
-    from .collect import to_frame
+    from .collect import run_facts, to_frame
 
     if not cluster.strip():
         raise HistoryError("--cluster must name the cluster, found an empty name")
@@ -142,7 +142,7 @@ def add(db: Path, path: str | Path, cluster: str, label: str | None = None) -> E
     rows = to_frame(summary.select(REQUIRED))
     if not (rows["status"] == COMPLETED).any():
         raise DataError(f"{run.path}: no completed row in the summary; nothing to add")
-    env = environment(run)
+    env, _ = run_facts(summary)
     points = _points(rows[rows["status"] == COMPLETED])
     blob = _parquet(summary.select(REQUIRED).replace_schema_metadata(summary.schema.metadata))
     sblob = _parquet(samples) if samples is not None else None
@@ -237,6 +237,10 @@ def baseline(db: Path, cluster: str, how: str, exclude: str | None = None) -> Si
                  + (" AND label = ?" if kind == "label" else "") + " ORDER BY created DESC, id DESC")
             params = [cluster] + ([exclude] if exclude else []) + ([arg] if kind == "label" else [])
             found = [Entry(*r) for r in con.execute(q, params)]
+            if not found and exclude and con.execute("SELECT 1 FROM runs WHERE cluster = ? AND fingerprint = ?",
+                                                     (cluster, exclude)).fetchone() and kind != "label":
+                raise HistoryError(f"{db}: the only run of cluster {cluster!r} in the history is the run under test; "
+                                   f"add an earlier run as baseline")
             if not found:
                 clusters = [r[0] for r in con.execute("SELECT DISTINCT cluster FROM runs ORDER BY 1")]
                 what = f"labelled {arg!r} " if kind == "label" else ""

@@ -84,18 +84,6 @@ class RunDir:
             result.unlink(missing_ok=True)
             Path(ranks_path(result)).unlink(missing_ok=True)
 
-    def completed_results(self) -> Iterable[tuple[Job, Any, Path]]:
-        """(job, workload run, result path) for each result file of the jobs that COMPLETED."""
-        jobs = self.jobs()
-        table = self.read_table(jobs)
-        for job in jobs:
-            if table[job.name].state != COMPLETED:
-                continue
-            for wr in job.runs:
-                path = self.path / job.result_path(wr)
-                if path.exists():
-                    yield job, wr, path
-
     def log_file(self, job: Job | str) -> Path:
         return self.job_dir(job) / "log.txt"
 

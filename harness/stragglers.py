@@ -17,12 +17,9 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from benchmarks.common import ranks_path
 from benchmarks.results import ResultError, load_result
-
-from .rundir import RunDir
 
 SLOWER = 0.20
 MOST = 0.75
@@ -74,17 +71,12 @@ def judge(job: str, hosts: list[str], links: dict[str, Any]) -> list[Straggler]:
     return out
 
 
-def find(run: RunDir, warn=None) -> list[Straggler]:
-    """Stragglers over the completed all-reduce jobs of a run, worst first."""
-    found: list[Straggler] = []
-    for job, wr, result in run.completed_results():
-        path = Path(ranks_path(result))
-        if wr.workload == "allreduce" and path.exists():
-            try:
-                data = load_result(path)
-                if "links" in data:
-                    found += judge(job.name, data["hosts"], data["links"])
-            except (ResultError, KeyError, TypeError, IndexError, ValueError) as exc:
-                if warn:
-                    warn(f"{path}: no straggler analysis ({exc})")
-    return sorted(found, key=lambda s: -s.slower)
+def judge_file(job: str, path: Path, warn: Callable[[str], None] | None = None) -> list[Straggler]:
+    """The stragglers of one job from its all-reduce per-rank file; [] if it has no link probe."""
+    try:
+        data = load_result(path)
+        return judge(job, data["hosts"], data["links"]) if "links" in data else []
+    except (ResultError, KeyError, TypeError, IndexError, ValueError) as exc:
+        if warn:
+            warn(f"{path}: no straggler analysis ({exc})")
+        return []

@@ -187,6 +187,7 @@ def test_environment_differences_are_warned(real_run, tmp_path):
         data["environment"]["torch"] = "2.0.0+cu118"
         data["environment"]["cuda"] = "11.8"
         path.write_text(json.dumps(data))
+    bench("collect", str(other))   # collect records the environment in the summary
     r = bench("compare", str(real_run), str(other))
     assert "warning: the environments differ: torch:" in r.stdout and "2.0.0+cu118" in r.stdout
     assert "CUDA: " in r.stdout

@@ -71,6 +71,8 @@ def two_runs_100k(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("compare")
     runs = [make_run(root / name, 4000, seed=seed) for name, seed in (("a", 0), ("b", 1))]
+    plan = runs[1].plan_file  # planned in the same second as a: make it another run
+    plan.write_text(plan.read_text().replace('"created": "', '"created": "b', 1))
     for run in runs:
         write_summary(run, *collect(run))
     return runs
