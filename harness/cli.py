@@ -234,7 +234,7 @@ def _print_comparison(console: Any, cmp: Any, top: int) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from .compare import FASTER, METRICS, SLOWER, fmt_ci, fmt_value, key_text
+    from .compare import FASTER, METRICS, SLOWER, fmt_ci, fmt_value, key_text, records
 
     for d in cmp.env_diffs:
         console.print(f"[yellow]warning: the environments differ: {escape(d)}[/]", soft_wrap=True)
@@ -246,7 +246,7 @@ def _print_comparison(console: Any, cmp: Any, top: int) -> None:
     for col in ("verdict", "metric", "key", "A", "B", "B/A", "95% CI", "p"):
         t.add_column(col, justify="right" if col in ("A", "B", "B/A", "p") else "left")
     style = {SLOWER: "red", FASTER: "green"}
-    for r in cmp.table.head(top).to_dict("records"):
+    for r in records(cmp.table.head(top)):
         t.add_row(r["verdict"], METRICS[r["metric"]].label, escape(key_text(r)), fmt_value(r["a"]), fmt_value(r["b"]),
                   f"{r['ratio']:.3f}", fmt_ci(r["ci_low"], r["ci_high"]), fmt_value(r["p_value"]),
                   style=style.get(r["verdict"]))
@@ -255,7 +255,7 @@ def _print_comparison(console: Any, cmp: Any, top: int) -> None:
         console.print(f"... {len(cmp.table) - top} more rows (--top, --csv, --markdown)")
     for side, only in ((cmp.a, cmp.only_a), (cmp.b, cmp.only_b)):
         if len(only):
-            shown = "; ".join(f"{key_text(r)} ({r['status']} in the other)" for r in only.head(10).to_dict("records"))
+            shown = "; ".join(f"{key_text(r)} ({r['status']} in the other)" for r in records(only.head(10)))
             console.print(f"only completed in {escape(side.label)}: {len(only)} key{'s' if len(only) != 1 else ''}: "
                           f"{escape(shown)}{'; ...' if len(only) > 10 else ''}", soft_wrap=True)
     c = cmp.counts()

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .compare import REQUIRED, DataError, Side, read_tables, side_from_tables
+from .compare import REQUIRED, DataError, Side, read_tables, records, side_from_tables
 from .rundir import COMPLETED, RunDir
 
 DEFAULT_DB = Path("results") / "history.sqlite"
@@ -120,11 +120,11 @@ def _points(rows: Any) -> list[tuple[str, str, float]]:
     coll = rows[(rows["workload"] == "allreduce") & (rows["busbw_gbps"] > 0)]
     if len(coll):
         largest = coll.loc[coll.groupby(["collective", "nodes", "gpus_per_node", "launcher", "nccl_config"])["size_bytes"].idxmax()]
-        for r in largest.to_dict("records"):
+        for r in records(largest):
             out.append((f"{r['collective']} {r['nodes']}x{r['gpus_per_node']} {r['launcher']} {r['nccl_config']}",
                         "busbw_gbps", float(r["busbw_gbps"])))
     train = rows[(rows["workload"] != "allreduce") & (rows["images_per_s_per_gpu"] > 0)]
-    for r in train.to_dict("records"):
+    for r in records(train):
         out.append((f"{r['workload']}-{r['scaling']} {r['nodes']}x{r['gpus_per_node']} {r['launcher']} {r['nccl_config']}",
                     "images_per_s_per_gpu", float(r["images_per_s_per_gpu"])))
     return out

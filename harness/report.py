@@ -13,7 +13,7 @@ from benchmarks.common import format_size
 
 from . import plot
 from .collect import read_summary
-from .compare import METRICS, SAME, Comparison, Side, fmt_ci, fmt_value, key_text
+from .compare import METRICS, SAME, Comparison, Side, fmt_ci, fmt_value, key_text, records
 from .rundir import COMPLETED, RunDir
 
 STYLE = """
@@ -128,13 +128,13 @@ def compare_section(cmp: Comparison) -> str:
         parts.append(_table(["verdict", "metric", "key", "A", "B", "B/A", "95% CI", "p"],
                             [[r["verdict"], METRICS[r["metric"]].label, key_text(r), fmt_value(r["a"]), fmt_value(r["b"]),
                               f"{r['ratio']:.3f}", fmt_ci(r["ci_low"], r["ci_high"]), fmt_value(r["p_value"])]
-                             for r in shown.to_dict("records")], numeric={3, 4, 5, 7},
+                             for r in records(shown)], numeric={3, 4, 5, 7},
                             classes=list(shown["verdict"])))
     parts.append(f"<p>{c[SAME]} (metric, key) pairs show no significant change.</p>")
     for side, only in ((cmp.a, cmp.only_a), (cmp.b, cmp.only_b)):
         if len(only):
             parts.append(f"<p>Only completed in {_e(side.label)}: "
-                         + "; ".join(_e(f"{key_text(r)} ({r['status']} in the other)") for r in only.head(100).to_dict("records"))
+                         + "; ".join(_e(f"{key_text(r)} ({r['status']} in the other)") for r in records(only.head(100)))
                          + ("; ..." if len(only) > 100 else "") + "</p>")
     labels = (cmp.a.label, cmp.b.label)
     parts.append(_figures([("busbw of both runs", lambda: plot.compare_busbw_figure(cmp.a.rows, cmp.b.rows, labels)),

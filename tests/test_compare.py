@@ -306,7 +306,7 @@ def test_regress_outputs_for_ci(real_run, tmp_path):
     assert {b["name"] for b in doc["benchmarks"]} >= {"all_reduce-1M[2x1-torchrun-default]",
                                                       "synthetic-weak[1x1-torchrun-default]"}
     one = next(b for b in doc["benchmarks"] if b["name"] == "all_reduce-1M[2x1-torchrun-default]")
-    assert one["stats"]["rounds"] == len(one["stats"]["data"]) == 10 and one["stats"]["min"] > 0
+    assert one["stats"]["rounds"] == 10 and 0 < one["stats"]["min"] <= one["stats"]["median"] <= one["stats"]["max"]
     # pytest-benchmark itself reads it
     shutil.copy(out / "benchmark.json", tmp_path / "0001_run.json")
     listed = run([sys.executable, "-m", "pytest_benchmark", "compare", str(tmp_path / "0001_run.json"),
