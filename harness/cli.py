@@ -11,7 +11,6 @@ User mistakes end with one line on stderr and exit status 2; a sweep with failed
 from __future__ import annotations
 
 import argparse
-import math
 import shutil
 import sys
 from pathlib import Path
@@ -234,7 +233,7 @@ def _print_comparison(console: Any, cmp: Any, top: int) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from .compare import FASTER, METRICS, SLOWER, fmt_ci, fmt_value, key_text, records
+    from .compare import FASTER, METRICS, SLOWER, fmt_ci, fmt_value, records
 
     for d in cmp.env_diffs:
         console.print(f"[yellow]warning: the environments differ: {escape(d)}[/]", soft_wrap=True)
@@ -247,7 +246,7 @@ def _print_comparison(console: Any, cmp: Any, top: int) -> None:
         t.add_column(col, justify="right" if col in ("A", "B", "B/A", "p") else "left")
     style = {SLOWER: "red", FASTER: "green"}
     for r in records(cmp.table.head(top)):
-        t.add_row(r["verdict"], METRICS[r["metric"]].label, escape(key_text(r)), fmt_value(r["a"]), fmt_value(r["b"]),
+        t.add_row(r["verdict"], METRICS[r["metric"]].label, escape(r["key"]), fmt_value(r["a"]), fmt_value(r["b"]),
                   f"{r['ratio']:.3f}", fmt_ci(r["ci_low"], r["ci_high"]), fmt_value(r["p_value"]),
                   style=style.get(r["verdict"]))
     console.print(t)
@@ -255,7 +254,7 @@ def _print_comparison(console: Any, cmp: Any, top: int) -> None:
         console.print(f"... {len(cmp.table) - top} more rows (--top, --csv, --markdown)")
     for side, only in ((cmp.a, cmp.only_a), (cmp.b, cmp.only_b)):
         if len(only):
-            shown = "; ".join(f"{key_text(r)} ({r['status']} in the other)" for r in records(only.head(10)))
+            shown = "; ".join(f"{r['key']} ({r['status']} in the other)" for r in records(only.head(10)))
             console.print(f"only completed in {escape(side.label)}: {len(only)} key{'s' if len(only) != 1 else ''}: "
                           f"{escape(shown)}{'; ...' if len(only) > 10 else ''}", soft_wrap=True)
     c = cmp.counts()
@@ -300,7 +299,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _db(args: argparse.Namespace) -> Path:
-    return Path(args.db) if args.db else Path.cwd() / "results" / "history.sqlite"
+    from .history import DEFAULT_DB
+
+    return Path(args.db) if args.db else Path.cwd() / DEFAULT_DB
 
 
 def cmd_history(args: argparse.Namespace) -> int:
@@ -348,7 +349,7 @@ def _file_safe(name: str) -> str:
 
 def cmd_regress(args: argparse.Namespace) -> int:
     from . import history
-    from .compare import compare, load_run
+    from .compare import SLOWER, compare, load_run
     from .regress import summary_line, write_all
     from .rundir import RunDir
 
@@ -363,7 +364,7 @@ def cmd_regress(args: argparse.Namespace) -> int:
     paths = write_all(cmp, out, f"bench regress: {run.label} against {base.label} ({args.cluster})")
     print("wrote " + ", ".join(str(p) for p in paths.values()))
     line = summary_line(cmp)
-    regressed = cmp.counts()["slower"] > 0
+    regressed = cmp.counts()[SLOWER] > 0
     print(f"bench regress: {'REGRESSION: ' if regressed else ''}{line}", file=sys.stderr if regressed else sys.stdout)
     return 1 if regressed else 0
 
@@ -433,35 +434,28 @@ def _print_jobs(console: Any, table: dict, title: str) -> None:
                 console.print("  " + "\n  ".join(rec.log_tail.splitlines()[-8:]), markup=False)
 
 
-def _fmt(v: Any, spec: str) -> str:
-    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
-
-
 def _print_results(console: Any, summary: Any) -> None:
     from rich.table import Table
+
+    from .report import COLLECTIVE_HEAD, TRAINING_HEAD, collective_rows, training_rows
 
     ok = summary[summary["status"] == COMPLETED]
     train = ok[ok["workload"] != "allreduce"].sort_values(["workload", "scaling", "launcher", "nccl_config", "world_size"])
     if not train.empty:
         t = Table(title="Training throughput", title_justify="left")
-        for col in ("workload", "scaling", "job", "GPUs", "images/s", "per GPU", "step ms (p50)", "speedup", "efficiency"):
+        for col in TRAINING_HEAD:
             t.add_column(col, justify="left" if col in ("workload", "scaling", "job") else "right")
-        for r in train.itertuples():
-            t.add_row(r.workload, r.scaling, r.job, str(r.world_size), _fmt(r.images_per_s, ".1f"),
-                      _fmt(r.images_per_s_per_gpu, ".1f"), _fmt(r.step_time_ms, ".1f"),
-                      _fmt(r.speedup, ".2f"), _fmt(r.efficiency, ".1%"))
+        for row in training_rows(train):
+            t.add_row(*row)
         console.print(t)
     coll = ok[ok["workload"] == "allreduce"]
     if not coll.empty:
         largest = coll.loc[coll.groupby(["job", "collective"])["size_bytes"].idxmax()]
         t = Table(title="Collectives at the largest message size", title_justify="left")
-        for col in ("job", "collective", "size", "time us", "algbw GB/s", "busbw GB/s", "#wrong"):
+        for col in COLLECTIVE_HEAD:
             t.add_column(col, justify="left" if col in ("job", "collective") else "right")
-        from benchmarks.common import format_size
-
-        for r in largest.itertuples():
-            t.add_row(r.job, r.collective, format_size(int(r.size_bytes)), _fmt(r.time_us, ".1f"),
-                      _fmt(r.algbw_gbps, ".4f"), _fmt(r.busbw_gbps, ".4f"), _fmt(r.wrong, ".0f"))
+        for row in collective_rows(largest):
+            t.add_row(*row)
         console.print(t)
 
 
@@ -492,7 +486,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .compare import METRICS
     from .history import BASELINE_HELP
 
-    def analysis(c: argparse.ArgumentParser, regress: bool = False) -> None:
+    def analysis(c: argparse.ArgumentParser) -> None:
         c.add_argument("--metric", action="append", choices=list(METRICS),
                        help="metric to compare (repeatable; default busbw_gbps and images_per_s)")
         c.add_argument("--threshold", default="5%", help="smallest change that counts, e.g. 5%% (default 5%%)")

@@ -78,7 +78,7 @@ class Comparison:
     a: Side
     b: Side
     table: Any          # one row per (metric, key), worst first
-    only_a: Any         # keys completed in A only (with B's status, where B has the key)
+    only_a: Any         # keys completed in A only, in words too (with B's status, where B has the key)
     only_b: Any
     env_diffs: list[str]
     threshold: float
@@ -265,13 +265,14 @@ def _one_sided(x: Side, y: Side) -> Any:
     else:
         only = only.assign(status=None)
     only["status"] = only["status"].fillna("absent")
+    only["key"] = key_texts(only)
     return only
 
 
 # --------------------------------------------------------------------------- text
 
 def records(df: Any) -> list[dict[str, Any]]:
-    """A DataFrame's rows as dicts, missing values as None: 5x quicker than __RECORDS__
+    """A DataFrame's rows as dicts, missing values as None: 5x quicker than to_dict("records")
     on pandas' string and nullable-integer columns."""
     cols = list(df.columns)
     arrays = [df[c].to_numpy(dtype=object, na_value=None) for c in cols]
@@ -291,27 +292,21 @@ def table_csv(table: Any) -> bytes:
 
 
 def key_texts(df: Any) -> Any:
-    """key_text of every row, as one vectorised string operation."""
+    """Each row's key in words, e.g. 'allreduce all_reduce 4M, 4x1, torchrun, default' or
+    'synthetic weak, 2x1, srun, ib', as one vectorised string operation."""
     sizes = {int(v): format_size(int(v)) for v in df["size_bytes"].unique()}
     coll = df["workload"] == "allreduce"
     what = df["workload"].astype(str) + " " + df["collective"].astype(str).where(coll, "") \
         + df["size_bytes"].map(sizes).astype(str).radd(" ").where(coll, "") + df["scaling"].astype(str).where(~coll, "")
-    what = what.str.replace("  ", " ", regex=False)
     return (what + ", " + df["nodes"].astype(str) + "x" + df["gpus_per_node"].astype(str) + ", "
             + df["launcher"].astype(str) + ", " + df["nccl_config"].astype(str)).astype(object)
 
 
-def key_text(r: Any) -> str:
-    """One key in words: 'allreduce all_reduce 4M, 4x1, torchrun, default'."""
-    what = f"{r['workload']}" + (f" {r['collective']} {format_size(int(r['size_bytes']))}" if r["workload"] == "allreduce"
-                                 else f" {r['scaling']}")
-    return f"{what}, {int(r['nodes'])}x{int(r['gpus_per_node'])}, {r['launcher']}, {r['nccl_config']}"
-
-
-def fmt_value(v: float) -> str:
+def fmt_value(v: Any, spec: str = ".4g") -> str:
+    """A number for a table: `spec` formatted, '-' where missing."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
-    return f"{v:.4g}"
+    return format(v, spec)
 
 
 def fmt_ci(lo: float, hi: float) -> str:
@@ -347,7 +342,7 @@ def markdown(cmp: Comparison, title: str, include_same: bool = False) -> str:
     for side, only in ((cmp.a, cmp.only_a), (cmp.b, cmp.only_b)):
         if len(only):
             lines += [f"## Only completed in {side.label}: {len(only)}", ""]
-            lines += [f"- {key_text(r)} (other side: {r['status']})" for r in records(only.head(200))]
+            lines += [f"- {r['key']} (other side: {r['status']})" for r in records(only.head(200))]
             if len(only) > 200:
                 lines.append(f"- ... and {len(only) - 200} more")
             lines.append("")

@@ -66,6 +66,9 @@ class Entry:
     rows: int
 
 
+_ENTRY = "SELECT id, cluster, label, path, sweep, created, added, rows FROM runs"
+
+
 def _connect(db: Path, create: bool) -> sqlite3.Connection:
     if not create and not db.exists():
         raise HistoryError(f"{db}: no history database; add a run first with `bench history add RUN --cluster NAME`")
@@ -139,12 +142,14 @@ def add(db: Path, path: str | Path, cluster: str, label: str | None = None) -> E
     run = RunDir(path)
     summary, samples = read_tables(run)
     plan = run.read_plan()
-    rows = to_frame(summary.select(REQUIRED))
-    if not (rows["status"] == COMPLETED).any():
+    kept = summary.select(REQUIRED).replace_schema_metadata(summary.schema.metadata)
+    rows = to_frame(kept)
+    done = rows["status"] == COMPLETED
+    if not done.any():
         raise DataError(f"{run.path}: no completed row in the summary; nothing to add")
     env, _ = run_facts(summary)
-    points = _points(rows[rows["status"] == COMPLETED])
-    blob = _parquet(summary.select(REQUIRED).replace_schema_metadata(summary.schema.metadata))
+    points = _points(rows[done])
+    blob = _parquet(kept)
     sblob = _parquet(samples) if samples is not None else None
     fp = fingerprint(run)
     created = plan.get("created") or ""
@@ -172,17 +177,16 @@ def add(db: Path, path: str | Path, cluster: str, label: str | None = None) -> E
             except BaseException:
                 con.execute("ROLLBACK")
                 raise
+            return Entry(*con.execute(_ENTRY + " WHERE id = ?", (run_id,)).fetchone())
         except sqlite3.OperationalError as exc:
             raise _locked(db, exc) from None
-    return next(e for e in entries(db) if e.id == run_id)
 
 
 def entries(db: Path, cluster: str | None = None) -> list[Entry]:
     with closing(_connect(db, create=False)) as con:
         try:
-            q = "SELECT id, cluster, label, path, sweep, created, added, rows FROM runs"
-            cur = con.execute(q + " WHERE cluster = ? ORDER BY created, id" if cluster else q + " ORDER BY cluster, created, id",
-                              (cluster,) if cluster else ())
+            cur = con.execute(_ENTRY + " WHERE cluster = ? ORDER BY created, id" if cluster
+                              else _ENTRY + " ORDER BY cluster, created, id", (cluster,) if cluster else ())
             return [Entry(*r) for r in cur]
         except sqlite3.OperationalError as exc:
             raise _locked(db, exc) from None
@@ -232,7 +236,7 @@ def baseline(db: Path, cluster: str, how: str, exclude: str | None = None) -> Si
         raise HistoryError(f"--baseline {how!r}: K must be a whole number of runs, at least 1")
     with closing(_connect(db, create=False)) as con:
         try:
-            q = ("SELECT id, cluster, label, path, sweep, created, added, rows FROM runs WHERE cluster = ?"
+            q = (_ENTRY + " WHERE cluster = ?"
                  + (" AND fingerprint != ?" if exclude else "")
                  + (" AND label = ?" if kind == "label" else "") + " ORDER BY created DESC, id DESC")
             params = [cluster] + ([exclude] if exclude else []) + ([arg] if kind == "label" else [])

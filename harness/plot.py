@@ -157,24 +157,29 @@ def busbw_figure(summary: Any) -> tuple[Any, Any] | None:
     return fig, pd.DataFrame(points, columns=["plot", "collective", *POINT_COLUMNS[1:]])
 
 
-def draw_all(run: RunDir, summary: Any) -> list[Path]:
-    """Draw every plot the summary has data for; return the PNG paths written."""
+def _draw_into(out: Path, makers: list[tuple[str, Any]]) -> list[Path]:
+    """Draw each (name, make) that has data into out/<name>.png, with its CSV; the PNGs written."""
     plt, _ = _setup()
     written = []
-    for name, make in (("weak_scaling", lambda: scaling_figure(summary, "weak")),
-                       ("strong_scaling", lambda: scaling_figure(summary, "strong")),
-                       ("allreduce_busbw", lambda: busbw_figure(summary))):
+    for name, make in makers:
         made = make()
-        path = run.plots / f"{name}.png"
         if made is None:
             continue
         fig, points = made
+        path = out / f"{name}.png"
         try:
             _save(fig, points, path)
         finally:
             plt.close(fig)
         written.append(path)
     return written
+
+
+def draw_all(run: RunDir, summary: Any) -> list[Path]:
+    """Draw every plot the summary has data for; return the PNG paths written."""
+    return _draw_into(run.plots, [("weak_scaling", lambda: scaling_figure(summary, "weak")),
+                                  ("strong_scaling", lambda: scaling_figure(summary, "strong")),
+                                  ("allreduce_busbw", lambda: busbw_figure(summary))])
 
 
 # --------------------------------------------------------------------------- two runs
@@ -264,29 +269,20 @@ def png_bytes(fig: Any) -> bytes:
 
 def draw_compare(out: Path, a: Any, b: Any, labels: tuple[str, str]) -> list[Path]:
     """compare_busbw.png and compare_scaling.png (each with its CSV) in `out`."""
-    plt, _ = _setup()
-    written = []
-    for name, make in (("compare_busbw", compare_busbw_figure), ("compare_scaling", compare_scaling_figure)):
-        made = make(a, b, labels)
-        if made is None:
-            continue
-        fig, points = made
-        try:
-            _save(fig, points, out / f"{name}.png")
-        finally:
-            plt.close(fig)
-        written.append(out / f"{name}.png")
-    return written
+    return _draw_into(out, [("compare_busbw", lambda: compare_busbw_figure(a, b, labels)),
+                            ("compare_scaling", lambda: compare_scaling_figure(a, b, labels))])
 
 
 def draw_history(points: Any, cluster: str, out: Path) -> Path:
     """The key figures of a cluster's runs over time: busbw at the largest message size per
     configuration, and images/s per GPU per training workload (history.points)."""
+    import pandas as pd
+
     plt, sns = _setup()
-    df = points.copy()
-    df["ran"] = df["created"].str.slice(0, 16).str.replace("T", " ")
-    order = list(dict.fromkeys(df.sort_values(["created", "id"])["ran"] + " #" + df.sort_values(["created", "id"])["id"].astype(str)))
-    df["run"] = df["ran"] + " #" + df["id"].astype(str)
+    df = points.sort_values(["created", "id"], kind="stable")
+    df["run"] = df["created"].str.slice(0, 16).str.replace("T", " ") + " #" + df["id"].astype(str)
+    order = list(dict.fromkeys(df["run"]))
+    pos = {run: i for i, run in enumerate(order)}
     metrics = [(m, label) for m, label in (("busbw_gbps", "busbw at the largest size (GB/s)"),
                                            ("images_per_s_per_gpu", "images/s per GPU")) if (df["metric"] == m).any()]
     fig, axes = plt.subplots(len(metrics), 1, figsize=(max(8.0, 0.35 * len(order) + 6), 4.0 * len(metrics)),
@@ -294,9 +290,7 @@ def draw_history(points: Any, cluster: str, out: Path) -> Path:
     points_out = []
     for r, (metric, label) in enumerate(metrics):
         ax = axes[r][0]
-        sub = df[df["metric"] == metric]
-        pos = {run: i for i, run in enumerate(order)}
-        sub = sub.assign(x=sub["run"].map(pos))
+        sub = df[df["metric"] == metric].assign(x=lambda d: d["run"].map(pos))
         sns.lineplot(data=sub, x="x", y="value", hue="series", marker="o", estimator=None, sort=True, ax=ax)
         ax.set_xticks(range(len(order)))
         ax.set_xticklabels(order if len(order) <= 40 else [o if i % (len(order) // 40 + 1) == 0 else ""
@@ -308,8 +302,6 @@ def draw_history(points: Any, cluster: str, out: Path) -> Path:
         points_out += [("history", cluster, metric, s, int(x), float(y)) for s, x, y in zip(sub["series"], sub["x"], sub["value"])]
     fig.suptitle(f"History of {cluster}")
     fig.tight_layout()
-    import pandas as pd
-
     try:
         _save(fig, pd.DataFrame(points_out, columns=POINT_COLUMNS), out)
     finally:

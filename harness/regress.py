@@ -2,8 +2,8 @@
 
     report.md         regressions, then improvements, then the count of unchanged keys
     junit.xml         one test case per compared (metric, key); a regression is a failure
-    benchmark.json    the run's samples in pytest-benchmark's format (seconds per iteration),
-                      so `pytest-benchmark compare` and CI dashboards can read it
+    benchmark.json    the run's per-key statistics in pytest-benchmark's format (seconds per
+                      iteration), so `pytest-benchmark compare` and CI dashboards can read it
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ def write_all(cmp: Comparison, out: Path, title: str) -> dict[str, Path]:
     return paths
 
 
-_XML = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "\n": "&#10;"})
+_ENTITIES = (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ('"', "&quot;"), ("\n", "&#10;"))  # "&" first
+_XML = str.maketrans(dict(_ENTITIES))
 
 
 def _attr(text: str) -> str:
@@ -63,7 +64,7 @@ def _escape_all(values: Any) -> Any:
     import pyarrow.compute as pc
 
     arr = pa.array(values.astype(str).tolist(), type=pa.string())
-    for char, entity in (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ('"', "&quot;"), ("\n", "&#10;")):
+    for char, entity in _ENTITIES:
         arr = pc.replace_substring(arr, char, entity)
     return pd.Series(arr.to_pylist(), index=values.index, dtype=object)
 

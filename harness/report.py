@@ -13,7 +13,7 @@ from benchmarks.common import format_size
 
 from . import plot
 from .collect import read_summary
-from .compare import METRICS, SAME, Comparison, Side, fmt_ci, fmt_value, key_text, records
+from .compare import METRICS, SAME, Comparison, Side, fmt_ci, fmt_value, records
 from .rundir import COMPLETED, RunDir
 
 STYLE = """
@@ -63,8 +63,22 @@ def _figures(makers: list[tuple[str, Any]]) -> str:
     return "\n".join(parts)
 
 
-def _fmt(v: Any, spec: str) -> str:
-    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
+TRAINING_HEAD = ["workload", "scaling", "job", "GPUs", "images/s", "per GPU", "step ms (p50)", "speedup", "efficiency"]
+COLLECTIVE_HEAD = ["job", "collective", "size", "time us", "algbw GB/s", "busbw GB/s", "#wrong"]
+
+
+def training_rows(train: Any) -> list[list[str]]:
+    """The training throughput table's cells (TRAINING_HEAD), one row per summary row."""
+    return [[r.workload, r.scaling, r.job, str(r.world_size), fmt_value(r.images_per_s, ".1f"),
+             fmt_value(r.images_per_s_per_gpu, ".1f"), fmt_value(r.step_time_ms, ".1f"), fmt_value(r.speedup, ".2f"),
+             fmt_value(r.efficiency, ".1%")] for r in train.itertuples()]
+
+
+def collective_rows(coll: Any) -> list[list[str]]:
+    """The collective table's cells (COLLECTIVE_HEAD), one row per summary row."""
+    return [[r.job, r.collective, format_size(int(r.size_bytes)), fmt_value(r.time_us, ".1f"),
+             fmt_value(r.algbw_gbps, ".4f"), fmt_value(r.busbw_gbps, ".4f"), fmt_value(r.wrong, ".0f")]
+            for r in coll.itertuples()]
 
 
 def run_section(run: RunDir, side: Side) -> str:
@@ -77,7 +91,7 @@ def run_section(run: RunDir, side: Side) -> str:
              _table(["", ""], [[k, ", ".join(v) if isinstance(v, list) else v] for k, v in env.items()]),
              "<h2>Jobs</h2>",
              _table(["job", "state", "exit", "elapsed s", "nodes", "node list", "reason"],
-                    [[r.name, r.state, r.exit_code, _fmt(r.elapsed_s, ".1f"), r.nodes, r.node_list, r.reason]
+                    [[r.name, r.state, r.exit_code, fmt_value(r.elapsed_s, ".1f"), r.nodes, r.node_list, r.reason]
                      for r in table.values()], numeric={2, 3, 4},
                     classes=["" if r.state == COMPLETED else "slower" for r in table.values()])]
     parts.append("<h2>Stragglers</h2>")
@@ -92,20 +106,13 @@ def run_section(run: RunDir, side: Side) -> str:
     parts.append(_figures([("weak scaling", lambda: plot.scaling_figure(summary, "weak")),
                            ("strong scaling", lambda: plot.scaling_figure(summary, "strong"))]))
     if len(train):
-        parts.append(_table(["workload", "scaling", "job", "GPUs", "images/s", "per GPU", "step ms", "speedup", "efficiency"],
-                            [[r.workload, r.scaling, r.job, r.world_size, _fmt(r.images_per_s, ".1f"),
-                              _fmt(r.images_per_s_per_gpu, ".1f"), _fmt(r.step_time_ms, ".1f"),
-                              _fmt(r.speedup, ".2f"), _fmt(r.efficiency, ".1%")] for r in train.itertuples()],
-                            numeric={3, 4, 5, 6, 7, 8}))
+        parts.append(_table(TRAINING_HEAD, training_rows(train), numeric={3, 4, 5, 6, 7, 8}))
     coll = ok[ok["workload"] == "allreduce"]
     parts.append("<h2>Collectives</h2>")
     parts.append(_figures([("bus bandwidth vs message size", lambda: plot.busbw_figure(summary))]))
     if len(coll):
         coll = coll.sort_values(["job", "collective", "size_bytes"])
-        parts.append(_table(["job", "collective", "size", "time us", "algbw GB/s", "busbw GB/s", "#wrong"],
-                            [[r.job, r.collective, format_size(int(r.size_bytes)), _fmt(r.time_us, ".1f"),
-                              _fmt(r.algbw_gbps, ".4f"), _fmt(r.busbw_gbps, ".4f"), r.wrong]
-                             for r in coll.itertuples()], numeric={2, 3, 4, 5, 6}))
+        parts.append(_table(COLLECTIVE_HEAD, collective_rows(coll), numeric={2, 3, 4, 5, 6}))
     head = (f"<p>Run <code>{_e(run.path)}</code>: sweep <b>{_e((plan.get('sweep') or {}).get('name'))}</b>, "
             f"executor {_e(plan.get('executor'))}, planned {_e(plan.get('created'))}.</p>")
     return head + "\n".join(parts)
@@ -126,7 +133,7 @@ def compare_section(cmp: Comparison) -> str:
     shown = t[t["verdict"] != SAME]
     if len(shown):
         parts.append(_table(["verdict", "metric", "key", "A", "B", "B/A", "95% CI", "p"],
-                            [[r["verdict"], METRICS[r["metric"]].label, key_text(r), fmt_value(r["a"]), fmt_value(r["b"]),
+                            [[r["verdict"], METRICS[r["metric"]].label, r["key"], fmt_value(r["a"]), fmt_value(r["b"]),
                               f"{r['ratio']:.3f}", fmt_ci(r["ci_low"], r["ci_high"]), fmt_value(r["p_value"])]
                              for r in records(shown)], numeric={3, 4, 5, 7},
                             classes=list(shown["verdict"])))
@@ -134,7 +141,7 @@ def compare_section(cmp: Comparison) -> str:
     for side, only in ((cmp.a, cmp.only_a), (cmp.b, cmp.only_b)):
         if len(only):
             parts.append(f"<p>Only completed in {_e(side.label)}: "
-                         + "; ".join(_e(f"{key_text(r)} ({r['status']} in the other)") for r in records(only.head(100)))
+                         + "; ".join(_e(f"{r['key']} ({r['status']} in the other)") for r in records(only.head(100)))
                          + ("; ..." if len(only) > 100 else "") + "</p>")
     labels = (cmp.a.label, cmp.b.label)
     parts.append(_figures([("busbw of both runs", lambda: plot.compare_busbw_figure(cmp.a.rows, cmp.b.rows, labels)),
