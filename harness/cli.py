@@ -273,6 +273,15 @@ def _check_out_file(path: str | None, flag: str) -> Path | None:
     return p
 
 
+def _check_out_dir(path: str | None, flag: str) -> Path | None:
+    if path is None:
+        return None
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise UsageError(f"{flag} {path}: is a file; give a directory (it is created if missing)")
+    return p
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from benchmarks.results import atomic_write_bytes, atomic_write_text
 
@@ -281,6 +290,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     threshold = _threshold(args.threshold)
     csv_path, md_path = _check_out_file(args.csv, "--csv"), _check_out_file(args.markdown, "--markdown")
+    plots = _check_out_dir(args.plots, "--plots")
     a, b = load_run(args.dir_a), load_run(args.dir_b)
     a.label, b.label = _labels(args.labels, a.label, b.label)
     cmp = compare(a, b, _metrics(args.metric), threshold)
@@ -292,8 +302,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if md_path:
         atomic_write_text(md_path, markdown(cmp, f"bench compare: {b.label} against {a.label}", include_same=True) + "\n")
         print(f"wrote {md_path}")
-    if args.plots:
-        for path in draw_compare(Path(args.plots), a.rows, b.rows, (a.label, b.label)):
+    if plots:
+        for path in draw_compare(plots, a.rows, b.rows, (a.label, b.label)):
             print(f"wrote {path}")
     return 0
 
@@ -354,13 +364,13 @@ def cmd_regress(args: argparse.Namespace) -> int:
     from .rundir import RunDir
 
     threshold = _threshold(args.threshold)
+    out = _check_out_dir(args.out, "--out") or Path(args.dir) / "regress"
     db = _db(args)
     run = load_run(args.dir)
     base = history.baseline(db, args.cluster, args.baseline, exclude=history.fingerprint(RunDir(args.dir)))
     cmp = compare(base, run, _metrics(args.metric), threshold)
     console = _console()
     _print_comparison(console, cmp, args.top)
-    out = Path(args.out) if args.out else Path(args.dir) / "regress"
     paths = write_all(cmp, out, f"bench regress: {run.label} against {base.label} ({args.cluster})")
     print("wrote " + ", ".join(str(p) for p in paths.values()))
     line = summary_line(cmp)

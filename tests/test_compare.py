@@ -258,6 +258,18 @@ def test_history_add_list_plot_and_duplicates(real_run, tmp_path):
                       "synthetic-weak 2x1 torchrun default"}
 
 
+def test_output_paths_that_are_files_are_refused(real_run, tmp_path):
+    a_file = tmp_path / "file"
+    a_file.write_text("keep me\n")
+    db = tmp_path / "history.sqlite"
+    for args, want in ((["compare", str(real_run), str(real_run), "--plots", str(a_file)], "--plots"),
+                       (["regress", str(real_run), "--cluster", "lab", "--db", str(db), "--out", str(a_file)], "--out"),
+                       (["compare", str(real_run), str(real_run), "--csv", str(tmp_path)], "--csv")):
+        r = bench(*args, check=False)
+        assert r.returncode == 2 and f"{want} " in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.describe()
+    assert a_file.read_text() == "keep me\n" and not db.exists()
+
+
 @pytest.mark.parametrize("case", ["absent", "empty", "not sqlite", "locked", "other cluster", "bad baseline"])
 def test_bad_history_is_refused_with_one_line(real_run, tmp_path, case):
     db = tmp_path / "history.sqlite"
