@@ -194,16 +194,17 @@ _ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")
 _SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
 
 
+def redacted(name: str, value: str) -> str:
+    """The value as it may be recorded: "<redacted>" where the name suggests a secret."""
+    upper = name.upper()
+    return "<redacted>" if any(m in upper for m in _SECRET_MARKERS) else value
+
+
 def captured_variables(env: Mapping[str, str]) -> dict[str, str]:
     """The environment variables a result records: launcher, NCCL/Gloo/torch settings, Slurm job
     facts. Nothing else, and any value whose name suggests a secret is redacted."""
-    out = {}
-    for name in sorted(env):
-        if not (name.startswith(_ENV_PREFIXES) or name in _ENV_NAMES):
-            continue
-        upper = name.upper()
-        out[name] = "<redacted>" if any(m in upper for m in _SECRET_MARKERS) else env[name]
-    return out
+    return {name: redacted(name, env[name]) for name in sorted(env)
+            if name.startswith(_ENV_PREFIXES) or name in _ENV_NAMES}
 
 
 def _version(dist_name: str) -> str | None:

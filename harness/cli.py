@@ -1,11 +1,16 @@
 """The `bench` command.
 
-    bench sweep [SWEEP.yaml] [--max-nodes N] [--executor auto|local|slurm] [--out DIR] [--dry-run] [--set K=V]
+    bench sweep [SWEEP.yaml] [--max-nodes N] [--repeat N] [--executor auto|local|slurm] [--out DIR] [--dry-run]
     bench sweep --resume DIR
     bench run allreduce|synthetic|real [workload flags]
     bench collect DIR | bench plot DIR | bench status DIR
+    bench compare DIR_A [DIR_B] [--across AXIS=A,B]
+    bench history add|list|plot|changes|check|remove
+    bench regress DIR --cluster NAME [--baseline median:K|last|best|label:L]
+    bench report DIR [--compare DIR_B | --across AXIS=A,B]
 
-User mistakes end with one line on stderr and exit status 2; a sweep with failed jobs exits 1.
+User mistakes end with one line on stderr and exit status 2; a sweep with failed jobs exits 1;
+regress exits 1 on a regression or failed key and 3 on a key it cannot judge.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from .spec import SpecError
 WORKLOADS = ("allreduce", "synthetic", "real")
 SWEEPS_DIR = Path(__file__).resolve().parent.parent / "sweeps"
 EXIT_USAGE = 2
+EXIT_REGRESSION = 1   # bench regress: a key regressed or failed
+EXIT_UNJUDGED = 3     # bench regress: nothing regressed, but some key could not be judged
 
 
 class UsageError(Exception):
@@ -69,9 +76,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     console = _console()
     if args.resume:
-        if args.sweep or args.overrides or args.max_nodes or args.out or args.dry_run or args.cluster:
+        if args.sweep or args.overrides or args.max_nodes or args.repeat or args.out or args.dry_run or args.cluster:
             raise UsageError("--resume DIR continues the plan saved in DIR; it takes no sweep file, "
-                             "--set, --max-nodes, --out, --cluster or --dry-run")
+                             "--set, --max-nodes, --repeat, --out, --cluster or --dry-run")
         run = RunDir(args.resume)
         plan = run.read_plan()
         jobs = run.jobs()
@@ -94,7 +101,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise UsageError(f"--cluster describes a Slurm cluster; it needs --executor slurm, not {name}")
     profile = load_profile(args.cluster) if args.cluster else None
     sweep_path = Path(args.sweep) if args.sweep else _default_sweep(name)
-    sweep = load_sweep(sweep_path, max_nodes=args.max_nodes, overrides=tuple(args.overrides))
+    sweep = load_sweep(sweep_path, max_nodes=args.max_nodes, repeat=args.repeat, overrides=tuple(args.overrides))
     out = Path(args.out) if args.out else default_run_dir(sweep)
     executor = make_executor(name, RunDir(out), sweep.timeout_s, profile)
     if "srun" in sweep.launchers and name == "local":
@@ -214,6 +221,17 @@ def _threshold(text: str) -> float:
         raise UsageError(str(exc)) from None
 
 
+def _across(text: str | None) -> tuple[str, str, str] | None:
+    from .compare import parse_across
+
+    if text is None:
+        return None
+    try:
+        return parse_across(text)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def _metrics(names: list[str] | None) -> tuple[str, ...]:
     from .compare import DEFAULT_METRICS
 
@@ -233,33 +251,36 @@ def _print_comparison(console: Any, cmp: Any, top: int) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from .compare import FASTER, METRICS, SLOWER, fmt_ci, fmt_value, records
+    from .compare import FAILED, FASTER, METRICS, SLOWER, UNJUDGED, fmt_interval, fmt_ratio, fmt_value, headline, \
+        records, warnings
 
-    for d in cmp.env_diffs:
-        console.print(f"[yellow]warning: the environments differ: {escape(d)}[/]", soft_wrap=True)
-    for side in (cmp.a, cmp.b):
+    for heading, lines in warnings(cmp):
+        console.print(f"[yellow]warning: {escape(heading)}:[/]", soft_wrap=True)
+        for line in lines:
+            console.print(f"[yellow]  {escape(line)}[/]", soft_wrap=True)
+    for side in ([cmp.a] if cmp.a.source == cmp.b.source else [cmp.a, cmp.b]):
         for s in side.stragglers:
             console.print(f"[yellow]straggler in {escape(side.label)}:[/] {escape(s.line())}", soft_wrap=True)
     t = Table(title=f"{escape(cmp.b.label)} against {escape(cmp.a.label)} (worst first; threshold "
                     f"{cmp.threshold:.1%}; {escape(cmp.method)})", title_justify="left")
-    for col in ("verdict", "metric", "key", "A", "B", "B/A", "95% CI", "p"):
+    shown = records(cmp.table.head(top))
+    notes = any(r.get("note") for r in shown)
+    for col in ("verdict", "metric", "key", "A", "B", "B/A", "interval", "p") + (("note",) if notes else ()):
         t.add_column(col, justify="right" if col in ("A", "B", "B/A", "p") else "left")
-    style = {SLOWER: "red", FASTER: "green"}
-    for r in records(cmp.table.head(top)):
+    style = {SLOWER: "red", FAILED: "red", UNJUDGED: "yellow", FASTER: "green"}
+    for r in shown:
         t.add_row(r["verdict"], METRICS[r["metric"]].label, escape(r["key"]), fmt_value(r["a"]), fmt_value(r["b"]),
-                  f"{r['ratio']:.3f}", fmt_ci(r["ci_low"], r["ci_high"]), fmt_value(r["p_value"]),
-                  style=style.get(r["verdict"]))
+                  fmt_ratio(r["ratio"]), fmt_interval(r), fmt_value(r.get("p_value")),
+                  *((escape(r.get("note") or ""),) if notes else ()), style=style.get(r["verdict"]))
     console.print(t)
     if len(cmp.table) > top:
         console.print(f"... {len(cmp.table) - top} more rows (--top, --csv, --markdown)")
-    for side, only in ((cmp.a, cmp.only_a), (cmp.b, cmp.only_b)):
-        if len(only):
-            shown = "; ".join(f"{r['key']} ({r['status']} in the other)" for r in records(only.head(10)))
-            console.print(f"only completed in {escape(side.label)}: {len(only)} key{'s' if len(only) != 1 else ''}: "
-                          f"{escape(shown)}{'; ...' if len(only) > 10 else ''}", soft_wrap=True)
-    c = cmp.counts()
-    console.print(f"{c[SLOWER]} slower, {c[FASTER]} faster, {len(cmp.table) - c[SLOWER] - c[FASTER]} no significant "
-                  f"change, of {len(cmp.table)} compared", soft_wrap=True)
+    only = cmp.new_in_b
+    if len(only):
+        listed = "; ".join(f"{r['key']} ({r['status']} in {cmp.a.label})" for r in records(only.head(10)))
+        console.print(f"only completed in {escape(cmp.b.label)}: {len(only)} key{'s' if len(only) != 1 else ''}: "
+                      f"{escape(listed)}{'; ...' if len(only) > 10 else ''}", soft_wrap=True)
+    console.print(headline(cmp), soft_wrap=True)
 
 
 def _check_out_file(path: str | None, flag: str) -> Path | None:
@@ -282,28 +303,50 @@ def _check_out_dir(path: str | None, flag: str) -> Path | None:
     return p
 
 
+def _min_runs(value: int) -> int:
+    if value < 3:
+        raise UsageError(f"--min-runs {value}: a band needs at least 3 runs")
+    return value
+
+
+def _sides(dir_a: str, dir_b: str | None, across: tuple[str, str, str] | None) -> tuple[Any, Any]:
+    """The two sides of a comparison: two runs, or one run twice when --across names the axis."""
+    from .compare import load_run
+
+    if dir_b is None and across is None:
+        raise UsageError("give two run directories, or one with --across AXIS=A,B")
+    a = load_run(dir_a)
+    b = a if dir_b is None or Path(dir_b).resolve() == Path(dir_a).resolve() else load_run(dir_b)
+    return a, b
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from benchmarks.results import atomic_write_bytes, atomic_write_text
 
-    from .compare import compare, load_run, markdown, table_csv
+    from .compare import compare, markdown, table_csv
     from .plot import draw_compare
 
-    threshold = _threshold(args.threshold)
+    threshold, across = _threshold(args.threshold), _across(args.across)
     csv_path, md_path = _check_out_file(args.csv, "--csv"), _check_out_file(args.markdown, "--markdown")
     plots = _check_out_dir(args.plots, "--plots")
-    a, b = load_run(args.dir_a), load_run(args.dir_b)
-    a.label, b.label = _labels(args.labels, a.label, b.label)
-    cmp = compare(a, b, _metrics(args.metric), threshold)
+    a, b = _sides(args.dir_a, args.dir_b, across)
+    if a is not b:
+        a.label, b.label = _labels(args.labels, a.label, b.label)
+    cmp = compare(a, b, _metrics(args.metric), threshold, min_runs=_min_runs(args.min_runs),
+                  allow_mismatch=args.allow_mismatch, across=across)
+    if args.labels and a is b:
+        cmp.a.label, cmp.b.label = _labels(args.labels, cmp.a.label, cmp.b.label)
     console = _console()
     _print_comparison(console, cmp, args.top)
     if csv_path:
         atomic_write_bytes(csv_path, table_csv(cmp.table))
         print(f"wrote {csv_path}")
     if md_path:
-        atomic_write_text(md_path, markdown(cmp, f"bench compare: {b.label} against {a.label}", include_same=True) + "\n")
+        atomic_write_text(md_path, markdown(cmp, f"bench compare: {cmp.b.label} against {cmp.a.label}",
+                                           include_same=True) + "\n")
         print(f"wrote {md_path}")
     if plots:
-        for path in draw_compare(plots, a.rows, b.rows, (a.label, b.label)):
+        for path in draw_compare(plots, cmp.a.rows, cmp.b.rows, (cmp.a.label, cmp.b.label)):
             print(f"wrote {path}")
     return 0
 
@@ -319,30 +362,54 @@ def cmd_history(args: argparse.Namespace) -> int:
 
     console = _console()
     db = _db(args)
+    if args.action in ("add", "plot", "changes") and not args.cluster:
+        raise UsageError(f"history {args.action} needs --cluster NAME")
+    if args.action in ("add", "remove") and not args.dir:
+        raise UsageError("history add needs the run directory: bench history add DIR --cluster NAME"
+                         if args.action == "add" else "history remove needs the run id: bench history remove ID")
     if args.action == "add":
-        if not args.cluster:
-            raise UsageError("history add needs --cluster NAME")
-        e = history.add(db, args.dir, args.cluster, args.label)
+        added = history.add(db, args.dir, args.cluster, args.label)
+        e = added.entry
         print(f"added {args.dir} to {db} as run {e.id} of cluster {e.cluster}"
-              f"{f' (label {e.label})' if e.label else ''}: {e.rows} summary rows")
+              f"{f' (label {e.label})' if e.label else ''}: {e.keys} keys, {e.rows} summary rows")
+        if added.failed_jobs:
+            shown = ", ".join(added.failed_jobs[:5]) + (", ..." if len(added.failed_jobs) > 5 else "")
+            print(f"note: {len(added.failed_jobs)} job{'s' if len(added.failed_jobs) != 1 else ''} did not complete "
+                  f"({shown}); their {e.failed} rows are stored as failed and never serve as a baseline")
+    elif args.action == "remove":
+        if not args.dir.isdigit():
+            raise UsageError(f"history remove {args.dir!r}: give the run's id, a number from `bench history list`")
+        e = history.remove(db, int(args.dir))
+        print(f"removed run {e.id} of cluster {e.cluster} ({e.label or 'no label'}, added from {e.path}) from {db}")
+    elif args.action == "check":
+        checked, problems = history.check(db)
+        for line in problems:
+            print(line)
+        print(f"checked {checked} run{'s' if checked != 1 else ''} in {db}: "
+              + (f"{len(problems)} problem{'s' if len(problems) != 1 else ''}" if problems else "all readable"))
+        return 1 if problems else 0
     elif args.action == "list":
         from rich.markup import escape
         from rich.table import Table
 
         found = history.entries(db, args.cluster)
         t = Table(title=f"Runs in {escape(str(db))}", title_justify="left")
-        for col in ("id", "cluster", "label", "sweep", "ran", "added", "rows", "path"):
+        for col in ("id", "cluster", "label", "sweep", "ran", "added", "keys", "failed rows", "path"):
             t.add_column(col)
         for e in found:
             t.add_row(str(e.id), escape(e.cluster), escape(e.label or "-"), escape(e.sweep or "-"), e.created, e.added,
-                      str(e.rows), escape(e.path))
+                      str(e.keys), str(e.failed), escape(e.path))
         console.print(t)
         console.print(f"{len(found)} run{'s' if len(found) != 1 else ''}")
+    elif args.action == "changes":
+        from .changes import changes, render
+
+        threshold = _threshold(args.threshold)
+        console.print(render(changes(db, args.cluster, _metrics(args.metric), threshold), args.cluster, threshold),
+                      markup=False)
     else:
         from .plot import draw_history
 
-        if not args.cluster:
-            raise UsageError("history plot needs --cluster NAME")
         pts = history.points(db, args.cluster)
         if pts.empty:
             raise UsageError(f"{db}: no run of cluster {args.cluster!r}; see `bench history list`")
@@ -359,41 +426,57 @@ def _file_safe(name: str) -> str:
 
 def cmd_regress(args: argparse.Namespace) -> int:
     from . import history
-    from .compare import SLOWER, compare, load_run
+    from .compare import BY_SAMPLES, FAILED, MIN_RUNS, SLOWER, UNJUDGED, compare, load_run
     from .regress import summary_line, write_all
     from .rundir import RunDir
 
     threshold = _threshold(args.threshold)
     out = _check_out_dir(args.out, "--out") or Path(args.dir) / "regress"
     db = _db(args)
+    kind, k = history.parse_baseline(args.baseline)
     run = load_run(args.dir)
     base = history.baseline(db, args.cluster, args.baseline, exclude=history.fingerprint(RunDir(args.dir)))
-    cmp = compare(base, run, _metrics(args.metric), threshold)
+    cmp = compare(base, run, _metrics(args.metric), threshold, min_runs=k if kind == "median" else MIN_RUNS,
+                  allow_mismatch=args.allow_mismatch)
     console = _console()
     _print_comparison(console, cmp, args.top)
-    paths = write_all(cmp, out, f"bench regress: {run.label} against {base.label} ({args.cluster})")
+    if kind == "median":
+        few = int((cmp.table["test"] == BY_SAMPLES).sum())
+        if few:
+            console.print(f"{few} of {len(cmp.table)} keys have fewer than {k} usable runs in the history: judged "
+                          f"against the newest usable run by the within-run test instead of the band", soft_wrap=True)
+    paths = write_all(cmp, out, f"bench regress: {run.label} against {base.label} ({args.cluster})",
+                      benchmark_json=args.benchmark_json, strict=not args.allow_unjudged)
     print("wrote " + ", ".join(str(p) for p in paths.values()))
-    line = summary_line(cmp)
-    regressed = cmp.counts()[SLOWER] > 0
-    print(f"bench regress: {'REGRESSION: ' if regressed else ''}{line}", file=sys.stderr if regressed else sys.stdout)
-    return 1 if regressed else 0
+    counts = cmp.counts()
+    status = (EXIT_REGRESSION if counts[SLOWER] or counts[FAILED]
+              else EXIT_UNJUDGED if counts[UNJUDGED] and not args.allow_unjudged else 0)
+    word = {EXIT_REGRESSION: "REGRESSION: ", EXIT_UNJUDGED: "CANNOT JUDGE: ", 0: ""}[status]
+    print(f"bench regress: {word}{summary_line(cmp)}", file=sys.stderr if status else sys.stdout)
+    return status
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     from benchmarks.results import atomic_write_text
 
-    from .compare import compare, load_run
+    from .compare import compare
     from .report import default_path, render
     from .rundir import RunDir
 
     run = RunDir(args.dir)
     out = _check_out_file(args.out, "--out") or default_path(run)
-    side = load_run(args.dir)
+    across = _across(args.across)
+    side, other = _sides(args.dir, args.compare, across) if (args.compare or across) else (None, None)
     cmp = None
-    if args.compare:
-        side_a, side_b = side, load_run(args.compare)
-        side_a.label, side_b.label = _labels(args.labels, side_a.label, side_b.label)
-        cmp = compare(side_a, side_b, _metrics(args.metric), _threshold(args.threshold))
+    if side is not None:
+        if side is not other:
+            side.label, other.label = _labels(args.labels, side.label, other.label)
+        cmp = compare(side, other, _metrics(args.metric), _threshold(args.threshold),
+                      min_runs=_min_runs(args.min_runs), allow_mismatch=args.allow_mismatch, across=across)
+    else:
+        from .compare import load_run
+
+        side = load_run(args.dir)
     atomic_write_text(out, render(run, side, cmp))
     print(f"wrote {out}")
     return 0
@@ -478,6 +561,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("sweep", help="run (or --dry-run plan) a sweep of jobs")
     s.add_argument("sweep", nargs="?", help="sweep YAML (default: sweeps/local.yaml locally, sweeps/default.yaml on Slurm)")
     s.add_argument("--max-nodes", type=_positive_int, help="cap the node axis (or set it, for nodes: powers_of_two)")
+    s.add_argument("--repeat", type=_positive_int, metavar="N",
+                   help="run every job N times, replicate by replicate across the matrix (sweep key repeat)")
     s.add_argument("--executor", choices=("auto", "local", "slurm"), default="auto")
     s.add_argument("--out", help="run directory (default results/<sweep>-<timestamp>)")
     s.add_argument("--dry-run", action="store_true", help="write and print the plan, run nothing")
@@ -493,49 +578,68 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("workload_args", nargs=argparse.REMAINDER)
     r.set_defaults(func=cmd_run)
 
-    from .compare import METRICS
-    from .history import BASELINE_HELP
+    from .compare import AXES, METRICS, MIN_RUNS
+    from .history import BASELINE_HELP, DEFAULT_BASELINE
 
     def analysis(c: argparse.ArgumentParser) -> None:
         c.add_argument("--metric", action="append", choices=list(METRICS),
                        help="metric to compare (repeatable; default busbw_gbps and images_per_s)")
         c.add_argument("--threshold", default="5%", help="smallest change that counts, e.g. 5%% (default 5%%)")
         c.add_argument("--top", type=_positive_int, default=30, help="rows shown in the terminal (default 30)")
+        c.add_argument("--allow-mismatch", action="store_true",
+                       help="compare keys whose workload parameters or settings differ (every output says so)")
 
-    c = sub.add_parser("compare", help="compare two runs key by key, with confidence intervals")
+    def pairwise(c: argparse.ArgumentParser) -> None:
+        c.add_argument("--across", metavar="AXIS=A,B",
+                       help=f"compare two configurations: A's rows of AXIS value A against B's of value B (one run "
+                            f"is enough); AXIS: {', '.join(AXES)}")
+        c.add_argument("--min-runs", type=int, default=MIN_RUNS, metavar="K",
+                       help=f"judge a key by the band of A's runs where A has K or more (replicates from "
+                            f"--repeat); default {MIN_RUNS}")
+        c.add_argument("--labels", metavar="A,B", help="names of the two sides in output and plots")
+
+    c = sub.add_parser("compare", help="compare two runs (or two configurations of one) key by key")
     c.add_argument("dir_a", metavar="DIR_A", help="run directory A (the reference)")
-    c.add_argument("dir_b", metavar="DIR_B", help="run directory B")
+    c.add_argument("dir_b", metavar="DIR_B", nargs="?", help="run directory B (default: DIR_A, with --across)")
     analysis(c)
-    c.add_argument("--labels", metavar="A,B", help="names of the two sides in output and plots")
+    pairwise(c)
     c.add_argument("--csv", metavar="FILE", help="write every compared row as CSV")
     c.add_argument("--markdown", metavar="FILE", help="write the comparison as markdown")
     c.add_argument("--plots", metavar="DIR", help="write compare_busbw.png and compare_scaling.png here")
     c.set_defaults(func=cmd_compare)
 
-    h = sub.add_parser("history", help="store runs per cluster and list or plot them")
-    h.add_argument("action", choices=("add", "list", "plot"))
-    h.add_argument("dir", nargs="?", help="run directory (history add)")
-    h.add_argument("--cluster", help="cluster name (required for add and plot; a filter for list)")
+    h = sub.add_parser("history", help="store runs per cluster; list, plot, check, remove; find change points")
+    h.add_argument("action", choices=("add", "list", "plot", "changes", "check", "remove"))
+    h.add_argument("dir", nargs="?", metavar="DIR|ID", help="run directory (add) or run id (remove)")
+    h.add_argument("--cluster", help="cluster name (required for add, plot and changes; a filter for list)")
     h.add_argument("--label", help="label of the run (history add), e.g. nccl-2.21 or after-ib-fix")
     h.add_argument("--db", help="history database (default results/history.sqlite)")
     h.add_argument("--out", help="image file (history plot; default beside the database)")
+    h.add_argument("--metric", action="append", choices=list(METRICS),
+                   help="metric whose series to search for change points (history changes; repeatable)")
+    h.add_argument("--threshold", default="5%", help="smallest step history changes reports (default 5%%)")
     h.set_defaults(func=cmd_history)
 
-    g = sub.add_parser("regress", help="compare a run with a baseline from the history; exit 1 on a regression")
+    g = sub.add_parser("regress", help="compare a run with a baseline from the history; exit 1 on a regression or "
+                                       "a failed key, 3 on a key that cannot be judged")
     g.add_argument("dir", help="run directory")
     g.add_argument("--cluster", required=True, help="cluster whose history holds the baseline")
-    g.add_argument("--baseline", default="last", help=f"{BASELINE_HELP} (default last)")
+    g.add_argument("--baseline", default=DEFAULT_BASELINE, help=f"{BASELINE_HELP} (default {DEFAULT_BASELINE})")
     g.add_argument("--db", help="history database (default results/history.sqlite)")
-    g.add_argument("--out", help="directory for report.md, junit.xml, benchmark.json (default DIR/regress)")
+    g.add_argument("--out", help="directory for report.md and junit.xml (default DIR/regress)")
+    g.add_argument("--allow-unjudged", action="store_true",
+                   help="exit 0 when keys cannot be judged but nothing regressed or failed (they are still reported)")
+    g.add_argument("--benchmark-json", action="store_true",
+                   help="also write benchmark.json in pytest-benchmark's format (large for big sweeps)")
     analysis(g)
     g.set_defaults(func=cmd_regress)
 
     o = sub.add_parser("report", help="write one self-contained HTML report of a run")
     o.add_argument("dir", help="run directory")
     o.add_argument("--compare", metavar="DIR_B", help="add a comparison of DIR (as A) with DIR_B")
-    o.add_argument("--labels", metavar="A,B", help="names of the two sides")
     o.add_argument("--out", metavar="FILE", help="HTML file (default DIR/report.html)")
     analysis(o)
+    pairwise(o)
     o.set_defaults(func=cmd_report)
 
     for name, func, text in (("collect", cmd_collect, "rebuild summary.parquet/csv from the job results"),

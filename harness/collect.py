@@ -16,6 +16,7 @@ throughput; for strong scaling it is speedup over ideal speedup.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import sys
@@ -24,6 +25,7 @@ from itertools import repeat
 from operator import itemgetter
 from typing import Any, Callable
 
+from benchmarks.common import redacted
 from benchmarks.results import ResultError, atomic_write_bytes, load_result
 
 from .rundir import COMPLETED, RunDir
@@ -38,16 +40,19 @@ COLUMNS = [
     "images_per_s", "images_per_s_per_gpu", "step_time_ms", "step_time_ms_p10", "step_time_ms_p90",
     "compute_images_per_s", "data_wait_fraction", "batch_size", "global_batch", "model", "dtype",
     "efficiency", "speedup", "hosts", "reason", "log_tail",
+    "repeat", "params", "settings", "settings_hash", "n_samples",
 ]
 # The summary's own layout, stored in summary.parquet's metadata. 1: no marker (summaries written
 # before the reason and log_tail columns); 2: with them; 3: the run's environment and stragglers
-# in the metadata too (ENVIRONMENT_KEY, STRAGGLERS_KEY), so comparisons need not reopen results.
-SUMMARY_VERSION = 3
+# in the metadata too (ENVIRONMENT_KEY, STRAGGLERS_KEY), so comparisons need not reopen results;
+# 4: what makes two rows comparable (params, settings, settings_hash), the replicate (repeat)
+# and the count of usable samples behind each row (n_samples).
+SUMMARY_VERSION = 4
 _VERSION_KEY = b"bench_summary_version"
 ENVIRONMENT_KEY = b"bench_environment"
 STRAGGLERS_KEY = b"bench_stragglers"
 _ENV_FIELDS = ("nccl", "torch", "cuda", "gpu_driver", "backend", "python")
-SCALING_KEYS = ["workload", "scaling", "launcher", "backend", "device", "nccl_config", "model"]
+SCALING_KEYS = ["workload", "scaling", "launcher", "backend", "device", "nccl_config", "model", "repeat"]
 MISSING = "MISSING"  # the job completed but its result file is absent or unusable
 
 _ROW_FIELDS = ("time_us", "algbw_gbps", "busbw_gbps", "wrong", "time_us_p10", "time_us_median", "time_us_p90",
@@ -63,9 +68,18 @@ def _warn(message: str) -> None:
 
 
 SAMPLE_KEYS = ["job", "workload", "scaling", "collective", "size_bytes", "metric"]
-INT_COLUMNS = {"nodes", "gpus_per_node", "world_size", "size_bytes", "wrong", "oop_wrong", "batch_size", "global_batch"}
+INT_COLUMNS = {"nodes", "gpus_per_node", "world_size", "size_bytes", "wrong", "oop_wrong", "batch_size", "global_batch",
+               "repeat", "n_samples"}
 TEXT_COLUMNS = {"job", "config_hash", "workload", "scaling", "collective", "launcher", "backend", "device",
-                "nccl_config", "status", "model", "dtype", "hosts", "reason", "log_tail"}
+                "nccl_config", "status", "model", "dtype", "hosts", "reason", "log_tail", "params", "settings",
+                "settings_hash"}
+# The workload parameters that decide what a figure measures: two rows are comparable only when
+# these agree (and their settings sets hold the same variables). Iteration and step counts are
+# left out: they change how many samples there are, not what each one measures.
+TRAINING_PARAMS = ("model", "image_size", "batch_size", "global_batch", "amp", "channels_last", "compile",
+                   "bucket_cap_mb", "gradient_as_bucket_view", "static_graph")
+COMPARED_PARAMS = {"allreduce": ("dtype", "op"), "synthetic": TRAINING_PARAMS,
+                   "real": TRAINING_PARAMS + ("workers", "data_set")}
 
 
 class _Environments:
@@ -181,7 +195,7 @@ def collect(run: RunDir, warn: Callable[[str], None] = _warn) -> tuple[Any, Any]
         rec = table[job.name]
         base = {"job": job.name, "config_hash": job.config_hash, "nodes": job.nodes,
                 "gpus_per_node": job.gpus_per_node, "world_size": job.world_size, "launcher": job.launcher,
-                "nccl_config": job.nccl_config}
+                "nccl_config": job.nccl_config, "repeat": job.repeat, **settings_columns(job.nccl_env)}
         for wr in job.runs:
             status = rec.runs.get(wr.key, rec.state)
             head = {**base, "workload": wr.workload, "scaling": wr.scaling, "status": status}
@@ -200,6 +214,7 @@ def collect(run: RunDir, warn: Callable[[str], None] = _warn) -> tuple[Any, Any]
             head.update(backend=result.get("backend"), device=result.get("device"),
                         hosts=",".join(result.get("environment", {}).get("hosts", [])))
             try:
+                head["params"] = compared_params(wr.workload, result)
                 _add_result(out, head, result)
             except (KeyError, TypeError, ValueError) as exc:
                 warn(f"skipping {path}: incomplete result ({type(exc).__name__}: {exc})")
@@ -226,13 +241,55 @@ def _add_result(out: _Builder, head: dict[str, Any], result: dict[str, Any]) -> 
         per_row["size_bytes"] = [int(r["size_bytes"]) for r in rows]
         keys = [(job, workload, scaling, c, size, "time_us")
                 for c, size in zip(per_row["collective"], per_row["size_bytes"])]
-        out.add(len(rows), head, per_row, keys, [r["samples_us"] for r in rows])
+        samples = [r["samples_us"] for r in rows]
+        per_row["n_samples"] = usable_counts(samples)
+        out.add(len(rows), head, per_row, keys, samples)
     else:
         if float(result["images_per_s"]) <= 0:
             raise ValueError(f"images_per_s is {result['images_per_s']}")
-        row = {**head, "model": result["params"]["model"], **{f: result.get(f) for f in _TRAINING_FIELDS}}
-        out.add(1, row, keys=[(job, workload, scaling, "", 0, "step_time_ms")],
-                values=[result["samples"]["step_time_ms"]])
+        samples = result["samples"]["step_time_ms"]
+        row = {**head, "model": result["params"]["model"], **{f: result.get(f) for f in _TRAINING_FIELDS},
+               "n_samples": usable_counts([samples])[0]}
+        out.add(1, row, keys=[(job, workload, scaling, "", 0, "step_time_ms")], values=[samples])
+
+
+def usable_counts(lists: list[list]) -> list[int]:
+    """How many of each row's samples a test can use: finite, positive times."""
+    import numpy as np
+
+    try:
+        arr = np.array(lists, dtype=float)       # one array when the rows are of equal length
+    except (ValueError, TypeError):
+        return [usable_counts([v])[0] if isinstance(v, list) else 0 for v in lists] if len(lists) > 1 else [0]
+    if arr.ndim != 2:
+        return [0] * len(lists)
+    with np.errstate(invalid="ignore"):
+        return ((arr > 0) & np.isfinite(arr)).sum(axis=1).tolist()
+
+
+def compared_params(workload: str, result: dict[str, Any]) -> str:
+    """COMPARED_PARAMS of a result as canonical JSON (sorted keys), taken from what the workload
+    recorded it ran with (amp "auto" is recorded resolved, as bf16 or off)."""
+    params = result["params"]
+    if workload == "allreduce":
+        values = {"dtype": params["dtype"], "op": params["op"]}
+    else:
+        values = {k: params[k] for k in TRAINING_PARAMS if k in params}
+        values["batch_size"], values["global_batch"] = result["batch_size"], result["global_batch"]
+        if workload == "real":
+            data = result["data"]
+            values["workers"] = data["workers"]
+            values["data_set"] = (f"generated: {data['images']} images in {data['classes']} classes"
+                                  if data.get("generated") else str(data["path"]))
+    return json.dumps(values, sort_keys=True, separators=(",", ":"))
+
+
+def settings_columns(nccl_env: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    """A settings set by content: its variables as text (secret-looking values redacted) and a
+    hash of the real values, so that two sets of one name but other contents never compare as one."""
+    blob = json.dumps(sorted(map(list, nccl_env)), separators=(",", ":")).encode()
+    return {"settings": " ".join(f"{k}={redacted(k, v)}" for k, v in sorted(nccl_env)),
+            "settings_hash": hashlib.sha256(blob).hexdigest()[:16]}
 
 
 def add_scaling(columns: dict[str, list]) -> None:

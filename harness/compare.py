@@ -1,22 +1,40 @@
-"""Comparison of two runs (or a run and a baseline from the history), key by key.
+"""Comparison of two sides (two runs, two settings sets of one run, or a run and a baseline from
+the history), key by key.
 
 A key is a point of the matrix: workload, collective, scaling mode, nodes, GPUs per node,
-launcher, NCCL settings set and message size. For every key both sides completed, and every
-metric asked for, the table gives A, B, the ratio B/A, a confidence interval and a verdict
-(stats.py says how):
+launcher, settings set and message size. Every key side A completed gets one row per metric
+asked for, with one verdict:
 
-    faster / slower           the change passes the threshold AND the test is significant
-    no significant change     otherwise
+    failed                   A completed the key and B did not (FAILED, TIMEOUT, CANCELLED,
+                             MISSING, or absent); the row carries B's status and the job's reason
+    slower / faster          the change passes the threshold AND the noise test (below)
+    cannot judge             the values or samples cannot carry a verdict: zero, NaN or inf
+                             values, fewer samples than the test needs, or workload parameters
+                             that differ between the sides
+    no significant change    otherwise
+
+The noise test, per key (stats.py says how):
+
+    between runs   where A holds the values of at least `min_runs` runs (history baselines,
+                   replicates from `bench sweep --repeat`), B's value must lie outside the band
+                   those runs draw
+    within a run   otherwise, the Mann-Whitney test on the per-iteration samples must be
+                   significant and its interval must exclude 1
+
+Two rows are comparable only when the workload parameters that decide what a figure measures
+are equal (collect.COMPARED_PARAMS) and their settings sets hold the same variables (by content,
+not by name). Where they differ the key cannot be judged, unless the user asks to compare anyway,
+and then every output says so.
 
 Ratios are of the metric as the summary states it (busbw from the average time, nccl-tests'
-way); the interval and the test come from the per-iteration samples behind it. A verdict speaks
-of performance: a time that went up is "slower".
+way). A verdict speaks of performance: a time that went up is "slower".
 """
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +47,13 @@ from .rundir import COMPLETED, RunDir, RunDirError
 KEYS = ["workload", "collective", "scaling", "nodes", "gpus_per_node", "launcher", "nccl_config", "size_bytes"]
 SAMPLE_JOIN = ["job", "workload", "scaling", "collective", "size_bytes"]
 TRAINING = ("synthetic", "real")
-FASTER, SLOWER, SAME = "faster", "slower", "no significant change"
+# Axes that `--across` compares inside one run: the configurations a sweep lays side by side.
+AXES = ("nccl_config", "launcher")
+FAILED, SLOWER, UNJUDGED, SAME, FASTER = "failed", "slower", "cannot judge", "no significant change", "faster"
+VERDICTS = (FAILED, SLOWER, UNJUDGED, FASTER, SAME)
+_ORDER = {FAILED: 0, SLOWER: 1, UNJUDGED: 2, SAME: 3, FASTER: 4}   # worst first
+BY_RUNS, BY_SAMPLES = "between runs", "within run"
+MIN_RUNS = 5
 
 
 @dataclass(frozen=True)
@@ -39,10 +63,11 @@ class Metric:
     higher_is_better: bool
     samples: str             # the samples.parquet metric behind it (always a time)
     label: str
+    zero_for_one_rank: bool = False   # busbw: one rank moves nothing over a bus
 
 
 METRICS = {m.name: m for m in (
-    Metric("busbw_gbps", True, True, "time_us", "busbw GB/s"),
+    Metric("busbw_gbps", True, True, "time_us", "busbw GB/s", zero_for_one_rank=True),
     Metric("algbw_gbps", True, True, "time_us", "algbw GB/s"),
     Metric("time_us", True, False, "time_us", "time us"),
     Metric("images_per_s", False, True, "step_time_ms", "images/s"),
@@ -50,7 +75,8 @@ METRICS = {m.name: m for m in (
     Metric("step_time_ms", False, False, "step_time_ms", "step ms"),
 )}
 DEFAULT_METRICS = ("busbw_gbps", "images_per_s")
-REQUIRED = ["job", "status", *KEYS, *METRICS, "hosts"]
+LIKE = ["params", "settings", "settings_hash"]      # what makes two rows comparable
+REQUIRED = ["job", "status", *KEYS, *METRICS, "hosts", "reason", "repeat", "n_samples", *LIKE]
 # What makes two runs incomparable by accident (pyperf checks its metadata the same way).
 CHECKED_ENV = {"gpu": "GPU model", "nccl": "NCCL", "torch": "torch", "cuda": "CUDA",
                "gpu_driver": "GPU driver", "backend": "backend", "largest_job_nodes": "nodes in the largest job"}
@@ -62,31 +88,74 @@ class DataError(ValueError):
 
 @dataclass
 class Side:
-    """One side of a comparison: completed rows with their samples."""
+    """One side of a comparison.
+
+    rows      one row per completed key: KEYS, the metrics (the median over the side's runs of
+              the key), hosts, parameters, and `runs`, the number of runs behind the row
+    samples   samples metric -> (padded per-iteration values, counts), row-aligned, pooled
+              over the runs; only finite, positive values
+    runs      metric -> (padded per-run values, counts), row-aligned, newest first; only
+              finite, positive values
+    others    keys that no run of the side completed: KEYS, status, reason, job
+    """
 
     label: str
     source: str
-    rows: Any                                   # DataFrame: KEYS, metrics, hosts, status
-    samples: dict[str, tuple[Any, Any]]         # samples metric -> (padded values, counts), row-aligned
+    rows: Any
+    samples: dict[str, tuple[Any, Any]]
+    runs: dict[str, tuple[Any, Any]] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)
     stragglers: list = field(default_factory=list)
-    incomplete: Any = None                      # DataFrame of keys that did not complete
+    others: Any = None
+    entries: list = field(default_factory=list)     # the history runs a baseline was drawn from
+
+    def where(self, axis: str, value: str, relabel: str) -> "Side":
+        """The side's rows whose `axis` is `value`, with that axis renamed to `relabel`, so
+        that two settings sets (or launchers) join as one key."""
+        import numpy as np
+
+        keep = (self.rows[axis] == value).to_numpy(dtype=bool)
+        idx = np.flatnonzero(keep)
+        rows = self.rows[keep].reset_index(drop=True).assign(**{axis: relabel})
+        others = self.others
+        if others is not None:
+            others = others[others[axis] == value].reset_index(drop=True).assign(**{axis: relabel})
+        return replace(self, label=f"{self.label}:{value}", rows=rows,
+                       samples={k: (v[idx], c[idx]) for k, (v, c) in self.samples.items()},
+                       runs={k: (v[idx], c[idx]) for k, (v, c) in self.runs.items()}, others=others)
 
 
 @dataclass
 class Comparison:
     a: Side
     b: Side
-    table: Any          # one row per (metric, key), worst first
-    only_a: Any         # keys completed in A only, in words too (with B's status, where B has the key)
-    only_b: Any
+    table: Any            # one row per (metric, key), worst first
+    new_in_b: Any         # keys B completed and A did not, with A's status
     env_diffs: list[str]
     threshold: float
-    method: str = stats.METHOD
+    min_runs: int
+    mismatches: list[str] = field(default_factory=list)   # the differing parameters, one line per kind
+    allow_mismatch: bool = False
+    across: tuple[str, str, str] | None = None             # (axis, A's value, B's value)
 
     def counts(self) -> dict[str, int]:
         v = self.table["verdict"]
-        return {FASTER: int((v == FASTER).sum()), SLOWER: int((v == SLOWER).sum()), SAME: int((v == SAME).sum())}
+        return {k: int((v == k).sum()) for k in VERDICTS}
+
+    @property
+    def method(self) -> str:
+        used = set(self.table["test"].dropna())
+        parts = []
+        if BY_RUNS in used or not used:
+            parts.append(f"between runs (where A has {self.min_runs} or more): {stats.BAND_METHOD}")
+        if BY_SAMPLES in used or not used:
+            parts.append(f"within a run (otherwise): {stats.METHOD}, α = {stats.ALPHA}")
+        return "; ".join(parts)
+
+    @property
+    def forced(self) -> bool:
+        """Compared despite differing parameters: every output must say so."""
+        return self.allow_mismatch and bool(self.mismatches)
 
 
 # --------------------------------------------------------------------------- loading
@@ -102,6 +171,15 @@ def check_summary(table: Any, where: str) -> None:
     if missing:
         raise DataError(f"{where}: summary lacks column{'s' if len(missing) > 1 else ''} {', '.join(missing)}; "
                         f"re-collect it with `bench collect`")
+
+
+def check_samples(samples: Any, where: str) -> None:
+    """collect never writes a null sample: one means the table was damaged after it."""
+    import pyarrow.compute as pc
+
+    values = samples.column("values")
+    if values.null_count or pc.sum(pc.is_null(pc.list_flatten(values))).as_py():
+        raise DataError(f"{where}: the samples hold nulls, which bench never writes: the table is damaged")
 
 
 def read_tables(run: RunDir) -> tuple[Any, Any]:
@@ -126,41 +204,89 @@ def read_tables(run: RunDir) -> tuple[Any, Any]:
             samples = pq.read_table(run.samples_parquet)
         except (OSError, pa.ArrowException) as exc:
             raise DataError(f"{run.samples_parquet}: unreadable ({exc})") from None
+        check_samples(samples, str(run.samples_parquet))
     return summary, samples
 
 
 def side_from_tables(summary: Any, samples: Any, label: str, source: str,
                      environment: dict[str, Any] | None = None, found: list | None = None) -> Side:
-    """A Side from a summary and samples (Arrow tables): the completed rows, one per key, and
-    each row's samples as padded arrays."""
+    """A Side from a summary (an Arrow table, or a DataFrame of its columns) and samples (an
+    Arrow table): one row per completed key, the replicates of a key (bench sweep --repeat)
+    pooled into it."""
     import numpy as np
-    import pyarrow as pa
 
     from .collect import to_frame
 
-    cols = [c for c in REQUIRED if c in summary.column_names]
-    df = to_frame(summary.select(cols))
+    if hasattr(summary, "column_names"):
+        df = to_frame(summary.select([c for c in REQUIRED if c in summary.column_names]))
+    else:
+        df = summary.reset_index(drop=True)
     df["collective"] = df["collective"].fillna("")
+    df["scaling"] = df["scaling"].fillna("")
     df["size_bytes"] = df["size_bytes"].fillna(0)
-    done = df["status"] == COMPLETED
-    incomplete = df.loc[~done, KEYS + ["status"]].reset_index(drop=True)
-    rows = df[done].drop_duplicates(KEYS).reset_index(drop=True)
-    out: dict[str, tuple[Any, Any]] = {}
-    if samples is not None and samples.num_rows:
-        sdf = samples.drop(["values"]).to_pandas()
-        sdf["collective"] = sdf["collective"].fillna("")
-        sdf["_pos"] = np.arange(len(sdf))
-        values = samples.column("values")
-        for metric_name, part in sdf.groupby("metric", sort=False):
-            merged = rows[SAMPLE_JOIN].merge(part.drop(columns="metric"), on=SAMPLE_JOIN, how="left")
-            pos = merged["_pos"].to_numpy(dtype=float)
-            have = ~np.isnan(pos)
-            taken = values.take(pa.array(np.where(have, pos, 0).astype(np.int64)))
-            vals, counts = stats.padded(taken)
-            counts = np.where(have, counts, 0)
-            out[str(metric_name)] = (vals, counts)
-    return Side(label=label, source=source, rows=rows, samples=out, environment=environment or {},
-                stragglers=found or [], incomplete=incomplete)
+    done = df[(df["status"] == COMPLETED).to_numpy(dtype=bool)].reset_index(drop=True)
+    codes = done.groupby(KEYS, sort=False, dropna=False).ngroup().to_numpy() if len(done) else np.zeros(0, int)
+    groups = int(codes.max()) + 1 if len(codes) else 0
+    first = np.unique(codes, return_index=True)[1]
+    rows = done.iloc[first].reset_index(drop=True)
+    runs: dict[str, tuple[Any, Any]] = {}
+    for name in METRICS:
+        per_run = done[name].to_numpy(dtype=float, na_value=np.nan)[:, None]
+        runs[name] = stats.pool(codes, per_run, usable(per_run), groups)
+        rows[name] = _median_rows(*runs[name])
+    rows["runs"] = np.bincount(codes, minlength=groups) if groups else np.zeros(0, int)
+    pooled: dict[str, tuple[Any, Any]] = {}
+    if samples is not None and samples.num_rows and len(done):
+        for metric_name, (vals, counts) in _samples_by_row(samples, done).items():
+            mask = (np.arange(vals.shape[1])[None, :] < counts[:, None]) & usable(vals)
+            pooled[metric_name] = stats.pool(codes, vals, mask, groups)
+    others = df[(df["status"] != COMPLETED).to_numpy(dtype=bool)][KEYS + ["status", "reason", "job"]]
+    others = others.drop_duplicates(KEYS)
+    if len(others) and len(rows):
+        others = others.merge(rows[KEYS].assign(_done=1), on=KEYS, how="left")
+        others = others[others["_done"].isna()].drop(columns="_done")
+    return Side(label=label, source=source, rows=rows, samples=pooled, runs=runs, environment=environment or {},
+                stragglers=found or [], others=others.reset_index(drop=True))
+
+
+def usable(values: Any) -> Any:
+    """Where a value can be judged: finite and positive (a time, a rate)."""
+    import numpy as np
+
+    with np.errstate(invalid="ignore"):
+        return np.isfinite(values) & (values > 0)
+
+
+def _median_rows(values: Any, counts: Any) -> Any:
+    import numpy as np
+
+    out = np.full(len(counts), np.nan)
+    have = counts > 0
+    if have.any():
+        with np.errstate(all="ignore"):
+            out[have] = np.nanmedian(values[have], axis=1)
+    return out
+
+
+def _samples_by_row(samples: Any, rows: Any) -> dict[str, tuple[Any, Any]]:
+    """Each samples metric as (padded values, counts) aligned with `rows` (SAMPLE_JOIN columns)."""
+    import numpy as np
+    import pyarrow as pa
+
+    sdf = samples.drop(["values"]).to_pandas()
+    sdf["collective"] = sdf["collective"].fillna("")
+    sdf["scaling"] = sdf["scaling"].fillna("")
+    sdf["_pos"] = np.arange(len(sdf))
+    values = samples.column("values")
+    out = {}
+    for metric_name, part in sdf.groupby("metric", sort=False):
+        merged = rows[SAMPLE_JOIN].merge(part.drop(columns="metric"), on=SAMPLE_JOIN, how="left")
+        pos = merged["_pos"].to_numpy(dtype=float)
+        have = ~np.isnan(pos)
+        taken = values.take(pa.array(np.where(have, pos, 0).astype(np.int64)))
+        vals, counts = stats.padded(taken)
+        out[str(metric_name)] = (vals, np.where(have, counts, 0))
+    return out
 
 
 def load_run(path: str | Path, label: str | None = None) -> Side:
@@ -193,58 +319,188 @@ def parse_threshold(text: str) -> float:
     return value
 
 
-def compare(a: Side, b: Side, metrics: tuple[str, ...] = DEFAULT_METRICS, threshold: float = 0.05) -> Comparison:
+def parse_across(text: str) -> tuple[str, str, str]:
+    """'nccl_config=ib,socket' -> ('nccl_config', 'ib', 'socket')."""
+    axis, _, values = text.partition("=")
+    parts = [p.strip() for p in values.split(",")]
+    if axis.strip() not in AXES or len(parts) != 2 or not all(parts) or parts[0] == parts[1]:
+        raise ValueError(f"--across {text!r} is not valid; give AXIS=A,B with AXIS one of {', '.join(AXES)} and two "
+                         f"different values, e.g. nccl_config=ib,socket")
+    return axis.strip(), parts[0], parts[1]
+
+
+def compare(a: Side, b: Side, metrics: tuple[str, ...] = DEFAULT_METRICS, threshold: float = 0.05, *,
+            min_runs: int = MIN_RUNS, allow_mismatch: bool = False,
+            across: tuple[str, str, str] | None = None) -> Comparison:
+    """The comparison of B against A. With `across` = (axis, x, y), A's rows of axis value x
+    against B's rows of value y (A and B may be the same run)."""
     import numpy as np
     import pandas as pd
 
-    parts = []
+    if across:
+        axis, x, y = across
+        for side, value in ((a, x), (b, y)):
+            if not (side.rows[axis] == value).any():
+                have = sorted(set(side.rows[axis].astype(str)))
+                raise DataError(f"--across {axis}={x},{y}: {side.source} has no completed row with {axis} {value!r} "
+                                f"(it has: {', '.join(have) or 'none'})")
+        a, b = a.where(axis, x, f"{x} vs {y}"), b.where(axis, y, f"{x} vs {y}")
+    ignore_settings = bool(across) and across[0] == "nccl_config"
+    parts, mismatch_parts, matched = [], [], []
     for name in metrics:
         metric = METRICS[name]
         ra, rb = (_metric_rows(s.rows, metric) for s in (a, b))
-        if ra.empty or rb.empty:
+        if ra.empty:
             continue
-        m = ra[KEYS + [name, "_i"]].merge(rb[KEYS + [name, "_i"]], on=KEYS, suffixes=("_a", "_b"))
-        # busbw of a single rank is 0 (its bus factor is): nothing to compare there
-        m = m[(m[f"{name}_a"] > 0) & (m[f"{name}_b"] > 0)]
-        if m.empty:
-            continue
-        ia, ib = m["_i_a"].to_numpy(), m["_i_b"].to_numpy()
-        (va, ca), (vb, cb) = _samples(a, metric, ia), _samples(b, metric, ib)
-        shift = stats.rate_shift(va, vb, ca, cb)
-        value_a = m[f"{name}_a"].to_numpy(dtype=float)
-        value_b = m[f"{name}_b"].to_numpy(dtype=float)
-        ratio = value_b / value_a
-        # performance ratio (> 1 is better) and its interval, from the rate ratio of the samples
-        perf = ratio if metric.higher_is_better else 1 / ratio
-        low, high = shift.low, shift.high
-        ci_low, ci_high = (low, high) if metric.higher_is_better else (1 / high, 1 / low)
-        significant = shift.p_value < stats.ALPHA
-        verdict = np.where(significant & (perf < 1 - threshold) & (high < 1), SLOWER,
-                           np.where(significant & (perf > 1 + threshold) & (low > 1), FASTER, SAME))
-        part = m[KEYS].copy()
-        part.insert(0, "metric", name)
-        part["a"], part["b"], part["ratio"] = value_a, value_b, ratio
-        part["ci_low"], part["ci_high"], part["p_value"] = ci_low, ci_high, shift.p_value
-        part["change"] = perf - 1
-        part["n_a"], part["n_b"] = ca, cb
-        part["verdict"] = verdict
-        parts.append(part)
+        m = ra[KEYS + [name, "_i", "runs", *LIKE]].merge(rb[KEYS + [name, "_i", "runs", *LIKE]], on=KEYS, how="left",
+                                                         suffixes=("_a", "_b"), indicator=True)
+        in_b = (m.pop("_merge") == "both").to_numpy()
+        failed = _failed_rows(m[~in_b], b, name)
+        if len(failed):
+            parts.append(failed)
+        m = m[in_b]
+        if metric.zero_for_one_rank:
+            m = m[(m["nodes"] * m["gpus_per_node"] > 1).to_numpy(dtype=bool)]
+        ia = m["_i_a"].to_numpy(dtype=np.int64)
+        vals, counts = a.runs[name]
+        by_runs = counts[ia] >= min_runs
+        matched.append((metric, m, by_runs, *stats.band(vals[ia], counts[ia])))
+    # one floor for every key judged between runs, whatever its metric: run-level noise is
+    # shared, and more keys steady its estimate (stats.band_limits)
+    spreads = [spread[by_runs] for _, _, by_runs, _, spread in matched]
+    floor = stats.spread_floor(np.concatenate(spreads) if spreads else np.zeros(0))
+    for metric, m, by_runs, centre, spread in matched:
+        judged, mism = _judge(m, a, b, metric, threshold, by_runs, stats.band_limits(centre, spread, floor),
+                              allow_mismatch, ignore_settings)
+        if len(judged):
+            parts.append(judged)
+        mismatch_parts.append(mism)
     if not parts:
         raise DataError(f"{a.source} and {b.source} have no completed key in common for "
                         f"{', '.join(metrics)}; compare runs of the same sweep")
     table = pd.concat(parts, ignore_index=True)
-    order = {SLOWER: 0, SAME: 1, FASTER: 2}
-    table = table.assign(_o=table["verdict"].map(order)).sort_values(["_o", "change"], kind="stable")
+    table = table.assign(_o=table["verdict"].map(_ORDER)).sort_values(["_o", "change"], kind="stable")
     table = table.drop(columns="_o").reset_index(drop=True)
     table.insert(len(KEYS) + 1, "key", key_texts(table))
-    only_a, only_b = _one_sided(a, b), _one_sided(b, a)
-    return Comparison(a, b, table, only_a, only_b, env_differences(a.environment, b.environment), threshold)
+    mismatches = _mismatch_lines(pd.concat(mismatch_parts, ignore_index=True))
+    # Comparable: a key B has at all (judged, failed with a status, or unjudged for its values),
+    # other than one whose parameters differ
+    absent = (table["verdict"] == FAILED) & table["note"].str.startswith("absent from ")
+    differ = (table["verdict"] == UNJUDGED) & table["note"].str.startswith("parameters differ")
+    if not (~absent & ~differ).any():
+        if mismatches:
+            raise DataError(f"nothing comparable between {a.source} and {b.source}: the workload parameters differ "
+                            f"on every common key ({'; '.join(mismatches)}); compare anyway with --allow-mismatch")
+        raise DataError(f"{a.source} and {b.source} have no completed key in common for "
+                        f"{', '.join(metrics)}; compare runs of the same sweep")
+    same_run = a.source == b.source
+    return Comparison(a, b, table, _new_keys(b, a), [] if same_run else env_differences(a.environment, b.environment),
+                      threshold, min_runs, mismatches, allow_mismatch, across)
 
 
 def _metric_rows(rows: Any, metric: Metric) -> Any:
     is_coll = rows["workload"] == "allreduce"
     sub = rows[is_coll if metric.allreduce else rows["workload"].isin(TRAINING)]
     return sub.assign(_i=sub.index.to_numpy())
+
+
+def _failed_rows(m: Any, b: Side, name: str) -> Any:
+    """Rows for keys A completed and B did not: B's status and reason, or absent."""
+    import numpy as np
+
+    out = m[KEYS].reset_index(drop=True)
+    if not len(out):
+        return out
+    if b.others is not None and len(b.others):
+        out = out.merge(b.others, on=KEYS, how="left")
+    else:
+        out = out.assign(status=None, reason=None, job=None)
+    status = out["status"].astype(object).where(out["status"].notna(), None)
+    notes = []
+    for st, reason, job in zip(status, out["reason"].astype(object), out["job"].astype(object)):
+        if st is None:
+            notes.append(f"absent from {b.label}")
+        else:
+            why = f": {reason}" if isinstance(reason, str) and reason else ""
+            notes.append(f"{job} {st} in {b.label}{why}")
+    out = out[KEYS].copy()
+    out.insert(0, "metric", name)
+    out["a"] = m[f"{name}_a"].to_numpy(dtype=float)
+    out["b"] = np.nan
+    out["ratio"] = np.nan
+    out["change"] = -np.inf
+    out["runs_a"] = m["runs_a"].to_numpy()
+    out["verdict"] = FAILED
+    out["note"] = notes
+    return out
+
+
+def _judge(m: Any, a: Side, b: Side, metric: Metric, threshold: float, by_runs: Any, limits: tuple[Any, Any],
+           allow_mismatch: bool, ignore_settings: bool) -> tuple[Any, Any]:
+    """Verdicts for keys both sides completed, and the rows whose parameters differ. `by_runs`
+    marks the rows judged between runs, within the band `limits` (low, high values)."""
+    import numpy as np
+
+    name = metric.name
+    ia, ib = m["_i_a"].to_numpy(dtype=np.int64), m["_i_b"].to_numpy(dtype=np.int64)
+    value_a = m[f"{name}_a"].to_numpy(dtype=float)
+    value_b = m[f"{name}_b"].to_numpy(dtype=float)
+    with np.errstate(all="ignore"):
+        ratio = value_b / value_a
+    perf = ratio if metric.higher_is_better else 1 / ratio
+    # between runs: B's value against the band of A's per-run values
+    runs_a = a.runs[name][1][ia]
+    lo, hi = limits
+    with np.errstate(all="ignore"):
+        band_low, band_high = lo / value_a, hi / value_a
+    worse = (value_b < lo) if metric.higher_is_better else (value_b > hi)
+    better = (value_b > hi) if metric.higher_is_better else (value_b < lo)
+    # within a run: the samples' rank test, where the rows are not judged between runs
+    (sa, ca), (sb, cb) = _samples(a, metric, ia), _samples(b, metric, ib)
+    testable = stats.can_reject(ca, cb)
+    need = ~by_runs & testable
+    shift = stats.rate_shift(sa, sb, np.where(need, ca, 0), np.where(need, cb, 0))
+    low, high = shift.low, shift.high
+    ci_low, ci_high = (low, high) if metric.higher_is_better else (1 / high, 1 / low)
+    significant = shift.p_value < stats.ALPHA
+    with np.errstate(invalid="ignore"):
+        slower = np.where(by_runs, worse, significant & (high < 1)) & (perf < 1 - threshold)
+        faster = np.where(by_runs, better, significant & (low > 1)) & (perf > 1 + threshold)
+    verdict = np.where(slower, SLOWER, np.where(faster, FASTER, SAME)).astype(object)
+    note = np.full(len(m), "", dtype=object)
+    differ = (m["params_a"].to_numpy(dtype=object) != m["params_b"].to_numpy(dtype=object))
+    if not ignore_settings:
+        differ |= m["settings_hash_a"].to_numpy(dtype=object) != m["settings_hash_b"].to_numpy(dtype=object)
+    diff_text = _diff_texts(m, differ, ignore_settings)
+    # why a key cannot be judged, the first reason that applies
+    bad_a, bad_b = ~usable(value_a), ~usable(value_b)
+    few = ~by_runs & ~testable
+    for cond, text in ((few, [f"too few samples for the test: {x} in A, {y} in B" for x, y in zip(ca, cb)]),
+                       (bad_b, [f"{metric.label} is {v:g} in B" for v in value_b]),
+                       (bad_a, [f"{metric.label} is {v:g} in A" for v in value_a])):
+        verdict = np.where(cond, UNJUDGED, verdict)
+        note = np.where(cond, np.asarray(text, dtype=object) if len(text) else note, note)
+    if allow_mismatch:
+        note = np.where(differ, np.asarray([f"compared despite differing parameters: {t}" for t in diff_text],
+                                           dtype=object) if len(m) else note, note)
+    else:
+        verdict = np.where(differ, UNJUDGED, verdict)
+        note = np.where(differ, np.asarray([f"parameters differ: {t}" for t in diff_text], dtype=object)
+                        if len(m) else note, note)
+    part = m[KEYS].copy()
+    part.insert(0, "metric", name)
+    part["a"], part["b"], part["ratio"] = value_a, value_b, ratio
+    part["ci_low"], part["ci_high"], part["p_value"] = ci_low, ci_high, shift.p_value
+    part["band_low"] = np.where(by_runs, band_low, np.nan)
+    part["band_high"] = np.where(by_runs, band_high, np.nan)
+    part["change"] = perf - 1
+    part["runs_a"], part["runs_b"] = runs_a, m["runs_b"].to_numpy()
+    part["n_a"], part["n_b"] = ca, cb
+    part["test"] = np.where(by_runs, BY_RUNS, BY_SAMPLES)
+    part["verdict"] = verdict
+    part["note"] = note
+    mism = m.loc[differ, ["workload", "scaling", "collective"]].assign(diff=[t for t, d in zip(diff_text, differ) if d])
+    return part, mism
 
 
 def _samples(side: Side, metric: Metric, idx: Any) -> tuple[Any, Any]:
@@ -256,15 +512,63 @@ def _samples(side: Side, metric: Metric, idx: Any) -> tuple[Any, Any]:
     return vals[idx], counts[idx]
 
 
-def _one_sided(x: Side, y: Side) -> Any:
-    """Keys completed in x and not in y, with y's status where y ran the key."""
-    m = x.rows[KEYS].merge(y.rows[KEYS].assign(_in=1), on=KEYS, how="left")
+def _diff_texts(m: Any, differ: Any, ignore_settings: bool) -> list[str]:
+    """Per row, what differs between A's and B's parameters ('batch_size 8 vs 4'), worked out
+    once per distinct pair."""
+    cache: dict[tuple, str] = {}
+    out = []
+    cols = [m[c].to_numpy(dtype=object) for c in ("params_a", "params_b", "settings_a", "settings_b",
+                                                    "settings_hash_a", "settings_hash_b")]
+    for d, *pair in zip(differ, *cols):
+        if not d:
+            out.append("")
+            continue
+        key = tuple(pair)
+        if key not in cache:
+            cache[key] = _diff_text(*pair, ignore_settings=ignore_settings)
+        out.append(cache[key])
+    return out
+
+
+def _diff_text(pa_: Any, pb: Any, sa: Any, sb: Any, ha: Any, hb: Any, ignore_settings: bool) -> str:
+    da, db = _params(pa_), _params(pb)
+    diffs = [f"{k} {_show(da.get(k))} vs {_show(db.get(k))}" for k in sorted(set(da) | set(db)) if da.get(k) != db.get(k)]
+    if not ignore_settings and ha != hb:
+        diffs.append(f"settings {sa or '(none)'} vs {sb or '(none)'}")
+    return ", ".join(diffs) or "parameters not recorded"
+
+
+def _params(text: Any) -> dict[str, Any]:
+    try:
+        value = json.loads(text) if isinstance(text, str) else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _show(v: Any) -> str:
+    return "-" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def _mismatch_lines(mism: Any) -> list[str]:
+    """One line per (workload, difference): 'synthetic weak: batch_size 8 vs 4 (3 keys)'."""
+    if mism is None or not len(mism):
+        return []
+    what = (mism["workload"].astype(str) + " " + mism["scaling"].astype(str).where(mism["workload"] != "allreduce",
+                                                                                   mism["collective"].astype(str)))
+    counts = mism.assign(_what=what.str.strip()).groupby(["_what", "diff"], sort=True).size()
+    return [f"{w}: {d} ({n} key{'s' if n != 1 else ''})" for (w, d), n in counts.items()]
+
+
+def _new_keys(b: Side, a: Side) -> Any:
+    """Keys B completed and A did not, with A's status where A ran the key."""
+    m = b.rows[KEYS].merge(a.rows[KEYS].assign(_in=1), on=KEYS, how="left")
     only = m[m["_in"].isna()][KEYS].reset_index(drop=True)
-    if y.incomplete is not None and len(y.incomplete):
-        only = only.merge(y.incomplete.drop_duplicates(KEYS), on=KEYS, how="left")
+    if a.others is not None and len(a.others):
+        only = only.merge(a.others[KEYS + ["status"]], on=KEYS, how="left")
     else:
         only = only.assign(status=None)
-    only["status"] = only["status"].fillna("absent")
+    only["status"] = only["status"].astype(object).where(only["status"].notna(), "absent")
     only["key"] = key_texts(only)
     return only
 
@@ -291,13 +595,16 @@ def table_csv(table: Any) -> bytes:
     return buf.getvalue()
 
 
-def key_texts(df: Any) -> Any:
+def key_texts(df: Any, sizes: bool = True) -> Any:
     """Each row's key in words, e.g. 'allreduce all_reduce 4M, 4x1, torchrun, default' or
-    'synthetic weak, 2x1, srun, ib', as one vectorised string operation."""
-    sizes = {int(v): format_size(int(v)) for v in df["size_bytes"].unique()}
+    'synthetic weak, 2x1, srun, ib', as one vectorised string operation; without `sizes`, its
+    configuration ('allreduce all_reduce, 4x1, torchrun, default')."""
     coll = df["workload"] == "allreduce"
     what = df["workload"].astype(str) + " " + df["collective"].astype(str).where(coll, "") \
-        + df["size_bytes"].map(sizes).astype(str).radd(" ").where(coll, "") + df["scaling"].astype(str).where(~coll, "")
+        + df["scaling"].astype(str).where(~coll, "")
+    if sizes:
+        names = {int(v): format_size(int(v)) for v in df["size_bytes"].unique()}
+        what = what + df["size_bytes"].map(names).astype(str).radd(" ").where(coll, "")
     return (what + ", " + df["nodes"].astype(str) + "x" + df["gpus_per_node"].astype(str) + ", "
             + df["launcher"].astype(str) + ", " + df["nccl_config"].astype(str)).astype(object)
 
@@ -309,29 +616,58 @@ def fmt_value(v: Any, spec: str = ".4g") -> str:
     return format(v, spec)
 
 
-def fmt_ci(lo: float, hi: float) -> str:
-    if lo is None or math.isnan(lo) or math.isnan(hi):
-        return "no samples"
+def fmt_interval(row: dict[str, Any]) -> str:
+    """The interval a row was judged by: the band of A's runs, or the 95% CI of the samples."""
+    if row.get("verdict") == FAILED:
+        return "-"
+    if row.get("test") == BY_RUNS:
+        return f"band [{row['band_low']:.3f}, {row['band_high']:.3f}]"
+    lo, hi = row.get("ci_low"), row.get("ci_high")
+    if lo is None or hi is None or math.isnan(lo) or math.isnan(hi):
+        return "-"
     return f"[{lo:.3f}, {hi:.3f}]"
 
 
+def fmt_ratio(v: Any) -> str:
+    return fmt_value(v, ".3f")
+
+
+def headline(cmp: Comparison) -> str:
+    """'1 failed, 2 slower, 0 cannot judge, 0 faster, 11 no significant change, of 14 compared'."""
+    c = cmp.counts()
+    return ", ".join(f"{c[k]} {k}" for k in VERDICTS) + f", of {len(cmp.table)} compared"
+
+
+def warnings(cmp: Comparison) -> list[tuple[str, list[str]]]:
+    """(heading, lines) of everything a reader must see before the table."""
+    out = []
+    if cmp.mismatches:
+        out.append(("Compared despite differing parameters (--allow-mismatch)" if cmp.allow_mismatch
+                    else "Not compared: the workload parameters differ", cmp.mismatches))
+    if cmp.env_diffs:
+        out.append(("The environments differ", cmp.env_diffs))
+    return out
+
+
 def markdown(cmp: Comparison, title: str, include_same: bool = False) -> str:
-    """The comparison as markdown: header, warnings, stragglers, then regressions,
-    improvements and the count of unchanged keys (all keys when include_same)."""
+    """The comparison as markdown: header, warnings, stragglers, then failed keys, regressions,
+    keys that cannot be judged, improvements and the count of unchanged keys (all keys when
+    include_same)."""
     t = cmp.table
     lines = [f"# {title}", "",
              f"- A: `{cmp.a.label}` ({cmp.a.source})", f"- B: `{cmp.b.label}` ({cmp.b.source})",
-             f"- threshold: {cmp.threshold:.1%}; statistics: {cmp.method}; α = {stats.ALPHA}",
-             f"- compared: {len(t)} (metric, key) pairs; "
-             + ", ".join(f"{v}: {n}" for v, n in cmp.counts().items()), ""]
-    if cmp.env_diffs:
-        lines += ["## Warning: the environments differ", ""] + [f"- {d}" for d in cmp.env_diffs] + [""]
-    named = cmp.a.stragglers + cmp.b.stragglers
+             f"- threshold: {cmp.threshold:.1%}; statistics: {cmp.method}",
+             f"- {headline(cmp)} (metric, key) pairs", ""]
+    for heading, items in warnings(cmp):
+        lines += [f"## Warning: {heading}", ""] + [f"- {d}" for d in items] + [""]
+    named = [(side, s) for side in _distinct_sides(cmp) for s in side.stragglers]
     if named:
-        lines += ["## Stragglers", ""]
-        lines += [f"- {side.label}: {s.line()}" for side in (cmp.a, cmp.b) for s in side.stragglers] + [""]
-    for verdict, heading in ((SLOWER, "Slower (regressions)"), (FASTER, "Faster (improvements)")):
+        lines += ["## Stragglers", ""] + [f"- {side.label}: {s.line()}" for side, s in named] + [""]
+    for verdict, heading in ((FAILED, "Failed (completed in A, not in B)"), (SLOWER, "Slower (regressions)"),
+                             (UNJUDGED, "Cannot judge"), (FASTER, "Faster (improvements)")):
         sub = t[t["verdict"] == verdict]
+        if verdict in (FAILED, UNJUDGED) and not len(sub):
+            continue
         lines += [f"## {heading}: {len(sub)}", ""]
         if len(sub):
             lines += _md_table(sub) + [""]
@@ -339,19 +675,26 @@ def markdown(cmp: Comparison, title: str, include_same: bool = False) -> str:
     lines += [f"## No significant change: {len(same)}", ""]
     if include_same and len(same):
         lines += _md_table(same) + [""]
-    for side, only in ((cmp.a, cmp.only_a), (cmp.b, cmp.only_b)):
-        if len(only):
-            lines += [f"## Only completed in {side.label}: {len(only)}", ""]
-            lines += [f"- {r['key']} (other side: {r['status']})" for r in records(only.head(200))]
-            if len(only) > 200:
-                lines.append(f"- ... and {len(only) - 200} more")
-            lines.append("")
+    only = cmp.new_in_b
+    if len(only):
+        lines += [f"## Only completed in {cmp.b.label}: {len(only)}", ""]
+        lines += [f"- {r['key']} ({cmp.a.label}: {r['status']})" for r in records(only.head(200))]
+        if len(only) > 200:
+            lines.append(f"- ... and {len(only) - 200} more")
+        lines.append("")
     return "\n".join(lines)
 
 
+def _distinct_sides(cmp: Comparison) -> list[Side]:
+    return [cmp.a] if cmp.a.source == cmp.b.source else [cmp.a, cmp.b]
+
+
 def _md_table(t: Any) -> list[str]:
-    out = ["| metric | key | A | B | B/A | 95% CI | p | verdict |", "|---|---|---:|---:|---:|---|---:|---|"]
+    out = ["| metric | key | A | B | B/A | interval | p | runs A | verdict | note |",
+           "|---|---|---:|---:|---:|---|---:|---:|---|---|"]
     for r in records(t):
+        note = (r.get("note") or "").replace("|", "\\|").replace("\n", " ")
         out.append(f"| {r['metric']} | {r['key']} | {fmt_value(r['a'])} | {fmt_value(r['b'])} | "
-                   f"{r['ratio']:.3f} | {fmt_ci(r['ci_low'], r['ci_high'])} | {fmt_value(r['p_value'])} | {r['verdict']} |")
+                   f"{fmt_ratio(r['ratio'])} | {fmt_interval(r)} | {fmt_value(r.get('p_value'))} | "
+                   f"{fmt_value(r.get('runs_a'), 'd')} | {r['verdict']} | {note} |")
     return out

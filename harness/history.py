@@ -1,14 +1,22 @@
 """The history: runs of each cluster in an SQLite database, and baselines drawn from it.
 
-    runs      one row per added run: cluster, label, when it ran, its environment (JSON)
-    data      the run's summary and samples, as Parquet (only the columns comparisons read)
+    runs      one row per added run: cluster, label, when it ran, its environment (JSON), and
+              how many of its keys completed
+    data      the run's summary and samples, as Parquet (only the columns comparisons read);
+              every key keeps its status, so failures are history too
     points    a few key figures per run, for `history plot`: busbw at the largest message
               size per node count, images/s per GPU per training workload
 
-Listing, baseline lookup and plotting read `runs` and `points` only, through indexes, so they
-stay fast however many runs are stored; a comparison loads the Parquet of the runs it needs.
-A run is identified by a hash of its plan.json (the sweep, the matrix and the time it was
-planned): adding the same run twice is refused, whatever its path or label.
+Listing, baseline lookup and plotting read `runs` and `points` only, through indexes; a
+comparison loads the Parquet of the runs it needs. A run is identified by a hash of its
+plan.json (the sweep, the matrix and the time it was planned): adding the same run twice is
+refused, whatever its path or label.
+
+A baseline is built from usable keys only: completed, with a finite positive figure and at
+least two usable samples. A key that failed in the newest run is taken from the newest run
+where it was usable. The history defends itself against its own content: a damaged entry
+stops a command with one line that names it, `history check` finds every such entry, and
+`history remove` takes one out.
 """
 
 from __future__ import annotations
@@ -17,17 +25,20 @@ import hashlib
 import io
 import json
 import sqlite3
-from contextlib import closing
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
-from .compare import REQUIRED, DataError, Side, read_tables, records, side_from_tables
+from .compare import KEYS, METRICS, REQUIRED, DataError, Side, check_samples, check_summary, read_tables, records, \
+    side_from_tables
 from .rundir import COMPLETED, RunDir
 
 DEFAULT_DB = Path("results") / "history.sqlite"
-DB_VERSION = 1
+DB_VERSION = 2
 BUSY_TIMEOUT_S = 5.0
+DEFAULT_BASELINE = "median:5"
+LOOKBACK = 30      # runs looked at beyond K for keys that failed in the newest ones
 SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE runs (
@@ -40,6 +51,8 @@ CREATE TABLE runs (
     created TEXT NOT NULL,
     added TEXT NOT NULL,
     rows INTEGER NOT NULL,
+    keys INTEGER NOT NULL,
+    failed INTEGER NOT NULL,
     environment TEXT NOT NULL
 );
 CREATE INDEX runs_by_cluster ON runs (cluster, created);
@@ -51,7 +64,8 @@ CREATE INDEX points_by_run ON points (run_id);
 
 
 class HistoryError(DataError):
-    """An unusable history database: not ours, of another version, locked, or without the run asked for."""
+    """An unusable history database: not ours, of another version, locked, damaged, or without
+    the run asked for."""
 
 
 @dataclass(frozen=True)
@@ -64,9 +78,15 @@ class Entry:
     created: str
     added: str
     rows: int
+    keys: int
+    failed: int
+
+    @property
+    def name(self) -> str:
+        return f"run {self.id}" + (f" ({self.label})" if self.label else "")
 
 
-_ENTRY = "SELECT id, cluster, label, path, sweep, created, added, rows FROM runs"
+_ENTRY = "SELECT id, cluster, label, path, sweep, created, added, rows, keys, failed FROM runs"
 
 
 def _connect(db: Path, create: bool) -> sqlite3.Connection:
@@ -79,7 +99,7 @@ def _connect(db: Path, create: bool) -> sqlite3.Connection:
         con.execute("PRAGMA foreign_keys = ON")
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     except sqlite3.OperationalError as exc:
-        raise _locked(db, exc) from None
+        raise _sqlite_error(db, exc) from None
     except sqlite3.DatabaseError as exc:
         raise HistoryError(f"{db}: not a bench history database ({exc})") from None
     if not tables:
@@ -90,18 +110,39 @@ def _connect(db: Path, create: bool) -> sqlite3.Connection:
     if "meta" not in tables or "runs" not in tables:
         con.close()
         raise HistoryError(f"{db}: not a bench history database (tables: {', '.join(sorted(tables))})")
-    row = con.execute("SELECT value FROM meta WHERE key = 'version'").fetchone()
+    try:
+        row = con.execute("SELECT value FROM meta WHERE key = 'version'").fetchone()
+    except sqlite3.DatabaseError as exc:
+        con.close()
+        raise _sqlite_error(db, exc) from None
     if not row or row[0] != str(DB_VERSION):
         con.close()
-        raise HistoryError(f"{db}: history version {row[0] if row else None}, this bench reads {DB_VERSION}")
+        found = row[0] if row else None
+        hint = ("; it holds no per-key status or parameters: start a new one and add the run directories again"
+                if found == "1" else "")
+        raise HistoryError(f"{db}: history version {found}, this bench reads {DB_VERSION}{hint}")
     return con
 
 
-def _locked(db: Path, exc: sqlite3.OperationalError) -> HistoryError:
-    if "locked" in str(exc) or "busy" in str(exc):
+def _sqlite_error(db: Path, exc: sqlite3.DatabaseError, run: Entry | None = None) -> HistoryError:
+    text = str(exc)
+    if "locked" in text or "busy" in text:
         return HistoryError(f"{db}: the history database is locked by another process (waited {BUSY_TIMEOUT_S:.0f} s); "
                             f"try again when it is done")
-    return HistoryError(f"{db}: {exc}")
+    where = f" while reading {run.name}" if run else ""
+    if isinstance(exc, sqlite3.OperationalError):
+        return HistoryError(f"{db}: {text}{where}")
+    return HistoryError(f"{db}: the database is damaged ({text}){where}; `bench history check` lists what is readable")
+
+
+@contextmanager
+def _session(db: Path, create: bool = False) -> Iterator[sqlite3.Connection]:
+    """A connection whose SQLite errors become one-line HistoryErrors."""
+    with closing(_connect(db, create)) as con:
+        try:
+            yield con
+        except sqlite3.DatabaseError as exc:
+            raise _sqlite_error(db, exc) from None
 
 
 def fingerprint(run: RunDir) -> str:
@@ -133,8 +174,15 @@ def _points(rows: Any) -> list[tuple[str, str, float]]:
     return out
 
 
-def add(db: Path, path: str | Path, cluster: str, label: str | None = None) -> Entry:
-    """Store a run; everything is checked before the one transaction that writes it."""
+@dataclass(frozen=True)
+class Added:
+    entry: Entry
+    failed_jobs: list[str]      # "job STATE" of every job with a key that did not complete
+
+
+def add(db: Path, path: str | Path, cluster: str, label: str | None = None) -> Added:
+    """Store a run, failed keys and all; everything is checked before the one transaction
+    that writes it."""
     from .collect import run_facts, to_frame
 
     if not cluster.strip():
@@ -144,161 +192,268 @@ def add(db: Path, path: str | Path, cluster: str, label: str | None = None) -> E
     plan = run.read_plan()
     kept = summary.select(REQUIRED).replace_schema_metadata(summary.schema.metadata)
     rows = to_frame(kept)
-    done = rows["status"] == COMPLETED
-    if not done.any():
-        raise DataError(f"{run.path}: no completed row in the summary; nothing to add")
+    done = (rows["status"] == COMPLETED).to_numpy(dtype=bool)
+    keys = rows.drop_duplicates(KEYS)
+    not_done = rows[~done].drop_duplicates("job")
     env, _ = run_facts(summary)
     points = _points(rows[done])
     blob = _parquet(kept)
     sblob = _parquet(samples) if samples is not None else None
     fp = fingerprint(run)
     created = plan.get("created") or ""
-    with closing(_connect(db, create=True)) as con:
+    with _session(db, create=True) as con:
+        con.execute("BEGIN IMMEDIATE")
         try:
-            con.execute("BEGIN IMMEDIATE")
-            try:
-                if not con.execute("SELECT 1 FROM sqlite_master WHERE name = 'runs'").fetchone():
-                    for statement in filter(str.strip, SCHEMA.split(";")):
-                        con.execute(statement)
-                    con.execute("INSERT INTO meta VALUES ('version', ?)", (str(DB_VERSION),))
-                dup = con.execute("SELECT id, cluster, label, path FROM runs WHERE fingerprint = ?", (fp,)).fetchone()
-                if dup:
-                    raise HistoryError(f"{run.path}: already in the history as run {dup[0]} "
-                                       f"(cluster {dup[1]}, label {dup[2] or '-'}, added from {dup[3]})")
-                cur = con.execute(
-                    "INSERT INTO runs (fingerprint, cluster, label, path, sweep, created, added, rows, environment) "
-                    "VALUES (?, ?, ?, ?, ?, ?, datetime('now'), ?, ?)",
-                    (fp, cluster, label, str(run.path.resolve()), (plan.get("sweep") or {}).get("name"), created,
-                     len(rows), json.dumps(env)))
-                run_id = cur.lastrowid
-                con.execute("INSERT INTO data VALUES (?, ?, ?)", (run_id, blob, sblob))
-                con.executemany("INSERT INTO points VALUES (?, ?, ?, ?)", [(run_id, *p) for p in points])
-                con.execute("COMMIT")
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
-            return Entry(*con.execute(_ENTRY + " WHERE id = ?", (run_id,)).fetchone())
-        except sqlite3.OperationalError as exc:
-            raise _locked(db, exc) from None
+            if not con.execute("SELECT 1 FROM sqlite_master WHERE name = 'runs'").fetchone():
+                for statement in filter(str.strip, SCHEMA.split(";")):
+                    con.execute(statement)
+                con.execute("INSERT INTO meta VALUES ('version', ?)", (str(DB_VERSION),))
+            dup = con.execute("SELECT id, cluster, label, path FROM runs WHERE fingerprint = ?", (fp,)).fetchone()
+            if dup:
+                raise HistoryError(f"{run.path}: already in the history as run {dup[0]} "
+                                   f"(cluster {dup[1]}, label {dup[2] or '-'}, added from {dup[3]})")
+            cur = con.execute(
+                "INSERT INTO runs (fingerprint, cluster, label, path, sweep, created, added, rows, keys, failed, "
+                "environment) VALUES (?, ?, ?, ?, ?, ?, datetime('now'), ?, ?, ?, ?)",
+                (fp, cluster, label, str(run.path.resolve()), (plan.get("sweep") or {}).get("name"), created,
+                 len(rows), len(keys), int((~done).sum()), json.dumps(env)))
+            run_id = cur.lastrowid
+            con.execute("INSERT INTO data VALUES (?, ?, ?)", (run_id, blob, sblob))
+            con.executemany("INSERT INTO points VALUES (?, ?, ?, ?)", [(run_id, *p) for p in points])
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        entry = Entry(*con.execute(_ENTRY + " WHERE id = ?", (run_id,)).fetchone())
+    return Added(entry, [f"{j} {s}" for j, s in zip(not_done["job"], not_done["status"])])
 
 
 def entries(db: Path, cluster: str | None = None) -> list[Entry]:
-    with closing(_connect(db, create=False)) as con:
-        try:
-            cur = con.execute(_ENTRY + " WHERE cluster = ? ORDER BY created, id" if cluster
-                              else _ENTRY + " ORDER BY cluster, created, id", (cluster,) if cluster else ())
-            return [Entry(*r) for r in cur]
-        except sqlite3.OperationalError as exc:
-            raise _locked(db, exc) from None
+    with _session(db) as con:
+        cur = con.execute(_ENTRY + " WHERE cluster = ? ORDER BY created, id" if cluster
+                          else _ENTRY + " ORDER BY cluster, created, id", (cluster,) if cluster else ())
+        return [Entry(*r) for r in cur]
 
 
 def points(db: Path, cluster: str) -> Any:
     """DataFrame of (id, label, created, series, metric, value) for every run of a cluster."""
     import pandas as pd
 
-    with closing(_connect(db, create=False)) as con:
+    with _session(db) as con:
+        return pd.read_sql_query(
+            "SELECT r.id, r.label, r.created, p.series, p.metric, p.value FROM runs r JOIN points p "
+            "ON p.run_id = r.id WHERE r.cluster = ? ORDER BY r.created, r.id", con, params=(cluster,))
+
+
+def remove(db: Path, run_id: int) -> Entry:
+    """Delete one run and everything stored with it, damaged or not."""
+    with _session(db) as con:
+        row = con.execute(_ENTRY + " WHERE id = ?", (run_id,)).fetchone()
+        if not row:
+            raise HistoryError(f"{db}: no run {run_id} in the history; `bench history list` shows the ids")
+        con.execute("BEGIN IMMEDIATE")
         try:
-            return pd.read_sql_query(
-                "SELECT r.id, r.label, r.created, p.series, p.metric, p.value FROM runs r JOIN points p "
-                "ON p.run_id = r.id WHERE r.cluster = ? ORDER BY r.created, r.id", con, params=(cluster,))
-        except sqlite3.OperationalError as exc:
-            raise _locked(db, exc) from None
+            for table in ("points", "data"):
+                con.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+            con.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        return Entry(*row)
 
 
-def _load(con: sqlite3.Connection, entry: Entry) -> Side:
+def check(db: Path) -> tuple[int, list[str]]:
+    """(entries checked, one line per problem): SQLite's own integrity check, then every entry
+    read as a comparison would read it."""
+    problems = []
+    with _session(db) as con:
+        verdict = [r[0] for r in con.execute("PRAGMA integrity_check")]
+        if verdict != ["ok"]:
+            problems.append(f"{db}: SQLite integrity check: {'; '.join(verdict[:5])}")
+        found = [Entry(*r) for r in con.execute(_ENTRY + " ORDER BY id")]
+        for entry in found:
+            try:
+                _load(con, db, entry, with_samples=True)
+            except HistoryError as exc:
+                problems.append(str(exc))
+    return len(found), problems
+
+
+def _load(con: sqlite3.Connection, db: Path, entry: Entry, with_samples: bool) -> tuple[Any, Any, dict[str, Any]]:
+    """(summary, samples or None, environment) of one entry, each checked: a damaged entry is
+    a HistoryError naming it."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    summary_blob, samples_blob, env = con.execute(
-        "SELECT d.summary, d.samples, r.environment FROM data d JOIN runs r ON r.id = d.run_id WHERE d.run_id = ?",
-        (entry.id,)).fetchone()
-    summary = pq.read_table(io.BytesIO(summary_blob))
-    samples = pq.read_table(io.BytesIO(samples_blob)) if samples_blob else None
-    return side_from_tables(summary, samples, entry.label or f"run {entry.id}", f"history run {entry.id} ({entry.path})",
-                            json.loads(env))
+    try:
+        found = con.execute("SELECT d.summary, " + ("d.samples" if with_samples else "NULL")
+                            + ", r.environment FROM data d JOIN runs r ON r.id = d.run_id WHERE d.run_id = ?",
+                            (entry.id,)).fetchone()
+    except sqlite3.DatabaseError as exc:
+        raise _sqlite_error(db, exc, entry) from None
+    damaged = f"{db}: {entry.name} is damaged"
+    remedy = f"; remove it with `bench history remove {entry.id}`"
+    if found is None:
+        raise HistoryError(f"{damaged} (no stored summary){remedy}")
+    summary_blob, samples_blob, env = found
+    try:
+        summary = pq.read_table(io.BytesIO(summary_blob))
+        samples = pq.read_table(io.BytesIO(samples_blob)) if samples_blob else None
+    except (OSError, TypeError, pa.ArrowException) as exc:
+        raise HistoryError(f"{damaged} (its stored tables do not decode: {exc}){remedy}") from None
+    try:
+        environment = json.loads(env)
+        if not isinstance(environment, dict):
+            raise ValueError("not a mapping")
+    except (TypeError, ValueError) as exc:
+        raise HistoryError(f"{damaged} (its environment is not JSON: {exc}){remedy}") from None
+    try:
+        check_summary(summary, f"{entry.name}'s summary")
+        if samples is not None:
+            check_samples(samples, f"{entry.name}'s samples")
+    except DataError as exc:
+        raise HistoryError(f"{db}: {exc}{remedy}") from None
+    return summary, samples, environment
 
 
-BASELINE_HELP = "last | best | label:L | median:K"
+BASELINE_HELP = "median:K | last | best | label:L"
 
 
-def baseline(db: Path, cluster: str, how: str, exclude: str | None = None) -> Side:
-    """The baseline a new run is judged against, from the cluster's runs in the history.
-
-    last      the most recent run
-    best      per key, the run with the best value (busbw, images/s) and its samples
-    label:L   the most recent run labelled L
-    median:K  per key, the median of the last K runs' values, their samples pooled
-
-    `exclude`: the fingerprint of the run under test, never its own baseline."""
+def parse_baseline(how: str) -> tuple[str, int]:
+    """(kind, K) of a --baseline value; K is 1 for last, best and label."""
     kind, _, arg = how.partition(":")
     if kind not in ("last", "best", "label", "median") or (kind in ("label", "median")) != bool(arg):
         raise HistoryError(f"--baseline {how!r} is not valid; valid: {BASELINE_HELP}")
-    if kind == "median" and not (arg.isdigit() and int(arg) >= 1):
-        raise HistoryError(f"--baseline {how!r}: K must be a whole number of runs, at least 1")
-    with closing(_connect(db, create=False)) as con:
-        try:
-            q = (_ENTRY + " WHERE cluster = ?"
-                 + (" AND fingerprint != ?" if exclude else "")
-                 + (" AND label = ?" if kind == "label" else "") + " ORDER BY created DESC, id DESC")
-            params = [cluster] + ([exclude] if exclude else []) + ([arg] if kind == "label" else [])
-            found = [Entry(*r) for r in con.execute(q, params)]
-            if not found and exclude and con.execute("SELECT 1 FROM runs WHERE cluster = ? AND fingerprint = ?",
-                                                     (cluster, exclude)).fetchone() and kind != "label":
-                raise HistoryError(f"{db}: the only run of cluster {cluster!r} in the history is the run under test; "
-                                   f"add an earlier run as baseline")
-            if not found:
-                clusters = [r[0] for r in con.execute("SELECT DISTINCT cluster FROM runs ORDER BY 1")]
-                what = f"labelled {arg!r} " if kind == "label" else ""
-                raise HistoryError(f"{db}: no run {what}of cluster {cluster!r} to use as baseline "
-                                   f"(clusters in the history: {', '.join(clusters) or 'none'})")
-            if kind in ("last", "label"):
-                return _load(con, found[0])
-            chosen = found[: int(arg)] if kind == "median" else found
-            sides = [_load(con, e) for e in chosen]
-        except sqlite3.OperationalError as exc:
-            raise _locked(db, exc) from None
-    return _combine(sides, kind, how)
+    if kind == "median":
+        if not (arg.isdigit() and 3 <= int(arg) <= 1000):
+            raise HistoryError(f"--baseline {how!r}: K must be a whole number of runs from 3 (a band needs three) "
+                               f"to 1000")
+        return kind, int(arg)
+    return kind, 1
 
 
-def _combine(sides: list[Side], kind: str, how: str) -> Side:
-    """One Side from several: per key the median value with the samples pooled, or the values
-    and samples of the run with the best value (busbw for collectives, images/s for training)."""
+def baseline(db: Path, cluster: str, how: str = DEFAULT_BASELINE, exclude: str | None = None) -> Side:
+    """The baseline a new run is judged against, from the cluster's runs in the history.
+
+    median:K  per key, the values of the K most recent runs where the key is usable (a run
+              with replicates gives several); the comparison judges B against the band they
+              draw. A key with fewer than K is taken from the newest run where it is usable,
+              and judged by the within-run test, as `last`
+    last      per key, the newest run where the key is usable
+    best      per key, the run with the best value (busbw, images/s)
+    label:L   the most recent run labelled L
+
+    The keys expected of the run under test are those planned in the newest run considered.
+    `exclude`: the fingerprint of the run under test, never its own baseline."""
+    kind, k = parse_baseline(how)
+    label = how.partition(":")[2] if kind == "label" else None
+    with _session(db) as con:
+        q = (_ENTRY + " WHERE cluster = ?" + (" AND fingerprint != ?" if exclude else "")
+             + (" AND label = ?" if label else "") + " ORDER BY created DESC, id DESC")
+        params = [cluster] + ([exclude] if exclude else []) + ([label] if label else [])
+        found = [Entry(*r) for r in con.execute(q, params)]
+        if not found and exclude and not label and con.execute(
+                "SELECT 1 FROM runs WHERE cluster = ? AND fingerprint = ?", (cluster, exclude)).fetchone():
+            raise HistoryError(f"{db}: the only run of cluster {cluster!r} in the history is the run under test; "
+                               f"add an earlier run as baseline")
+        if not found:
+            clusters = [r[0] for r in con.execute("SELECT DISTINCT cluster FROM runs ORDER BY 1")]
+            what = f"labelled {label!r} " if label else ""
+            raise HistoryError(f"{db}: no run {what}of cluster {cluster!r} to use as baseline "
+                               f"(clusters in the history: {', '.join(clusters) or 'none'})")
+        if kind == "label":
+            found = found[:1]
+        elif kind != "best":
+            found = found[: k + LOOKBACK]
+        return _baseline(con, db, found, kind, k, how)
+
+
+def _baseline(con: sqlite3.Connection, db: Path, found: list[Entry], kind: str, k: int, how: str) -> Side:
+    """Choose each key's runs from the entries (newest first), then build one Side of them.
+    The chosen rows' job names carry their entry's id, so that their samples stay apart."""
     import numpy as np
     import pandas as pd
+    import pyarrow as pa
 
-    from .compare import KEYS, METRICS
-    from .stats import padded
+    from .compare import MIN_RUNS
+    from .collect import to_frame
 
-    if len(sides) == 1:
-        s = sides[0]
-        s.label = f"{how} ({s.label})"
-        return s
-    members = pd.concat([s.rows.assign(_side=k, _row=np.arange(len(s.rows))) for k, s in enumerate(sides)],
-                        ignore_index=True)
-    members["_score"] = members["busbw_gbps"].where(members["workload"] == "allreduce", members["images_per_s"])
+    frames, expected, environment, wanted = [], None, {}, None
+    for rank, entry in enumerate(found):
+        summary, _, env = _load(con, db, entry, with_samples=False)
+        df = to_frame(summary.select(REQUIRED))
+        df["collective"] = df["collective"].fillna("")
+        df["scaling"] = df["scaling"].fillna("")
+        df["size_bytes"] = df["size_bytes"].fillna(0)
+        df["_key"] = _key_hash(df)
+        if expected is None:                 # the newest run says which keys are expected
+            expected, environment, wanted = df, env, np.unique(df["_key"].to_numpy())
+        usable = df[_usable_rows(df) & np.isin(df["_key"].to_numpy(), wanted)]
+        frames.append(usable.assign(_rank=rank, _entry=entry.id))
+        if kind in ("median", "last") and _enough(frames, wanted, k if kind == "median" else 1):
+            break
+    pool = pd.concat(frames, ignore_index=True).sort_values(["_rank", "repeat"], kind="stable")
+    by_key = pool.groupby("_key", sort=False)
+    nth, size = by_key.cumcount(), by_key["job"].transform("size")
     if kind == "best":
-        chosen = members.sort_values("_score", ascending=False, na_position="last", kind="stable")
-        chosen = chosen.drop_duplicates(KEYS).reset_index(drop=True)
-        rows = chosen.drop(columns=["_side", "_row", "_score"])
-        picks = [[(sd, r)] for sd, r in zip(chosen["_side"], chosen["_row"])]
+        score = pool["busbw_gbps"].where(pool["workload"] == "allreduce", pool["images_per_s"])
+        keep = pool.index.isin(pool.assign(_s=score).sort_values("_s", ascending=False, kind="stable")
+                               .drop_duplicates("_key").index)
+    elif kind == "median":       # K runs draw the band; with fewer, the newest run alone, judged within it
+        keep = ((nth < k) & (size >= k)) | ((nth == 0) & (size < k))
+    elif kind == "last":         # the newest run where the key is usable, with all its replicates
+        keep = pool["_rank"] == by_key["_rank"].transform("min")
     else:
-        groups = members.groupby(KEYS, sort=False, dropna=False)
-        rows = groups.head(1).drop(columns=list(METRICS) + ["_side", "_row", "_score"]).reset_index(drop=True)
-        rows = rows.merge(groups[list(METRICS)].median().reset_index(), on=KEYS, how="left")
-        keyed = members.merge(rows[KEYS].assign(_k=np.arange(len(rows))), on=KEYS, how="left")
-        picks = [[] for _ in range(len(rows))]
-        for k, sd, r in zip(keyed["_k"], keyed["_side"], keyed["_row"]):
-            picks[k].append((sd, r))
-    samples: dict[str, tuple[Any, Any]] = {}
-    for sm in {m for s in sides for m in s.samples}:
-        lists = []
-        for members_of_key in picks:
-            values: list[float] = []
-            for sd, r in members_of_key:
-                if sm in sides[sd].samples:
-                    vals, counts = sides[sd].samples[sm]
-                    values.extend(vals[r, :counts[r]].tolist())
-            lists.append(values)
-        samples[sm] = padded(lists)
-    label = f"{how} of {len(sides)} runs"
-    return Side(label=label, source=f"history ({label})", rows=rows.reset_index(drop=True), samples=samples,
-                environment=sides[0].environment)
+        keep = pd.Series(True, index=pool.index)
+    chosen = pool[np.asarray(keep, dtype=bool)]
+    runs = chosen.groupby("_key", sort=False)["job"].transform("size")
+    judged_within = runs < (k if kind == "median" else MIN_RUNS)
+    need_samples = sorted(set(chosen.loc[judged_within.to_numpy(dtype=bool), "_entry"]))
+    chosen = chosen.assign(job=chosen["_entry"].astype(str) + "/" + chosen["job"].astype(str))
+    # keys expected but never usable: the newest run's rows stay, completed or not, and the
+    # comparison finds them failed or without the samples a test needs; never left out
+    unjudgeable = ~np.isin(expected["_key"].to_numpy(), chosen["_key"].to_numpy())
+    failed = expected[(expected["status"] != COMPLETED).to_numpy(dtype=bool) | unjudgeable]
+    rows = pd.concat([chosen.drop(columns=["_rank", "_entry"]), failed.assign(job="-/" + failed["job"].astype(str))],
+                     ignore_index=True).drop(columns="_key")
+    by_id = {e.id: e for e in found}
+    samples = []
+    for entry_id in need_samples:
+        _, s, _ = _load(con, db, by_id[entry_id], with_samples=True)
+        if s is not None and s.num_rows:
+            jobs = pa.compute.binary_join_element_wise(pa.scalar(f"{entry_id}/"), s.column("job"), "")
+            samples.append(s.set_column(s.column_names.index("job"), "job", jobs))
+    used = [by_id[i] for i in sorted(set(chosen["_entry"]))]
+    source = "history " + (f"run {used[0].id} ({used[0].path})" if len(used) == 1
+                           else f"runs {', '.join(str(e.id) for e in used)}")
+    label = (found[0].label or how) if kind == "label" else f"{how} of {len(used)} run{'s' if len(used) != 1 else ''}"
+    side = side_from_tables(rows, pa.concat_tables(samples) if samples else None, label, source, environment)
+    side.entries = used
+    return side
+
+
+def _key_hash(df: Any) -> Any:
+    """One 64-bit hash per row of its key columns: set operations on keys without tuples."""
+    import pandas as pd
+
+    return pd.util.hash_pandas_object(df[KEYS].astype(str), index=False).to_numpy()
+
+
+def _usable_rows(df: Any) -> Any:
+    """Rows a baseline may use: completed, with a finite positive time and two usable samples."""
+    import numpy as np
+
+    time = df["time_us"].where(df["workload"] == "allreduce", df["step_time_ms"]).to_numpy(dtype=float, na_value=np.nan)
+    with np.errstate(invalid="ignore"):
+        ok = np.isfinite(time) & (time > 0)
+    return ((df["status"] == COMPLETED).to_numpy(dtype=bool) & ok
+            & (df["n_samples"].fillna(0).to_numpy(dtype=np.int64) >= 2))
+
+
+def _enough(frames: list, wanted: Any, k: int) -> bool:
+    """Whether every expected key has k usable runs among the frames read so far."""
+    import numpy as np
+
+    keys, counts = np.unique(np.concatenate([f["_key"].to_numpy() for f in frames]), return_counts=True)
+    return bool(np.isin(wanted, keys[counts >= k]).all())

@@ -8,6 +8,7 @@ executors run jobs.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import asdict, dataclass, fields
@@ -53,6 +54,7 @@ class Job:
     backend: str
     time_limit_min: float
     runs: tuple[WorkloadRun, ...]
+    repeat: int = 1   # which replicate of its matrix point (bench sweep --repeat N)
 
     @property
     def world_size(self) -> int:
@@ -80,11 +82,13 @@ class Job:
                    launcher=d["launcher"], nccl_config=d["nccl_config"],
                    nccl_env=tuple(tuple(p) for p in d["nccl_env"]), env=tuple(tuple(p) for p in d["env"]),
                    device=d["device"], backend=d["backend"], time_limit_min=d["time_limit_min"],
-                   runs=tuple(WorkloadRun(r["workload"], r["scaling"], tuple(r["args"])) for r in d["runs"]))
+                   runs=tuple(WorkloadRun(r["workload"], r["scaling"], tuple(r["args"])) for r in d["runs"]),
+                   repeat=d.get("repeat", 1))
 
 
-def job_name(nodes: int, gpus_per_node: int, launcher: str, nccl_config: str) -> str:
-    return f"n{nodes}-g{gpus_per_node}-{launcher}-{nccl_config}"
+def job_name(nodes: int, gpus_per_node: int, launcher: str, nccl_config: str, repeat: int | None = None) -> str:
+    """`n2-g4-torchrun-ib`, and `n2-g4-torchrun-ib-r3` for the third replicate of a repeated sweep."""
+    return f"n{nodes}-g{gpus_per_node}-{launcher}-{nccl_config}" + (f"-r{repeat}" if repeat else "")
 
 
 def _runs(sweep: Sweep) -> tuple[WorkloadRun, ...]:
@@ -104,7 +108,12 @@ def _config_hash(fields: dict[str, Any]) -> str:
 
 
 def expand(sweep: Sweep) -> list[Job]:
-    """All jobs of the sweep, ordered by nodes, GPUs per node, then launcher and NCCL set as listed."""
+    """All jobs of the sweep, ordered by nodes, GPUs per node, then launcher and NCCL set as listed.
+
+    With `repeat: N` the whole matrix is listed N times over, replicate by replicate, so that
+    the replicates of one point run apart in time rather than back to back: a slow hour on the
+    cluster then touches one replicate of many points, not every replicate of one. Replicates
+    share their config hash."""
     runs = _runs(sweep)
     env = tuple(sorted(sweep.env.items()))
     jobs = []
@@ -126,4 +135,7 @@ def expand(sweep: Sweep) -> list[Job]:
                                     nodes=nodes, gpus_per_node=gpus, launcher=launcher, nccl_config=nccl_name,
                                     nccl_env=nccl_env, env=env, device=sweep.device, backend=sweep.backend,
                                     time_limit_min=sweep.time_limit_min, runs=runs))
-    return jobs
+    if sweep.repeat == 1:
+        return jobs
+    return [dataclasses.replace(j, name=job_name(j.nodes, j.gpus_per_node, j.launcher, j.nccl_config, k), repeat=k)
+            for k in range(1, sweep.repeat + 1) for j in jobs]

@@ -1,9 +1,20 @@
 """What `bench regress` writes, for people and for CI:
 
-    report.md         regressions, then improvements, then the count of unchanged keys
-    junit.xml         one test case per compared (metric, key); a regression is a failure
-    benchmark.json    the run's per-key statistics in pytest-benchmark's format (seconds per
-                      iteration), so `pytest-benchmark compare` and CI dashboards can read it
+    report.md         failed keys, regressions, keys that cannot be judged, improvements, then
+                      the count of unchanged keys
+    junit.xml         one test case per (metric, configuration), its message sizes inside: a
+                      regression or a failed key is a <failure> naming the job and its reason;
+                      a key that cannot be judged is an <error> (a <skipped> with
+                      --allow-unjudged)
+    benchmark.json    with --benchmark-json: the run's per-key statistics in pytest-benchmark's
+                      format (seconds per iteration), for `pytest-benchmark compare`
+
+Why one test case per configuration rather than per message size: a CI server shows a test
+case as a line, and 25 lines for one all-reduce curve drown the one that matters; a slow link
+shows as one failing configuration that lists its sizes. It also keeps the file small: a
+100,000-row sweep gives a few thousand test cases, where one per key gave 25 MB. benchmark.json
+is opt-in for the same reason (96 MB at 100,000 keys): the verdicts are in junit.xml, and the
+rounds are in samples.parquet and the history.
 """
 
 from __future__ import annotations
@@ -17,15 +28,24 @@ from typing import Any
 from benchmarks.common import format_size
 from benchmarks.results import atomic_write_bytes, atomic_write_text
 
-from .compare import FASTER, METRICS, SLOWER, Comparison, Side, markdown, records
+from .compare import BY_RUNS, FAILED, FASTER, METRICS, SAME, SLOWER, UNJUDGED, Comparison, Side, key_texts, \
+    markdown, records
 
 
-def write_all(cmp: Comparison, out: Path, title: str) -> dict[str, Path]:
+def write_all(cmp: Comparison, out: Path, title: str, benchmark_json: bool = False,
+              strict: bool = True) -> dict[str, Path]:
+    """Write the outputs; without benchmark_json an earlier run's benchmark.json is removed, so
+    that a dashboard never reads a stale one beside a new junit.xml."""
     out.mkdir(parents=True, exist_ok=True)
-    paths = {"report": out / "report.md", "junit": out / "junit.xml", "benchmark": out / "benchmark.json"}
+    paths = {"report": out / "report.md", "junit": out / "junit.xml"}
     atomic_write_text(paths["report"], markdown(cmp, title) + "\n")
-    atomic_write_text(paths["junit"], junit(cmp))
-    atomic_write_bytes(paths["benchmark"], pytest_benchmark(cmp.b))
+    atomic_write_text(paths["junit"], junit(cmp, strict))
+    bench_file = out / "benchmark.json"
+    if benchmark_json:
+        atomic_write_bytes(bench_file, pytest_benchmark(cmp.b))
+        paths["benchmark"] = bench_file
+    else:
+        bench_file.unlink(missing_ok=True)
     return paths
 
 
@@ -38,21 +58,25 @@ def _attr(text: str) -> str:
     return text.translate(_XML)
 
 
-def junit(cmp: Comparison) -> str:
-    """JUnit XML, written as text: 100,000 test cases through ElementTree take seconds."""
-    t = cmp.table
-    counts = cmp.counts()
+def junit(cmp: Comparison, strict: bool = True) -> str:
+    """JUnit XML, written as text: thousands of test cases through ElementTree take seconds."""
+    cases, kinds = _testcases(cmp.table, strict)
     stamp = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    n, failures, errors, skipped = len(cases), kinds.count("failure"), kinds.count("error"), kinds.count("skipped")
     lines = ['<?xml version="1.0" encoding="utf-8"?>',
-             f'<testsuites name="bench regress" tests="{len(t)}" failures="{counts[SLOWER]}">',
-             f'  <testsuite name="{_attr(f"bench regress {cmp.b.label} vs {cmp.a.label}")}" tests="{len(t)}" '
-             f'failures="{counts[SLOWER]}" errors="0" skipped="0" timestamp="{stamp}" hostname="{_attr(socket.gethostname())}">',
+             f'<testsuites name="bench regress" tests="{n}" failures="{failures}" errors="{errors}" skipped="{skipped}">',
+             f'  <testsuite name="{_attr(f"bench regress {cmp.b.label} vs {cmp.a.label}")}" tests="{n}" '
+             f'failures="{failures}" errors="{errors}" skipped="{skipped}" timestamp="{stamp}" '
+             f'hostname="{_attr(socket.gethostname())}">',
              "    <properties>"]
-    for name, value in (("baseline", cmp.a.source), ("run", cmp.b.source), ("threshold", f"{cmp.threshold:.4g}"),
-                        ("statistics", cmp.method)):
-        lines.append(f'      <property name="{name}" value="{_attr(value)}"/>')
+    props = [("baseline", cmp.a.source), ("run", cmp.b.source), ("threshold", f"{cmp.threshold:.4g}"),
+             ("statistics", cmp.method)]
+    props += [("parameters differ" + (", compared anyway" if cmp.allow_mismatch else ""), m) for m in cmp.mismatches]
+    props += [("environments differ", d) for d in cmp.env_diffs]
+    for name, value in props:
+        lines.append(f'      <property name="{_attr(name)}" value="{_attr(value)}"/>')
     lines.append("    </properties>")
-    lines.extend(_testcases(t))
+    lines.extend(cases)
     lines += ["  </testsuite>", "</testsuites>", ""]
     return "\n".join(lines)
 
@@ -74,29 +98,63 @@ def _fmt(values: Any, spec: str) -> Any:
     import numpy as np
 
     v = np.asarray(values, dtype=float)
-    return np.where(np.isnan(v), "-", np.char.mod(spec, np.nan_to_num(v)))
+    return np.where(np.isfinite(v), np.char.mod(spec, np.nan_to_num(v, posinf=0, neginf=0)), "-")
 
 
-def _testcases(t: Any) -> list[str]:
-    """One <testcase> line per compared row, built column-wise: 100,000 rows in a fraction of
-    a second, where a loop over rows takes seconds."""
+# How a configuration's worst verdict shows in JUnit: (element, type); None passes.
+_OUTCOME = {FAILED: ("failure", "failed"), SLOWER: ("failure", "regression"), UNJUDGED: ("error", "cannot-judge")}
+
+
+def _testcases(t: Any, strict: bool) -> tuple[list[str], list[str]]:
+    """One <testcase> per (metric, configuration), its sizes inside, built column-wise: the
+    per-row text is a few array operations however many rows there are."""
     import numpy as np
     import pandas as pd
 
+    if not len(t):
+        return [], []
     labels = t["metric"].map({m: METRICS[m].label for m in METRICS}).astype(str)
-    ci = np.where(np.isnan(t["ci_low"].to_numpy(dtype=float)), "no samples",
-                  np.char.add(np.char.add(np.char.add("[", _fmt(t["ci_low"], "%.3f")), ", "),
-                              np.char.add(_fmt(t["ci_high"], "%.3f"), "]")))
-    text = (labels + ": " + _fmt(t["a"], "%.4g") + " -> " + _fmt(t["b"], "%.4g") + ", B/A " + _fmt(t["ratio"], "%.3f")
-            + ", 95% CI " + pd.Series(ci, index=t.index) + ", p " + _fmt(t["p_value"], "%.4g"))
-    text = _escape_all(text)
-    name = _escape_all(t["metric"].astype(str) + "[" + t["key"].astype(str) + "]")
-    head = '    <testcase classname="bench.' + _escape_all(t["workload"]) + '" name="' + name + '" time="0">'
-    slower = t["verdict"] == SLOWER
-    change = pd.Series(np.char.mod("%+.1f", t["change"].to_numpy(dtype=float) * 100), index=t.index)
-    failure = '<failure message="regression: ' + change + '%" type="regression">' + text + "</failure>"
-    other = "<system-out>" + t["verdict"].astype(str) + ": " + text + "</system-out>"
-    return (head + failure.where(slower, other) + "</testcase>").tolist()
+    by_runs = (t["test"] == BY_RUNS).to_numpy()
+    interval = np.where(by_runs, np.char.add(np.char.add(np.char.add("band [", _fmt(t["band_low"], "%.3f")), ", "),
+                                             np.char.add(_fmt(t["band_high"], "%.3f"), "]")),
+                        np.char.add(np.char.add(np.char.add("95% CI [", _fmt(t["ci_low"], "%.3f")), ", "),
+                                    np.char.add(_fmt(t["ci_high"], "%.3f"), "]")))
+    size = t["size_bytes"].map({int(v): format_size(int(v)) for v in t["size_bytes"].unique()}).astype(str)
+    what = size.where(t["workload"] == "allreduce", t["workload"].astype(str) + " " + t["scaling"].astype(str))
+    note = t["note"].fillna("").astype(str)
+    text = (what + ": " + t["verdict"].astype(str) + ", " + labels + " " + _fmt(t["a"], "%.4g") + " -> "
+            + _fmt(t["b"], "%.4g") + ", B/A " + _fmt(t["ratio"], "%.3f") + ", " + pd.Series(interval, index=t.index)
+            + note.where(note == "", "; " + note))
+    config = t["metric"].astype(str) + "[" + key_texts(t, sizes=False).astype(str) + "]"
+    rank = t["verdict"].map({FAILED: 0, SLOWER: 1, UNJUDGED: 2}).fillna(3)
+    frame = pd.DataFrame({"config": config, "text": text, "rank": rank, "workload": t["workload"],
+                          "what": what, "verdict": t["verdict"], "note": note, "change": t["change"]})
+    cases, kinds = [], []
+    for name, g in frame.groupby("config", sort=False):
+        worst = g["rank"].min()
+        head = (f'    <testcase classname="bench.{_attr(str(g["workload"].iat[0]))}" name="{_attr(str(name))}" '
+                f'time="0">')
+        body = _attr("\n".join(g["text"]))
+        verdict = {0: FAILED, 1: SLOWER, 2: UNJUDGED}.get(int(worst))
+        outcome = _OUTCOME.get(verdict) if verdict else None
+        if outcome and verdict == UNJUDGED and not strict:
+            outcome = ("skipped", "cannot-judge")
+        if outcome is None:
+            cases.append(f"{head}<system-out>{body}</system-out></testcase>")
+            kinds.append("passed")
+            continue
+        hit = g[g["verdict"] == verdict]
+        if verdict == SLOWER:
+            message = "regression: " + ", ".join(f"{w} {c * 100:+.1f}%" for w, c in zip(hit["what"], hit["change"]))
+        else:
+            message = f"{verdict}: " + "; ".join(dict.fromkeys(f"{w}: {n}" if len(hit) == 1 else n
+                                                               for w, n in zip(hit["what"], hit["note"])))
+            if len(hit) > 1:
+                message += f" ({', '.join(hit['what'])})"
+        element, kind = outcome
+        cases.append(f'{head}<{element} message="{_attr(message)}" type="{kind}">{body}</{element}></testcase>')
+        kinds.append(element)
+    return cases, kinds
 
 
 def _row_stats(data: Any) -> dict[str, Any]:
@@ -179,6 +237,6 @@ def pytest_benchmark(side: Side) -> bytes:
 
 def summary_line(cmp: Comparison) -> str:
     c = cmp.counts()
-    return (f"{c[SLOWER]} regression{'s' if c[SLOWER] != 1 else ''}, {c[FASTER]} improvement"
-            f"{'s' if c[FASTER] != 1 else ''}, {len(cmp.table) - c[SLOWER] - c[FASTER]} unchanged "
-            f"of {len(cmp.table)} compared")
+    plural = lambda n, word: f"{n} {word}{'s' if n != 1 else ''}"  # noqa: E731
+    return (f"{plural(c[SLOWER], 'regression')}, {plural(c[FAILED], 'failed key')}, {c[UNJUDGED]} cannot judge, "
+            f"{plural(c[FASTER], 'improvement')}, {c[SAME]} unchanged of {len(cmp.table)} compared")

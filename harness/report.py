@@ -13,7 +13,7 @@ from benchmarks.common import format_size
 
 from . import plot
 from .collect import read_summary
-from .compare import METRICS, SAME, Comparison, Side, fmt_ci, fmt_value, records
+from .compare import METRICS, SAME, Comparison, Side, fmt_interval, fmt_ratio, fmt_value, headline, records, warnings
 from .rundir import COMPLETED, RunDir
 
 STYLE = """
@@ -21,7 +21,8 @@ body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; 
 table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
 th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; }
 td.n { text-align: right; font-variant-numeric: tabular-nums; }
-tr.slower td { background: #fde2e1; } tr.faster td { background: #e3f6e3; }
+tr.slower td, tr.failed td { background: #fde2e1; } tr.faster td { background: #e3f6e3; }
+tr.cannot-judge td { background: #fff4d6; }
 .warn { background: #fff4d6; border-left: 4px solid #e0a800; padding: 0.5em 1em; }
 img { max-width: 100%; display: block; margin: 0.5em 0 1.5em; }
 pre { background: #f5f5f5; padding: 0.5em; overflow-x: auto; }
@@ -120,29 +121,29 @@ def run_section(run: RunDir, side: Side) -> str:
 
 def compare_section(cmp: Comparison) -> str:
     t = cmp.table
-    c = cmp.counts()
-    parts = [f"<h2>Comparison: {_e(cmp.b.label)} against {_e(cmp.a.label)}</h2>",
-             f"<p>Threshold {cmp.threshold:.1%}; {_e(cmp.method)}. "
-             + ", ".join(f"{_e(k)}: {v}" for k, v in c.items()) + ".</p>"]
-    if cmp.env_diffs:
-        parts.append('<div class="warn"><b>The environments differ:</b><ul>'
-                     + "".join(f"<li>{_e(d)}</li>" for d in cmp.env_diffs) + "</ul></div>")
-    for side in (cmp.a, cmp.b):
+    what = (f"{_e(cmp.across[0])} {_e(cmp.across[2])} against {_e(cmp.across[1])}" if cmp.across
+            else f"{_e(cmp.b.label)} against {_e(cmp.a.label)}")
+    parts = [f"<h2>Comparison: {what}</h2>",
+             f"<p>Threshold {cmp.threshold:.1%}; {_e(cmp.method)}. {_e(headline(cmp))}.</p>"]
+    for heading, lines in warnings(cmp):
+        parts.append(f'<div class="warn"><b>{_e(heading)}:</b><ul>' + "".join(f"<li>{_e(d)}</li>" for d in lines)
+                     + "</ul></div>")
+    for side in ([cmp.a] if cmp.a.source == cmp.b.source else [cmp.a, cmp.b]):
         for s in side.stragglers:
             parts.append(f'<p class="warn">{_e(side.label)}: {_e(s.line())}</p>')
     shown = t[t["verdict"] != SAME]
     if len(shown):
-        parts.append(_table(["verdict", "metric", "key", "A", "B", "B/A", "95% CI", "p"],
+        parts.append(_table(["verdict", "metric", "key", "A", "B", "B/A", "interval", "p", "note"],
                             [[r["verdict"], METRICS[r["metric"]].label, r["key"], fmt_value(r["a"]), fmt_value(r["b"]),
-                              f"{r['ratio']:.3f}", fmt_ci(r["ci_low"], r["ci_high"]), fmt_value(r["p_value"])]
+                              fmt_ratio(r["ratio"]), fmt_interval(r), fmt_value(r["p_value"]), r["note"] or ""]
                              for r in records(shown)], numeric={3, 4, 5, 7},
-                            classes=list(shown["verdict"])))
-    parts.append(f"<p>{c[SAME]} (metric, key) pairs show no significant change.</p>")
-    for side, only in ((cmp.a, cmp.only_a), (cmp.b, cmp.only_b)):
-        if len(only):
-            parts.append(f"<p>Only completed in {_e(side.label)}: "
-                         + "; ".join(_e(f"{r['key']} ({r['status']} in the other)") for r in records(only.head(100)))
-                         + ("; ..." if len(only) > 100 else "") + "</p>")
+                            classes=[v.replace(" ", "-") for v in shown["verdict"]]))
+    parts.append(f"<p>{int((t['verdict'] == SAME).sum())} (metric, key) pairs show no significant change.</p>")
+    only = cmp.new_in_b
+    if len(only):
+        parts.append(f"<p>Only completed in {_e(cmp.b.label)}: "
+                     + "; ".join(_e(f"{r['key']} ({r['status']} in {cmp.a.label})") for r in records(only.head(100)))
+                     + ("; ..." if len(only) > 100 else "") + "</p>")
     labels = (cmp.a.label, cmp.b.label)
     parts.append(_figures([("busbw of both runs", lambda: plot.compare_busbw_figure(cmp.a.rows, cmp.b.rows, labels)),
                            ("scaling of both runs", lambda: plot.compare_scaling_figure(cmp.a.rows, cmp.b.rows, labels))]))

@@ -161,6 +161,7 @@ _OUR_ERROR = re.compile(r"bench run \w+: error: .*")
 _EXCEPTION = re.compile(r"\b\w*(?:Error|Exception): .*")
 # A rank killed by a signal leaves no exception: torchrun's root-cause block and srun name it.
 _SIGNALLED = re.compile(r"Signal \d+ \(SIG\w+\) received by PID \d+")
+_STOPPED = "SignalException: "
 _SRUN_TASK = re.compile(r"srun: error: (\S+: task \d+: (?!Exited with exit code).*)")
 
 
@@ -175,6 +176,9 @@ def error_line(text: str) -> str | None:
             return m.group(0)
     for pattern, group in ((_EXCEPTION, 0), (_SIGNALLED, 0), (_SRUN_TASK, 1)):
         found = [m.group(group) for line in lines if "ChildFailedError" not in line and (m := pattern.search(line))]
-        if found:
-            return found[-1]
+        # An agent that srun or torchrun stopped because another rank failed raises
+        # SignalException: a consequence. The failing rank's own line says why.
+        causes = [f for f in found if not f.startswith(_STOPPED)]
+        if causes or found:
+            return (causes or found)[-1]
     return None

@@ -28,6 +28,7 @@ DTYPES = ("float", "float32", "half", "float16", "bfloat16", "double", "float64"
 OPS = ("sum", "avg", "max", "min")
 AMPS = ("auto", "bf16", "fp16", "off")
 NODES_POWERS_OF_TWO = "powers_of_two"
+MAX_REPEAT = 100
 
 # Names end up in job names, paths and #SBATCH lines, where Slurm's own parser treats
 # quotes, backslashes and '#' specially: letters, digits and a few separators only.
@@ -209,6 +210,7 @@ class Sweep:
     env: dict[str, str] = field(default_factory=dict, metadata={"mapping": "env"})
     time_limit_min: float = 30.0
     timeout_s: float = 300.0
+    repeat: int = 1              # replicates of every job, interleaved across the matrix
     workloads: Workloads
 
     def __post_init__(self) -> None:
@@ -244,6 +246,9 @@ class Sweep:
             raise FieldError("time_limit_min", f"must be positive, found {self.time_limit_min}")
         if self.timeout_s <= 0:
             raise FieldError("timeout_s", f"must be positive, found {self.timeout_s}")
+        _positive("repeat", self.repeat)
+        if self.repeat > MAX_REPEAT:
+            raise FieldError("repeat", f"at most {MAX_REPEAT} replicates, found {self.repeat}")
 
     @property
     def node_counts(self) -> tuple[int, ...]:
@@ -431,17 +436,19 @@ def read_mapping(path: Path, what: str) -> dict[str, Any]:
     return data
 
 
-def load_sweep(path: str | Path, *, max_nodes: int | None = None, overrides: tuple[str, ...] = ()) -> Sweep:
+def load_sweep(path: str | Path, *, max_nodes: int | None = None, repeat: int | None = None,
+               overrides: tuple[str, ...] = ()) -> Sweep:
     """Read, override and check a sweep file. Errors name the file: `SpecError('FILE: key: ...')`."""
     path = Path(path)
     data = read_mapping(path, "sweep")
     try:
         for assignment in overrides:
             apply_override(data, assignment)
-        if max_nodes is not None:
-            if max_nodes < 1:
-                raise SpecError(f"--max-nodes must be at least 1, found {max_nodes}")
-            data["max_nodes"] = max_nodes
+        for flag, key, value in (("--max-nodes", "max_nodes", max_nodes), ("--repeat", "repeat", repeat)):
+            if value is not None:
+                if value < 1:
+                    raise SpecError(f"{flag} must be at least 1, found {value}")
+                data[key] = value
         sweep = build(Sweep, data, "")
         if not sweep.node_counts:
             raise SpecError(f"nodes: no node count of {list(sweep.nodes)} is within max_nodes {sweep.max_nodes}")

@@ -11,6 +11,12 @@ log scale, where a slowdown is a shift: d = log(a_i) - log(b_j) over all pairs (
   The interval excludes 1 exactly when the test rejects at that level.
 
 Times, not rates, go in: a rate is size / time, so the rate ratio B/A is time_A / time_B.
+
+That test sees the spread *within* one run only. Runs also differ from each other (another job
+on the fabric, another allocation of nodes, clock states), and a test on within-run samples
+alone flags those differences as changes. Where a baseline has the values of several runs, the
+between-run band is used instead (`band`): a run is one observation, and a new value counts as
+changed only outside the band the baseline runs' values draw.
 """
 
 from __future__ import annotations
@@ -85,6 +91,101 @@ def rate_shift(a: Any, b: Any, count_a: Any, count_b: Any, alpha: float = ALPHA)
             low[idx] = np.exp(d[:, c])
             high[idx] = np.exp(d[:, mn - 1 - c])
     return Shift(ratio, low, high, p)
+
+
+def can_reject(m: Any, n: Any, alpha: float = ALPHA) -> Any:
+    """Whether a two-sided rank test on m and n samples can reach significance at all: its
+    smallest p-value, 2 / C(m + n, m) (every A sample beyond every B sample), is below alpha.
+    With 3 and 3 samples it is 0.1, so such a key cannot be judged at 0.05."""
+    import numpy as np
+
+    m, n = np.asarray(m, dtype=float), np.asarray(n, dtype=float)
+    with np.errstate(invalid="ignore"):
+        log_c = _lgamma(m + n + 1) - _lgamma(m + 1) - _lgamma(n + 1)
+    return (m >= 1) & (n >= 1) & (np.log(2.0) - log_c < math.log(alpha))
+
+
+def _lgamma(x: Any) -> Any:
+    import numpy as np
+
+    return np.vectorize(math.lgamma, otypes=[float])(x) if np.ndim(x) else math.lgamma(float(x))
+
+
+def pool(codes: Any, values: Any, valid: Any, groups: int) -> tuple[Any, Any]:
+    """Rows of a padded 2-D array pooled into groups: the valid entries of row i go to group
+    codes[i], in row order. Returns the groups' padded array (NaN beyond each count) and counts."""
+    import numpy as np
+
+    codes = np.asarray(codes)
+    rows, cols = np.nonzero(valid)
+    group = codes[rows]
+    order = np.argsort(group, kind="stable")
+    group, flat = group[order], values[rows, cols][order]
+    sizes = np.bincount(group, minlength=groups).astype(np.int64)
+    out = np.full((groups, max(int(sizes.max()) if groups else 0, 1)), np.nan)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    out[group, np.arange(len(flat)) - starts[group]] = flat
+    return out, sizes
+
+
+# The between-run band. Per key, the baseline runs' values x_1..x_K are taken on the log scale
+# (changes are ratios). Centre: their median. Spread: the MAD scaled to a normal sigma
+# (1.4826 MAD, Rousseeuw and Croux, JASA 1993), times the small-sample factor b_K that makes it
+# unbiased below K = 10 (Croux and Rousseeuw, Computational Statistics 1992; checked here by
+# simulation: 1.217 for K = 5 against the table's 1.206).
+#
+# Five values give a shaky MAD: when three of them happen to agree it is near zero, and the
+# band closes. Run-level noise is much alike across the keys of one comparison, so no key's
+# spread is taken below the median spread of all the keys judged between runs, of every metric
+# (at least POOL_MIN of them). The band is centre +- BAND_C spreads. Measured on the 4-node
+# testbed (docs/noise.md): in two sets of six unshaped runs, each run judged against the other
+# five, no key fell more than 3.4 spreads below its band's centre, while shaping the links moved
+# the multi-node keys 7 spreads and more.
+BAND_C = 4.0
+POOL_MIN = 3
+_MAD_SIGMA = 1.4826
+_SMALL_K = {2: 1.196, 3: 1.495, 4: 1.363, 5: 1.206, 6: 1.200, 7: 1.140, 8: 1.129, 9: 1.107}
+BAND_METHOD = (f"B outside median ± {BAND_C:g} spreads of A's per-run values (log scale; spread 1.4826·MAD, "
+               f"at least the median spread of the keys compared)")
+
+
+def band(values: Any, counts: Any) -> tuple[Any, Any]:
+    """Per row: (centre, spread) on the log scale of the row's leading counts[i] positive
+    values; NaN where a row has none."""
+    import numpy as np
+
+    counts = np.asarray(counts)
+    n = len(counts)
+    centre, spread = np.full(n, np.nan), np.full(n, np.nan)
+    have = counts > 0
+    if not have.any():
+        return centre, spread
+    inside = np.arange(values.shape[1])[None, :] < counts[:, None]
+    with np.errstate(all="ignore"):
+        logs = np.log(np.where(inside, values, np.nan)[have])
+        mid = np.nanmedian(logs, axis=1)
+        mad = np.nanmedian(np.abs(logs - mid[:, None]), axis=1)
+    k = counts[have]
+    factor = np.array([_SMALL_K.get(int(v), v / (v - 0.8) if v > 9 else 1.0) for v in k])
+    centre[have], spread[have] = mid, _MAD_SIGMA * mad * factor
+    return centre, spread
+
+
+def spread_floor(spreads: Any) -> float:
+    """The median of the spreads of the keys judged between runs, where there are POOL_MIN or
+    more; 0 otherwise."""
+    import numpy as np
+
+    pooled = spreads[np.isfinite(spreads)]
+    return float(np.median(pooled)) if len(pooled) >= POOL_MIN else 0.0
+
+
+def band_limits(centre: Any, spread: Any, floor: float, c: float = BAND_C) -> tuple[Any, Any]:
+    """(low, high) of each row's band, as values: centre +- c spreads, no spread below floor."""
+    import numpy as np
+
+    width = c * np.fmax(spread, floor)
+    return np.exp(centre - width), np.exp(centre + width)
 
 
 def padded(lists: Any) -> tuple[Any, Any]:

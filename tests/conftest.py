@@ -15,6 +15,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
+import pyarrow.parquet as pq
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,6 +79,63 @@ def bench(*args: str, **kwargs) -> Result:
 
 def read_json(path: str | Path) -> dict:
     return json.loads(Path(path).read_text())
+
+
+# --------------------------------------------------------------------------- a real local run, and copies of it
+
+@pytest.fixture(scope="session")
+def real_run(tmp_path_factory):
+    """One local sweep: 1 and 2 emulated nodes of 1 gloo rank, all-reduce and synthetic training."""
+    root = tmp_path_factory.mktemp("cmp")
+    out = root / "run"
+    bench("sweep", "sweeps/local.yaml", "--max-nodes", "2", "--executor", "local", "--out", str(out),
+          "--set", "gpus_per_node=[1]", "--set", "workloads.allreduce.min_bytes=64K",
+          "--set", "workloads.allreduce.max_bytes=1M", "--set", "workloads.synthetic.scaling=[weak]",
+          "--set", "workloads.synthetic.steps=4", "--set", "workloads.real=false", timeout=600)
+    return out
+
+
+def separating(run: Path) -> float:
+    """A time factor that moves every sample of the run past every other: twice the run's
+    largest over its smallest sample. Loopback gloo on 2 busy CPUs spreads samples 20x and
+    more, so any fixed factor can leave some rows overlapping, and their verdicts to chance."""
+    values = [v for row in pq.read_table(run / "samples.parquet").column("values").to_pylist() for v in row]
+    return 2 * max(values) / min(values)
+
+
+def copy_run(src: Path, dst: Path, *, time_factor: float = 1.0, drop: str | None = None, version: int | None = None,
+             launcher: str | None = None) -> Path:
+    """A copy of a run whose summary and samples are rewritten: times scaled by time_factor
+    (rates divided), a column dropped, the layout version or the launcher changed."""
+    shutil.copytree(src, dst)
+    summary = pq.read_table(dst / "summary.parquet")
+    samples = pq.read_table(dst / "samples.parquet")
+    cols = {n: summary.column(n) for n in summary.column_names}
+    for name in ("time_us", "step_time_ms"):
+        cols[name] = pa.compute.multiply(cols[name], time_factor)
+    for name in ("busbw_gbps", "algbw_gbps", "images_per_s", "images_per_s_per_gpu"):
+        cols[name] = pa.compute.divide(cols[name], time_factor)
+    if launcher:
+        cols["launcher"] = pa.array([launcher] * summary.num_rows, type=pa.string())
+    meta = dict(summary.schema.metadata or {})
+    if version is not None:
+        meta.pop(b"bench_summary_version", None)
+        if version > 1:
+            meta[b"bench_summary_version"] = str(version).encode()
+    table = pa.table({n: c for n, c in cols.items() if n != drop}).replace_schema_metadata(meta)
+    pq.write_table(table, dst / "summary.parquet")
+    values = pa.array([[v * time_factor for v in row] for row in samples.column("values").to_pylist()],
+                      type=pa.list_(pa.float64()))
+    pq.write_table(samples.set_column(samples.column_names.index("values"), "values", values), dst / "samples.parquet")
+    return dst
+
+
+def planned_later(run_dir: Path, tag: str = "9") -> Path:
+    """Make a copied run a run of its own: plan.json's time changes, and with it the run's
+    fingerprint in the history (a tag sorting before "2" makes it older than the original)."""
+    plan = run_dir / "plan.json"
+    plan.write_text(plan.read_text().replace('"created": "', f'"created": "{tag}', 1))
+    return run_dir
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from conftest import bench, run
+from conftest import bench, copy_run, run, separating
 from harness import stats, stragglers
 from harness.collect import SUMMARY_VERSION
 from harness.compare import SLOWER, compare, load_run
@@ -101,57 +101,10 @@ def test_pair_schedule_meets_every_pair_once():
 
 # --------------------------------------------------------------------------- a real run
 
-@pytest.fixture(scope="module")
-def real_run(tmp_path_factory):
-    """One local sweep: 1 and 2 emulated nodes of 1 gloo rank, all-reduce and synthetic training."""
-    root = tmp_path_factory.mktemp("cmp")
-    out = root / "run"
-    bench("sweep", "sweeps/local.yaml", "--max-nodes", "2", "--executor", "local", "--out", str(out),
-          "--set", "gpus_per_node=[1]", "--set", "workloads.allreduce.min_bytes=64K",
-          "--set", "workloads.allreduce.max_bytes=1M", "--set", "workloads.synthetic.scaling=[weak]",
-          "--set", "workloads.synthetic.steps=4", "--set", "workloads.real=false", timeout=600)
-    return out
-
-
-def separating(run: Path) -> float:
-    """A time factor that moves every sample of the run past every other: twice the run's
-    largest over its smallest sample. Loopback gloo on 2 busy CPUs spreads samples 20x and
-    more, so any fixed factor can leave some rows overlapping, and their verdicts to chance."""
-    values = [v for row in pq.read_table(run / "samples.parquet").column("values").to_pylist() for v in row]
-    return 2 * max(values) / min(values)
-
-
-def copy_run(src: Path, dst: Path, *, time_factor: float = 1.0, drop: str | None = None, version: int | None = None,
-             launcher: str | None = None) -> Path:
-    """A copy of a run whose summary and samples are rewritten: times scaled by time_factor
-    (rates divided), a column dropped, the layout version or the launcher changed."""
-    shutil.copytree(src, dst)
-    summary = pq.read_table(dst / "summary.parquet")
-    samples = pq.read_table(dst / "samples.parquet")
-    cols = {n: summary.column(n) for n in summary.column_names}
-    for name in ("time_us", "step_time_ms"):
-        cols[name] = pa.compute.multiply(cols[name], time_factor)
-    for name in ("busbw_gbps", "algbw_gbps", "images_per_s", "images_per_s_per_gpu"):
-        cols[name] = pa.compute.divide(cols[name], time_factor)
-    if launcher:
-        cols["launcher"] = pa.array([launcher] * summary.num_rows, type=pa.string())
-    meta = dict(summary.schema.metadata or {})
-    if version is not None:
-        meta.pop(b"bench_summary_version", None)
-        if version > 1:
-            meta[b"bench_summary_version"] = str(version).encode()
-    table = pa.table({n: c for n, c in cols.items() if n != drop}).replace_schema_metadata(meta)
-    pq.write_table(table, dst / "summary.parquet")
-    values = pa.array([[v * time_factor for v in row] for row in samples.column("values").to_pylist()],
-                      type=pa.list_(pa.float64()))
-    pq.write_table(samples.set_column(samples.column_names.index("values"), "values", values), dst / "samples.parquet")
-    return dst
-
-
 def test_a_run_against_itself_changes_nothing(real_run, tmp_path):
     r = bench("compare", str(real_run), str(real_run), "--csv", str(tmp_path / "c.csv"),
               "--markdown", str(tmp_path / "c.md"), "--plots", str(tmp_path / "plots"))
-    assert "Mann-Whitney" in r.stdout and "0 slower, 0 faster" in r.stdout, r.describe()
+    assert "Mann-Whitney" in r.stdout and "0 failed, 0 slower, 0 cannot judge, 0 faster" in r.stdout, r.describe()
     import pandas as pd
 
     table = pd.read_csv(tmp_path / "c.csv")
@@ -173,17 +126,24 @@ def test_a_slower_copy_is_slower_and_worst_first(real_run, tmp_path):
     assert cmp.table["ratio"].to_numpy() == pytest.approx(1 / factor)
     assert (cmp.table["ci_high"] < 1).all() and (cmp.table["p_value"] < 0.05).all()
     r = bench("compare", str(real_run), str(slow), "--labels", "before,after", "--threshold", "99.99%")
-    assert factor < 1e4 and "0 slower, 0 faster, 5 no significant change" in r.stdout, r.describe()  # under threshold
+    assert factor < 1e4 and "0 slower, 0 cannot judge, 0 faster, 5 no significant change" in r.stdout, \
+        r.describe()  # under threshold
     assert "after against before" in r.stdout
 
 
-def test_keys_in_one_run_only_are_listed(real_run, tmp_path):
+def test_keys_in_one_run_only(real_run, tmp_path):
+    """A key B lacks is a failed row (absent); a key only B has is listed as new."""
     other = copy_run(real_run, tmp_path / "other")
     summary = pq.read_table(other / "summary.parquet")
     keep = pa.compute.not_equal(summary.column("job"), "n2-g1-torchrun-default")
     pq.write_table(summary.filter(keep), other / "summary.parquet")
     r = bench("compare", str(real_run), str(other))
-    assert re.search(r"only completed in run: 4 keys: allreduce all_reduce 64K, 2x1, torchrun, default \(absent", r.stdout), r.describe()
+    assert re.search(r"failed .* allreduce all_reduce 64K, 2x1, torchrun, default .* absent from other", r.stdout), \
+        r.describe()
+    assert "4 failed, 0 slower" in r.stdout, r.describe()
+    back = bench("compare", str(other), str(real_run))
+    assert re.search(r"only completed in run: 4 keys: allreduce all_reduce 64K, 2x1, torchrun, default \(absent in other",
+                     back.stdout), back.describe()
 
 
 def test_environment_differences_are_warned(real_run, tmp_path):
@@ -198,8 +158,8 @@ def test_environment_differences_are_warned(real_run, tmp_path):
         path.write_text(json.dumps(data))
     bench("collect", str(other))   # collect records the environment in the summary
     r = bench("compare", str(real_run), str(other))
-    assert "warning: the environments differ: torch:" in r.stdout and "2.0.0+cu118" in r.stdout
-    assert "CUDA: " in r.stdout
+    assert re.search(r"warning: The environments differ:\n  torch: \S+ vs 2\.0\.0\+cu118\n  CUDA: \S+ vs 11\.8", r.stdout), \
+        r.describe()
 
 
 @pytest.mark.parametrize("case", ["not a run", "no summary", "missing column", "old schema", "no common key"])
@@ -316,13 +276,20 @@ def test_regress_outputs_for_ci(real_run, tmp_path):
     out = tmp_path / "out"
     r = bench("regress", str(real_run), "--cluster", "lab", "--db", str(db), "--baseline", "label:good",
               "--out", str(out), check=False)
-    assert r.returncode == 1 and "REGRESSION: 5 regressions, 0 improvements, 0 unchanged of 5" in r.stderr, r.describe()
+    assert r.returncode == 1 and ("REGRESSION: 5 regressions, 0 failed keys, 0 cannot judge, 0 improvements, "
+                                  "0 unchanged of 5") in r.stderr, r.describe()
     report = (out / "report.md").read_text()
     assert report.index("## Slower (regressions): 5") < report.index("## Faster (improvements): 0") \
         < report.index("## No significant change: 0")
+    # one test case per configuration: the 2-node all-reduce curve (3 sizes) and two training rows
     suite = ET.parse(out / "junit.xml").getroot().find("testsuite")
-    assert suite.get("tests") == "5" and suite.get("failures") == "5"
-    assert len(suite.findall("testcase/failure")) == 5
+    assert suite.get("tests") == "3" and suite.get("failures") == "3"
+    curve = suite.find("testcase[@name='busbw_gbps[allreduce all_reduce, 2x1, torchrun, default]']")
+    assert curve.find("failure").get("type") == "regression"
+    assert re.fullmatch(r"regression: (\d+[KM] -\d+\.\d%(, )?){3}", curve.find("failure").get("message"))
+    assert not (out / "benchmark.json").exists()              # opt-in
+    r = bench("regress", str(real_run), "--cluster", "lab", "--db", str(db), "--baseline", "label:good",
+              "--out", str(out), "--benchmark-json", check=False)
     doc = json.loads((out / "benchmark.json").read_text())
     assert {b["name"] for b in doc["benchmarks"]} >= {"all_reduce-1M[2x1-torchrun-default]",
                                                       "synthetic-weak[1x1-torchrun-default]"}
@@ -333,10 +300,13 @@ def test_regress_outputs_for_ci(real_run, tmp_path):
     listed = run([sys.executable, "-m", "pytest_benchmark", "compare", str(tmp_path / "0001_run.json"),
                   "--columns", "min,median,rounds"])
     assert "all_reduce-1M[2x1-torchrun-default]" in listed.stdout, listed.describe()
-    for how in ("last", "best", "median:3"):
-        again = bench("regress", str(real_run), "--cluster", "lab", "--db", str(db), "--baseline", how,
-                      "--out", str(tmp_path / how.replace(":", "")), check=False)
+    for how in ("last", "best", "median:3", None):
+        again = bench("regress", str(real_run), "--cluster", "lab", "--db", str(db),
+                      *(("--baseline", how) if how else ()), "--out", str(tmp_path / str(how).replace(":", "")),
+                      check=False)
         assert again.returncode == 1, again.describe()
+        if how is None:   # one history run: fewer than the default median:5 asks, so each key is judged within it
+            assert "5 of 5 keys have fewer than 5 usable runs in the history" in again.stdout, again.describe()
 
 
 class _Images(html.parser.HTMLParser):

@@ -85,3 +85,26 @@ def test_a_signalled_rank_is_named_in_the_failure():
     assert error_line(torchrun) == "Signal 11 (SIGSEGV) received by PID 9844"
     assert error_line("srun: error: bnode2: task 1: Segmentation fault\n") == "bnode2: task 1: Segmentation fault"
     assert error_line("srun: error: bnode2: task 1: Exited with exit code 3\n") is None
+
+
+# From a 4-node job on the testbed whose bnode4 had no eth0 (torch 2.14.1, gloo): bnode4's rank
+# failed, srun stopped the other agents, and each of them raised SignalException afterwards.
+STOPPED_AGENTS_LOG = """\
+    backend_class = ProcessGroupGloo(
+                    ^^^^^^^^^^^^^^^^^
+RuntimeError: [enforce fail at /__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/device.cc:84] ifa != nullptr. Unable to find address for: eth0
+E1122 06:43:27.185000 19477 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1) local_rank: 0 (pid: 19524) of binary: /work/main/.venv/bin/python3
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError: 
+srun: error: bnode4: task 3: Exited with exit code 1
+slurmstepd-bnode1: error: *** STEP 4.0 ON bnode1 CANCELLED AT 2026-11-22T06:43:28 ***
+W1122 06:43:28.665000 19476 torch/distributed/elastic/agent/server/api.py:753] Received 15 death signal, shutting down workers
+torch.distributed.elastic.multiprocessing.api.SignalException: Process 19476 got signal: 15
+torch.distributed.elastic.multiprocessing.api.SignalException: Process 19481 got signal: 15
+srun: error: bnode1: task 0: Exited with exit code 1
+"""
+
+
+def test_the_failing_rank_is_the_reason_not_the_agents_stopped_after_it():
+    assert error_line(STOPPED_AGENTS_LOG).endswith("Unable to find address for: eth0")
+    alone = "\n".join(line for line in STOPPED_AGENTS_LOG.splitlines() if "SignalException" in line)
+    assert error_line(alone) == "SignalException: Process 19481 got signal: 15"   # nothing else: still said

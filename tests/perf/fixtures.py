@@ -29,7 +29,7 @@ def _allreduce_result(rng: random.Random, world: int, iters: int) -> dict:
         row.update({f"oop_{k}": row[k] for k in ("time_us", "algbw_gbps", "busbw_gbps", "wrong")})
         rows.append(row)
     return {"schema_version": SCHEMA_VERSION, "workload": "allreduce", "world_size": world, "backend": "nccl",
-            "device": "cuda", "launcher": "slurm-torchrun", "params": {}, "rows": rows,
+            "device": "cuda", "launcher": "slurm-torchrun", "params": {"dtype": "float32", "op": "sum"}, "rows": rows,
             "environment": {"hosts": [f"gpu{i:03d}" for i in range(max(world // 8, 1))]}}
 
 

@@ -1,0 +1,192 @@
+"""`bench history changes`: where each key's series of runs stepped, and by how much.
+
+The method is E-divisive means (Matteson and James, "A Nonparametric Approach for Multiple
+Change Point Analysis of Multivariate Data", JASA 109, 2014), as MongoDB runs it over every
+test's history in its performance CI (Daly et al., "The Use of Change Point Detection to
+Identify Software Performance Regressions in a Continuous Integration System", ICPE 2020):
+
+- A series x_1..x_n (here the log of one key's per-run value, oldest first) is split at the
+  point tau that maximises the energy statistic between the runs before and after it,
+      Q(tau) = m k / (m + k) * (2/(m k) sum|x_i - y_j| - sum_{i<l}|x_i - x_l| / C(m,2)
+                                                      - sum_{j<l}|y_j - y_l| / C(k,2)),
+  with m runs before and k after (the divergence with exponent alpha = 1).
+- The split is kept when a permutation test finds it significant: the largest Q of the series
+  shuffled PERMUTATIONS times reaches the observed one in a share p of the shuffles, p < ALPHA.
+- Each kept split divides its segment in two, and both halves are searched again.
+
+Segments are at least MIN_SEGMENT runs long, so a step is reported once that many runs on each
+side of it show it, and a step smaller than the threshold (5% by default, as asv and Apache
+Otava's min_magnitude) is not reported. The permutation test is exact, and that bounds it with
+few runs: a perfect split of 4 runs from 3 reaches p = 2/C(7,3) = 0.057 at best, so a step needs
+8 runs (5 + 3: 0.036) before it can be found at ALPHA = 0.05. The shuffles are seeded from the key, so the same history gives the same
+answer every time (the nondeterminism the Hunter paper found in E-divisive comes from unseeded
+shuffles; Fleming et al., ICPE 2023).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ALPHA = 0.05
+PERMUTATIONS = 499
+MIN_SEGMENT = 3
+_CHUNK = 4_000_000       # distance-matrix entries held at once over the shuffles
+
+
+@dataclass(frozen=True)
+class Change:
+    metric: str
+    key: str
+    run_id: int           # the first run after the step
+    run: str              # that run in words: id, label, date
+    before: float         # median of the segment before the step
+    after: float          # median of the segment from it
+    p_value: float
+
+    @property
+    def change(self) -> float:
+        return self.after / self.before - 1
+
+
+def energy(x: Any) -> Any:
+    """Q(tau) for every split of each row of x (shape (r, n)): an (r, n + 1) array, -inf where
+    a side would be shorter than MIN_SEGMENT."""
+    import numpy as np
+
+    r, n = x.shape
+    d = np.abs(x[:, :, None] - x[:, None, :])
+    c = np.zeros((r, n + 1, n + 1))
+    c[:, 1:, 1:] = d.cumsum(axis=1).cumsum(axis=2)
+    tau = np.arange(n + 1)
+    full = c[:, n, n][:, None]
+    left = c[:, tau, tau]                       # sum over [0, tau) x [0, tau)
+    cross = c[:, tau, n] - left                 # [0, tau) x [tau, n)
+    right = full - 2 * cross - left             # [tau, n) x [tau, n)
+    m, k = tau.astype(float), (n - tau).astype(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = m * k / n * (2 * cross / (m * k) - left / (m * (m - 1)) - right / (k * (k - 1)))
+    q[:, (tau < MIN_SEGMENT) | (tau > n - MIN_SEGMENT)] = -np.inf
+    return q
+
+
+def split(x: Any, rng: Any) -> tuple[int, float] | None:
+    """(tau, p) of the best split of the series x, or None where it has no room for one."""
+    import numpy as np
+
+    n = len(x)
+    if n < 2 * MIN_SEGMENT:
+        return None
+    q = energy(x[None, :])[0]
+    tau = int(np.argmax(q))
+    best = q[tau]
+    hits = 0
+    step = max(1, _CHUNK // (n * n))
+    for start in range(0, PERMUTATIONS, step):
+        count = min(step, PERMUTATIONS - start)
+        shuffled = rng.permuted(np.broadcast_to(x, (count, n)), axis=1)
+        hits += int((energy(shuffled).max(axis=1) >= best - 1e-12 * abs(best)).sum())
+    return tau, (hits + 1) / (PERMUTATIONS + 1)
+
+
+def change_points(x: Any, seed: int) -> list[tuple[int, float]]:
+    """Every significant step of the series, as (index of its first point, p), in order."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    found: list[tuple[int, float]] = []
+    todo = [(0, len(x))]
+    while todo:
+        lo, hi = todo.pop()
+        got = split(x[lo:hi], rng)
+        if got is None or got[1] >= ALPHA:
+            continue
+        tau, p = got
+        found.append((lo + tau, p))
+        todo += [(lo, lo + tau), (lo + tau, hi)]
+    return sorted(found)
+
+
+def _seed(text: str) -> int:
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+
+
+def series(db: Path, cluster: str, metrics: tuple[str, ...]) -> tuple[list[Any], Any]:
+    """(entries oldest first, DataFrame of metric, key, entry index, value): each key's value
+    per run, the median over the run's usable replicates."""
+    import numpy as np
+    import pandas as pd
+
+    from . import history
+    from .collect import to_frame
+    from .compare import METRICS, REQUIRED, key_texts
+
+    found = history.entries(db, cluster)
+    if not found:
+        raise history.HistoryError(f"{db}: no run of cluster {cluster!r}; see `bench history list`")
+    parts = []
+    with history._session(db) as con:
+        for i, entry in enumerate(found):
+            summary, _, _ = history._load(con, db, entry, with_samples=False)
+            df = to_frame(summary.select(REQUIRED))
+            df = df[history._usable_rows(df)]
+            for name in metrics:
+                metric = METRICS[name]
+                rows = df[(df["workload"] == "allreduce") == metric.allreduce]
+                rows = rows[rows[name].to_numpy(dtype=float, na_value=np.nan) > 0]
+                if not len(rows):
+                    continue
+                rows = rows.assign(collective=rows["collective"].fillna(""), scaling=rows["scaling"].fillna(""),
+                                   size_bytes=rows["size_bytes"].fillna(0))
+                value = rows.assign(key=key_texts(rows)).groupby("key", sort=False)[name].median()
+                parts.append(pd.DataFrame({"metric": name, "key": value.index, "entry": i,
+                                           "value": value.to_numpy(dtype=float)}))
+    return found, (pd.concat(parts, ignore_index=True) if parts else
+                   pd.DataFrame(columns=["metric", "key", "entry", "value"]))
+
+
+def changes(db: Path, cluster: str, metrics: tuple[str, ...], threshold: float = 0.05) -> tuple[list[Change], int, int]:
+    """(the steps of at least `threshold` found in every key's series, oldest first; series
+    searched; runs)."""
+    import numpy as np
+
+    found, values = series(db, cluster, metrics)
+    out = []
+    searched = 0
+    for (metric, key), g in values.groupby(["metric", "key"], sort=True):
+        g = g.sort_values("entry")
+        x = np.log(g["value"].to_numpy(dtype=float))
+        if len(x) < 2 * MIN_SEGMENT:
+            continue
+        searched += 1
+        points = change_points(x, _seed(f"{metric}|{key}"))
+        bounds = [0] + [t for t, _ in points] + [len(x)]
+        for j, (t, p) in enumerate(points):
+            entry = found[int(g["entry"].iat[t])]
+            step = Change(metric, str(key), entry.id,
+                          f"run {entry.id}{f' ({entry.label})' if entry.label else ''} of {entry.created}",
+                          math.exp(float(np.median(x[bounds[j]:t]))), math.exp(float(np.median(x[t:bounds[j + 2]]))), p)
+            if abs(step.change) >= threshold:
+                out.append(step)
+    out.sort(key=lambda c: (c.run_id, c.metric, c.key))
+    return out, searched, len(found)
+
+
+def render(result: tuple[list[Change], int, int], cluster: str, threshold: float) -> str:
+    from .compare import METRICS
+
+    found, searched, runs = result
+    head = (f"change points in {searched} series of cluster {cluster} ({runs} runs; E-divisive means, "
+            f"{PERMUTATIONS} permutations, p < {ALPHA}, at least {MIN_SEGMENT} runs on each side, steps of "
+            f"{threshold:.0%} or more)")
+    if not found:
+        return head + "\nno change point found" + ("" if searched else
+                                                   f": a series needs {2 * MIN_SEGMENT} usable runs")
+    lines = [head]
+    for c in found:
+        lines.append(f"{c.run}: {METRICS[c.metric].label} {c.key}: {c.before:.4g} -> {c.after:.4g} "
+                     f"({c.change:+.1%}, p {c.p_value:.3f})")
+    return "\n".join(lines)

@@ -1,0 +1,377 @@
+"""Verdicts a CI gate can trust, on real local runs (gloo ranks): failed and unjudgeable keys fail
+the gate, unlike rows are not compared as alike, two configurations of one run compare key by
+key, the between-run band and the change-point search, and a damaged history stops a command
+with one line. The proofs on shaped links are in test_regress_testbed.py."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+import shutil
+import sqlite3
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import bench, copy_run, planned_later, separating
+from harness import changes, stats
+from harness.compare import FAILED, SAME, SLOWER, UNJUDGED, compare, load_run
+
+FAILED_JOB = "n2-g1-torchrun-default"
+REASON = "synthetic-weak failed (exit code 1): RuntimeError: Connection closed by peer [198.18.0.2]:29500"
+
+
+def rewrite_summary(run: Path, **columns) -> Path:
+    """Replace summary columns of a run copy: name -> function(old column) -> new values."""
+    table = pq.read_table(run / "summary.parquet")
+    for name, fn in columns.items():
+        i = table.column_names.index(name)
+        table = table.set_column(i, name, pa.array(fn(table.column(name).to_pylist()), type=table.schema.field(i).type))
+    pq.write_table(table, run / "summary.parquet")
+    return run
+
+
+def with_failed_job(src: Path, dst: Path) -> Path:
+    """A copy of the run in which one job failed as a real failure leaves it: its job-table row
+    FAILED with a reason, its later result gone, and the summary collected again."""
+    copy = planned_later(copy_run(src, dst))
+    table = json.loads((copy / "jobs.json").read_text())
+    row = table["jobs"][FAILED_JOB]
+    row.update(state="FAILED", exit_code=1, reason=REASON, log_tail="Traceback ...\n" + REASON.split(": ", 1)[1])
+    row["runs"]["synthetic-weak"] = "FAILED"
+    (copy / "jobs.json").write_text(json.dumps(table))
+    (copy / "jobs" / FAILED_JOB / "synthetic-weak.json").unlink()
+    bench("collect", str(copy))
+    return copy
+
+
+@pytest.fixture
+def history_of(tmp_path):
+    """A history database with the given runs added, oldest first."""
+    def make(*runs: Path, cluster: str = "lab") -> Path:
+        db = tmp_path / "history.sqlite"
+        for r in runs:
+            bench("history", "add", str(r), "--cluster", cluster, "--db", str(db))
+        return db
+    return make
+
+
+# --------------------------------------------------------------------------- fail closed
+
+def test_a_failed_job_fails_the_gate_and_names_its_reason(real_run, tmp_path, history_of):
+    broken = with_failed_job(real_run, tmp_path / "broken")
+    db = history_of(planned_later(copy_run(real_run, tmp_path / "base"), "0"))
+    out = tmp_path / "out"
+    r = bench("regress", str(broken), "--cluster", "lab", "--db", str(db), "--out", str(out), check=False)
+    assert r.returncode == 1, r.describe()
+    assert "REGRESSION: 0 regressions, 1 failed key" in r.stderr, r.describe()
+    suite = ET.parse(out / "junit.xml").getroot().find("testsuite")
+    case = suite.find("testcase[@name='images_per_s[synthetic weak, 2x1, torchrun, default]']")
+    failure = case.find("failure")
+    assert failure.get("type") == "failed"
+    assert FAILED_JOB in failure.get("message") and "RuntimeError: Connection closed by peer" in failure.get("message")
+    assert suite.get("failures") == "1"
+    report = (out / "report.md").read_text()
+    assert "## Failed (completed in A, not in B): 1" in report and REASON in report
+    # the all-reduce of that job completed, and is judged as usual (3 sizes) with the 1x1 training row
+    assert "## No significant change: 4" in report
+
+
+def test_history_add_keeps_failures_and_baselines_skip_them(real_run, tmp_path):
+    db = tmp_path / "history.sqlite"
+    old = planned_later(copy_run(real_run, tmp_path / "old", time_factor=1 / separating(real_run)), "0")
+    bench("history", "add", str(old), "--cluster", "lab", "--db", str(db))
+    broken = with_failed_job(real_run, tmp_path / "broken")
+    r = bench("history", "add", str(broken), "--cluster", "lab", "--db", str(db))
+    assert re.search(rf"note: 1 job did not complete \({FAILED_JOB} FAILED\); their 1 rows are stored as failed", r.stdout)
+    assert "as run 2 of cluster lab" in r.stdout
+    # `last` takes each key from the newest run where it is usable: the 2-node training row from
+    # the older (much faster) run, everything else from the newest
+    r = bench("regress", str(real_run), "--cluster", "lab", "--db", str(db), "--baseline", "last",
+              "--out", str(tmp_path / "out"), check=False)
+    t = (tmp_path / "out" / "report.md").read_text()
+    assert r.returncode == 1 and re.search(r"\| images_per_s \| synthetic weak, 2x1, torchrun, default \|.*\| slower \|", t), t
+    assert not re.search(r"synthetic weak, 1x1, torchrun, default \|.*\| slower", t), t
+
+
+def test_too_few_samples_cannot_be_judged(real_run, tmp_path, history_of):
+    one = planned_later(copy_run(real_run, tmp_path / "one"))
+    samples = pq.read_table(one / "samples.parquet")
+    first = pa.array([v[:1] for v in samples.column("values").to_pylist()], type=pa.list_(pa.float64()))
+    pq.write_table(samples.set_column(samples.column_names.index("values"), "values", first), one / "samples.parquet")
+    rewrite_summary(one, n_samples=lambda v: [min(x or 0, 1) for x in v])
+    db = history_of(planned_later(copy_run(real_run, tmp_path / "base"), "0"))
+    out = tmp_path / "out"
+    r = bench("regress", str(one), "--cluster", "lab", "--db", str(db), "--out", str(out), check=False)
+    assert r.returncode == 3 and "CANNOT JUDGE: 0 regressions, 0 failed keys, 5 cannot judge" in r.stderr, r.describe()
+    assert "too few samples for the test: 10 in A, 1 in B" in (out / "report.md").read_text()
+    suite = ET.parse(out / "junit.xml").getroot().find("testsuite")
+    assert suite.get("errors") == "3" and {e.get("type") for e in suite.iter("error")} == {"cannot-judge"}
+    relaxed = bench("regress", str(one), "--cluster", "lab", "--db", str(db), "--out", str(out), "--allow-unjudged")
+    assert relaxed.returncode == 0 and "5 cannot judge" in relaxed.stdout
+    suite = ET.parse(out / "junit.xml").getroot().find("testsuite")
+    assert suite.get("errors") == "0" and suite.get("skipped") == "3"
+
+
+def test_a_baseline_without_samples_cannot_pass_a_slowdown(real_run, tmp_path, history_of):
+    """The run the history holds has no samples.parquet: its keys cannot be judged against, so a
+    3x slowdown is 'cannot judge' (exit 3), never 'no significant change' (exit 0)."""
+    bare = planned_later(copy_run(real_run, tmp_path / "bare"), "0")
+    (bare / "samples.parquet").unlink()
+    rewrite_summary(bare, n_samples=lambda v: [0] * len(v))
+    db = history_of(bare)
+    slow = planned_later(copy_run(real_run, tmp_path / "slow", time_factor=3))
+    r = bench("regress", str(slow), "--cluster", "lab", "--db", str(db), "--out", str(tmp_path / "o"), check=False)
+    assert r.returncode == 3 and "0 unchanged of 5" in r.stderr, r.describe()
+    assert "too few samples for the test: 0 in A" in (tmp_path / "o" / "report.md").read_text()
+
+
+def test_zero_and_nan_figures_cannot_be_judged(real_run, tmp_path):
+    bad = planned_later(copy_run(real_run, tmp_path / "bad"))
+    rewrite_summary(bad, images_per_s=lambda v: [float("nan") if x is not None else None for x in v])
+    cmp = compare(load_run(real_run), load_run(bad))
+    rows = cmp.table[cmp.table["metric"] == "images_per_s"]
+    assert set(rows["verdict"]) == {UNJUDGED} and rows["note"].str.contains("images/s is nan in B").all()
+
+
+# --------------------------------------------------------------------------- the history defends itself
+
+def _damage(db: Path, case: str) -> None:
+    con = sqlite3.connect(db)
+    if case == "null sample":
+        blob = con.execute("SELECT samples FROM data WHERE run_id = 2").fetchone()[0]
+        t = pq.read_table(pa.BufferReader(blob))
+        values = t.column("values").to_pylist()
+        values[0] = [None] + values[0][1:]
+        t = t.set_column(t.column_names.index("values"), "values", pa.array(values, type=pa.list_(pa.float64())))
+        sink = pa.BufferOutputStream()
+        pq.write_table(t, sink)
+        con.execute("UPDATE data SET samples = ? WHERE run_id = 2", (sink.getvalue().to_pybytes(),))
+    elif case == "bad blob":
+        con.execute("UPDATE data SET summary = ? WHERE run_id = 2", (b"PAR1 not a parquet file",))
+    elif case == "bad environment":
+        con.execute("UPDATE runs SET environment = '{\"gpu\": [' WHERE id = 2")
+    con.commit()
+    con.close()
+
+
+@pytest.mark.parametrize("case", ["null sample", "bad blob", "bad environment"])
+def test_a_damaged_entry_is_named_and_removable(real_run, tmp_path, history_of, case):
+    db = history_of(planned_later(copy_run(real_run, tmp_path / "a"), "0"),
+                    planned_later(copy_run(real_run, tmp_path / "b"), "1"))
+    _damage(db, case)
+    args = ["regress", str(real_run), "--cluster", "lab", "--db", str(db), "--baseline", "last",
+            "--out", str(tmp_path / "o")]
+    r = bench(*args, check=False)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.describe()
+    assert "run 2 is damaged" in r.stderr or "run 2's" in r.stderr, r.describe()
+    assert "bench history remove 2" in r.stderr
+    checked = bench("history", "check", "--db", str(db), check=False)
+    assert checked.returncode == 1 and "checked 2 runs" in checked.stdout and "1 problem" in checked.stdout
+    assert "run 1" not in checked.stdout.replace("run 2", "")
+    assert "removed run 2 of cluster lab" in bench("history", "remove", "2", "--db", str(db)).stdout
+    assert bench(*args, check=False).returncode == 0
+    assert bench("history", "check", "--db", str(db)).stdout.strip().endswith("all readable")
+
+
+def test_a_malformed_database_is_one_line(real_run, tmp_path, history_of):
+    db = history_of(planned_later(copy_run(real_run, tmp_path / "a"), "0"))
+    data = bytearray(db.read_bytes())
+    page = 4096
+    for at in range(page, len(data), page):      # every page after the header page
+        data[at:at + 64] = b"\xff" * 64
+    db.write_bytes(bytes(data))
+    for args in (["regress", str(real_run), "--cluster", "lab"], ["history", "list"], ["history", "check"]):
+        r = bench(*args, "--db", str(db), check=False)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.describe()
+        assert str(db) in r.stderr and ("malformed" in r.stderr or "not a database" in r.stderr), r.describe()
+
+
+def test_history_remove_of_an_unknown_id(real_run, tmp_path, history_of):
+    db = history_of(planned_later(copy_run(real_run, tmp_path / "a"), "0"))
+    for arg, want in (("7", "no run 7 in the history"), ("x", "give the run's id")):
+        r = bench("history", "remove", arg, "--db", str(db), check=False)
+        assert r.returncode == 2 and want in r.stderr, r.describe()
+
+
+# --------------------------------------------------------------------------- like with like
+
+def _set_params(values: list, **change) -> list:
+    out = []
+    for v in values:
+        d = json.loads(v) if v else None
+        if d is not None and set(change) <= set(d):
+            d.update(change)
+        out.append(json.dumps(d, sort_keys=True, separators=(",", ":")) if d is not None else None)
+    return out
+
+
+def test_differing_parameters_are_refused_then_forced(real_run, tmp_path):
+    other = planned_later(copy_run(real_run, tmp_path / "b4"))
+    rewrite_summary(other, params=lambda v: _set_params(v, batch_size=4))
+    # nothing comparable among the training keys: one block naming the parameter, exit 2
+    r = bench("compare", str(real_run), str(other), "--metric", "images_per_s", check=False)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.describe()
+    assert "the workload parameters differ on every common key (synthetic weak: batch_size 8 vs 4 (2 keys))" in r.stderr
+    assert "--allow-mismatch" in r.stderr
+    # the collective keys still compare; the training keys are listed as not compared
+    r = bench("compare", str(real_run), str(other))
+    assert "warning: Not compared: the workload parameters differ:" in r.stdout
+    assert "synthetic weak: batch_size 8 vs 4 (2 keys)" in r.stdout and "2 cannot judge" in r.stdout, r.stdout
+    # forced: every output says so
+    md, csv = tmp_path / "c.md", tmp_path / "c.csv"
+    r = bench("compare", str(real_run), str(other), "--allow-mismatch", "--markdown", str(md), "--csv", str(csv))
+    assert "Compared despite differing parameters (--allow-mismatch)" in r.stdout
+    assert "## Warning: Compared despite differing parameters (--allow-mismatch)" in md.read_text()
+    assert "compared despite differing parameters: batch_size 8 vs 4" in csv.read_text()
+    html = tmp_path / "r.html"
+    bench("report", str(real_run), "--compare", str(other), "--allow-mismatch", "--out", str(html))
+    assert "Compared despite differing parameters" in html.read_text()
+
+
+def test_a_settings_set_is_compared_by_content(real_run, tmp_path):
+    other = planned_later(copy_run(real_run, tmp_path / "ib"))
+    rewrite_summary(other, settings=lambda v: ["NCCL_IB_HCA=mlx5_1"] * len(v),
+                    settings_hash=lambda v: ["0123456789abcdef"] * len(v))
+    r = bench("compare", str(real_run), str(other), check=False)
+    assert r.returncode == 2 and "settings (none) vs NCCL_IB_HCA=mlx5_1" in r.stderr, r.describe()
+
+
+# --------------------------------------------------------------------------- across, replicates, the band
+
+@pytest.fixture(scope="module")
+def two_sets(tmp_path_factory):
+    """A real local sweep of two settings sets, each job run three times, interleaved."""
+    root = tmp_path_factory.mktemp("across")
+    sweep = root / "two-sets.yaml"
+    sweep.write_text("""name: two-sets
+device: cpu
+backend: gloo
+nodes: [2]
+gpus_per_node: [1]
+nccl:
+  plain: {}
+  debug: {TORCH_DISTRIBUTED_DEBUG: "INFO"}
+env: {OMP_NUM_THREADS: "1"}
+repeat: 3
+timeout_s: 60
+workloads:
+  allreduce: {min_bytes: 64K, max_bytes: 256K, step_factor: 4, iters: 6, warmup_iters: 2, link_bytes: 64K, link_iters: 1}
+  synthetic: {model: resnet18, image_size: 32, scaling: [weak], batch_size: 4, steps: 4, warmup_steps: 1, amp: "off"}
+""")
+    out = root / "run"
+    bench("sweep", str(sweep), "--executor", "local", "--out", str(out), timeout=900)
+    return out
+
+
+def test_repeat_interleaves_replicates_and_pools_them(two_sets):
+    plan = json.loads((two_sets / "plan.json").read_text())
+    assert [j["name"] for j in plan["jobs"]] == [f"n2-g1-torchrun-{s}-r{k}" for k in (1, 2, 3) for s in ("plain", "debug")]
+    assert len({j["config_hash"] for j in plan["jobs"] if j["nccl_config"] == "plain"}) == 1
+    side = load_run(two_sets)
+    assert (side.rows["runs"] == 3).all() and len(side.rows) == 2 * 3     # 2 sets x (2 sizes + 1 training row)
+    vals, counts = side.runs["busbw_gbps"]
+    assert list(counts) == [3 if w == "allreduce" else 0 for w in side.rows["workload"]]
+    summary = pq.read_table(two_sets / "summary.parquet").to_pandas()
+    one = summary[(summary["nccl_config"] == "plain") & (summary["size_bytes"] == 65536)]
+    row = side.rows[(side.rows["nccl_config"] == "plain") & (side.rows["size_bytes"] == 65536)].iloc[0]
+    assert row["busbw_gbps"] == pytest.approx(np.median(one["busbw_gbps"]))
+    assert side.samples["time_us"][1][row.name] == 3 * 6                  # pooled: 3 runs of 6 calls
+
+
+def test_across_compares_two_sets_of_one_run(two_sets, tmp_path):
+    md, plots = tmp_path / "c.md", tmp_path / "plots"
+    r = bench("compare", str(two_sets), "--across", "nccl_config=plain,debug", "--min-runs", "3",
+              "--markdown", str(md), "--plots", str(plots))
+    assert "run:debug against run:plain" in r.stdout, r.describe()
+    assert re.search(r"allreduce all_reduce 64K, 2x1, torchrun, plain vs debug", r.stdout), r.stdout
+    assert "of 3 compared" in r.stdout and "between runs" in r.stdout
+    assert "band [" in md.read_text()
+    assert (plots / "compare_busbw.png").exists()
+    # the same with two runs: A's set plain against B's set debug
+    cmp = compare(load_run(two_sets), load_run(two_sets), across=("nccl_config", "plain", "debug"), min_runs=3)
+    assert set(cmp.table["test"]) == {"between runs"} and len(cmp.table) == 3
+    for bad, want in (("nccl_config=plain", "give AXIS=A,B"), ("nodes=1,2", "AXIS one of nccl_config, launcher"),
+                      ("nccl_config=plain,nosuch", "has no completed row with nccl_config 'nosuch' (it has: debug, "
+                                                   "plain)")):
+        r = bench("compare", str(two_sets), "--across", bad, check=False)
+        assert r.returncode == 2 and want in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.describe()
+    r = bench("compare", str(two_sets), check=False)
+    assert r.returncode == 2 and "give two run directories, or one with --across" in r.stderr
+
+
+def test_the_band_judges_between_runs(two_sets):
+    """With A's three runs, B's value counts only outside median +- 4 spreads of them."""
+    side = load_run(two_sets)
+    fast = load_run(two_sets)
+    fast.rows = fast.rows.assign(images_per_s=fast.rows["images_per_s"] * 10)
+    cmp = compare(side, fast, ("images_per_s",), min_runs=3, across=("nccl_config", "plain", "plain"))
+    row = cmp.table.iloc[0]
+    assert row["test"] == "between runs" and row["verdict"] == "faster", row.to_dict()
+    vals, counts = side.runs["images_per_s"]
+    i = int(side.rows.index[(side.rows["nccl_config"] == "plain") & (side.rows["workload"] == "synthetic")][0])
+    centre, spread = stats.band(vals[i:i + 1], counts[i:i + 1])
+    logs = np.log(vals[i, :3])
+    mad = np.median(np.abs(logs - np.median(logs)))
+    assert centre[0] == pytest.approx(np.median(logs)) and spread[0] == pytest.approx(1.4826 * 1.495 * mad)
+
+
+def test_band_limits_floor_at_the_median_spread():
+    spread = np.array([0.0, 0.1, 0.2, 0.3])
+    floor = stats.spread_floor(spread)
+    assert floor == pytest.approx(0.15)                             # the median of the four
+    lo, hi = stats.band_limits(np.zeros(4), spread, floor, c=2)
+    assert np.log(hi) == pytest.approx([0.3, 0.3, 0.4, 0.6]) and np.log(lo) == pytest.approx(-np.log(hi))
+    assert stats.spread_floor(spread[:2]) == 0                      # two keys: too few to pool
+
+
+def test_can_reject_is_the_exact_smallest_p():
+    for m, n in itertools.product(range(1, 8), repeat=2):
+        exact = 2 / math.comb(m + n, m)
+        assert bool(stats.can_reject(m, n)) == (exact < 0.05), (m, n)
+
+
+# --------------------------------------------------------------------------- change points
+
+def test_energy_statistic_matches_its_definition():
+    rng = np.random.default_rng(3)
+    x = rng.normal(0, 0.1, 11)
+    q = changes.energy(x[None, :])[0]
+    for t in range(changes.MIN_SEGMENT, len(x) - changes.MIN_SEGMENT + 1):
+        a, b = x[:t], x[t:]
+        m, k = len(a), len(b)
+        within = lambda s: sum(abs(u - v) for u, v in itertools.combinations(s, 2)) / (len(s) * (len(s) - 1) / 2)  # noqa: E731
+        want = m * k / (m + k) * (2 * sum(abs(u - v) for u in a for v in b) / (m * k) - within(a) - within(b))
+        assert q[t] == pytest.approx(want)
+    assert np.isneginf(q[:changes.MIN_SEGMENT]).all()
+
+
+def test_change_points_find_a_step_and_leave_noise_alone():
+    rng = np.random.default_rng(11)
+    step = np.r_[rng.normal(0, 0.05, 8), rng.normal(np.log(0.5), 0.05, 6)]
+    found = changes.change_points(step, seed=1)
+    assert [t for t, _ in found] == [8] and found[0][1] < 0.05
+    assert changes.change_points(step, seed=1) == found                 # seeded: the same answer every time
+    flat = rng.normal(0, 0.05, 14)
+    assert changes.change_points(flat, seed=2) == []
+
+
+def test_history_changes_names_the_run_a_step_started_with(real_run, tmp_path):
+    db = tmp_path / "history.sqlite"
+    rng = np.random.default_rng(5)
+    for i in range(8):               # 5 + 3: the fewest runs an exact permutation test can split at 0.05
+        factor = (1.0 if i < 5 else 2.0) * float(rng.uniform(0.98, 1.02))
+        run = planned_later(copy_run(real_run, tmp_path / f"r{i}", time_factor=factor), f"0{i}")
+        bench("history", "add", str(run), "--cluster", "lab", "--label", f"night{i}", "--db", str(db))
+    r = bench("history", "changes", "--cluster", "lab", "--db", str(db))
+    assert "change points in 5 series of cluster lab (8 runs; E-divisive means" in r.stdout, r.describe()
+    steps = [line for line in r.stdout.splitlines() if line.startswith("run ")]
+    assert len(steps) == 5 and all(line.startswith("run 6 (night5) of 0") for line in steps), r.stdout
+    assert all(re.search(r"\(-4\d\.\d%, p 0\.0\d\d\)", line) for line in steps), r.stdout
