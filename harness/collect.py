@@ -76,8 +76,8 @@ TEXT_COLUMNS = {"job", "config_hash", "workload", "scaling", "collective", "laun
 # The workload parameters that decide what a figure measures: two rows are comparable only when
 # these agree (and their settings sets hold the same variables). Iteration and step counts are
 # left out: they change how many samples there are, not what each one measures.
-TRAINING_PARAMS = ("model", "image_size", "batch_size", "global_batch", "amp", "channels_last", "compile",
-                   "bucket_cap_mb", "gradient_as_bucket_view", "static_graph")
+TRAINING_PARAMS = ("model", "image_size", "amp", "channels_last", "compile", "bucket_cap_mb",
+                   "gradient_as_bucket_view", "static_graph")  # and the batch its scaling mode holds fixed
 COMPARED_PARAMS = {"allreduce": ("dtype", "op"), "synthetic": TRAINING_PARAMS,
                    "real": TRAINING_PARAMS + ("workers", "data_set")}
 
@@ -275,7 +275,9 @@ def compared_params(workload: str, result: dict[str, Any]) -> str:
         values = {"dtype": params["dtype"], "op": params["op"]}
     else:
         values = {k: params[k] for k in TRAINING_PARAMS if k in params}
-        values["batch_size"], values["global_batch"] = result["batch_size"], result["global_batch"]
+        # the batch the scaling mode holds fixed: per GPU for weak scaling, over all GPUs for strong
+        fixed = "global_batch" if result.get("scaling") == "strong" else "batch_size"
+        values[fixed] = result[fixed]
         if workload == "real":
             data = result["data"]
             values["workers"] = data["workers"]

@@ -53,6 +53,7 @@ FAILED, SLOWER, UNJUDGED, SAME, FASTER = "failed", "slower", "cannot judge", "no
 VERDICTS = (FAILED, SLOWER, UNJUDGED, FASTER, SAME)
 _ORDER = {FAILED: 0, SLOWER: 1, UNJUDGED: 2, SAME: 3, FASTER: 4}   # worst first
 BY_RUNS, BY_SAMPLES = "between runs", "within run"
+ABSENT = "absent"         # status_b of a key B never planned
 MIN_RUNS = 5
 
 
@@ -385,8 +386,8 @@ def compare(a: Side, b: Side, metrics: tuple[str, ...] = DEFAULT_METRICS, thresh
     mismatches = _mismatch_lines(pd.concat(mismatch_parts, ignore_index=True))
     # Comparable: a key B has at all (judged, failed with a status, or unjudged for its values),
     # other than one whose parameters differ
-    absent = (table["verdict"] == FAILED) & table["note"].str.startswith("absent from ")
-    differ = (table["verdict"] == UNJUDGED) & table["note"].str.startswith("parameters differ")
+    absent = (table["status_b"] == ABSENT).to_numpy(dtype=bool)
+    differ = (table["mismatch"].fillna(False).astype(bool) & (table["verdict"] == UNJUDGED)).to_numpy(dtype=bool)
     if not (~absent & ~differ).any():
         if mismatches:
             raise DataError(f"nothing comparable between {a.source} and {b.source}: the workload parameters differ "
@@ -423,7 +424,7 @@ def _failed_rows(m: Any, b: Side, name: str) -> Any:
         else:
             why = f": {reason}" if isinstance(reason, str) and reason else ""
             notes.append(f"{job} {st} in {b.label}{why}")
-    out = out[KEYS].copy()
+    out = out[KEYS].assign(status_b=[ABSENT if st is None else st for st in status])
     out.insert(0, "metric", name)
     out["a"] = m[f"{name}_a"].to_numpy(dtype=float)
     out["b"] = np.nan
@@ -499,6 +500,8 @@ def _judge(m: Any, a: Side, b: Side, metric: Metric, threshold: float, by_runs: 
     part["test"] = np.where(by_runs, BY_RUNS, BY_SAMPLES)
     part["verdict"] = verdict
     part["note"] = note
+    part["status_b"] = COMPLETED
+    part["mismatch"] = differ
     mism = m.loc[differ, ["workload", "scaling", "collective"]].assign(diff=[t for t, d in zip(diff_text, differ) if d])
     return part, mism
 
@@ -568,7 +571,7 @@ def _new_keys(b: Side, a: Side) -> Any:
         only = only.merge(a.others[KEYS + ["status"]], on=KEYS, how="left")
     else:
         only = only.assign(status=None)
-    only["status"] = only["status"].astype(object).where(only["status"].notna(), "absent")
+    only["status"] = only["status"].astype(object).where(only["status"].notna(), ABSENT)
     only["key"] = key_texts(only)
     return only
 

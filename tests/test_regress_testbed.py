@@ -5,7 +5,8 @@ Slurm testbed, with links shaped by `testbed shape` (tc tbf on both ends of a no
    regressed with the defaults (median:5, no --threshold), exits 0;
 2. detection power: every node shaped to the rate that halves the unshaped multi-node busbw at
    4M (derived from the unshaped runs), then to 200mbit and a level in between: regress exits 1
-   and flags the multi-node all-reduce keys of 1M and up; the share flagged per level is logged;
+   and flags the multi-node all-reduce curves, at 4M at the halving rate and from 1M up below
+   it; the share flagged per level is printed;
 3. a failed multi-node job (bnode4 has no eth0, the interface the profile names): exit 1, and
    junit.xml names the job and its reason;
 4. parameter mismatch: a run of batch size 4 against batch size 8: compare refuses (exit 2) with
@@ -84,7 +85,9 @@ def runs(testbed, tmp_path_factory):
             out[f"u{k}"] = root / f"u{k}"
             sweep(out[f"u{k}"])
         unshaped = min(sorted(busbw_4m(out[f"u{k}"], n) for k in range(1, 6))[2] for n in (2, 4))
-        half = f"{int(unshaped * 8e3)}mbit"            # GB/s -> Mbit/s: the link rate the busbw amounts to
+        # busbw is what each link carries (nccl-tests' bus factor), so a link at half of it
+        # halves it: GB/s -> Mbit/s, halved. The lower of the node counts, so both are halved.
+        half = f"{int(unshaped * 8e3 / 2)}mbit"
         middle = f"{int(math.sqrt(200 * int(half[:-4])))}mbit"
         for name, rate in (("half", half), ("middle", middle), ("slow", SLOW)):
             shape("--link", "eth0", "--rate", rate)
@@ -148,13 +151,16 @@ def test_shaped_links_are_caught_at_every_level(runs, tmp_path):
         r, out = regress(runs, name, tmp_path)
         assert r.returncode == 1, r.describe()
         failed = failures(out)
-        # every multi-node all-reduce curve regressed, at 1M and up at least; no single-node row did
         cases = junit_cases(out)
         for nodes in (2, 4):
             name_ = f"busbw_gbps[allreduce all_reduce, {nodes}x1, torchrun, default]"
             assert name_ in failed, (name, failed)
             message = cases[name_].find("failure").get("message")
-            assert re.search(r"\b1M -\d", message) and re.search(r"\b4M -\d", message), (name, message)
+            # at 4M always; from 1M up below the halving rate. At the halving rate a key whose
+            # unshaped busbw is already below the shaped rate does not move (it is not the link
+            # that limits it), and is rightly not flagged
+            sizes = ("4M",) if name == "half" else ("1M", "4M")
+            assert all(re.search(rf"\b{s} -\d", message) for s in sizes), (name, message)
         assert not [f for f in failed if ", 1x1," in f], (name, failed)
         report = (out / "report.md").read_text()
         rows = re.findall(r"^\| (busbw_gbps|images_per_s) \| (.+?) \| .*\| (slower|no significant change|faster|"
