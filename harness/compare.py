@@ -45,6 +45,7 @@ from .collect import SUMMARY_VERSION, run_facts, summary_version
 from .rundir import COMPLETED, RunDir, RunDirError
 
 KEYS = ["workload", "collective", "scaling", "nodes", "gpus_per_node", "launcher", "nccl_config", "size_bytes"]
+CONFIG = [k for k in KEYS if k not in ("collective", "size_bytes")]   # a key without its message
 SAMPLE_JOIN = ["job", "workload", "scaling", "collective", "size_bytes"]
 TRAINING = ("synthetic", "real")
 # Axes that `--across` compares inside one run: the configurations a sweep lays side by side.
@@ -380,6 +381,8 @@ def compare(a: Side, b: Side, metrics: tuple[str, ...] = DEFAULT_METRICS, thresh
         raise DataError(f"{a.source} and {b.source} have no completed key in common for "
                         f"{', '.join(metrics)}; compare runs of the same sweep")
     table = pd.concat(parts, ignore_index=True)
+    if "mismatch" not in table:              # only failed rows: nothing was judged
+        table["mismatch"] = False
     table = table.assign(_o=table["verdict"].map(_ORDER)).sort_values(["_o", "change"], kind="stable")
     table = table.drop(columns="_o").reset_index(drop=True)
     table.insert(len(KEYS) + 1, "key", key_texts(table))
@@ -387,7 +390,7 @@ def compare(a: Side, b: Side, metrics: tuple[str, ...] = DEFAULT_METRICS, thresh
     # Comparable: a key B has at all (judged, failed with a status, or unjudged for its values),
     # other than one whose parameters differ
     absent = (table["status_b"] == ABSENT).to_numpy(dtype=bool)
-    differ = (table["mismatch"].fillna(False).astype(bool) & (table["verdict"] == UNJUDGED)).to_numpy(dtype=bool)
+    differ = (table["mismatch"].astype("boolean").fillna(False) & (table["verdict"] == UNJUDGED)).to_numpy(dtype=bool)
     if not (~absent & ~differ).any():
         if mismatches:
             raise DataError(f"nothing comparable between {a.source} and {b.source}: the workload parameters differ "
@@ -412,10 +415,7 @@ def _failed_rows(m: Any, b: Side, name: str) -> Any:
     out = m[KEYS].reset_index(drop=True)
     if not len(out):
         return out
-    if b.others is not None and len(b.others):
-        out = out.merge(b.others, on=KEYS, how="left")
-    else:
-        out = out.assign(status=None, reason=None, job=None)
+    out = status_of(out, b)
     status = out["status"].astype(object).where(out["status"].notna(), None)
     notes = []
     for st, reason, job in zip(status, out["reason"].astype(object), out["job"].astype(object)):
@@ -563,14 +563,27 @@ def _mismatch_lines(mism: Any) -> list[str]:
     return [f"{w}: {d} ({n} key{'s' if n != 1 else ''})" for (w, d), n in counts.items()]
 
 
+def status_of(keys: Any, side: Side) -> Any:
+    """`keys` with the side's status, reason and job for each (None where the side never
+    planned it). A workload that failed before it measured anything has one summary row with
+    no collective and no size: it stands for every size of that job."""
+    cols = ["status", "reason", "job"]
+    others = side.others if side.others is not None else None
+    if others is None or not len(others):
+        return keys.assign(**dict.fromkeys(cols))
+    out = keys.merge(others[KEYS + cols], on=KEYS, how="left")
+    whole = others[(others["collective"] == "") & (others["size_bytes"] == 0)].drop_duplicates(CONFIG)
+    if len(whole) and out["status"].isna().any():
+        fill = keys.merge(whole[CONFIG + cols], on=CONFIG, how="left")
+        for c in cols:
+            out[c] = out[c].astype(object).where(out[c].notna(), fill[c].astype(object))
+    return out
+
+
 def _new_keys(b: Side, a: Side) -> Any:
     """Keys B completed and A did not, with A's status where A ran the key."""
     m = b.rows[KEYS].merge(a.rows[KEYS].assign(_in=1), on=KEYS, how="left")
-    only = m[m["_in"].isna()][KEYS].reset_index(drop=True)
-    if a.others is not None and len(a.others):
-        only = only.merge(a.others[KEYS + ["status"]], on=KEYS, how="left")
-    else:
-        only = only.assign(status=None)
+    only = status_of(m[m["_in"].isna()][KEYS].reset_index(drop=True), a)
     only["status"] = only["status"].astype(object).where(only["status"].notna(), ABSENT)
     only["key"] = key_texts(only)
     return only

@@ -434,10 +434,11 @@ def _baseline(con: sqlite3.Connection, db: Path, found: list[Entry], kind: str, 
 
 
 def _key_hash(df: Any) -> Any:
-    """One 64-bit hash per row of its key columns: set operations on keys without tuples."""
+    """One 64-bit hash per row of its key columns: set operations on keys without tuples. Every
+    frame hashed comes through collect.to_frame, so equal keys have equal dtypes and hashes."""
     import pandas as pd
 
-    return pd.util.hash_pandas_object(df[KEYS].astype(str), index=False).to_numpy()
+    return pd.util.hash_pandas_object(df[KEYS], index=False).to_numpy()
 
 
 def _usable_rows(df: Any) -> Any:
