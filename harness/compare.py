@@ -415,7 +415,7 @@ def _failed_rows(m: Any, b: Side, name: str) -> Any:
     out = m[KEYS].reset_index(drop=True)
     if not len(out):
         return out
-    out = status_of(out, b)
+    out = _status_of(out, b)
     status = out["status"].astype(object).where(out["status"].notna(), None)
     notes = []
     for st, reason, job in zip(status, out["reason"].astype(object), out["job"].astype(object)):
@@ -563,7 +563,7 @@ def _mismatch_lines(mism: Any) -> list[str]:
     return [f"{w}: {d} ({n} key{'s' if n != 1 else ''})" for (w, d), n in counts.items()]
 
 
-def status_of(keys: Any, side: Side) -> Any:
+def _status_of(keys: Any, side: Side) -> Any:
     """`keys` with the side's status, reason and job for each (None where the side never
     planned it). A workload that failed before it measured anything has one summary row with
     no collective and no size: it stands for every size of that job."""
@@ -583,7 +583,7 @@ def status_of(keys: Any, side: Side) -> Any:
 def _new_keys(b: Side, a: Side) -> Any:
     """Keys B completed and A did not, with A's status where A ran the key."""
     m = b.rows[KEYS].merge(a.rows[KEYS].assign(_in=1), on=KEYS, how="left")
-    only = status_of(m[m["_in"].isna()][KEYS].reset_index(drop=True), a)
+    only = _status_of(m[m["_in"].isna()][KEYS].reset_index(drop=True), a)
     only["status"] = only["status"].astype(object).where(only["status"].notna(), ABSENT)
     only["key"] = key_texts(only)
     return only

@@ -38,16 +38,20 @@ def rewrite_summary(run: Path, **columns) -> Path:
     return run
 
 
-def with_failed_job(src: Path, dst: Path) -> Path:
-    """A copy of the run in which one job failed as a real failure leaves it: its job-table row
-    FAILED with a reason, its later result gone, and the summary collected again."""
+def with_failed_job(src: Path, dst: Path, step: str = "synthetic-weak") -> Path:
+    """A copy of the run in which one job failed at `step` as a real failure leaves it: its
+    job-table row FAILED with a reason, the results from that step on gone (a job stops at its
+    first failure), and the summary collected again."""
     copy = planned_later(copy_run(src, dst))
     table = json.loads((copy / "jobs.json").read_text())
     row = table["jobs"][FAILED_JOB]
-    row.update(state="FAILED", exit_code=1, reason=REASON, log_tail="Traceback ...\n" + REASON.split(": ", 1)[1])
-    row["runs"]["synthetic-weak"] = "FAILED"
+    reason = REASON.replace("synthetic-weak", step)
+    row.update(state="FAILED", exit_code=1, reason=reason, log_tail="Traceback ...\n" + REASON.split(": ", 1)[1])
+    steps = list(row["runs"])
+    for later in steps[steps.index(step):]:
+        row["runs"][later] = "FAILED"
+        (copy / "jobs" / FAILED_JOB / f"{later}.json").unlink()
     (copy / "jobs.json").write_text(json.dumps(table))
-    (copy / "jobs" / FAILED_JOB / "synthetic-weak.json").unlink()
     bench("collect", str(copy))
     return copy
 
@@ -82,6 +86,17 @@ def test_a_failed_job_fails_the_gate_and_names_its_reason(real_run, tmp_path, hi
     assert "## Failed (completed in A, not in B): 1" in report and REASON in report
     # the all-reduce of that job completed, and is judged as usual (3 sizes) with the 1x1 training row
     assert "## No significant change: 4" in report
+
+
+def test_a_collective_that_failed_before_measuring_fails_every_size(real_run, tmp_path):
+    """A failed all-reduce leaves one summary row without collective or size; it stands for
+    every size A measured, each a failed row naming the job and its reason."""
+    broken = with_failed_job(real_run, tmp_path / "broken", step="allreduce")
+    cmp = compare(load_run(real_run), load_run(broken))
+    failed = cmp.table[cmp.table["verdict"] == FAILED]
+    assert sorted(failed["key"]) == sorted([f"allreduce all_reduce {s}, 2x1, torchrun, default" for s in ("64K", "256K", "1M")]
+                                           + ["synthetic weak, 2x1, torchrun, default"])
+    assert failed["note"].str.contains(f"{FAILED_JOB} FAILED in broken: allreduce failed").all()
 
 
 def test_history_add_keeps_failures_and_baselines_skip_them(real_run, tmp_path):
