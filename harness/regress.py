@@ -126,33 +126,38 @@ def _testcases(t: Any, strict: bool) -> tuple[list[str], list[str]]:
             + _fmt(t["b"], "%.4g") + ", B/A " + _fmt(t["ratio"], "%.3f") + ", " + pd.Series(interval, index=t.index)
             + note.where(note == "", "; " + note))
     config = t["metric"].astype(str) + "[" + key_texts(t, sizes=False).astype(str) + "]"
-    rank = t["verdict"].map({FAILED: 0, SLOWER: 1, UNJUDGED: 2}).fillna(3)
-    frame = pd.DataFrame({"config": config, "text": text, "rank": rank, "workload": t["workload"],
-                          "what": what, "verdict": t["verdict"], "note": note, "change": t["change"]})
+    codes, names = pd.factorize(config)                # configurations in the table's order
+    order = np.argsort(codes, kind="stable")
+    starts = np.concatenate([[0], np.cumsum(np.bincount(codes, minlength=len(names)))])
+    rank = t["verdict"].map({FAILED: 0, SLOWER: 1, UNJUDGED: 2}).fillna(3).to_numpy()[order]
+    worst = np.minimum.reduceat(rank, starts[:-1]).astype(int)
+    body = _escape_all(text.iloc[order]).tolist()
+    workload = t["workload"].astype(str).to_numpy()[order]
+    what, verdicts = what.to_numpy(dtype=object)[order], t["verdict"].to_numpy(dtype=object)[order]
+    notes, change = note.to_numpy(dtype=object)[order], t["change"].to_numpy(dtype=float)[order]
     cases, kinds = [], []
-    for name, g in frame.groupby("config", sort=False):
-        worst = g["rank"].min()
-        head = (f'    <testcase classname="bench.{_attr(str(g["workload"].iat[0]))}" name="{_attr(str(name))}" '
-                f'time="0">')
-        body = _attr("\n".join(g["text"]))
-        verdict = {0: FAILED, 1: SLOWER, 2: UNJUDGED}.get(int(worst))
+    for g, name in enumerate(names):
+        lo, hi = starts[g], starts[g + 1]
+        head = f'    <testcase classname="bench.{_attr(workload[lo])}" name="{_attr(name)}" time="0">'
+        text_g = "\n".join(body[lo:hi])
+        verdict = {0: FAILED, 1: SLOWER, 2: UNJUDGED}.get(int(worst[g]))
         outcome = _OUTCOME.get(verdict) if verdict else None
         if outcome and verdict == UNJUDGED and not strict:
             outcome = ("skipped", "cannot-judge")
         if outcome is None:
-            cases.append(f"{head}<system-out>{body}</system-out></testcase>")
+            cases.append(f"{head}<system-out>{text_g}</system-out></testcase>")
             kinds.append("passed")
             continue
-        hit = g[g["verdict"] == verdict]
+        hit = [i for i in range(lo, hi) if verdicts[i] == verdict]
         if verdict == SLOWER:
-            message = "regression: " + ", ".join(f"{w} {c * 100:+.1f}%" for w, c in zip(hit["what"], hit["change"]))
+            message = "regression: " + ", ".join(f"{what[i]} {change[i] * 100:+.1f}%" for i in hit)
         else:
-            message = f"{verdict}: " + "; ".join(dict.fromkeys(f"{w}: {n}" if len(hit) == 1 else n
-                                                               for w, n in zip(hit["what"], hit["note"])))
+            message = f"{verdict}: " + "; ".join(dict.fromkeys(f"{what[i]}: {notes[i]}" if len(hit) == 1 else notes[i]
+                                                               for i in hit))
             if len(hit) > 1:
-                message += f" ({', '.join(hit['what'])})"
+                message += f" ({', '.join(what[i] for i in hit)})"
         element, kind = outcome
-        cases.append(f'{head}<{element} message="{_attr(message)}" type="{kind}">{body}</{element}></testcase>')
+        cases.append(f'{head}<{element} message="{_attr(message)}" type="{kind}">{text_g}</{element}></testcase>')
         kinds.append(element)
     return cases, kinds
 
