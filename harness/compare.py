@@ -154,11 +154,6 @@ class Comparison:
             parts.append(f"within a run (otherwise): {stats.METHOD}, α = {stats.ALPHA}")
         return "; ".join(parts)
 
-    @property
-    def forced(self) -> bool:
-        """Compared despite differing parameters: every output must say so."""
-        return self.allow_mismatch and bool(self.mismatches)
-
 
 # --------------------------------------------------------------------------- loading
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from .compare import KEYS, METRICS, REQUIRED, DataError, Side, check_samples, check_summary, read_tables, records, \
+from .compare import KEYS, REQUIRED, DataError, Side, check_samples, check_summary, read_tables, records, \
     side_from_tables
 from .rundir import COMPLETED, RunDir
 

@@ -16,7 +16,6 @@ import sqlite3
 import statistics
 import sys
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa

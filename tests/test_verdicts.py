@@ -9,20 +9,18 @@ import itertools
 import json
 import math
 import re
-import shutil
 import sqlite3
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
 from conftest import bench, copy_run, planned_later, separating
 from harness import changes, stats
-from harness.compare import FAILED, SAME, SLOWER, UNJUDGED, compare, load_run
+from harness.compare import FAILED, UNJUDGED, compare, load_run
 
 FAILED_JOB = "n2-g1-torchrun-default"
 REASON = "synthetic-weak failed (exit code 1): RuntimeError: Connection closed by peer [198.18.0.2]:29500"
