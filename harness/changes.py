@@ -121,8 +121,7 @@ def series(db: Path, cluster: str, metrics: tuple[str, ...]) -> tuple[list[Any],
     import pandas as pd
 
     from . import history
-    from .collect import to_frame
-    from .compare import METRICS, REQUIRED, key_texts
+    from .compare import METRICS, key_frame, key_texts
 
     found = history.entries(db, cluster)
     if not found:
@@ -131,7 +130,7 @@ def series(db: Path, cluster: str, metrics: tuple[str, ...]) -> tuple[list[Any],
     with history._session(db) as con:
         for i, entry in enumerate(found):
             summary, _, _ = history._load(con, db, entry, with_samples=False)
-            df = to_frame(summary.select(REQUIRED))
+            df = key_frame(summary)
             df = df[history._usable_rows(df)]
             for name in metrics:
                 metric = METRICS[name]
@@ -139,8 +138,6 @@ def series(db: Path, cluster: str, metrics: tuple[str, ...]) -> tuple[list[Any],
                 rows = rows[rows[name].to_numpy(dtype=float, na_value=np.nan) > 0]
                 if not len(rows):
                     continue
-                rows = rows.assign(collective=rows["collective"].fillna(""), scaling=rows["scaling"].fillna(""),
-                                   size_bytes=rows["size_bytes"].fillna(0))
                 value = rows.assign(key=key_texts(rows)).groupby("key", sort=False)[name].median()
                 parts.append(pd.DataFrame({"metric": name, "key": value.index, "entry": i,
                                            "value": value.to_numpy(dtype=float)}))

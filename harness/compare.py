@@ -212,15 +212,8 @@ def side_from_tables(summary: Any, samples: Any, label: str, source: str,
     pooled into it."""
     import numpy as np
 
-    from .collect import to_frame
 
-    if hasattr(summary, "column_names"):
-        df = to_frame(summary.select([c for c in REQUIRED if c in summary.column_names]))
-    else:
-        df = summary.reset_index(drop=True)
-    df["collective"] = df["collective"].fillna("")
-    df["scaling"] = df["scaling"].fillna("")
-    df["size_bytes"] = df["size_bytes"].fillna(0)
+    df = key_frame(summary) if hasattr(summary, "column_names") else summary.reset_index(drop=True)
     done = df[(df["status"] == COMPLETED).to_numpy(dtype=bool)].reset_index(drop=True)
     codes = done.groupby(KEYS, sort=False, dropna=False).ngroup().to_numpy() if len(done) else np.zeros(0, int)
     groups = int(codes.max()) + 1 if len(codes) else 0
@@ -244,6 +237,18 @@ def side_from_tables(summary: Any, samples: Any, label: str, source: str,
         others = others[others["_done"].isna()].drop(columns="_done")
     return Side(label=label, source=source, rows=rows, samples=pooled, runs=runs, environment=environment or {},
                 stragglers=found or [], others=others.reset_index(drop=True))
+
+
+def key_frame(summary: Any) -> Any:
+    """A summary Arrow table as a DataFrame of the columns comparisons read, its keys made
+    joinable: no collective or scaling is "", no size is 0 (nulls never match in a join)."""
+    from .collect import to_frame
+
+    df = to_frame(summary.select([c for c in REQUIRED if c in summary.column_names]))
+    df["collective"] = df["collective"].fillna("")
+    df["scaling"] = df["scaling"].fillna("")
+    df["size_bytes"] = df["size_bytes"].fillna(0)
+    return df
 
 
 def usable(values: Any) -> Any:

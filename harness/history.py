@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from .compare import KEYS, REQUIRED, DataError, Side, check_samples, check_summary, read_tables, records, \
-    side_from_tables
+from .compare import KEYS, REQUIRED, DataError, Side, check_samples, check_summary, key_frame, read_tables, \
+    records, side_from_tables
 from .rundir import COMPLETED, RunDir
 
 DEFAULT_DB = Path("results") / "history.sqlite"
@@ -377,15 +377,11 @@ def _baseline(con: sqlite3.Connection, db: Path, found: list[Entry], kind: str, 
     import pyarrow as pa
 
     from .compare import MIN_RUNS
-    from .collect import to_frame
 
     frames, expected, environment, wanted = [], None, {}, None
     for rank, entry in enumerate(found):
         summary, _, env = _load(con, db, entry, with_samples=False)
-        df = to_frame(summary.select(REQUIRED))
-        df["collective"] = df["collective"].fillna("")
-        df["scaling"] = df["scaling"].fillna("")
-        df["size_bytes"] = df["size_bytes"].fillna(0)
+        df = key_frame(summary)
         df["_key"] = _key_hash(df)
         if expected is None:                 # the newest run says which keys are expected
             expected, environment, wanted = df, env, np.unique(df["_key"].to_numpy())
