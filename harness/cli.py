@@ -16,25 +16,19 @@ regress exits 1 on a regression or failed key and 3 on a key it cannot judge.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
-from .compare import DataError
-from .plan import PlanError
-from .rundir import COMPLETED, RunDir, RunDirError
-from .spec import SpecError
+from .errors import EXIT_INTERNAL, EXIT_INTERRUPTED, BenchError, SlurmError, UsageError, one_line
+from .rundir import COMPLETED, RunDir
 
 WORKLOADS = ("allreduce", "synthetic", "real")
 SWEEPS_DIR = Path(__file__).resolve().parent.parent / "sweeps"
-EXIT_USAGE = 2
 EXIT_REGRESSION = 1   # bench regress: a key regressed or failed
 EXIT_UNJUDGED = 3     # bench regress: nothing regressed, but some key could not be judged
-
-
-class UsageError(Exception):
-    pass
 
 
 def _console() -> Any:
@@ -71,8 +65,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from .slurm import ClusterProfile, load_profile
+    from .plan import expand
     from .spec import build, load_sweep
-    from .sweep import choose_executor, create_run, default_run_dir, locked, make_executor
+    from .sweep import choose_executor, claim, create_run, default_run_dir, locked, make_executor
 
     console = _console()
     if args.resume:
@@ -103,16 +98,18 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     sweep_path = Path(args.sweep) if args.sweep else _default_sweep(name)
     sweep = load_sweep(sweep_path, max_nodes=args.max_nodes, repeat=args.repeat, overrides=tuple(args.overrides))
     out = Path(args.out) if args.out else default_run_dir(sweep)
-    executor = make_executor(name, RunDir(out), sweep.timeout_s, profile)
     if "srun" in sweep.launchers and name == "local":
         raise UsageError(f"{sweep_path}: launchers: the local executor runs torchrun only, and the sweep asks for "
                          f"srun; use --executor slurm or --set launchers=[torchrun]")
-    run, jobs = create_run(sweep, str(sweep_path), executor)
-    _print_plan(console, sweep_path, jobs, run)
-    if args.dry_run:
-        console.print(f"dry run: nothing started; plan written to {run.plan_file}")
-        return 0
-    with locked(run):
+    jobs = expand(sweep)
+    run, created = claim(out)
+    executor = make_executor(name, run, sweep.timeout_s, profile)
+    with locked(run):  # held from before the first file is written to the end of the sweep
+        create_run(sweep, str(sweep_path), executor, jobs, created)
+        _print_plan(console, sweep_path, jobs, run)
+        if args.dry_run:
+            console.print(f"dry run: nothing started; plan written to {run.plan_file}")
+            return 0
         table = run.read_table(jobs)
         return _run_and_report(run, executor, jobs, table, console)
 
@@ -120,7 +117,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def _run_and_report(run: RunDir, executor: Any, jobs: list, table: dict, console: Any) -> int:
     from rich.markup import escape
 
-    from .executors.slurm import SlurmError
     from .sweep import execute
 
     try:
@@ -163,10 +159,13 @@ def _collect_and_plot(run: RunDir, console: Any) -> Any:
 
 def cmd_collect(args: argparse.Namespace) -> int:
     from .collect import collect, write_summary
+    from .sweep import locked
 
     run = RunDir(args.dir)
-    summary, samples = collect(run, warn=lambda m: print(f"warning: {m}", file=sys.stderr))
-    write_summary(run, summary, samples)
+    run.read_plan()
+    with locked(run):
+        summary, samples = collect(run, warn=lambda m: print(f"warning: {one_line(m)}", file=sys.stderr))
+        write_summary(run, summary, samples)
     ok = summary.column("status").to_pylist().count(COMPLETED)
     print(f"{summary.num_rows} summary rows ({ok} COMPLETED) written to {run.summary_parquet} and {run.summary_csv}")
     return 0
@@ -178,10 +177,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
     run = RunDir(args.dir)
     run.read_plan()
-    try:
-        summary = read_summary(run)
-    except FileNotFoundError as exc:
-        raise UsageError(str(exc)) from None
+    summary = read_summary(run)
     written = draw_all(run, summary)
     console = _console()
     for path in written:
@@ -659,9 +655,22 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (UsageError, SpecError, PlanError, RunDirError, DataError) as exc:
-        print(f"bench {args.command}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    except BenchError as exc:
+        print(f"bench {args.command}: error: {one_line(str(exc))}", file=sys.stderr)
+        return exc.exit_status
+    except KeyboardInterrupt:
+        print(f"bench {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `bench compare A B | head`: the reader has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 0
+    except Exception as exc:
+        # A bug in bench: still one line, and the traceback for whoever asks for it.
+        if os.environ.get("BENCH_DEBUG"):
+            raise
+        print(f"bench {args.command}: internal error (a bug in bench; BENCH_DEBUG=1 shows where): "
+              f"{type(exc).__name__}: {one_line(str(exc))}", file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

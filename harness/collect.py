@@ -19,15 +19,20 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
+import secrets
 import sys
+import time
 from dataclasses import asdict
 from itertools import repeat
 from operator import itemgetter
+from pathlib import Path
 from typing import Any, Callable
 
 from benchmarks.common import redacted
 from benchmarks.results import ResultError, atomic_write_bytes, load_result
 
+from .errors import RunDirError, one_line
 from .rundir import COMPLETED, RunDir
 
 # The columns of summary.csv, in order. Units are in the names.
@@ -315,24 +320,134 @@ def add_scaling(columns: dict[str, list]) -> None:
     columns["speedup"], columns["efficiency"] = speedup, efficiency
 
 
+SUMMARY_FILES = ("summary.parquet", "summary.csv", "samples.parquet")
+
+
 def write_summary(run: RunDir, summary: Any, samples: Any) -> None:
-    """Write summary.parquet, summary.csv and samples.parquet (Arrow tables), each atomically,
-    with Arrow's C++ writers."""
+    """Commit summary.parquet, summary.csv and samples.parquet (Arrow tables) as one set.
+
+    The three are written into a new generation directory under `run.generations`, and one
+    rename of the `current` link commits them together; DIR/summary.parquet and its siblings
+    are links through `current`. A kill at any moment therefore leaves the old set or the new
+    one, never a mix (docs/run-directory.md). The caller holds the run's lock: what an earlier,
+    interrupted collect left behind is removed here.
+    """
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
-    for path, table, write in ((run.summary_parquet, summary, pq.write_table),
-                               (run.summary_csv, summary, pacsv.write_csv),
-                               (run.samples_parquet, samples, pq.write_table)):
+    gens = run.generations
+    current = gens / "current"
+    if not (current.is_symlink() and all(_is_link_to(run.path / n, _link_target(run, n)) or not
+                                         os.path.lexists(run.path / n) for n in SUMMARY_FILES)):
+        _adopt_plain_files(run)
+    new = gens / f"g-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{secrets.token_hex(3)}"
+    new.mkdir()
+    for name, table, write in (("summary.parquet", summary, pq.write_table), ("summary.csv", summary, pacsv.write_csv),
+                               ("samples.parquet", samples, pq.write_table)):
         buf = io.BytesIO()
         write(table, buf)
-        atomic_write_bytes(path, buf.getvalue())
+        atomic_write_bytes(new / name, buf.getvalue())
+    _fsync_dir(new)
+    for name in SUMMARY_FILES:         # no-ops after the first collect
+        _link(run.path / name, _link_target(run, name))
+    _link(current, new.name)           # the commit
+    _fsync_dir(gens)
+    _fsync_dir(run.path)
+    clean_generations(run)
+
+
+def _link_target(run: RunDir, name: str) -> str:
+    return f"{run.generations.name}/current/{name}"
+
+
+def _is_link_to(path: Path, target: str) -> bool:
+    return path.is_symlink() and os.readlink(path) == target
+
+
+def _link(path: Path, target: str) -> None:
+    """Make `path` a symbolic link to `target` in one rename (the old file or link stays until then)."""
+    if _is_link_to(path, target):
+        return
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(3)}.tmp")
+    os.symlink(target, tmp)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _adopt_plain_files(run: RunDir) -> None:
+    """Move a run collected by an older bench (plain files) to generations without a moment of
+    mixed content: the plain files are hard-linked into a first generation, `current` names it,
+    and only then does each plain file become a link to the same bytes. Whatever `.summary`
+    held is not read while the plain files are (a copy made with the links followed), so it goes."""
+    import shutil
+
+    gens = run.generations
+    if gens.is_symlink() or gens.is_file():
+        gens.unlink()
+    elif gens.exists():
+        shutil.rmtree(gens)
+    gens.mkdir()
+    first = run.generations / f"g-adopted-{os.getpid()}-{secrets.token_hex(3)}"
+    first.mkdir()
+    for name in SUMMARY_FILES:
+        plain = run.path / name
+        if plain.is_file() and not plain.is_symlink():
+            try:
+                os.link(plain, first / name)
+            except OSError:  # a file system without hard links
+                shutil.copy2(plain, first / name)
+    _fsync_dir(first)
+    _link(run.generations / "current", first.name)
+    for name in SUMMARY_FILES:
+        if (first / name).exists():
+            _link(run.path / name, _link_target(run, name))
+
+
+def clean_generations(run: RunDir) -> list[str]:
+    """Remove what interrupted collects left: generations `current` does not name, and temporary
+    files of the summary. Only under the run's lock. Returns the names removed."""
+    import shutil
+
+    removed = []
+    gens = run.generations
+    keep = os.readlink(gens / "current") if (gens / "current").is_symlink() else None
+    if gens.is_dir():
+        for entry in gens.iterdir():
+            if entry.name in ("current", keep):
+                continue
+            if entry.is_symlink() or not entry.is_dir():
+                entry.unlink()
+            else:
+                shutil.rmtree(entry)
+            removed.append(f"{gens.name}/{entry.name}")
+    for name in SUMMARY_FILES:  # atomic_write_bytes' temporaries from a bench that wrote plain files
+        for tmp in run.path.glob(f".{name}.*.tmp"):
+            tmp.unlink()
+            removed.append(tmp.name)
+    return removed
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def read_summary(run: RunDir) -> Any:
     """The run's summary.parquet as a DataFrame."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    if not run.summary_parquet.exists():
-        raise FileNotFoundError(f"{run.path}: no summary.parquet; run `bench collect {run.path}` first")
-    return to_frame(pq.read_table(run.summary_parquet))
+    path = run.summary_set()["summary_parquet"]
+    if not path.exists():
+        raise RunDirError(f"{run.path}: no summary.parquet; run `bench collect {run.path}` first")
+    try:
+        return to_frame(pq.read_table(path))
+    except (OSError, pa.ArrowException) as exc:
+        raise RunDirError(f"{run.summary_parquet}: unreadable ({one_line(str(exc))}); "
+                          f"run `bench collect {run.path}` again") from None

@@ -41,6 +41,7 @@ from typing import Any
 from benchmarks.common import format_size
 
 from . import stats
+from .errors import DataError, one_line
 from .collect import SUMMARY_VERSION, run_facts, summary_version
 from .rundir import COMPLETED, RunDir, RunDirError
 
@@ -82,10 +83,6 @@ REQUIRED = ["job", "status", *KEYS, *METRICS, "hosts", "reason", "repeat", "n_sa
 # What makes two runs incomparable by accident (pyperf checks its metadata the same way).
 CHECKED_ENV = {"gpu": "GPU model", "nccl": "NCCL", "torch": "torch", "cuda": "CUDA",
                "gpu_driver": "GPU driver", "backend": "backend", "largest_job_nodes": "nodes in the largest job"}
-
-
-class DataError(ValueError):
-    """Input that cannot be compared: not a run, an unusable summary, no key in common."""
 
 
 @dataclass
@@ -188,19 +185,20 @@ def read_tables(run: RunDir) -> tuple[Any, Any]:
         run.read_plan()
     except RunDirError as exc:
         raise DataError(str(exc)) from None
-    if not run.summary_parquet.exists():
+    files = run.summary_set()
+    if not files["summary_parquet"].exists():
         raise DataError(f"{run.path}: no summary.parquet; run `bench collect {run.path}` first")
     try:
-        summary = pq.read_table(run.summary_parquet)
+        summary = pq.read_table(files["summary_parquet"])
     except (OSError, pa.ArrowException) as exc:
-        raise DataError(f"{run.summary_parquet}: unreadable ({exc})") from None
+        raise DataError(f"{run.summary_parquet}: unreadable ({one_line(str(exc))})") from None
     check_summary(summary, str(run.summary_parquet))
     samples = None
-    if run.samples_parquet.exists():
+    if files["samples_parquet"].exists():
         try:
-            samples = pq.read_table(run.samples_parquet)
+            samples = pq.read_table(files["samples_parquet"])
         except (OSError, pa.ArrowException) as exc:
-            raise DataError(f"{run.samples_parquet}: unreadable ({exc})") from None
+            raise DataError(f"{run.samples_parquet}: unreadable ({one_line(str(exc))})") from None
         check_samples(samples, str(run.samples_parquet))
     return summary, samples
 

@@ -32,6 +32,7 @@ from typing import Any, Iterator
 
 from .compare import KEYS, REQUIRED, DataError, Side, check_samples, check_summary, key_frame, read_tables, \
     records, side_from_tables
+from .errors import HistoryError
 from .rundir import COMPLETED, RunDir
 
 DEFAULT_DB = Path("results") / "history.sqlite"
@@ -61,11 +62,6 @@ CREATE TABLE points (run_id INTEGER NOT NULL REFERENCES runs (id), series TEXT N
                      value REAL NOT NULL);
 CREATE INDEX points_by_run ON points (run_id);
 """
-
-
-class HistoryError(DataError):
-    """An unusable history database: not ours, of another version, locked, damaged, or without
-    the run asked for."""
 
 
 @dataclass(frozen=True)

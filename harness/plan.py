@@ -14,13 +14,10 @@ import json
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from .errors import PlanError
 from .spec import Sweep
 
 WORKLOAD_ORDER = ("allreduce", "synthetic", "real")
-
-
-class PlanError(ValueError):
-    """A sweep whose matrix cannot run (e.g. a global batch that a world size does not divide)."""
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import Any, Iterable
 from benchmarks.common import ranks_path
 from benchmarks.results import SCHEMA_VERSION, atomic_write_json, atomic_write_text
 
+from .errors import RunDirError
 from .plan import Job
 
 PENDING, RUNNING, COMPLETED, FAILED, TIMEOUT, CANCELLED = "PENDING", "RUNNING", "COMPLETED", "FAILED", "TIMEOUT", "CANCELLED"
@@ -32,10 +34,6 @@ PENDING, RUNNING, COMPLETED, FAILED, TIMEOUT, CANCELLED = "PENDING", "RUNNING", 
 SUBMITTING = "SUBMITTING"
 FINAL_STATES = frozenset({COMPLETED, FAILED, TIMEOUT, CANCELLED, "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
                           "BOOT_FAIL", "DEADLINE"})
-
-
-class RunDirError(ValueError):
-    """A directory that is not a usable run directory."""
 
 
 def now() -> str:
@@ -72,6 +70,28 @@ class RunDir:
     summary_parquet = property(lambda self: self.path / "summary.parquet")
     summary_csv = property(lambda self: self.path / "summary.csv")
     samples_parquet = property(lambda self: self.path / "samples.parquet")
+    # The summary files are one set, committed at once (docs/run-directory.md): each is a link
+    # into GENERATIONS/current, and `current` names the newest complete generation.
+    generations = property(lambda self: self.path / ".summary")
+
+    def summary_set(self) -> dict[str, Path]:
+        """Where to read the summary files from: one committed generation, resolved once, so a
+        collect committing meanwhile cannot hand a reader one old file and one new. A directory
+        whose files are plain (copied, or collected by an older bench) is read as it is."""
+        names = {"summary_parquet": "summary.parquet", "summary_csv": "summary.csv",
+                 "samples_parquet": "samples.parquet"}
+        plain = {key: self.path / name for key, name in names.items()}
+        link = plain["summary_parquet"]
+        if not (link.is_symlink() and os.readlink(link) == f"{self.generations.name}/current/summary.parquet"):
+            return plain
+        try:
+            generation = os.readlink(self.generations / "current")
+        except OSError:
+            return plain
+        if "/" in generation or generation in ("", ".", ".."):
+            raise RunDirError(f"{self.generations / 'current'}: points outside {self.generations}; "
+                              f"run `bench collect {self.path}` again")
+        return {key: self.generations / generation / name for key, name in names.items()}
     plots = property(lambda self: self.path / "plots")
 
     def job_dir(self, job: Job | str) -> Path:

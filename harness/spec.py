@@ -19,6 +19,8 @@ import yaml
 
 from benchmarks.common import parse_size
 
+from .errors import SpecError
+
 DEVICES = ("auto", "cuda", "cpu")
 BACKENDS = ("auto", "nccl", "gloo")
 LAUNCHERS = ("torchrun", "srun")
@@ -36,10 +38,6 @@ NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 SET_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}")  # '.' is reserved in job names
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MODEL_RE = re.compile(r"[A-Za-z0-9_]{1,64}")
-
-
-class SpecError(ValueError):
-    """A sweep file (or override) that cannot be used; the message is one line."""
 
 
 class FieldError(ValueError):

@@ -40,27 +40,57 @@ def default_run_dir(sweep: Sweep, root: str | Path = "results") -> Path:
     return Path(root) / f"{sweep.name}-{stamp}"
 
 
-def create_run(sweep: Sweep, sweep_file: str, executor: Executor) -> tuple[RunDir, list[Job]]:
-    """Expand the sweep, refuse an existing run, and write each job's files, then plan.json."""
-    jobs = expand(sweep)
-    run = executor.run
-    path = run.path
+def claim(path: Path) -> tuple[RunDir, bool]:
+    """(run directory, whether it was created) for a new sweep, checked before anything is
+    written: it is new, or empty (a lock file from an earlier claim aside). Lock it (`locked`)
+    before writing into it."""
+    run = RunDir(path)
+    if os.path.lexists(path) and not path.is_dir():
+        raise RunDirError(f"--out {path}: exists and is not a directory")
     if run.plan_file.exists():
         raise RunDirError(f"{path} already holds a run; continue it with `bench sweep --resume {path}` "
                           f"or choose another --out")
-    if path.exists() and not path.is_dir():
-        raise RunDirError(f"--out {path} exists and is not a directory")
-    path.mkdir(parents=True, exist_ok=True)
-    for job in jobs:
-        executor.prepare(job)
-    run.write_plan(dataclasses.asdict(sweep), sweep_file, executor.name, jobs, cluster=executor.cluster())
-    return run, jobs
+    if path.is_dir() and any(e.name != ".lock" for e in path.iterdir()):
+        raise RunDirError(f"--out {path}: the directory is not empty; give a new or empty directory")
+    created = not path.exists()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RunDirError(f"--out {path}: cannot create the directory ({exc.strerror or exc})") from None
+    return run, created
+
+
+def create_run(sweep: Sweep, sweep_file: str, executor: Executor, jobs: list[Job], created: bool) -> RunDir:
+    """Write each job's files, then plan.json, into the claimed directory, whose lock the
+    caller holds; another sweep that got there first is refused. Should writing fail, nothing
+    is left: the directory is removed if this sweep created it, emptied otherwise."""
+    run = executor.run
+    path = run.path
+    if run.plan_file.exists() or any(e.name != ".lock" for e in path.iterdir()):
+        raise RunDirError(f"{path} was taken by another bench process meanwhile; choose another --out")
+    try:
+        for job in jobs:
+            executor.prepare(job)
+        run.write_plan(dataclasses.asdict(sweep), sweep_file, executor.name, jobs, cluster=executor.cluster())
+    except BaseException as exc:
+        for entry in path.iterdir():
+            if entry.name != ".lock":
+                shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+        if created:
+            shutil.rmtree(path, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise RunDirError(f"--out {path}: cannot write the plan ({exc.strerror or exc})") from None
+        raise
+    return run
 
 
 @contextlib.contextmanager
 def locked(run: RunDir) -> Iterator[None]:
     """Hold the run directory for one harness at a time; the lock dies with the process."""
-    fd = os.open(run.path / ".lock", os.O_CREAT | os.O_RDWR, 0o644)
+    try:  # O_NOFOLLOW: a link planted as .lock must not make root create or open its target
+        fd = os.open(run.path / ".lock", os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o666)
+    except OSError as exc:
+        raise RunDirError(f"{run.path}: cannot take the run's lock ({exc.strerror or exc})") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

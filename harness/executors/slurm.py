@@ -40,6 +40,7 @@ from typing import Callable, Iterator
 
 from benchmarks.results import atomic_write_text
 
+from ..errors import SlurmError
 from ..plan import Job
 from ..rundir import (CANCELLED, COMPLETED, FAILED, FINAL_STATES, PENDING, RUNNING, SUBMITTING, TIMEOUT, JobRecord,
                       RunDir, error_line, now, tail)
@@ -69,15 +70,6 @@ UNRUNNABLE_GRACE_S = 30.0
 # How long a job may be out of the queue without a final state in sacct before the harness
 # stops waiting for it (slurmdbd down, or accounting far behind).
 ACCOUNTING_GRACE_S = 300.0
-
-
-class SlurmError(RuntimeError):
-    """A Slurm command that kept failing or refused the sweep: the run directory is consistent
-    and can be resumed. Exit status 1, or 2 where the input is at fault."""
-
-    def __init__(self, message: str, exit_status: int = 1):
-        super().__init__(message)
-        self.exit_status = exit_status
 
 
 class NoAnswer(SlurmError):
