@@ -29,7 +29,8 @@ import sys
 import time
 from typing import Any
 
-from .common import PER_RANK, Context, UsageError, add_common_args, format_size, main as run_main, parse_size, spread
+from .common import PER_RANK, Context, UsageError, add_common_args, format_size, main as run_main, parse_size, parse_size_or_zero, \
+    spread
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 OPS = ("sum", "avg", "max", "min")
@@ -99,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"comma-separated collectives among {', '.join(COLLECTIVES)} (default all_reduce)")
     p.add_argument("--out-of-place", action=argparse.BooleanOptionalAction, default=True,
                    help="also measure out-of-place calls (default on)")
-    p.add_argument("--link-bytes", type=parse_size, default=parse_size("4M"), metavar="SIZE",
+    p.add_argument("--link-bytes", type=parse_size_or_zero, default=parse_size("4M"), metavar="SIZE",
                    help="message size of the pairwise link probe that names slow nodes, 0 to skip (default 4M)")
     p.add_argument("--link-iters", type=int, default=5, help="link probe passes over all pairs (default 5)")
     add_common_args(p)

@@ -13,6 +13,7 @@ import datetime as _dt
 import math
 import os
 import platform
+import re
 import shutil
 import socket
 import subprocess
@@ -33,8 +34,9 @@ class UsageError(Exception):
 _SIZE_SUFFIX = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
 
 
-def parse_size(text: str | int) -> int:
-    """Parse a byte count the nccl-tests way: K, M and G are powers of 1024 (`64M` = 67,108,864)."""
+def parse_size(text: str | int, *, allow_zero: bool = False) -> int:
+    """Parse a byte count the nccl-tests way: K, M and G are powers of 1024 (`64M` = 67,108,864).
+    Zero only where it means "off" (`allow_zero`)."""
     if isinstance(text, int) and not isinstance(text, bool):
         value = text
     else:
@@ -44,9 +46,14 @@ def parse_size(text: str | int) -> int:
         if not digits.isdigit():
             raise ValueError(f"{text!r} is not a size; use bytes with an optional K, M or G suffix, e.g. 8, 1K, 64M, 1G")
         value = int(digits) * _SIZE_SUFFIX[suffix]
-    if value <= 0:
-        raise ValueError(f"size {text!r} must be positive")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ValueError(f"size {text!r} must be {'0 or more' if allow_zero else 'positive'}")
     return value
+
+
+def parse_size_or_zero(text: str | int) -> int:
+    """A byte count where 0 turns the feature off (argparse's `type`)."""
+    return parse_size(text, allow_zero=True)
 
 
 def format_size(n: int) -> str:
@@ -191,18 +198,44 @@ def init_process_group(launch: Launch, backend: str, device: "Any", timeout_s: f
 
 _ENV_PREFIXES = ("NCCL_", "GLOO_", "TORCH_", "SLURM_")
 _ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")
-_SECRET_MARKERS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
+REDACTED = "<redacted>"
+# A name is taken for a secret's by its words (split at '_'), so that NCCL_IB_PKEY (an InfiniBand
+# partition key, a plain setting) is kept while HF_TOKEN, WANDB_API_KEY, AWS_SECRET_ACCESS_KEY,
+# GIT_CREDENTIALS, X_AUTH_HEADER or SESSION_COOKIE are not.
+_SECRET_WORDS = frozenset({"KEY", "KEYS", "APIKEY", "TOKEN", "TOKENS", "SECRET", "SECRETS", "PASSWORD", "PASSWD",
+                           "PASS", "PASSPHRASE", "CREDENTIAL", "CREDENTIALS", "COOKIE", "COOKIES", "PRIVATE"})
+_SECRET_SUFFIXES = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS", "COOKIE", "APIKEY")
+# A secret by content, whatever the name: user:password@ in a URL (RFC 3986 userinfo), an HTTP
+# authorization value, and the fixed prefixes of common API tokens (GitHub, Hugging Face, Slack,
+# AWS access key ids, OpenAI-style keys).
+_URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/@\s]*:[^/@\s]*)@")
+_TOKEN_LIKE = re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_\w{20,}|hf_[A-Za-z0-9]{20,}|xox[abpr]-[\w-]{10,}"
+                         r"|AKIA[0-9A-Z]{16}|sk-[A-Za-z0-9_-]{20,})|\b(?:Bearer|Basic)\s+\S{8,}")
+
+
+def secret_name(name: str) -> bool:
+    """Whether a variable's name says it holds a secret."""
+    words = [w for w in re.split(r"[^A-Z0-9]+", name.upper()) if w]
+    return any(w in _SECRET_WORDS or w.startswith("AUTH") or w.endswith(_SECRET_SUFFIXES) for w in words)
 
 
 def redacted(name: str, value: str) -> str:
-    """The value as it may be recorded: "<redacted>" where the name suggests a secret."""
-    upper = name.upper()
-    return "<redacted>" if any(m in upper for m in _SECRET_MARKERS) else value
+    """The value as it may be recorded: REDACTED where the name says it is a secret, and any
+    credential inside it (a URL's user:password, a token) replaced where the name does not."""
+    if secret_name(name):
+        return REDACTED
+    value = _URL_USERINFO.sub(lambda m: f"{m['scheme']}{REDACTED}@", value)
+    return _TOKEN_LIKE.sub(REDACTED, value)
+
+
+def looks_secret(name: str, value: str) -> bool:
+    """Whether recording `name=value` would record a secret."""
+    return redacted(name, value) != value
 
 
 def captured_variables(env: Mapping[str, str]) -> dict[str, str]:
     """The environment variables a result records: launcher, NCCL/Gloo/torch settings, Slurm job
-    facts. Nothing else, and any value whose name suggests a secret is redacted."""
+    facts. Nothing else, and secrets redacted by name and by content."""
     return {name: redacted(name, env[name]) for name in sorted(env)
             if name.startswith(_ENV_PREFIXES) or name in _ENV_NAMES}
 

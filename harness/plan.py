@@ -52,6 +52,7 @@ class Job:
     time_limit_min: float
     runs: tuple[WorkloadRun, ...]
     repeat: int = 1   # which replicate of its matrix point (bench sweep --repeat N)
+    passthrough: tuple[str, ...] = ()  # variables taken by name from the environment bench runs in
 
     @property
     def world_size(self) -> int:
@@ -80,7 +81,7 @@ class Job:
                    nccl_env=tuple(tuple(p) for p in d["nccl_env"]), env=tuple(tuple(p) for p in d["env"]),
                    device=d["device"], backend=d["backend"], time_limit_min=d["time_limit_min"],
                    runs=tuple(WorkloadRun(r["workload"], r["scaling"], tuple(r["args"])) for r in d["runs"]),
-                   repeat=d.get("repeat", 1))
+                   repeat=d.get("repeat", 1), passthrough=tuple(d.get("passthrough", ())))
 
 
 def job_name(nodes: int, gpus_per_node: int, launcher: str, nccl_config: str, repeat: int | None = None) -> str:
@@ -131,7 +132,8 @@ def expand(sweep: Sweep) -> list[Job]:
                     jobs.append(Job(name=job_name(nodes, gpus, launcher, nccl_name), config_hash=_config_hash(fields),
                                     nodes=nodes, gpus_per_node=gpus, launcher=launcher, nccl_config=nccl_name,
                                     nccl_env=nccl_env, env=env, device=sweep.device, backend=sweep.backend,
-                                    time_limit_min=sweep.time_limit_min, runs=runs))
+                                    time_limit_min=sweep.time_limit_min, runs=runs,
+                                    passthrough=sweep.env_passthrough))
     if sweep.repeat == 1:
         return jobs
     return [dataclasses.replace(j, name=job_name(j.nodes, j.gpus_per_node, j.launcher, j.nccl_config, k), repeat=k)

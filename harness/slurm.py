@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .plan import Job, WorkloadRun
-from .spec import FieldError, SpecError, build, check_env, read_mapping, safe_text
+from .errors import SpecError
+from .spec import FieldError, build, check_env, check_passthrough, read_mapping, safe_text
 
 # Characters Slurm's #SBATCH parser reads as plain text: no quotes, backslash, '#', blanks or '$'.
 SBATCH_VALUE_RE = re.compile(r"[A-Za-z0-9_.:,+@/=-]+")
@@ -33,10 +34,15 @@ SBATCH_CONSTRAINT_RE = re.compile(r"[A-Za-z0-9_.:,+@/=&|!()*\[\]-]+")
 SBATCH_OPTION_RE = re.compile(r"--[a-z][a-z-]*(=[A-Za-z0-9_.:,+@/=-]+)?")
 PROGRAM_RE = re.compile(r"[A-Za-z0-9_./+-]+")
 GPU_REQUESTS = ("gres", "gpus-per-node", "none")
-# Options the renderer sets itself; an extra option may not contradict them.
-RESERVED_OPTIONS = ("--job-name", "--nodes", "--ntasks", "--ntasks-per-node", "--cpus-per-task", "--gres",
-                    "--gpus-per-node", "--time", "--output", "--error", "--signal", "--partition", "--account",
-                    "--qos", "--constraint", "--exclusive", "--chdir")
+# Options an extra sbatch option may not give: those the renderer sets itself (and their
+# aliases), and those that change where the job's output goes, whose job it is, where it is
+# submitted, or how bench tracks it (docs/hardening.md).
+RESERVED_OPTIONS = ("--job-name", "--nodes", "--ntasks", "--ntasks-per-node", "--tasks-per-node", "--ntasks-per-gpu",
+                    "--cpus-per-task", "--cpus-per-gpu", "--gres", "--gpus", "--gpus-per-node", "--gpus-per-task",
+                    "--gpus-per-socket", "--time", "--output", "--error", "--input", "--open-mode", "--signal",
+                    "--partition", "--account", "--qos", "--constraint", "--exclusive", "--chdir", "--dependency",
+                    "--array", "--wrap", "--export", "--export-file", "--get-user-env", "--uid", "--gid",
+                    "--clusters", "--parsable", "--test-only", "--hold", "--wait", "--kill-on-invalid-dep")
 # The batch shell gets USR2 this long before the time limit (Slurm may send it up to 60 s
 # earlier); not USR1, which NCCL has caught in some releases (shared/REFERENCE.md).
 SIGNAL_LEAD_S = 120
@@ -65,6 +71,7 @@ class ClusterProfile:
     modules: tuple[str, ...] = ()
     setup: tuple[str, ...] = ()        # shell lines run before the steps, e.g. activating a venv
     env: dict[str, str] = field(default_factory=dict, metadata={"mapping": "env"})
+    env_passthrough: tuple[str, ...] = ()   # names taken from the submitting environment (secrets)
     sbatch_options: tuple[str, ...] = ()
     # At most this many jobs of a sweep at once (None: as many as Slurm will run): jobs that
     # would share CPUs or links, as on the testbed, then do not disturb each other's figures.
@@ -96,13 +103,24 @@ class ClusterProfile:
         for line in self.setup:
             safe_text("setup", line)
         check_env("env", self.env)
+        check_passthrough("env_passthrough", self.env_passthrough)
         for option in self.sbatch_options:
             if not SBATCH_OPTION_RE.fullmatch(option):
                 raise FieldError("sbatch_options", f"{option!r} is not a plain --option[=value] that Slurm reads "
                                                    f"as written")
-            if option.split("=", 1)[0] in RESERVED_OPTIONS:
-                raise FieldError("sbatch_options", f"{option!r}: bench sets {option.split('=', 1)[0]} itself; "
-                                                   f"use the profile's own key")
+            reserved = reserved_option(option.split("=", 1)[0])
+            if reserved:
+                raise FieldError("sbatch_options", f"{option!r} reaches {reserved}, which bench sets itself or which "
+                                                   f"would take the job out of bench's hands; use the profile's own "
+                                                   f"keys")
+
+
+def reserved_option(name: str) -> str | None:
+    """The reserved option `name` would set, or None. sbatch reads long options with getopt_long,
+    which takes any unambiguous abbreviation (`--outp` is `--output`), so a name that begins a
+    reserved one is refused too. No sbatch option outside RESERVED_OPTIONS is a prefix of one
+    inside it (`sbatch --help`, Slurm 22.05.8), so nothing legitimate is refused by this."""
+    return next((r for r in RESERVED_OPTIONS if r.startswith(name)), None)
 
 
 def load_profile(path: str | Path) -> ClusterProfile:
@@ -197,11 +215,18 @@ def render_script(job: Job, profile: ClusterProfile, timeout_s: float) -> str:
     env = {**profile.env, **dict(job.env), **dict(job.nccl_env),
            "BENCH_JOB": job.name, "BENCH_LAUNCHER": f"slurm-{job.launcher}"}
     lines += [f"export {k}={q(v)}" for k, v in env.items()]
+    # Names only (allowlisted, so safe unquoted): the values come from the submitting environment.
+    lines += [f'[[ -v {name} ]] || {{ echo "bench: {name} (env_passthrough) is not set where the job was '
+              f'submitted" >&2; exit 1; }}' for name in dict.fromkeys((*profile.env_passthrough, *job.passthrough))]
     lines += [
         "",
         'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-        "# Derived from the job id, so two jobs sharing a node never collide.",
-        "MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))",
+        "# Derived from the job id, so two jobs sharing a node never collide. Arithmetic evaluates a",
+        "# variable's value as an expression, commands in array subscripts included: digits only.",
+        'case "$SLURM_JOB_ID" in',
+        '  ""|*[!0-9]*) echo "bench: SLURM_JOB_ID is not a number: $SLURM_JOB_ID" >&2; exit 1 ;;',
+        "esac",
+        "MASTER_PORT=$((20000 + 10#$SLURM_JOB_ID % 20000))",
         "export MASTER_ADDR MASTER_PORT",
         "",
         f"# Near the time limit Slurm sends USR2 (--signal=B:USR2@{SIGNAL_LEAD_S}); the note says which step",

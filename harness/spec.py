@@ -8,6 +8,7 @@ command line, a job script or an `#SBATCH` line are held to allowlists here, at 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import types
 import typing
@@ -17,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from benchmarks.common import parse_size
+from benchmarks.common import looks_secret, parse_size
 
 from .errors import SpecError
 
@@ -31,6 +32,12 @@ OPS = ("sum", "avg", "max", "min")
 AMPS = ("auto", "bf16", "fp16", "off")
 NODES_POWERS_OF_TWO = "powers_of_two"
 MAX_REPEAT = 100
+MAX_BYTES = 16 * 1024**3      # a message, as nccl-tests' -e allows on an 80 GB GPU
+MAX_COUNT = 1_000_000         # iterations, steps
+MAX_BATCH = 1 << 24
+MAX_NODES = 100_000
+MAX_GPUS_PER_NODE = 1024
+MAX_MINUTES = 366 * 24 * 60   # Slurm's time limit, at most a year
 
 # Names end up in job names, paths and #SBATCH lines, where Slurm's own parser treats
 # quotes, backslashes and '#' specially: letters, digits and a few separators only.
@@ -53,14 +60,26 @@ def _choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
         raise FieldError(key, f"{value!r} is not valid; valid: {', '.join(choices)}")
 
 
-def _positive(key: str, value: float, low: float = 1) -> None:
-    if value < low:
-        raise FieldError(key, f"must be at least {low}, found {value}")
+def _within(key: str, value: float, low: float, high: float) -> None:
+    """`value` in [low, high]; the bounds keep every size, count and time to what can run (a
+    count in the millions, a time limit within a year), and NaN fails every comparison."""
+    if not low <= value <= high:
+        raise FieldError(key, f"must be between {_number(low)} and {_number(high)}, found {_number(value)}")
+
+
+def _number(x: float) -> str:
+    return f"{int(x):,}" if float(x).is_integer() else f"{x:g}"
+
+
+# Characters a line-based tool (a shell script line, an #SBATCH line, a CSV cell, a log) cannot
+# carry as text: C0 controls but tab, DEL, and what Python's splitlines also breaks at.
+_LINE_BREAKING = re.compile(r"[\x00-\x08\x0a-\x1f\x7f\x85\u2028\u2029]")
 
 
 def safe_text(key: str, value: str) -> None:
-    if any(c in value for c in "\0\n\r"):
-        raise FieldError(key, f"{value!r} holds a newline or NUL byte")
+    """A value that must stay on one line: no newline, NUL or other control character."""
+    if _LINE_BREAKING.search(value):
+        raise FieldError(key, f"{value!r} holds a newline or another control character; give it on one line")
 
 
 # --------------------------------------------------------------------------- the schema
@@ -79,18 +98,20 @@ class AllreduceSpec:
     op: str = "sum"
     collectives: tuple[str, ...] = ("all_reduce",)
     out_of_place: bool = True
-    link_bytes: int = field(default=4 * 1024**2, metadata={"size": True})  # pairwise probe, 0: off
+    link_bytes: int = field(default=4 * 1024**2, metadata={"size": True, "zero": True})  # pairwise probe, 0: off
     link_iters: int = 5
 
     def __post_init__(self) -> None:
+        for key in ("min_bytes", "max_bytes"):
+            _within(key, getattr(self, key), 1, MAX_BYTES)
         if self.max_bytes < self.min_bytes:
             raise FieldError("max_bytes", f"{self.max_bytes} is below min_bytes {self.min_bytes}")
-        _positive("step_factor", self.step_factor, 2)
-        _positive("iters", self.iters)
-        _positive("warmup_iters", self.warmup_iters, 0)
-        _positive("check_iters", self.check_iters, 0)
-        _positive("link_bytes", self.link_bytes, 0)
-        _positive("link_iters", self.link_iters)
+        _within("link_bytes", self.link_bytes, 0, MAX_BYTES)
+        _within("step_factor", self.step_factor, 2, 1024)
+        _within("iters", self.iters, 1, MAX_COUNT)
+        _within("warmup_iters", self.warmup_iters, 0, MAX_COUNT)
+        _within("check_iters", self.check_iters, 0, MAX_COUNT)
+        _within("link_iters", self.link_iters, 1, MAX_COUNT)
         _choice("dtype", self.dtype, DTYPES)
         _choice("op", self.op, OPS)
         if not self.collectives:
@@ -127,13 +148,12 @@ class TrainingSpec:
     def __post_init__(self) -> None:
         if not MODEL_RE.fullmatch(self.model):
             raise FieldError("model", f"{self.model!r} is not a torchvision model name (letters, digits, _)")
-        _positive("image_size", self.image_size, 16)
-        _positive("batch_size", self.batch_size)
-        _positive("steps", self.steps)
-        _positive("warmup_steps", self.warmup_steps, 0)
+        _within("image_size", self.image_size, 16, 8192)
+        _within("batch_size", self.batch_size, 1, MAX_BATCH)
+        _within("steps", self.steps, 1, MAX_COUNT)
+        _within("warmup_steps", self.warmup_steps, 0, MAX_COUNT)
         _choice("amp", self.amp, AMPS)
-        if self.bucket_cap_mb <= 0:
-            raise FieldError("bucket_cap_mb", f"must be positive, found {self.bucket_cap_mb}")
+        _within("bucket_cap_mb", self.bucket_cap_mb, 0.001, 65536)
         if not self.scaling or len(set(self.scaling)) != len(self.scaling):
             raise FieldError("scaling", f"needs distinct values among {', '.join(SCALINGS)}")
         for s in self.scaling:
@@ -141,7 +161,7 @@ class TrainingSpec:
         if "strong" in self.scaling:
             if self.global_batch is None:
                 raise FieldError("global_batch", "strong scaling needs global_batch (images per step over all GPUs)")
-            _positive("global_batch", self.global_batch)
+            _within("global_batch", self.global_batch, 1, MAX_BATCH)
 
     def args(self, scaling: str) -> list[str]:
         out = ["--model", self.model, "--image-size", str(self.image_size), "--steps", str(self.steps),
@@ -168,9 +188,9 @@ class RealSpec(TrainingSpec):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _positive("workers", self.workers, 0)
-        _positive("data_classes", self.data_classes)
-        _positive("data_images_per_class", self.data_images_per_class)
+        _within("workers", self.workers, 0, 1024)
+        _within("data_classes", self.data_classes, 1, 100_000)
+        _within("data_images_per_class", self.data_images_per_class, 1, 100_000)
         if self.data_dir is not None:
             safe_text("data_dir", self.data_dir)
 
@@ -206,6 +226,9 @@ class Sweep:
     launchers: tuple[str, ...] = ("torchrun",)
     nccl: dict[str, dict[str, str]] = field(default_factory=lambda: {"default": {}}, metadata={"mapping": "env_sets"})
     env: dict[str, str] = field(default_factory=dict, metadata={"mapping": "env"})
+    # Variables every job takes from the environment bench runs in, by name only: how a job gets
+    # a secret (a token, a password) without the plan or its scripts holding it.
+    env_passthrough: tuple[str, ...] = ()
     time_limit_min: float = 30.0
     timeout_s: float = 300.0
     repeat: int = 1              # replicates of every job, interleaved across the matrix
@@ -225,10 +248,10 @@ class Sweep:
             if self.max_nodes is None:
                 raise FieldError("max_nodes", f"nodes: {NODES_POWERS_OF_TWO} needs max_nodes (or --max-nodes)")
         else:
-            _distinct_positive("nodes", self.nodes)
+            _distinct_within("nodes", self.nodes, MAX_NODES)
         if self.max_nodes is not None:
-            _positive("max_nodes", self.max_nodes)
-        _distinct_positive("gpus_per_node", self.gpus_per_node)
+            _within("max_nodes", self.max_nodes, 1, MAX_NODES)
+        _distinct_within("gpus_per_node", self.gpus_per_node, MAX_GPUS_PER_NODE)
         if not self.launchers or len(set(self.launchers)) != len(self.launchers):
             raise FieldError("launchers", f"needs distinct values among {', '.join(LAUNCHERS)}")
         for launcher in self.launchers:
@@ -240,13 +263,10 @@ class Sweep:
                 raise FieldError(f"nccl.{set_name}", "is not a valid set name; use letters, digits, '_', '-' (at most 32)")
             check_env(f"nccl.{set_name}", variables)
         check_env("env", self.env)
-        if self.time_limit_min <= 0:
-            raise FieldError("time_limit_min", f"must be positive, found {self.time_limit_min}")
-        if self.timeout_s <= 0:
-            raise FieldError("timeout_s", f"must be positive, found {self.timeout_s}")
-        _positive("repeat", self.repeat)
-        if self.repeat > MAX_REPEAT:
-            raise FieldError("repeat", f"at most {MAX_REPEAT} replicates, found {self.repeat}")
+        check_passthrough("env_passthrough", self.env_passthrough)
+        _within("time_limit_min", self.time_limit_min, 0.1, MAX_MINUTES)
+        _within("timeout_s", self.timeout_s, 1, 7 * 86400)
+        _within("repeat", self.repeat, 1, MAX_REPEAT)
 
     @property
     def node_counts(self) -> tuple[int, ...]:
@@ -260,20 +280,47 @@ class Sweep:
         return tuple(n for n in sorted(self.nodes) if self.max_nodes is None or n <= self.max_nodes)
 
 
-def _distinct_positive(key: str, values: tuple[int, ...]) -> None:
+def _distinct_within(key: str, values: tuple[int, ...], high: int) -> None:
     if not values:
         raise FieldError(key, "is empty; give at least one positive integer")
     if len(set(values)) != len(values):
         raise FieldError(key, f"repeats a value: {list(values)}")
     for v in values:
-        _positive(key, v)
+        _within(key, v, 1, high)
+
+
+# Variables bench, Slurm or torchrun set for every job, or that change how the job script's
+# bash reads its own lines (docs/hardening.md lists the sources): a sweep or profile cannot set
+# them. A value here would at best be overwritten and at worst reach shell arithmetic, as
+# SLURM_JOB_ID does in the script's MASTER_PORT line.
+RESERVED_ENV_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "BENCH_", "TORCHELASTIC_", "MASTER_", "LOCAL_",
+                         "GROUP_", "ROLE_", "BASH_FUNC_")
+RESERVED_ENV = frozenset({"RANK", "WORLD_SIZE", "NODE_RANK", "PYTHON_EXEC",
+                          "IFS", "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "BASH_XTRACEFD", "CDPATH",
+                          "GLOBIGNORE", "PROMPT_COMMAND"})
+
+
+def check_env_name(key: str, name: str) -> None:
+    if not ENV_NAME_RE.fullmatch(name):
+        raise FieldError(key, f"{name!r} is not a valid environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
+    if name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIXES):
+        raise FieldError(key, f"{name} is set by bench, Slurm, torchrun or bash for every job; a sweep or profile "
+                              f"cannot set it")
 
 
 def check_env(key: str, variables: dict[str, str]) -> None:
     for name, value in variables.items():
-        if not ENV_NAME_RE.fullmatch(name):
-            raise FieldError(f"{key}.{name}", "is not a valid environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
+        check_env_name(f"{key}.{name}", name)
         safe_text(f"{key}.{name}", value)
+        if looks_secret(name, value):
+            raise FieldError(f"{key}.{name}", "holds what looks like a secret, which plan.json and the job scripts "
+                                              "would record; export it where bench runs and list its name under "
+                                              "env_passthrough instead")
+
+
+def check_passthrough(key: str, names: tuple[str, ...]) -> None:
+    for name in names:
+        check_env_name(key, name)
 
 
 # --------------------------------------------------------------------------- conversion
@@ -332,18 +379,30 @@ def _convert(tp: Any, value: Any, where: str, meta: typing.Mapping[str, Any]) ->
     elif tp is int:
         if meta.get("size") and isinstance(value, str):
             try:
-                return parse_size(value)
+                return parse_size(value, allow_zero=bool(meta.get("zero")))
             except ValueError as exc:
                 raise SpecError(f"{where}: {exc}") from None
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     elif tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not math.isfinite(value):
+                raise SpecError(f"{where}: expected a finite number, found {value!r}")
             return float(value)
     elif tp is bool:
         if isinstance(value, bool):
             return value
     raise SpecError(f"{where}: expected {_type_name(tp)}, found {value!r}")
+
+
+def _key(where: str, key: Any) -> str:
+    """A mapping key, which must have been a string in the YAML: YAML 1.1 (PyYAML's) reads an
+    unquoted on/off/yes/no/true/false as a boolean and digits as a number, so `ON: "1"` would
+    otherwise define a variable named True."""
+    if isinstance(key, str):
+        return key
+    why = " (YAML 1.1 reads unquoted on/off/yes/no/true/false as booleans)" if isinstance(key, bool) else ""
+    raise SpecError(f"{where}: the key {key!r} is not a string{why}; quote the key in YAML, e.g. \"ON\": ...")
 
 
 def _env_values(value: Any, where: str) -> dict[str, str]:
@@ -354,9 +413,10 @@ def _env_values(value: Any, where: str) -> dict[str, str]:
         raise SpecError(f"{where}: expected a mapping of variable names to values, found {value!r}")
     out = {}
     for k, v in value.items():
+        k = _key(where, k)
         if isinstance(v, bool) or not isinstance(v, (str, int)):
             raise SpecError(f"{where}.{k}: expected a string (quote it in YAML), found {v!r}")
-        out[str(k)] = str(v)
+        out[k] = str(v)
     return out
 
 
@@ -367,6 +427,7 @@ def build(cls: type, data: dict[str, Any], where: str) -> Any:
     prefix = f"{where}." if where else ""
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
+        key = _key(where or "top level", key)
         if key not in fields:
             raise SpecError(f"{prefix}{key}: unknown key; valid: {', '.join(fields)}")
         kind = fields[key].metadata.get("mapping")
@@ -375,7 +436,7 @@ def build(cls: type, data: dict[str, Any], where: str) -> Any:
         elif kind == "env_sets":
             if not isinstance(value, dict):
                 raise SpecError(f"{prefix}{key}: expected a mapping of set names to variables, found {value!r}")
-            kwargs[key] = {str(k): _env_values(v, f"{prefix}{key}.{k}") for k, v in value.items()}
+            kwargs[key] = {_key(f"{prefix}{key}", k): _env_values(v, f"{prefix}{key}.{k}") for k, v in value.items()}
         else:
             kwargs[key] = _convert(hints[key], value, f"{prefix}{key}", fields[key].metadata)
     missing = [name for name, f in fields.items() if name not in kwargs
@@ -400,7 +461,7 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
     if not all(keys):
         raise SpecError(f"--set {assignment!r}: empty key in {path!r}")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = load_yaml(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
     if isinstance(value, dict):
@@ -416,14 +477,71 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
     node[keys[-1]] = value
 
 
+MAX_FILE_BYTES = 1024**2   # a sweep or profile is a page of YAML
+MAX_DEPTH = 32             # sections nest four deep; 32 is room for any hand-written file
+MAX_NODES = 100_000        # scalars, lists and mappings after aliases are expanded
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing what no sweep needs and a hostile file uses to crash or
+    hang its reader: nesting past MAX_DEPTH (Python's recursion limit ends in a traceback) and
+    aliases that expand past MAX_NODES nodes (the "billion laughs", nine lines for 10^9)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._total = 0
+        self._sizes: dict[int, int] = {}   # id(node) -> its size with aliases expanded
+
+    def _count(self, n: int, mark: Any) -> None:
+        self._total += n
+        if self._total > MAX_NODES:
+            raise yaml.composer.ComposerError(None, None, f"more than {MAX_NODES:,} values once aliases are "
+                                                          f"expanded", mark)
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            node = super().compose_node(parent, index)
+            self._count(self._sizes.get(id(node), 1), event.start_mark)
+            return node
+        self._depth += 1
+        if self._depth > MAX_DEPTH:
+            raise yaml.composer.ComposerError(None, None, f"nested more than {MAX_DEPTH} levels deep", event.start_mark)
+        before = self._total
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        self._count(1, event.start_mark)
+        self._sizes[id(node)] = self._total - before
+        return node
+
+
+def load_yaml(text: str) -> Any:
+    """YAML as `yaml.safe_load` reads it, within MAX_DEPTH and MAX_NODES."""
+    loader = _BoundedLoader(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
 def read_mapping(path: Path, what: str) -> dict[str, Any]:
     """The top-level mapping of a YAML file, or a one-line SpecError naming the file."""
     try:
-        text = path.read_text()
+        with open(path, "rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise SpecError(f"{path}: cannot read {what} file ({exc.strerror or exc})") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise SpecError(f"{path}: larger than {MAX_FILE_BYTES // 1024} KiB; a {what} file is a page of YAML")
     try:
-        data = yaml.safe_load(text)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})") from None
+    try:
+        data = load_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
