@@ -116,7 +116,11 @@ def test_hostile_sbatch_values_are_rejected(tmp_path, key, hostile):
 
 @pytest.mark.parametrize("text,words", [
     ("sbatch_options: ['--reservation=a b']", ["sbatch_options", "--reservation=a b"]),
-    ("sbatch_options: ['--partition=other']", ["sbatch_options", "sets --partition itself"]),
+    ("sbatch_options: ['--partition=other']", ["sbatch_options", "--partition is set by bench"]),
+    # getopt_long takes unambiguous abbreviations, so these would reach --output and --partition
+    ("sbatch_options: ['--outp=/x']", ["sbatch_options", "reads --outp as --output"]),
+    ("sbatch_options: ['--parti=debug']", ["sbatch_options", "reads --parti as --partition"]),
+    ("sbatch_options: ['--uid=0']", ["sbatch_options", "--uid is set by bench"]),
     ("sbatch_options: ['-p gpu']", ["sbatch_options"]),
     ("python: 'python3; id'", ["python", "plain program path"]),
     ('setup: ["source x\\nrm -rf ~"]', ["setup", "newline"]),
@@ -219,3 +223,43 @@ def test_cli_slurm_misuse_exits_2_and_writes_nothing(tmp_path):
     r = bench("sweep", "--executor", "slurm", "--cluster", str(bad), "--dry-run", "--out", str(out), check=False)
     assert r.returncode == 2 and f"{bad}: partition:" in r.stderr and not out.exists()
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def _port_lines(tmp_path: Path) -> str:
+    """The script's lines from MASTER_ADDR to their export, with scontrol stubbed out."""
+    job = expand(load_sweep(SWEEPS / "local.yaml"))[0]
+    text = render_script(job, ClusterProfile(name="c"), 60)
+    start = text.index("MASTER_ADDR=")
+    end = text.index("export MASTER_ADDR MASTER_PORT")
+    return "set -euo pipefail\nSLURM_JOB_NODELIST=bnode1\nscontrol() { echo bnode1; }\n" + text[start:end] + 'echo "$MASTER_PORT"\n'
+
+
+def test_master_port_arithmetic_never_runs_a_command(tmp_path):
+    """bash evaluates a variable named in $(( )) as an expression, array subscripts and the
+    command substitutions in them included. A hostile SLURM_JOB_ID (any set variable serves as
+    the array) must stop the script before the arithmetic, not run the command."""
+    canary = tmp_path / "pwned"
+    script = _port_lines(tmp_path)
+    hostile = f"OMP_NUM_THREADS[$(touch {canary})]"
+    r = run(["bash", "-c", script], env={**os.environ, "OMP_NUM_THREADS": "1", "SLURM_JOB_ID": hostile},
+            cwd=tmp_path, check=False)
+    assert not canary.exists()
+    assert r.returncode == 1 and "SLURM_JOB_ID is not a number" in r.stderr
+    ok = run(["bash", "-c", script], env={**os.environ, "SLURM_JOB_ID": "0012345"}, cwd=tmp_path)
+    assert ok.stdout.strip() == "32345"  # 10#: a leading zero is not octal
+
+
+@pytest.mark.parametrize("name", ["SLURM_JOB_ID", "MASTER_PORT", "RANK", "LOCAL_RANK", "BENCH_JOB",
+                                  "TORCHELASTIC_RUN_ID", "PYTHON_EXEC", "IFS", "BASH_ENV", "SBATCH_PARTITION"])
+def test_reserved_variables_cannot_be_set(tmp_path, name):
+    for where, text in (("env", f"env: {{{name}: '1'}}\n"), ("nccl.x", f"nccl: {{x: {{{name}: '1'}}}}\n"),
+                        ("env_passthrough", f"env_passthrough: [{name}]\n")):
+        sweep = tmp_path / "s.yaml"
+        sweep.write_text((SWEEPS / "local.yaml").read_text() + text)
+        with pytest.raises(SpecError) as info:
+            load_sweep(sweep)
+        assert f"{where}" in str(info.value) and f"{name} is set by bench" in str(info.value)
+    profile = tmp_path / "c.yaml"
+    profile.write_text(f"name: c\nenv: {{{name}: '1'}}\n")
+    with pytest.raises(SpecError, match=f"env.{name}: {name} is set by bench"):
+        load_profile(profile)
