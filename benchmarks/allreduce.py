@@ -29,8 +29,8 @@ import sys
 import time
 from typing import Any
 
-from .common import PER_RANK, Context, UsageError, add_common_args, format_size, main as run_main, parse_size, parse_size_or_zero, \
-    spread
+from .common import PER_RANK, Context, OneLineParser, UsageError, add_common_args, format_size, main as run_main, \
+    parse_size, size_arg, size_or_zero_arg, spread
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 OPS = ("sum", "avg", "max", "min")
@@ -81,11 +81,11 @@ def message_sizes(min_bytes: int, max_bytes: int, factor: int, element_size: int
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="bench run allreduce", description=__doc__.split("\n\n")[0],
+    p = OneLineParser(prog="bench run allreduce", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("-b", "--min-bytes", "--minbytes", dest="min_bytes", type=parse_size, default=parse_size("8"),
+    p.add_argument("-b", "--min-bytes", "--minbytes", dest="min_bytes", type=size_arg, default=parse_size("8"),
                    help="smallest message, K/M/G = powers of 1024 (default 8)")
-    p.add_argument("-e", "--max-bytes", "--maxbytes", dest="max_bytes", type=parse_size, default=parse_size("128M"),
+    p.add_argument("-e", "--max-bytes", "--maxbytes", dest="max_bytes", type=size_arg, default=parse_size("128M"),
                    help="largest message (default 128M)")
     p.add_argument("-f", "--step-factor", "--stepfactor", dest="step_factor", type=int, default=2,
                    help="multiplication factor between sizes (default 2)")
@@ -100,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"comma-separated collectives among {', '.join(COLLECTIVES)} (default all_reduce)")
     p.add_argument("--out-of-place", action=argparse.BooleanOptionalAction, default=True,
                    help="also measure out-of-place calls (default on)")
-    p.add_argument("--link-bytes", type=parse_size_or_zero, default=parse_size("4M"), metavar="SIZE",
+    p.add_argument("--link-bytes", type=size_or_zero_arg, default=parse_size("4M"), metavar="SIZE",
                    help="message size of the pairwise link probe that names slow nodes, 0 to skip (default 4M)")
     p.add_argument("--link-iters", type=int, default=5, help="link probe passes over all pairs (default 5)")
     add_common_args(p)

@@ -18,6 +18,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import typing
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, Callable, Mapping
@@ -51,9 +52,28 @@ def parse_size(text: str | int, *, allow_zero: bool = False) -> int:
     return value
 
 
-def parse_size_or_zero(text: str | int) -> int:
-    """A byte count where 0 turns the feature off (argparse's `type`)."""
-    return parse_size(text, allow_zero=True)
+def size_arg(text: str) -> int:
+    """A byte count flag (argparse's `type`): the parser's error says what is wrong."""
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def size_or_zero_arg(text: str) -> int:
+    """A byte count flag where 0 turns the feature off."""
+    try:
+        return parse_size(text, allow_zero=True)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line, as every error of bench is: argparse's
+    own prints the whole usage first. The usage is one `--help` away, and the line says so."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def format_size(n: int) -> str:
@@ -369,6 +389,7 @@ def main(workload: str, argv: list[str] | None, parser: argparse.ArgumentParser,
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     prog = f"bench run {workload}"
+    launch = None
     try:
         launch = detect_launch(os.environ)
         if args.nproc < 1:
@@ -380,9 +401,9 @@ def main(workload: str, argv: list[str] | None, parser: argparse.ArgumentParser,
         device = resolve_device(args.device, launch)
         backend = resolve_backend(args.backend, device)
     except (UsageError, ValueError) as exc:
-        # Every rank fails alike; one line is enough, from rank 0 or when the rank is unknown.
-        rank = os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))
-        if not (rank.isdigit() and int(rank) > 0):
+        # Every rank of a valid launch fails alike: rank 0 says why. A launch that could not be
+        # read (RANK=5 with WORLD_SIZE=2) has no trustworthy rank, so every process says it.
+        if launch is None or launch.rank == 0:
             print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
 

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .common import Context, UsageError, main as run_main
+from .common import Context, OneLineParser, UsageError, main as run_main
 from .imagefolder import count_images, ensure_imagefolder
 from .training import (add_training_args, build_trainer, check_training_args, gather_per_rank, per_gpu_batch,
                        sync, throughput, training_params)
@@ -34,7 +34,7 @@ def default_cache() -> Path:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="bench run real", description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="bench run real", description=__doc__.split("\n\n")[0])
     add_training_args(p)
     g = p.add_argument_group("data")
     g.add_argument("--data-dir", help="ImageFolder root (<dir>/<class>/<image>); default: a generated set")

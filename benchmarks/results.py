@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, _mode_for(path))
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -40,6 +42,34 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def umask() -> int:
+    """The process's umask, read without changing it where Linux shows it (/proc, since 4.7):
+    setting it to read it back would race with other threads creating files."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+def _mode_for(path: Path) -> int:
+    """The mode of a file written in place of `path`: the mode of the file it replaces, else
+    what open(2) would give a new file (0666 less the umask), as any Unix tool does; mkstemp's
+    0600 would make a team's shared results unreadable to the team."""
+    try:
+        st = os.lstat(path)
+        if stat.S_ISREG(st.st_mode):
+            return stat.S_IMODE(st.st_mode)
+    except OSError:
+        pass
+    return 0o666 & ~umask()
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:

@@ -17,12 +17,12 @@ import sys
 import time
 from typing import Any
 
-from .common import Context, main as run_main
+from .common import Context, OneLineParser, main as run_main
 from .training import add_training_args, build_trainer, check_training_args, per_gpu_batch, sync, throughput, training_params
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="bench run synthetic", description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="bench run synthetic", description=__doc__.split("\n\n")[0])
     add_training_args(p)
     p.add_argument("--seed", type=int, default=0)
     return p

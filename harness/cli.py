@@ -22,6 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import OneLineParser
+
 from .errors import EXIT_INTERNAL, EXIT_INTERRUPTED, BenchError, SlurmError, UsageError, one_line
 from .rundir import COMPLETED, RunDir
 
@@ -79,6 +81,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         jobs = run.jobs()
         recorded = plan.get("cluster")
         profile = build(ClusterProfile, recorded, "cluster") if recorded else None
+        _check_passthrough((*plan["sweep"].get("env_passthrough", ()), *(profile.env_passthrough if profile else ())))
         executor = make_executor(plan["executor"], run, plan["sweep"].get("timeout_s", 300.0), profile)
         console.print(f"executor: {executor.name} (from the plan in {run.path})")
         with locked(run):
@@ -101,6 +104,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if "srun" in sweep.launchers and name == "local":
         raise UsageError(f"{sweep_path}: launchers: the local executor runs torchrun only, and the sweep asks for "
                          f"srun; use --executor slurm or --set launchers=[torchrun]")
+    if not args.dry_run:
+        _check_passthrough((*sweep.env_passthrough, *(profile.env_passthrough if profile else ())))
     jobs = expand(sweep)
     run, created = claim(out)
     executor = make_executor(name, run, sweep.timeout_s, profile)
@@ -112,6 +117,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             return 0
         table = run.read_table(jobs)
         return _run_and_report(run, executor, jobs, table, console)
+
+
+def _check_passthrough(names: tuple[str, ...]) -> None:
+    """Every env_passthrough variable is set here, where jobs inherit the environment from."""
+    missing = [n for n in dict.fromkeys(names) if n not in os.environ]
+    if missing:
+        raise UsageError(f"env_passthrough: {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set in "
+                         f"this environment; export {'it' if len(missing) == 1 else 'them'} first (jobs take "
+                         f"{'its' if len(missing) == 1 else 'their'} value from here)")
 
 
 def _run_and_report(run: RunDir, executor: Any, jobs: list, table: dict, console: Any) -> int:
@@ -279,24 +293,23 @@ def _print_comparison(console: Any, cmp: Any, top: int) -> None:
     console.print(headline(cmp), soft_wrap=True)
 
 
-def _check_out_file(path: str | None, flag: str) -> Path | None:
-    if path is None:
-        return None
-    p = Path(path)
-    if p.is_dir():
-        raise UsageError(f"{flag} {path}: is a directory; give a file name")
-    if not p.parent.is_dir():
-        raise UsageError(f"{flag} {path}: no such directory {p.parent}")
-    return p
-
-
 def _check_out_dir(path: str | None, flag: str) -> Path | None:
     if path is None:
         return None
     p = Path(path)
     if p.exists() and not p.is_dir():
         raise UsageError(f"{flag} {path}: is a file; give a directory (it is created if missing)")
+    _check_can_create(p, flag)
     return p
+
+
+def _check_can_create(path: Path, flag: str) -> None:
+    """The nearest existing ancestor of `path` is a directory, so `path` can be created there."""
+    for parent in path.absolute().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise UsageError(f"{flag} {path}: {parent} is not a directory")
+            return
 
 
 def _min_runs(value: int) -> int:
@@ -317,13 +330,12 @@ def _sides(dir_a: str, dir_b: str | None, across: tuple[str, str, str] | None) -
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from benchmarks.results import atomic_write_bytes, atomic_write_text
-
+    from . import outputs
     from .compare import compare, markdown, table_csv
     from .plot import draw_compare
 
     threshold, across = _threshold(args.threshold), _across(args.across)
-    csv_path, md_path = _check_out_file(args.csv, "--csv"), _check_out_file(args.markdown, "--markdown")
+    csv_path, md_path = outputs.check(args.csv, "--csv"), outputs.check(args.markdown, "--markdown")
     plots = _check_out_dir(args.plots, "--plots")
     a, b = _sides(args.dir_a, args.dir_b, across)
     if a is not b:
@@ -335,11 +347,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     console = _console()
     _print_comparison(console, cmp, args.top)
     if csv_path:
-        atomic_write_bytes(csv_path, table_csv(cmp.table))
+        outputs.write(csv_path, table_csv(cmp.table), "--csv")
         print(f"wrote {csv_path}")
     if md_path:
-        atomic_write_text(md_path, markdown(cmp, f"bench compare: {cmp.b.label} against {cmp.a.label}",
-                                           include_same=True) + "\n")
+        outputs.write(md_path, (markdown(cmp, f"bench compare: {cmp.b.label} against {cmp.a.label}",
+                                         include_same=True) + "\n").encode(), "--markdown")
         print(f"wrote {md_path}")
     if plots:
         for path in draw_compare(plots, cmp.a.rows, cmp.b.rows, (cmp.a.label, cmp.b.label)):
@@ -404,13 +416,22 @@ def cmd_history(args: argparse.Namespace) -> int:
         console.print(render(changes(db, args.cluster, _metrics(args.metric), threshold), args.cluster, threshold),
                       markup=False)
     else:
-        from .plot import draw_history
+        from benchmarks.results import atomic_write_bytes
+
+        from . import outputs
+        from .plot import history_figure
 
         pts = history.points(db, args.cluster)
         if pts.empty:
             raise UsageError(f"{db}: no run of cluster {args.cluster!r}; see `bench history list`")
         out = Path(args.out) if args.out else db.parent / f"history-{_file_safe(args.cluster)}.png"
-        print(f"wrote {draw_history(pts, args.cluster, out)}")
+        outputs.check(str(out), "--out")
+        png, points = history_figure(pts, args.cluster)
+        outputs.write(out, png, "--out")
+        csv = outputs.beside(out, ".csv")
+        if csv is not None:
+            atomic_write_bytes(csv, points)
+        print(f"wrote {out}" + (f" and {csv}" if csv is not None else ""))
     return 0
 
 
@@ -453,14 +474,13 @@ def cmd_regress(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from benchmarks.results import atomic_write_text
-
+    from . import outputs
     from .compare import compare
     from .report import default_path, render
     from .rundir import RunDir
 
     run = RunDir(args.dir)
-    out = _check_out_file(args.out, "--out") or default_path(run)
+    out = outputs.check(args.out, "--out") or default_path(run)
     across = _across(args.across)
     side, other = _sides(args.dir, args.compare, across) if (args.compare or across) else (None, None)
     cmp = None
@@ -473,7 +493,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         from .compare import load_run
 
         side = load_run(args.dir)
-    atomic_write_text(out, render(run, side, cmp))
+    outputs.write(out, render(run, side, cmp).encode(), "--out")
     print(f"wrote {out}")
     return 0
 
@@ -551,7 +571,7 @@ def _print_results(console: Any, summary: Any) -> None:
 # --------------------------------------------------------------------------- parser
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="bench", description="Scaling benchmarks for distributed PyTorch training.")
+    p = OneLineParser(prog="bench", description="Scaling benchmarks for distributed PyTorch training.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     s = sub.add_parser("sweep", help="run (or --dry-run plan) a sweep of jobs")
@@ -649,6 +669,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    for stream in (sys.stdout, sys.stderr):  # a path with undecodable bytes is printed, not fatal
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     # `bench run WORKLOAD ...` hands everything after the workload to it, --help included.
     if len(argv) >= 2 and argv[0] == "run" and argv[1] in WORKLOADS:
         return cmd_run(argparse.Namespace(workload=argv[1], workload_args=argv[2:]))

@@ -100,8 +100,9 @@ class _Environments:
         for key in _ENV_FIELDS:
             if env.get(key) is not None:
                 self.seen[key].add(str(env[key]))
-        if env.get("device_type") == "cuda":
-            self.seen["gpu"].update(str(r.get("device")) for r in env.get("ranks", []))
+        ranks = env.get("ranks")
+        if env.get("device_type") == "cuda" and isinstance(ranks, list):
+            self.seen["gpu"].update(str(r.get("device")) for r in ranks if isinstance(r, dict))
         self.hosts.update(env.get("hosts", []))
         self.largest = max(self.largest, nodes)
 
@@ -211,27 +212,52 @@ def collect(run: RunDir, warn: Callable[[str], None] = _warn) -> tuple[Any, Any]
             if path.exists():
                 try:
                     result = load_result(path)
+                    problem = foreign(result, job, wr)
+                    if problem:
+                        warn(f"skipping {path}: {problem}")
+                        result = None
                 except ResultError as exc:
                     warn(f"skipping {exc}")
             if result is None:
                 out.add(1, {**head, "status": MISSING if status == COMPLETED else status})
                 continue
-            head.update(backend=result.get("backend"), device=result.get("device"),
-                        hosts=",".join(result.get("environment", {}).get("hosts", [])))
             try:
+                environment = result["environment"]
+                hosts = environment["hosts"]
+                if not (isinstance(hosts, list) and all(isinstance(h, str) for h in hosts)):
+                    raise TypeError(f"environment.hosts is {hosts!r}, not a list of host names")
+                head.update(backend=str(result["backend"]), device=str(result["device"]), hosts=",".join(hosts))
                 head["params"] = compared_params(wr.workload, result)
                 _add_result(out, head, result)
-            except (KeyError, TypeError, ValueError) as exc:
+            except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
                 warn(f"skipping {path}: incomplete result ({type(exc).__name__}: {exc})")
                 out.add(1, {**head, "status": MISSING})
                 continue
             if status == COMPLETED:
-                envs.add(result.get("environment", {}), job.nodes)
-                if wr.workload == "allreduce" and result.get("per_rank_file"):
-                    slow += stragglers.judge_file(job.name, path.parent / result["per_rank_file"], warn)
+                envs.add(environment, job.nodes)
+                ranks_file = result.get("per_rank_file")
+                if wr.workload == "allreduce" and isinstance(ranks_file, str) and ranks_file and "/" not in ranks_file:
+                    slow += stragglers.judge_file(job.name, path.parent / ranks_file, warn)
     add_scaling(out.columns)
     slow.sort(key=lambda s: -s.slower)
     return out.table(envs.result(), [asdict(s) for s in slow]), out.samples()
+
+
+def foreign(result: dict[str, Any], job: Any, wr: Any) -> str | None:
+    """Why a result does not belong where it sits (another job's file copied in, another
+    workload's file renamed), or None. Every result records the --json path it was written to,
+    relative to the run directory, which names its job and workload."""
+    if result.get("workload") != wr.workload:
+        return f"its workload is {result.get('workload')!r}, not {wr.workload!r}"
+    if wr.scaling and result.get("scaling") != wr.scaling:
+        return f"its scaling is {result.get('scaling')!r}, not {wr.scaling!r}"
+    if result.get("world_size") != job.world_size:
+        return f"its world size is {result.get('world_size')!r}, but job {job.name} has {job.world_size} ranks"
+    argv = result.get("argv")
+    written = argv[argv.index("--json") + 1] if isinstance(argv, list) and "--json" in argv[:-1] else None
+    if written != job.result_path(wr):
+        return f"it was written as {written!r}, not as {job.result_path(wr)!r} of job {job.name}"
+    return None
 
 
 def _add_result(out: _Builder, head: dict[str, Any], result: dict[str, Any]) -> None:

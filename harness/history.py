@@ -89,7 +89,12 @@ def _connect(db: Path, create: bool) -> sqlite3.Connection:
     if not create and not db.exists():
         raise HistoryError(f"{db}: no history database; add a run first with `bench history add RUN --cluster NAME`")
     if create:
-        db.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            db.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise HistoryError(f"--db {db}: cannot create {db.parent} ({exc.strerror or exc})") from None
+    if db.is_dir():
+        raise HistoryError(f"--db {db}: is a directory; give the database file")
     try:
         con = sqlite3.connect(db, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         con.execute("PRAGMA foreign_keys = ON")
@@ -181,8 +186,10 @@ def add(db: Path, path: str | Path, cluster: str, label: str | None = None) -> A
     that writes it."""
     from .collect import run_facts, to_frame
 
-    if not cluster.strip():
-        raise HistoryError("--cluster must name the cluster, found an empty name")
+    for flag, text in (("--cluster", cluster), ("--label", label)):
+        if text is not None and (not text.strip() or len(text) > 200 or not text.isprintable()):
+            raise HistoryError(f"{flag} {text!r}: give a name of 1 to 200 printable characters (no control "
+                               f"characters, which reports and junit.xml cannot carry)")
     run = RunDir(path)
     summary, samples = read_tables(run)
     plan = run.read_plan()

@@ -31,6 +31,9 @@ def _setup() -> tuple[Any, Any]:
     import seaborn as sns
 
     sns.set_theme(style="whitegrid", context="notebook")
+    # Labels come from run directories and the command line: `$` is text, never mathtext, whose
+    # parser would fail on `a$\frac{x$` at draw time.
+    matplotlib.rcParams["text.parse_math"] = False
     return plt, sns
 
 
@@ -273,9 +276,9 @@ def draw_compare(out: Path, a: Any, b: Any, labels: tuple[str, str]) -> list[Pat
                             ("compare_scaling", lambda: compare_scaling_figure(a, b, labels))])
 
 
-def draw_history(points: Any, cluster: str, out: Path) -> Path:
-    """The key figures of a cluster's runs over time: busbw at the largest message size per
-    configuration, and images/s per GPU per training workload (history.points)."""
+def history_figure(points: Any, cluster: str) -> tuple[bytes, bytes]:
+    """(PNG, CSV of its points) of a cluster's key figures over time: busbw at the largest
+    message size per configuration, and images/s per GPU per training workload (history.points)."""
     import pandas as pd
 
     plt, sns = _setup()
@@ -303,7 +306,6 @@ def draw_history(points: Any, cluster: str, out: Path) -> Path:
     fig.suptitle(f"History of {cluster}")
     fig.tight_layout()
     try:
-        _save(fig, pd.DataFrame(points_out, columns=POINT_COLUMNS), out)
+        return png_bytes(fig), pd.DataFrame(points_out, columns=POINT_COLUMNS).to_csv(index=False).encode()
     finally:
         plt.close(fig)
-    return out

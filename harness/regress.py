@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime as dt
 import platform
+import re
 import socket
 from pathlib import Path
 from typing import Any
@@ -53,9 +54,16 @@ _ENTITIES = (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ('"', "&quot;"), ("\n
 _XML = str.maketrans(dict(_ENTITIES))
 
 
+# Characters XML 1.0 cannot hold even escaped (its Char production): C0 controls but tab, newline
+# and carriage return, lone surrogates, U+FFFE and U+FFFF. A label or path holding one would make
+# the whole junit.xml unreadable, so each becomes U+FFFD.
+_NOT_XML = "[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]"
+_NOT_XML_RE = re.compile(_NOT_XML)
+
+
 def _attr(text: str) -> str:
     """Text escaped for an XML attribute or element."""
-    return text.translate(_XML)
+    return _NOT_XML_RE.sub("\ufffd", text).translate(_XML)
 
 
 def junit(cmp: Comparison, strict: bool = True) -> str:
@@ -88,6 +96,7 @@ def _escape_all(values: Any) -> Any:
     import pyarrow.compute as pc
 
     arr = pa.array(values.astype(str).tolist(), type=pa.string())
+    arr = pc.replace_substring_regex(arr, "[\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x{fffe}\\x{ffff}]", "\ufffd")
     for char, entity in _ENTITIES:
         arr = pc.replace_substring(arr, char, entity)
     return pd.Series(arr.to_pylist(), index=values.index, dtype=object)

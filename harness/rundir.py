@@ -6,6 +6,7 @@
     DIR/data/                     a generated image set, when the real workload needs one
     DIR/summary.parquet, .csv     one row per (job, workload, scaling, collective, size)
     DIR/samples.parquet           per-iteration samples behind the summary's statistics
+    DIR/.summary/                 the generations those three link into (docs/run-directory.md)
     DIR/plots/                    PNG plots and the CSV of each plot's points
 
 Everything is written atomically, and the job table after every change, so a crash or
@@ -25,7 +26,7 @@ from typing import Any, Iterable
 from benchmarks.common import ranks_path
 from benchmarks.results import SCHEMA_VERSION, atomic_write_json, atomic_write_text
 
-from .errors import RunDirError
+from .errors import RunDirError, one_line
 from .plan import Job
 
 PENDING, RUNNING, COMPLETED, FAILED, TIMEOUT, CANCELLED = "PENDING", "RUNNING", "COMPLETED", "FAILED", "TIMEOUT", "CANCELLED"
@@ -64,6 +65,11 @@ class JobRecord:
 class RunDir:
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        try:
+            str(self.path).encode("utf-8")
+        except UnicodeEncodeError:  # undecodable bytes, which os.fsdecode keeps as surrogates
+            raise RunDirError(f"{one_line(str(self.path))}: the name is not UTF-8; rename the directory, since "
+                              f"summaries, reports and the history record it as text") from None
 
     plan_file = property(lambda self: self.path / "plan.json")
     table_file = property(lambda self: self.path / "jobs.json")
@@ -126,19 +132,26 @@ class RunDir:
             plan = json.loads(self.plan_file.read_text())
         except FileNotFoundError:
             raise RunDirError(f"{self.path}: not a run directory (no plan.json)") from None
-        except (OSError, json.JSONDecodeError) as exc:
-            raise RunDirError(f"{self.plan_file}: unreadable ({exc})") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise RunDirError(f"{self.plan_file}: unreadable ({one_line(str(exc))})") from None
         if not isinstance(plan, dict) or plan.get("schema_version") != SCHEMA_VERSION:
             found = plan.get("schema_version") if isinstance(plan, dict) else None
             raise RunDirError(f"{self.plan_file}: schema_version required {SCHEMA_VERSION}, found {found!r}")
         return plan
 
     def jobs(self) -> list[Job]:
+        """The plan's jobs, checked: a job's name and workloads become paths under the run
+        directory, so an edited plan.json cannot point them anywhere else."""
         plan = self.read_plan()
         try:
-            return [Job.from_dict({**d, "runs": plan["runs"]}) for d in plan["jobs"]]
-        except (KeyError, TypeError, ValueError) as exc:
+            jobs = [Job.from_dict({**d, "runs": plan["runs"]}) for d in plan["jobs"]]
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise RunDirError(f"{self.plan_file}: malformed plan ({type(exc).__name__}: {exc})") from None
+        for job in jobs:
+            problem = _job_problem(job)
+            if problem:
+                raise RunDirError(f"{self.plan_file}: malformed plan: job {job.name!r}: {problem}")
+        return jobs
 
     # ---- job table
 
@@ -148,20 +161,59 @@ class RunDir:
         if self.table_file.exists():
             try:
                 saved = json.loads(self.table_file.read_text()).get("jobs", {})
-            except (OSError, json.JSONDecodeError, AttributeError) as exc:
-                raise RunDirError(f"{self.table_file}: unreadable job table ({exc})") from None
-        known = {f for f in JobRecord.__dataclass_fields__}
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as exc:
+                raise RunDirError(f"{self.table_file}: unreadable job table ({one_line(str(exc))})") from None
+            if not isinstance(saved, dict):
+                raise RunDirError(f"{self.table_file}: malformed job table: \"jobs\" is a {type(saved).__name__}, "
+                                  f"not an object of job names")
         table = {}
         for job in jobs:
             row = saved.get(job.name)
-            table[job.name] = (JobRecord(**{k: v for k, v in row.items() if k in known}) if row
-                               else JobRecord(name=job.name, nodes=job.nodes))
+            table[job.name] = _record(row, self.table_file, job.name) if row else JobRecord(name=job.name, nodes=job.nodes)
         return table
 
     def write_table(self, table: dict[str, JobRecord], executor: str) -> None:
         atomic_write_json(self.table_file, {
             "schema_version": SCHEMA_VERSION, "executor": executor, "updated": now(),
             "jobs": {name: vars(rec) for name, rec in table.items()}})
+
+
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")  # no '/', so a name is one path component
+_RUN_KEYS = {("allreduce", ""), ("synthetic", "weak"), ("synthetic", "strong"), ("real", "weak"), ("real", "strong")}
+
+
+def _job_problem(job: Job) -> str | None:
+    if not isinstance(job.name, str) or not _NAME_RE.fullmatch(job.name):
+        return "the name is not letters, digits, '_', '.' and '-'"
+    for key in ("nodes", "gpus_per_node", "repeat"):
+        value = getattr(job, key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            return f"{key} is {value!r}, not a positive integer"
+    for run in job.runs:
+        if (run.workload, run.scaling) not in _RUN_KEYS or not all(isinstance(a, str) for a in run.args):
+            return f"workload {run.workload!r} with scaling {run.scaling!r} is not one bench runs"
+    return None
+
+
+# The type of each job-table field as JSON holds it.
+_RECORD_TYPES: dict[str, tuple[type, ...]] = {
+    "name": (str,), "nodes": (int,), "state": (str,), "job_id": (str, type(None)), "exit_code": (int, type(None)),
+    "elapsed_s": (int, float, type(None)), "started": (str, type(None)), "ended": (str, type(None)),
+    "attempts": (int,), "submitted": (str, type(None)), "cluster": (str, type(None)),
+    "node_list": (str, type(None)), "reason": (str, type(None)), "log_tail": (str, type(None)), "runs": (dict,)}
+
+
+def _record(row: Any, where: Path, name: str) -> JobRecord:
+    """A job-table row, its fields type-checked (a hand-edited table fails here, not later)."""
+    if not isinstance(row, dict):
+        raise RunDirError(f"{where}: malformed job table: job {name!r} is a {type(row).__name__}, not an object")
+    kept = {k: v for k, v in row.items() if k in _RECORD_TYPES}
+    for key, value in kept.items():
+        if not isinstance(value, _RECORD_TYPES[key]) or isinstance(value, bool):
+            raise RunDirError(f"{where}: malformed job table: job {name!r}: {key} is {value!r}")
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in kept.get("runs", {}).items()):
+        raise RunDirError(f"{where}: malformed job table: job {name!r}: runs must map workloads to states")
+    return JobRecord(**kept)
 
 
 def tail(path: Path, lines: int = 20, max_bytes: int = 64 * 1024) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .executors import Executor, LocalExecutor, SlurmExecutor
-from .plan import Job, expand
+from .plan import Job
 from .rundir import COMPLETED, FINAL_STATES, RUNNING, JobRecord, RunDir, RunDirError
 from .slurm import DEFAULT_PROFILE, ClusterProfile
 from .spec import Sweep
