@@ -14,7 +14,9 @@ What each kind of path gets (docs/hardening.md):
 from __future__ import annotations
 
 import os
+import re
 import stat
+import sys
 from pathlib import Path
 
 from benchmarks.results import atomic_write_bytes
@@ -66,15 +68,41 @@ def write(path: Path, data: bytes, flag: str) -> None:
         if how == "replace":
             atomic_write_bytes(Path(os.path.realpath(path)), data)
             return
+        own = _own_descriptor(path)
+        if own is not None:
+            # bench's own stdout or stderr: through the descriptor it already has, after what it
+            # printed so far. Opening the path anew would start a second file offset, which
+            # overwrites earlier output when the shell redirected with `>`.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            _write_all(own, data)
+            return
         fd = os.open(path, os.O_WRONLY | os.O_NOCTTY | os.O_APPEND | os.O_CLOEXEC)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            _write_all(fd, data)
         finally:
             os.close(fd)
     except OSError as exc:
         raise OutputError(f"{flag} {path}: cannot write ({exc.strerror or exc})") from None
+
+
+_OWN = re.compile(r"/dev/(?:(?P<name>stdout|stderr)|fd/(?P<fd>\d+))|/proc/(?:self|thread-self)/fd/(?P<pfd>\d+)")
+
+
+def _own_descriptor(path: Path) -> int | None:
+    """The descriptor of this process that `path` names (/dev/stdout, /dev/fd/N), or None."""
+    m = _OWN.fullmatch(os.path.normpath(str(path)))
+    if not m:
+        return None
+    if m["name"]:
+        return {"stdout": 1, "stderr": 2}[m["name"]]
+    return int(m["fd"] or m["pfd"])
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def beside(path: Path, suffix: str) -> Path | None:
