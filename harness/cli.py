@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -696,5 +697,14 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERNAL
 
 
+def entry() -> int:
+    """The `bench` console script: `main`, after which a Ctrl-C ends the process quietly, the
+    work and its one line being done (Python would print a KeyboardInterrupt traceback)."""
+    try:
+        return main()
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

@@ -169,7 +169,7 @@ class RunDir:
         table = {}
         for job in jobs:
             row = saved.get(job.name)
-            table[job.name] = _record(row, self.table_file, job.name) if row else JobRecord(name=job.name, nodes=job.nodes)
+            table[job.name] = _record(row, self.table_file, job) if row else JobRecord(name=job.name, nodes=job.nodes)
         return table
 
     def write_table(self, table: dict[str, JobRecord], executor: str) -> None:
@@ -203,8 +203,10 @@ _RECORD_TYPES: dict[str, tuple[type, ...]] = {
     "node_list": (str, type(None)), "reason": (str, type(None)), "log_tail": (str, type(None)), "runs": (dict,)}
 
 
-def _record(row: Any, where: Path, name: str) -> JobRecord:
-    """A job-table row, its fields type-checked (a hand-edited table fails here, not later)."""
+def _record(row: Any, where: Path, job: Job) -> JobRecord:
+    """A job-table row, its fields type-checked (a hand-edited table fails here, not later); its
+    name and node count are the plan's."""
+    name = job.name
     if not isinstance(row, dict):
         raise RunDirError(f"{where}: malformed job table: job {name!r} is a {type(row).__name__}, not an object")
     kept = {k: v for k, v in row.items() if k in _RECORD_TYPES}
@@ -213,7 +215,7 @@ def _record(row: Any, where: Path, name: str) -> JobRecord:
             raise RunDirError(f"{where}: malformed job table: job {name!r}: {key} is {value!r}")
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in kept.get("runs", {}).items()):
         raise RunDirError(f"{where}: malformed job table: job {name!r}: runs must map workloads to states")
-    return JobRecord(**kept)
+    return JobRecord(**{**kept, "name": job.name, "nodes": job.nodes})
 
 
 def tail(path: Path, lines: int = 20, max_bytes: int = 64 * 1024) -> str:

@@ -45,10 +45,13 @@ def make_run(root: Path, n_jobs: int, world: int = 8, iters: int = 20, seed: int
     run.write_plan({}, "tests/perf fixture", "local", jobs)
     run.write_table({j.name: JobRecord(name=j.name, nodes=j.nodes, state=COMPLETED, runs={"allreduce": COMPLETED})
                      for j in jobs}, "local")
-    # through the workloads' own encoding, so files are as large as real ones
-    text = json.dumps(json_safe(_allreduce_result(random.Random(seed), world, iters)))
+    # through the workloads' own encoding, so files are as large as real ones; each names its
+    # job's world size and --json path, as collect checks
+    result = {**_allreduce_result(random.Random(seed), world, iters), "world_size": -1, "argv": ["--json", "@PATH@"]}
+    text = json.dumps(json_safe(result))
     for job in jobs:
         path = root / job.result_path(job.runs[0])
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        path.write_text(text.replace('"world_size": -1', f'"world_size": {job.world_size}', 1)
+                        .replace('"@PATH@"', json.dumps(job.result_path(job.runs[0])), 1))
     return run
