@@ -137,6 +137,10 @@ class RunDir:
         if not isinstance(plan, dict) or plan.get("schema_version") != SCHEMA_VERSION:
             found = plan.get("schema_version") if isinstance(plan, dict) else None
             raise RunDirError(f"{self.plan_file}: schema_version required {SCHEMA_VERSION}, found {found!r}")
+        for key, kinds in (("sweep", (dict,)), ("executor", (str,)), ("cluster", (dict, type(None))), ("runs", (list,)),
+                           ("jobs", (list,))):
+            if not isinstance(plan.get(key), kinds):
+                raise RunDirError(f"{self.plan_file}: malformed plan: {key} is {type(plan.get(key)).__name__}")
         return plan
 
     def jobs(self) -> list[Job]:

@@ -110,9 +110,10 @@ class ClusterProfile:
                                                    f"as written")
             reserved = reserved_option(option.split("=", 1)[0])
             if reserved:
-                raise FieldError("sbatch_options", f"{option!r} reaches {reserved}, which bench sets itself or which "
-                                                   f"would take the job out of bench's hands; use the profile's own "
-                                                   f"keys")
+                name = option.split("=", 1)[0]
+                read_as = "" if name == reserved else f" (sbatch reads {name} as {reserved})"
+                raise FieldError("sbatch_options", f"{option!r}: {reserved} is set by bench, or would take the job "
+                                                   f"out of its hands{read_as}; use the profile's own keys")
 
 
 def reserved_option(name: str) -> str | None:

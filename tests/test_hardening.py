@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SWEEPS, bench
+from conftest import SWEEPS, bench, planned_later
 from benchmarks.common import captured_variables, redacted, secret_name
 from harness.cli import main
 
@@ -241,3 +241,49 @@ def test_a_passed_through_secret_reaches_the_job_and_no_file(tmp_path):
     for f in out.rglob("*"):
         if f.is_file():
             assert secret.encode() not in f.read_bytes(), f
+
+
+# --------------------------------------------------------------------------- odd names and values that must work
+
+@pytest.mark.slow
+def test_labels_with_mathtext_are_drawn_as_text(real_run, tmp_path, capsys):
+    """matplotlib parses `$...$` as mathtext and fails at draw time on `a$\\frac{x$`."""
+    other = tmp_path / "b"
+    shutil.copytree(real_run, other)
+    plots, html = tmp_path / "plots", tmp_path / "r.html"
+    labels = "a$\\frac{x$,b$_"
+    assert main(["compare", str(real_run), str(other), "--labels", labels, "--plots", str(plots)]) == 0, \
+        capsys.readouterr().err
+    assert sorted(p.name for p in plots.glob("*.png")) == ["compare_busbw.png", "compare_scaling.png"]
+    assert main(["report", str(real_run), "--compare", str(other), "--labels", labels, "--out", str(html)]) == 0
+    assert "a$\\frac{x$" in html.read_text()
+
+
+@pytest.mark.slow
+def test_junit_stays_xml_with_control_characters_in_names(real_run, tmp_path, capsys):
+    """A run directory named with an escape sequence is valid UTF-8, so it is accepted; XML 1.0
+    cannot hold the character even escaped, so junit.xml carries U+FFFD instead."""
+    import xml.etree.ElementTree as ET
+
+    night = tmp_path / "night\x1b[31m\x07"
+    shutil.copytree(real_run, night)
+    planned_later(night)  # a run of its own, not the baseline's copy
+    db = str(tmp_path / "h.sqlite")
+    assert main(["history", "add", str(real_run), "--cluster", "c", "--db", db]) == 0
+    out = tmp_path / "regress"
+    status = main(["regress", str(night), "--cluster", "c", "--db", db, "--baseline", "last", "--out", str(out)])
+    assert status in (0, 1, 3), capsys.readouterr().err
+    root = ET.parse(out / "junit.xml").getroot()
+    assert "night\ufffd[31m\ufffd" in root.find("testsuite").get("name")
+
+
+@pytest.mark.slow
+def test_link_bytes_0_turns_the_probe_off(tmp_path):
+    """The README's `link_bytes: 0`, which every job failed on: the workload runs, probe off."""
+    out = tmp_path / "r.json"
+    bench("run", "allreduce", "--nproc", "2", "--device", "cpu", "-b", "1K", "-e", "4K", "-n", "2", "-w", "1",
+          "--link-bytes", "0", "--json", str(out), timeout=300)
+    result = json.loads(out.read_text())
+    assert result["params"]["link_bytes"] == 0 and result["rows"]
+    per_rank = json.loads((tmp_path / "r.ranks.json").read_text())
+    assert not per_rank.get("links")
