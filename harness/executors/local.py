@@ -117,7 +117,8 @@ class LocalExecutor(Executor):
         """Write the exact commands the job runs, for a person to read or rerun by hand."""
         lines = [f"# {job.name} (config {job.config_hash}): {job.nodes} node(s) x {job.gpus_per_node} rank(s),",
                  "# run by the local executor from the run directory; PORT is a free port chosen at run time.",
-                 *(f"export {k}={shlex.quote(v)}" for k, v in (*job.env, *job.nccl_env))]
+                 *(f"export {k}={shlex.quote(v)}" for k, v in (*job.env, *job.nccl_env)),
+                 *(f"# {name}: from the environment bench ran in (env_passthrough)" for name in job.passthrough)]
         for run in job.runs:
             lines.append(f"\n# {run.key}: {job.nodes} agent(s)")
             lines += [shlex.join(self.agent_command(job, run, node, "PORT")).replace("127.0.0.1:PORT", "127.0.0.1:$PORT")
