@@ -8,7 +8,7 @@ For every message size and collective:
 - `time_us`: the nccl-tests way: warmup, barrier, n back-to-back calls, one device sync,
   elapsed / n, and the worst rank's figure (a collective is as slow as its slowest member).
 - `algbw_gbps` = size / time, `busbw_gbps` = algbw x the collective's bus factor, GB = 1e9
-  (factors from nccl-tests' PERFORMANCE.md, see shared/REFERENCE.md).
+  (factors from nccl-tests' PERFORMANCE.md, kept in benchmarks/catalog.py; docs/reference.md).
 - `wrong`: elements that failed the check (-c iterations, buffers filled with rank-dependent
   values so a missing, duplicated or mis-ordered contribution shows), summed over ranks.
 - per-iteration samples (each call timed on its own: CUDA events on GPU, host clock on CPU,
@@ -27,36 +27,31 @@ import argparse
 import math
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
-from .common import PER_RANK, Context, OneLineParser, UsageError, add_common_args, format_size, main as run_main, \
-    parse_size, size_arg, size_or_zero_arg, spread
+import torch
+import torch.distributed as dist
 
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
-OPS = ("sum", "avg", "max", "min")
-# nccl-tests' names first, then torch's and the short forms people type.
-DTYPES = {
-    "float": "float32", "float32": "float32", "fp32": "float32",
-    "half": "float16", "float16": "float16", "fp16": "float16",
-    "bfloat16": "bfloat16", "bf16": "bfloat16",
-    "double": "float64", "float64": "float64", "fp64": "float64",
-    "int32": "int32", "int": "int32",
-    "int64": "int64",
-}
+from .catalog import COLLECTIVES, DTYPES, OPS, Buffers, Collective, collective
+from .common import (
+    PER_RANK,
+    OneLineParser,
+    UsageError,
+    add_common_args,
+    format_size,
+    parse_size,
+    size_arg,
+    size_or_zero_arg,
+    spread,
+)
+from .runtime import Context, gather_rows
+from .runtime import main as run_main
 
 
-def bus_factor(collective: str, world_size: int) -> float:
-    """busbw / algbw for `collective` over `world_size` ranks (nccl-tests PERFORMANCE.md):
-    all_reduce moves 2(n-1)/n of the data over each rank's link, all_gather and
-    reduce_scatter (n-1)/n, broadcast 1. busbw is then comparable with link speed for any n."""
-    n = world_size
-    if collective == "all_reduce":
-        return 2 * (n - 1) / n
-    if collective in ("all_gather", "reduce_scatter"):
-        return (n - 1) / n
-    if collective == "broadcast":
-        return 1.0
-    raise ValueError(f"unknown collective {collective!r}; valid: {', '.join(COLLECTIVES)}")
+def bus_factor(name: str, world_size: int) -> float:
+    """busbw / algbw for collective `name` over `world_size` ranks (benchmarks/catalog.py)."""
+    return collective(name).bus_factor(world_size)
 
 
 def message_sizes(min_bytes: int, max_bytes: int, factor: int, element_size: int, chunks: int) -> list[int]:
@@ -129,101 +124,78 @@ def check_args(args: argparse.Namespace, world_size: int | None) -> None:
 
 # --------------------------------------------------------------------------- measurement
 
-def _pattern(torch: Any, rank: int, idx: Any) -> Any:
+def _pattern(rank: int, idx: torch.Tensor) -> torch.Tensor:
     """Rank r's value at element i: ((r + i) mod 5) + 1, small integers exact in every dtype."""
     return ((idx + rank) % 5 + 1).to(torch.float64)
 
 
-def _reduce_expected(torch: Any, op: str, n: int, idx: Any) -> Any:
-    acc = _pattern(torch, 0, idx)
-    for r in range(1, n):
-        v = _pattern(torch, r, idx)
-        if op in ("sum", "avg"):
-            acc = acc + v
-        elif op == "max":
-            acc = torch.maximum(acc, v)
-        else:
-            acc = torch.minimum(acc, v)
-    return acc / n if op == "avg" else acc
+class CheckValues:
+    """The check pattern and what a correct call makes of it (catalog.Values), in float64."""
+
+    def __init__(self, op: str, n: int, device: torch.device):
+        self.op, self.n, self.device = op, n, device
+
+    def pattern(self, rank: int, start: int, stop: int) -> torch.Tensor:
+        return _pattern(rank, torch.arange(start, stop, device=self.device))
+
+    def reduced(self, start: int, stop: int) -> torch.Tensor:
+        idx = torch.arange(start, stop, device=self.device)
+        acc = _pattern(0, idx)
+        for r in range(1, self.n):
+            v = _pattern(r, idx)
+            if self.op in ("sum", "avg"):
+                acc = acc + v
+            elif self.op == "max":
+                acc = torch.maximum(acc, v)
+            else:
+                acc = torch.minimum(acc, v)
+        return acc / self.n if self.op == "avg" else acc
+
+    def cat(self, parts: list[torch.Tensor]) -> torch.Tensor:
+        return torch.cat(parts)
 
 
-class _Collective:
-    """Buffers and calls for one collective at one size, in-place and out-of-place."""
+class CollectiveRun:
+    """One collective at one message size: its buffers, calls and check."""
 
-    def __init__(self, torch: Any, dist: Any, name: str, op: Any, op_name: str, count: int,
-                 inp: Any, out: Any, rank: int, n: int):
-        self.torch, self.dist, self.name = torch, dist, name
-        self.op, self.op_name, self.count, self.rank, self.n = op, op_name, count, rank, n
-        chunk = count // n
-        self.chunk = chunk
-        if name == "all_reduce":
-            self.in_place_input = self.in_place_output = inp[:count]
-            self.oop_input, self.oop_output = inp[:count], out[:count]
-        elif name == "broadcast":
-            self.in_place_input = self.in_place_output = inp[:count]
-            self.oop_input, self.oop_output = inp[:count], out[:count]
-        elif name == "all_gather":
-            self.in_place_output = out[:count]
-            self.in_place_input = out[rank * chunk:(rank + 1) * chunk]
-            self.oop_input, self.oop_output = inp[:chunk], out[:count]
-        else:  # reduce_scatter
-            self.in_place_input = inp[:count]
-            self.in_place_output = inp[rank * chunk:(rank + 1) * chunk]
-            self.oop_input, self.oop_output = inp[:count], out[:chunk]
+    def __init__(self, coll: Collective, op: Any, op_name: str, count: int, inp: torch.Tensor, out: torch.Tensor,
+                 rank: int, n: int):
+        self.coll, self.op, self.count, self.rank, self.n = coll, op, count, rank, n
+        self.name = coll.name
+        self.buffers: Buffers = coll.buffers(inp, out, count, rank, n)
+        self.values = CheckValues(op_name, n, inp.device)
 
-    def call(self, in_place: bool):
-        d, op = self.dist, self.op
-        if in_place:
-            i, o = self.in_place_input, self.in_place_output
-            if self.name == "all_reduce":
-                return lambda: d.all_reduce(i, op=op)
-            if self.name == "broadcast":
-                return lambda: d.broadcast(i, src=0)
-            if self.name == "all_gather":
-                return lambda: d.all_gather_into_tensor(o, i)
-            return lambda: d.reduce_scatter_tensor(o, i, op=op)
-        i, o = self.oop_input, self.oop_output
-        if self.name == "all_reduce":
-            return lambda: (o.copy_(i), d.all_reduce(o, op=op))
-        if self.name == "broadcast":
-            return lambda: (o.copy_(i), d.broadcast(o, src=0))
-        if self.name == "all_gather":
-            return lambda: d.all_gather_into_tensor(o, i)
-        return lambda: d.reduce_scatter_tensor(o, i, op=op)
+    def call(self, in_place: bool) -> Callable[[], Any]:
+        return self.coll.call(dist, self.buffers, self.op, in_place)
 
     def fill(self, in_place: bool) -> None:
-        torch = self.torch
-        target = self.in_place_input if in_place else self.oop_input
-        idx = torch.arange(target.numel(), device=target.device)
-        target.copy_(_pattern(torch, self.rank, idx).to(target.dtype))
+        b = self.buffers
+        target = b.in_place_input if in_place else b.oop_input
+        target.copy_(_pattern(self.rank, torch.arange(target.numel(), device=target.device)).to(target.dtype))
         if not in_place:
-            self.oop_output.zero_()
+            b.oop_output.zero_()
 
-    def expected(self, device: Any) -> Any:
-        torch, n, count, chunk = self.torch, self.n, self.count, self.chunk
-        if self.name == "all_reduce":
-            return _reduce_expected(torch, self.op_name, n, torch.arange(count, device=device))
-        if self.name == "broadcast":
-            return _pattern(torch, 0, torch.arange(count, device=device))
-        if self.name == "all_gather":
-            local = torch.arange(chunk, device=device)
-            return torch.cat([_pattern(torch, r, local) for r in range(n)])
-        mine = torch.arange(self.rank * chunk, (self.rank + 1) * chunk, device=device)
-        return _reduce_expected(torch, self.op_name, n, mine)
+    def expected(self) -> torch.Tensor:
+        """What this rank's output holds after a correct call, in float64."""
+        return self.coll.expected(self.values, self.count, self.rank, self.n)
 
-    def wrong(self, in_place: bool, device: Any) -> int:
-        torch = self.torch
-        out = self.in_place_output if in_place else self.oop_output
-        diff = (out.to(torch.float64) - self.expected(device)).abs()
+    def output(self, in_place: bool) -> torch.Tensor:
+        return self.buffers.in_place_output if in_place else self.buffers.oop_output
+
+    def wrong(self, in_place: bool) -> int:
+        """Elements of this rank's output that differ from the expected values."""
+        out = self.output(in_place)
+        expected = self.expected()
+        diff = (out.to(torch.float64) - expected).abs()
         if out.dtype.is_floating_point:
             # The pattern's values are small integers, exact until a sum outgrows the mantissa;
             # past that, at most one rounding per reduction step: n ulps of the result.
-            tol = self.expected(device).abs() * torch.finfo(out.dtype).eps * self.n
+            tol = expected.abs() * torch.finfo(out.dtype).eps * self.n
             return int((diff > tol).sum().item())
         return int((diff != 0).sum().item())
 
 
-def _time_calls(torch: Any, dist: Any, call: Any, iters: int, warmup: int, device: Any) -> tuple[float, list[float]]:
+def _time_calls(call: Callable[[], Any], iters: int, warmup: int, device: torch.device) -> tuple[float, list[float]]:
     """(average microseconds per call, per-call microseconds) on this rank."""
     cuda = device.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
@@ -253,14 +225,6 @@ def _time_calls(torch: Any, dist: Any, call: Any, iters: int, warmup: int, devic
     return (t1 - t0) / iters / 1e3, samples
 
 
-def _gather_rows(torch: Any, dist: Any, values: list[float], device: Any, world: int) -> list[list[float]]:
-    """Every rank's `values`, as a world x len(values) list of lists."""
-    mine = torch.tensor(values, dtype=torch.float64, device=device)
-    parts = [torch.empty_like(mine) for _ in range(world)]
-    dist.all_gather(parts, mine)
-    return [p.tolist() for p in parts]
-
-
 def pair_partner(rank: int, round_: int, world: int) -> int | None:
     """Rank's partner in round `round_` (0 .. rounds(world) - 1) of a round-robin schedule in
     which every pair of ranks meets exactly once (the circle method); None: idle this round
@@ -279,7 +243,7 @@ def pair_rounds(world: int) -> int:
     return world - 1 + world % 2
 
 
-def _link_probe(torch: Any, dist: Any, args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
+def _link_probe(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
     """Time a two-way exchange of --link-bytes with every other rank, one pair at a time.
 
     Collective and DDP timings cannot say which node is slow: every rank waits for the slowest,
@@ -309,19 +273,18 @@ def _link_probe(torch: Any, dist: Any, args: argparse.Namespace, ctx: Context) -
                 times[k][it] = (time.perf_counter_ns() - t0) / 1e3
     dist.barrier()
     flat = [-1.0 if p is None else float(p) for p in partners] + [t for row in times for t in row]
-    every = _gather_rows(torch, dist, flat, ctx.device, world)
+    every = gather_rows(flat, ctx.device, world)
     return {"size_bytes": count * 4, "iters": args.link_iters,
             "partners": [[None if p < 0 else int(p) for p in r[:rounds]] for r in every],
             "time_us": [[r[rounds + k * args.link_iters: rounds + (k + 1) * args.link_iters] for k in range(rounds)]
                         for r in every]}
 
 
-def _measure_mode(torch: Any, dist: Any, coll: _Collective, in_place: bool, args: argparse.Namespace,
-                  ctx: Context, size: int) -> dict[str, Any]:
+def _measure_mode(coll: CollectiveRun, in_place: bool, args: argparse.Namespace, ctx: Context, size: int) -> dict[str, Any]:
     world = ctx.launch.world_size
     coll.fill(in_place)
-    avg_us, samples = _time_calls(torch, dist, coll.call(in_place), args.iters, args.warmup_iters, ctx.device)
-    per_rank = _gather_rows(torch, dist, [avg_us, *samples], ctx.device, world)
+    avg_us, samples = _time_calls(coll.call(in_place), args.iters, args.warmup_iters, ctx.device)
+    per_rank = gather_rows([avg_us, *samples], ctx.device, world)
     time_us = max(r[0] for r in per_rank)
     worst = [max(r[1 + i] for r in per_rank) for i in range(args.iters)]
     wrong = 0
@@ -330,7 +293,7 @@ def _measure_mode(torch: Any, dist: Any, coll: _Collective, in_place: bool, args
         coll.call(in_place)()
         if ctx.device.type == "cuda":
             torch.cuda.synchronize()
-        wrong += coll.wrong(in_place, ctx.device)
+        wrong += coll.wrong(in_place)
     if args.check:
         w = torch.tensor([wrong], dtype=torch.int64, device=ctx.device)
         dist.all_reduce(w)
@@ -340,7 +303,7 @@ def _measure_mode(torch: Any, dist: Any, coll: _Collective, in_place: bool, args
     return {
         "time_us": time_us,
         "algbw_gbps": algbw,
-        "busbw_gbps": algbw * bus_factor(coll.name, world),
+        "busbw_gbps": algbw * coll.coll.bus_factor(world),
         "wrong": wrong if args.check else None,
         "time_us_p10": stats["p10"],
         "time_us_median": stats["median"],
@@ -351,9 +314,6 @@ def _measure_mode(torch: Any, dist: Any, coll: _Collective, in_place: bool, args
 
 
 def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
-    import torch
-    import torch.distributed as dist
-
     world, rank = ctx.launch.world_size, ctx.launch.rank
     dtype = getattr(torch, DTYPES[args.dtype])
     if args.op == "avg" and ctx.backend != "nccl":
@@ -362,7 +322,7 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
           "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[args.op]
     element = torch.empty((), dtype=dtype).element_size()
     plan = {c: message_sizes(args.min_bytes, args.max_bytes, args.step_factor, element,
-                             world if c in ("all_gather", "reduce_scatter") else 1)
+                             collective(c).chunks(world))
             for c in _collectives(args.collective)}
     max_count = max(max(s) for s in plan.values()) // element
     inp = torch.empty(max_count, dtype=dtype, device=ctx.device)
@@ -379,13 +339,13 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
                 f" {'time(us)':>10} {'algbw(GB/s)':>11} {'busbw(GB/s)':>11} {'#wrong':>6}")
         for size in sizes:
             count = size // element
-            coll = _Collective(torch, dist, name, op, args.op, count, inp, out, rank, world)
+            coll = CollectiveRun(collective(name), op, args.op, count, inp, out, rank, world)
             row: dict[str, Any] = {"collective": name, "size_bytes": size, "count": count,
                                    "dtype": DTYPES[args.dtype], "op": args.op}
-            row.update(_measure_mode(torch, dist, coll, True, args, ctx, size))
+            row.update(_measure_mode(coll, True, args, ctx, size))
             per_rank.append({"collective": name, "size_bytes": size, "samples_us": row.pop("rank_samples_us")})
             if args.out_of_place:
-                oop = _measure_mode(torch, dist, coll, False, args, ctx, size)
+                oop = _measure_mode(coll, False, args, ctx, size)
                 row.update({f"oop_{k}": v for k, v in oop.items() if k != "rank_samples_us"})
             rows.append(row)
             ctx.log(_format_row(row))
@@ -395,7 +355,7 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
     if args.link_bytes and world > 1:
         ctx.log(f"# link probe: {format_size(args.link_bytes)} both ways between every pair of ranks, "
                 f"{args.link_iters} passes")
-        links = _link_probe(torch, dist, args, ctx)
+        links = _link_probe(args, ctx)
     return {
         "params": {"min_bytes": args.min_bytes, "max_bytes": args.max_bytes, "step_factor": args.step_factor,
                    "iters": args.iters, "warmup_iters": args.warmup_iters, "check_iters": args.check,

@@ -20,15 +20,17 @@ FORMAT_VERSION = 1
 _MARKER = ".complete"
 
 
-def dataset_path(root: str | os.PathLike, classes: int, per_class: int, size: int) -> Path:
-    return Path(root) / f"imagefolder-c{classes}-n{per_class}-s{size}-v{FORMAT_VERSION}"
+def dataset_path(root: str | os.PathLike, classes: int, per_class: int, size: int, seed: int) -> Path:
+    """Where the set for these parameters lives: every parameter that changes the images is in
+    the name, the seed too, so two sets never share a directory."""
+    return Path(root) / f"imagefolder-c{classes}-n{per_class}-s{size}-seed{seed}-v{FORMAT_VERSION}"
 
 
 def ensure_imagefolder(root: str | os.PathLike, classes: int, per_class: int, size: int, seed: int = 0) -> Path:
     """Return the data set for these parameters under `root`, building it once."""
     if classes < 1 or per_class < 1 or size < 16:
         raise ValueError(f"need classes >= 1, images per class >= 1, size >= 16; got {classes}, {per_class}, {size}")
-    final = dataset_path(root, classes, per_class, size)
+    final = dataset_path(root, classes, per_class, size, seed)
     if (final / _MARKER).exists():
         return final
     import numpy as np

@@ -20,10 +20,23 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .common import Context, OneLineParser, UsageError, main as run_main
+import torch.distributed as dist
+from torch.utils.data import DataLoader, DistributedSampler
+from torchvision import datasets, transforms
+
+from .common import OneLineParser, UsageError
 from .imagefolder import count_images, ensure_imagefolder
-from .training import (add_training_args, build_trainer, check_training_args, gather_per_rank, per_gpu_batch,
-                       sync, throughput, training_params)
+from .runtime import Context, gather_rows
+from .runtime import main as run_main
+from .training import (
+    add_training_args,
+    build_trainer,
+    check_training_args,
+    per_gpu_batch,
+    sync,
+    throughput,
+    training_params,
+)
 
 # torchvision's ImageNet normalisation constants.
 _MEAN, _STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -64,8 +77,6 @@ def check_args(args: argparse.Namespace, world_size: int | None) -> None:
 def _data_dir(args: argparse.Namespace, ctx: Context) -> Path:
     if args.data_dir is not None:
         return Path(args.data_dir)
-    import torch.distributed as dist
-
     size = max(args.image_size * 8 // 7, 16)  # ImageNet-like: a bit larger than the crop
     root = Path(args.data_cache) if args.data_cache else default_cache()
     # One builder per node; the others wait and then find the set complete.
@@ -76,9 +87,6 @@ def _data_dir(args: argparse.Namespace, ctx: Context) -> Path:
 
 
 def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
-    from torch.utils.data import DataLoader, DistributedSampler
-    from torchvision import datasets, transforms
-
     world, rank = ctx.launch.world_size, ctx.launch.rank
     batch, scaling = per_gpu_batch(args, world)
     data_dir = _data_dir(args, ctx)
@@ -89,7 +97,7 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
         transforms.Normalize(_MEAN, _STD),
     ])
     dataset = datasets.ImageFolder(str(data_dir), transform=tf)
-    sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=args.seed, drop_last=True)
+    sampler: DistributedSampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=args.seed, drop_last=True)
     if len(sampler) < batch:
         raise UsageError(f"{data_dir} has {len(dataset)} images: fewer than one batch of {batch} per rank "
                          f"for {world} ranks")
@@ -136,8 +144,8 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
 
     result = training_params(args, trainer, batch, scaling, world)
     result.update(throughput(ctx, batch, total_s))
-    compute_per_rank = gather_per_rank(ctx, [t - w for t, w in zip(total_s, wait_s)])
-    wait_per_rank = gather_per_rank(ctx, wait_s)
+    compute_per_rank = gather_rows([t - w for t, w in zip(total_s, wait_s)], ctx.device, world)
+    wait_per_rank = gather_rows(wait_s, ctx.device, world)
     images = batch * world * args.steps
     result["compute_images_per_s"] = images / max(sum(r) for r in compute_per_rank)
     result["data_wait_fraction"] = sum(map(sum, wait_per_rank)) / (

@@ -82,9 +82,11 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
 
 
 try:  # 3-4x faster parsing where installed (the harness depends on it; a job need not)
-    from orjson import JSONDecodeError as _DecodeError, loads as _loads
+    from orjson import JSONDecodeError as _DecodeError
+    from orjson import loads as _loads
 except ImportError:  # pragma: no cover - exercised on machines without orjson
-    from json import JSONDecodeError as _DecodeError, loads as _loads
+    from json import JSONDecodeError as _DecodeError  # type: ignore[assignment]
+    from json import loads as _loads  # type: ignore[assignment]
 
 
 def load_result(path: str | os.PathLike) -> dict[str, Any]:

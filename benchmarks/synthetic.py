@@ -17,8 +17,20 @@ import sys
 import time
 from typing import Any
 
-from .common import Context, OneLineParser, main as run_main
-from .training import add_training_args, build_trainer, check_training_args, per_gpu_batch, sync, throughput, training_params
+import torch
+
+from .common import OneLineParser
+from .runtime import Context
+from .runtime import main as run_main
+from .training import (
+    add_training_args,
+    build_trainer,
+    check_training_args,
+    per_gpu_batch,
+    sync,
+    throughput,
+    training_params,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,8 +41,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
-    import torch
-
     world = ctx.launch.world_size
     batch, scaling = per_gpu_batch(args, world)
     trainer = build_trainer(args, ctx)

@@ -9,10 +9,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
-from .common import PER_RANK, Context, UsageError, add_common_args, spread
+import torch
+import torch.nn.functional as F
+import torchvision
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from .catalog import AMPS
+from .common import PER_RANK, UsageError, add_common_args, spread
+from .runtime import Context, gather_rows
 
 
 def add_training_args(p: argparse.ArgumentParser) -> None:
@@ -25,7 +33,7 @@ def add_training_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--image-size", type=int, default=224, help="square input size in pixels (default 224)")
     g.add_argument("--steps", type=int, default=50, help="measured steps (default 50)")
     g.add_argument("--warmup-steps", type=int, default=10, help="steps run before measuring (default 10)")
-    g.add_argument("--amp", choices=("auto", "bf16", "fp16", "off"), default="auto",
+    g.add_argument("--amp", choices=AMPS, default="auto",
                    help="mixed precision: auto is bf16 on CUDA and off on CPU")
     g.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None,
                    help="NHWC memory format (default: on for CUDA, off for CPU)")
@@ -69,9 +77,7 @@ class Trainer:
     amp: str
     channels_last: bool
 
-    def step(self, images: Any, labels: Any) -> None:
-        import torch.nn.functional as F
-
+    def step(self, images: torch.Tensor, labels: torch.Tensor) -> None:
         self.optimizer.zero_grad(set_to_none=True)
         with self.autocast():
             loss = F.cross_entropy(self.model(images), labels)
@@ -85,10 +91,6 @@ class Trainer:
 
 
 def build_trainer(args: argparse.Namespace, ctx: Context) -> Trainer:
-    import torch
-    import torchvision
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
     cuda = ctx.device.type == "cuda"
     amp = ("bf16" if cuda else "off") if args.amp == "auto" else args.amp
     if amp == "fp16" and not cuda:
@@ -121,20 +123,7 @@ def build_trainer(args: argparse.Namespace, ctx: Context) -> Trainer:
 
 def sync(ctx: Context) -> None:
     if ctx.device.type == "cuda":
-        import torch
-
         torch.cuda.synchronize(ctx.device)
-
-
-def gather_per_rank(ctx: Context, values: list[float]) -> list[list[float]]:
-    """Every rank's list of floats (all of one length), rank by rank."""
-    import torch
-    import torch.distributed as dist
-
-    mine = torch.tensor(values, dtype=torch.float64, device=ctx.device)
-    parts = [torch.empty_like(mine) for _ in range(ctx.launch.world_size)]
-    dist.all_gather(parts, mine)
-    return [p.tolist() for p in parts]
 
 
 def throughput(ctx: Context, batch: int, step_s: list[float]) -> dict[str, Any]:
@@ -143,7 +132,7 @@ def throughput(ctx: Context, batch: int, step_s: list[float]) -> dict[str, Any]:
     The measured time is the slowest rank's total: DDP synchronises ranks every step, so that
     is the wall time of the measured phase. images_per_s = batch x world x steps / that time.
     """
-    per_rank = gather_per_rank(ctx, step_s)
+    per_rank = gather_rows(step_s, ctx.device, ctx.launch.world_size)
     world, steps = ctx.launch.world_size, len(step_s)
     measured_s = max(sum(r) for r in per_rank)
     worst_ms = [max(r[i] for r in per_rank) * 1e3 for i in range(steps)]

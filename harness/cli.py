@@ -21,14 +21,22 @@ import shutil
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from benchmarks.catalog import WORKLOADS
 from benchmarks.common import OneLineParser
+from harness.errors import (
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    BenchError,
+    UsageError,
+    one_line,
+)
+from harness.rundir import COMPLETED, RunDir
 
-from .errors import EXIT_INTERNAL, EXIT_INTERRUPTED, BenchError, SlurmError, UsageError, one_line
-from .rundir import COMPLETED, RunDir
+if TYPE_CHECKING:
+    from harness.analysis.compare import Side
 
-WORKLOADS = ("allreduce", "synthetic", "real")
 SWEEPS_DIR = Path(__file__).resolve().parent.parent / "sweeps"
 EXIT_REGRESSION = 1   # bench regress: a key regressed or failed
 EXIT_UNJUDGED = 3     # bench regress: nothing regressed, but some key could not be judged
@@ -37,10 +45,8 @@ EXIT_UNJUDGED = 3     # bench regress: nothing regressed, but some key could not
 def _console() -> Any:
     from rich.console import Console
 
-    import sys as _sys
-
     # A pipe or log file gets wide lines rather than rich's 80-column default.
-    return Console(highlight=False, width=None if _sys.stdout.isatty() else 160)
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 
 
 def _positive_int(text: str) -> int:
@@ -67,31 +73,18 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from .slurm import ClusterProfile, load_profile
-    from .plan import expand
-    from .spec import build, load_sweep
-    from .sweep import choose_executor, claim, create_run, default_run_dir, locked, make_executor
+    from harness import sweep
+    from harness.executors.slurm.profile import load_profile
+    from harness.spec import load_sweep
 
     console = _console()
     if args.resume:
         if args.sweep or args.overrides or args.max_nodes or args.repeat or args.out or args.dry_run or args.cluster:
             raise UsageError("--resume DIR continues the plan saved in DIR; it takes no sweep file, "
                              "--set, --max-nodes, --repeat, --out, --cluster or --dry-run")
-        run = RunDir(args.resume)
-        plan = run.read_plan()
-        jobs = run.jobs()
-        recorded = plan.get("cluster")
-        profile = build(ClusterProfile, recorded, "cluster") if recorded else None
-        _check_passthrough((*plan["sweep"].get("env_passthrough", ()), *(profile.env_passthrough if profile else ())))
-        executor = make_executor(plan["executor"], run, plan["sweep"].get("timeout_s", 300.0), profile)
-        console.print(f"executor: {executor.name} (from the plan in {run.path})")
-        with locked(run):
-            table = executor.resume(run.read_table(jobs))
-            todo = sum(r.state != COMPLETED for r in table.values())
-            console.print(f"resuming {run.path}: {todo} of {len(jobs)} jobs to run")
-            return _run_and_report(run, executor, jobs, table, console)
+        return sweep.resume(RunDir(args.resume), console)
 
-    name, why = choose_executor(args.executor)
+    name, why = sweep.choose_executor(args.executor)
     console.print(f"executor: {name} ({why})")
     if name == "slurm" and not args.dry_run and not shutil.which("sbatch"):
         raise UsageError("--executor slurm: sbatch not found on PATH; run where Slurm's client commands are, "
@@ -100,81 +93,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise UsageError(f"--cluster describes a Slurm cluster; it needs --executor slurm, not {name}")
     profile = load_profile(args.cluster) if args.cluster else None
     sweep_path = Path(args.sweep) if args.sweep else _default_sweep(name)
-    sweep = load_sweep(sweep_path, max_nodes=args.max_nodes, repeat=args.repeat, overrides=tuple(args.overrides))
-    out = Path(args.out) if args.out else default_run_dir(sweep)
-    if "srun" in sweep.launchers and name == "local":
+    spec = load_sweep(sweep_path, max_nodes=args.max_nodes, repeat=args.repeat, overrides=tuple(args.overrides))
+    if "srun" in spec.launchers and name == "local":
         raise UsageError(f"{sweep_path}: launchers: the local executor runs torchrun only, and the sweep asks for "
                          f"srun; use --executor slurm or --set launchers=[torchrun]")
-    if not args.dry_run:
-        _check_passthrough((*sweep.env_passthrough, *(profile.env_passthrough if profile else ())))
-    jobs = expand(sweep)
-    run, created = claim(out)
-    executor = make_executor(name, run, sweep.timeout_s, profile)
-    with locked(run):  # held from before the first file is written to the end of the sweep
-        create_run(sweep, str(sweep_path), executor, jobs, created)
-        _print_plan(console, sweep_path, jobs, run)
-        if args.dry_run:
-            console.print(f"dry run: nothing started; plan written to {run.plan_file}")
-            return 0
-        table = run.read_table(jobs)
-        return _run_and_report(run, executor, jobs, table, console)
-
-
-def _check_passthrough(names: tuple[str, ...]) -> None:
-    """Every env_passthrough variable is set here, where jobs inherit the environment from."""
-    missing = [n for n in dict.fromkeys(names) if n not in os.environ]
-    if missing:
-        raise UsageError(f"env_passthrough: {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set in "
-                         f"this environment; export {'it' if len(missing) == 1 else 'them'} first (jobs take "
-                         f"{'its' if len(missing) == 1 else 'their'} value from here)")
-
-
-def _run_and_report(run: RunDir, executor: Any, jobs: list, table: dict, console: Any) -> int:
-    from rich.markup import escape
-
-    from .sweep import execute
-
-    try:
-        table = execute(run, executor, jobs, table, console)
-    except KeyboardInterrupt:
-        console.print(f"\ninterrupted ({executor.interrupt_note}): {run.path} is consistent; "
-                      f"continue with `bench sweep --resume {run.path}`", markup=False)
-        return 130
-    except SlurmError as exc:
-        print(f"bench sweep: error: {exc}", file=sys.stderr)
-        return exc.exit_status
-    report = executor.report()
-    if report:
-        console.print(report, markup=False)
-    summary = _collect_and_plot(run, console)
-    _print_jobs(console, table, title="Jobs")
-    _print_results(console, summary)
-    failed = [r for r in table.values() if r.state != COMPLETED]
-    console.print(f"\nresults: {run.path}\n  summary: {run.summary_csv}\n  plots:   {run.plots}/", markup=False)
-    if failed:
-        console.print(f"[red]{len(failed)} of {len(table)} jobs did not complete[/] "
-                      f"(logs in {escape(str(run.path))}/jobs/<job>/)")
-        return 1
-    return 0
-
-
-def _collect_and_plot(run: RunDir, console: Any) -> Any:
-    from rich.markup import escape
-
-    from .collect import collect, to_frame, write_summary
-    from .plot import draw_all
-
-    # warnings quote file names, which may hold rich markup such as "[red]"
-    summary, samples = collect(run, warn=lambda m: console.print(f"[yellow]warning:[/] {escape(m)}"))
-    write_summary(run, summary, samples)
-    frame = to_frame(summary)
-    draw_all(run, frame)
-    return frame
+    out = Path(args.out) if args.out else sweep.default_run_dir(spec)
+    return sweep.start(spec, sweep_path, name, profile, out, console, dry_run=args.dry_run)
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
-    from .collect import collect, write_summary
-    from .sweep import locked
+    from harness.collect import collect, write_summary
+    from harness.sweep import locked
 
     run = RunDir(args.dir)
     run.read_plan()
@@ -187,8 +116,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from .collect import read_summary
-    from .plot import draw_all
+    from harness.collect import read_summary
+    from harness.present.plot import draw_all
 
     run = RunDir(args.dir)
     run.read_plan()
@@ -203,14 +132,15 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from .rundir import FINAL_STATES
-    from .sweep import in_use
+    from harness.present.tables import print_jobs
+    from harness.rundir import FINAL_STATES
+    from harness.sweep import in_use
 
     run = RunDir(args.dir)
     jobs = run.jobs()
     table = run.read_table(jobs)
     console = _console()
-    _print_jobs(console, table, title=f"Jobs of {run.path}")
+    print_jobs(console, table, title=f"Jobs of {run.path}")
     done = sum(r.state == COMPLETED for r in table.values())
     console.print(f"{done} of {len(table)} jobs COMPLETED")
     unfinished = sum(r.state not in FINAL_STATES for r in table.values())
@@ -224,7 +154,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- compare, history, regress, report
 
 def _threshold(text: str) -> float:
-    from .compare import parse_threshold
+    from harness.analysis.compare import parse_threshold
 
     try:
         return parse_threshold(text)
@@ -233,7 +163,7 @@ def _threshold(text: str) -> float:
 
 
 def _across(text: str | None) -> tuple[str, str, str] | None:
-    from .compare import parse_across
+    from harness.analysis.compare import parse_across
 
     if text is None:
         return None
@@ -244,7 +174,7 @@ def _across(text: str | None) -> tuple[str, str, str] | None:
 
 
 def _metrics(names: list[str] | None) -> tuple[str, ...]:
-    from .compare import DEFAULT_METRICS
+    from harness.analysis.compare import DEFAULT_METRICS
 
     return tuple(dict.fromkeys(names)) if names else DEFAULT_METRICS
 
@@ -256,42 +186,6 @@ def _labels(text: str | None, a: str, b: str) -> tuple[str, str]:
     if len(parts) != 2 or not all(p.strip() for p in parts) or parts[0].strip() == parts[1].strip():
         raise UsageError(f"--labels {text!r} must be two different names separated by a comma, e.g. before,after")
     return parts[0].strip(), parts[1].strip()
-
-
-def _print_comparison(console: Any, cmp: Any, top: int) -> None:
-    from rich.markup import escape
-    from rich.table import Table
-
-    from .compare import FAILED, FASTER, METRICS, SLOWER, UNJUDGED, fmt_interval, fmt_ratio, fmt_value, headline, \
-        records, warnings
-
-    for heading, lines in warnings(cmp):
-        console.print(f"[yellow]warning: {escape(heading)}:[/]", soft_wrap=True)
-        for line in lines:
-            console.print(f"[yellow]  {escape(line)}[/]", soft_wrap=True)
-    for side in ([cmp.a] if cmp.a.source == cmp.b.source else [cmp.a, cmp.b]):
-        for s in side.stragglers:
-            console.print(f"[yellow]straggler in {escape(side.label)}:[/] {escape(s.line())}", soft_wrap=True)
-    t = Table(title=f"{escape(cmp.b.label)} against {escape(cmp.a.label)} (worst first; threshold "
-                    f"{cmp.threshold:.1%}; {escape(cmp.method)})", title_justify="left")
-    shown = records(cmp.table.head(top))
-    notes = any(r.get("note") for r in shown)
-    for col in ("verdict", "metric", "key", "A", "B", "B/A", "interval", "p") + (("note",) if notes else ()):
-        t.add_column(col, justify="right" if col in ("A", "B", "B/A", "p") else "left")
-    style = {SLOWER: "red", FAILED: "red", UNJUDGED: "yellow", FASTER: "green"}
-    for r in shown:
-        t.add_row(r["verdict"], METRICS[r["metric"]].label, escape(r["key"]), fmt_value(r["a"]), fmt_value(r["b"]),
-                  fmt_ratio(r["ratio"]), fmt_interval(r), fmt_value(r.get("p_value")),
-                  *((escape(r.get("note") or ""),) if notes else ()), style=style.get(r["verdict"]))
-    console.print(t)
-    if len(cmp.table) > top:
-        console.print(f"... {len(cmp.table) - top} more rows (--top, --csv, --markdown)")
-    only = cmp.new_in_b
-    if len(only):
-        listed = "; ".join(f"{r['key']} ({r['status']} in {cmp.a.label})" for r in records(only.head(10)))
-        console.print(f"only completed in {escape(cmp.b.label)}: {len(only)} key{'s' if len(only) != 1 else ''}: "
-                      f"{escape(listed)}{'; ...' if len(only) > 10 else ''}", soft_wrap=True)
-    console.print(headline(cmp), soft_wrap=True)
 
 
 def _check_out_dir(path: str | None, flag: str) -> Path | None:
@@ -319,9 +213,9 @@ def _min_runs(value: int) -> int:
     return value
 
 
-def _sides(dir_a: str, dir_b: str | None, across: tuple[str, str, str] | None) -> tuple[Any, Any]:
+def _sides(dir_a: str, dir_b: str | None, across: tuple[str, str, str] | None) -> tuple[Side, Side]:
     """The two sides of a comparison: two runs, or one run twice when --across names the axis."""
-    from .compare import load_run
+    from harness.analysis.compare import load_run
 
     if dir_b is None and across is None:
         raise UsageError("give two run directories, or one with --across AXIS=A,B")
@@ -331,9 +225,10 @@ def _sides(dir_a: str, dir_b: str | None, across: tuple[str, str, str] | None) -
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from . import outputs
-    from .compare import compare, markdown, table_csv
-    from .plot import draw_compare
+    from harness import outputs
+    from harness.analysis.compare import compare
+    from harness.present.plot import draw_compare
+    from harness.present.tables import markdown, print_comparison, table_csv
 
     threshold, across = _threshold(args.threshold), _across(args.across)
     csv_path, md_path = outputs.check(args.csv, "--csv"), outputs.check(args.markdown, "--markdown")
@@ -346,7 +241,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.labels and a is b:
         cmp.a.label, cmp.b.label = _labels(args.labels, cmp.a.label, cmp.b.label)
     console = _console()
-    _print_comparison(console, cmp, args.top)
+    print_comparison(console, cmp, args.top)
     if csv_path:
         outputs.write(csv_path, table_csv(cmp.table), "--csv")
         print(f"wrote {csv_path}")
@@ -361,13 +256,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _db(args: argparse.Namespace) -> Path:
-    from .history import DEFAULT_DB
+    from harness.analysis.history import DEFAULT_DB
 
     return Path(args.db) if args.db else Path.cwd() / DEFAULT_DB
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from . import history
+    from harness.analysis import history
 
     console = _console()
     db = _db(args)
@@ -411,16 +306,15 @@ def cmd_history(args: argparse.Namespace) -> int:
         console.print(t)
         console.print(f"{len(found)} run{'s' if len(found) != 1 else ''}")
     elif args.action == "changes":
-        from .changes import changes, render
+        from harness.analysis.changes import changes, render
 
         threshold = _threshold(args.threshold)
         console.print(render(changes(db, args.cluster, _metrics(args.metric), threshold), args.cluster, threshold),
                       markup=False)
     else:
         from benchmarks.results import atomic_write_bytes
-
-        from . import outputs
-        from .plot import history_figure
+        from harness import outputs
+        from harness.present.plot import history_figure
 
         pts = history.points(db, args.cluster)
         if pts.empty:
@@ -443,10 +337,19 @@ def _file_safe(name: str) -> str:
 
 
 def cmd_regress(args: argparse.Namespace) -> int:
-    from . import history
-    from .compare import BY_SAMPLES, FAILED, MIN_RUNS, SLOWER, UNJUDGED, compare, load_run
-    from .regress import summary_line, write_all
-    from .rundir import RunDir
+    from harness.analysis import history
+    from harness.analysis.compare import (
+        BY_SAMPLES,
+        FAILED,
+        MIN_RUNS,
+        SLOWER,
+        UNJUDGED,
+        compare,
+        load_run,
+    )
+    from harness.present.regress import summary_line, write_all
+    from harness.present.tables import print_comparison
+    from harness.rundir import RunDir
 
     threshold = _threshold(args.threshold)
     out = _check_out_dir(args.out, "--out") or Path(args.dir) / "regress"
@@ -457,7 +360,7 @@ def cmd_regress(args: argparse.Namespace) -> int:
     cmp = compare(base, run, _metrics(args.metric), threshold, min_runs=k if kind == "median" else MIN_RUNS,
                   allow_mismatch=args.allow_mismatch)
     console = _console()
-    _print_comparison(console, cmp, args.top)
+    print_comparison(console, cmp, args.top)
     if kind == "median":
         few = int((cmp.table["test"] == BY_SAMPLES).sum())
         if few:
@@ -475,98 +378,26 @@ def cmd_regress(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from . import outputs
-    from .compare import compare
-    from .report import default_path, render
-    from .rundir import RunDir
+    from harness import outputs
+    from harness.analysis.compare import compare, load_run
+    from harness.present.report import default_path, render
+    from harness.rundir import RunDir
 
     run = RunDir(args.dir)
     out = outputs.check(args.out, "--out") or default_path(run)
     across = _across(args.across)
-    side, other = _sides(args.dir, args.compare, across) if (args.compare or across) else (None, None)
     cmp = None
-    if side is not None:
+    if args.compare or across:
+        side, other = _sides(args.dir, args.compare, across)
         if side is not other:
             side.label, other.label = _labels(args.labels, side.label, other.label)
         cmp = compare(side, other, _metrics(args.metric), _threshold(args.threshold),
                       min_runs=_min_runs(args.min_runs), allow_mismatch=args.allow_mismatch, across=across)
     else:
-        from .compare import load_run
-
         side = load_run(args.dir)
     outputs.write(out, render(run, side, cmp).encode(), "--out")
     print(f"wrote {out}")
     return 0
-
-
-# --------------------------------------------------------------------------- output
-
-def plan_table(jobs: list) -> str:
-    """The plan as an aligned plain-text table, one job per line, as squeue prints: quick for
-    10,000 jobs and easy to grep."""
-    header = ("JOB", "CONFIG", "NODES", "GPUS/NODE", "WORLD", "LAUNCHER", "NCCL", "WORKLOADS")
-    rows = [(j.name, j.config_hash, str(j.nodes), str(j.gpus_per_node), str(j.world_size), j.launcher,
-             j.nccl_config, " ".join(r.key for r in j.runs)) for j in jobs]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-    numeric = {2, 3, 4}
-
-    def line(cells) -> str:
-        return "  ".join(c.rjust(w) if i in numeric else c.ljust(w)
-                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-
-    return "\n".join([line(header), *map(line, rows)])
-
-
-def _print_plan(console: Any, sweep_path: Path, jobs: list, run: RunDir) -> None:
-    console.print(f"plan: {len(jobs)} jobs from {sweep_path} -> {run.path}", markup=False)
-    console.file.write(plan_table(jobs) + "\n")
-    console.file.flush()
-
-
-def _print_jobs(console: Any, table: dict, title: str) -> None:
-    from rich.markup import escape
-    from rich.table import Table
-
-    t = Table(title=title, title_justify="left")
-    for col in ("job", "id", "state", "exit", "elapsed", "nodes", "tries", "workloads"):
-        t.add_column(col)
-    for rec in table.values():
-        style = "green" if rec.state == COMPLETED else ("yellow" if rec.state in ("PENDING", "RUNNING") else "red")
-        t.add_row(rec.name, rec.job_id or "-", f"[{style}]{rec.state}[/]",
-                  "-" if rec.exit_code is None else str(rec.exit_code),
-                  "-" if rec.elapsed_s is None else f"{rec.elapsed_s:.1f} s", str(rec.nodes), str(rec.attempts),
-                  " ".join(f"{k}:{v}" for k, v in rec.runs.items()))
-    console.print(t)
-    for rec in table.values():
-        if rec.state not in (COMPLETED, "PENDING") and (rec.reason or rec.log_tail):
-            console.print(f"[red]{rec.name} {rec.state}[/]: {escape(rec.reason or '')}")
-            if rec.log_tail:
-                console.print("  " + "\n  ".join(rec.log_tail.splitlines()[-8:]), markup=False)
-
-
-def _print_results(console: Any, summary: Any) -> None:
-    from rich.table import Table
-
-    from .report import COLLECTIVE_HEAD, TRAINING_HEAD, collective_rows, training_rows
-
-    ok = summary[summary["status"] == COMPLETED]
-    train = ok[ok["workload"] != "allreduce"].sort_values(["workload", "scaling", "launcher", "nccl_config", "world_size"])
-    if not train.empty:
-        t = Table(title="Training throughput", title_justify="left")
-        for col in TRAINING_HEAD:
-            t.add_column(col, justify="left" if col in ("workload", "scaling", "job") else "right")
-        for row in training_rows(train):
-            t.add_row(*row)
-        console.print(t)
-    coll = ok[ok["workload"] == "allreduce"]
-    if not coll.empty:
-        largest = coll.loc[coll.groupby(["job", "collective"])["size_bytes"].idxmax()]
-        t = Table(title="Collectives at the largest message size", title_justify="left")
-        for col in COLLECTIVE_HEAD:
-            t.add_column(col, justify="left" if col in ("job", "collective") else "right")
-        for row in collective_rows(largest):
-            t.add_row(*row)
-        console.print(t)
 
 
 # --------------------------------------------------------------------------- parser
@@ -595,8 +426,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("workload_args", nargs=argparse.REMAINDER)
     r.set_defaults(func=cmd_run)
 
-    from .compare import AXES, METRICS, MIN_RUNS
-    from .history import BASELINE_HELP, DEFAULT_BASELINE
+    from harness.analysis.compare import AXES, METRICS, MIN_RUNS
+    from harness.analysis.history import BASELINE_HELP, DEFAULT_BASELINE
 
     def analysis(c: argparse.ArgumentParser) -> None:
         c.add_argument("--metric", action="append", choices=list(METRICS),
@@ -698,12 +529,27 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> int:
-    """The `bench` console script: `main`, after which a Ctrl-C ends the process quietly, the
-    work and its one line being done (Python would print a KeyboardInterrupt traceback)."""
+    """The `bench` console script: `main`, then the process ends at once with main's status.
+
+    After main a Ctrl-C ends the process quietly, the work and its one line being done (Python
+    would print a KeyboardInterrupt traceback). And the interpreter's teardown is skipped: a
+    pyarrow worker thread still alive then makes libstdc++ abort the process, which turns exit
+    status 0 or 2 into SIGABRT now and then (apache/arrow#34314). Every file bench writes is
+    complete and closed before main returns; only the standard streams need flushing.
+    BENCH_DEBUG=1 keeps the normal exit, for profilers and debuggers that report at exit.
+    """
     try:
-        return main()
+        status = main()
     finally:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+    if os.environ.get("BENCH_DEBUG"):
+        return status
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (BrokenPipeError, OSError):
+        pass
+    os._exit(status)
 
 
 if __name__ == "__main__":

@@ -23,17 +23,18 @@ import os
 import secrets
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from itertools import repeat
 from operator import itemgetter
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from benchmarks.catalog import COLLECTIVE_WORKLOAD
 from benchmarks.common import redacted
 from benchmarks.results import ResultError, atomic_write_bytes, load_result
-
-from .errors import RunDirError, one_line
-from .rundir import COMPLETED, RunDir
+from harness.errors import RunDirError, one_line
+from harness.rundir import COMPLETED, RunDir
 
 # The columns of summary.csv, in order. Units are in the names.
 COLUMNS = [
@@ -83,7 +84,7 @@ TEXT_COLUMNS = {"job", "config_hash", "workload", "scaling", "collective", "laun
 # left out: they change how many samples there are, not what each one measures.
 TRAINING_PARAMS = ("model", "image_size", "amp", "channels_last", "compile", "bucket_cap_mb",
                    "gradient_as_bucket_view", "static_graph")  # and the batch its scaling mode holds fixed
-COMPARED_PARAMS = {"allreduce": ("dtype", "op"), "synthetic": TRAINING_PARAMS,
+COMPARED_PARAMS = {COLLECTIVE_WORKLOAD: ("dtype", "op"), "synthetic": TRAINING_PARAMS,
                    "real": TRAINING_PARAMS + ("workers", "data_set")}
 
 
@@ -122,7 +123,7 @@ class _Builder:
         self.values: list[list[float]] = []
 
     def add(self, n: int, const: dict[str, Any], per_row: dict[str, list] | None = None,
-            keys: list[tuple] = (), values: list[list[float]] = ()) -> None:
+            keys: Sequence[tuple] = (), values: Sequence[list[float]] = ()) -> None:
         per_row = per_row or {}
         for name, column in self.columns.items():
             if name in per_row:
@@ -146,7 +147,7 @@ class _Builder:
         """One row per summary row with samples: its keys, the metric, the values as a list."""
         import pyarrow as pa
 
-        columns = list(zip(*self.keys)) if self.keys else [[] for _ in SAMPLE_KEYS]
+        columns: list[Sequence[Any]] = list(zip(*self.keys)) if self.keys else [[] for _ in SAMPLE_KEYS]
         return pa.table({**{k: pa.array(c, type=pa.int64() if k == "size_bytes" else pa.string())
                             for k, c in zip(SAMPLE_KEYS, columns)},
                          "values": pa.array(self.values, type=pa.list_(pa.float64()))})
@@ -160,7 +161,7 @@ def _arrow_type(name: str) -> Any:
 
 def run_facts(table: Any) -> tuple[dict[str, Any], list[Any]]:
     """(environment, stragglers) recorded in a summary's metadata by `collect`."""
-    from .stragglers import Straggler
+    from harness.analysis.stragglers import Straggler
 
     meta = table.schema.metadata or {}
     env = json.loads(meta.get(ENVIRONMENT_KEY, b"{}"))
@@ -190,7 +191,7 @@ def collect(run: RunDir, warn: Callable[[str], None] = _warn) -> tuple[Any, Any]
     results (`to_frame` turns the summary into a DataFrame). The samples table has one row per
     summary row that has samples: its keys, the metric, and the per-iteration values (worst
     rank) as a list."""
-    from . import stragglers
+    from harness.analysis import stragglers
 
     jobs = run.jobs()
     table = run.read_table(jobs)
@@ -236,7 +237,7 @@ def collect(run: RunDir, warn: Callable[[str], None] = _warn) -> tuple[Any, Any]
             if status == COMPLETED:
                 envs.add(environment, job.nodes)
                 ranks_file = result.get("per_rank_file")
-                if wr.workload == "allreduce" and isinstance(ranks_file, str) and ranks_file and "/" not in ranks_file:
+                if wr.workload == COLLECTIVE_WORKLOAD and isinstance(ranks_file, str) and ranks_file and "/" not in ranks_file:
                     slow += stragglers.judge_file(job.name, path.parent / ranks_file, warn)
     add_scaling(out.columns)
     slow.sort(key=lambda s: -s.slower)
@@ -263,7 +264,7 @@ def foreign(result: dict[str, Any], job: Any, wr: Any) -> str | None:
 def _add_result(out: _Builder, head: dict[str, Any], result: dict[str, Any]) -> None:
     """Add one result's rows and sample lists; raises before adding anything if it is incomplete."""
     job, workload, scaling = head["job"], head["workload"], head["scaling"]
-    if workload == "allreduce":
+    if workload == COLLECTIVE_WORKLOAD:
         rows = result["rows"]
         if not all(f in rows[0] for f in _ROW_FIELDS):  # e.g. run with --no-out-of-place
             rows = [{**_ROW_DEFAULTS, **r} for r in rows]
@@ -302,7 +303,7 @@ def compared_params(workload: str, result: dict[str, Any]) -> str:
     """COMPARED_PARAMS of a result as canonical JSON (sorted keys), taken from what the workload
     recorded it ran with (amp "auto" is recorded resolved, as bf16 or off)."""
     params = result["params"]
-    if workload == "allreduce":
+    if workload == COLLECTIVE_WORKLOAD:
         values = {"dtype": params["dtype"], "op": params["op"]}
     else:
         values = {k: params[k] for k in TRAINING_PARAMS if k in params}
@@ -331,10 +332,11 @@ def add_scaling(columns: dict[str, list]) -> None:
     Plain Python over the training rows, which are few (one per job and mode) even when the
     summary has 100,000 collective rows; no DataFrame is needed to collect a run."""
     n = len(columns["job"])
-    speedup, efficiency = [None] * n, [None] * n
+    speedup: list[float | None] = [None] * n
+    efficiency: list[float | None] = [None] * n
     groups: dict[tuple, list[int]] = {}
     for i in range(n):
-        if (columns["workload"][i] != "allreduce" and columns["status"][i] == COMPLETED
+        if (columns["workload"][i] != COLLECTIVE_WORKLOAD and columns["status"][i] == COMPLETED
                 and columns["images_per_s"][i] is not None):
             groups.setdefault(tuple(columns[k][i] for k in SCALING_KEYS), []).append(i)
     for members in groups.values():

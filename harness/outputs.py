@@ -20,8 +20,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.results import atomic_write_bytes
-
-from .errors import OutputError
+from harness.errors import OutputError
 
 _STREAM_ROOTS = ("/dev/", "/proc/")
 

@@ -14,10 +14,9 @@ import json
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from .errors import PlanError
-from .spec import Sweep
-
-WORKLOAD_ORDER = ("allreduce", "synthetic", "real")
+from benchmarks.catalog import COLLECTIVE_WORKLOAD
+from harness.errors import PlanError
+from harness.spec import Sweep
 
 
 @dataclass(frozen=True)
@@ -75,7 +74,7 @@ class Job:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Job":
+    def from_dict(cls, d: dict[str, Any]) -> Job:
         return cls(name=d["name"], config_hash=d["config_hash"], nodes=d["nodes"], gpus_per_node=d["gpus_per_node"],
                    launcher=d["launcher"], nccl_config=d["nccl_config"],
                    nccl_env=tuple(tuple(p) for p in d["nccl_env"]), env=tuple(tuple(p) for p in d["env"]),
@@ -93,7 +92,7 @@ def _runs(sweep: Sweep) -> tuple[WorkloadRun, ...]:
     w = sweep.workloads
     runs = []
     if w.allreduce is not None:
-        runs.append(WorkloadRun("allreduce", "", tuple(w.allreduce.args())))
+        runs.append(WorkloadRun(COLLECTIVE_WORKLOAD, "", tuple(w.allreduce.args())))
     for name, spec in (("synthetic", w.synthetic), ("real", w.real)):
         if spec is not None:
             runs.extend(WorkloadRun(name, s, tuple(spec.args(s))) for s in spec.scaling)
@@ -119,17 +118,17 @@ def expand(sweep: Sweep) -> list[Job]:
         for gpus in sorted(sweep.gpus_per_node):
             world = nodes * gpus
             for training in (sweep.workloads.synthetic, sweep.workloads.real):
-                if training is not None and "strong" in training.scaling and (
-                        training.global_batch < world or training.global_batch % world):
-                    raise PlanError(f"global_batch {training.global_batch} is not divisible by the world size "
+                batch = training.global_batch if training is not None and "strong" in training.scaling else None
+                if batch is not None and (batch < world or batch % world):
+                    raise PlanError(f"global_batch {batch} is not divisible by the world size "
                                     f"{world} of {nodes} nodes x {gpus} GPUs; pick a multiple of every world size")
             for launcher in sweep.launchers:
                 for nccl_name, nccl_vars in sweep.nccl.items():
                     nccl_env = tuple(sorted(nccl_vars.items()))
-                    fields = {"nodes": nodes, "gpus_per_node": gpus, "launcher": launcher, "nccl_env": nccl_env,
-                              "env": env, "device": sweep.device, "backend": sweep.backend,
-                              "runs": [[r.workload, r.scaling, list(r.args)] for r in runs]}
-                    jobs.append(Job(name=job_name(nodes, gpus, launcher, nccl_name), config_hash=_config_hash(fields),
+                    identity = {"nodes": nodes, "gpus_per_node": gpus, "launcher": launcher, "nccl_env": nccl_env,
+                                "env": env, "device": sweep.device, "backend": sweep.backend,
+                                "runs": [[r.workload, r.scaling, list(r.args)] for r in runs]}
+                    jobs.append(Job(name=job_name(nodes, gpus, launcher, nccl_name), config_hash=_config_hash(identity),
                                     nodes=nodes, gpus_per_node=gpus, launcher=launcher, nccl_config=nccl_name,
                                     nccl_env=nccl_env, env=env, device=sweep.device, backend=sweep.backend,
                                     time_limit_min=sweep.time_limit_min, runs=runs,

@@ -19,15 +19,16 @@ import datetime as dt
 import json
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
+from benchmarks.catalog import COLLECTIVE_WORKLOAD, SCALINGS, TRAINING
 from benchmarks.common import ranks_path
-from benchmarks.results import SCHEMA_VERSION, atomic_write_json, atomic_write_text
-
-from .errors import RunDirError, one_line
-from .plan import Job
+from benchmarks.results import atomic_write_json, atomic_write_text
+from harness.errors import RunDirError, one_line
+from harness.plan import Job
 
 PENDING, RUNNING, COMPLETED, FAILED, TIMEOUT, CANCELLED = "PENDING", "RUNNING", "COMPLETED", "FAILED", "TIMEOUT", "CANCELLED"
 # A Slurm job the harness is handing to sbatch: if the harness dies now, resume looks the job up
@@ -35,6 +36,35 @@ PENDING, RUNNING, COMPLETED, FAILED, TIMEOUT, CANCELLED = "PENDING", "RUNNING", 
 SUBMITTING = "SUBMITTING"
 FINAL_STATES = frozenset({COMPLETED, FAILED, TIMEOUT, CANCELLED, "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
                           "BOOT_FAIL", "DEADLINE"})
+
+
+# The formats of plan.json and jobs.json, apart from the result files' schema: a new result
+# schema leaves existing run directories readable. A directory written before these had their
+# own version (they carried the result schema_version 1 instead, with the same layout) is read
+# as version 1 of each.
+PLAN_VERSION = 1
+TABLE_VERSION = 1
+
+
+def _format_version(data: dict[str, Any], key: str, current: int, where: Path) -> None:
+    """Refuse a plan or job table this bench cannot read, in one line that says why."""
+    found = data.get(key)
+    if found is None and key not in data and data.get("schema_version") == 1:
+        found = 1                               # written before the formats had versions of their own
+    if found == current:
+        return
+    if isinstance(found, int) and not isinstance(found, bool) and found > current:
+        raise RunDirError(f"{where}: {key} {found} was written by a newer bench; this one reads {current}")
+    raise RunDirError(f"{where}: {key} required {current}, found {found!r}")
+
+
+def _one_per_line(top: dict[str, Any], key: str) -> str:
+    """`top` as JSON with each item of the list top[key] on a line of its own, so that a plan
+    of 10,000 jobs stays short and greppable. Every member is json.dumps' own output."""
+    members = [f"{json.dumps(k)}: {json.dumps(v, indent=1)}" for k, v in top.items() if k != key]
+    items = ",\n  ".join(json.dumps(item) for item in top[key])
+    members.append(f"{json.dumps(key)}: [\n  {items}\n ]" if items else f"{json.dumps(key)}: []")
+    return "{\n " + ",\n ".join(members) + "\n}\n"
 
 
 def now() -> str:
@@ -60,6 +90,40 @@ class JobRecord:
     reason: str | None = None
     log_tail: str | None = None
     runs: dict[str, str] = field(default_factory=dict)  # workload key -> state
+
+    # Every change of state goes through one of these, so each executor changes rows alike.
+
+    def new_attempt(self, state: str, reason: str | None = None) -> None:
+        """Start an attempt: forget what the last one left (its id, times, exit, hosts, log and
+        workload states); `attempts` counts only attempts that started."""
+        self.state, self.reason = state, reason
+        self.job_id = self.cluster = self.node_list = self.log_tail = None
+        self.exit_code = self.elapsed_s = None
+        self.started = self.ended = self.submitted = None
+        self.runs = {}
+
+    def accepted(self, job_id: str, cluster: str | None = None, state: str = PENDING,
+                 reason: str | None = None) -> None:
+        """The attempt has an id: Slurm took the job, or it started here."""
+        self.job_id, self.cluster, self.state, self.attempts = job_id, cluster, state, self.attempts + 1
+        if reason is not None:
+            self.reason = reason
+
+    def not_submitted(self, reason: str | None = None) -> None:
+        """Back to PENDING: the attempt never reached Slurm, or Slurm never took it."""
+        self.state, self.submitted, self.reason = PENDING, None, reason
+
+    def finished(self, state: str, exit_code: int | None, elapsed_s: float | None, ended: str | None,
+                 reason: str | None = None, log_tail: str | None = None) -> None:
+        """The attempt ended in `state` (a final state), with what is known of how."""
+        self.state, self.exit_code, self.elapsed_s, self.ended = state, exit_code, elapsed_s, ended
+        self.reason, self.log_tail = reason, log_tail
+
+    def orphaned(self) -> None:
+        """The harness that ran the job stopped, and the job with it: PENDING again, keeping its
+        history, so that resume reruns it."""
+        self.reason = f"harness stopped while the job was {self.state}; rerun"
+        self.state = PENDING
 
 
 class RunDir:
@@ -120,10 +184,9 @@ class RunDir:
         """plan.json with one job per line. Every job of a sweep runs the same workloads, so
         they are stored once, under "runs", rather than in each job."""
         runs = [asdict(r) for r in jobs[0].runs] if jobs else []
-        head = json.dumps({"schema_version": SCHEMA_VERSION, "created": now(), "sweep_file": sweep_file,
-                           "executor": executor, "cluster": cluster, "sweep": sweep, "runs": runs}, indent=1)
-        body = ",\n".join(json.dumps(j.to_dict(with_runs=False)) for j in jobs)
-        atomic_write_text(self.plan_file, head[:-2] + ',\n "jobs": [\n' + body + "\n ]\n}\n")
+        plan = {"plan_version": PLAN_VERSION, "created": now(), "sweep_file": sweep_file, "executor": executor,
+                "cluster": cluster, "sweep": sweep, "runs": runs, "jobs": [j.to_dict(with_runs=False) for j in jobs]}
+        atomic_write_text(self.plan_file, _one_per_line(plan, "jobs"))
 
     def read_plan(self) -> dict[str, Any]:
         if not self.path.is_dir():
@@ -134,9 +197,9 @@ class RunDir:
             raise RunDirError(f"{self.path}: not a run directory (no plan.json)") from None
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise RunDirError(f"{self.plan_file}: unreadable ({one_line(str(exc))})") from None
-        if not isinstance(plan, dict) or plan.get("schema_version") != SCHEMA_VERSION:
-            found = plan.get("schema_version") if isinstance(plan, dict) else None
-            raise RunDirError(f"{self.plan_file}: schema_version required {SCHEMA_VERSION}, found {found!r}")
+        if not isinstance(plan, dict):
+            raise RunDirError(f"{self.plan_file}: malformed plan: a {type(plan).__name__}, not an object")
+        _format_version(plan, "plan_version", PLAN_VERSION, self.plan_file)
         for key, kinds in (("sweep", (dict,)), ("executor", (str,)), ("cluster", (dict, type(None))), ("runs", (list,)),
                            ("jobs", (list,))):
             if not isinstance(plan.get(key), kinds):
@@ -164,9 +227,13 @@ class RunDir:
         saved: dict[str, Any] = {}
         if self.table_file.exists():
             try:
-                saved = json.loads(self.table_file.read_text()).get("jobs", {})
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as exc:
+                data = json.loads(self.table_file.read_text())
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
                 raise RunDirError(f"{self.table_file}: unreadable job table ({one_line(str(exc))})") from None
+            if not isinstance(data, dict):
+                raise RunDirError(f"{self.table_file}: malformed job table: a {type(data).__name__}, not an object")
+            _format_version(data, "table_version", TABLE_VERSION, self.table_file)
+            saved = data.get("jobs", {})
             if not isinstance(saved, dict):
                 raise RunDirError(f"{self.table_file}: malformed job table: \"jobs\" is a {type(saved).__name__}, "
                                   f"not an object of job names")
@@ -178,12 +245,12 @@ class RunDir:
 
     def write_table(self, table: dict[str, JobRecord], executor: str) -> None:
         atomic_write_json(self.table_file, {
-            "schema_version": SCHEMA_VERSION, "executor": executor, "updated": now(),
+            "table_version": TABLE_VERSION, "executor": executor, "updated": now(),
             "jobs": {name: vars(rec) for name, rec in table.items()}})
 
 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")  # no '/', so a name is one path component
-_RUN_KEYS = {("allreduce", ""), ("synthetic", "weak"), ("synthetic", "strong"), ("real", "weak"), ("real", "strong")}
+_RUN_KEYS = {(COLLECTIVE_WORKLOAD, ""), *((w, s) for w in TRAINING for s in SCALINGS)}
 
 
 def _job_problem(job: Job) -> str | None:
@@ -220,43 +287,3 @@ def _record(row: Any, where: Path, job: Job) -> JobRecord:
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in kept.get("runs", {}).items()):
         raise RunDirError(f"{where}: malformed job table: job {name!r}: runs must map workloads to states")
     return JobRecord(**{**kept, "name": job.name, "nodes": job.nodes})
-
-
-def tail(path: Path, lines: int = 20, max_bytes: int = 64 * 1024) -> str:
-    """The last lines of a log, read from its end (logs can be large)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, 2)
-            size = f.tell()
-            f.seek(max(0, size - max_bytes))
-            data = f.read()
-    except OSError:
-        return ""
-    return "\n".join(data.decode(errors="replace").splitlines()[-lines:])
-
-
-_OUR_ERROR = re.compile(r"bench run \w+: error: .*")
-_EXCEPTION = re.compile(r"\b\w*(?:Error|Exception): .*")
-# A rank killed by a signal leaves no exception: torchrun's root-cause block and srun name it.
-_SIGNALLED = re.compile(r"Signal \d+ \(SIG\w+\) received by PID \d+")
-_STOPPED = "SignalException: "
-_SRUN_TASK = re.compile(r"srun: error: (\S+: task \d+: (?!Exited with exit code).*)")
-
-
-def error_line(text: str) -> str | None:
-    """The line of a failed launch's log that says why: a workload's own one-line error, else
-    the last exception line that is not torchrun's wrapper (ChildFailedError) around it, else
-    the signal that killed a rank."""
-    lines = text.splitlines()
-    for line in lines:
-        m = _OUR_ERROR.search(line)
-        if m:
-            return m.group(0)
-    for pattern, group in ((_EXCEPTION, 0), (_SIGNALLED, 0), (_SRUN_TASK, 1)):
-        found = [m.group(group) for line in lines if "ChildFailedError" not in line and (m := pattern.search(line))]
-        # An agent that srun or torchrun stopped because another rank failed raises
-        # SignalException: a consequence. The failing rank's own line says why.
-        causes = [f for f in found if not f.startswith(_STOPPED)]
-        if causes or found:
-            return (causes or found)[-1]
-    return None

@@ -12,24 +12,26 @@ import math
 import re
 import types
 import typing
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from benchmarks.catalog import (
+    AMPS,
+    BACKENDS,
+    COLLECTIVES,
+    DEVICES,
+    DTYPES,
+    OPS,
+    SCALINGS,
+)
 from benchmarks.common import looks_secret, parse_size
+from harness.errors import SpecError
 
-from .errors import SpecError
-
-DEVICES = ("auto", "cuda", "cpu")
-BACKENDS = ("auto", "nccl", "gloo")
 LAUNCHERS = ("torchrun", "srun")
-SCALINGS = ("weak", "strong")
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
-DTYPES = ("float", "float32", "half", "float16", "bfloat16", "double", "float64", "int32", "int64")
-OPS = ("sum", "avg", "max", "min")
-AMPS = ("auto", "bf16", "fp16", "off")
 NODES_POWERS_OF_TWO = "powers_of_two"
 MAX_REPEAT = 100
 MAX_BYTES = 16 * 1024**3      # a message, as nccl-tests' -e allows on an 80 GB GPU
@@ -55,7 +57,7 @@ class FieldError(ValueError):
         self.key = key
 
 
-def _choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
+def _choice(key: str, value: Any, choices: Collection[str]) -> None:
     if value not in choices:
         raise FieldError(key, f"{value!r} is not valid; valid: {', '.join(choices)}")
 
@@ -363,7 +365,7 @@ def _convert(tp: Any, value: Any, where: str, meta: typing.Mapping[str, Any]) ->
     if tp is type(None):
         if value is None:
             return None
-    elif dataclasses.is_dataclass(tp):
+    elif isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if isinstance(value, dict):
             return build(tp, value, where)
         if value is None:

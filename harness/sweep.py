@@ -1,5 +1,6 @@
 """Running a sweep: plan it into a run directory, hand the jobs to an executor behind a
-progress bar, then collect the summary and draw the plots."""
+progress bar, then collect the summary and draw the plots. `bench sweep` and `bench sweep
+--resume` are `start` and `resume`; the CLI only parses and checks their arguments."""
 
 from __future__ import annotations
 
@@ -9,14 +10,118 @@ import datetime as dt
 import fcntl
 import os
 import shutil
+import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING
 
-from .executors import Executor, LocalExecutor, SlurmExecutor
-from .plan import Job
-from .rundir import COMPLETED, FINAL_STATES, RUNNING, JobRecord, RunDir, RunDirError
-from .slurm import DEFAULT_PROFILE, ClusterProfile
-from .spec import Sweep
+from harness.errors import SlurmError, UsageError
+from harness.executors import Executor, LocalExecutor, SlurmExecutor
+from harness.executors.slurm.profile import DEFAULT_PROFILE, ClusterProfile
+from harness.plan import Job, expand
+from harness.present.tables import print_jobs, print_plan, print_results
+from harness.rundir import (
+    COMPLETED,
+    FINAL_STATES,
+    RUNNING,
+    JobRecord,
+    RunDir,
+    RunDirError,
+)
+from harness.spec import Sweep, build
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from rich.console import Console
+
+
+def start(sweep: Sweep, sweep_file: Path, executor_name: str, profile: ClusterProfile | None, out: Path,
+          console: Console, dry_run: bool = False) -> int:
+    """Plan `sweep` into the new run directory `out` and run it (or only write it, with
+    dry_run). The exit status: 0 when every job completed, 1 when some did not."""
+    if not dry_run:
+        check_passthrough((*sweep.env_passthrough, *(profile.env_passthrough if profile else ())))
+    jobs = expand(sweep)
+    run, created = claim(out)
+    executor = make_executor(executor_name, run, sweep.timeout_s, profile)
+    with locked(run):  # held from before the first file is written to the end of the sweep
+        create_run(sweep, str(sweep_file), executor, jobs, created)
+        print_plan(console, sweep_file, jobs, run)
+        if dry_run:
+            console.print(f"dry run: nothing started; plan written to {run.plan_file}")
+            return 0
+        return run_and_report(run, executor, jobs, run.read_table(jobs), console)
+
+
+def resume(run: RunDir, console: Console) -> int:
+    """Go on with the plan saved in `run`, with the executor and cluster profile it names."""
+    plan = run.read_plan()
+    jobs = run.jobs()
+    recorded = plan.get("cluster")
+    profile = build(ClusterProfile, recorded, "cluster") if recorded else None
+    check_passthrough((*plan["sweep"].get("env_passthrough", ()), *(profile.env_passthrough if profile else ())))
+    executor = make_executor(plan["executor"], run, plan["sweep"].get("timeout_s", 300.0), profile)
+    console.print(f"executor: {executor.name} (from the plan in {run.path})")
+    with locked(run):
+        table = executor.resume(run.read_table(jobs))
+        todo = sum(r.state != COMPLETED for r in table.values())
+        console.print(f"resuming {run.path}: {todo} of {len(jobs)} jobs to run")
+        return run_and_report(run, executor, jobs, table, console)
+
+
+def check_passthrough(names: tuple[str, ...]) -> None:
+    """Every env_passthrough variable is set here, where jobs inherit the environment from."""
+    missing = [n for n in dict.fromkeys(names) if n not in os.environ]
+    if missing:
+        one = len(missing) == 1
+        raise UsageError(f"env_passthrough: {', '.join(missing)} {'is' if one else 'are'} not set in this "
+                         f"environment; export {'it' if one else 'them'} first (jobs take "
+                         f"{'its' if one else 'their'} value from here)")
+
+
+def run_and_report(run: RunDir, executor: Executor, jobs: list[Job], table: dict[str, JobRecord],
+                   console: Console) -> int:
+    """Execute, then collect, plot and print the tables; 130 when interrupted (the directory
+    stays consistent and resumable)."""
+    from rich.markup import escape
+
+    try:
+        table = execute(run, executor, jobs, table, console)
+    except KeyboardInterrupt:
+        console.print(f"\ninterrupted ({executor.interrupt_note}): {run.path} is consistent; "
+                      f"continue with `bench sweep --resume {run.path}`", markup=False)
+        return 130
+    except SlurmError as exc:
+        print(f"bench sweep: error: {exc}", file=sys.stderr)
+        return exc.exit_status
+    report = executor.report()
+    if report:
+        console.print(report, markup=False)
+    summary = collect_and_plot(run, console)
+    print_jobs(console, table, title="Jobs")
+    print_results(console, summary)
+    failed = [r for r in table.values() if r.state != COMPLETED]
+    console.print(f"\nresults: {run.path}\n  summary: {run.summary_csv}\n  plots:   {run.plots}/", markup=False)
+    if failed:
+        console.print(f"[red]{len(failed)} of {len(table)} jobs did not complete[/] "
+                      f"(logs in {escape(str(run.path))}/jobs/<job>/)")
+        return 1
+    return 0
+
+
+def collect_and_plot(run: RunDir, console: Console) -> pd.DataFrame:
+    from rich.markup import escape
+
+    from harness.collect import collect, to_frame, write_summary
+    from harness.present.plot import draw_all
+
+    # warnings quote file names, which may hold rich markup such as "[red]"
+    summary, samples = collect(run, warn=lambda m: console.print(f"[yellow]warning:[/] {escape(m)}"))
+    write_summary(run, summary, samples)
+    frame = to_frame(summary)
+    draw_all(run, frame)
+    return frame
+
 
 def choose_executor(requested: str) -> tuple[str, str]:
     """(executor name, why): `auto` is slurm where sbatch is on PATH, local otherwise."""
@@ -116,10 +221,16 @@ def in_use(run: RunDir) -> bool:
         os.close(fd)
 
 
-def execute(run: RunDir, executor: Executor, jobs: list[Job], table: dict[str, JobRecord], console: Any) -> dict[str, JobRecord]:
+def execute(run: RunDir, executor: Executor, jobs: list[Job], table: dict[str, JobRecord], console: Console) -> dict[str, JobRecord]:
     """Run the jobs, saving the table after every change and showing progress."""
     from rich.markup import escape
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
     total = len(jobs)
 

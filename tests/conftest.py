@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute  # noqa: F401  (pa.compute)
+import pyarrow.compute
 import pyarrow.parquet as pq
 import pytest
 

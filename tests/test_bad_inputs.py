@@ -10,12 +10,12 @@ import json
 import os
 import shutil
 import stat
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
-
 from conftest import SWEEPS, bench
+
 from harness.cli import main
 
 LOCAL = (SWEEPS / "local.yaml").read_text()
@@ -146,6 +146,12 @@ CASES = [
     Case("resume-job-name-escapes", lambda t, r: ["sweep", "--resume", str(_plan_job_name(r, t))], "../../x"),
     Case("collect-job-name-escapes", lambda t, r: ["collect", str(_plan_job_name(r, t))], "../../x"),
     Case("collect-jobs-list", lambda t, r: ["collect", str(_jobs_json(r, t, {"jobs": []}))], "jobs.json", "list"),
+    Case("status-table-newer", lambda t, r: ["status", str(_jobs_json(r, t, {"table_version": 2, "jobs": {}}))],
+         "jobs.json", "table_version 2 was written by a newer bench; this one reads 1"),
+    Case("status-plan-newer", lambda t, r: ["status", str(_plan_edit(r, t, lambda p: p.update(plan_version=2)))],
+         "plan.json", "plan_version 2 was written by a newer bench"),
+    Case("collect-plan-unversioned", lambda t, r: ["collect", str(_plan_edit(r, t, lambda p: p.pop("plan_version")))],
+         "plan.json", "plan_version required 1, found None"),
     Case("collect-job-row-types", lambda t, r: ["collect", str(_jobs_row(r, t, {"state": 3}))], "jobs.json", "state"),
     Case("status-job-row-not-object", lambda t, r: ["status", str(_jobs_row(r, t, None, whole=[1]))], "jobs.json"),
     Case("collect-plan-not-utf8", lambda t, r: ["collect", str(_plan_bytes(r, t, b"\xff"))], "plan.json"),
@@ -201,7 +207,7 @@ CASES = [
 
 def _jobs_json(run: Path, tmp: Path, table: dict) -> Path:
     copy = _copy(run, tmp)
-    (copy / "jobs.json").write_text(json.dumps(table))
+    (copy / "jobs.json").write_text(json.dumps({"table_version": 1, **table}))
     return copy
 
 

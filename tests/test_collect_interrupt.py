@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "perf"))
 
-from collect_interrupt import interrupt_points  # noqa: E402
+from collect_interrupt import interrupt_points
 
 
 @pytest.mark.slow

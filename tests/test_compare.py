@@ -8,6 +8,7 @@ import base64
 import html.parser
 import io
 import itertools
+import contextlib
 import json
 import math
 import re
@@ -21,13 +22,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import bench, copy_run, run, separating
 from PIL import Image
 
-from conftest import bench, copy_run, run, separating
-from harness import stats, stragglers
+from harness.analysis import stats, stragglers
+from harness.analysis.compare import SLOWER, compare, load_run
 from harness.collect import SUMMARY_VERSION
-from harness.compare import SLOWER, compare, load_run
-
 
 # --------------------------------------------------------------------------- statistics
 
@@ -161,31 +161,42 @@ def test_environment_differences_are_warned(real_run, tmp_path):
         r.describe()
 
 
-@pytest.mark.parametrize("case", ["not a run", "no summary", "missing column", "old schema", "no common key"])
-def test_bad_runs_are_refused_with_one_line(real_run, tmp_path, case):
+def _not_a_run(real_run, tmp_path):
+    (tmp_path / "empty").mkdir()
+    return tmp_path / "empty"
+
+
+def _no_summary(real_run, tmp_path):
+    shutil.copytree(real_run, tmp_path / "bad")
+    (tmp_path / "bad" / "summary.parquet").unlink()
+    return tmp_path / "bad"
+
+
+def _every_reader(good, bad, db):
+    return [["compare", str(good), str(bad)], ["history", "add", str(bad), "--cluster", "c", "--db", str(db)],
+            ["regress", str(bad), "--cluster", "c", "--db", str(db)], ["report", str(bad)]]
+
+
+def _compare_only(good, bad, db):
+    return [["compare", str(good), str(bad)]]
+
+
+@pytest.mark.parametrize("make,want,commands", [
+    pytest.param(_not_a_run, "not a run directory (no plan.json)", _every_reader, id="not a run"),
+    pytest.param(_no_summary, "no summary.parquet; run `bench collect", _every_reader, id="no summary"),
+    pytest.param(lambda run, tmp: copy_run(run, tmp / "bad", drop="busbw_gbps"), "summary lacks column busbw_gbps",
+                 _every_reader, id="missing column"),
+    pytest.param(lambda run, tmp: copy_run(run, tmp / "bad", version=1),
+                 f"summary schema_version 1 is older than this bench's {SUMMARY_VERSION}", _every_reader,
+                 id="old schema"),
+    # a run with no key in common with the other is a comparison's problem only
+    pytest.param(lambda run, tmp: copy_run(run, tmp / "bad", launcher="srun"), "no completed key in common",
+                 _compare_only, id="no common key"),
+])
+def test_bad_runs_are_refused_with_one_line(real_run, tmp_path, make, want, commands):
     db = tmp_path / "history.sqlite"
-    if case == "not a run":
-        bad = tmp_path / "empty"
-        bad.mkdir()
-        want = "not a run directory (no plan.json)"
-    elif case == "no summary":
-        bad = tmp_path / "bad"
-        shutil.copytree(real_run, bad)
-        (bad / "summary.parquet").unlink()
-        want = "no summary.parquet; run `bench collect"
-    elif case == "missing column":
-        bad = copy_run(real_run, tmp_path / "bad", drop="busbw_gbps")
-        want = "summary lacks column busbw_gbps"
-    elif case == "old schema":
-        bad = copy_run(real_run, tmp_path / "bad", version=1)
-        want = f"summary schema_version 1 is older than this bench's {SUMMARY_VERSION}"
-    else:
-        bad = copy_run(real_run, tmp_path / "bad", launcher="srun")
-        want = "no completed key in common"
-    for args in (["compare", str(real_run), str(bad)], ["history", "add", str(bad), "--cluster", "c", "--db", str(db)],
-                 ["regress", str(bad), "--cluster", "c", "--db", str(db)], ["report", str(bad)]):
-        if case == "no common key" and args[0] != "compare":
-            continue
+    bad = make(real_run, tmp_path)
+    for args in commands(real_run, bad, db):
         r = bench(*args, check=False)
         assert r.returncode == 2 and want in r.stderr, r.describe()
         assert len(r.stderr.strip().splitlines()) == 1, r.describe()
@@ -229,37 +240,52 @@ def test_output_paths_that_are_files_are_refused(real_run, tmp_path):
     assert a_file.read_text() == "keep me\n" and not db.exists()
 
 
-@pytest.mark.parametrize("case", ["absent", "empty", "not sqlite", "locked", "other cluster", "bad baseline"])
-def test_bad_history_is_refused_with_one_line(real_run, tmp_path, case):
-    db = tmp_path / "history.sqlite"
-    args = ["regress", str(real_run), "--cluster", "lab", "--db", str(db)]
-    want = {"absent": "no history database", "empty": "the history is empty", "not sqlite": "not a bench history database",
-            "locked": "locked by another process", "other cluster": "no run of cluster 'lab' to use as baseline",
-            "bad baseline": "--baseline 'median:x': K must be a whole number"}[case]
-    holder = None
-    if case == "empty":
-        db.write_bytes(b"")
-    elif case == "not sqlite":
-        db.write_text("this is not a database\n" * 100)
-    elif case in ("locked", "other cluster", "bad baseline"):
+def _history_of(cluster):
+    def make(db, real_run, tmp_path):
         other = copy_run(real_run, tmp_path / "other")
         plan = other / "plan.json"
         plan.write_text(plan.read_text().replace('"created": "', '"created": "0', 1))
-        bench("history", "add", str(other), "--cluster", "lab" if case != "other cluster" else "elsewhere",
-              "--db", str(db))
-        if case == "bad baseline":
-            args += ["--baseline", "median:x"]
-    before = db.read_bytes() if db.exists() else None
-    if case == "locked":  # after the read: closing any descriptor of the file drops this process's POSIX locks
-        holder = sqlite3.connect(db, isolation_level=None)
-        holder.execute("BEGIN EXCLUSIVE")
-        args = ["history", "add", str(real_run), "--cluster", "lab", "--db", str(db)]
+        bench("history", "add", str(other), "--cluster", cluster, "--db", str(db))
+    return make
+
+
+@contextlib.contextmanager
+def _locked(db):
+    """An exclusive sqlite transaction held by this process, as another bench would hold it.
+    Taken after the test read the file: closing any descriptor of the file drops this
+    process's POSIX locks."""
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
     try:
-        r = bench(*args, check=False)
+        yield
     finally:
-        if holder:
-            holder.execute("ROLLBACK")
-            holder.close()
+        holder.execute("ROLLBACK")
+        holder.close()
+
+
+REGRESS = ["regress", "RUN", "--cluster", "lab"]
+
+
+@pytest.mark.parametrize("make,args,hold,want", [
+    pytest.param(None, REGRESS, False, "no history database", id="absent"),
+    pytest.param(lambda db, run, tmp: db.write_bytes(b""), REGRESS, False, "the history is empty", id="empty"),
+    pytest.param(lambda db, run, tmp: db.write_text("this is not a database\n" * 100), REGRESS, False,
+                 "not a bench history database", id="not sqlite"),
+    pytest.param(_history_of("lab"), ["history", "add", "RUN", "--cluster", "lab"], True,
+                 "locked by another process", id="locked"),
+    pytest.param(_history_of("elsewhere"), REGRESS, False, "no run of cluster 'lab' to use as baseline",
+                 id="other cluster"),
+    pytest.param(_history_of("lab"), [*REGRESS, "--baseline", "median:x"], False,
+                 "--baseline 'median:x': K must be a whole number", id="bad baseline"),
+])
+def test_bad_history_is_refused_with_one_line(real_run, tmp_path, make, args, hold, want):
+    db = tmp_path / "history.sqlite"
+    if make:
+        make(db, real_run, tmp_path)
+    before = db.read_bytes() if db.exists() else None
+    args = [str(real_run) if a == "RUN" else a for a in args] + ["--db", str(db)]
+    with _locked(db) if hold else contextlib.nullcontext():
+        r = bench(*args, check=False)
     assert r.returncode == 2 and want in r.stderr, r.describe()
     assert len(r.stderr.strip().splitlines()) == 1, r.describe()
     assert (db.read_bytes() if db.exists() else None) == before

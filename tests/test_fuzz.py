@@ -13,15 +13,16 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings, strategies as st
-
 from conftest import SWEEPS
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from harness.cli import main
 from harness.errors import BenchError
 from harness.rundir import RunDir
 
 sys.path.insert(0, str(Path(__file__).parent / "perf"))
-from fixtures import make_run  # noqa: E402
+from fixtures import make_run
 
 LOCAL = yaml.safe_load((SWEEPS / "local.yaml").read_text())
 FUZZ = settings(max_examples=int(os.environ.get("BENCH_FUZZ_EXAMPLES", "150")), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -13,8 +13,8 @@ import threading
 from pathlib import Path
 
 import pytest
-
 from conftest import SWEEPS, bench, planned_later
+
 from benchmarks.common import captured_variables, redacted, secret_name
 from harness.cli import main
 

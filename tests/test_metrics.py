@@ -9,8 +9,16 @@ import pandas as pd
 import pytest
 import torch
 
-from benchmarks.allreduce import _Collective, bus_factor, message_sizes
-from benchmarks.common import UsageError, captured_variables, detect_launch, format_size, parse_size, percentile
+from benchmarks.allreduce import CollectiveRun, bus_factor, message_sizes
+from benchmarks.catalog import COLLECTIVES
+from benchmarks.common import (
+    UsageError,
+    captured_variables,
+    detect_launch,
+    format_size,
+    parse_size,
+    percentile,
+)
 from harness.collect import COLUMNS, add_scaling
 
 
@@ -65,22 +73,31 @@ def test_percentile_matches_linear_interpolation():
     assert math.isnan(percentile([], 50))
 
 
-@pytest.mark.parametrize("name", ["all_reduce", "all_gather", "reduce_scatter", "broadcast"])
+def _rank_1_of_3(name: str) -> CollectiveRun:
+    count = 3 * 40
+    return CollectiveRun(COLLECTIVES[name], None, "sum", count, torch.empty(count), torch.empty(count), rank=1, n=3)
+
+
+@pytest.mark.parametrize("name", list(COLLECTIVES))
 @pytest.mark.parametrize("in_place", [True, False])
 def test_the_check_counts_a_wrong_element(name, in_place):
     """Rank 1 of 3: give it the right output, then corrupt one element, as a bad reduction would."""
-    n, rank, count = 3, 1, 3 * 40
-    inp, out = torch.empty(count), torch.empty(count)
-    coll = _Collective(torch, None, name, None, "sum", count, inp, out, rank, n)
-    target = coll.in_place_output if in_place else coll.oop_output
-    target.copy_(coll.expected(torch.device("cpu")).to(target.dtype))
-    assert coll.wrong(in_place, torch.device("cpu")) == 0
+    coll = _rank_1_of_3(name)
+    target = coll.output(in_place)
+    target.copy_(coll.expected().to(target.dtype))
+    assert coll.wrong(in_place) == 0
     target[5] += 1
-    assert coll.wrong(in_place, torch.device("cpu")) == 1
-    # A rank that contributed nothing: every element of an all_reduce/reduce_scatter is wrong.
-    if name in ("all_reduce", "reduce_scatter"):
-        target.copy_((coll.expected(torch.device("cpu")) - 1).to(target.dtype))
-        assert coll.wrong(in_place, torch.device("cpu")) == target.numel()
+    assert coll.wrong(in_place) == 1
+
+
+@pytest.mark.parametrize("name", [c.name for c in COLLECTIVES.values() if c.reduces])
+@pytest.mark.parametrize("in_place", [True, False])
+def test_the_check_sees_a_missing_contribution(name, in_place):
+    """A rank that contributed nothing to a reduction: every element is wrong."""
+    coll = _rank_1_of_3(name)
+    target = coll.output(in_place)
+    target.copy_((coll.expected() - 1).to(target.dtype))
+    assert coll.wrong(in_place) == target.numel()
 
 
 def scaled(rows: list[dict]) -> pd.DataFrame:
@@ -90,7 +107,7 @@ def scaled(rows: list[dict]) -> pd.DataFrame:
 
 
 def _training_row(**kw):
-    row = {c: None for c in COLUMNS}
+    row = dict.fromkeys(COLUMNS)
     row.update(workload="synthetic", launcher="torchrun", backend="gloo", device="cpu", nccl_config="default",
                model="resnet18", status="COMPLETED")
     row.update(kw)

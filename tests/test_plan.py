@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 
 import pytest
+from conftest import SWEEPS, bench
 
-from conftest import SWEEPS
 from harness.plan import Job, PlanError, expand
+from harness.rundir import PLAN_VERSION, RunDir
 from harness.spec import load_sweep
 
 
@@ -62,3 +64,36 @@ def test_job_paths_are_relative_and_the_job_round_trips():
     assert Job.from_dict(job.to_dict()) == job
     real = next(r for r in job.runs if r.workload == "real")
     assert real.args[real.args.index("--data-cache") + 1] == "data"
+
+
+def test_plan_json_is_json_with_a_version_of_its_own_and_one_job_per_line(tmp_path):
+    out = tmp_path / "run"
+    bench("sweep", str(SWEEPS / "default.yaml"), "--executor", "slurm", "--dry-run", "--out", str(out))
+    text = (out / "plan.json").read_text()
+    plan = json.loads(text)
+    assert plan["plan_version"] == PLAN_VERSION and "schema_version" not in plan
+    jobs = RunDir(out).jobs()
+    assert [j.name for j in jobs] == [j.name for j in expand(load_sweep(SWEEPS / "default.yaml"))]
+    job_lines = [line for line in text.splitlines() if line.lstrip().startswith('{"name": ')]
+    assert len(job_lines) == len(jobs) == 96
+
+
+def test_a_run_directory_from_before_the_format_versions_is_read(tmp_path):
+    """Directories written before plan.json and jobs.json had versions of their own carried the
+    result schema_version 1, with the same layout: they are read as version 1."""
+    out = tmp_path / "run"
+    bench("sweep", str(SWEEPS / "local.yaml"), "--executor", "local", "--dry-run", "--out", str(out))
+    run = RunDir(out)
+    plan = json.loads(run.plan_file.read_text())
+    plan["schema_version"] = 1
+    del plan["plan_version"]
+    run.plan_file.write_text(json.dumps(plan))
+    table = run.read_table(run.jobs())
+    run.write_table(table, "local")
+    old = json.loads(run.table_file.read_text())
+    old["schema_version"] = 1
+    del old["table_version"]
+    run.table_file.write_text(json.dumps(old))
+    r = bench("status", str(out))
+    assert f"0 of {len(table)} jobs COMPLETED" in r.stdout, r.describe()
+    assert RunDir(out).read_table(run.jobs()).keys() == table.keys()

@@ -30,7 +30,6 @@ import xml.etree.ElementTree as ET
 
 import pandas as pd
 import pytest
-
 from conftest import SLURM_ENV, SWEEPS, TESTBED, bench, run
 
 pytestmark = pytest.mark.slow

@@ -1,7 +1,7 @@
 """Slurm job scripts: golden files for the two launch modes, directive checks over the whole
 matrix, bash syntax, hostile profile and sweep values, and the time-limit trap run in bash.
 
-Submission against a real Slurm cluster is tested with the testbed (issue 3, not in yet)."""
+Submission to a real Slurm cluster is tested on the testbed: tests/test_sweep_slurm.py."""
 
 from __future__ import annotations
 
@@ -13,11 +13,15 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import HOSTILE_VALUES, SWEEPS, bench, run
+
+from harness.executors.slurm.profile import ClusterProfile, load_profile
+from harness.executors.slurm.script import (
+    format_time_limit,
+    render_script,
+    sbatch_directives,
+)
 from harness.plan import expand
-from harness.slurm import (ClusterProfile, format_time_limit, load_profile, render_script,
-                           sbatch_directives)
 from harness.spec import SpecError, load_sweep
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -10,9 +10,15 @@ import signal
 
 import pytest
 
-from harness.executors.slurm import (Accounting, SlurmError, deferred_signals, parse_sacct, parse_sbatch_reply,
-                                     parse_squeue)
-from harness.rundir import error_line
+from harness.executors.slurm.executor import (
+    Accounting,
+    SlurmError,
+    deferred_signals,
+    parse_sacct,
+    parse_sbatch_reply,
+    parse_squeue,
+)
+from harness.logs import error_line
 
 
 @pytest.mark.parametrize("stdout, expected", [

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import ROOT, bench, read_json, run
 from PIL import Image
 
 from benchmarks.allreduce import bus_factor
-from conftest import ROOT, bench, read_json, run
 
 pytestmark = pytest.mark.slow
 
@@ -126,7 +126,7 @@ def test_plots_exist_and_hold_the_plotted_points(local_run):
     assert sorted(zip(busbw["x"], busbw["y"].round(9))) == sorted(zip(ar["size_bytes"], ar["busbw_gbps"].round(9)))
 
     # the figure itself carries those points, one line per (nodes x GPUs) series
-    from harness.plot import busbw_figure
+    from harness.present.plot import busbw_figure
 
     fig, points = busbw_figure(pd.read_parquet(out / "summary.parquet"))
     drawn = {(float(x), round(float(y), 9)) for line in fig.axes[0].lines for x, y in zip(*line.get_data())}

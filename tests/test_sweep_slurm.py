@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from PIL import Image
-
 from conftest import HOSTILE_VALUES, ROOT, SLURM_ENV, SWEEPS, bench, sacct_rows, slurm
+from PIL import Image
 
 pytestmark = pytest.mark.slow
 PROFILE = SWEEPS / "clusters" / "testbed.yaml"
@@ -273,7 +272,7 @@ def test_a_failing_sacct_is_retried_then_reported(testbed, tmp_path, monkeypatch
     """slurmdbd unreachable, for real: the testbed's configuration with the accounting port
     moved to one nobody listens on. The executor tries QUERY_TRIES times, then stops with
     sacct's own words."""
-    from harness.executors.slurm import QUERY_TRIES, SlurmError, SlurmExecutor
+    from harness.executors.slurm.executor import QUERY_TRIES, SlurmError, SlurmExecutor
     from harness.rundir import RunDir
 
     conf = Path(testbed["SLURM_CONF"]).read_text()

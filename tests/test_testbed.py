@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import NODES, STATE, SWEEPS, TESTBED, bench, run, slurm, wait_done
 
 pytestmark = pytest.mark.slow

@@ -17,10 +17,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from conftest import bench, copy_run, planned_later, separating
-from harness import changes, stats
-from harness.compare import FAILED, UNJUDGED, compare, load_run
+
+from harness.analysis import changes, stats
+from harness.analysis.compare import FAILED, UNJUDGED, compare, load_run
 
 FAILED_JOB = "n2-g1-torchrun-default"
 REASON = "synthetic-weak failed (exit code 1): RuntimeError: Connection closed by peer [198.18.0.2]:29500"

@@ -5,9 +5,9 @@ line with exit status 2."""
 from __future__ import annotations
 
 import pytest
+from conftest import bench, read_json
 
 from benchmarks.allreduce import bus_factor
-from conftest import bench, read_json
 
 pytestmark = pytest.mark.slow
 SECRET = "hunter2-do-not-record"

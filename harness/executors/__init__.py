@@ -1,7 +1,7 @@
 """Executors: interchangeable backends that run the jobs of a plan."""
 
-from .base import Executor
-from .local import LocalExecutor
-from .slurm import SlurmExecutor
+from harness.executors.base import Executor
+from harness.executors.local import LocalExecutor
+from harness.executors.slurm.executor import SlurmExecutor
 
 __all__ = ["Executor", "LocalExecutor", "SlurmExecutor"]

@@ -4,10 +4,11 @@ state, recording every change in the job table (which the caller saves)."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Callable, ClassVar
+from collections.abc import Callable
+from typing import ClassVar
 
-from ..plan import Job
-from ..rundir import FINAL_STATES, PENDING, JobRecord, RunDir
+from harness.plan import Job
+from harness.rundir import FINAL_STATES, PENDING, JobRecord, RunDir
 
 
 class Executor(ABC):
@@ -34,8 +35,7 @@ class Executor(ABC):
         that is not COMPLETED. An executor whose jobs outlive the harness keeps tracking them."""
         for rec in table.values():
             if rec.state not in FINAL_STATES and rec.state != PENDING:
-                rec.reason = f"harness stopped while the job was {rec.state}; rerun"
-                rec.state = PENDING
+                rec.orphaned()
         return table
 
     @abstractmethod

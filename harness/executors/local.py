@@ -22,13 +22,23 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
+from pathlib import Path
+from typing import BinaryIO
 
 from benchmarks.results import atomic_write_text
-
-from ..plan import Job, WorkloadRun
-from ..rundir import CANCELLED, COMPLETED, FAILED, RUNNING, TIMEOUT, JobRecord, error_line, now, tail
-from .base import Executor
+from harness.executors.base import Executor
+from harness.logs import error_line, tail
+from harness.plan import Job, WorkloadRun
+from harness.rundir import (
+    CANCELLED,
+    COMPLETED,
+    FAILED,
+    RUNNING,
+    TIMEOUT,
+    JobRecord,
+    now,
+)
 
 # After one agent fails, how long the others get to notice and exit before they are killed.
 _FAILURE_GRACE_S = 20.0
@@ -142,11 +152,9 @@ class LocalExecutor(Executor):
         self.run.job_dir(job).mkdir(parents=True, exist_ok=True)
         self.record_commands(job)
         self.run.clear_results(job)
-        rec.attempts += 1
-        rec.state, rec.started, rec.ended, rec.exit_code = RUNNING, now(), None, None
-        rec.reason = rec.log_tail = rec.elapsed_s = None
-        rec.job_id = f"local-{os.getpid()}-{rec.attempts}"
-        rec.runs = {}
+        rec.new_attempt(RUNNING)
+        rec.accepted(f"local-{os.getpid()}-{rec.attempts + 1}", state=RUNNING)
+        rec.started = now()
         changed(rec)
         start = time.monotonic()
         deadline = start + job.time_limit_min * 60
@@ -157,6 +165,7 @@ class LocalExecutor(Executor):
             self._finish(rec, start, FAILED, 1, f"needs {needed} GPUs, {have} visible on this machine", log_path, changed)
             return
         job_gpus = gpus if gpus is not None and len(gpus) >= needed else None
+        code: int | None
         state, code, reason = COMPLETED, 0, None
         with open(log_path, "ab", buffering=0) as log:
             log.write(f"# {now()} attempt {rec.attempts} of {job.name} (config {job.config_hash})\n".encode())
@@ -178,15 +187,13 @@ class LocalExecutor(Executor):
         self._finish(rec, start, state, code, reason, log_path, changed)
 
     def _finish(self, rec: JobRecord, start: float, state: str, code: int | None, reason: str | None,
-                log_path, changed: Callable[[JobRecord], None]) -> None:
-        rec.state, rec.exit_code, rec.reason = state, code, reason
-        rec.elapsed_s = round(time.monotonic() - start, 3)
-        rec.ended = now()
-        rec.log_tail = None if state == COMPLETED else tail(log_path)
+                log_path: Path, changed: Callable[[JobRecord], None]) -> None:
+        rec.finished(state, code, round(time.monotonic() - start, 3), now(), reason,
+                     None if state == COMPLETED else tail(log_path))
         changed(rec)
 
     def _run_workload(self, job: Job, run: WorkloadRun, gpus: list[str] | None, deadline: float,
-                      log) -> tuple[str, int | None, str | None]:
+                      log: BinaryIO) -> tuple[str, int | None, str | None]:
         port = free_port()
         log_start = log.tell()
         log.write(f"# {now()} {run.key}: {job.nodes} agent(s) on 127.0.0.1:{port}\n".encode())

@@ -25,6 +25,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1]))
 
 from fixtures import make_run  # noqa: E402
+
 from harness.rundir import RunDir  # noqa: E402
 
 COLLECT = [sys.executable, "-m", "harness.cli", "collect"]

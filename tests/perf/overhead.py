@@ -3,7 +3,7 @@ same machine, same settings, runs interleaved so drift hits both alike.
 
     python tests/perf/overhead.py [--reps 5] [--nproc 2]
 
-Targets (issue 2): allreduce busbw within 5% of the plain loop at 16 MiB and 64 MiB; synthetic
+Targets: allreduce busbw within 5% of the plain loop at 16 MiB and 64 MiB; synthetic
 images/s within 3% of the plain DDP loop. Prints the median of each and the ratio.
 """
 

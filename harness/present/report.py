@@ -6,15 +6,27 @@ from __future__ import annotations
 import base64
 import html
 import math
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import format_size
-
-from . import plot
-from .collect import read_summary
-from .compare import METRICS, SAME, Comparison, Side, fmt_interval, fmt_ratio, fmt_value, headline, records, warnings
-from .rundir import COMPLETED, RunDir
+from benchmarks.catalog import COLLECTIVE_WORKLOAD
+from harness.analysis.compare import METRICS, SAME, Comparison, Side, records
+from harness.collect import read_summary
+from harness.present import plot
+from harness.present.tables import (
+    COLLECTIVE_HEAD,
+    TRAINING_HEAD,
+    collective_rows,
+    fmt_interval,
+    fmt_ratio,
+    fmt_value,
+    headline,
+    only_in_b,
+    training_rows,
+    warnings,
+)
+from harness.rundir import COMPLETED, RunDir
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
@@ -35,7 +47,7 @@ def _e(v: Any) -> str:
     return html.escape(str(v))
 
 
-def _table(head: list[str], rows: list[list[Any]], numeric: set[int] = frozenset(),
+def _table(head: list[str], rows: list[list[Any]], numeric: Collection[int] = frozenset(),
            classes: list[str] | None = None) -> str:
     out = ["<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"]
     for i, row in enumerate(rows):
@@ -50,36 +62,7 @@ def _img(png: bytes, alt: str) -> str:
 
 
 def _figures(makers: list[tuple[str, Any]]) -> str:
-    plt, _ = plot._setup()
-    parts = []
-    for alt, make in makers:
-        made = make()
-        if made is None:
-            continue
-        fig, _points = made
-        try:
-            parts.append(_img(plot.png_bytes(fig), alt))
-        finally:
-            plt.close(fig)
-    return "\n".join(parts)
-
-
-TRAINING_HEAD = ["workload", "scaling", "job", "GPUs", "images/s", "per GPU", "step ms (p50)", "speedup", "efficiency"]
-COLLECTIVE_HEAD = ["job", "collective", "size", "time us", "algbw GB/s", "busbw GB/s", "#wrong"]
-
-
-def training_rows(train: Any) -> list[list[str]]:
-    """The training throughput table's cells (TRAINING_HEAD), one row per summary row."""
-    return [[r.workload, r.scaling, r.job, str(r.world_size), fmt_value(r.images_per_s, ".1f"),
-             fmt_value(r.images_per_s_per_gpu, ".1f"), fmt_value(r.step_time_ms, ".1f"), fmt_value(r.speedup, ".2f"),
-             fmt_value(r.efficiency, ".1%")] for r in train.itertuples()]
-
-
-def collective_rows(coll: Any) -> list[list[str]]:
-    """The collective table's cells (COLLECTIVE_HEAD), one row per summary row."""
-    return [[r.job, r.collective, format_size(int(r.size_bytes)), fmt_value(r.time_us, ".1f"),
-             fmt_value(r.algbw_gbps, ".4f"), fmt_value(r.busbw_gbps, ".4f"), fmt_value(r.wrong, ".0f")]
-            for r in coll.itertuples()]
+    return "\n".join(_img(plot.png_bytes(fig), alt) for alt, fig, _points in plot.figures(makers))
 
 
 def run_section(run: RunDir, side: Side) -> str:
@@ -102,13 +85,13 @@ def run_section(run: RunDir, side: Side) -> str:
         parts.append("<p>None: no node was consistently more than 20% slower than the median node in the "
                      "link probe of any job of three or more nodes.</p>")
     ok = summary[summary["status"] == COMPLETED]
-    train = ok[ok["workload"] != "allreduce"].sort_values(["workload", "scaling", "launcher", "nccl_config", "world_size"])
+    train = ok[ok["workload"] != COLLECTIVE_WORKLOAD].sort_values(["workload", "scaling", "launcher", "nccl_config", "world_size"])
     parts.append("<h2>Scaling</h2>")
     parts.append(_figures([("weak scaling", lambda: plot.scaling_figure(summary, "weak")),
                            ("strong scaling", lambda: plot.scaling_figure(summary, "strong"))]))
     if len(train):
         parts.append(_table(TRAINING_HEAD, training_rows(train), numeric={3, 4, 5, 6, 7, 8}))
-    coll = ok[ok["workload"] == "allreduce"]
+    coll = ok[ok["workload"] == COLLECTIVE_WORKLOAD]
     parts.append("<h2>Collectives</h2>")
     parts.append(_figures([("bus bandwidth vs message size", lambda: plot.busbw_figure(summary))]))
     if len(coll):
@@ -139,11 +122,10 @@ def compare_section(cmp: Comparison) -> str:
                              for r in records(shown)], numeric={3, 4, 5, 7},
                             classes=[v.replace(" ", "-") for v in shown["verdict"]]))
     parts.append(f"<p>{int((t['verdict'] == SAME).sum())} (metric, key) pairs show no significant change.</p>")
-    only = cmp.new_in_b
-    if len(only):
-        parts.append(f"<p>Only completed in {_e(cmp.b.label)}: "
-                     + "; ".join(_e(f"{r['key']} ({r['status']} in {cmp.a.label})") for r in records(only.head(100)))
-                     + ("; ..." if len(only) > 100 else "") + "</p>")
+    listed, more = only_in_b(cmp)
+    if listed:
+        parts.append(f"<p>Only completed in {_e(cmp.b.label)} ({len(cmp.new_in_b)}): " + "; ".join(map(_e, listed))
+                     + (f"; ... and {more} more" if more else "") + "</p>")
     labels = (cmp.a.label, cmp.b.label)
     parts.append(_figures([("busbw of both runs", lambda: plot.compare_busbw_figure(cmp.a.rows, cmp.b.rows, labels)),
                            ("scaling of both runs", lambda: plot.compare_scaling_figure(cmp.a.rows, cmp.b.rows, labels))]))

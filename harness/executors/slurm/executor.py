@@ -1,5 +1,5 @@
 """The Slurm executor: one sbatch script per job of the plan, written to
-DIR/jobs/<job>/job.sbatch before anything is submitted (harness/slurm.py renders it), then
+DIR/jobs/<job>/job.sbatch before anything is submitted (script.py renders it), then
 submitted with `sbatch --parsable` and tracked until Slurm's accounting gives every job a final
 state.
 
@@ -34,18 +34,30 @@ import subprocess
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 from benchmarks.results import atomic_write_text
-
-from ..errors import SlurmError
-from ..plan import Job
-from ..rundir import (CANCELLED, COMPLETED, FAILED, FINAL_STATES, PENDING, RUNNING, SUBMITTING, TIMEOUT, JobRecord,
-                      RunDir, error_line, now, tail)
-from ..slurm import DEFAULT_PROFILE, ClusterProfile, format_time_limit, render_script
-from .base import Executor
+from harness.errors import SlurmError
+from harness.executors.base import Executor
+from harness.executors.slurm.profile import DEFAULT_PROFILE, ClusterProfile
+from harness.executors.slurm.script import format_time_limit, render_script
+from harness.logs import error_line, tail
+from harness.plan import Job
+from harness.rundir import (
+    CANCELLED,
+    COMPLETED,
+    FAILED,
+    FINAL_STATES,
+    PENDING,
+    RUNNING,
+    SUBMITTING,
+    TIMEOUT,
+    JobRecord,
+    RunDir,
+    now,
+)
 
 # squeue states of a job that waits to run; every other state squeue lists is a live one.
 QUEUED_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SPECIAL_EXIT"})
@@ -278,12 +290,12 @@ class SlurmExecutor(Executor):
         """Submit `todo`, as `max_running_jobs` chains when the profile caps running jobs."""
         cap = self.profile.max_running_jobs
         # A resumed sweep's chains go on from its newest jobs still queued or running.
-        tails: list[str | None] = sorted((i for i in live if i in queued), key=int)[-cap:] if cap else []
+        tails: list[str | None] = [*sorted((i for i in live if i in queued), key=int)[-cap:]] if cap else []
         tails += [None] * ((cap or 0) - len(tails))
         # Until Slurm has taken one job of the sweep, a refusal is most likely the profile's fault.
         taken = any(r.attempts for r in table.values())
         for k, job in enumerate(todo):
-            slot = k % cap if cap else None
+            slot = k % cap if cap else 0
             rec = table[job.name]
             job_id = self._submit(job, rec, tails[slot] if cap else None, changed, first=not taken)
             if job_id:
@@ -302,9 +314,8 @@ class SlurmExecutor(Executor):
         args = ["--parsable", *([f"--dependency=afterany:{after}"] if after else []),
                 str(self.script_path(job).relative_to(self.run.path))]
         with deferred_signals():
-            rec.state, rec.submitted, rec.job_id, rec.cluster = SUBMITTING, now(), None, None
-            rec.exit_code = rec.elapsed_s = rec.started = rec.ended = rec.log_tail = rec.node_list = None
-            rec.reason, rec.runs = previous, {}
+            rec.new_attempt(SUBMITTING, reason=previous)
+            rec.submitted = now()
             changed(rec)
             for attempt in range(SBATCH_TRIES):
                 try:
@@ -313,24 +324,23 @@ class SlurmExecutor(Executor):
                     raise SlurmError(f"{exc} for {job.name}, so whether Slurm took it is not known; "
                                      f"`bench sweep --resume {self.run.path}` finds out before submitting again")
                 except SlurmError:  # sbatch never ran
-                    rec.state, rec.submitted = PENDING, None
+                    rec.not_submitted(previous)
                     changed(rec)
                     raise
                 if p.returncode == 0 or not TRANSIENT.search(p.stderr) or attempt == SBATCH_TRIES - 1:
                     break
                 time.sleep(2 ** attempt)
             if p.returncode == 0:
-                rec.job_id, rec.cluster = parse_sbatch_reply(p.stdout, p.stderr)
-                rec.state, rec.attempts = PENDING, rec.attempts + 1
+                rec.accepted(*parse_sbatch_reply(p.stdout, p.stderr))
                 changed(rec)
                 return rec.job_id
             why = _one_line(p.stderr or p.stdout)
             if first:
-                rec.state, rec.submitted = PENDING, None
+                rec.not_submitted(previous)
                 changed(rec)
                 raise SlurmError(f"sbatch could not submit {self.script_path(job)}, the first job of the sweep, so "
                                  f"nothing was submitted: {why}", exit_status=2)
-            rec.state, rec.reason = FAILED, f"sbatch refused the job: {why}"
+            rec.finished(FAILED, None, None, None, f"sbatch refused the job: {why}")
             changed(rec)
             return None
 
@@ -359,10 +369,9 @@ class SlurmExecutor(Executor):
                     found[name] = parts[0]
         for rec in recs:
             if rec.name in found:
-                rec.job_id, rec.state, rec.attempts = found[rec.name], PENDING, rec.attempts + 1
-                rec.reason = "found in Slurm after the harness stopped while submitting it"
+                rec.accepted(found[rec.name], reason="found in Slurm after the harness stopped while submitting it")
             else:
-                rec.state, rec.submitted, rec.reason = PENDING, None, None
+                rec.not_submitted()
             changed(rec)
 
     def _poll(self, live: dict[str, JobRecord], by_name: dict[str, Job],
@@ -385,6 +394,7 @@ class SlurmExecutor(Executor):
                 self._finish(job, rec, a)
                 changed(rec)
                 continue
+            reason: str | None
             if job_id in gone:
                 self._absent_since.setdefault(job_id, time.monotonic())
                 state, reason = RUNNING, "left the queue; waiting for sacct's final state"
@@ -435,15 +445,13 @@ class SlurmExecutor(Executor):
         return out
 
     def _finish(self, job: Job, rec: JobRecord, a: Accounting) -> None:
-        rec.state, rec.exit_code, rec.elapsed_s = a.state, a.exit_code, a.elapsed_s
-        rec.started, rec.ended, rec.node_list = a.start or rec.started, a.end, a.node_list
+        rec.started, rec.node_list = a.start or rec.started, a.node_list
         rec.runs = self._workload_states(job, rec.runs, a.state)
         if a.state == COMPLETED:
-            rec.reason = rec.log_tail = None
+            rec.finished(COMPLETED, a.exit_code, a.elapsed_s, a.end)
             return
-        log = self.log_path(job, rec.job_id)
-        rec.log_tail = tail(log)
-        rec.reason = self._reason(job, rec, a, log)
+        log = self.log_path(job, rec.job_id or a.job_id)
+        rec.finished(a.state, a.exit_code, a.elapsed_s, a.end, self._reason(job, rec, a, log), tail(log))
 
     def _reason(self, job: Job, rec: JobRecord, a: Accounting, log: Path) -> str:
         step = next((k for k, s in rec.runs.items() if s != COMPLETED), None) if a.start else None

@@ -25,15 +25,27 @@ import hashlib
 import io
 import json
 import sqlite3
+from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-from .compare import KEYS, REQUIRED, DataError, Side, check_samples, check_summary, key_frame, read_tables, \
-    records, side_from_tables
-from .errors import HistoryError
-from .rundir import COMPLETED, RunDir
+from benchmarks.catalog import COLLECTIVE_WORKLOAD
+from harness.analysis.compare import (
+    KEYS,
+    REQUIRED,
+    DataError,
+    Side,
+    check_samples,
+    check_summary,
+    key_frame,
+    read_tables,
+    records,
+    side_from_tables,
+)
+from harness.errors import HistoryError
+from harness.rundir import COMPLETED, RunDir
 
 DEFAULT_DB = Path("results") / "history.sqlite"
 DB_VERSION = 2
@@ -162,13 +174,13 @@ def _points(rows: Any) -> list[tuple[str, str, float]]:
     """The key figures of a run (completed rows): busbw at the largest size per collective,
     node count, GPUs per node, launcher and settings set; images/s per GPU per training row."""
     out: list[tuple[str, str, float]] = []
-    coll = rows[(rows["workload"] == "allreduce") & (rows["busbw_gbps"] > 0)]
+    coll = rows[(rows["workload"] == COLLECTIVE_WORKLOAD) & (rows["busbw_gbps"] > 0)]
     if len(coll):
         largest = coll.loc[coll.groupby(["collective", "nodes", "gpus_per_node", "launcher", "nccl_config"])["size_bytes"].idxmax()]
         for r in records(largest):
             out.append((f"{r['collective']} {r['nodes']}x{r['gpus_per_node']} {r['launcher']} {r['nccl_config']}",
                         "busbw_gbps", float(r["busbw_gbps"])))
-    train = rows[(rows["workload"] != "allreduce") & (rows["images_per_s_per_gpu"] > 0)]
+    train = rows[(rows["workload"] != COLLECTIVE_WORKLOAD) & (rows["images_per_s_per_gpu"] > 0)]
     for r in records(train):
         out.append((f"{r['workload']}-{r['scaling']} {r['nodes']}x{r['gpus_per_node']} {r['launcher']} {r['nccl_config']}",
                     "images_per_s_per_gpu", float(r["images_per_s_per_gpu"])))
@@ -184,7 +196,7 @@ class Added:
 def add(db: Path, path: str | Path, cluster: str, label: str | None = None) -> Added:
     """Store a run, failed keys and all; everything is checked before the one transaction
     that writes it."""
-    from .collect import run_facts, to_frame
+    from harness.collect import run_facts, to_frame
 
     for flag, text in (("--cluster", cluster), ("--label", label)):
         if text is not None and (not text.strip() or len(text) > 200 or not text.isprintable()):
@@ -379,9 +391,12 @@ def _baseline(con: sqlite3.Connection, db: Path, found: list[Entry], kind: str, 
     import pandas as pd
     import pyarrow as pa
 
-    from .compare import MIN_RUNS
+    from harness.analysis.compare import MIN_RUNS
 
-    frames, expected, environment, wanted = [], None, {}, None
+    frames: list[pd.DataFrame] = []
+    expected: pd.DataFrame | None = None
+    environment: dict[str, Any] = {}
+    wanted: Any = None
     for rank, entry in enumerate(found):
         summary, _, env = _load(con, db, entry, with_samples=False)
         df = key_frame(summary)
@@ -392,11 +407,14 @@ def _baseline(con: sqlite3.Connection, db: Path, found: list[Entry], kind: str, 
         frames.append(usable.assign(_rank=rank, _entry=entry.id))
         if kind in ("median", "last") and _enough(frames, wanted, k if kind == "median" else 1):
             break
+    if expected is None:
+        raise HistoryError(f"{db}: no run to draw a baseline from")
     pool = pd.concat(frames, ignore_index=True).sort_values(["_rank", "repeat"], kind="stable")
     by_key = pool.groupby("_key", sort=False)
     nth, size = by_key.cumcount(), by_key["job"].transform("size")
+    keep: Any
     if kind == "best":
-        score = pool["busbw_gbps"].where(pool["workload"] == "allreduce", pool["images_per_s"])
+        score = pool["busbw_gbps"].where(pool["workload"] == COLLECTIVE_WORKLOAD, pool["images_per_s"])
         keep = pool.index.isin(pool.assign(_s=score).sort_values("_s", ascending=False, kind="stable")
                                .drop_duplicates("_key").index)
     elif kind == "median":       # K runs draw the band; with fewer, the newest run alone, judged within it
@@ -444,7 +462,7 @@ def _usable_rows(df: Any) -> Any:
     """Rows a baseline may use: completed, with a finite positive time and two usable samples."""
     import numpy as np
 
-    time = df["time_us"].where(df["workload"] == "allreduce", df["step_time_ms"]).to_numpy(dtype=float, na_value=np.nan)
+    time = df["time_us"].where(df["workload"] == COLLECTIVE_WORKLOAD, df["step_time_ms"]).to_numpy(dtype=float, na_value=np.nan)
     with np.errstate(invalid="ignore"):
         ok = np.isfinite(time) & (time > 0)
     return ((df["status"] == COMPLETED).to_numpy(dtype=bool) & ok

@@ -38,17 +38,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from benchmarks.catalog import COLLECTIVE_WORKLOAD, TRAINING
 from benchmarks.common import format_size
-
-from . import stats
-from .errors import DataError, one_line
-from .collect import SUMMARY_VERSION, run_facts, summary_version
-from .rundir import COMPLETED, RunDir, RunDirError
+from harness.analysis import stats
+from harness.collect import SUMMARY_VERSION, run_facts, summary_version
+from harness.errors import DataError, one_line
+from harness.rundir import COMPLETED, RunDir, RunDirError
 
 KEYS = ["workload", "collective", "scaling", "nodes", "gpus_per_node", "launcher", "nccl_config", "size_bytes"]
 CONFIG = [k for k in KEYS if k not in ("collective", "size_bytes")]   # a key without its message
 SAMPLE_JOIN = ["job", "workload", "scaling", "collective", "size_bytes"]
-TRAINING = ("synthetic", "real")
 # Axes that `--across` compares inside one run: the configurations a sweep lays side by side.
 AXES = ("nccl_config", "launcher")
 FAILED, SLOWER, UNJUDGED, SAME, FASTER = "failed", "slower", "cannot judge", "no significant change", "faster"
@@ -108,7 +107,7 @@ class Side:
     others: Any = None
     entries: list = field(default_factory=list)     # the history runs a baseline was drawn from
 
-    def where(self, axis: str, value: str, relabel: str) -> "Side":
+    def where(self, axis: str, value: str, relabel: str) -> Side:
         """The side's rows whose `axis` is `value`, with that axis renamed to `relabel`, so
         that two settings sets (or launchers) join as one key."""
         import numpy as np
@@ -240,7 +239,7 @@ def side_from_tables(summary: Any, samples: Any, label: str, source: str,
 def key_frame(summary: Any) -> Any:
     """A summary Arrow table as a DataFrame of the columns comparisons read, its keys made
     joinable: no collective or scaling is "", no size is 0 (nulls never match in a join)."""
-    from .collect import to_frame
+    from harness.collect import to_frame
 
     df = to_frame(summary.select([c for c in REQUIRED if c in summary.column_names]))
     df["collective"] = df["collective"].fillna("")
@@ -345,7 +344,7 @@ def compare(a: Side, b: Side, metrics: tuple[str, ...] = DEFAULT_METRICS, thresh
                 raise DataError(f"--across {axis}={x},{y}: {side.source} has no completed row with {axis} {value!r} "
                                 f"(it has: {', '.join(have) or 'none'})")
         a, b = a.where(axis, x, f"{x} vs {y}"), b.where(axis, y, f"{x} vs {y}")
-    ignore_settings = bool(across) and across[0] == "nccl_config"
+    ignore_settings = across is not None and across[0] == "nccl_config"
     parts, mismatch_parts, matched = [], [], []
     for name in metrics:
         metric = METRICS[name]
@@ -401,7 +400,7 @@ def compare(a: Side, b: Side, metrics: tuple[str, ...] = DEFAULT_METRICS, thresh
 
 
 def _metric_rows(rows: Any, metric: Metric) -> Any:
-    is_coll = rows["workload"] == "allreduce"
+    is_coll = rows["workload"] == COLLECTIVE_WORKLOAD
     sub = rows[is_coll if metric.allreduce else rows["workload"].isin(TRAINING)]
     return sub.assign(_i=sub.index.to_numpy())
 
@@ -526,7 +525,8 @@ def _diff_texts(m: Any, differ: Any, ignore_settings: bool) -> list[str]:
             continue
         key = tuple(pair)
         if key not in cache:
-            cache[key] = _diff_text(*pair, ignore_settings=ignore_settings)
+            pa_, pb, sa, sb, ha, hb = pair
+            cache[key] = _diff_text(pa_, pb, sa, sb, ha, hb, ignore_settings)
         out.append(cache[key])
     return out
 
@@ -555,7 +555,7 @@ def _mismatch_lines(mism: Any) -> list[str]:
     """One line per (workload, difference): 'synthetic weak: batch_size 8 vs 4 (3 keys)'."""
     if mism is None or not len(mism):
         return []
-    what = (mism["workload"].astype(str) + " " + mism["scaling"].astype(str).where(mism["workload"] != "allreduce",
+    what = (mism["workload"].astype(str) + " " + mism["scaling"].astype(str).where(mism["workload"] != COLLECTIVE_WORKLOAD,
                                                                                    mism["collective"].astype(str)))
     counts = mism.assign(_what=what.str.strip()).groupby(["_what", "diff"], sort=True).size()
     return [f"{w}: {d} ({n} key{'s' if n != 1 else ''})" for (w, d), n in counts.items()]
@@ -597,23 +597,11 @@ def records(df: Any) -> list[dict[str, Any]]:
     return [dict(zip(cols, values)) for values in zip(*arrays)]
 
 
-def table_csv(table: Any) -> bytes:
-    """The comparison table as CSV, with Arrow's C++ writer (pandas' is 10x slower)."""
-    import io
-
-    import pyarrow as pa
-    import pyarrow.csv as pacsv
-
-    buf = io.BytesIO()
-    pacsv.write_csv(pa.Table.from_pandas(table, preserve_index=False), buf)
-    return buf.getvalue()
-
-
 def key_texts(df: Any, sizes: bool = True) -> Any:
     """Each row's key in words, e.g. 'allreduce all_reduce 4M, 4x1, torchrun, default' or
     'synthetic weak, 2x1, srun, ib', as one vectorised string operation; without `sizes`, its
     configuration ('allreduce all_reduce, 4x1, torchrun, default')."""
-    coll = df["workload"] == "allreduce"
+    coll = df["workload"] == COLLECTIVE_WORKLOAD
     what = df["workload"].astype(str) + " " + df["collective"].astype(str).where(coll, "") \
         + df["scaling"].astype(str).where(~coll, "")
     if sizes:
@@ -621,94 +609,3 @@ def key_texts(df: Any, sizes: bool = True) -> Any:
         what = what + df["size_bytes"].map(names).astype(str).radd(" ").where(coll, "")
     return (what + ", " + df["nodes"].astype(str) + "x" + df["gpus_per_node"].astype(str) + ", "
             + df["launcher"].astype(str) + ", " + df["nccl_config"].astype(str)).astype(object)
-
-
-def fmt_value(v: Any, spec: str = ".4g") -> str:
-    """A number for a table: `spec` formatted, '-' where missing."""
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "-"
-    return format(v, spec)
-
-
-def fmt_interval(row: dict[str, Any]) -> str:
-    """The interval a row was judged by: the band of A's runs, or the 95% CI of the samples."""
-    if row.get("verdict") == FAILED:
-        return "-"
-    if row.get("test") == BY_RUNS:
-        return f"band [{row['band_low']:.3f}, {row['band_high']:.3f}]"
-    lo, hi = row.get("ci_low"), row.get("ci_high")
-    if lo is None or hi is None or math.isnan(lo) or math.isnan(hi):
-        return "-"
-    return f"[{lo:.3f}, {hi:.3f}]"
-
-
-def fmt_ratio(v: Any) -> str:
-    return fmt_value(v, ".3f")
-
-
-def headline(cmp: Comparison) -> str:
-    """'1 failed, 2 slower, 0 cannot judge, 0 faster, 11 no significant change, of 14 compared'."""
-    c = cmp.counts()
-    return ", ".join(f"{c[k]} {k}" for k in VERDICTS) + f", of {len(cmp.table)} compared"
-
-
-def warnings(cmp: Comparison) -> list[tuple[str, list[str]]]:
-    """(heading, lines) of everything a reader must see before the table."""
-    out = []
-    if cmp.mismatches:
-        out.append(("Compared despite differing parameters (--allow-mismatch)" if cmp.allow_mismatch
-                    else "Not compared: the workload parameters differ", cmp.mismatches))
-    if cmp.env_diffs:
-        out.append(("The environments differ", cmp.env_diffs))
-    return out
-
-
-def markdown(cmp: Comparison, title: str, include_same: bool = False) -> str:
-    """The comparison as markdown: header, warnings, stragglers, then failed keys, regressions,
-    keys that cannot be judged, improvements and the count of unchanged keys (all keys when
-    include_same)."""
-    t = cmp.table
-    lines = [f"# {title}", "",
-             f"- A: `{cmp.a.label}` ({cmp.a.source})", f"- B: `{cmp.b.label}` ({cmp.b.source})",
-             f"- threshold: {cmp.threshold:.1%}; statistics: {cmp.method}",
-             f"- {headline(cmp)} (metric, key) pairs", ""]
-    for heading, items in warnings(cmp):
-        lines += [f"## Warning: {heading}", ""] + [f"- {d}" for d in items] + [""]
-    named = [(side, s) for side in _distinct_sides(cmp) for s in side.stragglers]
-    if named:
-        lines += ["## Stragglers", ""] + [f"- {side.label}: {s.line()}" for side, s in named] + [""]
-    for verdict, heading in ((FAILED, "Failed (completed in A, not in B)"), (SLOWER, "Slower (regressions)"),
-                             (UNJUDGED, "Cannot judge"), (FASTER, "Faster (improvements)")):
-        sub = t[t["verdict"] == verdict]
-        if verdict in (FAILED, UNJUDGED) and not len(sub):
-            continue
-        lines += [f"## {heading}: {len(sub)}", ""]
-        if len(sub):
-            lines += _md_table(sub) + [""]
-    same = t[t["verdict"] == SAME]
-    lines += [f"## No significant change: {len(same)}", ""]
-    if include_same and len(same):
-        lines += _md_table(same) + [""]
-    only = cmp.new_in_b
-    if len(only):
-        lines += [f"## Only completed in {cmp.b.label}: {len(only)}", ""]
-        lines += [f"- {r['key']} ({cmp.a.label}: {r['status']})" for r in records(only.head(200))]
-        if len(only) > 200:
-            lines.append(f"- ... and {len(only) - 200} more")
-        lines.append("")
-    return "\n".join(lines)
-
-
-def _distinct_sides(cmp: Comparison) -> list[Side]:
-    return [cmp.a] if cmp.a.source == cmp.b.source else [cmp.a, cmp.b]
-
-
-def _md_table(t: Any) -> list[str]:
-    out = ["| metric | key | A | B | B/A | interval | p | runs A | verdict | note |",
-           "|---|---|---:|---:|---:|---|---:|---:|---|---|"]
-    for r in records(t):
-        note = (r.get("note") or "").replace("|", "\\|").replace("\n", " ")
-        out.append(f"| {r['metric']} | {r['key']} | {fmt_value(r['a'])} | {fmt_value(r['b'])} | "
-                   f"{fmt_ratio(r['ratio'])} | {fmt_interval(r)} | {fmt_value(r.get('p_value'))} | "
-                   f"{fmt_value(r.get('runs_a'), 'd')} | {r['verdict']} | {note} |")
-    return out

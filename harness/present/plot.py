@@ -11,15 +11,15 @@ row per collective. Only rows with status COMPLETED are drawn.
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
+from benchmarks.catalog import COLLECTIVE_WORKLOAD, TRAINING
 from benchmarks.common import format_size
 from benchmarks.results import atomic_write_bytes
+from harness.rundir import COMPLETED, RunDir
 
-from .rundir import COMPLETED, RunDir
-
-TRAINING = ("synthetic", "real")
 POINT_COLUMNS = ["plot", "panel", "metric", "series", "x", "y"]
 
 
@@ -41,7 +41,7 @@ def _panel(df: Any) -> Any:
     return df["launcher"].astype(str) + " · " + df["nccl_config"].astype(str)
 
 
-def _log2_axis(ax: Any, values: Any, formatter) -> None:
+def _log2_axis(ax: Any, values: Any, formatter: Callable[[int], str]) -> None:
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
     ax.set_xscale("log", base=2)
@@ -122,7 +122,7 @@ def _ideal(ax: Any, sub: Any, metric: str, palette: dict) -> None:
 def busbw_figure(summary: Any) -> tuple[Any, Any] | None:
     import pandas as pd
 
-    df = summary[(summary["workload"] == "allreduce") & (summary["status"] == COMPLETED)
+    df = summary[(summary["workload"] == COLLECTIVE_WORKLOAD) & (summary["status"] == COMPLETED)
                  & summary["busbw_gbps"].notna()].copy()
     if df.empty:
         return None
@@ -160,21 +160,27 @@ def busbw_figure(summary: Any) -> tuple[Any, Any] | None:
     return fig, pd.DataFrame(points, columns=["plot", "collective", *POINT_COLUMNS[1:]])
 
 
-def _draw_into(out: Path, makers: list[tuple[str, Any]]) -> list[Path]:
-    """Draw each (name, make) that has data into out/<name>.png, with its CSV; the PNGs written."""
+def figures(makers: list[tuple[str, Any]]) -> Iterator[tuple[str, Any, Any]]:
+    """(name, figure, points) of each (name, make) whose make has data; each figure is closed
+    once the caller has used it."""
     plt, _ = _setup()
-    written = []
     for name, make in makers:
         made = make()
         if made is None:
             continue
         fig, points = made
-        path = out / f"{name}.png"
         try:
-            _save(fig, points, path)
+            yield name, fig, points
         finally:
             plt.close(fig)
-        written.append(path)
+
+
+def _draw_into(out: Path, makers: list[tuple[str, Any]]) -> list[Path]:
+    """Draw each (name, make) that has data into out/<name>.png, with its CSV; the PNGs written."""
+    written = []
+    for name, fig, points in figures(makers):
+        _save(fig, points, out / f"{name}.png")
+        written.append(out / f"{name}.png")
     return written
 
 
@@ -198,7 +204,7 @@ def compare_busbw_figure(a: Any, b: Any, labels: tuple[str, str]) -> tuple[Any, 
     import pandas as pd
 
     df = _both(a, b, labels)
-    df = df[(df["workload"] == "allreduce") & (df["busbw_gbps"] > 0)].copy()
+    df = df[(df["workload"] == COLLECTIVE_WORKLOAD) & (df["busbw_gbps"] > 0)].copy()
     if df.empty:
         return None
     plt, sns = _setup()
@@ -233,7 +239,7 @@ def compare_scaling_figure(a: Any, b: Any, labels: tuple[str, str]) -> tuple[Any
 
     df = _both(a, b, labels)
     train = df[df["workload"].isin(TRAINING) & (df["images_per_s_per_gpu"] > 0)].copy()
-    coll = df[(df["workload"] == "allreduce") & (df["busbw_gbps"] > 0)]
+    coll = df[(df["workload"] == COLLECTIVE_WORKLOAD) & (df["busbw_gbps"] > 0)]
     if len(coll):
         coll = coll.loc[coll.groupby(["run", "collective", "nodes", "gpus_per_node", "launcher", "nccl_config"])
                         ["size_bytes"].idxmax()].copy()

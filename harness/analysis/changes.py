@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.catalog import COLLECTIVE_WORKLOAD
+
 ALPHA = 0.05
 PERMUTATIONS = 499
 MIN_SEGMENT = 3
@@ -120,8 +122,8 @@ def series(db: Path, cluster: str, metrics: tuple[str, ...]) -> tuple[list[Any],
     import numpy as np
     import pandas as pd
 
-    from . import history
-    from .compare import METRICS, key_frame, key_texts
+    from harness.analysis import history
+    from harness.analysis.compare import METRICS, key_frame, key_texts
 
     found = history.entries(db, cluster)
     if not found:
@@ -134,7 +136,7 @@ def series(db: Path, cluster: str, metrics: tuple[str, ...]) -> tuple[list[Any],
             df = df[history._usable_rows(df)]
             for name in metrics:
                 metric = METRICS[name]
-                rows = df[(df["workload"] == "allreduce") == metric.allreduce]
+                rows = df[(df["workload"] == COLLECTIVE_WORKLOAD) == metric.allreduce]
                 rows = rows[rows[name].to_numpy(dtype=float, na_value=np.nan) > 0]
                 if not len(rows):
                     continue
@@ -173,7 +175,7 @@ def changes(db: Path, cluster: str, metrics: tuple[str, ...], threshold: float =
 
 
 def render(result: tuple[list[Change], int, int], cluster: str, threshold: float) -> str:
-    from .compare import METRICS
+    from harness.analysis.compare import METRICS
 
     found, searched, runs = result
     head = (f"change points in {searched} series of cluster {cluster} ({runs} runs; E-divisive means, "

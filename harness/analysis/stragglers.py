@@ -15,9 +15,10 @@ jobs of fewer nodes are not judged.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from benchmarks.results import ResultError, load_result
 

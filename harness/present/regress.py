@@ -26,11 +26,23 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from benchmarks.catalog import COLLECTIVE_WORKLOAD
 from benchmarks.common import format_size
 from benchmarks.results import atomic_write_bytes, atomic_write_text
-
-from .compare import BY_RUNS, FAILED, FASTER, METRICS, SAME, SLOWER, UNJUDGED, Comparison, Side, key_texts, \
-    markdown, records
+from harness.analysis.compare import (
+    BY_RUNS,
+    FAILED,
+    FASTER,
+    METRICS,
+    SAME,
+    SLOWER,
+    UNJUDGED,
+    Comparison,
+    Side,
+    key_texts,
+    records,
+)
+from harness.present.tables import markdown
 
 
 def write_all(cmp: Comparison, out: Path, title: str, benchmark_json: bool = False,
@@ -129,7 +141,7 @@ def _testcases(t: Any, strict: bool) -> tuple[list[str], list[str]]:
                         np.char.add(np.char.add(np.char.add("95% CI [", _fmt(t["ci_low"], "%.3f")), ", "),
                                     np.char.add(_fmt(t["ci_high"], "%.3f"), "]")))
     size = t["size_bytes"].map({int(v): format_size(int(v)) for v in t["size_bytes"].unique()}).astype(str)
-    what = size.where(t["workload"] == "allreduce", t["workload"].astype(str) + " " + t["scaling"].astype(str))
+    what = size.where(t["workload"] == COLLECTIVE_WORKLOAD, t["workload"].astype(str) + " " + t["scaling"].astype(str))
     note = t["note"].fillna("").astype(str)
     text = (what + ": " + t["verdict"].astype(str) + ", " + labels + " " + _fmt(t["a"], "%.4g") + " -> "
             + _fmt(t["b"], "%.4g") + ", B/A " + _fmt(t["ratio"], "%.3f") + ", " + pd.Series(interval, index=t.index)
@@ -215,7 +227,7 @@ def pytest_benchmark(side: Side) -> bytes:
         coll = metric_name == "time_us"
         what = coll_what if coll else train_what
         scale = 1e-6 if coll else 1e-3
-        wanted = (rows["workload"] == "allreduce").to_numpy() == coll
+        wanted = (rows["workload"] == COLLECTIVE_WORKLOAD).to_numpy() == coll
         for c in np.unique(counts[wanted & (counts > 0)]):
             idx = np.flatnonzero(wanted & (counts == c))
             st = _row_stats(values[idx, :c] * scale)

@@ -1,0 +1,226 @@
+"""Inside a rank: choosing device and backend, joining the process group, recording the
+environment, and the entry point that either joins a distributed launch or starts its own
+ranks.
+
+A workload module provides an argparse parser and a `measure(args, ctx)` function; `main`
+here does the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from .common import (
+    PER_RANK,
+    Launch,
+    UsageError,
+    captured_variables,
+    detect_launch,
+    json_safe,
+    ranks_path,
+    spawn_local_ranks,
+)
+from .results import SCHEMA_VERSION, atomic_write_json
+
+# --------------------------------------------------------------------------- device and backend
+
+def resolve_device(requested: str, launch: Launch) -> torch.device:
+    if requested == "auto":
+        requested = "cuda" if torch.cuda.is_available() else "cpu"
+    if requested == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA device is available (torch.cuda.is_available() is False)")
+    count = torch.cuda.device_count()
+    if launch.local_rank >= count:
+        raise UsageError(f"local rank {launch.local_rank} has no GPU: only {count} visible "
+                         f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')})")
+    torch.cuda.set_device(launch.local_rank)
+    return torch.device("cuda", launch.local_rank)
+
+
+def resolve_backend(requested: str, device: torch.device) -> str:
+    if requested == "auto":
+        return "nccl" if device.type == "cuda" else "gloo"
+    if requested == "nccl" and device.type != "cuda":
+        raise UsageError("--backend nccl needs --device cuda; use --backend gloo on CPU")
+    return requested
+
+
+def init_process_group(launch: Launch, backend: str, device: torch.device, timeout_s: float) -> None:
+    # Short timeout: a dead rank otherwise leaves the others blocked in a collective for
+    # 10-30 min, the torch defaults (docs/reference.md).
+    kwargs: dict[str, Any] = {}
+    if device.type == "cuda":
+        kwargs["device_id"] = device
+    dist.init_process_group(backend=backend, init_method="env://", rank=launch.rank,
+                            world_size=launch.world_size,
+                            timeout=_dt.timedelta(seconds=timeout_s), **kwargs)
+
+
+# --------------------------------------------------------------------------- environment
+
+def _version(dist_name: str) -> str | None:
+    try:
+        return metadata.version(dist_name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _gpu_driver() -> str | None:
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return None
+    try:
+        out = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = out.split()
+    return lines[0] if lines else None
+
+
+def capture_environment(launch: Launch, device: torch.device, backend: str) -> dict[str, Any]:
+    """The environment of the whole job; a collective call, so every rank must call it."""
+    mine = {
+        "rank": launch.rank,
+        "local_rank": launch.local_rank,
+        "node_rank": launch.node_rank,
+        "hostname": socket.gethostname(),
+        "pid": os.getpid(),
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
+    ranks: list[Any] = [None] * launch.world_size
+    dist.all_gather_object(ranks, mine)
+    env: dict[str, Any] = {
+        "launcher": launch.launcher,
+        "world_size": launch.world_size,
+        "backend": backend,
+        "device_type": device.type,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "torchvision": _version("torchvision"),
+        "cuda": torch.version.cuda,
+        "nccl": None,
+        "gpu_driver": None,
+        "hosts": sorted({r["hostname"] for r in ranks}),
+        "ranks": ranks,
+        "variables": captured_variables(os.environ),
+    }
+    if device.type == "cuda":
+        env["nccl"] = ".".join(str(p) for p in torch.cuda.nccl.version())
+        if launch.rank == 0:
+            env["gpu_driver"] = _gpu_driver()
+    return env
+
+
+def gather_rows(values: list[float], device: torch.device, world: int) -> list[list[float]]:
+    """Every rank's `values` (lists of one length), rank by rank: a collective call."""
+    mine = torch.tensor(values, dtype=torch.float64, device=device)
+    parts = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(parts, mine)
+    return [p.tolist() for p in parts]
+
+
+# --------------------------------------------------------------------------- entry point
+
+@dataclass(frozen=True)
+class Context:
+    """What `measure` gets besides its arguments."""
+
+    launch: Launch
+    device: torch.device
+    backend: str
+
+    @property
+    def is_root(self) -> bool:
+        return self.launch.rank == 0
+
+    def log(self, message: str) -> None:
+        if self.is_root:
+            print(message, flush=True)
+
+
+def main(workload: str, argv: list[str] | None, parser: argparse.ArgumentParser,
+         measure: Callable[[argparse.Namespace, Context], dict[str, Any]],
+         check: Callable[[argparse.Namespace, int | None], None] | None = None) -> int:
+    """Run `workload`: join the launch it is in, or start `--nproc` ranks of itself.
+
+    `check(args, world_size)` validates the arguments before any rank starts or joins: with the
+    launch's world size inside torchrun/srun, with `--nproc` otherwise.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
+    prog = f"bench run {workload}"
+    launch = None
+    try:
+        launch = detect_launch(os.environ)
+        if args.nproc < 1:
+            raise UsageError(f"--nproc must be at least 1, found {args.nproc}")
+        if check:
+            check(args, launch.world_size if launch else args.nproc)
+        if launch is None:
+            return spawn_local_ranks(f"benchmarks.{workload}", argv, args.nproc)
+        device = resolve_device(args.device, launch)
+        backend = resolve_backend(args.backend, device)
+    except (UsageError, ValueError) as exc:
+        # Every rank of a valid launch fails alike: rank 0 says why. A launch that could not be
+        # read (RANK=5 with WORLD_SIZE=2) has no trustworthy rank, so every process says it.
+        if launch is None or launch.rank == 0:
+            print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+
+    init_process_group(launch, backend, device, args.timeout)
+    ctx = Context(launch=launch, device=device, backend=backend)
+    try:
+        environment = capture_environment(launch, device, backend)
+        try:
+            body = measure(args, ctx)
+        except UsageError as exc:
+            ctx.log(f"{prog}: error: {exc}")
+            return 2
+        per_rank = body.pop(PER_RANK, None)
+        if ctx.is_root:
+            result = {
+                "schema_version": SCHEMA_VERSION,
+                "workload": workload,
+                "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                "world_size": launch.world_size,
+                "nodes": len({r["node_rank"] for r in environment["ranks"]}),
+                "gpus_per_node": launch.local_world_size,
+                "device": device.type,
+                "backend": backend,
+                "launcher": launch.launcher,
+                "argv": argv,
+                **body,
+                "environment": environment,
+            }
+            if args.json:
+                if per_rank is not None:
+                    # Written first: a result file on disk means its per-rank file is complete.
+                    atomic_write_json(ranks_path(args.json), json_safe({
+                        "schema_version": SCHEMA_VERSION, "workload": workload,
+                        "hosts": [r["hostname"] for r in environment["ranks"]], **per_rank}))
+                    result["per_rank_file"] = os.path.basename(ranks_path(args.json))
+                atomic_write_json(args.json, json_safe(result))
+                print(f"# result written to {args.json}", flush=True)
+        return 0
+    finally:
+        dist.destroy_process_group()

@@ -1,0 +1,139 @@
+"""Slurm job scripts: the rendering of one sbatch script per job from a job and a cluster profile.
+
+Rendering is pure: a job and a profile in, the script's text out. Values reach the script in
+two ways, each with its own defence:
+- `#SBATCH` lines are parsed by Slurm, not the shell: a backslash escapes even inside quotes,
+  '#' starts a comment, a newline ends the directive and an unmatched quote is fatal
+  (docs/reference.md, Slurm 22.05). Quoting cannot make those safe, so every value there is held to an
+  allowlist, and relative paths are built from allowlisted job names only.
+- The script body is bash: every value is shell-quoted, except the profile's `setup` lines,
+  which are shell by design (the profile's author writes them, like a module file).
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+from harness.executors.slurm.profile import ClusterProfile
+from harness.plan import Job, WorkloadRun
+
+# The batch shell gets USR2 this long before the time limit (Slurm may send it up to 60 s
+# earlier); not USR1, which NCCL has caught in some releases (docs/reference.md, Slurm 22.05).
+SIGNAL_LEAD_S = 120
+
+
+def format_time_limit(minutes: float) -> str:
+    """Slurm's D-HH:MM:SS, rounded up to whole seconds."""
+    total = max(1, int(-(-minutes * 60 // 1)))
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    mins, secs = divmod(rest, 60)
+    return (f"{days}-" if days else "") + f"{hours:02d}:{mins:02d}:{secs:02d}"
+
+
+def tasks_and_cpus(job: Job, profile: ClusterProfile) -> tuple[int, int]:
+    """(tasks per node, CPUs per task): one torchrun agent per node with all the node's CPUs,
+    or one srun task per GPU. Never both G tasks and G workers each (the recipes' 16 processes
+    on 4 GPUs, docs/reference.md)."""
+    if job.launcher == "torchrun":
+        return 1, profile.cpus_per_gpu * job.gpus_per_node
+    return job.gpus_per_node, profile.cpus_per_gpu
+
+
+def sbatch_directives(job: Job, profile: ClusterProfile) -> list[str]:
+    """The #SBATCH options of a job, in order, without the '#SBATCH ' prefix."""
+    tasks_per_node, cpus = tasks_and_cpus(job, profile)
+    log = f"jobs/{job.name}/slurm-%j.out"
+    out = [f"--job-name=bench-{job.name}", f"--nodes={job.nodes}", f"--ntasks-per-node={tasks_per_node}",
+           f"--cpus-per-task={cpus}"]
+    gpu = f"{profile.gpu_type}:{job.gpus_per_node}" if profile.gpu_type else str(job.gpus_per_node)
+    if profile.gpu_request == "gres":
+        out.append(f"--gres=gpu:{gpu}")
+    elif profile.gpu_request == "gpus-per-node":
+        out.append(f"--gpus-per-node={gpu}")
+    out += [f"--time={format_time_limit(job.time_limit_min)}", f"--output={log}", f"--error={log}",
+            f"--signal=B:USR2@{SIGNAL_LEAD_S}"]
+    for key in ("partition", "account", "qos", "constraint"):
+        value = getattr(profile, key)
+        if value is not None:
+            out.append(f"--{key}={value}")
+    if profile.exclusive:
+        out.append("--exclusive")
+    out += list(profile.sbatch_options)
+    return out
+
+
+def step_command(job: Job, run: WorkloadRun, profile: ClusterProfile, timeout_s: float) -> str:
+    """The srun line of one workload, shell-quoted, with $VARIABLES left for the batch shell."""
+    q = shlex.quote
+    args = " ".join(q(a) for a in job.run_args(run, timeout_s))
+    python = q(profile.python or sys.executable)
+    tasks_per_node, cpus = tasks_and_cpus(job, profile)
+    # --kill-on-bad-exit: when one rank dies the others stop too, rather than wait in a collective
+    # until the process-group timeout (KillOnBadExit defaults to 0, docs/reference.md).
+    # --cpus-per-task again: from Slurm 22.05 srun does not take it from the allocation (22.05
+    # release notes: give it to srun, or set SRUN_CPUS_PER_TASK).
+    srun = f"srun --ntasks-per-node={tasks_per_node} --cpus-per-task={cpus} --kill-on-bad-exit=1"
+    if job.launcher == "torchrun":
+        return (f"{srun} {python} -m torch.distributed.run"
+                f' --nnodes="$SLURM_NNODES" --nproc-per-node={job.gpus_per_node} --rdzv-backend=c10d'
+                f' --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv-id="$SLURM_JOB_ID-{run.key}"'
+                f" --max-restarts=0 -m {run.module} {args}")
+    return f"{srun} {python} -m {run.module} {args}"
+
+
+def render_script(job: Job, profile: ClusterProfile, timeout_s: float) -> str:
+    """The sbatch script of `job`: pure, the same inputs always give the same text."""
+    q = shlex.quote
+    lines = [
+        "#!/bin/bash",
+        f"# bench job {job.name} (config {job.config_hash}), cluster profile {profile.name}",
+        f"# matrix point: {job.nodes} node(s) x {job.gpus_per_node} GPU(s) per node = world size {job.world_size},"
+        f" launcher {job.launcher}, NCCL set {job.nccl_config}",
+        f"# workloads, in turn: {' '.join(r.key for r in job.runs)}",
+        "# Submitted from the run directory, which relative paths below are relative to.",
+        *(f"#SBATCH {d}" for d in sbatch_directives(job, profile)),
+        "",
+        "set -euo pipefail",
+    ]
+    if profile.modules:
+        lines += [f"module load {q(m)}" for m in profile.modules]
+    lines += list(profile.setup)
+    env = {**profile.env, **dict(job.env), **dict(job.nccl_env),
+           "BENCH_JOB": job.name, "BENCH_LAUNCHER": f"slurm-{job.launcher}"}
+    lines += [f"export {k}={q(v)}" for k, v in env.items()]
+    # Names only (allowlisted, so safe unquoted): the values come from the submitting environment.
+    lines += [f'[[ -v {name} ]] || {{ echo "bench: {name} (env_passthrough) is not set where the job was '
+              f'submitted" >&2; exit 1; }}' for name in dict.fromkeys((*profile.env_passthrough, *job.passthrough))]
+    lines += [
+        "",
+        'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        "# Derived from the job id, so two jobs sharing a node never collide. Arithmetic evaluates a",
+        "# variable's value as an expression, commands in array subscripts included: digits only.",
+        'case "$SLURM_JOB_ID" in',
+        '  ""|*[!0-9]*) echo "bench: SLURM_JOB_ID is not a number: $SLURM_JOB_ID" >&2; exit 1 ;;',
+        "esac",
+        "MASTER_PORT=$((20000 + 10#$SLURM_JOB_ID % 20000))",
+        "export MASTER_ADDR MASTER_PORT",
+        "",
+        f"# Near the time limit Slurm sends USR2 (--signal=B:USR2@{SIGNAL_LEAD_S}); the note says which step",
+        "# was cut short, the results of finished steps are already on disk, and Slurm then ends the",
+        "# job as TIMEOUT. bash runs a trap only once the foreground command ends, so each step runs",
+        "# in the background while the script waits for it.",
+        "step=none",
+        f"trap 'echo \"$(date -Is) time limit near during $step\" >> jobs/{job.name}/time-limit.txt' USR2",
+        "run_step() {",
+        '  step=$1; shift',
+        '  "$@" &',
+        "  local pid=$! rc",
+        '  while true; do',
+        '    wait "$pid" && return 0',
+        '    rc=$?',
+        '    kill -0 "$pid" 2>/dev/null || return "$rc"  # still running: the trap woke us, wait on',
+        '  done',
+        "}",
+    ]
+    for run in job.runs:
+        lines += ["", f"run_step {run.key} {step_command(job, run, profile, timeout_s)}"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,267 @@
+"""Tables as text: the comparison, run and plan tables that the terminal, markdown and CSV
+outputs, the HTML report and the regress files all share. Rows come from analysis; this module
+only turns them into cells and lines.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from typing import TYPE_CHECKING, Any
+
+from benchmarks.catalog import COLLECTIVE_WORKLOAD
+from benchmarks.common import format_size
+from harness.analysis.compare import (
+    BY_RUNS,
+    FAILED,
+    FASTER,
+    METRICS,
+    SAME,
+    SLOWER,
+    UNJUDGED,
+    VERDICTS,
+    Comparison,
+    Side,
+    records,
+)
+from harness.rundir import COMPLETED, PENDING, RUNNING, JobRecord, RunDir
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    import pandas as pd
+    from rich.console import Console
+
+    from harness.plan import Job
+
+# How many keys "only completed in one run" lists name before "...": the terminal, markdown and
+# HTML outputs all cut the list here, and say how many more there are.
+LISTED = 20
+
+
+def fmt_value(v: Any, spec: str = ".4g") -> str:
+    """A number for a table: `spec` formatted, '-' where missing."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    return format(v, spec)
+
+
+def fmt_interval(row: dict[str, Any]) -> str:
+    """The interval a row was judged by: the band of A's runs, or the 95% CI of the samples."""
+    if row.get("verdict") == FAILED:
+        return "-"
+    if row.get("test") == BY_RUNS:
+        return f"band [{row['band_low']:.3f}, {row['band_high']:.3f}]"
+    lo, hi = row.get("ci_low"), row.get("ci_high")
+    if lo is None or hi is None or math.isnan(lo) or math.isnan(hi):
+        return "-"
+    return f"[{lo:.3f}, {hi:.3f}]"
+
+
+def fmt_ratio(v: Any) -> str:
+    return fmt_value(v, ".3f")
+
+
+def headline(cmp: Comparison) -> str:
+    """'1 failed, 2 slower, 0 cannot judge, 0 faster, 11 no significant change, of 14 compared'."""
+    c = cmp.counts()
+    return ", ".join(f"{c[k]} {k}" for k in VERDICTS) + f", of {len(cmp.table)} compared"
+
+
+def warnings(cmp: Comparison) -> list[tuple[str, list[str]]]:
+    """(heading, lines) of everything a reader must see before the table."""
+    out = []
+    if cmp.mismatches:
+        out.append(("Compared despite differing parameters (--allow-mismatch)" if cmp.allow_mismatch
+                    else "Not compared: the workload parameters differ", cmp.mismatches))
+    if cmp.env_diffs:
+        out.append(("The environments differ", cmp.env_diffs))
+    return out
+
+
+def markdown(cmp: Comparison, title: str, include_same: bool = False) -> str:
+    """The comparison as markdown: header, warnings, stragglers, then failed keys, regressions,
+    keys that cannot be judged, improvements and the count of unchanged keys (all keys when
+    include_same)."""
+    t = cmp.table
+    lines = [f"# {title}", "",
+             f"- A: `{cmp.a.label}` ({cmp.a.source})", f"- B: `{cmp.b.label}` ({cmp.b.source})",
+             f"- threshold: {cmp.threshold:.1%}; statistics: {cmp.method}",
+             f"- {headline(cmp)} (metric, key) pairs", ""]
+    for heading, items in warnings(cmp):
+        lines += [f"## Warning: {heading}", ""] + [f"- {d}" for d in items] + [""]
+    named = [(side, s) for side in _distinct_sides(cmp) for s in side.stragglers]
+    if named:
+        lines += ["## Stragglers", ""] + [f"- {side.label}: {s.line()}" for side, s in named] + [""]
+    for verdict, heading in ((FAILED, "Failed (completed in A, not in B)"), (SLOWER, "Slower (regressions)"),
+                             (UNJUDGED, "Cannot judge"), (FASTER, "Faster (improvements)")):
+        sub = t[t["verdict"] == verdict]
+        if verdict in (FAILED, UNJUDGED) and not len(sub):
+            continue
+        lines += [f"## {heading}: {len(sub)}", ""]
+        if len(sub):
+            lines += _md_table(sub) + [""]
+    same = t[t["verdict"] == SAME]
+    lines += [f"## No significant change: {len(same)}", ""]
+    if include_same and len(same):
+        lines += _md_table(same) + [""]
+    listed, more = only_in_b(cmp)
+    if listed:
+        lines += [f"## Only completed in {cmp.b.label}: {len(cmp.new_in_b)}", ""]
+        lines += [f"- {item}" for item in listed] + ([f"- ... and {more} more"] if more else []) + [""]
+    return "\n".join(lines)
+
+
+def only_in_b(cmp: Comparison) -> tuple[list[str], int]:
+    """The keys completed only in B, as 'key (state in A)' for the first LISTED, and how many
+    more there are."""
+    only = cmp.new_in_b
+    listed = [f"{r['key']} ({r['status']} in {cmp.a.label})" for r in records(only.head(LISTED))]
+    return listed, max(0, len(only) - LISTED)
+
+
+def _distinct_sides(cmp: Comparison) -> list[Side]:
+    return [cmp.a] if cmp.a.source == cmp.b.source else [cmp.a, cmp.b]
+
+
+def _md_table(t: Any) -> list[str]:
+    out = ["| metric | key | A | B | B/A | interval | p | runs A | verdict | note |",
+           "|---|---|---:|---:|---:|---|---:|---:|---|---|"]
+    for r in records(t):
+        note = (r.get("note") or "").replace("|", "\\|").replace("\n", " ")
+        out.append(f"| {r['metric']} | {r['key']} | {fmt_value(r['a'])} | {fmt_value(r['b'])} | "
+                   f"{fmt_ratio(r['ratio'])} | {fmt_interval(r)} | {fmt_value(r.get('p_value'))} | "
+                   f"{fmt_value(r.get('runs_a'), 'd')} | {r['verdict']} | {note} |")
+    return out
+
+
+def table_csv(table: Any) -> bytes:
+    """The comparison table as CSV, with Arrow's C++ writer (pandas' is 10x slower)."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    buf = io.BytesIO()
+    pacsv.write_csv(pa.Table.from_pandas(table, preserve_index=False), buf)
+    return buf.getvalue()
+
+
+TRAINING_HEAD = ["workload", "scaling", "job", "GPUs", "images/s", "per GPU", "step ms (p50)", "speedup", "efficiency"]
+COLLECTIVE_HEAD = ["job", "collective", "size", "time us", "algbw GB/s", "busbw GB/s", "#wrong"]
+
+
+def training_rows(train: Any) -> list[list[str]]:
+    """The training throughput table's cells (TRAINING_HEAD), one row per summary row."""
+    return [[r.workload, r.scaling, r.job, str(r.world_size), fmt_value(r.images_per_s, ".1f"),
+             fmt_value(r.images_per_s_per_gpu, ".1f"), fmt_value(r.step_time_ms, ".1f"), fmt_value(r.speedup, ".2f"),
+             fmt_value(r.efficiency, ".1%")] for r in train.itertuples()]
+
+
+def collective_rows(coll: Any) -> list[list[str]]:
+    """The collective table's cells (COLLECTIVE_HEAD), one row per summary row."""
+    return [[r.job, r.collective, format_size(int(r.size_bytes)), fmt_value(r.time_us, ".1f"),
+             fmt_value(r.algbw_gbps, ".4f"), fmt_value(r.busbw_gbps, ".4f"), fmt_value(r.wrong, ".0f")]
+            for r in coll.itertuples()]
+
+
+# --------------------------------------------------------------------------- terminal
+
+def print_comparison(console: Console, cmp: Comparison, top: int) -> None:
+    """Warnings, stragglers, the `top` worst rows and the headline, as `bench compare` and
+    `bench regress` print them."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    for heading, lines in warnings(cmp):
+        console.print(f"[yellow]warning: {escape(heading)}:[/]", soft_wrap=True)
+        for line in lines:
+            console.print(f"[yellow]  {escape(line)}[/]", soft_wrap=True)
+    for side in _distinct_sides(cmp):
+        for s in side.stragglers:
+            console.print(f"[yellow]straggler in {escape(side.label)}:[/] {escape(s.line())}", soft_wrap=True)
+    t = Table(title=f"{escape(cmp.b.label)} against {escape(cmp.a.label)} (worst first; threshold "
+                    f"{cmp.threshold:.1%}; {escape(cmp.method)})", title_justify="left")
+    shown = records(cmp.table.head(top))
+    notes = any(r.get("note") for r in shown)
+    for col in ("verdict", "metric", "key", "A", "B", "B/A", "interval", "p") + (("note",) if notes else ()):
+        t.add_column(col, justify="right" if col in ("A", "B", "B/A", "p") else "left")
+    style = {SLOWER: "red", FAILED: "red", UNJUDGED: "yellow", FASTER: "green"}
+    for r in shown:
+        t.add_row(r["verdict"], METRICS[r["metric"]].label, escape(r["key"]), fmt_value(r["a"]), fmt_value(r["b"]),
+                  fmt_ratio(r["ratio"]), fmt_interval(r), fmt_value(r.get("p_value")),
+                  *((escape(r.get("note") or ""),) if notes else ()), style=style.get(r["verdict"]))
+    console.print(t)
+    if len(cmp.table) > top:
+        console.print(f"... {len(cmp.table) - top} more rows (--top, --csv, --markdown)")
+    listed, more = only_in_b(cmp)
+    if listed:
+        n = len(cmp.new_in_b)
+        console.print(f"only completed in {escape(cmp.b.label)}: {n} key{'s' if n != 1 else ''}: "
+                      f"{escape('; '.join(listed))}{f'; ... and {more} more' if more else ''}", soft_wrap=True)
+    console.print(headline(cmp), soft_wrap=True)
+
+
+def plan_table(jobs: list[Job]) -> str:
+    """The plan as an aligned plain-text table, one job per line, as squeue prints: quick for
+    10,000 jobs and easy to grep."""
+    header = ("JOB", "CONFIG", "NODES", "GPUS/NODE", "WORLD", "LAUNCHER", "NCCL", "WORKLOADS")
+    rows = [(j.name, j.config_hash, str(j.nodes), str(j.gpus_per_node), str(j.world_size), j.launcher,
+             j.nccl_config, " ".join(r.key for r in j.runs)) for j in jobs]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    numeric = {2, 3, 4}
+
+    def line(cells: tuple[str, ...]) -> str:
+        return "  ".join(c.rjust(w) if i in numeric else c.ljust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    return "\n".join([line(header), *map(line, rows)])
+
+
+def print_plan(console: Console, sweep_path: Path, jobs: list[Job], run: RunDir) -> None:
+    console.print(f"plan: {len(jobs)} jobs from {sweep_path} -> {run.path}", markup=False)
+    console.file.write(plan_table(jobs) + "\n")
+    console.file.flush()
+
+
+def print_jobs(console: Console, table: dict[str, JobRecord], title: str) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left")
+    for col in ("job", "id", "state", "exit", "elapsed", "nodes", "tries", "workloads"):
+        t.add_column(col)
+    for rec in table.values():
+        style = "green" if rec.state == COMPLETED else ("yellow" if rec.state in (PENDING, RUNNING) else "red")
+        t.add_row(rec.name, rec.job_id or "-", f"[{style}]{rec.state}[/]",
+                  "-" if rec.exit_code is None else str(rec.exit_code),
+                  "-" if rec.elapsed_s is None else f"{rec.elapsed_s:.1f} s", str(rec.nodes), str(rec.attempts),
+                  " ".join(f"{k}:{v}" for k, v in rec.runs.items()))
+    console.print(t)
+    for rec in table.values():
+        if rec.state not in (COMPLETED, PENDING) and (rec.reason or rec.log_tail):
+            console.print(f"[red]{rec.name} {rec.state}[/]: {escape(rec.reason or '')}")
+            if rec.log_tail:
+                console.print("  " + "\n  ".join(rec.log_tail.splitlines()[-8:]), markup=False)
+
+
+def print_results(console: Console, summary: pd.DataFrame) -> None:
+    """The run's training throughput and its collectives at the largest message size."""
+    from rich.table import Table
+
+    ok = summary[summary["status"] == COMPLETED]
+    train = ok[ok["workload"] != COLLECTIVE_WORKLOAD].sort_values(["workload", "scaling", "launcher", "nccl_config", "world_size"])
+    if not train.empty:
+        t = Table(title="Training throughput", title_justify="left")
+        for col in TRAINING_HEAD:
+            t.add_column(col, justify="left" if col in ("workload", "scaling", "job") else "right")
+        for row in training_rows(train):
+            t.add_row(*row)
+        console.print(t)
+    coll = ok[ok["workload"] == COLLECTIVE_WORKLOAD]
+    if not coll.empty:
+        largest = coll.loc[coll.groupby(["job", "collective"])["size_bytes"].idxmax()]
+        t = Table(title="Collectives at the largest message size", title_justify="left")
+        for col in COLLECTIVE_HEAD:
+            t.add_column(col, justify="left" if col in ("job", "collective") else "right")
+        for row in collective_rows(largest):
+            t.add_row(*row)
+        console.print(t)

@@ -1,0 +1,64 @@
+"""One table per fact: the sweep spec, the workload's flags and the measurement all take their
+collectives, data types and ops from benchmarks/catalog.py, so what one accepts the others do."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+import torch
+from conftest import SWEEPS
+
+from benchmarks import allreduce, catalog, training
+from benchmarks.imagefolder import ensure_imagefolder
+from harness.plan import expand
+from harness.spec import load_sweep
+
+
+def _choices(parser, dest: str) -> tuple:
+    return next(a.choices for a in parser._actions if a.dest == dest)
+
+
+@pytest.mark.parametrize("dtype", list(catalog.DTYPES))
+def test_every_dtype_the_workload_takes_a_sweep_takes(dtype):
+    sweep = load_sweep(SWEEPS / "local.yaml", overrides=(f"workloads.allreduce.dtype={dtype}",))
+    assert sweep.workloads.allreduce.dtype == dtype
+    args = allreduce.build_parser().parse_args(["-d", dtype])
+    assert getattr(torch, catalog.DTYPES[args.dtype]).is_floating_point == (not dtype.startswith("int"))
+    # and the job runs it with that flag
+    job = next(j for j in expand(sweep) if any(r.workload == "allreduce" for r in j.runs))
+    run_args = next(r.args for r in job.runs if r.workload == "allreduce")
+    assert run_args[run_args.index("-d") + 1] == dtype
+
+
+def test_the_workload_flags_offer_exactly_the_catalog():
+    parser = allreduce.build_parser()
+    assert set(_choices(parser, "dtype")) == set(catalog.DTYPES)
+    assert tuple(_choices(parser, "op")) == catalog.OPS
+    assert tuple(_choices(parser, "device")) == catalog.DEVICES
+    assert tuple(_choices(parser, "backend")) == catalog.BACKENDS
+    train = argparse.ArgumentParser()
+    training.add_training_args(train)
+    assert tuple(_choices(train, "amp")) == catalog.AMPS
+
+
+@pytest.mark.parametrize("name", list(catalog.COLLECTIVES))
+def test_every_collective_a_sweep_takes_is_measured(name):
+    sweep = load_sweep(SWEEPS / "local.yaml", overrides=(f"workloads.allreduce.collectives=[{name}]",))
+    assert sweep.workloads.allreduce.collectives == (name,)
+    record = catalog.collective(name)
+    assert record.name == name and record.chunks(4) == (4 if name in ("all_gather", "reduce_scatter") else 1)
+
+
+def test_an_unknown_collective_names_the_valid_ones():
+    with pytest.raises(ValueError, match="all_reduce, all_gather, reduce_scatter, broadcast"):
+        catalog.collective("all_to_all")
+
+
+def test_image_sets_with_different_seeds_do_not_share_a_directory(tmp_path):
+    a = ensure_imagefolder(tmp_path, classes=1, per_class=2, size=16, seed=0)
+    b = ensure_imagefolder(tmp_path, classes=1, per_class=2, size=16, seed=1)
+    assert a != b
+    first = sorted((a / "class_000").iterdir())[0].read_bytes()
+    assert first != sorted((b / "class_000").iterdir())[0].read_bytes()
+    assert ensure_imagefolder(tmp_path, classes=1, per_class=2, size=16, seed=0) == a
