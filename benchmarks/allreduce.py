@@ -70,33 +70,84 @@ def message_sizes(min_bytes: int, max_bytes: int, factor: int, element_size: int
             sizes.append(rounded)
         size *= factor
     if not sizes:
-        raise UsageError(f"no message size between {min_bytes} and {max_bytes} bytes holds a whole "
-                         f"element per rank ({unit} bytes); raise --max-bytes")
+        raise UsageError(
+            f"no message size between {min_bytes} and {max_bytes} bytes holds a whole "
+            f"element per rank ({unit} bytes); raise --max-bytes"
+        )
     return sizes
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = OneLineParser(prog="bench run allreduce", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("-b", "--min-bytes", "--minbytes", dest="min_bytes", type=size_arg, default=parse_size("8"),
-                   help="smallest message, K/M/G = powers of 1024 (default 8)")
-    p.add_argument("-e", "--max-bytes", "--maxbytes", dest="max_bytes", type=size_arg, default=parse_size("128M"),
-                   help="largest message (default 128M)")
-    p.add_argument("-f", "--step-factor", "--stepfactor", dest="step_factor", type=int, default=2,
-                   help="multiplication factor between sizes (default 2)")
+    p = OneLineParser(
+        prog="bench run allreduce",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "-b",
+        "--min-bytes",
+        "--minbytes",
+        dest="min_bytes",
+        type=size_arg,
+        default=parse_size("8"),
+        help="smallest message, K/M/G = powers of 1024 (default 8)",
+    )
+    p.add_argument(
+        "-e",
+        "--max-bytes",
+        "--maxbytes",
+        dest="max_bytes",
+        type=size_arg,
+        default=parse_size("128M"),
+        help="largest message (default 128M)",
+    )
+    p.add_argument(
+        "-f",
+        "--step-factor",
+        "--stepfactor",
+        dest="step_factor",
+        type=int,
+        default=2,
+        help="multiplication factor between sizes (default 2)",
+    )
     p.add_argument("-n", "--iters", type=int, default=20, help="timed iterations per size (default 20)")
-    p.add_argument("-w", "--warmup-iters", "--warmup_iters", dest="warmup_iters", type=int, default=5,
-                   help="untimed warmup iterations per size (default 5)")
-    p.add_argument("-c", "--check", type=int, default=1, metavar="N",
-                   help="correctness-check iterations per size, 0 to skip (default 1)")
+    p.add_argument(
+        "-w",
+        "--warmup-iters",
+        "--warmup_iters",
+        dest="warmup_iters",
+        type=int,
+        default=5,
+        help="untimed warmup iterations per size (default 5)",
+    )
+    p.add_argument(
+        "-c",
+        "--check",
+        type=int,
+        default=1,
+        metavar="N",
+        help="correctness-check iterations per size, 0 to skip (default 1)",
+    )
     p.add_argument("-d", "--dtype", "--datatype", dest="dtype", choices=sorted(DTYPES), default="float")
     p.add_argument("-o", "--op", choices=OPS, default="sum", help="reduction op (avg needs nccl)")
-    p.add_argument("--collective", default="all_reduce",
-                   help=f"comma-separated collectives among {', '.join(COLLECTIVES)} (default all_reduce)")
-    p.add_argument("--out-of-place", action=argparse.BooleanOptionalAction, default=True,
-                   help="also measure out-of-place calls (default on)")
-    p.add_argument("--link-bytes", type=size_or_zero_arg, default=parse_size("4M"), metavar="SIZE",
-                   help="message size of the pairwise link probe that names slow nodes, 0 to skip (default 4M)")
+    p.add_argument(
+        "--collective",
+        default="all_reduce",
+        help=f"comma-separated collectives among {', '.join(COLLECTIVES)} (default all_reduce)",
+    )
+    p.add_argument(
+        "--out-of-place",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also measure out-of-place calls (default on)",
+    )
+    p.add_argument(
+        "--link-bytes",
+        type=size_or_zero_arg,
+        default=parse_size("4M"),
+        metavar="SIZE",
+        help="message size of the pairwise link probe that names slow nodes, 0 to skip (default 4M)",
+    )
     p.add_argument("--link-iters", type=int, default=5, help="link probe passes over all pairs (default 5)")
     add_common_args(p)
     return p
@@ -114,15 +165,20 @@ def _collectives(text: str) -> list[str]:
 
 def check_args(args: argparse.Namespace, world_size: int | None) -> None:
     _collectives(args.collective)
-    for flag, value, low in (("--iters", args.iters, 1), ("--warmup-iters", args.warmup_iters, 0),
-                             ("--check", args.check, 0), ("--link-iters", args.link_iters, 1),
-                             ("--link-bytes", args.link_bytes, 0)):
+    for flag, value, low in (
+        ("--iters", args.iters, 1),
+        ("--warmup-iters", args.warmup_iters, 0),
+        ("--check", args.check, 0),
+        ("--link-iters", args.link_iters, 1),
+        ("--link-bytes", args.link_bytes, 0),
+    ):
         if value < low:
             raise UsageError(f"{flag} must be at least {low}, found {value}")
     message_sizes(args.min_bytes, args.max_bytes, args.step_factor, 1, 1)
 
 
 # --------------------------------------------------------------------------- measurement
+
 
 def _pattern(rank: int, idx: torch.Tensor) -> torch.Tensor:
     """Rank r's value at element i: ((r + i) mod 5) + 1, small integers exact in every dtype."""
@@ -158,8 +214,17 @@ class CheckValues:
 class CollectiveRun:
     """One collective at one message size: its buffers, calls and check."""
 
-    def __init__(self, coll: Collective, op: Any, op_name: str, count: int, inp: torch.Tensor, out: torch.Tensor,
-                 rank: int, n: int):
+    def __init__(
+        self,
+        coll: Collective,
+        op: Any,
+        op_name: str,
+        count: int,
+        inp: torch.Tensor,
+        out: torch.Tensor,
+        rank: int,
+        n: int,
+    ):
         self.coll, self.op, self.count, self.rank, self.n = coll, op, count, rank, n
         self.name = coll.name
         self.buffers: Buffers = coll.buffers(inp, out, count, rank, n)
@@ -274,13 +339,19 @@ def _link_probe(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
     dist.barrier()
     flat = [-1.0 if p is None else float(p) for p in partners] + [t for row in times for t in row]
     every = gather_rows(flat, ctx.device, world)
-    return {"size_bytes": count * 4, "iters": args.link_iters,
-            "partners": [[None if p < 0 else int(p) for p in r[:rounds]] for r in every],
-            "time_us": [[r[rounds + k * args.link_iters: rounds + (k + 1) * args.link_iters] for k in range(rounds)]
-                        for r in every]}
+    return {
+        "size_bytes": count * 4,
+        "iters": args.link_iters,
+        "partners": [[None if p < 0 else int(p) for p in r[:rounds]] for r in every],
+        "time_us": [
+            [r[rounds + k * args.link_iters : rounds + (k + 1) * args.link_iters] for k in range(rounds)] for r in every
+        ],
+    }
 
 
-def _measure_mode(coll: CollectiveRun, in_place: bool, args: argparse.Namespace, ctx: Context, size: int) -> dict[str, Any]:
+def _measure_mode(
+    coll: CollectiveRun, in_place: bool, args: argparse.Namespace, ctx: Context, size: int
+) -> dict[str, Any]:
     world = ctx.launch.world_size
     coll.fill(in_place)
     avg_us, samples = _time_calls(coll.call(in_place), args.iters, args.warmup_iters, ctx.device)
@@ -318,12 +389,17 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
     dtype = getattr(torch, DTYPES[args.dtype])
     if args.op == "avg" and ctx.backend != "nccl":
         raise UsageError(f"--op avg is supported by nccl only, not {ctx.backend}; use sum")
-    op = {"sum": dist.ReduceOp.SUM, "avg": getattr(dist.ReduceOp, "AVG", None),
-          "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[args.op]
+    op = {
+        "sum": dist.ReduceOp.SUM,
+        "avg": getattr(dist.ReduceOp, "AVG", None),
+        "max": dist.ReduceOp.MAX,
+        "min": dist.ReduceOp.MIN,
+    }[args.op]
     element = torch.empty((), dtype=dtype).element_size()
-    plan = {c: message_sizes(args.min_bytes, args.max_bytes, args.step_factor, element,
-                             collective(c).chunks(world))
-            for c in _collectives(args.collective)}
+    plan = {
+        c: message_sizes(args.min_bytes, args.max_bytes, args.step_factor, element, collective(c).chunks(world))
+        for c in _collectives(args.collective)
+    }
     max_count = max(max(s) for s in plan.values()) // element
     inp = torch.empty(max_count, dtype=dtype, device=ctx.device)
     out = torch.empty(max_count, dtype=dtype, device=ctx.device)
@@ -331,17 +407,26 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     per_rank: list[dict[str, Any]] = []
     for name, sizes in plan.items():
-        ctx.log(f"# collective {name}  dtype {DTYPES[args.dtype]}  op {args.op}  world size {world}  "
-                f"device {ctx.device.type}  backend {ctx.backend}  iters {args.iters}  warmup {args.warmup_iters}")
+        ctx.log(
+            f"# collective {name}  dtype {DTYPES[args.dtype]}  op {args.op}  world size {world}  "
+            f"device {ctx.device.type}  backend {ctx.backend}  iters {args.iters}  warmup {args.warmup_iters}"
+        )
         ctx.log(f"# {'':>41}in-place{'':>31}out-of-place")
-        ctx.log(f"# {'size':>12} {'count':>12} {'type':>8} {'redop':>5}"
-                f" {'time(us)':>10} {'algbw(GB/s)':>11} {'busbw(GB/s)':>11} {'#wrong':>6}"
-                f" {'time(us)':>10} {'algbw(GB/s)':>11} {'busbw(GB/s)':>11} {'#wrong':>6}")
+        ctx.log(
+            f"# {'size':>12} {'count':>12} {'type':>8} {'redop':>5}"
+            f" {'time(us)':>10} {'algbw(GB/s)':>11} {'busbw(GB/s)':>11} {'#wrong':>6}"
+            f" {'time(us)':>10} {'algbw(GB/s)':>11} {'busbw(GB/s)':>11} {'#wrong':>6}"
+        )
         for size in sizes:
             count = size // element
             coll = CollectiveRun(collective(name), op, args.op, count, inp, out, rank, world)
-            row: dict[str, Any] = {"collective": name, "size_bytes": size, "count": count,
-                                   "dtype": DTYPES[args.dtype], "op": args.op}
+            row: dict[str, Any] = {
+                "collective": name,
+                "size_bytes": size,
+                "count": count,
+                "dtype": DTYPES[args.dtype],
+                "op": args.op,
+            }
             row.update(_measure_mode(coll, True, args, ctx, size))
             per_rank.append({"collective": name, "size_bytes": size, "samples_us": row.pop("rank_samples_us")})
             if args.out_of_place:
@@ -353,16 +438,28 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
         ctx.log(f"# Avg bus bandwidth (in-place, {name}): {sum(mine) / len(mine):.4f} GB/s")
     links = None
     if args.link_bytes and world > 1:
-        ctx.log(f"# link probe: {format_size(args.link_bytes)} both ways between every pair of ranks, "
-                f"{args.link_iters} passes")
+        ctx.log(
+            f"# link probe: {format_size(args.link_bytes)} both ways between every pair of ranks, "
+            f"{args.link_iters} passes"
+        )
         links = _link_probe(args, ctx)
     return {
-        "params": {"min_bytes": args.min_bytes, "max_bytes": args.max_bytes, "step_factor": args.step_factor,
-                   "iters": args.iters, "warmup_iters": args.warmup_iters, "check_iters": args.check,
-                   "dtype": DTYPES[args.dtype], "op": args.op, "collectives": list(plan),
-                   "out_of_place": args.out_of_place, "link_bytes": args.link_bytes, "link_iters": args.link_iters,
-                   "timing": "worst rank; per-call samples "
-                   + ("from CUDA events" if ctx.device.type == "cuda" else "from the host clock")},
+        "params": {
+            "min_bytes": args.min_bytes,
+            "max_bytes": args.max_bytes,
+            "step_factor": args.step_factor,
+            "iters": args.iters,
+            "warmup_iters": args.warmup_iters,
+            "check_iters": args.check,
+            "dtype": DTYPES[args.dtype],
+            "op": args.op,
+            "collectives": list(plan),
+            "out_of_place": args.out_of_place,
+            "link_bytes": args.link_bytes,
+            "link_iters": args.link_iters,
+            "timing": "worst rank; per-call samples "
+            + ("from CUDA events" if ctx.device.type == "cuda" else "from the host clock"),
+        },
         "rows": rows,
         PER_RANK: {"rows": per_rank, **({"links": links} if links else {})},
     }
@@ -373,10 +470,17 @@ def _format_row(row: dict[str, Any]) -> str:
         if f"{prefix}time_us" not in row:
             return f" {'-':>10} {'-':>11} {'-':>11} {'-':>6}"
         wrong = row[f"{prefix}wrong"]
-        return (f" {row[f'{prefix}time_us']:>10.1f} {row[f'{prefix}algbw_gbps']:>11.4f}"
-                f" {row[f'{prefix}busbw_gbps']:>11.4f} {'N/A' if wrong is None else wrong:>6}")
-    return (f"  {row['size_bytes']:>12} {row['count']:>12} {row['dtype']:>8} {row['op']:>5}"
-            + block("") + block("oop_") + f"   # {format_size(row['size_bytes'])}")
+        return (
+            f" {row[f'{prefix}time_us']:>10.1f} {row[f'{prefix}algbw_gbps']:>11.4f}"
+            f" {row[f'{prefix}busbw_gbps']:>11.4f} {'N/A' if wrong is None else wrong:>6}"
+        )
+
+    return (
+        f"  {row['size_bytes']:>12} {row['count']:>12} {row['dtype']:>8} {row['op']:>5}"
+        + block("")
+        + block("oop_")
+        + f"   # {format_size(row['size_bytes'])}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

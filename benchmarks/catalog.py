@@ -26,11 +26,19 @@ OPS = ("sum", "avg", "max", "min")
 # Every name `-d/--dtype` and a sweep's `dtype` take, to torch's name of the type: nccl-tests'
 # names first (float, half, double, int32, int64, bfloat16), then torch's and the short forms.
 DTYPES = {
-    "float": "float32", "float32": "float32", "fp32": "float32",
-    "half": "float16", "float16": "float16", "fp16": "float16",
-    "bfloat16": "bfloat16", "bf16": "bfloat16",
-    "double": "float64", "float64": "float64", "fp64": "float64",
-    "int32": "int32", "int": "int32",
+    "float": "float32",
+    "float32": "float32",
+    "fp32": "float32",
+    "half": "float16",
+    "float16": "float16",
+    "fp16": "float16",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "double": "float64",
+    "float64": "float64",
+    "fp64": "float64",
+    "int32": "int32",
+    "int": "int32",
     "int64": "int64",
 }
 
@@ -38,6 +46,7 @@ DTYPES = {
 @dataclass(frozen=True)
 class Buffers:
     """Views of the two preallocated buffers one call reads and writes, in place and out of place."""
+
     in_place_input: Any
     in_place_output: Any
     oop_input: Any
@@ -60,12 +69,12 @@ class Values(Protocol):
 @dataclass(frozen=True, kw_only=True)
 class Collective:
     name: str
-    bus_factor: Callable[[int], float]   # busbw / algbw over n ranks
-    split: bool                          # the message is n equal chunks, one per rank
-    reduces: bool                        # takes a reduction op
-    buffers: Callable[[Any, Any, int, int, int], Buffers]        # (inp, out, count, rank, n)
-    call: Callable[[Any, Buffers, Any, bool], Callable[[], Any]]   # (dist, buffers, op, in_place)
-    expected: Callable[[Values, int, int, int], Any]             # (values, count, rank, n)
+    bus_factor: Callable[[int], float]  # busbw / algbw over n ranks
+    split: bool  # the message is n equal chunks, one per rank
+    reduces: bool  # takes a reduction op
+    buffers: Callable[[Any, Any, int, int, int], Buffers]  # (inp, out, count, rank, n)
+    call: Callable[[Any, Buffers, Any, bool], Callable[[], Any]]  # (dist, buffers, op, in_place)
+    expected: Callable[[Values, int, int, int], Any]  # (values, count, rank, n)
 
     def chunks(self, world_size: int) -> int:
         """How many equal parts a message size must divide into."""
@@ -75,6 +84,7 @@ class Collective:
 # Bus factors from nccl-tests' PERFORMANCE.md (docs/reference.md): all_reduce moves 2(n-1)/n of
 # the data over each rank's link, all_gather and reduce_scatter (n-1)/n, broadcast 1, so busbw
 # is comparable with link speed for any n.
+
 
 def _whole(inp: Any, out: Any, count: int, rank: int, n: int) -> Buffers:
     return Buffers(inp[:count], inp[:count], inp[:count], out[:count])
@@ -96,7 +106,7 @@ def _broadcast_call(dist: Any, b: Buffers, op: Any, in_place: bool) -> Callable[
 def _all_gather_buffers(inp: Any, out: Any, count: int, rank: int, n: int) -> Buffers:
     chunk = count // n
     # In place: each rank's input is its own slot of the output, as NCCL defines it.
-    return Buffers(out[rank * chunk:(rank + 1) * chunk], out[:count], inp[:chunk], out[:count])
+    return Buffers(out[rank * chunk : (rank + 1) * chunk], out[:count], inp[:chunk], out[:count])
 
 
 def _all_gather_call(dist: Any, b: Buffers, op: Any, in_place: bool) -> Callable[[], Any]:
@@ -106,7 +116,7 @@ def _all_gather_call(dist: Any, b: Buffers, op: Any, in_place: bool) -> Callable
 
 def _reduce_scatter_buffers(inp: Any, out: Any, count: int, rank: int, n: int) -> Buffers:
     chunk = count // n
-    return Buffers(inp[:count], inp[rank * chunk:(rank + 1) * chunk], inp[:count], out[:chunk])
+    return Buffers(inp[:count], inp[rank * chunk : (rank + 1) * chunk], inp[:count], out[:chunk])
 
 
 def _reduce_scatter_call(dist: Any, b: Buffers, op: Any, in_place: bool) -> Callable[[], Any]:
@@ -114,20 +124,47 @@ def _reduce_scatter_call(dist: Any, b: Buffers, op: Any, in_place: bool) -> Call
     return lambda: dist.reduce_scatter_tensor(o, i, op=op)
 
 
-COLLECTIVES = {c.name: c for c in (
-    Collective(name="all_reduce", bus_factor=lambda n: 2 * (n - 1) / n, split=False, reduces=True,
-               buffers=_whole, call=_all_reduce_call,
-               expected=lambda v, count, rank, n: v.reduced(0, count)),
-    Collective(name="all_gather", bus_factor=lambda n: (n - 1) / n, split=True, reduces=False,
-               buffers=_all_gather_buffers, call=_all_gather_call,
-               expected=lambda v, count, rank, n: v.cat([v.pattern(r, 0, count // n) for r in range(n)])),
-    Collective(name="reduce_scatter", bus_factor=lambda n: (n - 1) / n, split=True, reduces=True,
-               buffers=_reduce_scatter_buffers, call=_reduce_scatter_call,
-               expected=lambda v, count, rank, n: v.reduced(rank * (count // n), (rank + 1) * (count // n))),
-    Collective(name="broadcast", bus_factor=lambda n: 1.0, split=False, reduces=False,
-               buffers=_whole, call=_broadcast_call,
-               expected=lambda v, count, rank, n: v.pattern(0, 0, count)),
-)}
+COLLECTIVES = {
+    c.name: c
+    for c in (
+        Collective(
+            name="all_reduce",
+            bus_factor=lambda n: 2 * (n - 1) / n,
+            split=False,
+            reduces=True,
+            buffers=_whole,
+            call=_all_reduce_call,
+            expected=lambda v, count, rank, n: v.reduced(0, count),
+        ),
+        Collective(
+            name="all_gather",
+            bus_factor=lambda n: (n - 1) / n,
+            split=True,
+            reduces=False,
+            buffers=_all_gather_buffers,
+            call=_all_gather_call,
+            expected=lambda v, count, rank, n: v.cat([v.pattern(r, 0, count // n) for r in range(n)]),
+        ),
+        Collective(
+            name="reduce_scatter",
+            bus_factor=lambda n: (n - 1) / n,
+            split=True,
+            reduces=True,
+            buffers=_reduce_scatter_buffers,
+            call=_reduce_scatter_call,
+            expected=lambda v, count, rank, n: v.reduced(rank * (count // n), (rank + 1) * (count // n)),
+        ),
+        Collective(
+            name="broadcast",
+            bus_factor=lambda n: 1.0,
+            split=False,
+            reduces=False,
+            buffers=_whole,
+            call=_broadcast_call,
+            expected=lambda v, count, rank, n: v.pattern(0, 0, count),
+        ),
+    )
+}
 
 
 def collective(name: str) -> Collective:

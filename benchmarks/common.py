@@ -39,7 +39,9 @@ def parse_size(text: str | int, *, allow_zero: bool = False) -> int:
         suffix = s[-1:] if s[-1:] in ("K", "M", "G") else ""
         digits = s[: len(s) - len(suffix)]
         if not digits.isdigit():
-            raise ValueError(f"{text!r} is not a size; use bytes with an optional K, M or G suffix, e.g. 8, 1K, 64M, 1G")
+            raise ValueError(
+                f"{text!r} is not a size; use bytes with an optional K, M or G suffix, e.g. 8, 1K, 64M, 1G"
+            )
         value = int(digits) * _SIZE_SUFFIX[suffix]
     if value < 0 or (value == 0 and not allow_zero):
         raise ValueError(f"size {text!r} must be {'0 or more' if allow_zero else 'positive'}")
@@ -78,6 +80,7 @@ def format_size(n: int) -> str:
 
 
 # --------------------------------------------------------------------------- launch
+
 
 @dataclass(frozen=True)
 class Launch:
@@ -142,8 +145,14 @@ def detect_launch(env: Mapping[str, str]) -> Launch | None:
         raise UsageError(f"world size must be at least 1, found {world}")
     if rank >= world:
         raise UsageError(f"rank {rank} is not below the world size {world} (check RANK/SLURM_PROCID)")
-    return Launch(rank=rank, local_rank=local_rank, world_size=world,
-                  local_world_size=local_world, node_rank=node_rank, launcher=launcher)
+    return Launch(
+        rank=rank,
+        local_rank=local_rank,
+        world_size=world,
+        local_world_size=local_world,
+        node_rank=node_rank,
+        launcher=launcher,
+    )
 
 
 def spawn_local_ranks(module: str, argv: list[str], nproc: int) -> int:
@@ -158,8 +167,16 @@ def spawn_local_ranks(module: str, argv: list[str], nproc: int) -> int:
             skip = True
         elif not arg.startswith("--nproc="):
             rank_argv.append(arg)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc-per-node={nproc}", "-m", module, *rank_argv]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        "-m",
+        module,
+        *rank_argv,
+    ]
     env = dict(os.environ)
     env.setdefault("BENCH_LAUNCHER", "torchrun-standalone")
     # torchrun sets 1 thread per rank only when several ranks share the node; be explicit so
@@ -176,15 +193,35 @@ REDACTED = "<redacted>"
 # A name is taken for a secret's by its words (split at '_'), so that NCCL_IB_PKEY (an InfiniBand
 # partition key, a plain setting) is kept while HF_TOKEN, WANDB_API_KEY, AWS_SECRET_ACCESS_KEY,
 # GIT_CREDENTIALS, X_AUTH_HEADER or SESSION_COOKIE are not.
-_SECRET_WORDS = frozenset({"KEY", "KEYS", "APIKEY", "TOKEN", "TOKENS", "SECRET", "SECRETS", "PASSWORD", "PASSWD",
-                           "PASS", "PASSPHRASE", "CREDENTIAL", "CREDENTIALS", "COOKIE", "COOKIES", "PRIVATE"})
+_SECRET_WORDS = frozenset(
+    {
+        "KEY",
+        "KEYS",
+        "APIKEY",
+        "TOKEN",
+        "TOKENS",
+        "SECRET",
+        "SECRETS",
+        "PASSWORD",
+        "PASSWD",
+        "PASS",
+        "PASSPHRASE",
+        "CREDENTIAL",
+        "CREDENTIALS",
+        "COOKIE",
+        "COOKIES",
+        "PRIVATE",
+    }
+)
 _SECRET_SUFFIXES = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS", "COOKIE", "APIKEY")
 # A secret by content, whatever the name: user:password@ in a URL (RFC 3986 userinfo), an HTTP
 # authorization value, and the fixed prefixes of common API tokens (GitHub, Hugging Face, Slack,
 # AWS access key ids, OpenAI-style keys).
 _URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/@\s]*:[^/@\s]*)@")
-_TOKEN_LIKE = re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_\w{20,}|hf_[A-Za-z0-9]{20,}|xox[abpr]-[\w-]{10,}"
-                         r"|AKIA[0-9A-Z]{16}|sk-[A-Za-z0-9_-]{20,})|\b(?:Bearer|Basic)\s+\S{8,}")
+_TOKEN_LIKE = re.compile(
+    r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_\w{20,}|hf_[A-Za-z0-9]{20,}|xox[abpr]-[\w-]{10,}"
+    r"|AKIA[0-9A-Z]{16}|sk-[A-Za-z0-9_-]{20,})|\b(?:Bearer|Basic)\s+\S{8,}"
+)
 
 
 def secret_name(name: str) -> bool:
@@ -210,11 +247,13 @@ def looks_secret(name: str, value: str) -> bool:
 def captured_variables(env: Mapping[str, str]) -> dict[str, str]:
     """The environment variables a result records: launcher, NCCL/Gloo/torch settings, Slurm job
     facts. Nothing else, and secrets redacted by name and by content."""
-    return {name: redacted(name, env[name]) for name in sorted(env)
-            if name.startswith(_ENV_PREFIXES) or name in _ENV_NAMES}
+    return {
+        name: redacted(name, env[name]) for name in sorted(env) if name.startswith(_ENV_PREFIXES) or name in _ENV_NAMES
+    }
 
 
 # --------------------------------------------------------------------------- statistics
+
 
 def percentile(values: list[float], q: float) -> float:
     """Linear-interpolation percentile (numpy's default), q in [0, 100]."""
@@ -233,15 +272,22 @@ def spread(values: list[float]) -> dict[str, float]:
 
 # --------------------------------------------------------------------------- entry point
 
+
 def add_common_args(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("launch")
-    g.add_argument("--nproc", type=int, default=1,
-                   help="ranks to start on this machine when not inside torchrun/srun (default 1)")
+    g.add_argument(
+        "--nproc", type=int, default=1, help="ranks to start on this machine when not inside torchrun/srun (default 1)"
+    )
     g.add_argument("--device", choices=DEVICES, default="auto")
     g.add_argument("--backend", choices=BACKENDS, default="auto")
     g.add_argument("--json", metavar="PATH", help="rank 0 writes the result here (atomically)")
-    g.add_argument("--timeout", type=float, default=300.0, metavar="S",
-                   help="process-group timeout in seconds: how long a rank waits for a dead peer (default 300)")
+    g.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="process-group timeout in seconds: how long a rank waits for a dead peer (default 300)",
+    )
 
 
 # Key of a measured body that holds per-rank timings. They go to a file of their own beside the

@@ -70,5 +70,4 @@ def count_images(path: str | os.PathLike) -> int:
     """Images in an ImageFolder tree, by the extensions torchvision accepts."""
     exts = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
     root = Path(path)
-    return sum(1 for d in root.iterdir() if d.is_dir()
-               for f in d.iterdir() if f.suffix.lower() in exts)
+    return sum(1 for d in root.iterdir() if d.is_dir() for f in d.iterdir() if f.suffix.lower() in exts)

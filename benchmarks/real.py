@@ -52,9 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("data")
     g.add_argument("--data-dir", help="ImageFolder root (<dir>/<class>/<image>); default: a generated set")
     g.add_argument("--workers", type=int, default=4, help="DataLoader worker processes per rank (default 4)")
-    g.add_argument("--data-cache", help="where a generated set is kept (default $BENCH_DATA_CACHE or ~/.cache/bench-scaling)")
+    g.add_argument(
+        "--data-cache", help="where a generated set is kept (default $BENCH_DATA_CACHE or ~/.cache/bench-scaling)"
+    )
     g.add_argument("--data-classes", type=int, default=8, help="classes of a generated set (default 8)")
-    g.add_argument("--data-images-per-class", type=int, default=64, help="images per class of a generated set (default 64)")
+    g.add_argument(
+        "--data-images-per-class", type=int, default=64, help="images per class of a generated set (default 64)"
+    )
     p.add_argument("--seed", type=int, default=0)
     return p
 
@@ -68,8 +72,10 @@ def check_args(args: argparse.Namespace, world_size: int | None) -> None:
         if not path.is_dir():
             raise UsageError(f"--data-dir {args.data_dir}: no such directory")
         if count_images(path) == 0:
-            raise UsageError(f"--data-dir {args.data_dir}: no images in class folders "
-                             f"(ImageFolder layout: <dir>/<class>/<image>.jpg)")
+            raise UsageError(
+                f"--data-dir {args.data_dir}: no images in class folders "
+                f"(ImageFolder layout: <dir>/<class>/<image>.jpg)"
+            )
     elif args.data_classes < 1 or args.data_images_per_class < 1:
         raise UsageError("--data-classes and --data-images-per-class must be at least 1")
 
@@ -90,24 +96,38 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
     world, rank = ctx.launch.world_size, ctx.launch.rank
     batch, scaling = per_gpu_batch(args, world)
     data_dir = _data_dir(args, ctx)
-    tf = transforms.Compose([
-        transforms.RandomResizedCrop(args.image_size),
-        transforms.RandomHorizontalFlip(),
-        transforms.ToTensor(),
-        transforms.Normalize(_MEAN, _STD),
-    ])
+    tf = transforms.Compose(
+        [
+            transforms.RandomResizedCrop(args.image_size),
+            transforms.RandomHorizontalFlip(),
+            transforms.ToTensor(),
+            transforms.Normalize(_MEAN, _STD),
+        ]
+    )
     dataset = datasets.ImageFolder(str(data_dir), transform=tf)
-    sampler: DistributedSampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=args.seed, drop_last=True)
+    sampler: DistributedSampler = DistributedSampler(
+        dataset, num_replicas=world, rank=rank, shuffle=True, seed=args.seed, drop_last=True
+    )
     if len(sampler) < batch:
-        raise UsageError(f"{data_dir} has {len(dataset)} images: fewer than one batch of {batch} per rank "
-                         f"for {world} ranks")
+        raise UsageError(
+            f"{data_dir} has {len(dataset)} images: fewer than one batch of {batch} per rank for {world} ranks"
+        )
     cuda = ctx.device.type == "cuda"
-    loader = DataLoader(dataset, batch_size=batch, sampler=sampler, num_workers=args.workers,
-                        pin_memory=cuda, persistent_workers=args.workers > 0, drop_last=True)
+    loader = DataLoader(
+        dataset,
+        batch_size=batch,
+        sampler=sampler,
+        num_workers=args.workers,
+        pin_memory=cuda,
+        persistent_workers=args.workers > 0,
+        drop_last=True,
+    )
     trainer = build_trainer(args, ctx)
-    ctx.log(f"# real {args.model} {scaling} scaling: batch {batch} per rank, world size {world}, "
-            f"{len(dataset)} images in {len(dataset.classes)} classes at {data_dir}, {args.workers} workers, "
-            f"amp {trainer.amp}, device {ctx.device.type}, backend {ctx.backend}")
+    ctx.log(
+        f"# real {args.model} {scaling} scaling: batch {batch} per rank, world size {world}, "
+        f"{len(dataset)} images in {len(dataset.classes)} classes at {data_dir}, {args.workers} workers, "
+        f"amp {trainer.amp}, device {ctx.device.type}, backend {ctx.backend}"
+    )
 
     epoch = 0
     sampler.set_epoch(epoch)
@@ -149,14 +169,22 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
     images = batch * world * args.steps
     result["compute_images_per_s"] = images / max(sum(r) for r in compute_per_rank)
     result["data_wait_fraction"] = sum(map(sum, wait_per_rank)) / (
-        sum(map(sum, wait_per_rank)) + sum(map(sum, compute_per_rank)))
+        sum(map(sum, wait_per_rank)) + sum(map(sum, compute_per_rank))
+    )
     result["samples"]["data_wait_ms"] = [max(r[i] for r in wait_per_rank) * 1e3 for i in range(args.steps)]
     result["warmup"] = {"step_time_ms": warmup_ms}
-    result["data"] = {"path": str(data_dir), "images": len(dataset), "classes": len(dataset.classes),
-                      "workers": args.workers, "generated": args.data_dir is None}
-    ctx.log(f"# {result['images_per_s']:.1f} images/s total (data + compute), "
-            f"{result['compute_images_per_s']:.1f} compute-only, {result['images_per_s_per_gpu']:.1f} per GPU, "
-            f"waiting for data {result['data_wait_fraction']:.1%} of step time")
+    result["data"] = {
+        "path": str(data_dir),
+        "images": len(dataset),
+        "classes": len(dataset.classes),
+        "workers": args.workers,
+        "generated": args.data_dir is None,
+    }
+    ctx.log(
+        f"# {result['images_per_s']:.1f} images/s total (data + compute), "
+        f"{result['compute_images_per_s']:.1f} compute-only, {result['images_per_s_per_gpu']:.1f} per GPU, "
+        f"waiting for data {result['data_wait_fraction']:.1%} of step time"
+    )
     return result
 
 

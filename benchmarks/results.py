@@ -5,6 +5,7 @@ Imports nothing heavy, so the harness can use it without paying for torch.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -37,10 +38,8 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise
 
 

@@ -38,6 +38,7 @@ from .results import SCHEMA_VERSION, atomic_write_json
 
 # --------------------------------------------------------------------------- device and backend
 
+
 def resolve_device(requested: str, launch: Launch) -> torch.device:
     if requested == "auto":
         requested = "cuda" if torch.cuda.is_available() else "cpu"
@@ -47,8 +48,10 @@ def resolve_device(requested: str, launch: Launch) -> torch.device:
         raise UsageError("--device cuda: no CUDA device is available (torch.cuda.is_available() is False)")
     count = torch.cuda.device_count()
     if launch.local_rank >= count:
-        raise UsageError(f"local rank {launch.local_rank} has no GPU: only {count} visible "
-                         f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')})")
+        raise UsageError(
+            f"local rank {launch.local_rank} has no GPU: only {count} visible "
+            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')})"
+        )
     torch.cuda.set_device(launch.local_rank)
     return torch.device("cuda", launch.local_rank)
 
@@ -67,12 +70,18 @@ def init_process_group(launch: Launch, backend: str, device: torch.device, timeo
     kwargs: dict[str, Any] = {}
     if device.type == "cuda":
         kwargs["device_id"] = device
-    dist.init_process_group(backend=backend, init_method="env://", rank=launch.rank,
-                            world_size=launch.world_size,
-                            timeout=_dt.timedelta(seconds=timeout_s), **kwargs)
+    dist.init_process_group(
+        backend=backend,
+        init_method="env://",
+        rank=launch.rank,
+        world_size=launch.world_size,
+        timeout=_dt.timedelta(seconds=timeout_s),
+        **kwargs,
+    )
 
 
 # --------------------------------------------------------------------------- environment
+
 
 def _version(dist_name: str) -> str | None:
     try:
@@ -86,8 +95,13 @@ def _gpu_driver() -> str | None:
     if not smi:
         return None
     try:
-        out = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20, check=True).stdout
+        out = subprocess.run(
+            [smi, "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
     lines = out.split()
@@ -102,7 +116,9 @@ def capture_environment(launch: Launch, device: torch.device, backend: str) -> d
         "node_rank": launch.node_rank,
         "hostname": socket.gethostname(),
         "pid": os.getpid(),
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
+        "device": torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else platform.processor() or platform.machine(),
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
     }
     ranks: list[Any] = [None] * launch.world_size
@@ -141,6 +157,7 @@ def gather_rows(values: list[float], device: torch.device, world: int) -> list[l
 
 # --------------------------------------------------------------------------- entry point
 
+
 @dataclass(frozen=True)
 class Context:
     """What `measure` gets besides its arguments."""
@@ -158,9 +175,13 @@ class Context:
             print(message, flush=True)
 
 
-def main(workload: str, argv: list[str] | None, parser: argparse.ArgumentParser,
-         measure: Callable[[argparse.Namespace, Context], dict[str, Any]],
-         check: Callable[[argparse.Namespace, int | None], None] | None = None) -> int:
+def main(
+    workload: str,
+    argv: list[str] | None,
+    parser: argparse.ArgumentParser,
+    measure: Callable[[argparse.Namespace, Context], dict[str, Any]],
+    check: Callable[[argparse.Namespace, int | None], None] | None = None,
+) -> int:
     """Run `workload`: join the launch it is in, or start `--nproc` ranks of itself.
 
     `check(args, world_size)` validates the arguments before any rank starts or joins: with the
@@ -215,9 +236,17 @@ def main(workload: str, argv: list[str] | None, parser: argparse.ArgumentParser,
             if args.json:
                 if per_rank is not None:
                     # Written first: a result file on disk means its per-rank file is complete.
-                    atomic_write_json(ranks_path(args.json), json_safe({
-                        "schema_version": SCHEMA_VERSION, "workload": workload,
-                        "hosts": [r["hostname"] for r in environment["ranks"]], **per_rank}))
+                    atomic_write_json(
+                        ranks_path(args.json),
+                        json_safe(
+                            {
+                                "schema_version": SCHEMA_VERSION,
+                                "workload": workload,
+                                "hosts": [r["hostname"] for r in environment["ranks"]],
+                                **per_rank,
+                            }
+                        ),
+                    )
                     result["per_rank_file"] = os.path.basename(ranks_path(args.json))
                 atomic_write_json(args.json, json_safe(result))
                 print(f"# result written to {args.json}", flush=True)

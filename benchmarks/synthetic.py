@@ -46,10 +46,13 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
     trainer = build_trainer(args, ctx)
     gen = torch.Generator(device="cpu").manual_seed(args.seed + ctx.launch.rank)
     images = torch.randn(batch, 3, args.image_size, args.image_size, generator=gen).to(
-        ctx.device, memory_format=trainer.memory_format)
+        ctx.device, memory_format=trainer.memory_format
+    )
     labels = torch.randint(0, args.num_classes, (batch,), generator=gen).to(ctx.device)
-    ctx.log(f"# synthetic {args.model} {scaling} scaling: batch {batch} per rank, world size {world}, "
-            f"{args.image_size}px, amp {trainer.amp}, device {ctx.device.type}, backend {ctx.backend}")
+    ctx.log(
+        f"# synthetic {args.model} {scaling} scaling: batch {batch} per rank, world size {world}, "
+        f"{args.image_size}px, amp {trainer.amp}, device {ctx.device.type}, backend {ctx.backend}"
+    )
 
     warmup_ms = []
     for _ in range(args.warmup_steps):
@@ -67,9 +70,11 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
     result = training_params(args, trainer, batch, scaling, world)
     result.update(throughput(ctx, batch, step_s))
     result["warmup"] = {"step_time_ms": warmup_ms}
-    ctx.log(f"# {result['images_per_s']:.1f} images/s total, {result['images_per_s_per_gpu']:.1f} per GPU, "
-            f"step {result['step_time_ms']:.1f} ms median (p10 {result['step_time_ms_p10']:.1f}, "
-            f"p90 {result['step_time_ms_p90']:.1f})")
+    ctx.log(
+        f"# {result['images_per_s']:.1f} images/s total, {result['images_per_s_per_gpu']:.1f} per GPU, "
+        f"step {result['step_time_ms']:.1f} ms median (p10 {result['step_time_ms_p10']:.1f}, "
+        f"p90 {result['step_time_ms_p90']:.1f})"
+    )
     return result
 
 

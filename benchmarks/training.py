@@ -28,15 +28,22 @@ def add_training_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--model", default="resnet50", help="torchvision model name (default resnet50)")
     g.add_argument("--num-classes", type=int, default=1000)
     g.add_argument("--batch-size", type=int, default=64, help="images per GPU per step, weak scaling (default 64)")
-    g.add_argument("--global-batch", type=int, default=None,
-                   help="images per step over all GPUs, strong scaling: each rank takes global / world size")
+    g.add_argument(
+        "--global-batch",
+        type=int,
+        default=None,
+        help="images per step over all GPUs, strong scaling: each rank takes global / world size",
+    )
     g.add_argument("--image-size", type=int, default=224, help="square input size in pixels (default 224)")
     g.add_argument("--steps", type=int, default=50, help="measured steps (default 50)")
     g.add_argument("--warmup-steps", type=int, default=10, help="steps run before measuring (default 10)")
-    g.add_argument("--amp", choices=AMPS, default="auto",
-                   help="mixed precision: auto is bf16 on CUDA and off on CPU")
-    g.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None,
-                   help="NHWC memory format (default: on for CUDA, off for CPU)")
+    g.add_argument("--amp", choices=AMPS, default="auto", help="mixed precision: auto is bf16 on CUDA and off on CPU")
+    g.add_argument(
+        "--channels-last",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="NHWC memory format (default: on for CUDA, off for CPU)",
+    )
     g.add_argument("--compile", action="store_true", help="torch.compile the DDP model")
     g.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP gradient bucket size (default 25, torch's)")
     g.add_argument("--gradient-as-bucket-view", action=argparse.BooleanOptionalAction, default=True)
@@ -46,9 +53,13 @@ def add_training_args(p: argparse.ArgumentParser) -> None:
 
 
 def check_training_args(args: argparse.Namespace, world_size: int | None) -> None:
-    for flag, value, low in (("--batch-size", args.batch_size, 1), ("--image-size", args.image_size, 16),
-                             ("--steps", args.steps, 1), ("--warmup-steps", args.warmup_steps, 0),
-                             ("--num-classes", args.num_classes, 2)):
+    for flag, value, low in (
+        ("--batch-size", args.batch_size, 1),
+        ("--image-size", args.image_size, 16),
+        ("--steps", args.steps, 1),
+        ("--warmup-steps", args.warmup_steps, 0),
+        ("--num-classes", args.num_classes, 2),
+    ):
         if value < low:
             raise UsageError(f"{flag} must be at least {low}, found {value}")
     if args.bucket_cap_mb <= 0:
@@ -62,8 +73,10 @@ def per_gpu_batch(args: argparse.Namespace, world_size: int) -> tuple[int, str]:
     if args.global_batch is None:
         return args.batch_size, "weak"
     if args.global_batch < world_size or args.global_batch % world_size:
-        raise UsageError(f"--global-batch {args.global_batch} is not divisible by the world size {world_size} "
-                         f"into whole per-GPU batches")
+        raise UsageError(
+            f"--global-batch {args.global_batch} is not divisible by the world size {world_size} "
+            f"into whole per-GPU batches"
+        )
     return args.global_batch // world_size, "strong"
 
 
@@ -103,12 +116,17 @@ def build_trainer(args: argparse.Namespace, ctx: Context) -> Trainer:
         model = torchvision.models.get_model(args.model, weights=None, num_classes=args.num_classes)
     except ValueError:
         known = [m for m in torchvision.models.list_models(module=torchvision.models) if "resnet" in m]
-        raise UsageError(f"--model {args.model!r} is not a torchvision classification model; "
-                         f"e.g. {', '.join(sorted(known))}") from None
+        raise UsageError(
+            f"--model {args.model!r} is not a torchvision classification model; e.g. {', '.join(sorted(known))}"
+        ) from None
     model = model.to(ctx.device, memory_format=memory_format)
-    ddp = DDP(model, device_ids=[ctx.device.index] if cuda else None,
-              bucket_cap_mb=args.bucket_cap_mb, gradient_as_bucket_view=args.gradient_as_bucket_view,
-              static_graph=args.static_graph)
+    ddp = DDP(
+        model,
+        device_ids=[ctx.device.index] if cuda else None,
+        bucket_cap_mb=args.bucket_cap_mb,
+        gradient_as_bucket_view=args.gradient_as_bucket_view,
+        static_graph=args.static_graph,
+    )
     runnable = torch.compile(ddp) if args.compile else ddp
     optimizer = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
     scaler = torch.amp.GradScaler("cuda") if amp == "fp16" else None
@@ -117,8 +135,15 @@ def build_trainer(args: argparse.Namespace, ctx: Context) -> Trainer:
     else:
         dtype = torch.bfloat16 if amp == "bf16" else torch.float16
         autocast = lambda: torch.autocast(ctx.device.type, dtype=dtype)  # noqa: E731
-    return Trainer(model=runnable, optimizer=optimizer, scaler=scaler, autocast=autocast,
-                   memory_format=memory_format, amp=amp, channels_last=channels_last)
+    return Trainer(
+        model=runnable,
+        optimizer=optimizer,
+        scaler=scaler,
+        autocast=autocast,
+        memory_format=memory_format,
+        amp=amp,
+        channels_last=channels_last,
+    )
 
 
 def sync(ctx: Context) -> None:
@@ -155,9 +180,18 @@ def training_params(args: argparse.Namespace, trainer: Trainer, batch: int, scal
         "scaling": scaling,
         "batch_size": batch,
         "global_batch": batch * world,
-        "params": {"model": args.model, "image_size": args.image_size, "steps": args.steps,
-                   "warmup_steps": args.warmup_steps, "amp": trainer.amp, "channels_last": trainer.channels_last,
-                   "compile": args.compile, "bucket_cap_mb": args.bucket_cap_mb,
-                   "gradient_as_bucket_view": args.gradient_as_bucket_view, "static_graph": args.static_graph,
-                   "optimizer": f"SGD(lr={args.lr}, momentum=0.9)", "num_classes": args.num_classes},
+        "params": {
+            "model": args.model,
+            "image_size": args.image_size,
+            "steps": args.steps,
+            "warmup_steps": args.warmup_steps,
+            "amp": trainer.amp,
+            "channels_last": trainer.channels_last,
+            "compile": args.compile,
+            "bucket_cap_mb": args.bucket_cap_mb,
+            "gradient_as_bucket_view": args.gradient_as_bucket_view,
+            "static_graph": args.static_graph,
+            "optimizer": f"SGD(lr={args.lr}, momentum=0.9)",
+            "num_classes": args.num_classes,
+        },
     }

@@ -25,21 +25,15 @@ from typing import TYPE_CHECKING, Any
 
 from benchmarks.catalog import WORKLOADS
 from benchmarks.common import OneLineParser
-from harness.errors import (
-    EXIT_INTERNAL,
-    EXIT_INTERRUPTED,
-    BenchError,
-    UsageError,
-    one_line,
-)
+from harness.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, BenchError, UsageError, one_line
 from harness.rundir import COMPLETED, RunDir
 
 if TYPE_CHECKING:
     from harness.analysis.compare import Side
 
 SWEEPS_DIR = Path(__file__).resolve().parent.parent / "sweeps"
-EXIT_REGRESSION = 1   # bench regress: a key regressed or failed
-EXIT_UNJUDGED = 3     # bench regress: nothing regressed, but some key could not be judged
+EXIT_REGRESSION = 1  # bench regress: a key regressed or failed
+EXIT_UNJUDGED = 3  # bench regress: nothing regressed, but some key could not be judged
 
 
 def _console() -> Any:
@@ -65,6 +59,7 @@ def _default_sweep(executor: str) -> Path:
 
 # --------------------------------------------------------------------------- commands
 
+
 def cmd_run(args: argparse.Namespace) -> int:
     import importlib
 
@@ -80,23 +75,29 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     console = _console()
     if args.resume:
         if args.sweep or args.overrides or args.max_nodes or args.repeat or args.out or args.dry_run or args.cluster:
-            raise UsageError("--resume DIR continues the plan saved in DIR; it takes no sweep file, "
-                             "--set, --max-nodes, --repeat, --out, --cluster or --dry-run")
+            raise UsageError(
+                "--resume DIR continues the plan saved in DIR; it takes no sweep file, "
+                "--set, --max-nodes, --repeat, --out, --cluster or --dry-run"
+            )
         return sweep.resume(RunDir(args.resume), console)
 
     name, why = sweep.choose_executor(args.executor)
     console.print(f"executor: {name} ({why})")
     if name == "slurm" and not args.dry_run and not shutil.which("sbatch"):
-        raise UsageError("--executor slurm: sbatch not found on PATH; run where Slurm's client commands are, "
-                         "or write the job scripts only with --dry-run")
+        raise UsageError(
+            "--executor slurm: sbatch not found on PATH; run where Slurm's client commands are, "
+            "or write the job scripts only with --dry-run"
+        )
     if args.cluster and name != "slurm":
         raise UsageError(f"--cluster describes a Slurm cluster; it needs --executor slurm, not {name}")
     profile = load_profile(args.cluster) if args.cluster else None
     sweep_path = Path(args.sweep) if args.sweep else _default_sweep(name)
     spec = load_sweep(sweep_path, max_nodes=args.max_nodes, repeat=args.repeat, overrides=tuple(args.overrides))
     if "srun" in spec.launchers and name == "local":
-        raise UsageError(f"{sweep_path}: launchers: the local executor runs torchrun only, and the sweep asks for "
-                         f"srun; use --executor slurm or --set launchers=[torchrun]")
+        raise UsageError(
+            f"{sweep_path}: launchers: the local executor runs torchrun only, and the sweep asks for "
+            f"srun; use --executor slurm or --set launchers=[torchrun]"
+        )
     out = Path(args.out) if args.out else sweep.default_run_dir(spec)
     return sweep.start(spec, sweep_path, name, profile, out, console, dry_run=args.dry_run)
 
@@ -145,13 +146,18 @@ def cmd_status(args: argparse.Namespace) -> int:
     console.print(f"{done} of {len(table)} jobs COMPLETED")
     unfinished = sum(r.state not in FINAL_STATES for r in table.values())
     if unfinished:
-        console.print(f"a bench process is tracking {run.path} now" if in_use(run) else
-                      f"no bench process is tracking {run.path}: the table is as it was last saved; "
-                      f"`bench sweep --resume {run.path}` goes on", markup=False)
+        console.print(
+            f"a bench process is tracking {run.path} now"
+            if in_use(run)
+            else f"no bench process is tracking {run.path}: the table is as it was last saved; "
+            f"`bench sweep --resume {run.path}` goes on",
+            markup=False,
+        )
     return 0
 
 
 # --------------------------------------------------------------------------- compare, history, regress, report
+
 
 def _threshold(text: str) -> float:
     from harness.analysis.compare import parse_threshold
@@ -236,8 +242,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
     a, b = _sides(args.dir_a, args.dir_b, across)
     if a is not b:
         a.label, b.label = _labels(args.labels, a.label, b.label)
-    cmp = compare(a, b, _metrics(args.metric), threshold, min_runs=_min_runs(args.min_runs),
-                  allow_mismatch=args.allow_mismatch, across=across)
+    cmp = compare(
+        a,
+        b,
+        _metrics(args.metric),
+        threshold,
+        min_runs=_min_runs(args.min_runs),
+        allow_mismatch=args.allow_mismatch,
+        across=across,
+    )
     if args.labels and a is b:
         cmp.a.label, cmp.b.label = _labels(args.labels, cmp.a.label, cmp.b.label)
     console = _console()
@@ -246,8 +259,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         outputs.write(csv_path, table_csv(cmp.table), "--csv")
         print(f"wrote {csv_path}")
     if md_path:
-        outputs.write(md_path, (markdown(cmp, f"bench compare: {cmp.b.label} against {cmp.a.label}",
-                                         include_same=True) + "\n").encode(), "--markdown")
+        outputs.write(
+            md_path,
+            (markdown(cmp, f"bench compare: {cmp.b.label} against {cmp.a.label}", include_same=True) + "\n").encode(),
+            "--markdown",
+        )
         print(f"wrote {md_path}")
     if plots:
         for path in draw_compare(plots, cmp.a.rows, cmp.b.rows, (cmp.a.label, cmp.b.label)):
@@ -269,17 +285,24 @@ def cmd_history(args: argparse.Namespace) -> int:
     if args.action in ("add", "plot", "changes") and not args.cluster:
         raise UsageError(f"history {args.action} needs --cluster NAME")
     if args.action in ("add", "remove") and not args.dir:
-        raise UsageError("history add needs the run directory: bench history add DIR --cluster NAME"
-                         if args.action == "add" else "history remove needs the run id: bench history remove ID")
+        raise UsageError(
+            "history add needs the run directory: bench history add DIR --cluster NAME"
+            if args.action == "add"
+            else "history remove needs the run id: bench history remove ID"
+        )
     if args.action == "add":
         added = history.add(db, args.dir, args.cluster, args.label)
         e = added.entry
-        print(f"added {args.dir} to {db} as run {e.id} of cluster {e.cluster}"
-              f"{f' (label {e.label})' if e.label else ''}: {e.keys} keys, {e.rows} summary rows")
+        print(
+            f"added {args.dir} to {db} as run {e.id} of cluster {e.cluster}"
+            f"{f' (label {e.label})' if e.label else ''}: {e.keys} keys, {e.rows} summary rows"
+        )
         if added.failed_jobs:
             shown = ", ".join(added.failed_jobs[:5]) + (", ..." if len(added.failed_jobs) > 5 else "")
-            print(f"note: {len(added.failed_jobs)} job{'s' if len(added.failed_jobs) != 1 else ''} did not complete "
-                  f"({shown}); their {e.failed} rows are stored as failed and never serve as a baseline")
+            print(
+                f"note: {len(added.failed_jobs)} job{'s' if len(added.failed_jobs) != 1 else ''} did not complete "
+                f"({shown}); their {e.failed} rows are stored as failed and never serve as a baseline"
+            )
     elif args.action == "remove":
         if not args.dir.isdigit():
             raise UsageError(f"history remove {args.dir!r}: give the run's id, a number from `bench history list`")
@@ -289,8 +312,10 @@ def cmd_history(args: argparse.Namespace) -> int:
         checked, problems = history.check(db)
         for line in problems:
             print(line)
-        print(f"checked {checked} run{'s' if checked != 1 else ''} in {db}: "
-              + (f"{len(problems)} problem{'s' if len(problems) != 1 else ''}" if problems else "all readable"))
+        print(
+            f"checked {checked} run{'s' if checked != 1 else ''} in {db}: "
+            + (f"{len(problems)} problem{'s' if len(problems) != 1 else ''}" if problems else "all readable")
+        )
         return 1 if problems else 0
     elif args.action == "list":
         from rich.markup import escape
@@ -301,16 +326,26 @@ def cmd_history(args: argparse.Namespace) -> int:
         for col in ("id", "cluster", "label", "sweep", "ran", "added", "keys", "failed rows", "path"):
             t.add_column(col)
         for e in found:
-            t.add_row(str(e.id), escape(e.cluster), escape(e.label or "-"), escape(e.sweep or "-"), e.created, e.added,
-                      str(e.keys), str(e.failed), escape(e.path))
+            t.add_row(
+                str(e.id),
+                escape(e.cluster),
+                escape(e.label or "-"),
+                escape(e.sweep or "-"),
+                e.created,
+                e.added,
+                str(e.keys),
+                str(e.failed),
+                escape(e.path),
+            )
         console.print(t)
         console.print(f"{len(found)} run{'s' if len(found) != 1 else ''}")
     elif args.action == "changes":
         from harness.analysis.changes import changes, render
 
         threshold = _threshold(args.threshold)
-        console.print(render(changes(db, args.cluster, _metrics(args.metric), threshold), args.cluster, threshold),
-                      markup=False)
+        console.print(
+            render(changes(db, args.cluster, _metrics(args.metric), threshold), args.cluster, threshold), markup=False
+        )
     else:
         from benchmarks.results import atomic_write_bytes
         from harness import outputs
@@ -338,15 +373,7 @@ def _file_safe(name: str) -> str:
 
 def cmd_regress(args: argparse.Namespace) -> int:
     from harness.analysis import history
-    from harness.analysis.compare import (
-        BY_SAMPLES,
-        FAILED,
-        MIN_RUNS,
-        SLOWER,
-        UNJUDGED,
-        compare,
-        load_run,
-    )
+    from harness.analysis.compare import BY_SAMPLES, FAILED, MIN_RUNS, SLOWER, UNJUDGED, compare, load_run
     from harness.present.regress import summary_line, write_all
     from harness.present.tables import print_comparison
     from harness.rundir import RunDir
@@ -357,21 +384,40 @@ def cmd_regress(args: argparse.Namespace) -> int:
     kind, k = history.parse_baseline(args.baseline)
     run = load_run(args.dir)
     base = history.baseline(db, args.cluster, args.baseline, exclude=history.fingerprint(RunDir(args.dir)))
-    cmp = compare(base, run, _metrics(args.metric), threshold, min_runs=k if kind == "median" else MIN_RUNS,
-                  allow_mismatch=args.allow_mismatch)
+    cmp = compare(
+        base,
+        run,
+        _metrics(args.metric),
+        threshold,
+        min_runs=k if kind == "median" else MIN_RUNS,
+        allow_mismatch=args.allow_mismatch,
+    )
     console = _console()
     print_comparison(console, cmp, args.top)
     if kind == "median":
         few = int((cmp.table["test"] == BY_SAMPLES).sum())
         if few:
-            console.print(f"{few} of {len(cmp.table)} keys have fewer than {k} usable runs in the history: judged "
-                          f"against the newest usable run by the within-run test instead of the band", soft_wrap=True)
-    paths = write_all(cmp, out, f"bench regress: {run.label} against {base.label} ({args.cluster})",
-                      benchmark_json=args.benchmark_json, strict=not args.allow_unjudged)
+            console.print(
+                f"{few} of {len(cmp.table)} keys have fewer than {k} usable runs in the history: judged "
+                f"against the newest usable run by the within-run test instead of the band",
+                soft_wrap=True,
+            )
+    paths = write_all(
+        cmp,
+        out,
+        f"bench regress: {run.label} against {base.label} ({args.cluster})",
+        benchmark_json=args.benchmark_json,
+        strict=not args.allow_unjudged,
+    )
     print("wrote " + ", ".join(str(p) for p in paths.values()))
     counts = cmp.counts()
-    status = (EXIT_REGRESSION if counts[SLOWER] or counts[FAILED]
-              else EXIT_UNJUDGED if counts[UNJUDGED] and not args.allow_unjudged else 0)
+    status = (
+        EXIT_REGRESSION
+        if counts[SLOWER] or counts[FAILED]
+        else EXIT_UNJUDGED
+        if counts[UNJUDGED] and not args.allow_unjudged
+        else 0
+    )
     word = {EXIT_REGRESSION: "REGRESSION: ", EXIT_UNJUDGED: "CANNOT JUDGE: ", 0: ""}[status]
     print(f"bench regress: {word}{summary_line(cmp)}", file=sys.stderr if status else sys.stdout)
     return status
@@ -391,8 +437,15 @@ def cmd_report(args: argparse.Namespace) -> int:
         side, other = _sides(args.dir, args.compare, across)
         if side is not other:
             side.label, other.label = _labels(args.labels, side.label, other.label)
-        cmp = compare(side, other, _metrics(args.metric), _threshold(args.threshold),
-                      min_runs=_min_runs(args.min_runs), allow_mismatch=args.allow_mismatch, across=across)
+        cmp = compare(
+            side,
+            other,
+            _metrics(args.metric),
+            _threshold(args.threshold),
+            min_runs=_min_runs(args.min_runs),
+            allow_mismatch=args.allow_mismatch,
+            across=across,
+        )
     else:
         side = load_run(args.dir)
     outputs.write(out, render(run, side, cmp).encode(), "--out")
@@ -402,22 +455,38 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------- parser
 
+
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="bench", description="Scaling benchmarks for distributed PyTorch training.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     s = sub.add_parser("sweep", help="run (or --dry-run plan) a sweep of jobs")
-    s.add_argument("sweep", nargs="?", help="sweep YAML (default: sweeps/local.yaml locally, sweeps/default.yaml on Slurm)")
+    s.add_argument(
+        "sweep", nargs="?", help="sweep YAML (default: sweeps/local.yaml locally, sweeps/default.yaml on Slurm)"
+    )
     s.add_argument("--max-nodes", type=_positive_int, help="cap the node axis (or set it, for nodes: powers_of_two)")
-    s.add_argument("--repeat", type=_positive_int, metavar="N",
-                   help="run every job N times, replicate by replicate across the matrix (sweep key repeat)")
+    s.add_argument(
+        "--repeat",
+        type=_positive_int,
+        metavar="N",
+        help="run every job N times, replicate by replicate across the matrix (sweep key repeat)",
+    )
     s.add_argument("--executor", choices=("auto", "local", "slurm"), default="auto")
     s.add_argument("--out", help="run directory (default results/<sweep>-<timestamp>)")
     s.add_argument("--dry-run", action="store_true", help="write and print the plan, run nothing")
-    s.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a sweep value, e.g. --set workloads.synthetic.steps=20 (repeatable)")
-    s.add_argument("--cluster", metavar="PROFILE", help="cluster profile YAML for the Slurm executor "
-                                                         "(e.g. sweeps/clusters/testbed.yaml)")
+    s.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a sweep value, e.g. --set workloads.synthetic.steps=20 (repeatable)",
+    )
+    s.add_argument(
+        "--cluster",
+        metavar="PROFILE",
+        help="cluster profile YAML for the Slurm executor (e.g. sweeps/clusters/testbed.yaml)",
+    )
     s.add_argument("--resume", metavar="DIR", help="continue the run in DIR: jobs not COMPLETED run again")
     s.set_defaults(func=cmd_sweep)
 
@@ -430,20 +499,35 @@ def build_parser() -> argparse.ArgumentParser:
     from harness.analysis.history import BASELINE_HELP, DEFAULT_BASELINE
 
     def analysis(c: argparse.ArgumentParser) -> None:
-        c.add_argument("--metric", action="append", choices=list(METRICS),
-                       help="metric to compare (repeatable; default busbw_gbps and images_per_s)")
+        c.add_argument(
+            "--metric",
+            action="append",
+            choices=list(METRICS),
+            help="metric to compare (repeatable; default busbw_gbps and images_per_s)",
+        )
         c.add_argument("--threshold", default="5%", help="smallest change that counts, e.g. 5%% (default 5%%)")
         c.add_argument("--top", type=_positive_int, default=30, help="rows shown in the terminal (default 30)")
-        c.add_argument("--allow-mismatch", action="store_true",
-                       help="compare keys whose workload parameters or settings differ (every output says so)")
+        c.add_argument(
+            "--allow-mismatch",
+            action="store_true",
+            help="compare keys whose workload parameters or settings differ (every output says so)",
+        )
 
     def pairwise(c: argparse.ArgumentParser) -> None:
-        c.add_argument("--across", metavar="AXIS=A,B",
-                       help=f"compare two configurations: A's rows of AXIS value A against B's of value B (one run "
-                            f"is enough); AXIS: {', '.join(AXES)}")
-        c.add_argument("--min-runs", type=int, default=MIN_RUNS, metavar="K",
-                       help=f"judge a key by the band of A's runs where A has K or more (replicates from "
-                            f"--repeat); default {MIN_RUNS}")
+        c.add_argument(
+            "--across",
+            metavar="AXIS=A,B",
+            help=f"compare two configurations: A's rows of AXIS value A against B's of value B (one run "
+            f"is enough); AXIS: {', '.join(AXES)}",
+        )
+        c.add_argument(
+            "--min-runs",
+            type=int,
+            default=MIN_RUNS,
+            metavar="K",
+            help=f"judge a key by the band of A's runs where A has K or more (replicates from "
+            f"--repeat); default {MIN_RUNS}",
+        )
         c.add_argument("--labels", metavar="A,B", help="names of the two sides in output and plots")
 
     c = sub.add_parser("compare", help="compare two runs (or two configurations of one) key by key")
@@ -463,22 +547,35 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--label", help="label of the run (history add), e.g. nccl-2.21 or after-ib-fix")
     h.add_argument("--db", help="history database (default results/history.sqlite)")
     h.add_argument("--out", help="image file (history plot; default beside the database)")
-    h.add_argument("--metric", action="append", choices=list(METRICS),
-                   help="metric whose series to search for change points (history changes; repeatable)")
+    h.add_argument(
+        "--metric",
+        action="append",
+        choices=list(METRICS),
+        help="metric whose series to search for change points (history changes; repeatable)",
+    )
     h.add_argument("--threshold", default="5%", help="smallest step history changes reports (default 5%%)")
     h.set_defaults(func=cmd_history)
 
-    g = sub.add_parser("regress", help="compare a run with a baseline from the history; exit 1 on a regression or "
-                                       "a failed key, 3 on a key that cannot be judged")
+    g = sub.add_parser(
+        "regress",
+        help="compare a run with a baseline from the history; exit 1 on a regression or "
+        "a failed key, 3 on a key that cannot be judged",
+    )
     g.add_argument("dir", help="run directory")
     g.add_argument("--cluster", required=True, help="cluster whose history holds the baseline")
     g.add_argument("--baseline", default=DEFAULT_BASELINE, help=f"{BASELINE_HELP} (default {DEFAULT_BASELINE})")
     g.add_argument("--db", help="history database (default results/history.sqlite)")
     g.add_argument("--out", help="directory for report.md and junit.xml (default DIR/regress)")
-    g.add_argument("--allow-unjudged", action="store_true",
-                   help="exit 0 when keys cannot be judged but nothing regressed or failed (they are still reported)")
-    g.add_argument("--benchmark-json", action="store_true",
-                   help="also write benchmark.json in pytest-benchmark's format (large for big sweeps)")
+    g.add_argument(
+        "--allow-unjudged",
+        action="store_true",
+        help="exit 0 when keys cannot be judged but nothing regressed or failed (they are still reported)",
+    )
+    g.add_argument(
+        "--benchmark-json",
+        action="store_true",
+        help="also write benchmark.json in pytest-benchmark's format (large for big sweeps)",
+    )
     analysis(g)
     g.set_defaults(func=cmd_regress)
 
@@ -490,9 +587,11 @@ def build_parser() -> argparse.ArgumentParser:
     pairwise(o)
     o.set_defaults(func=cmd_report)
 
-    for name, func, text in (("collect", cmd_collect, "rebuild summary.parquet/csv from the job results"),
-                             ("plot", cmd_plot, "redraw the plots from the summary"),
-                             ("status", cmd_status, "show the job table of a run")):
+    for name, func, text in (
+        ("collect", cmd_collect, "rebuild summary.parquet/csv from the job results"),
+        ("plot", cmd_plot, "redraw the plots from the summary"),
+        ("status", cmd_status, "show the job table of a run"),
+    ):
         c = sub.add_parser(name, help=text)
         c.add_argument("dir", help="run directory")
         c.set_defaults(func=func)
@@ -523,8 +622,11 @@ def main(argv: list[str] | None = None) -> int:
         # A bug in bench: still one line, and the traceback for whoever asks for it.
         if os.environ.get("BENCH_DEBUG"):
             raise
-        print(f"bench {args.command}: internal error (a bug in bench; BENCH_DEBUG=1 shows where): "
-              f"{type(exc).__name__}: {one_line(str(exc))}", file=sys.stderr)
+        print(
+            f"bench {args.command}: internal error (a bug in bench; BENCH_DEBUG=1 shows where): "
+            f"{type(exc).__name__}: {one_line(str(exc))}",
+            file=sys.stderr,
+        )
         return EXIT_INTERNAL
 
 

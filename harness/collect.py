@@ -38,15 +38,52 @@ from harness.rundir import COMPLETED, RunDir
 
 # The columns of summary.csv, in order. Units are in the names.
 COLUMNS = [
-    "job", "config_hash", "workload", "scaling", "collective", "nodes", "gpus_per_node", "world_size",
-    "launcher", "backend", "device", "nccl_config", "status",
-    "size_bytes", "time_us", "algbw_gbps", "busbw_gbps", "wrong",
-    "time_us_p10", "time_us_median", "time_us_p90",
-    "oop_time_us", "oop_algbw_gbps", "oop_busbw_gbps", "oop_wrong",
-    "images_per_s", "images_per_s_per_gpu", "step_time_ms", "step_time_ms_p10", "step_time_ms_p90",
-    "compute_images_per_s", "data_wait_fraction", "batch_size", "global_batch", "model", "dtype",
-    "efficiency", "speedup", "hosts", "reason", "log_tail",
-    "repeat", "params", "settings", "settings_hash", "n_samples",
+    "job",
+    "config_hash",
+    "workload",
+    "scaling",
+    "collective",
+    "nodes",
+    "gpus_per_node",
+    "world_size",
+    "launcher",
+    "backend",
+    "device",
+    "nccl_config",
+    "status",
+    "size_bytes",
+    "time_us",
+    "algbw_gbps",
+    "busbw_gbps",
+    "wrong",
+    "time_us_p10",
+    "time_us_median",
+    "time_us_p90",
+    "oop_time_us",
+    "oop_algbw_gbps",
+    "oop_busbw_gbps",
+    "oop_wrong",
+    "images_per_s",
+    "images_per_s_per_gpu",
+    "step_time_ms",
+    "step_time_ms_p10",
+    "step_time_ms_p90",
+    "compute_images_per_s",
+    "data_wait_fraction",
+    "batch_size",
+    "global_batch",
+    "model",
+    "dtype",
+    "efficiency",
+    "speedup",
+    "hosts",
+    "reason",
+    "log_tail",
+    "repeat",
+    "params",
+    "settings",
+    "settings_hash",
+    "n_samples",
 ]
 # The summary's own layout, stored in summary.parquet's metadata. 1: no marker (summaries written
 # before the reason and log_tail columns); 2: with them; 3: the run's environment and stragglers
@@ -61,12 +98,33 @@ _ENV_FIELDS = ("nccl", "torch", "cuda", "gpu_driver", "backend", "python")
 SCALING_KEYS = ["workload", "scaling", "launcher", "backend", "device", "nccl_config", "model", "repeat"]
 MISSING = "MISSING"  # the job completed but its result file is absent or unusable
 
-_ROW_FIELDS = ("time_us", "algbw_gbps", "busbw_gbps", "wrong", "time_us_p10", "time_us_median", "time_us_p90",
-               "oop_time_us", "oop_algbw_gbps", "oop_busbw_gbps", "oop_wrong", "dtype")
+_ROW_FIELDS = (
+    "time_us",
+    "algbw_gbps",
+    "busbw_gbps",
+    "wrong",
+    "time_us_p10",
+    "time_us_median",
+    "time_us_p90",
+    "oop_time_us",
+    "oop_algbw_gbps",
+    "oop_busbw_gbps",
+    "oop_wrong",
+    "dtype",
+)
 _ROW_DEFAULTS = dict.fromkeys(_ROW_FIELDS)
 _row_getter = itemgetter(*_ROW_FIELDS)
-_TRAINING_FIELDS = ("images_per_s", "images_per_s_per_gpu", "step_time_ms", "step_time_ms_p10", "step_time_ms_p90",
-                    "compute_images_per_s", "data_wait_fraction", "batch_size", "global_batch")
+_TRAINING_FIELDS = (
+    "images_per_s",
+    "images_per_s_per_gpu",
+    "step_time_ms",
+    "step_time_ms_p10",
+    "step_time_ms_p90",
+    "compute_images_per_s",
+    "data_wait_fraction",
+    "batch_size",
+    "global_batch",
+)
 
 
 def _warn(message: str) -> None:
@@ -74,18 +132,56 @@ def _warn(message: str) -> None:
 
 
 SAMPLE_KEYS = ["job", "workload", "scaling", "collective", "size_bytes", "metric"]
-INT_COLUMNS = {"nodes", "gpus_per_node", "world_size", "size_bytes", "wrong", "oop_wrong", "batch_size", "global_batch",
-               "repeat", "n_samples"}
-TEXT_COLUMNS = {"job", "config_hash", "workload", "scaling", "collective", "launcher", "backend", "device",
-                "nccl_config", "status", "model", "dtype", "hosts", "reason", "log_tail", "params", "settings",
-                "settings_hash"}
+INT_COLUMNS = {
+    "nodes",
+    "gpus_per_node",
+    "world_size",
+    "size_bytes",
+    "wrong",
+    "oop_wrong",
+    "batch_size",
+    "global_batch",
+    "repeat",
+    "n_samples",
+}
+TEXT_COLUMNS = {
+    "job",
+    "config_hash",
+    "workload",
+    "scaling",
+    "collective",
+    "launcher",
+    "backend",
+    "device",
+    "nccl_config",
+    "status",
+    "model",
+    "dtype",
+    "hosts",
+    "reason",
+    "log_tail",
+    "params",
+    "settings",
+    "settings_hash",
+}
 # The workload parameters that decide what a figure measures: two rows are comparable only when
 # these agree (and their settings sets hold the same variables). Iteration and step counts are
 # left out: they change how many samples there are, not what each one measures.
-TRAINING_PARAMS = ("model", "image_size", "amp", "channels_last", "compile", "bucket_cap_mb",
-                   "gradient_as_bucket_view", "static_graph")  # and the batch its scaling mode holds fixed
-COMPARED_PARAMS = {COLLECTIVE_WORKLOAD: ("dtype", "op"), "synthetic": TRAINING_PARAMS,
-                   "real": TRAINING_PARAMS + ("workers", "data_set")}
+TRAINING_PARAMS = (
+    "model",
+    "image_size",
+    "amp",
+    "channels_last",
+    "compile",
+    "bucket_cap_mb",
+    "gradient_as_bucket_view",
+    "static_graph",
+)  # and the batch its scaling mode holds fixed
+COMPARED_PARAMS = {
+    COLLECTIVE_WORKLOAD: ("dtype", "op"),
+    "synthetic": TRAINING_PARAMS,
+    "real": TRAINING_PARAMS + ("workers", "data_set"),
+}
 
 
 class _Environments:
@@ -122,8 +218,14 @@ class _Builder:
         self.keys: list[tuple] = []
         self.values: list[list[float]] = []
 
-    def add(self, n: int, const: dict[str, Any], per_row: dict[str, list] | None = None,
-            keys: Sequence[tuple] = (), values: Sequence[list[float]] = ()) -> None:
+    def add(
+        self,
+        n: int,
+        const: dict[str, Any],
+        per_row: dict[str, list] | None = None,
+        keys: Sequence[tuple] = (),
+        values: Sequence[list[float]] = (),
+    ) -> None:
         per_row = per_row or {}
         for name, column in self.columns.items():
             if name in per_row:
@@ -137,20 +239,29 @@ class _Builder:
         """The summary as a typed Arrow table, converted in C (None becomes null)."""
         import pyarrow as pa
 
-        table = pa.table({name: pa.array(column, type=_arrow_type(name))
-                          for name, column in self.columns.items()})
-        return table.replace_schema_metadata({_VERSION_KEY: str(SUMMARY_VERSION).encode(),
-                                              ENVIRONMENT_KEY: json.dumps(environment).encode(),
-                                              STRAGGLERS_KEY: json.dumps(stragglers).encode()})
+        table = pa.table({name: pa.array(column, type=_arrow_type(name)) for name, column in self.columns.items()})
+        return table.replace_schema_metadata(
+            {
+                _VERSION_KEY: str(SUMMARY_VERSION).encode(),
+                ENVIRONMENT_KEY: json.dumps(environment).encode(),
+                STRAGGLERS_KEY: json.dumps(stragglers).encode(),
+            }
+        )
 
     def samples(self) -> Any:
         """One row per summary row with samples: its keys, the metric, the values as a list."""
         import pyarrow as pa
 
         columns: list[Sequence[Any]] = list(zip(*self.keys)) if self.keys else [[] for _ in SAMPLE_KEYS]
-        return pa.table({**{k: pa.array(c, type=pa.int64() if k == "size_bytes" else pa.string())
-                            for k, c in zip(SAMPLE_KEYS, columns)},
-                         "values": pa.array(self.values, type=pa.list_(pa.float64()))})
+        return pa.table(
+            {
+                **{
+                    k: pa.array(c, type=pa.int64() if k == "size_bytes" else pa.string())
+                    for k, c in zip(SAMPLE_KEYS, columns)
+                },
+                "values": pa.array(self.values, type=pa.list_(pa.float64())),
+            }
+        )
 
 
 def _arrow_type(name: str) -> Any:
@@ -200,9 +311,17 @@ def collect(run: RunDir, warn: Callable[[str], None] = _warn) -> tuple[Any, Any]
     slow: list[Any] = []
     for job in jobs:
         rec = table[job.name]
-        base = {"job": job.name, "config_hash": job.config_hash, "nodes": job.nodes,
-                "gpus_per_node": job.gpus_per_node, "world_size": job.world_size, "launcher": job.launcher,
-                "nccl_config": job.nccl_config, "repeat": job.repeat, **settings_columns(job.nccl_env)}
+        base = {
+            "job": job.name,
+            "config_hash": job.config_hash,
+            "nodes": job.nodes,
+            "gpus_per_node": job.gpus_per_node,
+            "world_size": job.world_size,
+            "launcher": job.launcher,
+            "nccl_config": job.nccl_config,
+            "repeat": job.repeat,
+            **settings_columns(job.nccl_env),
+        }
         for wr in job.runs:
             status = rec.runs.get(wr.key, rec.state)
             head = {**base, "workload": wr.workload, "scaling": wr.scaling, "status": status}
@@ -237,7 +356,12 @@ def collect(run: RunDir, warn: Callable[[str], None] = _warn) -> tuple[Any, Any]
             if status == COMPLETED:
                 envs.add(environment, job.nodes)
                 ranks_file = result.get("per_rank_file")
-                if wr.workload == COLLECTIVE_WORKLOAD and isinstance(ranks_file, str) and ranks_file and "/" not in ranks_file:
+                if (
+                    wr.workload == COLLECTIVE_WORKLOAD
+                    and isinstance(ranks_file, str)
+                    and ranks_file
+                    and "/" not in ranks_file
+                ):
                     slow += stragglers.judge_file(job.name, path.parent / ranks_file, warn)
     add_scaling(out.columns)
     slow.sort(key=lambda s: -s.slower)
@@ -271,8 +395,10 @@ def _add_result(out: _Builder, head: dict[str, Any], result: dict[str, Any]) -> 
         per_row = dict(zip(_ROW_FIELDS, map(list, zip(*map(_row_getter, rows)))))
         per_row["collective"] = [r["collective"] for r in rows]
         per_row["size_bytes"] = [int(r["size_bytes"]) for r in rows]
-        keys = [(job, workload, scaling, c, size, "time_us")
-                for c, size in zip(per_row["collective"], per_row["size_bytes"])]
+        keys = [
+            (job, workload, scaling, c, size, "time_us")
+            for c, size in zip(per_row["collective"], per_row["size_bytes"])
+        ]
         samples = [r["samples_us"] for r in rows]
         per_row["n_samples"] = usable_counts(samples)
         out.add(len(rows), head, per_row, keys, samples)
@@ -280,8 +406,12 @@ def _add_result(out: _Builder, head: dict[str, Any], result: dict[str, Any]) -> 
         if float(result["images_per_s"]) <= 0:
             raise ValueError(f"images_per_s is {result['images_per_s']}")
         samples = result["samples"]["step_time_ms"]
-        row = {**head, "model": result["params"]["model"], **{f: result.get(f) for f in _TRAINING_FIELDS},
-               "n_samples": usable_counts([samples])[0]}
+        row = {
+            **head,
+            "model": result["params"]["model"],
+            **{f: result.get(f) for f in _TRAINING_FIELDS},
+            "n_samples": usable_counts([samples])[0],
+        }
         out.add(1, row, keys=[(job, workload, scaling, "", 0, "step_time_ms")], values=[samples])
 
 
@@ -290,7 +420,7 @@ def usable_counts(lists: list[list]) -> list[int]:
     import numpy as np
 
     try:
-        arr = np.array(lists, dtype=float)       # one array when the rows are of equal length
+        arr = np.array(lists, dtype=float)  # one array when the rows are of equal length
     except (ValueError, TypeError):
         return [usable_counts([v])[0] if isinstance(v, list) else 0 for v in lists] if len(lists) > 1 else [0]
     if arr.ndim != 2:
@@ -313,8 +443,11 @@ def compared_params(workload: str, result: dict[str, Any]) -> str:
         if workload == "real":
             data = result["data"]
             values["workers"] = data["workers"]
-            values["data_set"] = (f"generated: {data['images']} images in {data['classes']} classes"
-                                  if data.get("generated") else str(data["path"]))
+            values["data_set"] = (
+                f"generated: {data['images']} images in {data['classes']} classes"
+                if data.get("generated")
+                else str(data["path"])
+            )
     return json.dumps(values, sort_keys=True, separators=(",", ":"))
 
 
@@ -322,8 +455,10 @@ def settings_columns(nccl_env: tuple[tuple[str, str], ...]) -> dict[str, str]:
     """A settings set by content: its variables as text (secret-looking values redacted) and a
     hash of the real values, so that two sets of one name but other contents never compare as one."""
     blob = json.dumps(sorted(map(list, nccl_env)), separators=(",", ":")).encode()
-    return {"settings": " ".join(f"{k}={redacted(k, v)}" for k, v in sorted(nccl_env)),
-            "settings_hash": hashlib.sha256(blob).hexdigest()[:16]}
+    return {
+        "settings": " ".join(f"{k}={redacted(k, v)}" for k, v in sorted(nccl_env)),
+        "settings_hash": hashlib.sha256(blob).hexdigest()[:16],
+    }
 
 
 def add_scaling(columns: dict[str, list]) -> None:
@@ -336,8 +471,11 @@ def add_scaling(columns: dict[str, list]) -> None:
     efficiency: list[float | None] = [None] * n
     groups: dict[tuple, list[int]] = {}
     for i in range(n):
-        if (columns["workload"][i] != COLLECTIVE_WORKLOAD and columns["status"][i] == COMPLETED
-                and columns["images_per_s"][i] is not None):
+        if (
+            columns["workload"][i] != COLLECTIVE_WORKLOAD
+            and columns["status"][i] == COMPLETED
+            and columns["images_per_s"][i] is not None
+        ):
             groups.setdefault(tuple(columns[k][i] for k in SCALING_KEYS), []).append(i)
     for members in groups.values():
         base = min(members, key=lambda i: (columns["world_size"][i], columns["nodes"][i]))
@@ -365,20 +503,27 @@ def write_summary(run: RunDir, summary: Any, samples: Any) -> None:
 
     gens = run.generations
     current = gens / "current"
-    if not (current.is_symlink() and all(_is_link_to(run.path / n, _link_target(run, n)) or not
-                                         os.path.lexists(run.path / n) for n in SUMMARY_FILES)):
+    if not (
+        current.is_symlink()
+        and all(
+            _is_link_to(run.path / n, _link_target(run, n)) or not os.path.lexists(run.path / n) for n in SUMMARY_FILES
+        )
+    ):
         _adopt_plain_files(run)
     new = gens / f"g-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{secrets.token_hex(3)}"
     new.mkdir()
-    for name, table, write in (("summary.parquet", summary, pq.write_table), ("summary.csv", summary, pacsv.write_csv),
-                               ("samples.parquet", samples, pq.write_table)):
+    for name, table, write in (
+        ("summary.parquet", summary, pq.write_table),
+        ("summary.csv", summary, pacsv.write_csv),
+        ("samples.parquet", samples, pq.write_table),
+    ):
         buf = io.BytesIO()
         write(table, buf)
         atomic_write_bytes(new / name, buf.getvalue())
     _fsync_dir(new)
-    for name in SUMMARY_FILES:         # no-ops after the first collect
+    for name in SUMMARY_FILES:  # no-ops after the first collect
         _link(run.path / name, _link_target(run, name))
-    _link(current, new.name)           # the commit
+    _link(current, new.name)  # the commit
     _fsync_dir(gens)
     _fsync_dir(run.path)
     clean_generations(run)
@@ -477,5 +622,6 @@ def read_summary(run: RunDir) -> Any:
     try:
         return to_frame(pq.read_table(path))
     except (OSError, pa.ArrowException) as exc:
-        raise RunDirError(f"{run.summary_parquet}: unreadable ({one_line(str(exc))}); "
-                          f"run `bench collect {run.path}` again") from None
+        raise RunDirError(
+            f"{run.summary_parquet}: unreadable ({one_line(str(exc))}); run `bench collect {run.path}` again"
+        ) from None

@@ -8,7 +8,7 @@ prints that line; anything else reaching `main` is a bug in bench, reported as o
 
 from __future__ import annotations
 
-EXIT_USAGE = 2      # bad input: a flag, a file, a directory, a value
+EXIT_USAGE = 2  # bad input: a flag, a file, a directory, a value
 EXIT_INTERNAL = 70  # a bug in bench (sysexits.h EX_SOFTWARE)
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
 

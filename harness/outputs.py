@@ -26,7 +26,7 @@ _STREAM_ROOTS = ("/dev/", "/proc/")
 
 
 def kind(path: Path, flag: str) -> str:
-    """"replace" or "through": how `path` will be written; OutputError if it will not be."""
+    """ "replace" or "through": how `path` will be written; OutputError if it will not be."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -101,7 +101,7 @@ def _own_descriptor(path: Path) -> int | None:
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def beside(path: Path, suffix: str) -> Path | None:

@@ -50,7 +50,7 @@ class Job:
     backend: str
     time_limit_min: float
     runs: tuple[WorkloadRun, ...]
-    repeat: int = 1   # which replicate of its matrix point (bench sweep --repeat N)
+    repeat: int = 1  # which replicate of its matrix point (bench sweep --repeat N)
     passthrough: tuple[str, ...] = ()  # variables taken by name from the environment bench runs in
 
     @property
@@ -62,8 +62,17 @@ class Job:
 
     def run_args(self, run: WorkloadRun, timeout_s: float) -> list[str]:
         """The workload's full argument list, as every rank receives it."""
-        return [*run.args, "--device", self.device, "--backend", self.backend,
-                "--timeout", f"{timeout_s:g}", "--json", self.result_path(run)]
+        return [
+            *run.args,
+            "--device",
+            self.device,
+            "--backend",
+            self.backend,
+            "--timeout",
+            f"{timeout_s:g}",
+            "--json",
+            self.result_path(run),
+        ]
 
     def to_dict(self, with_runs: bool = True) -> dict[str, Any]:
         """A JSON-ready dict; shallow, because a plan of 10,000 jobs writes 10,000 of them."""
@@ -75,12 +84,22 @@ class Job:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Job:
-        return cls(name=d["name"], config_hash=d["config_hash"], nodes=d["nodes"], gpus_per_node=d["gpus_per_node"],
-                   launcher=d["launcher"], nccl_config=d["nccl_config"],
-                   nccl_env=tuple(tuple(p) for p in d["nccl_env"]), env=tuple(tuple(p) for p in d["env"]),
-                   device=d["device"], backend=d["backend"], time_limit_min=d["time_limit_min"],
-                   runs=tuple(WorkloadRun(r["workload"], r["scaling"], tuple(r["args"])) for r in d["runs"]),
-                   repeat=d.get("repeat", 1), passthrough=tuple(d.get("passthrough", ())))
+        return cls(
+            name=d["name"],
+            config_hash=d["config_hash"],
+            nodes=d["nodes"],
+            gpus_per_node=d["gpus_per_node"],
+            launcher=d["launcher"],
+            nccl_config=d["nccl_config"],
+            nccl_env=tuple(tuple(p) for p in d["nccl_env"]),
+            env=tuple(tuple(p) for p in d["env"]),
+            device=d["device"],
+            backend=d["backend"],
+            time_limit_min=d["time_limit_min"],
+            runs=tuple(WorkloadRun(r["workload"], r["scaling"], tuple(r["args"])) for r in d["runs"]),
+            repeat=d.get("repeat", 1),
+            passthrough=tuple(d.get("passthrough", ())),
+        )
 
 
 def job_name(nodes: int, gpus_per_node: int, launcher: str, nccl_config: str, repeat: int | None = None) -> str:
@@ -120,20 +139,44 @@ def expand(sweep: Sweep) -> list[Job]:
             for training in (sweep.workloads.synthetic, sweep.workloads.real):
                 batch = training.global_batch if training is not None and "strong" in training.scaling else None
                 if batch is not None and (batch < world or batch % world):
-                    raise PlanError(f"global_batch {batch} is not divisible by the world size "
-                                    f"{world} of {nodes} nodes x {gpus} GPUs; pick a multiple of every world size")
+                    raise PlanError(
+                        f"global_batch {batch} is not divisible by the world size "
+                        f"{world} of {nodes} nodes x {gpus} GPUs; pick a multiple of every world size"
+                    )
             for launcher in sweep.launchers:
                 for nccl_name, nccl_vars in sweep.nccl.items():
                     nccl_env = tuple(sorted(nccl_vars.items()))
-                    identity = {"nodes": nodes, "gpus_per_node": gpus, "launcher": launcher, "nccl_env": nccl_env,
-                                "env": env, "device": sweep.device, "backend": sweep.backend,
-                                "runs": [[r.workload, r.scaling, list(r.args)] for r in runs]}
-                    jobs.append(Job(name=job_name(nodes, gpus, launcher, nccl_name), config_hash=_config_hash(identity),
-                                    nodes=nodes, gpus_per_node=gpus, launcher=launcher, nccl_config=nccl_name,
-                                    nccl_env=nccl_env, env=env, device=sweep.device, backend=sweep.backend,
-                                    time_limit_min=sweep.time_limit_min, runs=runs,
-                                    passthrough=sweep.env_passthrough))
+                    identity = {
+                        "nodes": nodes,
+                        "gpus_per_node": gpus,
+                        "launcher": launcher,
+                        "nccl_env": nccl_env,
+                        "env": env,
+                        "device": sweep.device,
+                        "backend": sweep.backend,
+                        "runs": [[r.workload, r.scaling, list(r.args)] for r in runs],
+                    }
+                    jobs.append(
+                        Job(
+                            name=job_name(nodes, gpus, launcher, nccl_name),
+                            config_hash=_config_hash(identity),
+                            nodes=nodes,
+                            gpus_per_node=gpus,
+                            launcher=launcher,
+                            nccl_config=nccl_name,
+                            nccl_env=nccl_env,
+                            env=env,
+                            device=sweep.device,
+                            backend=sweep.backend,
+                            time_limit_min=sweep.time_limit_min,
+                            runs=runs,
+                            passthrough=sweep.env_passthrough,
+                        )
+                    )
     if sweep.repeat == 1:
         return jobs
-    return [dataclasses.replace(j, name=job_name(j.nodes, j.gpus_per_node, j.launcher, j.nccl_config, k), repeat=k)
-            for k in range(1, sweep.repeat + 1) for j in jobs]
+    return [
+        dataclasses.replace(j, name=job_name(j.nodes, j.gpus_per_node, j.launcher, j.nccl_config, k), repeat=k)
+        for k in range(1, sweep.repeat + 1)
+        for j in jobs
+    ]

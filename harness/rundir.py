@@ -30,12 +30,20 @@ from benchmarks.results import atomic_write_json, atomic_write_text
 from harness.errors import RunDirError, one_line
 from harness.plan import Job
 
-PENDING, RUNNING, COMPLETED, FAILED, TIMEOUT, CANCELLED = "PENDING", "RUNNING", "COMPLETED", "FAILED", "TIMEOUT", "CANCELLED"
+PENDING, RUNNING, COMPLETED, FAILED, TIMEOUT, CANCELLED = (
+    "PENDING",
+    "RUNNING",
+    "COMPLETED",
+    "FAILED",
+    "TIMEOUT",
+    "CANCELLED",
+)
 # A Slurm job the harness is handing to sbatch: if the harness dies now, resume looks the job up
 # in Slurm (by name and working directory) before it submits anything again.
 SUBMITTING = "SUBMITTING"
-FINAL_STATES = frozenset({COMPLETED, FAILED, TIMEOUT, CANCELLED, "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
-                          "BOOT_FAIL", "DEADLINE"})
+FINAL_STATES = frozenset(
+    {COMPLETED, FAILED, TIMEOUT, CANCELLED, "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
+)
 
 
 # The formats of plan.json and jobs.json, apart from the result files' schema: a new result
@@ -50,7 +58,7 @@ def _format_version(data: dict[str, Any], key: str, current: int, where: Path) -
     """Refuse a plan or job table this bench cannot read, in one line that says why."""
     found = data.get(key)
     if found is None and key not in data and data.get("schema_version") == 1:
-        found = 1                               # written before the formats had versions of their own
+        found = 1  # written before the formats had versions of their own
     if found == current:
         return
     if isinstance(found, int) and not isinstance(found, bool) and found > current:
@@ -85,8 +93,8 @@ class JobRecord:
     ended: str | None = None
     attempts: int = 0
     submitted: str | None = None
-    cluster: str | None = None     # Slurm's cluster, where sbatch named one (federations, -M)
-    node_list: str | None = None   # the hosts Slurm gave the job
+    cluster: str | None = None  # Slurm's cluster, where sbatch named one (federations, -M)
+    node_list: str | None = None  # the hosts Slurm gave the job
     reason: str | None = None
     log_tail: str | None = None
     runs: dict[str, str] = field(default_factory=dict)  # workload key -> state
@@ -102,8 +110,9 @@ class JobRecord:
         self.started = self.ended = self.submitted = None
         self.runs = {}
 
-    def accepted(self, job_id: str, cluster: str | None = None, state: str = PENDING,
-                 reason: str | None = None) -> None:
+    def accepted(
+        self, job_id: str, cluster: str | None = None, state: str = PENDING, reason: str | None = None
+    ) -> None:
         """The attempt has an id: Slurm took the job, or it started here."""
         self.job_id, self.cluster, self.state, self.attempts = job_id, cluster, state, self.attempts + 1
         if reason is not None:
@@ -113,8 +122,15 @@ class JobRecord:
         """Back to PENDING: the attempt never reached Slurm, or Slurm never took it."""
         self.state, self.submitted, self.reason = PENDING, None, reason
 
-    def finished(self, state: str, exit_code: int | None, elapsed_s: float | None, ended: str | None,
-                 reason: str | None = None, log_tail: str | None = None) -> None:
+    def finished(
+        self,
+        state: str,
+        exit_code: int | None,
+        elapsed_s: float | None,
+        ended: str | None,
+        reason: str | None = None,
+        log_tail: str | None = None,
+    ) -> None:
         """The attempt ended in `state` (a final state), with what is known of how."""
         self.state, self.exit_code, self.elapsed_s, self.ended = state, exit_code, elapsed_s, ended
         self.reason, self.log_tail = reason, log_tail
@@ -132,8 +148,10 @@ class RunDir:
         try:
             str(self.path).encode("utf-8")
         except UnicodeEncodeError:  # undecodable bytes, which os.fsdecode keeps as surrogates
-            raise RunDirError(f"{one_line(str(self.path))}: the name is not UTF-8; rename the directory, since "
-                              f"summaries, reports and the history record it as text") from None
+            raise RunDirError(
+                f"{one_line(str(self.path))}: the name is not UTF-8; rename the directory, since "
+                f"summaries, reports and the history record it as text"
+            ) from None
 
     plan_file = property(lambda self: self.path / "plan.json")
     table_file = property(lambda self: self.path / "jobs.json")
@@ -148,8 +166,11 @@ class RunDir:
         """Where to read the summary files from: one committed generation, resolved once, so a
         collect committing meanwhile cannot hand a reader one old file and one new. A directory
         whose files are plain (copied, or collected by an older bench) is read as it is."""
-        names = {"summary_parquet": "summary.parquet", "summary_csv": "summary.csv",
-                 "samples_parquet": "samples.parquet"}
+        names = {
+            "summary_parquet": "summary.parquet",
+            "summary_csv": "summary.csv",
+            "samples_parquet": "samples.parquet",
+        }
         plain = {key: self.path / name for key, name in names.items()}
         link = plain["summary_parquet"]
         if not (link.is_symlink() and os.readlink(link) == f"{self.generations.name}/current/summary.parquet"):
@@ -159,9 +180,12 @@ class RunDir:
         except OSError:
             return plain
         if "/" in generation or generation in ("", ".", ".."):
-            raise RunDirError(f"{self.generations / 'current'}: points outside {self.generations}; "
-                              f"run `bench collect {self.path}` again")
+            raise RunDirError(
+                f"{self.generations / 'current'}: points outside {self.generations}; "
+                f"run `bench collect {self.path}` again"
+            )
         return {key: self.generations / generation / name for key, name in names.items()}
+
     plots = property(lambda self: self.path / "plots")
 
     def job_dir(self, job: Job | str) -> Path:
@@ -179,13 +203,27 @@ class RunDir:
 
     # ---- plan
 
-    def write_plan(self, sweep: dict[str, Any], sweep_file: str, executor: str, jobs: list[Job],
-                   cluster: dict[str, Any] | None = None) -> None:
+    def write_plan(
+        self,
+        sweep: dict[str, Any],
+        sweep_file: str,
+        executor: str,
+        jobs: list[Job],
+        cluster: dict[str, Any] | None = None,
+    ) -> None:
         """plan.json with one job per line. Every job of a sweep runs the same workloads, so
         they are stored once, under "runs", rather than in each job."""
         runs = [asdict(r) for r in jobs[0].runs] if jobs else []
-        plan = {"plan_version": PLAN_VERSION, "created": now(), "sweep_file": sweep_file, "executor": executor,
-                "cluster": cluster, "sweep": sweep, "runs": runs, "jobs": [j.to_dict(with_runs=False) for j in jobs]}
+        plan = {
+            "plan_version": PLAN_VERSION,
+            "created": now(),
+            "sweep_file": sweep_file,
+            "executor": executor,
+            "cluster": cluster,
+            "sweep": sweep,
+            "runs": runs,
+            "jobs": [j.to_dict(with_runs=False) for j in jobs],
+        }
         atomic_write_text(self.plan_file, _one_per_line(plan, "jobs"))
 
     def read_plan(self) -> dict[str, Any]:
@@ -200,8 +238,13 @@ class RunDir:
         if not isinstance(plan, dict):
             raise RunDirError(f"{self.plan_file}: malformed plan: a {type(plan).__name__}, not an object")
         _format_version(plan, "plan_version", PLAN_VERSION, self.plan_file)
-        for key, kinds in (("sweep", (dict,)), ("executor", (str,)), ("cluster", (dict, type(None))), ("runs", (list,)),
-                           ("jobs", (list,))):
+        for key, kinds in (
+            ("sweep", (dict,)),
+            ("executor", (str,)),
+            ("cluster", (dict, type(None))),
+            ("runs", (list,)),
+            ("jobs", (list,)),
+        ):
             if not isinstance(plan.get(key), kinds):
                 raise RunDirError(f"{self.plan_file}: malformed plan: {key} is {type(plan.get(key)).__name__}")
         return plan
@@ -235,8 +278,10 @@ class RunDir:
             _format_version(data, "table_version", TABLE_VERSION, self.table_file)
             saved = data.get("jobs", {})
             if not isinstance(saved, dict):
-                raise RunDirError(f"{self.table_file}: malformed job table: \"jobs\" is a {type(saved).__name__}, "
-                                  f"not an object of job names")
+                raise RunDirError(
+                    f'{self.table_file}: malformed job table: "jobs" is a {type(saved).__name__}, '
+                    f"not an object of job names"
+                )
         table = {}
         for job in jobs:
             row = saved.get(job.name)
@@ -244,9 +289,15 @@ class RunDir:
         return table
 
     def write_table(self, table: dict[str, JobRecord], executor: str) -> None:
-        atomic_write_json(self.table_file, {
-            "table_version": TABLE_VERSION, "executor": executor, "updated": now(),
-            "jobs": {name: vars(rec) for name, rec in table.items()}})
+        atomic_write_json(
+            self.table_file,
+            {
+                "table_version": TABLE_VERSION,
+                "executor": executor,
+                "updated": now(),
+                "jobs": {name: vars(rec) for name, rec in table.items()},
+            },
+        )
 
 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")  # no '/', so a name is one path component
@@ -268,10 +319,22 @@ def _job_problem(job: Job) -> str | None:
 
 # The type of each job-table field as JSON holds it.
 _RECORD_TYPES: dict[str, tuple[type, ...]] = {
-    "name": (str,), "nodes": (int,), "state": (str,), "job_id": (str, type(None)), "exit_code": (int, type(None)),
-    "elapsed_s": (int, float, type(None)), "started": (str, type(None)), "ended": (str, type(None)),
-    "attempts": (int,), "submitted": (str, type(None)), "cluster": (str, type(None)),
-    "node_list": (str, type(None)), "reason": (str, type(None)), "log_tail": (str, type(None)), "runs": (dict,)}
+    "name": (str,),
+    "nodes": (int,),
+    "state": (str,),
+    "job_id": (str, type(None)),
+    "exit_code": (int, type(None)),
+    "elapsed_s": (int, float, type(None)),
+    "started": (str, type(None)),
+    "ended": (str, type(None)),
+    "attempts": (int,),
+    "submitted": (str, type(None)),
+    "cluster": (str, type(None)),
+    "node_list": (str, type(None)),
+    "reason": (str, type(None)),
+    "log_tail": (str, type(None)),
+    "runs": (dict,),
+}
 
 
 def _record(row: Any, where: Path, job: Job) -> JobRecord:

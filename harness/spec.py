@@ -19,27 +19,19 @@ from typing import Any
 
 import yaml
 
-from benchmarks.catalog import (
-    AMPS,
-    BACKENDS,
-    COLLECTIVES,
-    DEVICES,
-    DTYPES,
-    OPS,
-    SCALINGS,
-)
+from benchmarks.catalog import AMPS, BACKENDS, COLLECTIVES, DEVICES, DTYPES, OPS, SCALINGS
 from benchmarks.common import looks_secret, parse_size
 from harness.errors import SpecError
 
 LAUNCHERS = ("torchrun", "srun")
 NODES_POWERS_OF_TWO = "powers_of_two"
 MAX_REPEAT = 100
-MAX_BYTES = 16 * 1024**3      # a message, as nccl-tests' -e allows on an 80 GB GPU
-MAX_COUNT = 1_000_000         # iterations, steps
+MAX_BYTES = 16 * 1024**3  # a message, as nccl-tests' -e allows on an 80 GB GPU
+MAX_COUNT = 1_000_000  # iterations, steps
 MAX_BATCH = 1 << 24
 MAX_NODES = 100_000
 MAX_GPUS_PER_NODE = 1024
-MAX_MINUTES = 366 * 24 * 60   # Slurm's time limit, at most a year
+MAX_MINUTES = 366 * 24 * 60  # Slurm's time limit, at most a year
 
 # Names end up in job names, paths and #SBATCH lines, where Slurm's own parser treats
 # quotes, backslashes and '#' specially: letters, digits and a few separators only.
@@ -86,6 +78,7 @@ def safe_text(key: str, value: str) -> None:
 
 # --------------------------------------------------------------------------- the schema
 
+
 @dataclass(frozen=True, kw_only=True)
 class AllreduceSpec:
     """The collective microbenchmark, with nccl-tests' parameters."""
@@ -122,11 +115,31 @@ class AllreduceSpec:
             _choice("collectives", c, COLLECTIVES)
 
     def args(self) -> list[str]:
-        return ["-b", str(self.min_bytes), "-e", str(self.max_bytes), "-f", str(self.step_factor),
-                "-n", str(self.iters), "-w", str(self.warmup_iters), "-c", str(self.check_iters),
-                "-d", self.dtype, "-o", self.op, "--collective", ",".join(self.collectives),
-                "--out-of-place" if self.out_of_place else "--no-out-of-place",
-                "--link-bytes", str(self.link_bytes), "--link-iters", str(self.link_iters)]
+        return [
+            "-b",
+            str(self.min_bytes),
+            "-e",
+            str(self.max_bytes),
+            "-f",
+            str(self.step_factor),
+            "-n",
+            str(self.iters),
+            "-w",
+            str(self.warmup_iters),
+            "-c",
+            str(self.check_iters),
+            "-d",
+            self.dtype,
+            "-o",
+            self.op,
+            "--collective",
+            ",".join(self.collectives),
+            "--out-of-place" if self.out_of_place else "--no-out-of-place",
+            "--link-bytes",
+            str(self.link_bytes),
+            "--link-iters",
+            str(self.link_iters),
+        ]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -166,12 +179,27 @@ class TrainingSpec:
             _within("global_batch", self.global_batch, 1, MAX_BATCH)
 
     def args(self, scaling: str) -> list[str]:
-        out = ["--model", self.model, "--image-size", str(self.image_size), "--steps", str(self.steps),
-               "--warmup-steps", str(self.warmup_steps), "--amp", self.amp,
-               "--bucket-cap-mb", f"{self.bucket_cap_mb:g}",
-               "--gradient-as-bucket-view" if self.gradient_as_bucket_view else "--no-gradient-as-bucket-view",
-               "--static-graph" if self.static_graph else "--no-static-graph"]
-        out += ["--global-batch", str(self.global_batch)] if scaling == "strong" else ["--batch-size", str(self.batch_size)]
+        out = [
+            "--model",
+            self.model,
+            "--image-size",
+            str(self.image_size),
+            "--steps",
+            str(self.steps),
+            "--warmup-steps",
+            str(self.warmup_steps),
+            "--amp",
+            self.amp,
+            "--bucket-cap-mb",
+            f"{self.bucket_cap_mb:g}",
+            "--gradient-as-bucket-view" if self.gradient_as_bucket_view else "--no-gradient-as-bucket-view",
+            "--static-graph" if self.static_graph else "--no-static-graph",
+        ]
+        out += (
+            ["--global-batch", str(self.global_batch)]
+            if scaling == "strong"
+            else ["--batch-size", str(self.batch_size)]
+        )
         if self.channels_last is not None:
             out.append("--channels-last" if self.channels_last else "--no-channels-last")
         if self.compile:
@@ -201,8 +229,14 @@ class RealSpec(TrainingSpec):
         if self.data_dir is not None:
             return out + ["--data-dir", self.data_dir]
         # Relative to the run directory, where every job runs: one generated set per run.
-        return out + ["--data-cache", "data", "--data-classes", str(self.data_classes),
-                      "--data-images-per-class", str(self.data_images_per_class)]
+        return out + [
+            "--data-cache",
+            "data",
+            "--data-classes",
+            str(self.data_classes),
+            "--data-images-per-class",
+            str(self.data_images_per_class),
+        ]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -233,7 +267,7 @@ class Sweep:
     env_passthrough: tuple[str, ...] = ()
     time_limit_min: float = 30.0
     timeout_s: float = 300.0
-    repeat: int = 1              # replicates of every job, interleaved across the matrix
+    repeat: int = 1  # replicates of every job, interleaved across the matrix
     workloads: Workloads
 
     def __post_init__(self) -> None:
@@ -245,8 +279,11 @@ class Sweep:
             raise FieldError("backend", "nccl needs device cuda or auto; use gloo on cpu")
         if isinstance(self.nodes, str):
             if self.nodes != NODES_POWERS_OF_TWO:
-                raise FieldError("nodes", f"{self.nodes!r} is not valid; valid: a list of node counts or "
-                                          f"{NODES_POWERS_OF_TWO!r} with max_nodes")
+                raise FieldError(
+                    "nodes",
+                    f"{self.nodes!r} is not valid; valid: a list of node counts or "
+                    f"{NODES_POWERS_OF_TWO!r} with max_nodes",
+                )
             if self.max_nodes is None:
                 raise FieldError("max_nodes", f"nodes: {NODES_POWERS_OF_TWO} needs max_nodes (or --max-nodes)")
         else:
@@ -262,7 +299,9 @@ class Sweep:
             raise FieldError("nccl", "needs at least one named set, e.g. default: {}")
         for set_name, variables in self.nccl.items():
             if not SET_NAME_RE.fullmatch(set_name):
-                raise FieldError(f"nccl.{set_name}", "is not a valid set name; use letters, digits, '_', '-' (at most 32)")
+                raise FieldError(
+                    f"nccl.{set_name}", "is not a valid set name; use letters, digits, '_', '-' (at most 32)"
+                )
             check_env(f"nccl.{set_name}", variables)
         check_env("env", self.env)
         check_passthrough("env_passthrough", self.env_passthrough)
@@ -295,19 +334,46 @@ def _distinct_within(key: str, values: tuple[int, ...], high: int) -> None:
 # bash reads its own lines (docs/hardening.md lists the sources): a sweep or profile cannot set
 # them. A value here would at best be overwritten and at worst reach shell arithmetic, as
 # SLURM_JOB_ID does in the script's MASTER_PORT line.
-RESERVED_ENV_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "BENCH_", "TORCHELASTIC_", "MASTER_", "LOCAL_",
-                         "GROUP_", "ROLE_", "BASH_FUNC_")
-RESERVED_ENV = frozenset({"RANK", "WORLD_SIZE", "NODE_RANK", "PYTHON_EXEC",
-                          "IFS", "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "BASH_XTRACEFD", "CDPATH",
-                          "GLOBIGNORE", "PROMPT_COMMAND"})
+RESERVED_ENV_PREFIXES = (
+    "SLURM_",
+    "SBATCH_",
+    "SRUN_",
+    "SALLOC_",
+    "BENCH_",
+    "TORCHELASTIC_",
+    "MASTER_",
+    "LOCAL_",
+    "GROUP_",
+    "ROLE_",
+    "BASH_FUNC_",
+)
+RESERVED_ENV = frozenset(
+    {
+        "RANK",
+        "WORLD_SIZE",
+        "NODE_RANK",
+        "PYTHON_EXEC",
+        "IFS",
+        "BASH_ENV",
+        "ENV",
+        "SHELLOPTS",
+        "BASHOPTS",
+        "PS4",
+        "BASH_XTRACEFD",
+        "CDPATH",
+        "GLOBIGNORE",
+        "PROMPT_COMMAND",
+    }
+)
 
 
 def check_env_name(key: str, name: str) -> None:
     if not ENV_NAME_RE.fullmatch(name):
         raise FieldError(key, f"{name!r} is not a valid environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
     if name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIXES):
-        raise FieldError(key, f"{name} is set by bench, Slurm, torchrun or bash for every job; a sweep or profile "
-                              f"cannot set it")
+        raise FieldError(
+            key, f"{name} is set by bench, Slurm, torchrun or bash for every job; a sweep or profile cannot set it"
+        )
 
 
 def check_env(key: str, variables: dict[str, str]) -> None:
@@ -315,9 +381,12 @@ def check_env(key: str, variables: dict[str, str]) -> None:
         check_env_name(f"{key}.{name}", name)
         safe_text(f"{key}.{name}", value)
         if looks_secret(name, value):
-            raise FieldError(f"{key}.{name}", "holds what looks like a secret, which plan.json and the job scripts "
-                                              "would record; export it where bench runs and list its name under "
-                                              "env_passthrough instead")
+            raise FieldError(
+                f"{key}.{name}",
+                "holds what looks like a secret, which plan.json and the job scripts "
+                "would record; export it where bench runs and list its name under "
+                "env_passthrough instead",
+            )
 
 
 def check_passthrough(key: str, names: tuple[str, ...]) -> None:
@@ -327,12 +396,14 @@ def check_passthrough(key: str, names: tuple[str, ...]) -> None:
 
 # --------------------------------------------------------------------------- conversion
 
+
 def _type_name(tp: Any) -> str:
     if tp is type(None):
         return "null"
     if isinstance(tp, type):
         return {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false"}.get(
-            tp.__name__, tp.__name__)
+            tp.__name__, tp.__name__
+        )
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         return " or ".join(_type_name(a) for a in typing.get_args(tp))
@@ -391,9 +462,8 @@ def _convert(tp: Any, value: Any, where: str, meta: typing.Mapping[str, Any]) ->
             if not math.isfinite(value):
                 raise SpecError(f"{where}: expected a finite number, found {value!r}")
             return float(value)
-    elif tp is bool:
-        if isinstance(value, bool):
-            return value
+    elif tp is bool and isinstance(value, bool):
+        return value
     raise SpecError(f"{where}: expected {_type_name(tp)}, found {value!r}")
 
 
@@ -404,7 +474,7 @@ def _key(where: str, key: Any) -> str:
     if isinstance(key, str):
         return key
     why = " (YAML 1.1 reads unquoted on/off/yes/no/true/false as booleans)" if isinstance(key, bool) else ""
-    raise SpecError(f"{where}: the key {key!r} is not a string{why}; quote the key in YAML, e.g. \"ON\": ...")
+    raise SpecError(f'{where}: the key {key!r} is not a string{why}; quote the key in YAML, e.g. "ON": ...')
 
 
 def _env_values(value: Any, where: str) -> dict[str, str]:
@@ -414,8 +484,8 @@ def _env_values(value: Any, where: str) -> dict[str, str]:
     if not isinstance(value, dict):
         raise SpecError(f"{where}: expected a mapping of variable names to values, found {value!r}")
     out = {}
-    for k, v in value.items():
-        k = _key(where, k)
+    for raw, v in value.items():
+        k = _key(where, raw)
         if isinstance(v, bool) or not isinstance(v, (str, int)):
             raise SpecError(f"{where}.{k}: expected a string (quote it in YAML), found {v!r}")
         out[k] = str(v)
@@ -428,8 +498,8 @@ def build(cls: type, data: dict[str, Any], where: str) -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls)}
     prefix = f"{where}." if where else ""
     kwargs: dict[str, Any] = {}
-    for key, value in data.items():
-        key = _key(where or "top level", key)
+    for raw, value in data.items():
+        key = _key(where or "top level", raw)
         if key not in fields:
             raise SpecError(f"{prefix}{key}: unknown key; valid: {', '.join(fields)}")
         kind = fields[key].metadata.get("mapping")
@@ -441,8 +511,11 @@ def build(cls: type, data: dict[str, Any], where: str) -> Any:
             kwargs[key] = {_key(f"{prefix}{key}", k): _env_values(v, f"{prefix}{key}.{k}") for k, v in value.items()}
         else:
             kwargs[key] = _convert(hints[key], value, f"{prefix}{key}", fields[key].metadata)
-    missing = [name for name, f in fields.items() if name not in kwargs
-               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    missing = [
+        name
+        for name, f in fields.items()
+        if name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
     if missing:
         raise SpecError(f"{prefix}{missing[0]}: required key is missing")
     try:
@@ -453,6 +526,7 @@ def build(cls: type, data: dict[str, Any], where: str) -> Any:
 
 
 # --------------------------------------------------------------------------- loading
+
 
 def apply_override(data: dict[str, Any], assignment: str) -> None:
     """Apply one `--set key.path=value` to the raw mapping; the value is read as YAML."""
@@ -474,14 +548,14 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
         if child is None and key in node:  # a section left empty (`real:`) is still a section
             child = node[key] = {}
         if not isinstance(child, dict):
-            raise SpecError(f"--set {path}: {'.'.join(keys[:i + 1])} is not a section of this sweep")
+            raise SpecError(f"--set {path}: {'.'.join(keys[: i + 1])} is not a section of this sweep")
         node = child
     node[keys[-1]] = value
 
 
-MAX_FILE_BYTES = 1024**2   # a sweep or profile is a page of YAML
-MAX_DEPTH = 32             # sections nest four deep; 32 is room for any hand-written file
-MAX_NODES = 100_000        # scalars, lists and mappings after aliases are expanded
+MAX_FILE_BYTES = 1024**2  # a sweep or profile is a page of YAML
+MAX_DEPTH = 32  # sections nest four deep; 32 is room for any hand-written file
+MAX_NODES = 100_000  # scalars, lists and mappings after aliases are expanded
 
 
 class _BoundedLoader(yaml.SafeLoader):
@@ -493,13 +567,14 @@ class _BoundedLoader(yaml.SafeLoader):
         super().__init__(stream)
         self._depth = 0
         self._total = 0
-        self._sizes: dict[int, int] = {}   # id(node) -> its size with aliases expanded
+        self._sizes: dict[int, int] = {}  # id(node) -> its size with aliases expanded
 
     def _count(self, n: int, mark: Any) -> None:
         self._total += n
         if self._total > MAX_NODES:
-            raise yaml.composer.ComposerError(None, None, f"more than {MAX_NODES:,} values once aliases are "
-                                                          f"expanded", mark)
+            raise yaml.composer.ComposerError(
+                None, None, f"more than {MAX_NODES:,} values once aliases are expanded", mark
+            )
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         event = self.peek_event()
@@ -554,8 +629,9 @@ def read_mapping(path: Path, what: str) -> dict[str, Any]:
     return data
 
 
-def load_sweep(path: str | Path, *, max_nodes: int | None = None, repeat: int | None = None,
-               overrides: tuple[str, ...] = ()) -> Sweep:
+def load_sweep(
+    path: str | Path, *, max_nodes: int | None = None, repeat: int | None = None, overrides: tuple[str, ...] = ()
+) -> Sweep:
     """Read, override and check a sweep file. Errors name the file: `SpecError('FILE: key: ...')`."""
     path = Path(path)
     data = read_mapping(path, "sweep")

@@ -20,14 +20,7 @@ from harness.executors import Executor, LocalExecutor, SlurmExecutor
 from harness.executors.slurm.profile import DEFAULT_PROFILE, ClusterProfile
 from harness.plan import Job, expand
 from harness.present.tables import print_jobs, print_plan, print_results
-from harness.rundir import (
-    COMPLETED,
-    FINAL_STATES,
-    RUNNING,
-    JobRecord,
-    RunDir,
-    RunDirError,
-)
+from harness.rundir import COMPLETED, FINAL_STATES, RUNNING, JobRecord, RunDir, RunDirError
 from harness.spec import Sweep, build
 
 if TYPE_CHECKING:
@@ -35,8 +28,15 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 
-def start(sweep: Sweep, sweep_file: Path, executor_name: str, profile: ClusterProfile | None, out: Path,
-          console: Console, dry_run: bool = False) -> int:
+def start(
+    sweep: Sweep,
+    sweep_file: Path,
+    executor_name: str,
+    profile: ClusterProfile | None,
+    out: Path,
+    console: Console,
+    dry_run: bool = False,
+) -> int:
     """Plan `sweep` into the new run directory `out` and run it (or only write it, with
     dry_run). The exit status: 0 when every job completed, 1 when some did not."""
     if not dry_run:
@@ -74,13 +74,16 @@ def check_passthrough(names: tuple[str, ...]) -> None:
     missing = [n for n in dict.fromkeys(names) if n not in os.environ]
     if missing:
         one = len(missing) == 1
-        raise UsageError(f"env_passthrough: {', '.join(missing)} {'is' if one else 'are'} not set in this "
-                         f"environment; export {'it' if one else 'them'} first (jobs take "
-                         f"{'its' if one else 'their'} value from here)")
+        raise UsageError(
+            f"env_passthrough: {', '.join(missing)} {'is' if one else 'are'} not set in this "
+            f"environment; export {'it' if one else 'them'} first (jobs take "
+            f"{'its' if one else 'their'} value from here)"
+        )
 
 
-def run_and_report(run: RunDir, executor: Executor, jobs: list[Job], table: dict[str, JobRecord],
-                   console: Console) -> int:
+def run_and_report(
+    run: RunDir, executor: Executor, jobs: list[Job], table: dict[str, JobRecord], console: Console
+) -> int:
     """Execute, then collect, plot and print the tables; 130 when interrupted (the directory
     stays consistent and resumable)."""
     from rich.markup import escape
@@ -88,8 +91,11 @@ def run_and_report(run: RunDir, executor: Executor, jobs: list[Job], table: dict
     try:
         table = execute(run, executor, jobs, table, console)
     except KeyboardInterrupt:
-        console.print(f"\ninterrupted ({executor.interrupt_note}): {run.path} is consistent; "
-                      f"continue with `bench sweep --resume {run.path}`", markup=False)
+        console.print(
+            f"\ninterrupted ({executor.interrupt_note}): {run.path} is consistent; "
+            f"continue with `bench sweep --resume {run.path}`",
+            markup=False,
+        )
         return 130
     except SlurmError as exc:
         print(f"bench sweep: error: {exc}", file=sys.stderr)
@@ -103,8 +109,9 @@ def run_and_report(run: RunDir, executor: Executor, jobs: list[Job], table: dict
     failed = [r for r in table.values() if r.state != COMPLETED]
     console.print(f"\nresults: {run.path}\n  summary: {run.summary_csv}\n  plots:   {run.plots}/", markup=False)
     if failed:
-        console.print(f"[red]{len(failed)} of {len(table)} jobs did not complete[/] "
-                      f"(logs in {escape(str(run.path))}/jobs/<job>/)")
+        console.print(
+            f"[red]{len(failed)} of {len(table)} jobs did not complete[/] (logs in {escape(str(run.path))}/jobs/<job>/)"
+        )
         return 1
     return 0
 
@@ -153,8 +160,9 @@ def claim(path: Path) -> tuple[RunDir, bool]:
     if os.path.lexists(path) and not path.is_dir():
         raise RunDirError(f"--out {path}: exists and is not a directory")
     if run.plan_file.exists():
-        raise RunDirError(f"{path} already holds a run; continue it with `bench sweep --resume {path}` "
-                          f"or choose another --out")
+        raise RunDirError(
+            f"{path} already holds a run; continue it with `bench sweep --resume {path}` or choose another --out"
+        )
     if path.is_dir() and any(e.name != ".lock" for e in path.iterdir()):
         raise RunDirError(f"--out {path}: the directory is not empty; give a new or empty directory")
     created = not path.exists()
@@ -221,16 +229,12 @@ def in_use(run: RunDir) -> bool:
         os.close(fd)
 
 
-def execute(run: RunDir, executor: Executor, jobs: list[Job], table: dict[str, JobRecord], console: Console) -> dict[str, JobRecord]:
+def execute(
+    run: RunDir, executor: Executor, jobs: list[Job], table: dict[str, JobRecord], console: Console
+) -> dict[str, JobRecord]:
     """Run the jobs, saving the table after every change and showing progress."""
     from rich.markup import escape
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-    )
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     total = len(jobs)
 
@@ -240,16 +244,26 @@ def execute(run: RunDir, executor: Executor, jobs: list[Job], table: dict[str, J
         running = sum(r.state == RUNNING for r in table.values())
         return done, failed, running
 
-    progress = Progress(TextColumn("[bold]jobs"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), console=console, transient=True)
+    progress = Progress(
+        TextColumn("[bold]jobs"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[detail]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
     task = progress.add_task("jobs", total=total, detail="")
     finished_before = {name for name, r in table.items() if r.state in FINAL_STATES}
 
     def changed(rec: JobRecord) -> None:
         run.write_table(table, executor.name)
         done, failed, running = counts()
-        progress.update(task, completed=done + failed,
-                        detail=f"pending {total - done - failed - running}  running {running}  done {done}  failed {failed}")
+        progress.update(
+            task,
+            completed=done + failed,
+            detail=f"pending {total - done - failed - running}  running {running}  done {done}  failed {failed}",
+        )
         if rec.state in FINAL_STATES and rec.name not in finished_before:
             finished_before.add(rec.name)
             style = "green" if rec.state == COMPLETED else "red"
@@ -265,5 +279,3 @@ def execute(run: RunDir, executor: Executor, jobs: list[Job], table: dict[str, J
         progress.update(task, completed=done + failed, detail=f"done {done}  failed {failed}")
         executor.execute(jobs, table, changed)
     return table
-
-

@@ -26,19 +26,21 @@ TESTBED = ROOT / "tests" / "testbed" / "testbed"
 STATE = Path(os.environ.get("BENCH_TESTBED_STATE", "/run/bench-testbed"))
 SLURM_ENV = {"SLURM_CONF": str(STATE / "etc" / "slurm.conf")}
 NODES = 4
-FINAL = ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL",
-         "DEADLINE")
+FINAL = (
+    "COMPLETED",
+    "FAILED",
+    "TIMEOUT",
+    "CANCELLED",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "PREEMPTED",
+    "BOOT_FAIL",
+    "DEADLINE",
+)
 
 # Values that must never be executed or break a line when they reach a shell, a job script or
 # an #SBATCH line: spaces, both quotes, ';', command substitution, backslash, '#', '*'.
-HOSTILE_VALUES = [
-    "gpu; rm -rf ~",
-    "$(id)",
-    "`id`",
-    "a b 'c' \"d\"",
-    "x\\y #z",
-    "*",
-]
+HOSTILE_VALUES = ["gpu; rm -rf ~", "$(id)", "`id`", "a b 'c' \"d\"", "x\\y #z", "*"]
 
 
 @dataclass
@@ -53,8 +55,14 @@ class Result:
         return f"command: {shlex.join(self.cmd)}\nexit status: {self.returncode}\nlast output:\n" + "\n".join(out)
 
 
-def run(cmd: list[str], *, timeout: float = 300, check: bool = True, env: dict[str, str] | None = None,
-        cwd: str | Path | None = None) -> Result:
+def run(
+    cmd: list[str],
+    *,
+    timeout: float = 300,
+    check: bool = True,
+    env: dict[str, str] | None = None,
+    cwd: str | Path | None = None,
+) -> Result:
     """Run a command, capturing output; a timeout or (with check) a non-zero exit fails the test
     with the command and the end of its output."""
     full_env = dict(os.environ)
@@ -62,9 +70,12 @@ def run(cmd: list[str], *, timeout: float = 300, check: bool = True, env: dict[s
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd)
     except subprocess.TimeoutExpired as exc:
-        partial = Result(cmd, -1, (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes)
-                         else (exc.stdout or ""), (exc.stderr or b"").decode(errors="replace")
-                         if isinstance(exc.stderr, bytes) else (exc.stderr or ""))
+        partial = Result(
+            cmd,
+            -1,
+            (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or ""),
+            (exc.stderr or b"").decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or ""),
+        )
         pytest.fail(f"timed out after {timeout} s\n{partial.describe()}")
     result = Result(cmd, p.returncode, p.stdout, p.stderr)
     if check and p.returncode != 0:
@@ -83,15 +94,35 @@ def read_json(path: str | Path) -> dict:
 
 # --------------------------------------------------------------------------- a real local run, and copies of it
 
+
 @pytest.fixture(scope="session")
 def real_run(tmp_path_factory):
     """One local sweep: 1 and 2 emulated nodes of 1 gloo rank, all-reduce and synthetic training."""
     root = tmp_path_factory.mktemp("cmp")
     out = root / "run"
-    bench("sweep", "sweeps/local.yaml", "--max-nodes", "2", "--executor", "local", "--out", str(out),
-          "--set", "gpus_per_node=[1]", "--set", "workloads.allreduce.min_bytes=64K",
-          "--set", "workloads.allreduce.max_bytes=1M", "--set", "workloads.synthetic.scaling=[weak]",
-          "--set", "workloads.synthetic.steps=4", "--set", "workloads.real=false", timeout=600)
+    bench(
+        "sweep",
+        "sweeps/local.yaml",
+        "--max-nodes",
+        "2",
+        "--executor",
+        "local",
+        "--out",
+        str(out),
+        "--set",
+        "gpus_per_node=[1]",
+        "--set",
+        "workloads.allreduce.min_bytes=64K",
+        "--set",
+        "workloads.allreduce.max_bytes=1M",
+        "--set",
+        "workloads.synthetic.scaling=[weak]",
+        "--set",
+        "workloads.synthetic.steps=4",
+        "--set",
+        "workloads.real=false",
+        timeout=600,
+    )
     return out
 
 
@@ -103,8 +134,15 @@ def separating(run: Path) -> float:
     return 2 * max(values) / min(values)
 
 
-def copy_run(src: Path, dst: Path, *, time_factor: float = 1.0, drop: str | None = None, version: int | None = None,
-             launcher: str | None = None) -> Path:
+def copy_run(
+    src: Path,
+    dst: Path,
+    *,
+    time_factor: float = 1.0,
+    drop: str | None = None,
+    version: int | None = None,
+    launcher: str | None = None,
+) -> Path:
     """A copy of a run whose summary and samples are rewritten: times scaled by time_factor
     (rates divided), a column dropped, the layout version or the launcher changed."""
     shutil.copytree(src, dst)
@@ -124,8 +162,9 @@ def copy_run(src: Path, dst: Path, *, time_factor: float = 1.0, drop: str | None
             meta[b"bench_summary_version"] = str(version).encode()
     table = pa.table({n: c for n, c in cols.items() if n != drop}).replace_schema_metadata(meta)
     pq.write_table(table, dst / "summary.parquet")
-    values = pa.array([[v * time_factor for v in row] for row in samples.column("values").to_pylist()],
-                      type=pa.list_(pa.float64()))
+    values = pa.array(
+        [[v * time_factor for v in row] for row in samples.column("values").to_pylist()], type=pa.list_(pa.float64())
+    )
     pq.write_table(samples.set_column(samples.column_names.index("values"), "values", values), dst / "samples.parquet")
     return dst
 
@@ -144,6 +183,7 @@ def data_cache(tmp_path_factory) -> Path:
 
 
 # --------------------------------------------------------------------------- the Slurm testbed
+
 
 def pytest_collection_modifyitems(items: list) -> None:
     """Tests marked run_last go to the end, keeping their order (a stable sort)."""

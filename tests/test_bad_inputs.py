@@ -20,7 +20,8 @@ from harness.cli import main
 
 LOCAL = (SWEEPS / "local.yaml").read_text()
 BILLION_LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n" for i in range(8))
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n" for i in range(8)
+)
 
 
 class Case:
@@ -47,8 +48,17 @@ def _dry(tmp: Path, sweep: str, *more: str) -> list[str]:
 
 
 def _slurm_dry(tmp: Path, profile: str) -> list[str]:
-    return ["sweep", str(SWEEPS / "default.yaml"), "--dry-run", "--executor", "slurm", "--cluster",
-            str(_file(tmp, "c.yaml", profile)), "--out", str(tmp / "out")]
+    return [
+        "sweep",
+        str(SWEEPS / "default.yaml"),
+        "--dry-run",
+        "--executor",
+        "slurm",
+        "--cluster",
+        str(_file(tmp, "c.yaml", profile)),
+        "--out",
+        str(tmp / "out"),
+    ]
 
 
 def _copy(run: Path, tmp: Path, name: str = "copy") -> Path:
@@ -95,8 +105,11 @@ def _db(tmp: Path) -> list[str]:
 CASES = [
     # ---- sweep: files that are not sweeps
     Case("sweep-not-utf8", lambda t, r: _dry(t, str(_file(t, "s.yaml", b"name: \xff\xfe\n"))), "not UTF-8", "0xff"),
-    Case("sweep-nested-100k", lambda t, r: _dry(t, str(_file(t, "s.yaml", "a: " + "[" * 100_000 + "]" * 100_000))),
-         "nested more than 32"),
+    Case(
+        "sweep-nested-100k",
+        lambda t, r: _dry(t, str(_file(t, "s.yaml", "a: " + "[" * 100_000 + "]" * 100_000))),
+        "nested more than 32",
+    ),
     Case("sweep-billion-laughs", lambda t, r: _dry(t, str(_file(t, "s.yaml", BILLION_LAUGHS))), "aliases"),
     Case("sweep-too-large", lambda t, r: _dry(t, str(_file(t, "s.yaml", "#" * (1024**2 + 10)))), "larger than"),
     Case("sweep-is-a-directory", lambda t, r: _dry(t, str(t)), "cannot read sweep file"),
@@ -104,99 +117,206 @@ CASES = [
     Case("sweep-top-level-list", lambda t, r: _dry(t, str(_file(t, "s.yaml", "- a\n"))), "mapping"),
     # ---- sweep: values every job would fail on
     Case("yaml11-boolean-env-key", lambda t, r: _dry(t, _sweep(t, 'env: {ON: "1"}\n')), "env", "True", "quote"),
-    Case("yaml11-boolean-set-name", lambda t, r: _dry(t, _sweep(t, replace=("  default: {}", "  off: {}"))),
-         "nccl", "False", "quote"),
+    Case(
+        "yaml11-boolean-set-name",
+        lambda t, r: _dry(t, _sweep(t, replace=("  default: {}", "  off: {}"))),
+        "nccl",
+        "False",
+        "quote",
+    ),
     Case("min-bytes-0", lambda t, r: _dry(t, _sweep(t), "--set", "workloads.allreduce.min_bytes=0"), "min_bytes"),
-    Case("min-bytes-negative", lambda t, r: _dry(t, _sweep(t), "--set", "workloads.allreduce.min_bytes=-5"),
-         "min_bytes", "-5"),
+    Case(
+        "min-bytes-negative",
+        lambda t, r: _dry(t, _sweep(t), "--set", "workloads.allreduce.min_bytes=-5"),
+        "min_bytes",
+        "-5",
+    ),
     Case("timeout-nan", lambda t, r: _dry(t, _sweep(t), "--set", "timeout_s=.nan"), "timeout_s", "finite"),
     Case("time-limit-inf", lambda t, r: _dry(t, _sweep(t), "--set", "time_limit_min=.inf"), "time_limit_min", "finite"),
-    Case("bucket-cap-nan", lambda t, r: _dry(t, _sweep(t), "--set", "workloads.synthetic.bucket_cap_mb=.nan"),
-         "bucket_cap_mb", "finite"),
+    Case(
+        "bucket-cap-nan",
+        lambda t, r: _dry(t, _sweep(t), "--set", "workloads.synthetic.bucket_cap_mb=.nan"),
+        "bucket_cap_mb",
+        "finite",
+    ),
     Case("steps-huge", lambda t, r: _dry(t, _sweep(t), "--set", "workloads.synthetic.steps=10000000000"), "steps"),
-    Case("link-bytes-negative", lambda t, r: _dry(t, _sweep(t), "--set", "workloads.allreduce.link_bytes=-1"),
-         "link_bytes"),
-    Case("env-reserved-slurm-job-id",
-         lambda t, r: _dry(t, _sweep(t, "env: {SLURM_JOB_ID: 'OMP_NUM_THREADS[$(touch /tmp/p)]'}\n")),
-         "SLURM_JOB_ID is set by bench"),
-    Case("env-control-character", lambda t, r: _dry(t, _sweep(t, 'env: {NCCL_DEBUG: "INFO\\u001b[2J"}\n')),
-         "control character"),
-    Case("env-unicode-line-separator", lambda t, r: _dry(t, _sweep(t, 'env: {NCCL_DEBUG: "a\\u2028b"}\n')),
-         "control character"),
-    Case("env-url-password", lambda t, r: _dry(t, _sweep(t, "env: {TORCH_DIST_URL: 'tcp://admin:p4ss@host'}\n")),
-         "secret", "env_passthrough"),
+    Case(
+        "link-bytes-negative",
+        lambda t, r: _dry(t, _sweep(t), "--set", "workloads.allreduce.link_bytes=-1"),
+        "link_bytes",
+    ),
+    Case(
+        "env-reserved-slurm-job-id",
+        lambda t, r: _dry(t, _sweep(t, "env: {SLURM_JOB_ID: 'OMP_NUM_THREADS[$(touch /tmp/p)]'}\n")),
+        "SLURM_JOB_ID is set by bench",
+    ),
+    Case(
+        "env-control-character",
+        lambda t, r: _dry(t, _sweep(t, 'env: {NCCL_DEBUG: "INFO\\u001b[2J"}\n')),
+        "control character",
+    ),
+    Case(
+        "env-unicode-line-separator",
+        lambda t, r: _dry(t, _sweep(t, 'env: {NCCL_DEBUG: "a\\u2028b"}\n')),
+        "control character",
+    ),
+    Case(
+        "env-url-password",
+        lambda t, r: _dry(t, _sweep(t, "env: {TORCH_DIST_URL: 'tcp://admin:p4ss@host'}\n")),
+        "secret",
+        "env_passthrough",
+    ),
     Case("env-token-by-name", lambda t, r: _dry(t, _sweep(t, "env: {HF_TOKEN: abc}\n")), "secret"),
     Case("env-credential-by-name", lambda t, r: _dry(t, _sweep(t, "env: {GIT_CREDENTIAL: abc}\n")), "secret"),
-    Case("passthrough-not-set", lambda t, r: ["sweep", _sweep(t, "env_passthrough: [BT_UNSET_SECRET_X]\n")],
-         "env_passthrough", "BT_UNSET_SECRET_X", "not set"),
+    Case(
+        "passthrough-not-set",
+        lambda t, r: ["sweep", _sweep(t, "env_passthrough: [BT_UNSET_SECRET_X]\n")],
+        "env_passthrough",
+        "BT_UNSET_SECRET_X",
+        "not set",
+    ),
     Case("passthrough-bad-name", lambda t, r: _dry(t, _sweep(t, "env_passthrough: ['A B']\n")), "env_passthrough"),
     Case("out-under-a-file", lambda t, r: _dry(t, _sweep(t))[:-1] + [str(_not_a_dir_parent(t))], "--out"),
     Case("out-not-empty", lambda t, r: _dry(t, _sweep(t))[:-1] + [str(t)], "not empty"),
     Case("override-not-key-value", lambda t, r: _dry(t, _sweep(t), "--set", "nodes"), "KEY=VALUE"),
     # ---- sweep: cluster profiles
-    Case("profile-abbreviated-output", lambda t, r: _slurm_dry(t, "name: c\nsbatch_options: ['--outp=/x']\n"),
-         "--outp", "--output"),
-    Case("profile-abbreviated-partition", lambda t, r: _slurm_dry(t, "name: c\nsbatch_options: ['--parti=debug']\n"),
-         "--partition"),
-    Case("profile-not-utf8", lambda t, r: ["sweep", "--dry-run", "--executor", "slurm", "--cluster",
-                                            str(_file(t, "p.yaml", b"\x80")), "--out", str(t / "out")], "not UTF-8"),
+    Case(
+        "profile-abbreviated-output",
+        lambda t, r: _slurm_dry(t, "name: c\nsbatch_options: ['--outp=/x']\n"),
+        "--outp",
+        "--output",
+    ),
+    Case(
+        "profile-abbreviated-partition",
+        lambda t, r: _slurm_dry(t, "name: c\nsbatch_options: ['--parti=debug']\n"),
+        "--partition",
+    ),
+    Case(
+        "profile-not-utf8",
+        lambda t, r: [
+            "sweep",
+            "--dry-run",
+            "--executor",
+            "slurm",
+            "--cluster",
+            str(_file(t, "p.yaml", b"\x80")),
+            "--out",
+            str(t / "out"),
+        ],
+        "not UTF-8",
+    ),
     Case("profile-env-reserved", lambda t, r: _slurm_dry(t, "name: c\nenv: {MASTER_PORT: '1'}\n"), "MASTER_PORT"),
     # ---- resume, collect, status, plot: run directories that are not usable
     Case("resume-not-a-run", lambda t, r: ["sweep", "--resume", str(t)], "plan.json"),
     Case("resume-job-name-escapes", lambda t, r: ["sweep", "--resume", str(_plan_job_name(r, t))], "../../x"),
     Case("collect-job-name-escapes", lambda t, r: ["collect", str(_plan_job_name(r, t))], "../../x"),
     Case("collect-jobs-list", lambda t, r: ["collect", str(_jobs_json(r, t, {"jobs": []}))], "jobs.json", "list"),
-    Case("status-table-newer", lambda t, r: ["status", str(_jobs_json(r, t, {"table_version": 2, "jobs": {}}))],
-         "jobs.json", "table_version 2 was written by a newer bench; this one reads 1"),
-    Case("status-plan-newer", lambda t, r: ["status", str(_plan_edit(r, t, lambda p: p.update(plan_version=2)))],
-         "plan.json", "plan_version 2 was written by a newer bench"),
-    Case("collect-plan-unversioned", lambda t, r: ["collect", str(_plan_edit(r, t, lambda p: p.pop("plan_version")))],
-         "plan.json", "plan_version required 1, found None"),
+    Case(
+        "status-table-newer",
+        lambda t, r: ["status", str(_jobs_json(r, t, {"table_version": 2, "jobs": {}}))],
+        "jobs.json",
+        "table_version 2 was written by a newer bench; this one reads 1",
+    ),
+    Case(
+        "status-plan-newer",
+        lambda t, r: ["status", str(_plan_edit(r, t, lambda p: p.update(plan_version=2)))],
+        "plan.json",
+        "plan_version 2 was written by a newer bench",
+    ),
+    Case(
+        "collect-plan-unversioned",
+        lambda t, r: ["collect", str(_plan_edit(r, t, lambda p: p.pop("plan_version")))],
+        "plan.json",
+        "plan_version required 1, found None",
+    ),
     Case("collect-job-row-types", lambda t, r: ["collect", str(_jobs_row(r, t, {"state": 3}))], "jobs.json", "state"),
     Case("status-job-row-not-object", lambda t, r: ["status", str(_jobs_row(r, t, None, whole=[1]))], "jobs.json"),
     Case("collect-plan-not-utf8", lambda t, r: ["collect", str(_plan_bytes(r, t, b"\xff"))], "plan.json"),
-    Case("collect-plan-jobs-not-list", lambda t, r: ["collect", str(_plan_edit(r, t, lambda p: p.update(jobs=7)))],
-         "plan.json", "malformed"),
+    Case(
+        "collect-plan-jobs-not-list",
+        lambda t, r: ["collect", str(_plan_edit(r, t, lambda p: p.update(jobs=7)))],
+        "plan.json",
+        "malformed",
+    ),
     Case("collect-non-utf8-dir-name", lambda t, r: ["collect", os.fsdecode(bytes(t) + b"/run-\xff")], "not UTF-8"),
-    Case("plot-truncated-summary", lambda t, r: ["plot", str(_truncated_summary(r, t))], "summary.parquet",
-         "unreadable"),
+    Case(
+        "plot-truncated-summary", lambda t, r: ["plot", str(_truncated_summary(r, t))], "summary.parquet", "unreadable"
+    ),
     Case("plot-no-summary", lambda t, r: ["plot", str(_no_summary(r, t))], "bench collect"),
     # ---- compare
     Case("compare-csv-is-dir", lambda t, r: ["compare", str(r), str(r), "--csv", str(t)], "--csv", "directory"),
-    Case("compare-csv-no-parent", lambda t, r: ["compare", str(r), str(r), "--csv", str(t / "no" / "x.csv")],
-         "no such directory"),
-    Case("compare-csv-block-device", lambda t, r: ["compare", str(r), str(r), "--csv", str(_block_device(t))],
-         "block device"),
-    Case("compare-markdown-dangling-link", lambda t, r: ["compare", str(r), str(r), "--markdown",
-                                                          str(_dangling(t))], "does not exist"),
-    Case("compare-plots-under-a-file", lambda t, r: ["compare", str(r), str(r), "--plots",
-                                                      str(_not_a_dir_parent(t))], "--plots", "not a directory"),
+    Case(
+        "compare-csv-no-parent",
+        lambda t, r: ["compare", str(r), str(r), "--csv", str(t / "no" / "x.csv")],
+        "no such directory",
+    ),
+    Case(
+        "compare-csv-block-device",
+        lambda t, r: ["compare", str(r), str(r), "--csv", str(_block_device(t))],
+        "block device",
+    ),
+    Case(
+        "compare-markdown-dangling-link",
+        lambda t, r: ["compare", str(r), str(r), "--markdown", str(_dangling(t))],
+        "does not exist",
+    ),
+    Case(
+        "compare-plots-under-a-file",
+        lambda t, r: ["compare", str(r), str(r), "--plots", str(_not_a_dir_parent(t))],
+        "--plots",
+        "not a directory",
+    ),
     Case("compare-threshold", lambda t, r: ["compare", str(r), str(r), "--threshold", "lots"], "--threshold"),
     Case("compare-labels", lambda t, r: ["compare", str(r), str(r), "--labels", "one"], "--labels"),
     Case("compare-not-a-run", lambda t, r: ["compare", str(r), str(t)], "plan.json"),
     Case("compare-one-run-no-across", lambda t, r: ["compare", str(r)], "--across"),
     # ---- history
     Case("history-add-no-dir", lambda t, r: ["history", "add", "--cluster", "c", *_db(t)], "run directory"),
-    Case("history-add-db-under-a-file", lambda t, r: ["history", "add", str(r), "--cluster", "c", "--db",
-                                                       str(_not_a_dir_parent(t))], "--db"),
-    Case("history-add-db-is-dir", lambda t, r: ["history", "add", str(r), "--cluster", "c", "--db", str(t)],
-         "is a directory"),
-    Case("history-add-label-control", lambda t, r: ["history", "add", str(r), "--cluster", "c", "--label",
-                                                     "night\x1b[2J\x07", *_db(t)], "--label", "printable"),
-    Case("history-add-cluster-empty", lambda t, r: ["history", "add", str(r), "--cluster", " ", *_db(t)],
-         "--cluster"),
-    Case("history-plot-out-dir", lambda t, r: ["history", "plot", "--cluster", "c", "--out", str(t),
-                                               *_db_with(r, t)], "--out", "directory"),
-    Case("history-plot-out-under-a-file", lambda t, r: ["history", "plot", "--cluster", "c", "--out",
-                                                         str(_not_a_dir_parent(t)), *_db_with(r, t)], "--out"),
+    Case(
+        "history-add-db-under-a-file",
+        lambda t, r: ["history", "add", str(r), "--cluster", "c", "--db", str(_not_a_dir_parent(t))],
+        "--db",
+    ),
+    Case(
+        "history-add-db-is-dir",
+        lambda t, r: ["history", "add", str(r), "--cluster", "c", "--db", str(t)],
+        "is a directory",
+    ),
+    Case(
+        "history-add-label-control",
+        lambda t, r: ["history", "add", str(r), "--cluster", "c", "--label", "night\x1b[2J\x07", *_db(t)],
+        "--label",
+        "printable",
+    ),
+    Case("history-add-cluster-empty", lambda t, r: ["history", "add", str(r), "--cluster", " ", *_db(t)], "--cluster"),
+    Case(
+        "history-plot-out-dir",
+        lambda t, r: ["history", "plot", "--cluster", "c", "--out", str(t), *_db_with(r, t)],
+        "--out",
+        "directory",
+    ),
+    Case(
+        "history-plot-out-under-a-file",
+        lambda t, r: ["history", "plot", "--cluster", "c", "--out", str(_not_a_dir_parent(t)), *_db_with(r, t)],
+        "--out",
+    ),
     Case("history-remove-not-id", lambda t, r: ["history", "remove", "x", *_db(t)], "id"),
-    Case("history-db-not-sqlite", lambda t, r: ["history", "list", "--db", str(_file(t, "h.sqlite", "hello"))],
-         "not a bench history"),
+    Case(
+        "history-db-not-sqlite",
+        lambda t, r: ["history", "list", "--db", str(_file(t, "h.sqlite", "hello"))],
+        "not a bench history",
+    ),
     # ---- regress
-    Case("regress-out-under-a-file", lambda t, r: ["regress", str(r), "--cluster", "c", "--out",
-                                                    str(_not_a_dir_parent(t)), *_db(t)], "--out"),
-    Case("regress-baseline", lambda t, r: ["regress", str(r), "--cluster", "c", "--baseline", "median:1", *_db(t)],
-         "baseline"),
+    Case(
+        "regress-out-under-a-file",
+        lambda t, r: ["regress", str(r), "--cluster", "c", "--out", str(_not_a_dir_parent(t)), *_db(t)],
+        "--out",
+    ),
+    Case(
+        "regress-baseline",
+        lambda t, r: ["regress", str(r), "--cluster", "c", "--baseline", "median:1", *_db(t)],
+        "baseline",
+    ),
     Case("regress-no-history", lambda t, r: ["regress", str(r), "--cluster", "c", *_db(t)], "history"),
     # ---- report
     Case("report-out-dir", lambda t, r: ["report", str(r), "--out", str(t)], "--out", "directory"),
@@ -220,6 +340,7 @@ def _jobs_row(run: Path, tmp: Path, update: dict | None, whole: object = None) -
             t["jobs"][name] = whole
         else:
             t["jobs"][name].update(update)
+
     _edit_json(copy / "jobs.json", edit)
     return copy
 
@@ -296,17 +417,25 @@ def test_the_corpus_covers_every_subcommand():
 
 def test_bench_run_says_why_a_launch_is_unusable():
     """RANK 5 of a world of 2: no rank is trustworthy, so the process says why (it was silent)."""
-    r = bench("run", "allreduce", env={"RANK": "5", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
-                                       "MASTER_PORT": "1"}, check=False)
-    assert r.returncode == 2 and r.stderr.strip() == ("bench run allreduce: error: rank 5 is not below the world "
-                                                      "size 2 (check RANK/SLURM_PROCID)")
+    r = bench(
+        "run",
+        "allreduce",
+        env={"RANK": "5", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"},
+        check=False,
+    )
+    assert r.returncode == 2 and r.stderr.strip() == (
+        "bench run allreduce: error: rank 5 is not below the world size 2 (check RANK/SLURM_PROCID)"
+    )
 
 
-@pytest.mark.parametrize("args,words", [
-    (["-b", "0"], "size '0' must be positive (see bench run allreduce --help)"),
-    (["--link-bytes", "-1"], "--link-bytes"),
-    (["-n", "0"], "--iters must be at least 1"),
-])
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (["-b", "0"], "size '0' must be positive (see bench run allreduce --help)"),
+        (["--link-bytes", "-1"], "--link-bytes"),
+        (["-n", "0"], "--iters must be at least 1"),
+    ],
+)
 def test_bench_run_bad_flags(args, words):
     r = bench("run", "allreduce", *args, "--device", "cpu", check=False)
     assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr
@@ -318,6 +447,7 @@ def test_an_unexpected_error_is_one_line_with_status_70(monkeypatch, capsys):
 
     def boom(args):
         raise KeyError("surprise")
+
     monkeypatch.setattr(cli, "cmd_status", boom)
     monkeypatch.delenv("BENCH_DEBUG", raising=False)
     assert main(["status", "x"]) == 70

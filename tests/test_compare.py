@@ -5,10 +5,10 @@ test_regress_testbed.py; the statistics are checked here against a brute-force r
 from __future__ import annotations
 
 import base64
+import contextlib
 import html.parser
 import io
 import itertools
-import contextlib
 import json
 import math
 import re
@@ -31,6 +31,7 @@ from harness.collect import SUMMARY_VERSION
 
 # --------------------------------------------------------------------------- statistics
 
+
 def brute_force(a: list[float], b: list[float], z: float = 1.959964) -> tuple[float, float, float, float]:
     """Hodges-Lehmann ratio, its CI and the Mann-Whitney p-value, written out the long way."""
     d = sorted(math.log(x) - math.log(y) for x, y in itertools.product(a, b))
@@ -44,22 +45,24 @@ def brute_force(a: list[float], b: list[float], z: float = 1.959964) -> tuple[fl
 
 def test_rate_shift_matches_the_brute_force_reference():
     rng = np.random.default_rng(7)
-    cases = [(rng.lognormal(5, 0.1, 10), rng.lognormal(5.2, 0.1, 10)),   # B slower: ratio ~ 0.82
-             (rng.lognormal(5, 0.1, 10), rng.lognormal(5, 0.1, 10)),     # no change
-             (rng.lognormal(3, 0.2, 7), rng.lognormal(2.5, 0.2, 12)),    # B faster, unequal counts
-             (np.full(5, 100.0), np.full(5, 100.0))]                     # all ties
+    cases = [
+        (rng.lognormal(5, 0.1, 10), rng.lognormal(5.2, 0.1, 10)),  # B slower: ratio ~ 0.82
+        (rng.lognormal(5, 0.1, 10), rng.lognormal(5, 0.1, 10)),  # no change
+        (rng.lognormal(3, 0.2, 7), rng.lognormal(2.5, 0.2, 12)),  # B faster, unequal counts
+        (np.full(5, 100.0), np.full(5, 100.0)),
+    ]  # all ties
     width = max(max(len(a), len(b)) for a, b in cases)
     A = np.full((len(cases), width), np.nan)
     B = np.full((len(cases), width), np.nan)
     for i, (a, b) in enumerate(cases):
-        A[i, :len(a)], B[i, :len(b)] = a, b
+        A[i, : len(a)], B[i, : len(b)] = a, b
     got = stats.rate_shift(A, B, [len(a) for a, _ in cases], [len(b) for _, b in cases])
     for i, (a, b) in enumerate(cases):
         want = brute_force(list(a), list(b))
         assert (got.ratio[i], got.low[i], got.high[i], got.p_value[i]) == pytest.approx(want, rel=1e-9)
-    assert got.p_value[0] < 0.01 and got.high[0] < 1           # slower, significant
+    assert got.p_value[0] < 0.01 and got.high[0] < 1  # slower, significant
     assert got.p_value[1] > 0.05 and got.low[1] < 1 < got.high[1]
-    assert got.p_value[2] < 0.01 and got.low[2] > 1            # faster
+    assert got.p_value[2] < 0.01 and got.low[2] > 1  # faster
     assert got.ratio[3] == 1 and got.p_value[3] == 1
 
 
@@ -70,18 +73,23 @@ def test_rate_shift_leaves_rows_without_samples_undecided():
 
 def test_straggler_rule_needs_most_passes_and_three_nodes():
     hosts = ["h1", "h2", "h3", "h4"]
-    partners = [[3, 2, 1], [2, 3, 0], [1, 0, 3], [0, 1, 2]]   # the probe's round-robin schedule for 4 ranks
+    partners = [[3, 2, 1], [2, 3, 0], [1, 0, 3], [0, 1, 2]]  # the probe's round-robin schedule for 4 ranks
 
     def links(slow: str, slow_passes: list[int]) -> dict:
-        times = [[[10_000.0 if (slow in (hosts[r], hosts[p]) and it in slow_passes) else 1_000.0 for it in range(4)]
-                  for p in partners[r]] for r in range(4)]
+        times = [
+            [
+                [10_000.0 if (slow in (hosts[r], hosts[p]) and it in slow_passes) else 1_000.0 for it in range(4)]
+                for p in partners[r]
+            ]
+            for r in range(4)
+        ]
         return {"partners": partners, "time_us": times, "iters": 4}
 
     named = stragglers.judge("j", hosts, links("h3", [0, 1, 2, 3]))
     assert [s.host for s in named] == ["h3"] and named[0].passes == 4 and named[0].slower == pytest.approx(9)
-    assert stragglers.judge("j", hosts, links("h3", [0, 1])) == []          # 2 of 4 passes: not consistent
+    assert stragglers.judge("j", hosts, links("h3", [0, 1])) == []  # 2 of 4 passes: not consistent
     two = {"partners": [[1], [0]], "time_us": [[[9e4] * 4], [[9e4] * 4]], "iters": 4}
-    assert stragglers.judge("j", ["h1", "h2"], two) == []                  # which end is slow? cannot say
+    assert stragglers.judge("j", ["h1", "h2"], two) == []  # which end is slow? cannot say
 
 
 def test_pair_schedule_meets_every_pair_once():
@@ -100,9 +108,19 @@ def test_pair_schedule_meets_every_pair_once():
 
 # --------------------------------------------------------------------------- a real run
 
+
 def test_a_run_against_itself_changes_nothing(real_run, tmp_path):
-    r = bench("compare", str(real_run), str(real_run), "--csv", str(tmp_path / "c.csv"),
-              "--markdown", str(tmp_path / "c.md"), "--plots", str(tmp_path / "plots"))
+    r = bench(
+        "compare",
+        str(real_run),
+        str(real_run),
+        "--csv",
+        str(tmp_path / "c.csv"),
+        "--markdown",
+        str(tmp_path / "c.md"),
+        "--plots",
+        str(tmp_path / "plots"),
+    )
     assert "Mann-Whitney" in r.stdout and "0 failed, 0 slower, 0 cannot judge, 0 faster" in r.stdout, r.describe()
     import pandas as pd
 
@@ -125,8 +143,9 @@ def test_a_slower_copy_is_slower_and_worst_first(real_run, tmp_path):
     assert cmp.table["ratio"].to_numpy() == pytest.approx(1 / factor)
     assert (cmp.table["ci_high"] < 1).all() and (cmp.table["p_value"] < 0.05).all()
     r = bench("compare", str(real_run), str(slow), "--labels", "before,after", "--threshold", "99.99%")
-    assert factor < 1e4 and "0 slower, 0 cannot judge, 0 faster, 5 no significant change" in r.stdout, \
-        r.describe()  # under threshold
+    assert factor < 1e4 and "0 slower, 0 cannot judge, 0 faster, 5 no significant change" in r.stdout, (
+        r.describe()
+    )  # under threshold
     assert "after against before" in r.stdout
 
 
@@ -137,12 +156,15 @@ def test_keys_in_one_run_only(real_run, tmp_path):
     keep = pa.compute.not_equal(summary.column("job"), "n2-g1-torchrun-default")
     pq.write_table(summary.filter(keep), other / "summary.parquet")
     r = bench("compare", str(real_run), str(other))
-    assert re.search(r"failed .* allreduce all_reduce 64K, 2x1, torchrun, default .* absent from other", r.stdout), \
+    assert re.search(r"failed .* allreduce all_reduce 64K, 2x1, torchrun, default .* absent from other", r.stdout), (
         r.describe()
+    )
     assert "4 failed, 0 slower" in r.stdout, r.describe()
     back = bench("compare", str(other), str(real_run))
-    assert re.search(r"only completed in run: 4 keys: allreduce all_reduce 64K, 2x1, torchrun, default \(absent in other",
-                     back.stdout), back.describe()
+    assert re.search(
+        r"only completed in run: 4 keys: allreduce all_reduce 64K, 2x1, torchrun, default \(absent in other",
+        back.stdout,
+    ), back.describe()
 
 
 def test_environment_differences_are_warned(real_run, tmp_path):
@@ -155,10 +177,11 @@ def test_environment_differences_are_warned(real_run, tmp_path):
         data["environment"]["torch"] = "2.0.0+cu118"
         data["environment"]["cuda"] = "11.8"
         path.write_text(json.dumps(data))
-    bench("collect", str(other))   # collect records the environment in the summary
+    bench("collect", str(other))  # collect records the environment in the summary
     r = bench("compare", str(real_run), str(other))
-    assert re.search(r"warning: The environments differ:\n  torch: \S+ vs 2\.0\.0\+cu118\n  CUDA: \S+ vs 11\.8", r.stdout), \
-        r.describe()
+    assert re.search(
+        r"warning: The environments differ:\n  torch: \S+ vs 2\.0\.0\+cu118\n  CUDA: \S+ vs 11\.8", r.stdout
+    ), r.describe()
 
 
 def _not_a_run(real_run, tmp_path):
@@ -173,26 +196,44 @@ def _no_summary(real_run, tmp_path):
 
 
 def _every_reader(good, bad, db):
-    return [["compare", str(good), str(bad)], ["history", "add", str(bad), "--cluster", "c", "--db", str(db)],
-            ["regress", str(bad), "--cluster", "c", "--db", str(db)], ["report", str(bad)]]
+    return [
+        ["compare", str(good), str(bad)],
+        ["history", "add", str(bad), "--cluster", "c", "--db", str(db)],
+        ["regress", str(bad), "--cluster", "c", "--db", str(db)],
+        ["report", str(bad)],
+    ]
 
 
 def _compare_only(good, bad, db):
     return [["compare", str(good), str(bad)]]
 
 
-@pytest.mark.parametrize("make,want,commands", [
-    pytest.param(_not_a_run, "not a run directory (no plan.json)", _every_reader, id="not a run"),
-    pytest.param(_no_summary, "no summary.parquet; run `bench collect", _every_reader, id="no summary"),
-    pytest.param(lambda run, tmp: copy_run(run, tmp / "bad", drop="busbw_gbps"), "summary lacks column busbw_gbps",
-                 _every_reader, id="missing column"),
-    pytest.param(lambda run, tmp: copy_run(run, tmp / "bad", version=1),
-                 f"summary schema_version 1 is older than this bench's {SUMMARY_VERSION}", _every_reader,
-                 id="old schema"),
-    # a run with no key in common with the other is a comparison's problem only
-    pytest.param(lambda run, tmp: copy_run(run, tmp / "bad", launcher="srun"), "no completed key in common",
-                 _compare_only, id="no common key"),
-])
+@pytest.mark.parametrize(
+    "make,want,commands",
+    [
+        pytest.param(_not_a_run, "not a run directory (no plan.json)", _every_reader, id="not a run"),
+        pytest.param(_no_summary, "no summary.parquet; run `bench collect", _every_reader, id="no summary"),
+        pytest.param(
+            lambda run, tmp: copy_run(run, tmp / "bad", drop="busbw_gbps"),
+            "summary lacks column busbw_gbps",
+            _every_reader,
+            id="missing column",
+        ),
+        pytest.param(
+            lambda run, tmp: copy_run(run, tmp / "bad", version=1),
+            f"summary schema_version 1 is older than this bench's {SUMMARY_VERSION}",
+            _every_reader,
+            id="old schema",
+        ),
+        # a run with no key in common with the other is a comparison's problem only
+        pytest.param(
+            lambda run, tmp: copy_run(run, tmp / "bad", launcher="srun"),
+            "no completed key in common",
+            _compare_only,
+            id="no common key",
+        ),
+    ],
+)
 def test_bad_runs_are_refused_with_one_line(real_run, tmp_path, make, want, commands):
     db = tmp_path / "history.sqlite"
     bad = make(real_run, tmp_path)
@@ -200,7 +241,7 @@ def test_bad_runs_are_refused_with_one_line(real_run, tmp_path, make, want, comm
         r = bench(*args, check=False)
         assert r.returncode == 2 and want in r.stderr, r.describe()
         assert len(r.stderr.strip().splitlines()) == 1, r.describe()
-    assert not db.exists()                       # nothing written to the history
+    assert not db.exists()  # nothing written to the history
     assert not (bad / "regress").exists() and not (bad / "report.html").exists()
 
 
@@ -224,17 +265,22 @@ def test_history_add_list_plot_and_duplicates(real_run, tmp_path):
     Image.open(out).verify()
     con = sqlite3.connect(db)
     series = {s for (s,) in con.execute("SELECT series FROM points WHERE run_id = 1")}
-    assert series == {"all_reduce 2x1 torchrun default", "synthetic-weak 1x1 torchrun default",
-                      "synthetic-weak 2x1 torchrun default"}
+    assert series == {
+        "all_reduce 2x1 torchrun default",
+        "synthetic-weak 1x1 torchrun default",
+        "synthetic-weak 2x1 torchrun default",
+    }
 
 
 def test_output_paths_that_are_files_are_refused(real_run, tmp_path):
     a_file = tmp_path / "file"
     a_file.write_text("keep me\n")
     db = tmp_path / "history.sqlite"
-    for args, want in ((["compare", str(real_run), str(real_run), "--plots", str(a_file)], "--plots"),
-                       (["regress", str(real_run), "--cluster", "lab", "--db", str(db), "--out", str(a_file)], "--out"),
-                       (["compare", str(real_run), str(real_run), "--csv", str(tmp_path)], "--csv")):
+    for args, want in (
+        (["compare", str(real_run), str(real_run), "--plots", str(a_file)], "--plots"),
+        (["regress", str(real_run), "--cluster", "lab", "--db", str(db), "--out", str(a_file)], "--out"),
+        (["compare", str(real_run), str(real_run), "--csv", str(tmp_path)], "--csv"),
+    ):
         r = bench(*args, check=False)
         assert r.returncode == 2 and f"{want} " in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.describe()
     assert a_file.read_text() == "keep me\n" and not db.exists()
@@ -246,6 +292,7 @@ def _history_of(cluster):
         plan = other / "plan.json"
         plan.write_text(plan.read_text().replace('"created": "', '"created": "0', 1))
         bench("history", "add", str(other), "--cluster", cluster, "--db", str(db))
+
     return make
 
 
@@ -266,18 +313,37 @@ def _locked(db):
 REGRESS = ["regress", "RUN", "--cluster", "lab"]
 
 
-@pytest.mark.parametrize("make,args,hold,want", [
-    pytest.param(None, REGRESS, False, "no history database", id="absent"),
-    pytest.param(lambda db, run, tmp: db.write_bytes(b""), REGRESS, False, "the history is empty", id="empty"),
-    pytest.param(lambda db, run, tmp: db.write_text("this is not a database\n" * 100), REGRESS, False,
-                 "not a bench history database", id="not sqlite"),
-    pytest.param(_history_of("lab"), ["history", "add", "RUN", "--cluster", "lab"], True,
-                 "locked by another process", id="locked"),
-    pytest.param(_history_of("elsewhere"), REGRESS, False, "no run of cluster 'lab' to use as baseline",
-                 id="other cluster"),
-    pytest.param(_history_of("lab"), [*REGRESS, "--baseline", "median:x"], False,
-                 "--baseline 'median:x': K must be a whole number", id="bad baseline"),
-])
+@pytest.mark.parametrize(
+    "make,args,hold,want",
+    [
+        pytest.param(None, REGRESS, False, "no history database", id="absent"),
+        pytest.param(lambda db, run, tmp: db.write_bytes(b""), REGRESS, False, "the history is empty", id="empty"),
+        pytest.param(
+            lambda db, run, tmp: db.write_text("this is not a database\n" * 100),
+            REGRESS,
+            False,
+            "not a bench history database",
+            id="not sqlite",
+        ),
+        pytest.param(
+            _history_of("lab"),
+            ["history", "add", "RUN", "--cluster", "lab"],
+            True,
+            "locked by another process",
+            id="locked",
+        ),
+        pytest.param(
+            _history_of("elsewhere"), REGRESS, False, "no run of cluster 'lab' to use as baseline", id="other cluster"
+        ),
+        pytest.param(
+            _history_of("lab"),
+            [*REGRESS, "--baseline", "median:x"],
+            False,
+            "--baseline 'median:x': K must be a whole number",
+            id="bad baseline",
+        ),
+    ],
+)
 def test_bad_history_is_refused_with_one_line(real_run, tmp_path, make, args, hold, want):
     db = tmp_path / "history.sqlite"
     if make:
@@ -294,43 +360,91 @@ def test_bad_history_is_refused_with_one_line(real_run, tmp_path, make, args, ho
 
 def test_regress_outputs_for_ci(real_run, tmp_path):
     db = tmp_path / "history.sqlite"
-    base = copy_run(real_run, tmp_path / "base", time_factor=1 / separating(real_run))   # a much faster baseline
+    base = copy_run(real_run, tmp_path / "base", time_factor=1 / separating(real_run))  # a much faster baseline
     plan = base / "plan.json"
     plan.write_text(plan.read_text().replace('"created": "', '"created": "0', 1))
     bench("history", "add", str(base), "--cluster", "lab", "--label", "good", "--db", str(db))
     out = tmp_path / "out"
-    r = bench("regress", str(real_run), "--cluster", "lab", "--db", str(db), "--baseline", "label:good",
-              "--out", str(out), check=False)
-    assert r.returncode == 1 and ("REGRESSION: 5 regressions, 0 failed keys, 0 cannot judge, 0 improvements, "
-                                  "0 unchanged of 5") in r.stderr, r.describe()
+    r = bench(
+        "regress",
+        str(real_run),
+        "--cluster",
+        "lab",
+        "--db",
+        str(db),
+        "--baseline",
+        "label:good",
+        "--out",
+        str(out),
+        check=False,
+    )
+    assert (
+        r.returncode == 1
+        and ("REGRESSION: 5 regressions, 0 failed keys, 0 cannot judge, 0 improvements, 0 unchanged of 5") in r.stderr
+    ), r.describe()
     report = (out / "report.md").read_text()
-    assert report.index("## Slower (regressions): 5") < report.index("## Faster (improvements): 0") \
+    assert (
+        report.index("## Slower (regressions): 5")
+        < report.index("## Faster (improvements): 0")
         < report.index("## No significant change: 0")
+    )
     # one test case per configuration: the 2-node all-reduce curve (3 sizes) and two training rows
     suite = ET.parse(out / "junit.xml").getroot().find("testsuite")
     assert suite.get("tests") == "3" and suite.get("failures") == "3"
     curve = suite.find("testcase[@name='busbw_gbps[allreduce all_reduce, 2x1, torchrun, default]']")
     assert curve.find("failure").get("type") == "regression"
     assert re.fullmatch(r"regression: (\d+[KM] -\d+\.\d%(, )?){3}", curve.find("failure").get("message"))
-    assert not (out / "benchmark.json").exists()              # opt-in
-    r = bench("regress", str(real_run), "--cluster", "lab", "--db", str(db), "--baseline", "label:good",
-              "--out", str(out), "--benchmark-json", check=False)
+    assert not (out / "benchmark.json").exists()  # opt-in
+    r = bench(
+        "regress",
+        str(real_run),
+        "--cluster",
+        "lab",
+        "--db",
+        str(db),
+        "--baseline",
+        "label:good",
+        "--out",
+        str(out),
+        "--benchmark-json",
+        check=False,
+    )
     doc = json.loads((out / "benchmark.json").read_text())
-    assert {b["name"] for b in doc["benchmarks"]} >= {"all_reduce-1M[2x1-torchrun-default]",
-                                                      "synthetic-weak[1x1-torchrun-default]"}
+    assert {b["name"] for b in doc["benchmarks"]} >= {
+        "all_reduce-1M[2x1-torchrun-default]",
+        "synthetic-weak[1x1-torchrun-default]",
+    }
     one = next(b for b in doc["benchmarks"] if b["name"] == "all_reduce-1M[2x1-torchrun-default]")
     assert one["stats"]["rounds"] == 10 and 0 < one["stats"]["min"] <= one["stats"]["median"] <= one["stats"]["max"]
     # pytest-benchmark itself reads it
     shutil.copy(out / "benchmark.json", tmp_path / "0001_run.json")
-    listed = run([sys.executable, "-m", "pytest_benchmark", "compare", str(tmp_path / "0001_run.json"),
-                  "--columns", "min,median,rounds"])
+    listed = run(
+        [
+            sys.executable,
+            "-m",
+            "pytest_benchmark",
+            "compare",
+            str(tmp_path / "0001_run.json"),
+            "--columns",
+            "min,median,rounds",
+        ]
+    )
     assert "all_reduce-1M[2x1-torchrun-default]" in listed.stdout, listed.describe()
     for how in ("last", "best", "median:3", None):
-        again = bench("regress", str(real_run), "--cluster", "lab", "--db", str(db),
-                      *(("--baseline", how) if how else ()), "--out", str(tmp_path / str(how).replace(":", "")),
-                      check=False)
+        again = bench(
+            "regress",
+            str(real_run),
+            "--cluster",
+            "lab",
+            "--db",
+            str(db),
+            *(("--baseline", how) if how else ()),
+            "--out",
+            str(tmp_path / str(how).replace(":", "")),
+            check=False,
+        )
         assert again.returncode == 1, again.describe()
-        if how is None:   # one history run: fewer than the default median:5 asks, so each key is judged within it
+        if how is None:  # one history run: fewer than the default median:5 asks, so each key is judged within it
             assert "5 of 5 keys have fewer than 5 usable runs in the history" in again.stdout, again.describe()
 
 
@@ -356,8 +470,8 @@ def test_report_is_self_contained(real_run, tmp_path):
     text = out.read_text()
     parser = _Images()
     parser.feed(text)
-    assert parser.links == []                                  # nothing to fetch: opens offline
-    assert len(parser.sources) >= 4                            # scaling, busbw, and the two comparison plots
+    assert parser.links == []  # nothing to fetch: opens offline
+    assert len(parser.sources) >= 4  # scaling, busbw, and the two comparison plots
     for src in parser.sources:
         assert src.startswith("data:image/png;base64,")
         img = Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1])))

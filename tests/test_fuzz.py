@@ -25,15 +25,45 @@ sys.path.insert(0, str(Path(__file__).parent / "perf"))
 from fixtures import make_run
 
 LOCAL = yaml.safe_load((SWEEPS / "local.yaml").read_text())
-FUZZ = settings(max_examples=int(os.environ.get("BENCH_FUZZ_EXAMPLES", "150")), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    max_examples=int(os.environ.get("BENCH_FUZZ_EXAMPLES", "150")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 _counter = itertools.count()
 
-scalars = (st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() | st.text(max_size=12)
-           | st.sampled_from(["8", "64M", "0", "-5", ".nan", "weak", "all_reduce", "torchrun", "$(id)", "a\nb",
-                              "ON", "powers_of_two", "x" * 300]))
-values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4)
-                      | st.dictionaries(st.text(max_size=8) | st.booleans() | st.integers(), inner, max_size=4),
-                      max_leaves=12)
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats()
+    | st.text(max_size=12)
+    | st.sampled_from(
+        [
+            "8",
+            "64M",
+            "0",
+            "-5",
+            ".nan",
+            "weak",
+            "all_reduce",
+            "torchrun",
+            "$(id)",
+            "a\nb",
+            "ON",
+            "powers_of_two",
+            "x" * 300,
+        ]
+    )
+)
+values = st.recursive(
+    scalars,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(st.text(max_size=8) | st.booleans() | st.integers(), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
 
 
 def _paths(tree, prefix=()):
@@ -94,11 +124,14 @@ def test_any_text_as_a_sweep_file(tmp_path, capsys, text):
 
 @pytest.mark.slow
 @FUZZ
-@given(key=st.sampled_from([".".join(p) for p in SWEEP_PATHS]) | st.text(max_size=20),
-       raw=st.text(max_size=40) | st.sampled_from(["[1, 2]", "{a: 1}", "&a [*a]", ".inf", "null", "-1", "1e400"]))
+@given(
+    key=st.sampled_from([".".join(p) for p in SWEEP_PATHS]) | st.text(max_size=20),
+    raw=st.text(max_size=40) | st.sampled_from(["[1, 2]", "{a: 1}", "&a [*a]", ".inf", "null", "-1", "1e400"]),
+)
 def test_any_override(tmp_path, capsys, key, raw):
-    status, err = _bench_sweep(tmp_path, SWEEPS / "local.yaml", "--max-nodes", "2", "--set", f"{key}={raw}",
-                               capsys=capsys)
+    status, err = _bench_sweep(
+        tmp_path, SWEEPS / "local.yaml", "--max-nodes", "2", "--set", f"{key}={raw}", capsys=capsys
+    )
     _one_line_or_success(status, err)
 
 
@@ -140,8 +173,11 @@ def test_any_result_file_is_collected_or_left_out(one_job_run, data):
 
 @pytest.mark.slow
 @FUZZ
-@given(doc=values | st.fixed_dictionaries({"jobs": values}) | st.fixed_dictionaries(
-    {"jobs": st.dictionaries(st.just("n1-g8-torchrun-s0"), values)}))
+@given(
+    doc=values
+    | st.fixed_dictionaries({"jobs": values})
+    | st.fixed_dictionaries({"jobs": st.dictionaries(st.just("n1-g8-torchrun-s0"), values)})
+)
 def test_any_job_table_reads_or_is_refused(one_job_run, doc):
     table_file = one_job_run.table_file
     good = table_file.read_text()

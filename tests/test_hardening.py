@@ -79,8 +79,13 @@ def test_dev_stdout_goes_to_stdout_and_its_redirect_is_kept(real_run, tmp_path, 
     expected = _csv_of(real_run, capsys)
     out = tmp_path / "out.txt"
     with open(out, "w") as f:
-        p = subprocess.run([sys.executable, "-m", "harness.cli", "compare", str(real_run), str(real_run),
-                            "--csv", "/dev/stdout"], stdout=f, stderr=subprocess.PIPE, text=True, timeout=300)
+        p = subprocess.run(
+            [sys.executable, "-m", "harness.cli", "compare", str(real_run), str(real_run), "--csv", "/dev/stdout"],
+            stdout=f,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=300,
+        )
         inode = os.fstat(f.fileno()).st_ino
     assert p.returncode == 0, p.stderr
     text = out.read_text()
@@ -90,8 +95,10 @@ def test_dev_stdout_goes_to_stdout_and_its_redirect_is_kept(real_run, tmp_path, 
 
 @pytest.mark.slow
 def test_report_and_history_plot_write_through_links(real_run, tmp_path, capsys):
-    for args, name in ((["report", str(real_run)], "report.html"),
-                       (["history", "plot", "--cluster", "c", "--db", str(tmp_path / "h.sqlite")], "history.png")):
+    for args, name in (
+        (["report", str(real_run)], "report.html"),
+        (["history", "plot", "--cluster", "c", "--db", str(tmp_path / "h.sqlite")], "history.png"),
+    ):
         if args[0] == "history":
             assert main(["history", "add", str(real_run), "--cluster", "c", "--db", str(tmp_path / "h.sqlite")]) == 0
         target, link = tmp_path / f"real-{name}", tmp_path / name
@@ -107,17 +114,42 @@ def test_files_honour_the_umask(tmp_path):
     """Every file a sweep writes has 0666 less the umask, as open(2) gives: with umask 027 the
     group can read plan.json, summary.csv and the results, and others cannot."""
     out = tmp_path / "run"
-    code = ("import os, sys; os.umask(0o027); from harness.cli import main; "
-            "sys.exit(main(sys.argv[1:]))")
-    p = subprocess.run([sys.executable, "-c", code, "sweep", str(SWEEPS / "local.yaml"), "--executor", "local",
-                        "--out", str(out), "--max-nodes", "1", "--set", "gpus_per_node=[1]",
-                        "--set", "workloads.allreduce.max_bytes=64K", "--set", "workloads.synthetic.steps=2",
-                        "--set", "workloads.synthetic.warmup_steps=1", "--set", "workloads.synthetic.scaling=[weak]",
-                        "--set", "workloads.real=false"], capture_output=True, text=True, timeout=600)
+    code = "import os, sys; os.umask(0o027); from harness.cli import main; sys.exit(main(sys.argv[1:]))"
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code,
+            "sweep",
+            str(SWEEPS / "local.yaml"),
+            "--executor",
+            "local",
+            "--out",
+            str(out),
+            "--max-nodes",
+            "1",
+            "--set",
+            "gpus_per_node=[1]",
+            "--set",
+            "workloads.allreduce.max_bytes=64K",
+            "--set",
+            "workloads.synthetic.steps=2",
+            "--set",
+            "workloads.synthetic.warmup_steps=1",
+            "--set",
+            "workloads.synthetic.scaling=[weak]",
+            "--set",
+            "workloads.real=false",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     files = [f for f in out.rglob("*") if f.is_file() and not f.is_symlink() and f.name != ".lock"]
-    assert {"plan.json", "jobs.json", "summary.csv", "summary.parquet", "samples.parquet", "allreduce.json"} <= \
-        {f.name for f in files}
+    assert {"plan.json", "jobs.json", "summary.csv", "summary.parquet", "samples.parquet", "allreduce.json"} <= {
+        f.name for f in files
+    }
     modes = {str(f.relative_to(out)): oct(stat.S_IMODE(f.stat().st_mode)) for f in files}
     assert set(modes.values()) == {"0o640"}, modes
 
@@ -133,8 +165,9 @@ def test_two_sweeps_into_one_directory(tmp_path):
     fd = os.open(out / ".lock", os.O_CREAT | os.O_RDWR)
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
-        r = bench("sweep", str(SWEEPS / "local.yaml"), "--dry-run", "--executor", "local", "--out", str(out),
-                  check=False)
+        r = bench(
+            "sweep", str(SWEEPS / "local.yaml"), "--dry-run", "--executor", "local", "--out", str(out), check=False
+        )
     finally:
         os.close(fd)
     assert r.returncode == 2 and r.stderr.strip() == f"bench sweep: error: {out} is in use by another bench process"
@@ -142,21 +175,22 @@ def test_two_sweeps_into_one_directory(tmp_path):
     # once free, the first sweep claims it; a second one, of another sweep, is refused after it
     bench("sweep", str(SWEEPS / "local.yaml"), "--dry-run", "--executor", "local", "--out", str(out))
     plan = (out / "plan.json").read_bytes()
-    r = bench("sweep", str(SWEEPS / "default.yaml"), "--dry-run", "--executor", "slurm", "--out", str(out),
-              check=False)
+    r = bench("sweep", str(SWEEPS / "default.yaml"), "--dry-run", "--executor", "slurm", "--out", str(out), check=False)
     assert r.returncode == 2 and "already holds a run" in r.stderr
     assert (out / "plan.json").read_bytes() == plan
 
 
 def test_a_directory_that_is_not_empty_is_not_a_run_directory(tmp_path):
     (tmp_path / "precious.txt").write_text("keep")
-    r = bench("sweep", str(SWEEPS / "local.yaml"), "--dry-run", "--executor", "local", "--out", str(tmp_path),
-              check=False)
+    r = bench(
+        "sweep", str(SWEEPS / "local.yaml"), "--dry-run", "--executor", "local", "--out", str(tmp_path), check=False
+    )
     assert r.returncode == 2 and "not empty" in r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["precious.txt"]
 
 
 # --------------------------------------------------------------------------- foreign results
+
 
 def _tamper(run: Path, tmp: Path, name: str, edit) -> Path:
     copy = tmp / name
@@ -169,15 +203,18 @@ def _tamper(run: Path, tmp: Path, name: str, edit) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name,edit,words", [
-    ("world-size", lambda d, c: d.update(world_size=1), "world size is 1, but job n2-"),
-    ("workload", lambda d, c: d.update(workload="synthetic"), "workload is 'synthetic', not 'allreduce'"),
-    ("other-job", lambda d, c: d.update(argv=[a.replace("n2-", "n1-") for a in d["argv"]]), "it was written as"),
-    ("rows-empty", lambda d, c: d.update(rows=[]), "incomplete result (IndexError"),
-    ("environment-null", lambda d, c: d.update(environment=None), "incomplete result (TypeError"),
-    ("hosts-not-names", lambda d, c: d["environment"].update(hosts=[1, 2]), "not a list of host names"),
-    ("schema", lambda d, c: d.update(schema_version=99), "schema_version required 1, found 99"),
-])
+@pytest.mark.parametrize(
+    "name,edit,words",
+    [
+        ("world-size", lambda d, c: d.update(world_size=1), "world size is 1, but job n2-"),
+        ("workload", lambda d, c: d.update(workload="synthetic"), "workload is 'synthetic', not 'allreduce'"),
+        ("other-job", lambda d, c: d.update(argv=[a.replace("n2-", "n1-") for a in d["argv"]]), "it was written as"),
+        ("rows-empty", lambda d, c: d.update(rows=[]), "incomplete result (IndexError"),
+        ("environment-null", lambda d, c: d.update(environment=None), "incomplete result (TypeError"),
+        ("hosts-not-names", lambda d, c: d["environment"].update(hosts=[1, 2]), "not a list of host names"),
+        ("schema", lambda d, c: d.update(schema_version=99), "schema_version required 1, found 99"),
+    ],
+)
 def test_a_result_that_is_not_its_jobs_is_left_out_with_a_warning(real_run, tmp_path, name, edit, words):
     result = _tamper(real_run, tmp_path, name, edit)
     run = result.parent.parent.parent
@@ -194,31 +231,44 @@ def test_a_result_that_is_not_its_jobs_is_left_out_with_a_warning(real_run, tmp_
 
 # --------------------------------------------------------------------------- secrets
 
-@pytest.mark.parametrize("name,value,kept", [
-    ("NCCL_IB_PKEY", "0x8001", "0x8001"),                         # a partition key, not a secret
-    ("NCCL_SOCKET_IFNAME", "ib0", "ib0"),
-    ("TORCH_DIST_URL", "tcp://admin:p4ss@host:29500", "tcp://<redacted>@host:29500"),
-    ("NCCL_NET_PLUGIN_URL", "https://u:tok@example.org/x@y", "https://<redacted>@example.org/x@y"),
-    ("GIT_CREDENTIAL", "x", "<redacted>"),
-    ("GIT_CREDENTIALS", "x", "<redacted>"),
-    ("X_AUTH_HEADER", "x", "<redacted>"),
-    ("SESSION_COOKIE", "x", "<redacted>"),
-    ("HF_TOKEN", "x", "<redacted>"),
-    ("AWS_SECRET_ACCESS_KEY", "x", "<redacted>"),
-    ("TORCH_HEADER", "Bearer abcdefghijklmnop", "<redacted>"),
-    ("TORCH_HUB", "hf_abcdefghijklmnopqrstuvwxyz", "<redacted>"),
-])
+
+@pytest.mark.parametrize(
+    "name,value,kept",
+    [
+        ("NCCL_IB_PKEY", "0x8001", "0x8001"),  # a partition key, not a secret
+        ("NCCL_SOCKET_IFNAME", "ib0", "ib0"),
+        ("TORCH_DIST_URL", "tcp://admin:p4ss@host:29500", "tcp://<redacted>@host:29500"),
+        ("NCCL_NET_PLUGIN_URL", "https://u:tok@example.org/x@y", "https://<redacted>@example.org/x@y"),
+        ("GIT_CREDENTIAL", "x", "<redacted>"),
+        ("GIT_CREDENTIALS", "x", "<redacted>"),
+        ("X_AUTH_HEADER", "x", "<redacted>"),
+        ("SESSION_COOKIE", "x", "<redacted>"),
+        ("HF_TOKEN", "x", "<redacted>"),
+        ("AWS_SECRET_ACCESS_KEY", "x", "<redacted>"),
+        ("TORCH_HEADER", "Bearer abcdefghijklmnop", "<redacted>"),
+        ("TORCH_HUB", "hf_abcdefghijklmnopqrstuvwxyz", "<redacted>"),
+    ],
+)
 def test_redaction_by_name_and_by_content(name, value, kept):
     assert redacted(name, value) == kept
     assert secret_name(name) == (value == "x")  # the ones redacted whole are those named as secrets
 
 
 def test_captured_variables_never_carry_a_secret():
-    env = {"NCCL_IB_PKEY": "0x8001", "TORCH_DIST_URL": "tcp://admin:p4ss@host", "NCCL_X_CREDENTIAL": "c",
-           "HOME": "/root", "SLURM_JOB_ID": "7"}
+    env = {
+        "NCCL_IB_PKEY": "0x8001",
+        "TORCH_DIST_URL": "tcp://admin:p4ss@host",
+        "NCCL_X_CREDENTIAL": "c",
+        "HOME": "/root",
+        "SLURM_JOB_ID": "7",
+    }
     got = captured_variables(env)
-    assert got == {"NCCL_IB_PKEY": "0x8001", "NCCL_X_CREDENTIAL": "<redacted>", "SLURM_JOB_ID": "7",
-                   "TORCH_DIST_URL": "tcp://<redacted>@host"}
+    assert got == {
+        "NCCL_IB_PKEY": "0x8001",
+        "NCCL_X_CREDENTIAL": "<redacted>",
+        "SLURM_JOB_ID": "7",
+        "TORCH_DIST_URL": "tcp://<redacted>@host",
+    }
     assert "p4ss" not in json.dumps(got)
 
 
@@ -230,10 +280,26 @@ def test_a_passed_through_secret_reaches_the_job_and_no_file(tmp_path):
     sweep = tmp_path / "s.yaml"
     sweep.write_text((SWEEPS / "local.yaml").read_text() + "env_passthrough: [NCCL_TEST_PASSWORD]\n")
     out = tmp_path / "run"
-    bench("sweep", str(sweep), "--executor", "local", "--out", str(out), "--max-nodes", "1",
-          "--set", "gpus_per_node=[1]", "--set", "workloads.allreduce.max_bytes=64K",
-          "--set", "workloads.synthetic=false", "--set", "workloads.real=false",
-          env={"NCCL_TEST_PASSWORD": secret}, timeout=600)
+    bench(
+        "sweep",
+        str(sweep),
+        "--executor",
+        "local",
+        "--out",
+        str(out),
+        "--max-nodes",
+        "1",
+        "--set",
+        "gpus_per_node=[1]",
+        "--set",
+        "workloads.allreduce.max_bytes=64K",
+        "--set",
+        "workloads.synthetic=false",
+        "--set",
+        "workloads.real=false",
+        env={"NCCL_TEST_PASSWORD": secret},
+        timeout=600,
+    )
     result = json.loads(next(out.glob("jobs/*/allreduce.json")).read_text())
     assert result["environment"]["variables"]["NCCL_TEST_PASSWORD"] == "<redacted>"  # it reached the rank
     plan = json.loads((out / "plan.json").read_text())
@@ -245,6 +311,7 @@ def test_a_passed_through_secret_reaches_the_job_and_no_file(tmp_path):
 
 # --------------------------------------------------------------------------- odd names and values that must work
 
+
 @pytest.mark.slow
 def test_labels_with_mathtext_are_drawn_as_text(real_run, tmp_path, capsys):
     """matplotlib parses `$...$` as mathtext and fails at draw time on `a$\\frac{x$`."""
@@ -252,8 +319,9 @@ def test_labels_with_mathtext_are_drawn_as_text(real_run, tmp_path, capsys):
     shutil.copytree(real_run, other)
     plots, html = tmp_path / "plots", tmp_path / "r.html"
     labels = "a$\\frac{x$,b$_"
-    assert main(["compare", str(real_run), str(other), "--labels", labels, "--plots", str(plots)]) == 0, \
+    assert main(["compare", str(real_run), str(other), "--labels", labels, "--plots", str(plots)]) == 0, (
         capsys.readouterr().err
+    )
     assert sorted(p.name for p in plots.glob("*.png")) == ["compare_busbw.png", "compare_scaling.png"]
     assert main(["report", str(real_run), "--compare", str(other), "--labels", labels, "--out", str(html)]) == 0
     assert "a$\\frac{x$" in html.read_text()
@@ -281,8 +349,27 @@ def test_junit_stays_xml_with_control_characters_in_names(real_run, tmp_path, ca
 def test_link_bytes_0_turns_the_probe_off(tmp_path):
     """The README's `link_bytes: 0`, which every job failed on: the workload runs, probe off."""
     out = tmp_path / "r.json"
-    bench("run", "allreduce", "--nproc", "2", "--device", "cpu", "-b", "1K", "-e", "4K", "-n", "2", "-w", "1",
-          "--link-bytes", "0", "--json", str(out), timeout=300)
+    bench(
+        "run",
+        "allreduce",
+        "--nproc",
+        "2",
+        "--device",
+        "cpu",
+        "-b",
+        "1K",
+        "-e",
+        "4K",
+        "-n",
+        "2",
+        "-w",
+        "1",
+        "--link-bytes",
+        "0",
+        "--json",
+        str(out),
+        timeout=300,
+    )
     result = json.loads(out.read_text())
     assert result["params"]["link_bytes"] == 0 and result["rows"]
     per_rank = json.loads((tmp_path / "r.ranks.json").read_text())

@@ -11,14 +11,7 @@ import torch
 
 from benchmarks.allreduce import CollectiveRun, bus_factor, message_sizes
 from benchmarks.catalog import COLLECTIVES
-from benchmarks.common import (
-    UsageError,
-    captured_variables,
-    detect_launch,
-    format_size,
-    parse_size,
-    percentile,
-)
+from benchmarks.common import UsageError, captured_variables, detect_launch, format_size, parse_size, percentile
 from harness.collect import COLUMNS, add_scaling
 
 
@@ -37,8 +30,10 @@ def test_bus_factor_examples():
     assert bus_factor("all_gather", 4) == 0.75
 
 
-@pytest.mark.parametrize("text,value", [("8", 8), ("1K", 1024), ("64M", 64 * 2**20), ("1G", 2**30),
-                                        ("128m", 128 * 2**20), ("4KB", 4096), (512, 512)])
+@pytest.mark.parametrize(
+    "text,value",
+    [("8", 8), ("1K", 1024), ("64M", 64 * 2**20), ("1G", 2**30), ("128m", 128 * 2**20), ("4KB", 4096), (512, 512)],
+)
 def test_sizes_are_powers_of_1024(text, value):
     assert parse_size(text) == value
 
@@ -108,8 +103,15 @@ def scaled(rows: list[dict]) -> pd.DataFrame:
 
 def _training_row(**kw):
     row = dict.fromkeys(COLUMNS)
-    row.update(workload="synthetic", launcher="torchrun", backend="gloo", device="cpu", nccl_config="default",
-               model="resnet18", status="COMPLETED")
+    row.update(
+        workload="synthetic",
+        launcher="torchrun",
+        backend="gloo",
+        device="cpu",
+        nccl_config="default",
+        model="resnet18",
+        status="COMPLETED",
+    )
     row.update(kw)
     return row
 
@@ -119,15 +121,17 @@ def test_weak_scaling_efficiency_is_per_gpu_throughput_over_the_smallest_world_s
         _training_row(job="a", scaling="weak", nodes=1, gpus_per_node=1, world_size=1, images_per_s=100.0),
         _training_row(job="b", scaling="weak", nodes=1, gpus_per_node=2, world_size=2, images_per_s=190.0),
         _training_row(job="c", scaling="weak", nodes=2, gpus_per_node=2, world_size=4, images_per_s=360.0),
-        _training_row(job="d", scaling="weak", nodes=4, gpus_per_node=2, world_size=8, images_per_s=None,
-                      status="FAILED"),
-        _training_row(job="e", workload="allreduce", scaling="", nodes=1, gpus_per_node=1, world_size=1,
-                      busbw_gbps=1.0),
+        _training_row(
+            job="d", scaling="weak", nodes=4, gpus_per_node=2, world_size=8, images_per_s=None, status="FAILED"
+        ),
+        _training_row(
+            job="e", workload="allreduce", scaling="", nodes=1, gpus_per_node=1, world_size=1, busbw_gbps=1.0
+        ),
     ]
     df = scaled(rows)
     assert df.loc["a", "efficiency"] == 1.0
-    assert df.loc["b", "efficiency"] == pytest.approx(0.95)   # 95 per GPU / 100
-    assert df.loc["c", "efficiency"] == pytest.approx(0.90)   # 90 per GPU / 100
+    assert df.loc["b", "efficiency"] == pytest.approx(0.95)  # 95 per GPU / 100
+    assert df.loc["c", "efficiency"] == pytest.approx(0.90)  # 90 per GPU / 100
     assert df.loc["c", "speedup"] == pytest.approx(3.6)
     assert math.isnan(df.loc["d", "efficiency"]) and math.isnan(df.loc["e", "efficiency"])
 
@@ -138,12 +142,13 @@ def test_strong_scaling_speedup_and_efficiency():
         _training_row(job="b", scaling="strong", nodes=2, gpus_per_node=2, world_size=4, images_per_s=300.0),
         _training_row(job="c", scaling="strong", nodes=4, gpus_per_node=2, world_size=8, images_per_s=400.0),
         # another NCCL set is another configuration with its own baseline
-        _training_row(job="d", scaling="strong", nodes=1, gpus_per_node=2, world_size=4, images_per_s=50.0,
-                      nccl_config="socket"),
+        _training_row(
+            job="d", scaling="strong", nodes=1, gpus_per_node=2, world_size=4, images_per_s=50.0, nccl_config="socket"
+        ),
     ]
     df = scaled(rows)
     assert df.loc["b", "speedup"] == pytest.approx(1.5)
-    assert df.loc["b", "efficiency"] == pytest.approx(0.75)   # 1.5 / (4 / 2)
+    assert df.loc["b", "efficiency"] == pytest.approx(0.75)  # 1.5 / (4 / 2)
     assert df.loc["c", "speedup"] == pytest.approx(2.0)
     assert df.loc["c", "efficiency"] == pytest.approx(0.5)
     assert df.loc["d", "speedup"] == 1.0
@@ -153,23 +158,54 @@ def test_launch_detection():
     assert detect_launch({}) is None
     # The batch shell has SLURM_PROCID but is not a step: not a launch.
     assert detect_launch({"SLURM_PROCID": "0", "SLURM_NTASKS": "8", "SLURM_JOB_ID": "7"}) is None
-    torchrun = detect_launch({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
-                              "GROUP_RANK": "1", "MASTER_ADDR": "h", "MASTER_PORT": "1", "TORCHELASTIC_RUN_ID": "x"})
+    torchrun = detect_launch(
+        {
+            "RANK": "3",
+            "WORLD_SIZE": "4",
+            "LOCAL_RANK": "1",
+            "LOCAL_WORLD_SIZE": "2",
+            "GROUP_RANK": "1",
+            "MASTER_ADDR": "h",
+            "MASTER_PORT": "1",
+            "TORCHELASTIC_RUN_ID": "x",
+        }
+    )
     assert (torchrun.rank, torchrun.local_rank, torchrun.node_rank, torchrun.launcher) == (3, 1, 1, "torchrun")
-    srun = detect_launch({"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "SLURM_NODEID": "2",
-                          "SLURM_NNODES": "4", "SLURM_STEP_ID": "0", "MASTER_ADDR": "h", "MASTER_PORT": "1"})
+    srun = detect_launch(
+        {
+            "SLURM_PROCID": "5",
+            "SLURM_NTASKS": "8",
+            "SLURM_LOCALID": "1",
+            "SLURM_NODEID": "2",
+            "SLURM_NNODES": "4",
+            "SLURM_STEP_ID": "0",
+            "MASTER_ADDR": "h",
+            "MASTER_PORT": "1",
+        }
+    )
     assert (srun.rank, srun.world_size, srun.local_rank, srun.local_world_size, srun.node_rank, srun.launcher) == (
-        5, 8, 1, 2, 2, "srun")
+        5,
+        8,
+        1,
+        2,
+        2,
+        "srun",
+    )
 
 
-@pytest.mark.parametrize("env,words", [
-    ({"RANK": "abc", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, ["RANK", "'abc'"]),
-    ({"RANK": "0", "WORLD_SIZE": "-2", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, ["WORLD_SIZE", "negative"]),
-    ({"RANK": "4", "WORLD_SIZE": "4", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, ["rank 4", "world size 4"]),
-    ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "1"}, ["MASTER_ADDR"]),
-    ({"SLURM_PROCID": "0", "SLURM_STEP_ID": "1", "SLURM_LOCALID": "0", "MASTER_ADDR": "h", "MASTER_PORT": "1"},
-     ["SLURM_NTASKS"]),
-])
+@pytest.mark.parametrize(
+    "env,words",
+    [
+        ({"RANK": "abc", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, ["RANK", "'abc'"]),
+        ({"RANK": "0", "WORLD_SIZE": "-2", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, ["WORLD_SIZE", "negative"]),
+        ({"RANK": "4", "WORLD_SIZE": "4", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, ["rank 4", "world size 4"]),
+        ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "1"}, ["MASTER_ADDR"]),
+        (
+            {"SLURM_PROCID": "0", "SLURM_STEP_ID": "1", "SLURM_LOCALID": "0", "MASTER_ADDR": "h", "MASTER_PORT": "1"},
+            ["SLURM_NTASKS"],
+        ),
+    ],
+)
 def test_bad_launch_environment_names_the_variable(env, words):
     with pytest.raises(UsageError) as info:
         detect_launch(env)
@@ -178,12 +214,32 @@ def test_bad_launch_environment_names_the_variable(env, words):
 
 
 def test_environment_record_keeps_only_launch_facts_and_redacts_secrets():
-    env = {"NCCL_IB_HCA": "mlx5_0", "NCCL_SOCKET_IFNAME": "ib0", "SLURM_JOB_ID": "42", "GLOO_SOCKET_IFNAME": "eth0",
-           "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3", "CUDA_VISIBLE_DEVICES": "0,1", "OMP_NUM_THREADS": "4",
-           "HOME": "/root", "AWS_SECRET_ACCESS_KEY": "s3cr3t", "NCCL_API_TOKEN": "tok", "SLURM_DB_PASSWORD": "pw",
-           "TORCH_HUB_KEY": "k", "PATH": "/bin", "WANDB_API_KEY": "w"}
+    env = {
+        "NCCL_IB_HCA": "mlx5_0",
+        "NCCL_SOCKET_IFNAME": "ib0",
+        "SLURM_JOB_ID": "42",
+        "GLOO_SOCKET_IFNAME": "eth0",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3",
+        "CUDA_VISIBLE_DEVICES": "0,1",
+        "OMP_NUM_THREADS": "4",
+        "HOME": "/root",
+        "AWS_SECRET_ACCESS_KEY": "s3cr3t",
+        "NCCL_API_TOKEN": "tok",
+        "SLURM_DB_PASSWORD": "pw",
+        "TORCH_HUB_KEY": "k",
+        "PATH": "/bin",
+        "WANDB_API_KEY": "w",
+    }
     got = captured_variables(env)
-    assert got == {"NCCL_IB_HCA": "mlx5_0", "NCCL_SOCKET_IFNAME": "ib0", "SLURM_JOB_ID": "42",
-                   "GLOO_SOCKET_IFNAME": "eth0", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3",
-                   "CUDA_VISIBLE_DEVICES": "0,1", "OMP_NUM_THREADS": "4", "NCCL_API_TOKEN": "<redacted>",
-                   "SLURM_DB_PASSWORD": "<redacted>", "TORCH_HUB_KEY": "<redacted>"}
+    assert got == {
+        "NCCL_IB_HCA": "mlx5_0",
+        "NCCL_SOCKET_IFNAME": "ib0",
+        "SLURM_JOB_ID": "42",
+        "GLOO_SOCKET_IFNAME": "eth0",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3",
+        "CUDA_VISIBLE_DEVICES": "0,1",
+        "OMP_NUM_THREADS": "4",
+        "NCCL_API_TOKEN": "<redacted>",
+        "SLURM_DB_PASSWORD": "<redacted>",
+        "TORCH_HUB_KEY": "<redacted>",
+    }

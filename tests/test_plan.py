@@ -21,7 +21,9 @@ def test_default_sweep_expands_to_the_full_matrix():
     assert len(jobs) == 4 * 4 * 2 * 3
     assert len({j.name for j in jobs}) == len(jobs)
     points = [(j.nodes, j.gpus_per_node, j.launcher, j.nccl_config) for j in jobs]
-    assert points == list(itertools.product((1, 2, 4, 8), (1, 2, 4, 8), ("torchrun", "srun"), ("default", "ib", "socket")))
+    assert points == list(
+        itertools.product((1, 2, 4, 8), (1, 2, 4, 8), ("torchrun", "srun"), ("default", "ib", "socket"))
+    )
     assert jobs[0].name == "n1-g1-torchrun-default"
     assert jobs[-1].name == "n8-g8-srun-socket"
     assert {r.key for r in jobs[0].runs} == {"allreduce", "synthetic-weak", "synthetic-strong", "real-weak"}

@@ -36,14 +36,26 @@ pytestmark = pytest.mark.slow
 
 CLUSTER = "testbed"
 SLOW = "200mbit"
-RATE_GBPS = 200e6 / 8 / 1e9   # busbw is comparable with link speed (nccl-tests' bus factor)
+RATE_GBPS = 200e6 / 8 / 1e9  # busbw is comparable with link speed (nccl-tests' bus factor)
 SWEEP = SWEEPS / "testbed-regress.yaml"
 PROFILE = SWEEPS / "clusters" / "testbed.yaml"
 
 
 def sweep(out, *args, sweep_file=SWEEP, ok: bool = True) -> None:
-    r = bench("sweep", str(sweep_file), "--executor", "slurm", "--cluster", str(PROFILE), "--out", str(out), *args,
-              check=False, timeout=1200, env=SLURM_ENV)
+    r = bench(
+        "sweep",
+        str(sweep_file),
+        "--executor",
+        "slurm",
+        "--cluster",
+        str(PROFILE),
+        "--out",
+        str(out),
+        *args,
+        check=False,
+        timeout=1200,
+        env=SLURM_ENV,
+    )
     assert r.returncode == (0 if ok else 1), r.describe()
 
 
@@ -103,8 +115,10 @@ def runs(testbed, tmp_path_factory):
             sweep(out["broken"], ok=False)
         out["batch4"] = root / "batch4"
         sweep(out["batch4"], "--set", "workloads.synthetic.batch_size=4", "--set", "workloads.allreduce=false")
-        for name, sets in (("both", {"default": {}, "eth1": {"GLOO_SOCKET_IFNAME": "eth1"}}),
-                           ("eth1", {"eth1": {"GLOO_SOCKET_IFNAME": "eth1"}})):
+        for name, sets in (
+            ("both", {"default": {}, "eth1": {"GLOO_SOCKET_IFNAME": "eth1"}}),
+            ("eth1", {"eth1": {"GLOO_SOCKET_IFNAME": "eth1"}}),
+        ):
             text = SWEEP.read_text().replace("nccl:\n  default: {}\n", "nccl: " + json.dumps(sets) + "\n")
             assert text != SWEEP.read_text()
             (root / f"{name}.yaml").write_text(text)
@@ -120,8 +134,18 @@ def runs(testbed, tmp_path_factory):
 
 
 def regress(runs, name: str, tmp_path, *args: str):
-    r = bench("regress", str(runs[name]), "--cluster", CLUSTER, "--db", str(runs["db"]), "--out", str(tmp_path / name),
-              *args, check=False)
+    r = bench(
+        "regress",
+        str(runs[name]),
+        "--cluster",
+        CLUSTER,
+        "--db",
+        str(runs["db"]),
+        "--out",
+        str(tmp_path / name),
+        *args,
+        check=False,
+    )
     return r, tmp_path / name
 
 
@@ -177,11 +201,23 @@ def test_shaped_links_are_caught_at_every_level(runs, tmp_path):
         rows = verdicts(out)
         multi = [v for (metric, key), v in rows.items() if metric == "busbw_gbps"]
         ratio = busbw_4m(runs[name], 4) / pd.Series([busbw_4m(runs[f"u{k}"], 4) for k in range(1, 6)]).median()
-        table.append((runs["rates"][name], multi.count("slower"), len(multi),
-                      list(rows.values()).count("slower"), len(rows), ratio))
-    print(f"\nunshaped 4M busbw (median of u1..u5, the lower of 2 and 4 nodes): {runs['rates']['unshaped_gbps']:.3f} GB/s")
-    print("rate       busbw keys flagged   all keys flagged   4-node 4M busbw / unshaped  (keys compared: "
-          "multi-node busbw and every training row)")
+        table.append(
+            (
+                runs["rates"][name],
+                multi.count("slower"),
+                len(multi),
+                list(rows.values()).count("slower"),
+                len(rows),
+                ratio,
+            )
+        )
+    print(
+        f"\nunshaped 4M busbw (median of u1..u5, the lower of 2 and 4 nodes): {runs['rates']['unshaped_gbps']:.3f} GB/s"
+    )
+    print(
+        "rate       busbw keys flagged   all keys flagged   4-node 4M busbw / unshaped  (keys compared: "
+        "multi-node busbw and every training row)"
+    )
     for rate, bf, bn, af, an, ratio in table:
         print(f"{rate:>10} {bf:>3} of {bn:<3} ({bf / bn:4.0%})   {af:>3} of {an:<3} ({af / an:4.0%})   {ratio:.3f}")
 
@@ -205,7 +241,9 @@ def test_a_different_batch_size_is_refused_then_stated(runs, tmp_path):
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.describe()
     assert "synthetic weak: batch_size 8 vs 4 (3 keys)" in r.stderr
     md, csv = tmp_path / "c.md", tmp_path / "c.csv"
-    r = bench("compare", str(runs["u1"]), str(runs["batch4"]), "--allow-mismatch", "--markdown", str(md), "--csv", str(csv))
+    r = bench(
+        "compare", str(runs["u1"]), str(runs["batch4"]), "--allow-mismatch", "--markdown", str(md), "--csv", str(csv)
+    )
     assert "Compared despite differing parameters (--allow-mismatch)" in r.stdout
     assert "batch_size 8 vs 4" in md.read_text() and "compared despite differing parameters" in csv.read_text()
     r, out = regress(runs, "batch4", tmp_path, "--allow-mismatch", "--allow-unjudged")
@@ -224,16 +262,16 @@ def test_across_one_run_matches_two_runs(runs, tmp_path):
     multi = a[a.index.get_level_values("key").str.contains(r", [24]x1, ")]
     assert (multi[multi.index.get_level_values("metric") == "busbw_gbps"]["verdict"] == "slower").all()
     row = a.loc[("busbw_gbps", "allreduce all_reduce 4M, 2x1, torchrun, default vs eth1")]
-    assert row["b"] < 1.05 * RATE_GBPS, row.to_dict()      # the eth1 set really ran over the shaped link
+    assert row["b"] < 1.05 * RATE_GBPS, row.to_dict()  # the eth1 set really ran over the shaped link
 
 
 def test_one_slow_node_is_named(runs, tmp_path):
     lines = r"(bnode\d) is \d+% slower than the median node"
-    for name in ("u2", "slow"):                          # even links, slow or fast: nobody is named
+    for name in ("u2", "slow"):  # even links, slow or fast: nobody is named
         assert not re.findall(lines, bench("compare", str(runs["u1"]), str(runs[name])).stdout)
     r = bench("compare", str(runs["u1"]), str(runs["b3"]))
     assert set(re.findall(lines, r.stdout)) == {"bnode3"}, r.stdout
-    reg, out = regress(runs, "b3", tmp_path)
+    _reg, out = regress(runs, "b3", tmp_path)
     assert set(re.findall(lines, (out / "report.md").read_text())) == {"bnode3"}
     html = tmp_path / "b3.html"
     bench("report", str(runs["b3"]), "--out", str(html))

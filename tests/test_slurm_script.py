@@ -16,11 +16,7 @@ import pytest
 from conftest import HOSTILE_VALUES, SWEEPS, bench, run
 
 from harness.executors.slurm.profile import ClusterProfile, load_profile
-from harness.executors.slurm.script import (
-    format_time_limit,
-    render_script,
-    sbatch_directives,
-)
+from harness.executors.slurm.script import format_time_limit, render_script, sbatch_directives
 from harness.plan import expand
 from harness.spec import SpecError, load_sweep
 
@@ -42,14 +38,15 @@ def test_golden_scripts(name):
         path.write_text(text)
     assert path.exists() and text == path.read_text(), (
         f"{path} differs from the rendered script; if the change is intended, regenerate with "
-        f"{REGENERATE}=1 python -m pytest tests/test_slurm_script.py and review the diff")
+        f"{REGENERATE}=1 python -m pytest tests/test_slurm_script.py and review the diff"
+    )
 
 
 def _directives(text: str) -> dict[str, str]:
     out = {}
     for line in text.splitlines():
         if line.startswith("#SBATCH "):
-            key, _, value = line[len("#SBATCH "):].partition("=")
+            key, _, value = line[len("#SBATCH ") :].partition("=")
             out[key] = value
     return out
 
@@ -70,8 +67,12 @@ def test_directives_over_the_whole_matrix():
         if job.launcher == "torchrun":
             # one agent per node starting G workers, never G tasks x G workers
             assert d["--ntasks-per-node"] == "1" and d["--cpus-per-task"] == str(8 * job.gpus_per_node)
-            assert all(f"--nproc-per-node={job.gpus_per_node}" in s and "--rdzv-backend=c10d" in s
-                       and "--ntasks-per-node=1 " in s for s in steps)
+            assert all(
+                f"--nproc-per-node={job.gpus_per_node}" in s
+                and "--rdzv-backend=c10d" in s
+                and "--ntasks-per-node=1 " in s
+                for s in steps
+            )
         else:
             assert d["--ntasks-per-node"] == str(job.gpus_per_node) and d["--cpus-per-task"] == "8"
             assert all("torch.distributed.run" not in s and "--nproc-per-node" not in s for s in steps)
@@ -79,7 +80,7 @@ def test_directives_over_the_whole_matrix():
         for line in text.splitlines():
             if line.startswith("#SBATCH "):
                 # nothing Slurm's directive parser or a shell would interpret
-                assert not any(c in line[len("#SBATCH "):] for c in " \t'\"\\#$;`"), line
+                assert not any(c in line[len("#SBATCH ") :] for c in " \t'\"\\#$;`"), line
 
 
 def test_every_script_is_valid_bash(tmp_path):
@@ -107,9 +108,15 @@ def test_gpu_request_styles_and_time_format():
 
 
 # '*' is constraint syntax ([rack1*2&rack2*2]) and inert on an #SBATCH line: not hostile there.
-@pytest.mark.parametrize("key,hostile", [
-    (key, hostile) for key in ("partition", "account", "qos", "constraint", "gpu_type")
-    for hostile in HOSTILE_VALUES + ["q'uote", 'd"q', "new\nline"] if (key, hostile) != ("constraint", "*")])
+@pytest.mark.parametrize(
+    "key,hostile",
+    [
+        (key, hostile)
+        for key in ("partition", "account", "qos", "constraint", "gpu_type")
+        for hostile in HOSTILE_VALUES + ["q'uote", 'd"q', "new\nline"]
+        if (key, hostile) != ("constraint", "*")
+    ],
+)
 def test_hostile_sbatch_values_are_rejected(tmp_path, key, hostile):
     path = tmp_path / "c.yaml"
     path.write_text(f"name: c\n{key}: {json.dumps(hostile)}\n")
@@ -118,25 +125,28 @@ def test_hostile_sbatch_values_are_rejected(tmp_path, key, hostile):
     assert f"{key}: " in str(info.value) and "#SBATCH" in str(info.value)
 
 
-@pytest.mark.parametrize("text,words", [
-    ("sbatch_options: ['--reservation=a b']", ["sbatch_options", "--reservation=a b"]),
-    ("sbatch_options: ['--partition=other']", ["sbatch_options", "--partition is set by bench"]),
-    # getopt_long takes unambiguous abbreviations, so these would reach --output and --partition
-    ("sbatch_options: ['--outp=/x']", ["sbatch_options", "reads --outp as --output"]),
-    ("sbatch_options: ['--parti=debug']", ["sbatch_options", "reads --parti as --partition"]),
-    ("sbatch_options: ['--uid=0']", ["sbatch_options", "--uid is set by bench"]),
-    ("sbatch_options: ['-p gpu']", ["sbatch_options"]),
-    ("python: 'python3; id'", ["python", "plain program path"]),
-    ('setup: ["source x\\nrm -rf ~"]', ["setup", "newline"]),
-    ("env: {'BAD NAME': x}", ["env.BAD NAME", "environment variable name"]),
-    ("gpu_request: mig", ["gpu_request", "gres, gpus-per-node, none"]),
-    ("cpus_per_gpu: 0", ["cpus_per_gpu", "at least 1"]),
-    ("max_running_jobs: 0", ["max_running_jobs", "at least 1"]),
-    ("max_running_jobs: two", ["max_running_jobs", "an integer"]),
-    ("poll_min_s: 0.01", ["poll_min_s", "0.1 <= poll_min_s"]),
-    ("poll_max_s: 1", ["poll_min_s 2 and poll_max_s 1"]),
-    ("bogus: 1", ["bogus", "unknown key", "partition"]),
-])
+@pytest.mark.parametrize(
+    "text,words",
+    [
+        ("sbatch_options: ['--reservation=a b']", ["sbatch_options", "--reservation=a b"]),
+        ("sbatch_options: ['--partition=other']", ["sbatch_options", "--partition is set by bench"]),
+        # getopt_long takes unambiguous abbreviations, so these would reach --output and --partition
+        ("sbatch_options: ['--outp=/x']", ["sbatch_options", "reads --outp as --output"]),
+        ("sbatch_options: ['--parti=debug']", ["sbatch_options", "reads --parti as --partition"]),
+        ("sbatch_options: ['--uid=0']", ["sbatch_options", "--uid is set by bench"]),
+        ("sbatch_options: ['-p gpu']", ["sbatch_options"]),
+        ("python: 'python3; id'", ["python", "plain program path"]),
+        ('setup: ["source x\\nrm -rf ~"]', ["setup", "newline"]),
+        ("env: {'BAD NAME': x}", ["env.BAD NAME", "environment variable name"]),
+        ("gpu_request: mig", ["gpu_request", "gres, gpus-per-node, none"]),
+        ("cpus_per_gpu: 0", ["cpus_per_gpu", "at least 1"]),
+        ("max_running_jobs: 0", ["max_running_jobs", "at least 1"]),
+        ("max_running_jobs: two", ["max_running_jobs", "an integer"]),
+        ("poll_min_s: 0.01", ["poll_min_s", "0.1 <= poll_min_s"]),
+        ("poll_max_s: 1", ["poll_min_s 2 and poll_max_s 1"]),
+        ("bogus: 1", ["bogus", "unknown key", "partition"]),
+    ],
+)
 def test_bad_profiles(tmp_path, text, words):
     path = tmp_path / "c.yaml"
     path.write_text(f"name: c\n{text}\n")
@@ -151,8 +161,11 @@ def test_hostile_environment_values_are_quoted_in_the_body(tmp_path):
     canary = tmp_path / "pwned"
     hostile = f"$(touch {canary}); `touch {canary}` ; rm -rf ~ 'q' \"dq\" \\ #x"
     sweep = tmp_path / "s.yaml"
-    sweep.write_text((SWEEPS / "local.yaml").read_text().replace(
-        "  default: {}", f"  default: {{NCCL_DEBUG_SUBSYS: {json.dumps(hostile)}}}"))
+    sweep.write_text(
+        (SWEEPS / "local.yaml")
+        .read_text()
+        .replace("  default: {}", f"  default: {{NCCL_DEBUG_SUBSYS: {json.dumps(hostile)}}}")
+    )
     job = expand(load_sweep(sweep))[0]
     text = render_script(job, ClusterProfile(name="c", env={"NCCL_SOCKET_IFNAME": hostile}), 60)
     exports = "\n".join(line for line in text.splitlines() if line.startswith("export "))
@@ -193,8 +206,19 @@ def test_a_failing_step_fails_the_script_with_its_status(tmp_path):
 
 def test_cli_slurm_dry_run_writes_every_script(tmp_path):
     out = tmp_path / "run"
-    r = bench("sweep", str(SWEEPS / "default.yaml"), "--executor", "slurm", "--cluster", str(EXAMPLE),
-              "--max-nodes", "2", "--dry-run", "--out", str(out))
+    r = bench(
+        "sweep",
+        str(SWEEPS / "default.yaml"),
+        "--executor",
+        "slurm",
+        "--cluster",
+        str(EXAMPLE),
+        "--max-nodes",
+        "2",
+        "--dry-run",
+        "--out",
+        str(out),
+    )
     assert r.stdout.splitlines()[0] == "executor: slurm (chosen with --executor)"
     scripts = sorted(out.glob("jobs/*/job.sbatch"))
     assert len(scripts) == 2 * 4 * 2 * 3
@@ -208,8 +232,11 @@ def test_cli_slurm_dry_run_writes_every_script(tmp_path):
     empty = tmp_path / "bin"
     empty.mkdir()
     r = bench("sweep", "--resume", str(out), env={"PATH": str(empty)}, check=False)
-    assert r.returncode == 2 and r.stderr == "bench sweep: error: sbatch not found on PATH; the Slurm executor needs " \
-                                            "Slurm's client commands\n"
+    assert (
+        r.returncode == 2
+        and r.stderr
+        == "bench sweep: error: sbatch not found on PATH; the Slurm executor needs Slurm's client commands\n"
+    )
     table = json.loads((out / "jobs.json").read_text())["jobs"]
     assert len(table) == len(scripts) and {(t["state"], t["job_id"]) for t in table.values()} == {("PENDING", None)}
 
@@ -235,7 +262,11 @@ def _port_lines(tmp_path: Path) -> str:
     text = render_script(job, ClusterProfile(name="c"), 60)
     start = text.index("MASTER_ADDR=")
     end = text.index("export MASTER_ADDR MASTER_PORT")
-    return "set -euo pipefail\nSLURM_JOB_NODELIST=bnode1\nscontrol() { echo bnode1; }\n" + text[start:end] + 'echo "$MASTER_PORT"\n'
+    return (
+        "set -euo pipefail\nSLURM_JOB_NODELIST=bnode1\nscontrol() { echo bnode1; }\n"
+        + text[start:end]
+        + 'echo "$MASTER_PORT"\n'
+    )
 
 
 def test_master_port_arithmetic_never_runs_a_command(tmp_path):
@@ -245,19 +276,39 @@ def test_master_port_arithmetic_never_runs_a_command(tmp_path):
     canary = tmp_path / "pwned"
     script = _port_lines(tmp_path)
     hostile = f"OMP_NUM_THREADS[$(touch {canary})]"
-    r = run(["bash", "-c", script], env={**os.environ, "OMP_NUM_THREADS": "1", "SLURM_JOB_ID": hostile},
-            cwd=tmp_path, check=False)
+    r = run(
+        ["bash", "-c", script],
+        env={**os.environ, "OMP_NUM_THREADS": "1", "SLURM_JOB_ID": hostile},
+        cwd=tmp_path,
+        check=False,
+    )
     assert not canary.exists()
     assert r.returncode == 1 and "SLURM_JOB_ID is not a number" in r.stderr
     ok = run(["bash", "-c", script], env={**os.environ, "SLURM_JOB_ID": "0012345"}, cwd=tmp_path)
     assert ok.stdout.strip() == "32345"  # 10#: a leading zero is not octal
 
 
-@pytest.mark.parametrize("name", ["SLURM_JOB_ID", "MASTER_PORT", "RANK", "LOCAL_RANK", "BENCH_JOB",
-                                  "TORCHELASTIC_RUN_ID", "PYTHON_EXEC", "IFS", "BASH_ENV", "SBATCH_PARTITION"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "SLURM_JOB_ID",
+        "MASTER_PORT",
+        "RANK",
+        "LOCAL_RANK",
+        "BENCH_JOB",
+        "TORCHELASTIC_RUN_ID",
+        "PYTHON_EXEC",
+        "IFS",
+        "BASH_ENV",
+        "SBATCH_PARTITION",
+    ],
+)
 def test_reserved_variables_cannot_be_set(tmp_path, name):
-    for where, text in (("env", f"env: {{{name}: '1'}}\n"), ("nccl.x", f"nccl: {{x: {{{name}: '1'}}}}\n"),
-                        ("env_passthrough", f"env_passthrough: [{name}]\n")):
+    for where, text in (
+        ("env", f"env: {{{name}: '1'}}\n"),
+        ("nccl.x", f"nccl: {{x: {{{name}: '1'}}}}\n"),
+        ("env_passthrough", f"env_passthrough: [{name}]\n"),
+    ):
         sweep = tmp_path / "s.yaml"
         sweep.write_text((SWEEPS / "local.yaml").read_text() + text)
         with pytest.raises(SpecError) as info:

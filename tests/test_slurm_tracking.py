@@ -21,20 +21,22 @@ from harness.executors.slurm.executor import (
 from harness.logs import error_line
 
 
-@pytest.mark.parametrize("stdout, expected", [
-    ("4242\n", ("4242", None)),
-    ("4242;gpucluster\n", ("4242", "gpucluster")),
-    ("  17  \n", ("17", None)),
-])
+@pytest.mark.parametrize(
+    "stdout, expected",
+    [("4242\n", ("4242", None)), ("4242;gpucluster\n", ("4242", "gpucluster")), ("  17  \n", ("17", None))],
+)
 def test_sbatch_parsable_replies(stdout, expected):
     assert parse_sbatch_reply(stdout) == expected
 
 
-@pytest.mark.parametrize("stdout, stderr", [
-    ("", "sbatch: error: Batch job submission failed: Invalid partition name specified"),
-    ("Submitted batch job 12\n", ""),   # not --parsable output: refuse rather than guess
-    ("12;bad cluster\n", ""),
-])
+@pytest.mark.parametrize(
+    "stdout, stderr",
+    [
+        ("", "sbatch: error: Batch job submission failed: Invalid partition name specified"),
+        ("Submitted batch job 12\n", ""),  # not --parsable output: refuse rather than guess
+        ("12;bad cluster\n", ""),
+    ],
+)
 def test_sbatch_reply_without_an_id_is_an_error_quoting_it(stdout, stderr):
     with pytest.raises(SlurmError) as err:
         parse_sbatch_reply(stdout, stderr)
@@ -45,26 +47,41 @@ def test_sbatch_reply_without_an_id_is_an_error_quoting_it(stdout, stderr):
 
 def test_squeue_rows_with_pending_reasons():
     text = "CLUSTER: a\n101|PENDING|Dependency\n102|RUNNING|None\n103|COMPLETING|None\n104|PENDING|(null)\n\n"
-    assert parse_squeue(text) == {"101": ("PENDING", "Dependency"), "102": ("RUNNING", None),
-                                  "103": ("COMPLETING", None), "104": ("PENDING", None)}
+    assert parse_squeue(text) == {
+        "101": ("PENDING", "Dependency"),
+        "102": ("RUNNING", None),
+        "103": ("COMPLETING", None),
+        "104": ("PENDING", None),
+    }
 
 
 def test_sacct_states_exit_codes_and_cancelling_user():
-    text = "\n".join([
-        "7|COMPLETED|0:0|31|2|bnode[1-2]|2026-11-21T10:00:00|2026-11-21T10:00:31",
-        "8|CANCELLED by 1000|0:15|5|1|bnode3|2026-11-21T10:01:00|2026-11-21T10:01:05",
-        "9|FAILED|2:0|3|4|bnode[1-4]|2026-11-21T10:02:00|2026-11-21T10:02:03",
-        "10|OUT_OF_MEMORY|0:125|9|1|bnode1|2026-11-21T10:03:00|2026-11-21T10:03:09",
-        "11|CANCELLED by 0|0:0|0|0|None assigned|Unknown|2026-11-21T10:04:00",
-        "12|RUNNING|0:0|4|1|bnode2|2026-11-21T10:05:00|Unknown",
-        "12.batch|RUNNING|0:0|4|1|bnode2|2026-11-21T10:05:00|Unknown",   # a step: not a job row
-        "garbage line",
-    ])
+    text = "\n".join(
+        [
+            "7|COMPLETED|0:0|31|2|bnode[1-2]|2026-11-21T10:00:00|2026-11-21T10:00:31",
+            "8|CANCELLED by 1000|0:15|5|1|bnode3|2026-11-21T10:01:00|2026-11-21T10:01:05",
+            "9|FAILED|2:0|3|4|bnode[1-4]|2026-11-21T10:02:00|2026-11-21T10:02:03",
+            "10|OUT_OF_MEMORY|0:125|9|1|bnode1|2026-11-21T10:03:00|2026-11-21T10:03:09",
+            "11|CANCELLED by 0|0:0|0|0|None assigned|Unknown|2026-11-21T10:04:00",
+            "12|RUNNING|0:0|4|1|bnode2|2026-11-21T10:05:00|Unknown",
+            "12.batch|RUNNING|0:0|4|1|bnode2|2026-11-21T10:05:00|Unknown",  # a step: not a job row
+            "garbage line",
+        ]
+    )
     rows = parse_sacct(text)
     assert sorted(rows, key=int) == ["7", "8", "9", "10", "11", "12"]
-    assert rows["7"] == Accounting(job_id="7", state="COMPLETED", by_uid=None, exit_code=0, signal=0, elapsed_s=31.0,
-                                   nodes=2, node_list="bnode[1-2]", start="2026-11-21T10:00:00",
-                                   end="2026-11-21T10:00:31")
+    assert rows["7"] == Accounting(
+        job_id="7",
+        state="COMPLETED",
+        by_uid=None,
+        exit_code=0,
+        signal=0,
+        elapsed_s=31.0,
+        nodes=2,
+        node_list="bnode[1-2]",
+        start="2026-11-21T10:00:00",
+        end="2026-11-21T10:00:31",
+    )
     assert (rows["8"].state, rows["8"].by_uid, rows["8"].signal) == ("CANCELLED", 1000, 15)
     assert (rows["9"].state, rows["9"].exit_code) == ("FAILED", 2)
     assert rows["10"].state == "OUT_OF_MEMORY"
@@ -85,9 +102,11 @@ def test_signals_wait_until_the_job_id_is_saved():
 
 
 def test_a_signalled_rank_is_named_in_the_failure():
-    torchrun = "Fatal Python error: Segmentation fault\n  traceback : Signal 11 (SIGSEGV) received by PID 9844\n" \
-               "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n" \
-               "srun: error: bnode1: task 0: Exited with exit code 1\n"
+    torchrun = (
+        "Fatal Python error: Segmentation fault\n  traceback : Signal 11 (SIGSEGV) received by PID 9844\n"
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+        "srun: error: bnode1: task 0: Exited with exit code 1\n"
+    )
     assert error_line(torchrun) == "Signal 11 (SIGSEGV) received by PID 9844"
     assert error_line("srun: error: bnode2: task 1: Segmentation fault\n") == "bnode2: task 1: Segmentation fault"
     assert error_line("srun: error: bnode2: task 1: Exited with exit code 3\n") is None
@@ -113,4 +132,4 @@ srun: error: bnode1: task 0: Exited with exit code 1
 def test_the_failing_rank_is_the_reason_not_the_agents_stopped_after_it():
     assert error_line(STOPPED_AGENTS_LOG).endswith("Unable to find address for: eth0")
     alone = "\n".join(line for line in STOPPED_AGENTS_LOG.splitlines() if "SignalException" in line)
-    assert error_line(alone) == "SignalException: Process 19481 got signal: 15"   # nothing else: still said
+    assert error_line(alone) == "SignalException: Process 19481 got signal: 15"  # nothing else: still said

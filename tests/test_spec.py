@@ -67,8 +67,15 @@ def test_false_turns_a_workload_off_and_empty_means_defaults(tmp_path):
 
 
 def test_set_overrides_scalars_and_lists(tmp_path):
-    sweep = load_sweep(write(tmp_path, MINIMAL), overrides=(
-        "workloads.synthetic.steps=7", "gpus_per_node=[4]", "time_limit_min=2.5", "workloads.allreduce.max_bytes=64M"))
+    sweep = load_sweep(
+        write(tmp_path, MINIMAL),
+        overrides=(
+            "workloads.synthetic.steps=7",
+            "gpus_per_node=[4]",
+            "time_limit_min=2.5",
+            "workloads.allreduce.max_bytes=64M",
+        ),
+    )
     assert sweep.workloads.synthetic.steps == 7
     assert sweep.gpus_per_node == (4,)
     assert sweep.time_limit_min == 2.5
@@ -118,10 +125,13 @@ def test_bad_values_name_file_key_and_choices(tmp_path, override, words):
 
 
 @pytest.mark.parametrize("hostile", HOSTILE_VALUES)
-@pytest.mark.parametrize("where,key,allowed", [
-    ("name: t", "name", "use letters, digits, '_', '.', '-' (at most 64)"),
-    ("socket:", "nccl.", "is not a valid set name; use letters, digits, '_', '-' (at most 32)"),
-])
+@pytest.mark.parametrize(
+    "where,key,allowed",
+    [
+        ("name: t", "name", "use letters, digits, '_', '.', '-' (at most 64)"),
+        ("socket:", "nccl.", "is not a valid set name; use letters, digits, '_', '-' (at most 32)"),
+    ],
+)
 def test_hostile_names_are_rejected(tmp_path, hostile, where, key, allowed):
     # A JSON string is a YAML double-quoted scalar: the loader reads the hostile text back
     # exactly, so it is the name allowlist that refuses it, not the YAML parser.
@@ -133,13 +143,16 @@ def test_hostile_names_are_rejected(tmp_path, hostile, where, key, allowed):
     assert f": {key}" in message and allowed in message, message
 
 
-@pytest.mark.parametrize("text,words", [
-    ("nccl: {bad: {'1NCCL': '0'}}", ["nccl.bad.1NCCL", "environment variable name"]),
-    ("nccl: {bad: {'NCCL X': '0'}}", ["nccl.bad.NCCL X", "environment variable name"]),
-    ("env: {NCCL_DEBUG: \"INFO\\nrm -rf /\"}", ["env.NCCL_DEBUG", "newline"]),
-    ("env: {NCCL_DEBUG: true}", ["env.NCCL_DEBUG", "string"]),
-    ("nccl: {}", ["nccl", "at least one"]),
-])
+@pytest.mark.parametrize(
+    "text,words",
+    [
+        ("nccl: {bad: {'1NCCL': '0'}}", ["nccl.bad.1NCCL", "environment variable name"]),
+        ("nccl: {bad: {'NCCL X': '0'}}", ["nccl.bad.NCCL X", "environment variable name"]),
+        ('env: {NCCL_DEBUG: "INFO\\nrm -rf /"}', ["env.NCCL_DEBUG", "newline"]),
+        ("env: {NCCL_DEBUG: true}", ["env.NCCL_DEBUG", "string"]),
+        ("nccl: {}", ["nccl", "at least one"]),
+    ],
+)
 def test_bad_environment_sets(tmp_path, text, words):
     body = MINIMAL.replace('nccl: {default: {}, socket: {NCCL_IB_DISABLE: "1"}}', text)
     with pytest.raises(SpecError) as info:
@@ -153,12 +166,15 @@ def test_nccl_on_cpu_is_impossible(tmp_path):
         load_sweep(write(tmp_path, MINIMAL + "device: cpu\nbackend: nccl\n"))
 
 
-@pytest.mark.parametrize("text,words", [
-    ("name: [unclosed\n", ["not valid YAML", "line"]),
-    ("- just\n- a list\n", ["mapping"]),
-    ("nodes: [1]\nworkloads: {allreduce: {}}\n", ["name", "required"]),
-    ("name: t\nworkloads: {}\n", ["workloads", "no workload"]),
-])
+@pytest.mark.parametrize(
+    "text,words",
+    [
+        ("name: [unclosed\n", ["not valid YAML", "line"]),
+        ("- just\n- a list\n", ["mapping"]),
+        ("nodes: [1]\nworkloads: {allreduce: {}}\n", ["name", "required"]),
+        ("name: t\nworkloads: {}\n", ["workloads", "no workload"]),
+    ],
+)
 def test_malformed_files(tmp_path, text, words):
     with pytest.raises(SpecError) as info:
         load_sweep(write(tmp_path, text))

@@ -23,19 +23,30 @@ from benchmarks.allreduce import bus_factor
 pytestmark = pytest.mark.slow
 
 # The shipped local sweep, shortened: same matrix and workloads, fewer steps and sizes.
-FAST = ["--set", "workloads.allreduce.max_bytes=256K", "--set", "workloads.allreduce.iters=5",
-        "--set", "workloads.synthetic.steps=3", "--set", "workloads.real.steps=3"]
+FAST = [
+    "--set",
+    "workloads.allreduce.max_bytes=256K",
+    "--set",
+    "workloads.allreduce.iters=5",
+    "--set",
+    "workloads.synthetic.steps=3",
+    "--set",
+    "workloads.real.steps=3",
+]
 
 
 def small_sweep(tmp_path: Path, body: str, name: str = "t") -> Path:
     path = tmp_path / f"{name}.yaml"
-    path.write_text(textwrap.dedent(f"""\
+    path.write_text(
+        textwrap.dedent(f"""\
         name: {name}
         device: cpu
         backend: gloo
         env: {{OMP_NUM_THREADS: "1"}}
         timeout_s: 60
-        """) + textwrap.dedent(body))
+        """)
+        + textwrap.dedent(body)
+    )
     return path
 
 
@@ -59,8 +70,12 @@ def test_sweep_completes_every_job(local_run):
     out, r = local_run
     assert r.stdout.splitlines()[0] == "executor: local (chosen with --executor)"
     table = read_json(out / "jobs.json")["jobs"]
-    assert list(table) == ["n1-g1-torchrun-default", "n1-g2-torchrun-default", "n2-g1-torchrun-default",
-                           "n2-g2-torchrun-default"]
+    assert list(table) == [
+        "n1-g1-torchrun-default",
+        "n1-g2-torchrun-default",
+        "n2-g1-torchrun-default",
+        "n2-g2-torchrun-default",
+    ]
     for rec in table.values():
         assert rec["state"] == "COMPLETED" and rec["exit_code"] == 0 and rec["attempts"] == 1
         assert set(rec["runs"].values()) == {"COMPLETED"}
@@ -85,10 +100,15 @@ def test_summary_rows_and_values(local_run):
 
     train = df[df["workload"] != "allreduce"]
     assert sorted(train.groupby(["workload", "scaling"]).size().items()) == [
-        (("real", "weak"), 4), (("synthetic", "strong"), 4), (("synthetic", "weak"), 4)]
+        (("real", "weak"), 4),
+        (("synthetic", "strong"), 4),
+        (("synthetic", "weak"), 4),
+    ]
     assert (train["images_per_s"] > 0).all()
-    assert ((train["images_per_s_per_gpu"] * train["world_size"] - train["images_per_s"]).abs()
-            <= 1e-6 * train["images_per_s"]).all()
+    assert (
+        (train["images_per_s_per_gpu"] * train["world_size"] - train["images_per_s"]).abs()
+        <= 1e-6 * train["images_per_s"]
+    ).all()
     strong = train[train["scaling"] == "strong"]
     assert ((strong["batch_size"] * strong["world_size"]) == 16).all()
     # efficiency and speedup recomputed from the throughput column
@@ -119,7 +139,8 @@ def test_plots_exist_and_hold_the_plotted_points(local_run):
     per_gpu = weak[weak["metric"] == "images_per_s_per_gpu"]
     expected = df[(df["scaling"] == "weak")][["world_size", "images_per_s_per_gpu"]]
     assert sorted(zip(per_gpu["x"], per_gpu["y"].round(6))) == sorted(
-        zip(expected["world_size"], expected["images_per_s_per_gpu"].round(6)))
+        zip(expected["world_size"], expected["images_per_s_per_gpu"].round(6))
+    )
     busbw = pd.read_csv(out / "plots" / "allreduce_busbw.csv")
     ar = df[df["workload"] == "allreduce"]
     assert len(busbw) == len(ar)
@@ -161,14 +182,17 @@ def test_collect_rebuilds_the_summary_and_skips_a_corrupt_result(local_run, tmp_
 def test_a_failing_workload_fails_its_job_and_the_sweep_goes_on(tmp_path):
     empty = tmp_path / "empty [red]imagenet[/]"  # rich markup in a path must print as written
     (empty / "class_a").mkdir(parents=True)
-    path = small_sweep(tmp_path, f"""\
+    path = small_sweep(
+        tmp_path,
+        f"""\
         nodes: [1, 2]
         gpus_per_node: [1]
         workloads:
           allreduce: {{min_bytes: 1K, max_bytes: 4K, iters: 2, warmup_iters: 1}}
           real: {{model: resnet18, image_size: 32, batch_size: 2, steps: 1, warmup_steps: 0, workers: 0,
                   data_dir: {json.dumps(str(empty))}}}
-        """)
+        """,
+    )
     out = tmp_path / "run"
     r = bench("sweep", str(path), "--executor", "local", "--out", str(out), check=False, timeout=300)
     assert r.returncode == 1, r.describe()
@@ -178,7 +202,9 @@ def test_a_failing_workload_fails_its_job_and_the_sweep_goes_on(tmp_path):
         assert rec["state"] == "FAILED" and rec["exit_code"] != 0
         assert rec["runs"] == {"allreduce": "COMPLETED", "real-weak": "FAILED"}
         agents = ", ".join(["1"] * rec_nodes(name))
-        assert rec["reason"].startswith(f"real-weak failed (agent exit codes [{agents}]): bench run real: error: --data-dir")
+        assert rec["reason"].startswith(
+            f"real-weak failed (agent exit codes [{agents}]): bench run real: error: --data-dir"
+        )
         assert "no images in class folders" in rec["reason"] and rec["log_tail"]
     df = pd.read_csv(out / "summary.csv")
     assert set(df[df["workload"] == "allreduce"]["status"]) == {"COMPLETED"}
@@ -189,13 +215,17 @@ def test_a_failing_workload_fails_its_job_and_the_sweep_goes_on(tmp_path):
 
 
 def test_a_job_past_its_time_limit_is_killed_and_recorded_timeout(tmp_path):
-    path = small_sweep(tmp_path, """\
+    path = small_sweep(
+        tmp_path,
+        """\
         nodes: [2]
         gpus_per_node: [1]
         time_limit_min: 0.25
         workloads:
           synthetic: {model: resnet18, image_size: 32, batch_size: 2, steps: 100000, warmup_steps: 0}
-        """, name="slow")
+        """,
+        name="slow",
+    )
     out = tmp_path / "run"
     start = time.monotonic()
     r = bench("sweep", str(path), "--executor", "local", "--out", str(out), check=False, timeout=300)
@@ -208,15 +238,24 @@ def test_a_job_past_its_time_limit_is_killed_and_recorded_timeout(tmp_path):
 
 
 def test_ctrl_c_leaves_a_consistent_run_that_resumes_without_rerunning(tmp_path):
-    path = small_sweep(tmp_path, """\
+    path = small_sweep(
+        tmp_path,
+        """\
         nodes: [1, 2]
         gpus_per_node: [1, 2]
         workloads:
           allreduce: {min_bytes: 1K, max_bytes: 64K, iters: 3, warmup_iters: 1}
-        """, name="resume")
+        """,
+        name="resume",
+    )
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "sweep", str(path), "--executor", "local",
-                             "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", "sweep", str(path), "--executor", "local", "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
     def wait_for(first: str, second: str) -> None:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
@@ -224,8 +263,10 @@ def test_ctrl_c_leaves_a_consistent_run_that_resumes_without_rerunning(tmp_path)
                 jobs = json.loads((out / "jobs.json").read_text())["jobs"]
             except (OSError, ValueError):
                 jobs = {}
-            if jobs.get("n1-g1-torchrun-default", {}).get("state") == first and \
-                    jobs.get("n1-g2-torchrun-default", {}).get("state") == second:
+            if (
+                jobs.get("n1-g1-torchrun-default", {}).get("state") == first
+                and jobs.get("n1-g2-torchrun-default", {}).get("state") == second
+            ):
                 return
             time.sleep(0.1)
         pytest.fail(f"the sweep never reached n1-g1 {first}, n1-g2 {second}")
@@ -254,8 +295,11 @@ def test_ctrl_c_leaves_a_consistent_run_that_resumes_without_rerunning(tmp_path)
     assert "resuming" in r.stdout and "3 of 4 jobs to run" in r.stdout
     jobs = read_json(out / "jobs.json")["jobs"]
     assert {name: (rec["state"], rec["attempts"]) for name, rec in jobs.items()} == {
-        "n1-g1-torchrun-default": ("COMPLETED", 1), "n1-g2-torchrun-default": ("COMPLETED", 2),
-        "n2-g1-torchrun-default": ("COMPLETED", 1), "n2-g2-torchrun-default": ("COMPLETED", 1)}
+        "n1-g1-torchrun-default": ("COMPLETED", 1),
+        "n1-g2-torchrun-default": ("COMPLETED", 2),
+        "n2-g1-torchrun-default": ("COMPLETED", 1),
+        "n2-g2-torchrun-default": ("COMPLETED", 1),
+    }
     df = pd.read_csv(out / "summary.csv")
     assert set(df["job"]) == set(jobs) and (df["status"] == "COMPLETED").all()
 
@@ -269,22 +313,33 @@ def test_resume_and_out_misuse(tmp_path):
     assert r.returncode == 2 and "already holds a run" in r.stderr
     r = bench("sweep", "--resume", str(out), "--max-nodes", "4", check=False)
     assert r.returncode == 2 and "takes no sweep file" in r.stderr
-    r = bench("sweep", str(ROOT / "sweeps" / "default.yaml"), "--executor", "local", "--dry-run",
-              "--out", str(tmp_path / "other"), check=False)
+    r = bench(
+        "sweep",
+        str(ROOT / "sweeps" / "default.yaml"),
+        "--executor",
+        "local",
+        "--dry-run",
+        "--out",
+        str(tmp_path / "other"),
+        check=False,
+    )
     assert r.returncode == 2 and "srun" in r.stderr and not (tmp_path / "other").exists()
 
 
 def test_hostile_values_stay_inert(tmp_path):
     canary = tmp_path / "pwned"
     hostile = f"$(touch {canary}); `touch {canary}` ; rm -rf ~ 'q' \"dq\" \\ #x"
-    path = small_sweep(tmp_path, f"""\
+    path = small_sweep(
+        tmp_path,
+        f"""\
         nodes: [2]
         gpus_per_node: [1]
         nccl:
           hostile: {{NCCL_DEBUG_SUBSYS: {json.dumps(hostile)}}}
         workloads:
           allreduce: {{min_bytes: 1K, max_bytes: 4K, iters: 2, warmup_iters: 1}}
-        """)
+        """,
+    )
     out = tmp_path / "out dir with 'quotes' and $(x) ;"
     bench("sweep", str(path), "--executor", "local", "--out", str(out), timeout=300)
     assert not canary.exists()

@@ -25,8 +25,13 @@ SLURM = ["--executor", "slurm", "--cluster", str(PROFILE)]
 
 def start_bench(*args: str, log: Path) -> subprocess.Popen:
     """`bench ARGS` in the background, output to `log`."""
-    return subprocess.Popen([sys.executable, "-m", "harness.cli", *args], stdout=open(log, "w"),
-                            stderr=subprocess.STDOUT, env={**os.environ, **SLURM_ENV}, cwd=ROOT)
+    return subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", *args],
+        stdout=open(log, "w"),
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **SLURM_ENV},
+        cwd=ROOT,
+    )
 
 
 def table(out: Path) -> dict[str, dict]:
@@ -54,6 +59,7 @@ def jobs_of_run(out: Path) -> list[list[str]]:
 
 # --------------------------------------------------------------------------- the shipped sweep
 
+
 @pytest.fixture(scope="module")
 def testbed_sweep(testbed, tmp_path_factory):
     """`sweeps/testbed.yaml --max-nodes 4` on the testbed profile, its harness SIGKILLed as soon
@@ -62,8 +68,9 @@ def testbed_sweep(testbed, tmp_path_factory):
     reply and the table write: the resume must find that job in Slurm, not submit it again."""
     base = tmp_path_factory.mktemp("slurm-sweep")
     out = base / "run"
-    first = start_bench("sweep", str(SWEEPS / "testbed.yaml"), "--max-nodes", "4", *SLURM, "--out", str(out),
-                        log=base / "first.log")
+    first = start_bench(
+        "sweep", str(SWEEPS / "testbed.yaml"), "--max-nodes", "4", *SLURM, "--out", str(out), log=base / "first.log"
+    )
     wait_for("a first job id in jobs.json", lambda: any(r["job_id"] for r in table(out).values()), timeout=120)
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=30)
@@ -78,14 +85,27 @@ def testbed_sweep(testbed, tmp_path_factory):
 
     started = time.monotonic()
     resume = start_bench("sweep", "--resume", str(out), log=base / "resume.log")
-    running = wait_for("a RUNNING job while the resume tracks", lambda: next(
-        (n for n, r in table(out).items() if r["state"] == "RUNNING"), None), timeout=300, every=0.5)
+    running = wait_for(
+        "a RUNNING job while the resume tracks",
+        lambda: next((n for n, r in table(out).items() if r["state"] == "RUNNING"), None),
+        timeout=300,
+        every=0.5,
+    )
     status_during = bench("status", str(out), env=SLURM_ENV)
     code = resume.wait(timeout=1800)
     wall = time.monotonic() - started
-    return dict(out=out, killed=killed, status=status, rewound=(rewound, submitted[rewound]), code=code,
-                log=(base / "resume.log").read_text(), first_log=(base / "first.log").read_text(),
-                status_during=status_during, running=running, wall=wall)
+    return {
+        "out": out,
+        "killed": killed,
+        "status": status,
+        "rewound": (rewound, submitted[rewound]),
+        "code": code,
+        "log": (base / "resume.log").read_text(),
+        "first_log": (base / "first.log").read_text(),
+        "status_during": status_during,
+        "running": running,
+        "wall": wall,
+    }
 
 
 def test_resumed_sweep_completes_every_job(testbed_sweep):
@@ -133,7 +153,11 @@ def test_summary_and_plots_cover_the_matrix(testbed_sweep):
     assert set(summary["launcher"]) == {"torchrun", "srun"}
     assert set(summary["nccl_config"]) == {"default", "debug"}
     assert {(w, s) for w, s in zip(summary["workload"], summary["scaling"].fillna(""))} == {
-        ("allreduce", ""), ("synthetic", "weak"), ("synthetic", "strong"), ("real", "weak")}
+        ("allreduce", ""),
+        ("synthetic", "weak"),
+        ("synthetic", "strong"),
+        ("real", "weak"),
+    }
     multi = summary[(summary["workload"] == "allreduce") & (summary["nodes"] > 1)]
     assert (multi["busbw_gbps"] > 0).all() and (multi["wrong"] == 0).all()
     four = summary[(summary["nodes"] == 4) & (summary["workload"] == "synthetic")]
@@ -178,12 +202,15 @@ def trouble(testbed, tmp_path_factory):
     sweep.write_text(TROUBLE)
     out = base / "run"
     p = start_bench("sweep", str(sweep), *SLURM, "--out", str(out), log=base / "log")
-    job = wait_for("the first job running", lambda: next(
-        (r for n, r in table(out).items() if n.endswith("cancelled") and r["state"] == "RUNNING"), None),
-        timeout=300, every=0.5)
+    job = wait_for(
+        "the first job running",
+        lambda: next((r for n, r in table(out).items() if n.endswith("cancelled") and r["state"] == "RUNNING"), None),
+        timeout=300,
+        every=0.5,
+    )
     slurm("scancel", job["job_id"])
     code = p.wait(timeout=900)
-    return dict(out=out, code=code, log=(base / "log").read_text())
+    return {"out": out, "code": code, "log": (base / "log").read_text()}
 
 
 def test_cancelled_job_is_recorded_and_the_sweep_goes_on(trouble):
@@ -230,8 +257,10 @@ def test_a_job_that_cannot_start_is_cancelled_with_the_reason(testbed, tmp_path)
     """8 nodes on a 4-node cluster: sbatch accepts it (no EnforcePartLimits), it pends with
     PartitionNodeLimit, and the harness cancels it rather than wait for ever."""
     sweep = tmp_path / "big.yaml"
-    sweep.write_text("name: big\ndevice: cpu\nbackend: gloo\nnodes: [8]\nlaunchers: [srun]\n"
-                     "workloads: {allreduce: {max_bytes: 4K}, synthetic: false, real: false}\n")
+    sweep.write_text(
+        "name: big\ndevice: cpu\nbackend: gloo\nnodes: [8]\nlaunchers: [srun]\n"
+        "workloads: {allreduce: {max_bytes: 4K}, synthetic: false, real: false}\n"
+    )
     out = tmp_path / "run"
     r = bench("sweep", str(sweep), *SLURM, "--out", str(out), env=SLURM_ENV, check=False, timeout=300)
     assert r.returncode == 1, r.describe()
@@ -243,6 +272,7 @@ def test_a_job_that_cannot_start_is_cancelled_with_the_reason(testbed, tmp_path)
 
 # --------------------------------------------------------------------------- refused before sbatch
 
+
 @pytest.mark.parametrize("hostile", HOSTILE_VALUES)
 def test_hostile_values_are_refused_before_anything_is_submitted(testbed, tmp_path, hostile):
     """A hostile partition, settings-set name, environment variable name or sweep name: each
@@ -252,15 +282,31 @@ def test_hostile_values_are_refused_before_anything_is_submitted(testbed, tmp_pa
     profile = tmp_path / "p.yaml"
     profile.write_text(PROFILE.read_text() + f"partition: {value}\n")
     cases = {"partition": (SWEEPS / "testbed.yaml", profile)}
-    for key, text in (("nccl", f"nccl: {{{value}: {{}}}}"), ("env", f"env: {{{value}: x}}"), ("name", f"name: {value}")):
+    for key, text in (
+        ("nccl", f"nccl: {{{value}: {{}}}}"),
+        ("env", f"env: {{{value}: x}}"),
+        ("name", f"name: {value}"),
+    ):
         sweep = tmp_path / f"{key}.yaml"
-        sweep.write_text(f"device: cpu\nbackend: gloo\nworkloads: {{allreduce: {{}}}}\n"
-                         f"{'' if key == 'name' else 'name: t'}\n{text}\n")
+        sweep.write_text(
+            f"device: cpu\nbackend: gloo\nworkloads: {{allreduce: {{}}}}\n"
+            f"{'' if key == 'name' else 'name: t'}\n{text}\n"
+        )
         cases[key] = (sweep, PROFILE)
     out = tmp_path / "run"
     for key, (sweep, prof) in cases.items():
-        r = bench("sweep", str(sweep), "--executor", "slurm", "--cluster", str(prof), "--out", str(out),
-                  env=SLURM_ENV, check=False)
+        r = bench(
+            "sweep",
+            str(sweep),
+            "--executor",
+            "slurm",
+            "--cluster",
+            str(prof),
+            "--out",
+            str(out),
+            env=SLURM_ENV,
+            check=False,
+        )
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.describe()
         where = f"{prof}: partition: " if key == "partition" else f"{sweep}: {key}{':' if key == 'name' else '.'}"
         assert r.stderr.startswith(f"bench sweep: error: {where}"), r.stderr

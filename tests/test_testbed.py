@@ -17,16 +17,35 @@ pytestmark = pytest.mark.slow
 def test_nodes_are_distinct_hosts_with_emulated_gpus(testbed):
     info = slurm("sinfo", "-h", "-N", "-o", "%N %T %G").stdout.split("\n")
     assert sorted(line for line in info if line) == [f"bnode{k} idle gpu:4" for k in range(1, NODES + 1)]
-    out = slurm("srun", f"-N{NODES}", "--ntasks-per-node=1", "--gres=gpu:2", "bash", "-c",
-                'echo "$(hostname) $SLURM_PROCID $SLURM_STEP_ID $CUDA_VISIBLE_DEVICES"', timeout=60).stdout
+    out = slurm(
+        "srun",
+        f"-N{NODES}",
+        "--ntasks-per-node=1",
+        "--gres=gpu:2",
+        "bash",
+        "-c",
+        'echo "$(hostname) $SLURM_PROCID $SLURM_STEP_ID $CUDA_VISIBLE_DEVICES"',
+        timeout=60,
+    ).stdout
     rows = sorted(line.split() for line in out.splitlines())
     assert rows == [[f"bnode{k}", str(k - 1), "0", "0,1"] for k in range(1, NODES + 1)]
 
 
 def test_every_generated_script_passes_sbatch_test_only(testbed, tmp_path):
     out = tmp_path / "run"
-    bench("sweep", str(SWEEPS / "testbed.yaml"), "--max-nodes", str(NODES), "--executor", "slurm",
-          "--cluster", str(SWEEPS / "clusters" / "testbed.yaml"), "--dry-run", "--out", str(out))
+    bench(
+        "sweep",
+        str(SWEEPS / "testbed.yaml"),
+        "--max-nodes",
+        str(NODES),
+        "--executor",
+        "slurm",
+        "--cluster",
+        str(SWEEPS / "clusters" / "testbed.yaml"),
+        "--dry-run",
+        "--out",
+        str(out),
+    )
     scripts = sorted(out.glob("jobs/*/job.sbatch"))
     assert len(scripts) == 3 * 2 * 2  # 1, 2, 4 nodes x 2 launchers x 2 settings sets
     for script in scripts:
@@ -39,14 +58,29 @@ def test_a_rendered_job_runs_across_nodes(testbed, tmp_path, launcher):
     """One generated script, submitted with sbatch from the run directory: the all-reduce runs
     on two emulated nodes and sacct records the job COMPLETED."""
     out = tmp_path / "run"
-    bench("sweep", str(SWEEPS / "testbed.yaml"), "--max-nodes", "2", "--executor", "slurm",
-          "--cluster", str(SWEEPS / "clusters" / "testbed.yaml"), "--dry-run", "--out", str(out),
-          "--set", "workloads.synthetic=false", "--set", "workloads.real=false",
-          "--set", "workloads.allreduce.max_bytes=64K")
+    bench(
+        "sweep",
+        str(SWEEPS / "testbed.yaml"),
+        "--max-nodes",
+        "2",
+        "--executor",
+        "slurm",
+        "--cluster",
+        str(SWEEPS / "clusters" / "testbed.yaml"),
+        "--dry-run",
+        "--out",
+        str(out),
+        "--set",
+        "workloads.synthetic=false",
+        "--set",
+        "workloads.real=false",
+        "--set",
+        "workloads.allreduce.max_bytes=64K",
+    )
     job = f"n2-g1-{launcher}-default"
     job_id = slurm("sbatch", "--parsable", f"jobs/{job}/job.sbatch", cwd=out).stdout.strip().split(";")[0]
     states = wait_done([job_id], timeout=300)
-    log = (out / "jobs" / job / f"slurm-{job_id}.out")
+    log = out / "jobs" / job / f"slurm-{job_id}.out"
     assert states[job_id][:2] == ["COMPLETED", "0:0"], log.read_text()[-3000:]
     assert states[job_id][2] == "2"
     result = json.loads((out / "jobs" / job / "allreduce.json").read_text())
@@ -60,7 +94,8 @@ def test_a_rendered_job_runs_across_nodes(testbed, tmp_path, launcher):
 XFER = """
 import socket, sys, time
 if sys.argv[1] == "serve":
-    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("0.0.0.0", 15555)); s.listen(1)
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", 15555)); s.listen(1)
     c, _ = s.accept()
     while c.recv(1 << 20): pass
     c.sendall(b"ok")

@@ -46,7 +46,7 @@ def with_failed_job(src: Path, dst: Path, step: str = "synthetic-weak") -> Path:
     reason = REASON.replace("synthetic-weak", step)
     row.update(state="FAILED", exit_code=1, reason=reason, log_tail="Traceback ...\n" + REASON.split(": ", 1)[1])
     steps = list(row["runs"])
-    for later in steps[steps.index(step):]:
+    for later in steps[steps.index(step) :]:
         row["runs"][later] = "FAILED"
         (copy / "jobs" / FAILED_JOB / f"{later}.json").unlink()
     (copy / "jobs.json").write_text(json.dumps(table))
@@ -57,15 +57,18 @@ def with_failed_job(src: Path, dst: Path, step: str = "synthetic-weak") -> Path:
 @pytest.fixture
 def history_of(tmp_path):
     """A history database with the given runs added, oldest first."""
+
     def make(*runs: Path, cluster: str = "lab") -> Path:
         db = tmp_path / "history.sqlite"
         for r in runs:
             bench("history", "add", str(r), "--cluster", cluster, "--db", str(db))
         return db
+
     return make
 
 
 # --------------------------------------------------------------------------- fail closed
+
 
 def test_a_failed_job_fails_the_gate_and_names_its_reason(real_run, tmp_path, history_of):
     broken = with_failed_job(real_run, tmp_path / "broken")
@@ -92,8 +95,10 @@ def test_a_collective_that_failed_before_measuring_fails_every_size(real_run, tm
     broken = with_failed_job(real_run, tmp_path / "broken", step="allreduce")
     cmp = compare(load_run(real_run), load_run(broken))
     failed = cmp.table[cmp.table["verdict"] == FAILED]
-    assert sorted(failed["key"]) == sorted([f"allreduce all_reduce {s}, 2x1, torchrun, default" for s in ("64K", "256K", "1M")]
-                                           + ["synthetic weak, 2x1, torchrun, default"])
+    assert sorted(failed["key"]) == sorted(
+        [f"allreduce all_reduce {s}, 2x1, torchrun, default" for s in ("64K", "256K", "1M")]
+        + ["synthetic weak, 2x1, torchrun, default"]
+    )
     assert failed["note"].str.contains(f"{FAILED_JOB} FAILED in broken: allreduce failed").all()
 
 
@@ -103,14 +108,29 @@ def test_history_add_keeps_failures_and_baselines_skip_them(real_run, tmp_path):
     bench("history", "add", str(old), "--cluster", "lab", "--db", str(db))
     broken = with_failed_job(real_run, tmp_path / "broken")
     r = bench("history", "add", str(broken), "--cluster", "lab", "--db", str(db))
-    assert re.search(rf"note: 1 job did not complete \({FAILED_JOB} FAILED\); their 1 rows are stored as failed", r.stdout)
+    assert re.search(
+        rf"note: 1 job did not complete \({FAILED_JOB} FAILED\); their 1 rows are stored as failed", r.stdout
+    )
     assert "as run 2 of cluster lab" in r.stdout
     # `last` takes each key from the newest run where it is usable: the 2-node training row from
     # the older (much faster) run, everything else from the newest
-    r = bench("regress", str(real_run), "--cluster", "lab", "--db", str(db), "--baseline", "last",
-              "--out", str(tmp_path / "out"), check=False)
+    r = bench(
+        "regress",
+        str(real_run),
+        "--cluster",
+        "lab",
+        "--db",
+        str(db),
+        "--baseline",
+        "last",
+        "--out",
+        str(tmp_path / "out"),
+        check=False,
+    )
     t = (tmp_path / "out" / "report.md").read_text()
-    assert r.returncode == 1 and re.search(r"\| images_per_s \| synthetic weak, 2x1, torchrun, default \|.*\| slower \|", t), t
+    assert r.returncode == 1 and re.search(
+        r"\| images_per_s \| synthetic weak, 2x1, torchrun, default \|.*\| slower \|", t
+    ), t
     assert not re.search(r"synthetic weak, 1x1, torchrun, default \|.*\| slower", t), t
 
 
@@ -156,6 +176,7 @@ def test_zero_and_nan_figures_cannot_be_judged(real_run, tmp_path):
 
 # --------------------------------------------------------------------------- the history defends itself
 
+
 def _damage(db: Path, case: str) -> None:
     con = sqlite3.connect(db)
     if case == "null sample":
@@ -177,11 +198,22 @@ def _damage(db: Path, case: str) -> None:
 
 @pytest.mark.parametrize("case", ["null sample", "bad blob", "bad environment"])
 def test_a_damaged_entry_is_named_and_removable(real_run, tmp_path, history_of, case):
-    db = history_of(planned_later(copy_run(real_run, tmp_path / "a"), "0"),
-                    planned_later(copy_run(real_run, tmp_path / "b"), "1"))
+    db = history_of(
+        planned_later(copy_run(real_run, tmp_path / "a"), "0"), planned_later(copy_run(real_run, tmp_path / "b"), "1")
+    )
     _damage(db, case)
-    args = ["regress", str(real_run), "--cluster", "lab", "--db", str(db), "--baseline", "last",
-            "--out", str(tmp_path / "o")]
+    args = [
+        "regress",
+        str(real_run),
+        "--cluster",
+        "lab",
+        "--db",
+        str(db),
+        "--baseline",
+        "last",
+        "--out",
+        str(tmp_path / "o"),
+    ]
     r = bench(*args, check=False)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.describe()
     assert "run 2 is damaged" in r.stderr or "run 2's" in r.stderr, r.describe()
@@ -198,8 +230,8 @@ def test_a_malformed_database_is_one_line(real_run, tmp_path, history_of):
     db = history_of(planned_later(copy_run(real_run, tmp_path / "a"), "0"))
     data = bytearray(db.read_bytes())
     page = 4096
-    for at in range(page, len(data), page):      # every page after the header page
-        data[at:at + 64] = b"\xff" * 64
+    for at in range(page, len(data), page):  # every page after the header page
+        data[at : at + 64] = b"\xff" * 64
     db.write_bytes(bytes(data))
     for args in (["regress", str(real_run), "--cluster", "lab"], ["history", "list"], ["history", "check"]):
         r = bench(*args, "--db", str(db), check=False)
@@ -215,6 +247,7 @@ def test_history_remove_of_an_unknown_id(real_run, tmp_path, history_of):
 
 
 # --------------------------------------------------------------------------- like with like
+
 
 def _set_params(values: list, **change) -> list:
     out = []
@@ -251,13 +284,15 @@ def test_differing_parameters_are_refused_then_forced(real_run, tmp_path):
 
 def test_a_settings_set_is_compared_by_content(real_run, tmp_path):
     other = planned_later(copy_run(real_run, tmp_path / "ib"))
-    rewrite_summary(other, settings=lambda v: ["NCCL_IB_HCA=mlx5_1"] * len(v),
-                    settings_hash=lambda v: ["0123456789abcdef"] * len(v))
+    rewrite_summary(
+        other, settings=lambda v: ["NCCL_IB_HCA=mlx5_1"] * len(v), settings_hash=lambda v: ["0123456789abcdef"] * len(v)
+    )
     r = bench("compare", str(real_run), str(other), check=False)
     assert r.returncode == 2 and "settings (none) vs NCCL_IB_HCA=mlx5_1" in r.stderr, r.describe()
 
 
 # --------------------------------------------------------------------------- across, replicates, the band
+
 
 @pytest.fixture(scope="module")
 def two_sets(tmp_path_factory):
@@ -276,7 +311,8 @@ env: {OMP_NUM_THREADS: "1"}
 repeat: 3
 timeout_s: 60
 workloads:
-  allreduce: {min_bytes: 64K, max_bytes: 256K, step_factor: 4, iters: 6, warmup_iters: 2, link_bytes: 64K, link_iters: 1}
+  allreduce: {min_bytes: 64K, max_bytes: 256K, step_factor: 4, iters: 6, warmup_iters: 2,
+              link_bytes: 64K, link_iters: 1}
   synthetic: {model: resnet18, image_size: 32, scaling: [weak], batch_size: 4, steps: 4, warmup_steps: 1, amp: "off"}
 """)
     out = root / "run"
@@ -286,23 +322,35 @@ workloads:
 
 def test_repeat_interleaves_replicates_and_pools_them(two_sets):
     plan = json.loads((two_sets / "plan.json").read_text())
-    assert [j["name"] for j in plan["jobs"]] == [f"n2-g1-torchrun-{s}-r{k}" for k in (1, 2, 3) for s in ("plain", "debug")]
+    assert [j["name"] for j in plan["jobs"]] == [
+        f"n2-g1-torchrun-{s}-r{k}" for k in (1, 2, 3) for s in ("plain", "debug")
+    ]
     assert len({j["config_hash"] for j in plan["jobs"] if j["nccl_config"] == "plain"}) == 1
     side = load_run(two_sets)
-    assert (side.rows["runs"] == 3).all() and len(side.rows) == 2 * 3     # 2 sets x (2 sizes + 1 training row)
-    vals, counts = side.runs["busbw_gbps"]
+    assert (side.rows["runs"] == 3).all() and len(side.rows) == 2 * 3  # 2 sets x (2 sizes + 1 training row)
+    _vals, counts = side.runs["busbw_gbps"]
     assert list(counts) == [3 if w == "allreduce" else 0 for w in side.rows["workload"]]
     summary = pq.read_table(two_sets / "summary.parquet").to_pandas()
     one = summary[(summary["nccl_config"] == "plain") & (summary["size_bytes"] == 65536)]
     row = side.rows[(side.rows["nccl_config"] == "plain") & (side.rows["size_bytes"] == 65536)].iloc[0]
     assert row["busbw_gbps"] == pytest.approx(np.median(one["busbw_gbps"]))
-    assert side.samples["time_us"][1][row.name] == 3 * 6                  # pooled: 3 runs of 6 calls
+    assert side.samples["time_us"][1][row.name] == 3 * 6  # pooled: 3 runs of 6 calls
 
 
 def test_across_compares_two_sets_of_one_run(two_sets, tmp_path):
     md, plots = tmp_path / "c.md", tmp_path / "plots"
-    r = bench("compare", str(two_sets), "--across", "nccl_config=plain,debug", "--min-runs", "3",
-              "--markdown", str(md), "--plots", str(plots))
+    r = bench(
+        "compare",
+        str(two_sets),
+        "--across",
+        "nccl_config=plain,debug",
+        "--min-runs",
+        "3",
+        "--markdown",
+        str(md),
+        "--plots",
+        str(plots),
+    )
     assert "run:debug against run:plain" in r.stdout, r.describe()
     assert re.search(r"allreduce all_reduce 64K, 2x1, torchrun, plain vs debug", r.stdout), r.stdout
     assert "of 3 compared" in r.stdout and "between runs" in r.stdout
@@ -311,9 +359,11 @@ def test_across_compares_two_sets_of_one_run(two_sets, tmp_path):
     # the same with two runs: A's set plain against B's set debug
     cmp = compare(load_run(two_sets), load_run(two_sets), across=("nccl_config", "plain", "debug"), min_runs=3)
     assert set(cmp.table["test"]) == {"between runs"} and len(cmp.table) == 3
-    for bad, want in (("nccl_config=plain", "give AXIS=A,B"), ("nodes=1,2", "AXIS one of nccl_config, launcher"),
-                      ("nccl_config=plain,nosuch", "has no completed row with nccl_config 'nosuch' (it has: debug, "
-                                                   "plain)")):
+    for bad, want in (
+        ("nccl_config=plain", "give AXIS=A,B"),
+        ("nodes=1,2", "AXIS one of nccl_config, launcher"),
+        ("nccl_config=plain,nosuch", "has no completed row with nccl_config 'nosuch' (it has: debug, plain)"),
+    ):
         r = bench("compare", str(two_sets), "--across", bad, check=False)
         assert r.returncode == 2 and want in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.describe()
     r = bench("compare", str(two_sets), check=False)
@@ -330,7 +380,7 @@ def test_the_band_judges_between_runs(two_sets):
     assert row["test"] == "between runs" and row["verdict"] == "faster", row.to_dict()
     vals, counts = side.runs["images_per_s"]
     i = int(side.rows.index[(side.rows["nccl_config"] == "plain") & (side.rows["workload"] == "synthetic")][0])
-    centre, spread = stats.band(vals[i:i + 1], counts[i:i + 1])
+    centre, spread = stats.band(vals[i : i + 1], counts[i : i + 1])
     logs = np.log(vals[i, :3])
     mad = np.median(np.abs(logs - np.median(logs)))
     assert centre[0] == pytest.approx(np.median(logs)) and spread[0] == pytest.approx(1.4826 * 1.495 * mad)
@@ -339,10 +389,10 @@ def test_the_band_judges_between_runs(two_sets):
 def test_band_limits_floor_at_the_median_spread():
     spread = np.array([0.0, 0.1, 0.2, 0.3])
     floor = stats.spread_floor(spread)
-    assert floor == pytest.approx(0.15)                             # the median of the four
+    assert floor == pytest.approx(0.15)  # the median of the four
     lo, hi = stats.band_limits(np.zeros(4), spread, floor, c=2)
     assert np.log(hi) == pytest.approx([0.3, 0.3, 0.4, 0.6]) and np.log(lo) == pytest.approx(-np.log(hi))
-    assert stats.spread_floor(spread[:2]) == 0                      # two keys: too few to pool
+    assert stats.spread_floor(spread[:2]) == 0  # two keys: too few to pool
 
 
 def test_can_reject_is_the_exact_smallest_p():
@@ -352,6 +402,7 @@ def test_can_reject_is_the_exact_smallest_p():
 
 
 # --------------------------------------------------------------------------- change points
+
 
 def test_energy_statistic_matches_its_definition():
     rng = np.random.default_rng(3)
@@ -363,7 +414,7 @@ def test_energy_statistic_matches_its_definition():
         within = lambda s: sum(abs(u - v) for u, v in itertools.combinations(s, 2)) / (len(s) * (len(s) - 1) / 2)  # noqa: E731
         want = m * k / (m + k) * (2 * sum(abs(u - v) for u in a for v in b) / (m * k) - within(a) - within(b))
         assert q[t] == pytest.approx(want)
-    assert np.isneginf(q[:changes.MIN_SEGMENT]).all()
+    assert np.isneginf(q[: changes.MIN_SEGMENT]).all()
 
 
 def test_change_points_find_a_step_and_leave_noise_alone():
@@ -371,7 +422,7 @@ def test_change_points_find_a_step_and_leave_noise_alone():
     step = np.r_[rng.normal(0, 0.05, 8), rng.normal(np.log(0.5), 0.05, 6)]
     found = changes.change_points(step, seed=1)
     assert [t for t, _ in found] == [8] and found[0][1] < 0.05
-    assert changes.change_points(step, seed=1) == found                 # seeded: the same answer every time
+    assert changes.change_points(step, seed=1) == found  # seeded: the same answer every time
     flat = rng.normal(0, 0.05, 14)
     assert changes.change_points(flat, seed=2) == []
 
@@ -379,7 +430,7 @@ def test_change_points_find_a_step_and_leave_noise_alone():
 def test_history_changes_names_the_run_a_step_started_with(real_run, tmp_path):
     db = tmp_path / "history.sqlite"
     rng = np.random.default_rng(5)
-    for i in range(8):               # 5 + 3: the fewest runs an exact permutation test can split at 0.05
+    for i in range(8):  # 5 + 3: the fewest runs an exact permutation test can split at 0.05
         factor = (1.0 if i < 5 else 2.0) * float(rng.uniform(0.98, 1.02))
         run = planned_later(copy_run(real_run, tmp_path / f"r{i}", time_factor=factor), f"0{i}")
         bench("history", "add", str(run), "--cluster", "lab", "--label", f"night{i}", "--db", str(db))

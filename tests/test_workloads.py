@@ -16,9 +16,29 @@ TRAIN = ["--model", "resnet18", "--image-size", "32", "--steps", "4", "--warmup-
 
 def test_allreduce_two_ranks(tmp_path):
     out = tmp_path / "ar.json"
-    r = bench("run", "allreduce", "-b", "4K", "-e", "1M", "-f", "4", "-n", "6", "-w", "2", "-c", "2",
-              "--collective", "all_reduce,all_gather,reduce_scatter,broadcast", "--nproc", "2", "--json", str(out),
-              env={"NCCL_TEST_TOKEN": SECRET, "NCCL_DEBUG": "WARN", "UNRELATED_VARIABLE": "x"})
+    r = bench(
+        "run",
+        "allreduce",
+        "-b",
+        "4K",
+        "-e",
+        "1M",
+        "-f",
+        "4",
+        "-n",
+        "6",
+        "-w",
+        "2",
+        "-c",
+        "2",
+        "--collective",
+        "all_reduce,all_gather,reduce_scatter,broadcast",
+        "--nproc",
+        "2",
+        "--json",
+        str(out),
+        env={"NCCL_TEST_TOKEN": SECRET, "NCCL_DEBUG": "WARN", "UNRELATED_VARIABLE": "x"},
+    )
     assert "# Avg bus bandwidth" in r.stdout
     res = read_json(out)
     assert res["schema_version"] == 1 and res["workload"] == "allreduce"
@@ -75,8 +95,25 @@ def test_synthetic_weak_and_strong(tmp_path):
 
 def test_real_with_a_generated_image_folder(tmp_path, data_cache):
     out = tmp_path / "real.json"
-    bench("run", "real", *TRAIN, "--batch-size", "4", "--workers", "1", "--data-cache", str(data_cache),
-          "--data-classes", "3", "--data-images-per-class", "8", "--nproc", "2", "--json", str(out))
+    bench(
+        "run",
+        "real",
+        *TRAIN,
+        "--batch-size",
+        "4",
+        "--workers",
+        "1",
+        "--data-cache",
+        str(data_cache),
+        "--data-classes",
+        "3",
+        "--data-images-per-class",
+        "8",
+        "--nproc",
+        "2",
+        "--json",
+        str(out),
+    )
     res = read_json(out)
     assert res["data"]["images"] == 24 and res["data"]["classes"] == 3 and res["data"]["generated"]
     assert res["images_per_s"] == pytest.approx(4 * 2 * 4 / res["measured_time_s"])
@@ -104,14 +141,17 @@ def test_generated_images_are_deterministic(tmp_path):
     assert not list((tmp_path / "a").glob(".building-*"))
 
 
-@pytest.mark.parametrize("args,words", [
-    (["synthetic", "--global-batch", "5", "--nproc", "2"], ["--global-batch 5", "world size 2"]),
-    (["real", "--data-dir", "/nonexistent/imagenet"], ["--data-dir /nonexistent/imagenet", "no such directory"]),
-    (["allreduce", "-b", "1M", "-e", "1K"], ["below"]),
-    (["allreduce", "--collective", "all_to_everyone"], ["all_to_everyone", "all_reduce"]),
-    (["allreduce", "-b", "12Q"], ["12Q"]),
-    (["synthetic", "--nproc", "0"], ["--nproc"]),
-])
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (["synthetic", "--global-batch", "5", "--nproc", "2"], ["--global-batch 5", "world size 2"]),
+        (["real", "--data-dir", "/nonexistent/imagenet"], ["--data-dir /nonexistent/imagenet", "no such directory"]),
+        (["allreduce", "-b", "1M", "-e", "1K"], ["below"]),
+        (["allreduce", "--collective", "all_to_everyone"], ["all_to_everyone", "all_reduce"]),
+        (["allreduce", "-b", "12Q"], ["12Q"]),
+        (["synthetic", "--nproc", "0"], ["--nproc"]),
+    ],
+)
 def test_bad_arguments_exit_2_with_one_line(args, words):
     r = bench("run", *args, check=False, timeout=60)
     assert r.returncode == 2, r.describe()
@@ -128,7 +168,12 @@ def test_empty_data_dir_is_a_clear_error(tmp_path):
 
 
 def test_bad_launch_environment_names_the_variable():
-    r = bench("run", "allreduce", check=False, timeout=60,
-              env={"RANK": "zero", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29999"})
+    r = bench(
+        "run",
+        "allreduce",
+        check=False,
+        timeout=60,
+        env={"RANK": "zero", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29999"},
+    )
     assert r.returncode == 2
     assert r.stderr.strip() == "bench run allreduce: error: environment variable RANK='zero' is not an integer"

@@ -18,9 +18,9 @@ Segments are at least MIN_SEGMENT runs long, so a step is reported once that man
 side of it show it, and a step smaller than the threshold (5% by default, as asv and Apache
 Otava's min_magnitude) is not reported. The permutation test is exact, and that bounds it with
 few runs: a perfect split of 4 runs from 3 reaches p = 2/C(7,3) = 0.057 at best, so a step needs
-8 runs (5 + 3: 0.036) before it can be found at ALPHA = 0.05. The shuffles are seeded from the key, so the same history gives the same
-answer every time (the nondeterminism the Hunter paper found in E-divisive comes from unseeded
-shuffles; Fleming et al., ICPE 2023).
+8 runs (5 + 3: 0.036) before it can be found at ALPHA = 0.05. The shuffles are seeded from the
+key, so the same history gives the same answer every time (the nondeterminism the Hunter paper
+found in E-divisive comes from unseeded shuffles; Fleming et al., ICPE 2023).
 """
 
 from __future__ import annotations
@@ -36,17 +36,17 @@ from benchmarks.catalog import COLLECTIVE_WORKLOAD
 ALPHA = 0.05
 PERMUTATIONS = 499
 MIN_SEGMENT = 3
-_CHUNK = 4_000_000       # distance-matrix entries held at once over the shuffles
+_CHUNK = 4_000_000  # distance-matrix entries held at once over the shuffles
 
 
 @dataclass(frozen=True)
 class Change:
     metric: str
     key: str
-    run_id: int           # the first run after the step
-    run: str              # that run in words: id, label, date
-    before: float         # median of the segment before the step
-    after: float          # median of the segment from it
+    run_id: int  # the first run after the step
+    run: str  # that run in words: id, label, date
+    before: float  # median of the segment before the step
+    after: float  # median of the segment from it
     p_value: float
 
     @property
@@ -65,9 +65,9 @@ def energy(x: Any) -> Any:
     c[:, 1:, 1:] = d.cumsum(axis=1).cumsum(axis=2)
     tau = np.arange(n + 1)
     full = c[:, n, n][:, None]
-    left = c[:, tau, tau]                       # sum over [0, tau) x [0, tau)
-    cross = c[:, tau, n] - left                 # [0, tau) x [tau, n)
-    right = full - 2 * cross - left             # [tau, n) x [tau, n)
+    left = c[:, tau, tau]  # sum over [0, tau) x [0, tau)
+    cross = c[:, tau, n] - left  # [0, tau) x [tau, n)
+    right = full - 2 * cross - left  # [tau, n) x [tau, n)
     m, k = tau.astype(float), (n - tau).astype(float)
     with np.errstate(divide="ignore", invalid="ignore"):
         q = m * k / n * (2 * cross / (m * k) - left / (m * (m - 1)) - right / (k * (k - 1)))
@@ -141,10 +141,12 @@ def series(db: Path, cluster: str, metrics: tuple[str, ...]) -> tuple[list[Any],
                 if not len(rows):
                     continue
                 value = rows.assign(key=key_texts(rows)).groupby("key", sort=False)[name].median()
-                parts.append(pd.DataFrame({"metric": name, "key": value.index, "entry": i,
-                                           "value": value.to_numpy(dtype=float)}))
-    return found, (pd.concat(parts, ignore_index=True) if parts else
-                   pd.DataFrame(columns=["metric", "key", "entry", "value"]))
+                parts.append(
+                    pd.DataFrame({"metric": name, "key": value.index, "entry": i, "value": value.to_numpy(dtype=float)})
+                )
+    return found, (
+        pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["metric", "key", "entry", "value"])
+    )
 
 
 def changes(db: Path, cluster: str, metrics: tuple[str, ...], threshold: float = 0.05) -> tuple[list[Change], int, int]:
@@ -155,8 +157,8 @@ def changes(db: Path, cluster: str, metrics: tuple[str, ...], threshold: float =
     found, values = series(db, cluster, metrics)
     out = []
     searched = 0
-    for (metric, key), g in values.groupby(["metric", "key"], sort=True):
-        g = g.sort_values("entry")
+    for (metric, key), group in values.groupby(["metric", "key"], sort=True):
+        g = group.sort_values("entry")
         x = np.log(g["value"].to_numpy(dtype=float))
         if len(x) < 2 * MIN_SEGMENT:
             continue
@@ -165,9 +167,15 @@ def changes(db: Path, cluster: str, metrics: tuple[str, ...], threshold: float =
         bounds = [0] + [t for t, _ in points] + [len(x)]
         for j, (t, p) in enumerate(points):
             entry = found[int(g["entry"].iat[t])]
-            step = Change(metric, str(key), entry.id,
-                          f"run {entry.id}{f' ({entry.label})' if entry.label else ''} of {entry.created}",
-                          math.exp(float(np.median(x[bounds[j]:t]))), math.exp(float(np.median(x[t:bounds[j + 2]]))), p)
+            step = Change(
+                metric,
+                str(key),
+                entry.id,
+                f"run {entry.id}{f' ({entry.label})' if entry.label else ''} of {entry.created}",
+                math.exp(float(np.median(x[bounds[j] : t]))),
+                math.exp(float(np.median(x[t : bounds[j + 2]]))),
+                p,
+            )
             if abs(step.change) >= threshold:
                 out.append(step)
     out.sort(key=lambda c: (c.run_id, c.metric, c.key))
@@ -178,14 +186,19 @@ def render(result: tuple[list[Change], int, int], cluster: str, threshold: float
     from harness.analysis.compare import METRICS
 
     found, searched, runs = result
-    head = (f"change points in {searched} series of cluster {cluster} ({runs} runs; E-divisive means, "
-            f"{PERMUTATIONS} permutations, p < {ALPHA}, at least {MIN_SEGMENT} runs on each side, steps of "
-            f"{threshold:.0%} or more)")
+    head = (
+        f"change points in {searched} series of cluster {cluster} ({runs} runs; E-divisive means, "
+        f"{PERMUTATIONS} permutations, p < {ALPHA}, at least {MIN_SEGMENT} runs on each side, steps of "
+        f"{threshold:.0%} or more)"
+    )
     if not found:
-        return head + "\nno change point found" + ("" if searched else
-                                                   f": a series needs {2 * MIN_SEGMENT} usable runs")
+        return (
+            head + "\nno change point found" + ("" if searched else f": a series needs {2 * MIN_SEGMENT} usable runs")
+        )
     lines = [head]
     for c in found:
-        lines.append(f"{c.run}: {METRICS[c.metric].label} {c.key}: {c.before:.4g} -> {c.after:.4g} "
-                     f"({c.change:+.1%}, p {c.p_value:.3f})")
+        lines.append(
+            f"{c.run}: {METRICS[c.metric].label} {c.key}: {c.before:.4g} -> {c.after:.4g} "
+            f"({c.change:+.1%}, p {c.p_value:.3f})"
+        )
     return "\n".join(lines)

@@ -46,42 +46,52 @@ from harness.errors import DataError, one_line
 from harness.rundir import COMPLETED, RunDir, RunDirError
 
 KEYS = ["workload", "collective", "scaling", "nodes", "gpus_per_node", "launcher", "nccl_config", "size_bytes"]
-CONFIG = [k for k in KEYS if k not in ("collective", "size_bytes")]   # a key without its message
+CONFIG = [k for k in KEYS if k not in ("collective", "size_bytes")]  # a key without its message
 SAMPLE_JOIN = ["job", "workload", "scaling", "collective", "size_bytes"]
 # Axes that `--across` compares inside one run: the configurations a sweep lays side by side.
 AXES = ("nccl_config", "launcher")
 FAILED, SLOWER, UNJUDGED, SAME, FASTER = "failed", "slower", "cannot judge", "no significant change", "faster"
 VERDICTS = (FAILED, SLOWER, UNJUDGED, FASTER, SAME)
-_ORDER = {FAILED: 0, SLOWER: 1, UNJUDGED: 2, SAME: 3, FASTER: 4}   # worst first
+_ORDER = {FAILED: 0, SLOWER: 1, UNJUDGED: 2, SAME: 3, FASTER: 4}  # worst first
 BY_RUNS, BY_SAMPLES = "between runs", "within run"
-ABSENT = "absent"         # status_b of a key B never planned
+ABSENT = "absent"  # status_b of a key B never planned
 MIN_RUNS = 5
 
 
 @dataclass(frozen=True)
 class Metric:
     name: str
-    allreduce: bool          # a collective metric, else a training one
+    allreduce: bool  # a collective metric, else a training one
     higher_is_better: bool
-    samples: str             # the samples.parquet metric behind it (always a time)
+    samples: str  # the samples.parquet metric behind it (always a time)
     label: str
-    zero_for_one_rank: bool = False   # busbw: one rank moves nothing over a bus
+    zero_for_one_rank: bool = False  # busbw: one rank moves nothing over a bus
 
 
-METRICS = {m.name: m for m in (
-    Metric("busbw_gbps", True, True, "time_us", "busbw GB/s", zero_for_one_rank=True),
-    Metric("algbw_gbps", True, True, "time_us", "algbw GB/s"),
-    Metric("time_us", True, False, "time_us", "time us"),
-    Metric("images_per_s", False, True, "step_time_ms", "images/s"),
-    Metric("images_per_s_per_gpu", False, True, "step_time_ms", "images/s per GPU"),
-    Metric("step_time_ms", False, False, "step_time_ms", "step ms"),
-)}
+METRICS = {
+    m.name: m
+    for m in (
+        Metric("busbw_gbps", True, True, "time_us", "busbw GB/s", zero_for_one_rank=True),
+        Metric("algbw_gbps", True, True, "time_us", "algbw GB/s"),
+        Metric("time_us", True, False, "time_us", "time us"),
+        Metric("images_per_s", False, True, "step_time_ms", "images/s"),
+        Metric("images_per_s_per_gpu", False, True, "step_time_ms", "images/s per GPU"),
+        Metric("step_time_ms", False, False, "step_time_ms", "step ms"),
+    )
+}
 DEFAULT_METRICS = ("busbw_gbps", "images_per_s")
-LIKE = ["params", "settings", "settings_hash"]      # what makes two rows comparable
+LIKE = ["params", "settings", "settings_hash"]  # what makes two rows comparable
 REQUIRED = ["job", "status", *KEYS, *METRICS, "hosts", "reason", "repeat", "n_samples", *LIKE]
 # What makes two runs incomparable by accident (pyperf checks its metadata the same way).
-CHECKED_ENV = {"gpu": "GPU model", "nccl": "NCCL", "torch": "torch", "cuda": "CUDA",
-               "gpu_driver": "GPU driver", "backend": "backend", "largest_job_nodes": "nodes in the largest job"}
+CHECKED_ENV = {
+    "gpu": "GPU model",
+    "nccl": "NCCL",
+    "torch": "torch",
+    "cuda": "CUDA",
+    "gpu_driver": "GPU driver",
+    "backend": "backend",
+    "largest_job_nodes": "nodes in the largest job",
+}
 
 
 @dataclass
@@ -105,7 +115,7 @@ class Side:
     environment: dict[str, Any] = field(default_factory=dict)
     stragglers: list = field(default_factory=list)
     others: Any = None
-    entries: list = field(default_factory=list)     # the history runs a baseline was drawn from
+    entries: list = field(default_factory=list)  # the history runs a baseline was drawn from
 
     def where(self, axis: str, value: str, relabel: str) -> Side:
         """The side's rows whose `axis` is `value`, with that axis renamed to `relabel`, so
@@ -118,23 +128,28 @@ class Side:
         others = self.others
         if others is not None:
             others = others[others[axis] == value].reset_index(drop=True).assign(**{axis: relabel})
-        return replace(self, label=f"{self.label}:{value}", rows=rows,
-                       samples={k: (v[idx], c[idx]) for k, (v, c) in self.samples.items()},
-                       runs={k: (v[idx], c[idx]) for k, (v, c) in self.runs.items()}, others=others)
+        return replace(
+            self,
+            label=f"{self.label}:{value}",
+            rows=rows,
+            samples={k: (v[idx], c[idx]) for k, (v, c) in self.samples.items()},
+            runs={k: (v[idx], c[idx]) for k, (v, c) in self.runs.items()},
+            others=others,
+        )
 
 
 @dataclass
 class Comparison:
     a: Side
     b: Side
-    table: Any            # one row per (metric, key), worst first
-    new_in_b: Any         # keys B completed and A did not, with A's status
+    table: Any  # one row per (metric, key), worst first
+    new_in_b: Any  # keys B completed and A did not, with A's status
     env_diffs: list[str]
     threshold: float
     min_runs: int
-    mismatches: list[str] = field(default_factory=list)   # the differing parameters, one line per kind
+    mismatches: list[str] = field(default_factory=list)  # the differing parameters, one line per kind
     allow_mismatch: bool = False
-    across: tuple[str, str, str] | None = None             # (axis, A's value, B's value)
+    across: tuple[str, str, str] | None = None  # (axis, A's value, B's value)
 
     def counts(self) -> dict[str, int]:
         v = self.table["verdict"]
@@ -153,17 +168,23 @@ class Comparison:
 
 # --------------------------------------------------------------------------- loading
 
+
 def check_summary(table: Any, where: str) -> None:
     version = summary_version(table)
     if version != SUMMARY_VERSION:
-        raise DataError(f"{where}: summary schema_version {version} is older than this bench's {SUMMARY_VERSION}; "
-                        f"re-collect it with `bench collect`" if version < SUMMARY_VERSION else
-                        f"{where}: summary schema_version {version} is newer than this bench's {SUMMARY_VERSION}; "
-                        f"upgrade bench")
+        raise DataError(
+            f"{where}: summary schema_version {version} is older than this bench's {SUMMARY_VERSION}; "
+            f"re-collect it with `bench collect`"
+            if version < SUMMARY_VERSION
+            else f"{where}: summary schema_version {version} is newer than this bench's {SUMMARY_VERSION}; "
+            f"upgrade bench"
+        )
     missing = [c for c in REQUIRED if c not in table.column_names]
     if missing:
-        raise DataError(f"{where}: summary lacks column{'s' if len(missing) > 1 else ''} {', '.join(missing)}; "
-                        f"re-collect it with `bench collect`")
+        raise DataError(
+            f"{where}: summary lacks column{'s' if len(missing) > 1 else ''} {', '.join(missing)}; "
+            f"re-collect it with `bench collect`"
+        )
 
 
 def check_samples(samples: Any, where: str) -> None:
@@ -202,13 +223,18 @@ def read_tables(run: RunDir) -> tuple[Any, Any]:
     return summary, samples
 
 
-def side_from_tables(summary: Any, samples: Any, label: str, source: str,
-                     environment: dict[str, Any] | None = None, found: list | None = None) -> Side:
+def side_from_tables(
+    summary: Any,
+    samples: Any,
+    label: str,
+    source: str,
+    environment: dict[str, Any] | None = None,
+    found: list | None = None,
+) -> Side:
     """A Side from a summary (an Arrow table, or a DataFrame of its columns) and samples (an
     Arrow table): one row per completed key, the replicates of a key (bench sweep --repeat)
     pooled into it."""
     import numpy as np
-
 
     df = key_frame(summary) if hasattr(summary, "column_names") else summary.reset_index(drop=True)
     done = df[(df["status"] == COMPLETED).to_numpy(dtype=bool)].reset_index(drop=True)
@@ -232,8 +258,16 @@ def side_from_tables(summary: Any, samples: Any, label: str, source: str,
     if len(others) and len(rows):
         others = others.merge(rows[KEYS].assign(_done=1), on=KEYS, how="left")
         others = others[others["_done"].isna()].drop(columns="_done")
-    return Side(label=label, source=source, rows=rows, samples=pooled, runs=runs, environment=environment or {},
-                stragglers=found or [], others=others.reset_index(drop=True))
+    return Side(
+        label=label,
+        source=source,
+        rows=rows,
+        samples=pooled,
+        runs=runs,
+        environment=environment or {},
+        stragglers=found or [],
+        others=others.reset_index(drop=True),
+    )
 
 
 def key_frame(summary: Any) -> Any:
@@ -306,6 +340,7 @@ def env_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
 
 # --------------------------------------------------------------------------- comparing
 
+
 def parse_threshold(text: str) -> float:
     """'5%' or '0.05' -> 0.05."""
     t = text.strip()
@@ -323,14 +358,23 @@ def parse_across(text: str) -> tuple[str, str, str]:
     axis, _, values = text.partition("=")
     parts = [p.strip() for p in values.split(",")]
     if axis.strip() not in AXES or len(parts) != 2 or not all(parts) or parts[0] == parts[1]:
-        raise ValueError(f"--across {text!r} is not valid; give AXIS=A,B with AXIS one of {', '.join(AXES)} and two "
-                         f"different values, e.g. nccl_config=ib,socket")
+        raise ValueError(
+            f"--across {text!r} is not valid; give AXIS=A,B with AXIS one of {', '.join(AXES)} and two "
+            f"different values, e.g. nccl_config=ib,socket"
+        )
     return axis.strip(), parts[0], parts[1]
 
 
-def compare(a: Side, b: Side, metrics: tuple[str, ...] = DEFAULT_METRICS, threshold: float = 0.05, *,
-            min_runs: int = MIN_RUNS, allow_mismatch: bool = False,
-            across: tuple[str, str, str] | None = None) -> Comparison:
+def compare(
+    a: Side,
+    b: Side,
+    metrics: tuple[str, ...] = DEFAULT_METRICS,
+    threshold: float = 0.05,
+    *,
+    min_runs: int = MIN_RUNS,
+    allow_mismatch: bool = False,
+    across: tuple[str, str, str] | None = None,
+) -> Comparison:
     """The comparison of B against A. With `across` = (axis, x, y), A's rows of axis value x
     against B's rows of value y (A and B may be the same run)."""
     import numpy as np
@@ -341,8 +385,10 @@ def compare(a: Side, b: Side, metrics: tuple[str, ...] = DEFAULT_METRICS, thresh
         for side, value in ((a, x), (b, y)):
             if not (side.rows[axis] == value).any():
                 have = sorted(set(side.rows[axis].astype(str)))
-                raise DataError(f"--across {axis}={x},{y}: {side.source} has no completed row with {axis} {value!r} "
-                                f"(it has: {', '.join(have) or 'none'})")
+                raise DataError(
+                    f"--across {axis}={x},{y}: {side.source} has no completed row with {axis} {value!r} "
+                    f"(it has: {', '.join(have) or 'none'})"
+                )
         a, b = a.where(axis, x, f"{x} vs {y}"), b.where(axis, y, f"{x} vs {y}")
     ignore_settings = across is not None and across[0] == "nccl_config"
     parts, mismatch_parts, matched = [], [], []
@@ -351,8 +397,9 @@ def compare(a: Side, b: Side, metrics: tuple[str, ...] = DEFAULT_METRICS, thresh
         ra, rb = (_metric_rows(s.rows, metric) for s in (a, b))
         if ra.empty:
             continue
-        m = ra[KEYS + [name, "_i", "runs", *LIKE]].merge(rb[KEYS + [name, "_i", "runs", *LIKE]], on=KEYS, how="left",
-                                                         suffixes=("_a", "_b"), indicator=True)
+        m = ra[KEYS + [name, "_i", "runs", *LIKE]].merge(
+            rb[KEYS + [name, "_i", "runs", *LIKE]], on=KEYS, how="left", suffixes=("_a", "_b"), indicator=True
+        )
         in_b = (m.pop("_merge") == "both").to_numpy()
         failed = _failed_rows(m[~in_b], b, name)
         if len(failed):
@@ -369,16 +416,27 @@ def compare(a: Side, b: Side, metrics: tuple[str, ...] = DEFAULT_METRICS, thresh
     spreads = [spread[by_runs] for _, _, by_runs, _, spread in matched]
     floor = stats.spread_floor(np.concatenate(spreads) if spreads else np.zeros(0))
     for metric, m, by_runs, centre, spread in matched:
-        judged, mism = _judge(m, a, b, metric, threshold, by_runs, stats.band_limits(centre, spread, floor),
-                              allow_mismatch, ignore_settings)
+        judged, mism = _judge(
+            m,
+            a,
+            b,
+            metric,
+            threshold,
+            by_runs,
+            stats.band_limits(centre, spread, floor),
+            allow_mismatch,
+            ignore_settings,
+        )
         if len(judged):
             parts.append(judged)
         mismatch_parts.append(mism)
     if not parts:
-        raise DataError(f"{a.source} and {b.source} have no completed key in common for "
-                        f"{', '.join(metrics)}; compare runs of the same sweep")
+        raise DataError(
+            f"{a.source} and {b.source} have no completed key in common for "
+            f"{', '.join(metrics)}; compare runs of the same sweep"
+        )
     table = pd.concat(parts, ignore_index=True)
-    if "mismatch" not in table:              # only failed rows: nothing was judged
+    if "mismatch" not in table:  # only failed rows: nothing was judged
         table["mismatch"] = False
     table = table.assign(_o=table["verdict"].map(_ORDER)).sort_values(["_o", "change"], kind="stable")
     table = table.drop(columns="_o").reset_index(drop=True)
@@ -390,13 +448,27 @@ def compare(a: Side, b: Side, metrics: tuple[str, ...] = DEFAULT_METRICS, thresh
     differ = (table["mismatch"].astype("boolean").fillna(False) & (table["verdict"] == UNJUDGED)).to_numpy(dtype=bool)
     if not (~absent & ~differ).any():
         if mismatches:
-            raise DataError(f"nothing comparable between {a.source} and {b.source}: the workload parameters differ "
-                            f"on every common key ({'; '.join(mismatches)}); compare anyway with --allow-mismatch")
-        raise DataError(f"{a.source} and {b.source} have no completed key in common for "
-                        f"{', '.join(metrics)}; compare runs of the same sweep")
+            raise DataError(
+                f"nothing comparable between {a.source} and {b.source}: the workload parameters differ "
+                f"on every common key ({'; '.join(mismatches)}); compare anyway with --allow-mismatch"
+            )
+        raise DataError(
+            f"{a.source} and {b.source} have no completed key in common for "
+            f"{', '.join(metrics)}; compare runs of the same sweep"
+        )
     same_run = a.source == b.source
-    return Comparison(a, b, table, _new_keys(b, a), [] if same_run else env_differences(a.environment, b.environment),
-                      threshold, min_runs, mismatches, allow_mismatch, across)
+    return Comparison(
+        a,
+        b,
+        table,
+        _new_keys(b, a),
+        [] if same_run else env_differences(a.environment, b.environment),
+        threshold,
+        min_runs,
+        mismatches,
+        allow_mismatch,
+        across,
+    )
 
 
 def _metric_rows(rows: Any, metric: Metric) -> Any:
@@ -433,8 +505,17 @@ def _failed_rows(m: Any, b: Side, name: str) -> Any:
     return out
 
 
-def _judge(m: Any, a: Side, b: Side, metric: Metric, threshold: float, by_runs: Any, limits: tuple[Any, Any],
-           allow_mismatch: bool, ignore_settings: bool) -> tuple[Any, Any]:
+def _judge(
+    m: Any,
+    a: Side,
+    b: Side,
+    metric: Metric,
+    threshold: float,
+    by_runs: Any,
+    limits: tuple[Any, Any],
+    allow_mismatch: bool,
+    ignore_settings: bool,
+) -> tuple[Any, Any]:
     """Verdicts for keys both sides completed, and the rows whose parameters differ. `by_runs`
     marks the rows judged between runs, within the band `limits` (low, high values)."""
     import numpy as np
@@ -466,25 +547,33 @@ def _judge(m: Any, a: Side, b: Side, metric: Metric, threshold: float, by_runs: 
         faster = np.where(by_runs, better, significant & (low > 1)) & (perf > 1 + threshold)
     verdict = np.where(slower, SLOWER, np.where(faster, FASTER, SAME)).astype(object)
     note = np.full(len(m), "", dtype=object)
-    differ = (m["params_a"].to_numpy(dtype=object) != m["params_b"].to_numpy(dtype=object))
+    differ = m["params_a"].to_numpy(dtype=object) != m["params_b"].to_numpy(dtype=object)
     if not ignore_settings:
         differ |= m["settings_hash_a"].to_numpy(dtype=object) != m["settings_hash_b"].to_numpy(dtype=object)
     diff_text = _diff_texts(m, differ, ignore_settings)
     # why a key cannot be judged, the first reason that applies
     bad_a, bad_b = ~usable(value_a), ~usable(value_b)
     few = ~by_runs & ~testable
-    for cond, text in ((few, [f"too few samples for the test: {x} in A, {y} in B" for x, y in zip(ca, cb)]),
-                       (bad_b, [f"{metric.label} is {v:g} in B" for v in value_b]),
-                       (bad_a, [f"{metric.label} is {v:g} in A" for v in value_a])):
+    for cond, text in (
+        (few, [f"too few samples for the test: {x} in A, {y} in B" for x, y in zip(ca, cb)]),
+        (bad_b, [f"{metric.label} is {v:g} in B" for v in value_b]),
+        (bad_a, [f"{metric.label} is {v:g} in A" for v in value_a]),
+    ):
         verdict = np.where(cond, UNJUDGED, verdict)
         note = np.where(cond, np.asarray(text, dtype=object) if len(text) else note, note)
     if allow_mismatch:
-        note = np.where(differ, np.asarray([f"compared despite differing parameters: {t}" for t in diff_text],
-                                           dtype=object) if len(m) else note, note)
+        note = np.where(
+            differ,
+            np.asarray([f"compared despite differing parameters: {t}" for t in diff_text], dtype=object)
+            if len(m)
+            else note,
+            note,
+        )
     else:
         verdict = np.where(differ, UNJUDGED, verdict)
-        note = np.where(differ, np.asarray([f"parameters differ: {t}" for t in diff_text], dtype=object)
-                        if len(m) else note, note)
+        note = np.where(
+            differ, np.asarray([f"parameters differ: {t}" for t in diff_text], dtype=object) if len(m) else note, note
+        )
     part = m[KEYS].copy()
     part.insert(0, "metric", name)
     part["a"], part["b"], part["ratio"] = value_a, value_b, ratio
@@ -517,8 +606,10 @@ def _diff_texts(m: Any, differ: Any, ignore_settings: bool) -> list[str]:
     once per distinct pair."""
     cache: dict[tuple, str] = {}
     out = []
-    cols = [m[c].to_numpy(dtype=object) for c in ("params_a", "params_b", "settings_a", "settings_b",
-                                                    "settings_hash_a", "settings_hash_b")]
+    cols = [
+        m[c].to_numpy(dtype=object)
+        for c in ("params_a", "params_b", "settings_a", "settings_b", "settings_hash_a", "settings_hash_b")
+    ]
     for d, *pair in zip(differ, *cols):
         if not d:
             out.append("")
@@ -533,7 +624,9 @@ def _diff_texts(m: Any, differ: Any, ignore_settings: bool) -> list[str]:
 
 def _diff_text(pa_: Any, pb: Any, sa: Any, sb: Any, ha: Any, hb: Any, ignore_settings: bool) -> str:
     da, db = _params(pa_), _params(pb)
-    diffs = [f"{k} {_show(da.get(k))} vs {_show(db.get(k))}" for k in sorted(set(da) | set(db)) if da.get(k) != db.get(k)]
+    diffs = [
+        f"{k} {_show(da.get(k))} vs {_show(db.get(k))}" for k in sorted(set(da) | set(db)) if da.get(k) != db.get(k)
+    ]
     if not ignore_settings and ha != hb:
         diffs.append(f"settings {sa or '(none)'} vs {sb or '(none)'}")
     return ", ".join(diffs) or "parameters not recorded"
@@ -555,8 +648,11 @@ def _mismatch_lines(mism: Any) -> list[str]:
     """One line per (workload, difference): 'synthetic weak: batch_size 8 vs 4 (3 keys)'."""
     if mism is None or not len(mism):
         return []
-    what = (mism["workload"].astype(str) + " " + mism["scaling"].astype(str).where(mism["workload"] != COLLECTIVE_WORKLOAD,
-                                                                                   mism["collective"].astype(str)))
+    what = (
+        mism["workload"].astype(str)
+        + " "
+        + mism["scaling"].astype(str).where(mism["workload"] != COLLECTIVE_WORKLOAD, mism["collective"].astype(str))
+    )
     counts = mism.assign(_what=what.str.strip()).groupby(["_what", "diff"], sort=True).size()
     return [f"{w}: {d} ({n} key{'s' if n != 1 else ''})" for (w, d), n in counts.items()]
 
@@ -589,6 +685,7 @@ def _new_keys(b: Side, a: Side) -> Any:
 
 # --------------------------------------------------------------------------- text
 
+
 def records(df: Any) -> list[dict[str, Any]]:
     """A DataFrame's rows as dicts, missing values as None: 5x quicker than to_dict("records")
     on pandas' string and nullable-integer columns."""
@@ -602,10 +699,23 @@ def key_texts(df: Any, sizes: bool = True) -> Any:
     'synthetic weak, 2x1, srun, ib', as one vectorised string operation; without `sizes`, its
     configuration ('allreduce all_reduce, 4x1, torchrun, default')."""
     coll = df["workload"] == COLLECTIVE_WORKLOAD
-    what = df["workload"].astype(str) + " " + df["collective"].astype(str).where(coll, "") \
+    what = (
+        df["workload"].astype(str)
+        + " "
+        + df["collective"].astype(str).where(coll, "")
         + df["scaling"].astype(str).where(~coll, "")
+    )
     if sizes:
         names = {int(v): format_size(int(v)) for v in df["size_bytes"].unique()}
         what = what + df["size_bytes"].map(names).astype(str).radd(" ").where(coll, "")
-    return (what + ", " + df["nodes"].astype(str) + "x" + df["gpus_per_node"].astype(str) + ", "
-            + df["launcher"].astype(str) + ", " + df["nccl_config"].astype(str)).astype(object)
+    return (
+        what
+        + ", "
+        + df["nodes"].astype(str)
+        + "x"
+        + df["gpus_per_node"].astype(str)
+        + ", "
+        + df["launcher"].astype(str)
+        + ", "
+        + df["nccl_config"].astype(str)
+    ).astype(object)

@@ -51,7 +51,7 @@ DEFAULT_DB = Path("results") / "history.sqlite"
 DB_VERSION = 2
 BUSY_TIMEOUT_S = 5.0
 DEFAULT_BASELINE = "median:5"
-LOOKBACK = 30      # runs looked at beyond K for keys that failed in the newest ones
+LOOKBACK = 30  # runs looked at beyond K for keys that failed in the newest ones
 SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE runs (
@@ -118,7 +118,9 @@ def _connect(db: Path, create: bool) -> sqlite3.Connection:
     if not tables:
         if not create:
             con.close()
-            raise HistoryError(f"{db}: the history is empty; add a run first with `bench history add RUN --cluster NAME`")
+            raise HistoryError(
+                f"{db}: the history is empty; add a run first with `bench history add RUN --cluster NAME`"
+            )
         return con
     if "meta" not in tables or "runs" not in tables:
         con.close()
@@ -131,8 +133,11 @@ def _connect(db: Path, create: bool) -> sqlite3.Connection:
     if not row or row[0] != str(DB_VERSION):
         con.close()
         found = row[0] if row else None
-        hint = ("; it holds no per-key status or parameters: start a new one and add the run directories again"
-                if found == "1" else "")
+        hint = (
+            "; it holds no per-key status or parameters: start a new one and add the run directories again"
+            if found == "1"
+            else ""
+        )
         raise HistoryError(f"{db}: history version {found}, this bench reads {DB_VERSION}{hint}")
     return con
 
@@ -140,8 +145,10 @@ def _connect(db: Path, create: bool) -> sqlite3.Connection:
 def _sqlite_error(db: Path, exc: sqlite3.DatabaseError, run: Entry | None = None) -> HistoryError:
     text = str(exc)
     if "locked" in text or "busy" in text:
-        return HistoryError(f"{db}: the history database is locked by another process (waited {BUSY_TIMEOUT_S:.0f} s); "
-                            f"try again when it is done")
+        return HistoryError(
+            f"{db}: the history database is locked by another process (waited {BUSY_TIMEOUT_S:.0f} s); "
+            f"try again when it is done"
+        )
     where = f" while reading {run.name}" if run else ""
     if isinstance(exc, sqlite3.OperationalError):
         return HistoryError(f"{db}: {text}{where}")
@@ -176,21 +183,33 @@ def _points(rows: Any) -> list[tuple[str, str, float]]:
     out: list[tuple[str, str, float]] = []
     coll = rows[(rows["workload"] == COLLECTIVE_WORKLOAD) & (rows["busbw_gbps"] > 0)]
     if len(coll):
-        largest = coll.loc[coll.groupby(["collective", "nodes", "gpus_per_node", "launcher", "nccl_config"])["size_bytes"].idxmax()]
+        largest = coll.loc[
+            coll.groupby(["collective", "nodes", "gpus_per_node", "launcher", "nccl_config"])["size_bytes"].idxmax()
+        ]
         for r in records(largest):
-            out.append((f"{r['collective']} {r['nodes']}x{r['gpus_per_node']} {r['launcher']} {r['nccl_config']}",
-                        "busbw_gbps", float(r["busbw_gbps"])))
+            out.append(
+                (
+                    f"{r['collective']} {r['nodes']}x{r['gpus_per_node']} {r['launcher']} {r['nccl_config']}",
+                    "busbw_gbps",
+                    float(r["busbw_gbps"]),
+                )
+            )
     train = rows[(rows["workload"] != COLLECTIVE_WORKLOAD) & (rows["images_per_s_per_gpu"] > 0)]
     for r in records(train):
-        out.append((f"{r['workload']}-{r['scaling']} {r['nodes']}x{r['gpus_per_node']} {r['launcher']} {r['nccl_config']}",
-                    "images_per_s_per_gpu", float(r["images_per_s_per_gpu"])))
+        out.append(
+            (
+                f"{r['workload']}-{r['scaling']} {r['nodes']}x{r['gpus_per_node']} {r['launcher']} {r['nccl_config']}",
+                "images_per_s_per_gpu",
+                float(r["images_per_s_per_gpu"]),
+            )
+        )
     return out
 
 
 @dataclass(frozen=True)
 class Added:
     entry: Entry
-    failed_jobs: list[str]      # "job STATE" of every job with a key that did not complete
+    failed_jobs: list[str]  # "job STATE" of every job with a key that did not complete
 
 
 def add(db: Path, path: str | Path, cluster: str, label: str | None = None) -> Added:
@@ -200,8 +219,10 @@ def add(db: Path, path: str | Path, cluster: str, label: str | None = None) -> A
 
     for flag, text in (("--cluster", cluster), ("--label", label)):
         if text is not None and (not text.strip() or len(text) > 200 or not text.isprintable()):
-            raise HistoryError(f"{flag} {text!r}: give a name of 1 to 200 printable characters (no control "
-                               f"characters, which reports and junit.xml cannot carry)")
+            raise HistoryError(
+                f"{flag} {text!r}: give a name of 1 to 200 printable characters (no control "
+                f"characters, which reports and junit.xml cannot carry)"
+            )
     run = RunDir(path)
     summary, samples = read_tables(run)
     plan = run.read_plan()
@@ -225,13 +246,26 @@ def add(db: Path, path: str | Path, cluster: str, label: str | None = None) -> A
                 con.execute("INSERT INTO meta VALUES ('version', ?)", (str(DB_VERSION),))
             dup = con.execute("SELECT id, cluster, label, path FROM runs WHERE fingerprint = ?", (fp,)).fetchone()
             if dup:
-                raise HistoryError(f"{run.path}: already in the history as run {dup[0]} "
-                                   f"(cluster {dup[1]}, label {dup[2] or '-'}, added from {dup[3]})")
+                raise HistoryError(
+                    f"{run.path}: already in the history as run {dup[0]} "
+                    f"(cluster {dup[1]}, label {dup[2] or '-'}, added from {dup[3]})"
+                )
             cur = con.execute(
                 "INSERT INTO runs (fingerprint, cluster, label, path, sweep, created, added, rows, keys, failed, "
                 "environment) VALUES (?, ?, ?, ?, ?, ?, datetime('now'), ?, ?, ?, ?)",
-                (fp, cluster, label, str(run.path.resolve()), (plan.get("sweep") or {}).get("name"), created,
-                 len(rows), len(keys), int((~done).sum()), json.dumps(env)))
+                (
+                    fp,
+                    cluster,
+                    label,
+                    str(run.path.resolve()),
+                    (plan.get("sweep") or {}).get("name"),
+                    created,
+                    len(rows),
+                    len(keys),
+                    int((~done).sum()),
+                    json.dumps(env),
+                ),
+            )
             run_id = cur.lastrowid
             con.execute("INSERT INTO data VALUES (?, ?, ?)", (run_id, blob, sblob))
             con.executemany("INSERT INTO points VALUES (?, ?, ?, ?)", [(run_id, *p) for p in points])
@@ -245,8 +279,12 @@ def add(db: Path, path: str | Path, cluster: str, label: str | None = None) -> A
 
 def entries(db: Path, cluster: str | None = None) -> list[Entry]:
     with _session(db) as con:
-        cur = con.execute(_ENTRY + " WHERE cluster = ? ORDER BY created, id" if cluster
-                          else _ENTRY + " ORDER BY cluster, created, id", (cluster,) if cluster else ())
+        cur = con.execute(
+            _ENTRY + " WHERE cluster = ? ORDER BY created, id"
+            if cluster
+            else _ENTRY + " ORDER BY cluster, created, id",
+            (cluster,) if cluster else (),
+        )
         return [Entry(*r) for r in cur]
 
 
@@ -257,7 +295,10 @@ def points(db: Path, cluster: str) -> Any:
     with _session(db) as con:
         return pd.read_sql_query(
             "SELECT r.id, r.label, r.created, p.series, p.metric, p.value FROM runs r JOIN points p "
-            "ON p.run_id = r.id WHERE r.cluster = ? ORDER BY r.created, r.id", con, params=(cluster,))
+            "ON p.run_id = r.id WHERE r.cluster = ? ORDER BY r.created, r.id",
+            con,
+            params=(cluster,),
+        )
 
 
 def remove(db: Path, run_id: int) -> Entry:
@@ -302,9 +343,12 @@ def _load(con: sqlite3.Connection, db: Path, entry: Entry, with_samples: bool) -
     import pyarrow.parquet as pq
 
     try:
-        found = con.execute("SELECT d.summary, " + ("d.samples" if with_samples else "NULL")
-                            + ", r.environment FROM data d JOIN runs r ON r.id = d.run_id WHERE d.run_id = ?",
-                            (entry.id,)).fetchone()
+        found = con.execute(
+            "SELECT d.summary, "
+            + ("d.samples" if with_samples else "NULL")
+            + ", r.environment FROM data d JOIN runs r ON r.id = d.run_id WHERE d.run_id = ?",
+            (entry.id,),
+        ).fetchone()
     except sqlite3.DatabaseError as exc:
         raise _sqlite_error(db, exc, entry) from None
     damaged = f"{db}: {entry.name} is damaged"
@@ -342,8 +386,9 @@ def parse_baseline(how: str) -> tuple[str, int]:
         raise HistoryError(f"--baseline {how!r} is not valid; valid: {BASELINE_HELP}")
     if kind == "median":
         if not (arg.isdigit() and 3 <= int(arg) <= 1000):
-            raise HistoryError(f"--baseline {how!r}: K must be a whole number of runs from 3 (a band needs three) "
-                               f"to 1000")
+            raise HistoryError(
+                f"--baseline {how!r}: K must be a whole number of runs from 3 (a band needs three) to 1000"
+            )
         return kind, int(arg)
     return kind, 1
 
@@ -364,19 +409,32 @@ def baseline(db: Path, cluster: str, how: str = DEFAULT_BASELINE, exclude: str |
     kind, k = parse_baseline(how)
     label = how.partition(":")[2] if kind == "label" else None
     with _session(db) as con:
-        q = (_ENTRY + " WHERE cluster = ?" + (" AND fingerprint != ?" if exclude else "")
-             + (" AND label = ?" if label else "") + " ORDER BY created DESC, id DESC")
+        q = (
+            _ENTRY
+            + " WHERE cluster = ?"
+            + (" AND fingerprint != ?" if exclude else "")
+            + (" AND label = ?" if label else "")
+            + " ORDER BY created DESC, id DESC"
+        )
         params = [cluster] + ([exclude] if exclude else []) + ([label] if label else [])
         found = [Entry(*r) for r in con.execute(q, params)]
-        if not found and exclude and not label and con.execute(
-                "SELECT 1 FROM runs WHERE cluster = ? AND fingerprint = ?", (cluster, exclude)).fetchone():
-            raise HistoryError(f"{db}: the only run of cluster {cluster!r} in the history is the run under test; "
-                               f"add an earlier run as baseline")
+        if (
+            not found
+            and exclude
+            and not label
+            and con.execute("SELECT 1 FROM runs WHERE cluster = ? AND fingerprint = ?", (cluster, exclude)).fetchone()
+        ):
+            raise HistoryError(
+                f"{db}: the only run of cluster {cluster!r} in the history is the run under test; "
+                f"add an earlier run as baseline"
+            )
         if not found:
             clusters = [r[0] for r in con.execute("SELECT DISTINCT cluster FROM runs ORDER BY 1")]
             what = f"labelled {label!r} " if label else ""
-            raise HistoryError(f"{db}: no run {what}of cluster {cluster!r} to use as baseline "
-                               f"(clusters in the history: {', '.join(clusters) or 'none'})")
+            raise HistoryError(
+                f"{db}: no run {what}of cluster {cluster!r} to use as baseline "
+                f"(clusters in the history: {', '.join(clusters) or 'none'})"
+            )
         if kind == "label":
             found = found[:1]
         elif kind != "best":
@@ -401,7 +459,7 @@ def _baseline(con: sqlite3.Connection, db: Path, found: list[Entry], kind: str, 
         summary, _, env = _load(con, db, entry, with_samples=False)
         df = key_frame(summary)
         df["_key"] = _key_hash(df)
-        if expected is None:                 # the newest run says which keys are expected
+        if expected is None:  # the newest run says which keys are expected
             expected, environment, wanted = df, env, np.unique(df["_key"].to_numpy())
         usable = df[_usable_rows(df) & np.isin(df["_key"].to_numpy(), wanted)]
         frames.append(usable.assign(_rank=rank, _entry=entry.id))
@@ -415,11 +473,12 @@ def _baseline(con: sqlite3.Connection, db: Path, found: list[Entry], kind: str, 
     keep: Any
     if kind == "best":
         score = pool["busbw_gbps"].where(pool["workload"] == COLLECTIVE_WORKLOAD, pool["images_per_s"])
-        keep = pool.index.isin(pool.assign(_s=score).sort_values("_s", ascending=False, kind="stable")
-                               .drop_duplicates("_key").index)
-    elif kind == "median":       # K runs draw the band; with fewer, the newest run alone, judged within it
+        keep = pool.index.isin(
+            pool.assign(_s=score).sort_values("_s", ascending=False, kind="stable").drop_duplicates("_key").index
+        )
+    elif kind == "median":  # K runs draw the band; with fewer, the newest run alone, judged within it
         keep = ((nth < k) & (size >= k)) | ((nth == 0) & (size < k))
-    elif kind == "last":         # the newest run where the key is usable, with all its replicates
+    elif kind == "last":  # the newest run where the key is usable, with all its replicates
         keep = pool["_rank"] == by_key["_rank"].transform("min")
     else:
         keep = pd.Series(True, index=pool.index)
@@ -432,8 +491,10 @@ def _baseline(con: sqlite3.Connection, db: Path, found: list[Entry], kind: str, 
     # comparison finds them failed or without the samples a test needs; never left out
     unjudgeable = ~np.isin(expected["_key"].to_numpy(), chosen["_key"].to_numpy())
     failed = expected[(expected["status"] != COMPLETED).to_numpy(dtype=bool) | unjudgeable]
-    rows = pd.concat([chosen.drop(columns=["_rank", "_entry"]), failed.assign(job="-/" + failed["job"].astype(str))],
-                     ignore_index=True).drop(columns="_key")
+    rows = pd.concat(
+        [chosen.drop(columns=["_rank", "_entry"]), failed.assign(job="-/" + failed["job"].astype(str))],
+        ignore_index=True,
+    ).drop(columns="_key")
     by_id = {e.id: e for e in found}
     samples = []
     for entry_id in need_samples:
@@ -442,8 +503,9 @@ def _baseline(con: sqlite3.Connection, db: Path, found: list[Entry], kind: str, 
             jobs = pa.compute.binary_join_element_wise(pa.scalar(f"{entry_id}/"), s.column("job"), "")
             samples.append(s.set_column(s.column_names.index("job"), "job", jobs))
     used = [by_id[i] for i in sorted(set(chosen["_entry"]))]
-    source = "history " + (f"run {used[0].id} ({used[0].path})" if len(used) == 1
-                           else f"runs {', '.join(str(e.id) for e in used)}")
+    source = "history " + (
+        f"run {used[0].id} ({used[0].path})" if len(used) == 1 else f"runs {', '.join(str(e.id) for e in used)}"
+    )
     label = (found[0].label or how) if kind == "label" else f"{how} of {len(used)} run{'s' if len(used) != 1 else ''}"
     side = side_from_tables(rows, pa.concat_tables(samples) if samples else None, label, source, environment)
     side.entries = used
@@ -462,11 +524,18 @@ def _usable_rows(df: Any) -> Any:
     """Rows a baseline may use: completed, with a finite positive time and two usable samples."""
     import numpy as np
 
-    time = df["time_us"].where(df["workload"] == COLLECTIVE_WORKLOAD, df["step_time_ms"]).to_numpy(dtype=float, na_value=np.nan)
+    time = (
+        df["time_us"]
+        .where(df["workload"] == COLLECTIVE_WORKLOAD, df["step_time_ms"])
+        .to_numpy(dtype=float, na_value=np.nan)
+    )
     with np.errstate(invalid="ignore"):
         ok = np.isfinite(time) & (time > 0)
-    return ((df["status"] == COMPLETED).to_numpy(dtype=bool) & ok
-            & (df["n_samples"].fillna(0).to_numpy(dtype=np.int64) >= 2))
+    return (
+        (df["status"] == COMPLETED).to_numpy(dtype=bool)
+        & ok
+        & (df["n_samples"].fillna(0).to_numpy(dtype=np.int64) >= 2)
+    )
 
 
 def _enough(frames: list, wanted: Any, k: int) -> bool:

@@ -73,7 +73,7 @@ def rate_shift(a: Any, b: Any, count_a: Any, count_b: Any, alpha: float = ALPHA)
         rows = np.flatnonzero((count_a == m) & (count_b == k))
         step = max(1, _CHUNK_PAIRS // (m * k))
         for start in range(0, len(rows), step):
-            idx = rows[start:start + step]
+            idx = rows[start : start + step]
             la = np.log(a[idx, :m])
             lb = np.log(b[idx, :k])
             d = (la[:, :, None] - lb[:, None, :]).reshape(len(idx), m * k)
@@ -85,7 +85,7 @@ def rate_shift(a: Any, b: Any, count_a: Any, count_b: Any, alpha: float = ALPHA)
             p[idx] = np.fromiter((math.erfc(v / math.sqrt(2)) for v in zs), float, len(idx))
             mid = mn // 2
             med = d[:, mid] if mn % 2 else (d[:, mid - 1] + d[:, mid]) / 2
-            c = int(math.floor(mn / 2 - z * sd))
+            c = math.floor(mn / 2 - z * sd)
             c = min(max(c, 0), mn - 1)
             ratio[idx] = np.exp(med)
             low[idx] = np.exp(d[:, c])
@@ -145,8 +145,10 @@ BAND_C = 4.0
 POOL_MIN = 3
 _MAD_SIGMA = 1.4826
 _SMALL_K = {2: 1.196, 3: 1.495, 4: 1.363, 5: 1.206, 6: 1.200, 7: 1.140, 8: 1.129, 9: 1.107}
-BAND_METHOD = (f"B outside median ± {BAND_C:g} spreads of A's per-run values (log scale; spread 1.4826·MAD, "
-               f"at least the median spread of the keys compared)")
+BAND_METHOD = (
+    f"B outside median ± {BAND_C:g} spreads of A's per-run values (log scale; spread 1.4826·MAD, "
+    f"at least the median spread of the keys compared)"
+)
 
 
 def band(values: Any, counts: Any) -> tuple[Any, Any]:

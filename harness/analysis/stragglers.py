@@ -31,13 +31,15 @@ MIN_NODES = 3
 class Straggler:
     job: str
     host: str
-    slower: float      # median over passes of score / reference - 1
-    passes: int        # passes in which it was more than SLOWER slower
-    of: int            # passes judged
+    slower: float  # median over passes of score / reference - 1
+    passes: int  # passes in which it was more than SLOWER slower
+    of: int  # passes judged
 
     def line(self) -> str:
-        return (f"{self.host} is {self.slower:.0%} slower than the median node in {self.job}'s link probe "
-                f"({self.passes} of {self.of} passes over {SLOWER:.0%})")
+        return (
+            f"{self.host} is {self.slower:.0%} slower than the median node in {self.job}'s link probe "
+            f"({self.passes} of {self.of} passes over {SLOWER:.0%})"
+        )
 
 
 def judge(job: str, hosts: list[str], links: dict[str, Any]) -> list[Straggler]:

@@ -14,6 +14,7 @@ TIMEOUT. Ctrl-C kills the running job, records it CANCELLED and propagates.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -30,15 +31,7 @@ from benchmarks.results import atomic_write_text
 from harness.executors.base import Executor
 from harness.logs import error_line, tail
 from harness.plan import Job, WorkloadRun
-from harness.rundir import (
-    CANCELLED,
-    COMPLETED,
-    FAILED,
-    RUNNING,
-    TIMEOUT,
-    JobRecord,
-    now,
-)
+from harness.rundir import CANCELLED, COMPLETED, FAILED, RUNNING, TIMEOUT, JobRecord, now
 
 # After one agent fails, how long the others get to notice and exit before they are killed.
 _FAILURE_GRACE_S = 20.0
@@ -82,16 +75,12 @@ def _kill(procs: list[subprocess.Popen]) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
         alive = [p for p in procs if p.poll() is None]
         for p in alive:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(p.pid, sig)
-            except ProcessLookupError:
-                pass
         deadline = time.monotonic() + 5
         for p in alive:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
 
 
 class LocalExecutor(Executor):
@@ -99,14 +88,24 @@ class LocalExecutor(Executor):
     interrupt_note = "the running job was stopped and recorded CANCELLED"
 
     def agent_command(self, job: Job, run: WorkloadRun, node: int, port: int | str) -> list[str]:
-        return [sys.executable, "-m", "torch.distributed.run",
-                f"--nnodes={job.nodes}", f"--nproc-per-node={job.gpus_per_node}",
-                "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={job.name}-{run.key}",
-                # Say which agent hosts the rendezvous store rather than leave all of them,
-                # sharing one hostname, to race for the port.
-                f"--rdzv-conf=is_host={'true' if node == 0 else 'false'}",
-                "--max-restarts=0", "--local-addr=127.0.0.1",
-                "-m", run.module, *job.run_args(run, self.timeout_s)]
+        return [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            f"--nnodes={job.nodes}",
+            f"--nproc-per-node={job.gpus_per_node}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint=127.0.0.1:{port}",
+            f"--rdzv-id={job.name}-{run.key}",
+            # Say which agent hosts the rendezvous store rather than leave all of them,
+            # sharing one hostname, to race for the port.
+            f"--rdzv-conf=is_host={'true' if node == 0 else 'false'}",
+            "--max-restarts=0",
+            "--local-addr=127.0.0.1",
+            "-m",
+            run.module,
+            *job.run_args(run, self.timeout_s),
+        ]
 
     def agent_env(self, job: Job, node: int, gpus: list[str] | None) -> dict[str, str]:
         env = dict(os.environ)
@@ -116,7 +115,7 @@ class LocalExecutor(Executor):
         env["BENCH_JOB"] = job.name
         env["BENCH_NODE"] = str(node)
         if gpus is not None:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[node * job.gpus_per_node:(node + 1) * job.gpus_per_node])
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[node * job.gpus_per_node : (node + 1) * job.gpus_per_node])
         return env
 
     def prepare(self, job: Job) -> None:
@@ -125,14 +124,19 @@ class LocalExecutor(Executor):
 
     def record_commands(self, job: Job) -> None:
         """Write the exact commands the job runs, for a person to read or rerun by hand."""
-        lines = [f"# {job.name} (config {job.config_hash}): {job.nodes} node(s) x {job.gpus_per_node} rank(s),",
-                 "# run by the local executor from the run directory; PORT is a free port chosen at run time.",
-                 *(f"export {k}={shlex.quote(v)}" for k, v in (*job.env, *job.nccl_env)),
-                 *(f"# {name}: from the environment bench ran in (env_passthrough)" for name in job.passthrough)]
+        lines = [
+            f"# {job.name} (config {job.config_hash}): {job.nodes} node(s) x {job.gpus_per_node} rank(s),",
+            "# run by the local executor from the run directory; PORT is a free port chosen at run time.",
+            *(f"export {k}={shlex.quote(v)}" for k, v in (*job.env, *job.nccl_env)),
+            *(f"# {name}: from the environment bench ran in (env_passthrough)" for name in job.passthrough),
+        ]
         for run in job.runs:
             lines.append(f"\n# {run.key}: {job.nodes} agent(s)")
-            lines += [shlex.join(self.agent_command(job, run, node, "PORT")).replace("127.0.0.1:PORT", "127.0.0.1:$PORT")
-                      + (" &" if job.nodes > 1 else "") for node in range(job.nodes)]
+            lines += [
+                shlex.join(self.agent_command(job, run, node, "PORT")).replace("127.0.0.1:PORT", "127.0.0.1:$PORT")
+                + (" &" if job.nodes > 1 else "")
+                for node in range(job.nodes)
+            ]
             if job.nodes > 1:
                 lines.append("wait")
         atomic_write_text(self.run.job_dir(job) / "commands.sh", "\n".join(lines) + "\n")
@@ -162,7 +166,9 @@ class LocalExecutor(Executor):
         needed = job.world_size
         if job.device == "cuda" and (gpus is None or len(gpus) < needed):
             have = len(gpus or [])
-            self._finish(rec, start, FAILED, 1, f"needs {needed} GPUs, {have} visible on this machine", log_path, changed)
+            self._finish(
+                rec, start, FAILED, 1, f"needs {needed} GPUs, {have} visible on this machine", log_path, changed
+            )
             return
         job_gpus = gpus if gpus is not None and len(gpus) >= needed else None
         code: int | None
@@ -186,14 +192,29 @@ class LocalExecutor(Executor):
                 raise
         self._finish(rec, start, state, code, reason, log_path, changed)
 
-    def _finish(self, rec: JobRecord, start: float, state: str, code: int | None, reason: str | None,
-                log_path: Path, changed: Callable[[JobRecord], None]) -> None:
-        rec.finished(state, code, round(time.monotonic() - start, 3), now(), reason,
-                     None if state == COMPLETED else tail(log_path))
+    def _finish(
+        self,
+        rec: JobRecord,
+        start: float,
+        state: str,
+        code: int | None,
+        reason: str | None,
+        log_path: Path,
+        changed: Callable[[JobRecord], None],
+    ) -> None:
+        rec.finished(
+            state,
+            code,
+            round(time.monotonic() - start, 3),
+            now(),
+            reason,
+            None if state == COMPLETED else tail(log_path),
+        )
         changed(rec)
 
-    def _run_workload(self, job: Job, run: WorkloadRun, gpus: list[str] | None, deadline: float,
-                      log: BinaryIO) -> tuple[str, int | None, str | None]:
+    def _run_workload(
+        self, job: Job, run: WorkloadRun, gpus: list[str] | None, deadline: float, log: BinaryIO
+    ) -> tuple[str, int | None, str | None]:
         port = free_port()
         log_start = log.tell()
         log.write(f"# {now()} {run.key}: {job.nodes} agent(s) on 127.0.0.1:{port}\n".encode())
@@ -202,10 +223,19 @@ class LocalExecutor(Executor):
             for node in range(job.nodes):
                 # A session of its own: Ctrl-C in the terminal reaches the harness only, which
                 # then ends every agent's process group.
-                procs.append(subprocess.Popen(self.agent_command(job, run, node, port), cwd=self.run.path,
-                                              env=self.agent_env(job, node, gpus), stdin=subprocess.DEVNULL,
-                                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                              preexec_fn=_die_with_parent))
+                procs.append(
+                    subprocess.Popen(
+                        self.agent_command(job, run, node, port),
+                        cwd=self.run.path,
+                        env=self.agent_env(job, node, gpus),
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                        # only prctl(PR_SET_PDEATHSIG) runs in the child, which is async-signal-safe
+                        preexec_fn=_die_with_parent,  # noqa: PLW1509
+                    )
+                )
             failed_at = None
             while True:
                 codes = [p.poll() for p in procs]
@@ -218,7 +248,9 @@ class LocalExecutor(Executor):
                     break
                 if time.monotonic() > deadline:
                     _kill(procs)
-                    log.write(f"# {now()} {run.key}: killed at the job's time limit of {job.time_limit_min:g} min\n".encode())
+                    log.write(
+                        f"# {now()} {run.key}: killed at the job's time limit of {job.time_limit_min:g} min\n".encode()
+                    )
                     return TIMEOUT, None, f"{run.key} exceeded the time limit of {job.time_limit_min:g} min"
                 time.sleep(_POLL_S)
         except BaseException:

@@ -11,9 +11,9 @@ row per collective. Only rows with status COMPLETED are drawn.
 from __future__ import annotations
 
 import io
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD, TRAINING
 from benchmarks.common import format_size
@@ -45,13 +45,13 @@ def _log2_axis(ax: Any, values: Any, formatter: Callable[[int], str]) -> None:
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
     ax.set_xscale("log", base=2)
-    ticks = sorted(set(int(v) for v in values))
+    ticks = sorted({int(v) for v in values})
     if len(ticks) > 12:  # keep labels readable on long size sweeps
         step = -(-len(ticks) // 12)
         ticks = ticks[::step]
     ax.xaxis.set_major_locator(FixedLocator(ticks))
     ax.xaxis.set_minor_locator(NullLocator())
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: formatter(int(round(v)))))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: formatter(round(v))))
 
 
 def _save(fig: Any, points: Any, path: Path) -> None:
@@ -67,8 +67,12 @@ def scaling_figure(summary: Any, scaling: str) -> tuple[Any, Any] | None:
     """(figure, points) for weak or strong scaling, or None when the run has no such rows."""
     import pandas as pd
 
-    df = summary[summary["workload"].isin(TRAINING) & (summary["scaling"] == scaling)
-                 & (summary["status"] == COMPLETED) & summary["images_per_s"].notna()].copy()
+    df = summary[
+        summary["workload"].isin(TRAINING)
+        & (summary["scaling"] == scaling)
+        & (summary["status"] == COMPLETED)
+        & summary["images_per_s"].notna()
+    ].copy()
     if df.empty:
         return None
     plt, sns = _setup()
@@ -81,24 +85,41 @@ def scaling_figure(summary: Any, scaling: str) -> tuple[Any, Any] | None:
     else:
         metrics = [("speedup", "speedup over the smallest world size"), ("efficiency", "strong-scaling efficiency")]
         title = "Strong scaling: fixed global batch"
-    fig, axes = plt.subplots(len(metrics), len(panels), figsize=(max(7.0, 5.2 * len(panels)), 3.8 * len(metrics)),
-                             squeeze=False, sharex="col")
+    fig, axes = plt.subplots(
+        len(metrics),
+        len(panels),
+        figsize=(max(7.0, 5.2 * len(panels)), 3.8 * len(metrics)),
+        squeeze=False,
+        sharex="col",
+    )
     points = []
     palette = dict(zip(sorted(df["series"].unique()), sns.color_palette(n_colors=df["series"].nunique())))
     for c, panel in enumerate(panels):
         sub = df[df["panel"] == panel].sort_values("world_size")
         for r, (metric, label) in enumerate(metrics):
             ax = axes[r][c]
-            sns.lineplot(data=sub, x="world_size", y=metric, hue="series", palette=palette, marker="o",
-                         estimator=None, sort=True, ax=ax, legend=(r == 0 and c == len(panels) - 1))
+            sns.lineplot(
+                data=sub,
+                x="world_size",
+                y=metric,
+                hue="series",
+                palette=palette,
+                marker="o",
+                estimator=None,
+                sort=True,
+                ax=ax,
+                legend=(r == 0 and c == len(panels) - 1),
+            )
             _ideal(ax, sub, metric, palette)
             _log2_axis(ax, sub["world_size"], str)
             ax.set_xlabel("GPUs (world size)")
             ax.set_ylabel(label)
             if r == 0:
                 ax.set_title(panel)
-            points += [(f"{scaling}_scaling", panel, metric, s, int(x), float(y))
-                       for s, x, y in zip(sub["series"], sub["world_size"], sub[metric])]
+            points += [
+                (f"{scaling}_scaling", panel, metric, s, int(x), float(y))
+                for s, x, y in zip(sub["series"], sub["world_size"], sub[metric])
+            ]
     if axes[0][-1].get_legend():
         sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1), title="workload, GPUs per node")
     fig.suptitle(f"{title} (dashed: ideal)")
@@ -113,29 +134,39 @@ def _ideal(ax: Any, sub: Any, metric: str, palette: dict) -> None:
     if metric == "efficiency":
         ax.axhline(1.0, color="0.4", linestyle="--", linewidth=1)
         return
-    for series, s in sub.groupby("series"):
-        s = s.sort_values(["world_size", "nodes"])
-        ax.plot(s["world_size"].astype(float).tolist(), (s[metric] / s["efficiency"]).astype(float).tolist(),
-                linestyle="--", linewidth=1, color=palette[series], alpha=0.7)
+    for series, group in sub.groupby("series"):
+        s = group.sort_values(["world_size", "nodes"])
+        ax.plot(
+            s["world_size"].astype(float).tolist(),
+            (s[metric] / s["efficiency"]).astype(float).tolist(),
+            linestyle="--",
+            linewidth=1,
+            color=palette[series],
+            alpha=0.7,
+        )
 
 
 def busbw_figure(summary: Any) -> tuple[Any, Any] | None:
     import pandas as pd
 
-    df = summary[(summary["workload"] == COLLECTIVE_WORKLOAD) & (summary["status"] == COMPLETED)
-                 & summary["busbw_gbps"].notna()].copy()
+    df = summary[
+        (summary["workload"] == COLLECTIVE_WORKLOAD) & (summary["status"] == COMPLETED) & summary["busbw_gbps"].notna()
+    ].copy()
     if df.empty:
         return None
     plt, sns = _setup()
     df["panel"] = _panel(df)
-    df["series"] = [f"{int(n)} node{'s' if n != 1 else ''} x {int(g)} GPU{'s' if g != 1 else ''}"
-                    for n, g in zip(df["nodes"], df["gpus_per_node"])]
+    df["series"] = [
+        f"{int(n)} node{'s' if n != 1 else ''} x {int(g)} GPU{'s' if g != 1 else ''}"
+        for n, g in zip(df["nodes"], df["gpus_per_node"])
+    ]
     panels = sorted(df["panel"].unique())
     collectives = sorted(df["collective"].unique())
     order = (df.drop_duplicates("series").sort_values(["nodes", "gpus_per_node"])["series"]).tolist()
     palette = dict(zip(order, sns.color_palette("viridis", n_colors=len(order))))
-    fig, axes = plt.subplots(len(collectives), len(panels), figsize=(max(8.0, 6.0 * len(panels)), 4.2 * len(collectives)),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        len(collectives), len(panels), figsize=(max(8.0, 6.0 * len(panels)), 4.2 * len(collectives)), squeeze=False
+    )
     points = []
     for r, coll in enumerate(collectives):
         for c, panel in enumerate(panels):
@@ -144,15 +175,28 @@ def busbw_figure(summary: Any) -> tuple[Any, Any] | None:
             if sub.empty:
                 ax.set_visible(False)
                 continue
-            sns.lineplot(data=sub, x="size_bytes", y="busbw_gbps", hue="series", hue_order=order, palette=palette,
-                         marker="o", estimator=None, sort=True, ax=ax, legend=(r == 0 and c == len(panels) - 1))
+            sns.lineplot(
+                data=sub,
+                x="size_bytes",
+                y="busbw_gbps",
+                hue="series",
+                hue_order=order,
+                palette=palette,
+                marker="o",
+                estimator=None,
+                sort=True,
+                ax=ax,
+                legend=(r == 0 and c == len(panels) - 1),
+            )
             _log2_axis(ax, sub["size_bytes"], format_size)
             ax.tick_params(axis="x", labelrotation=45)
             ax.set_xlabel("message size (bytes, K/M/G = 2^10/2^20/2^30)")
             ax.set_ylabel("bus bandwidth (GB/s, 1e9)")
             ax.set_title(f"{coll} · {panel}")
-            points += [("allreduce_busbw", coll, panel, "busbw_gbps", s, int(x), float(y))
-                       for s, x, y in zip(sub["series"], sub["size_bytes"], sub["busbw_gbps"])]
+            points += [
+                ("allreduce_busbw", coll, panel, "busbw_gbps", s, int(x), float(y))
+                for s, x, y in zip(sub["series"], sub["size_bytes"], sub["busbw_gbps"])
+            ]
     if axes[0][-1].get_legend():
         sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1), title="nodes x GPUs per node")
     fig.suptitle("Collective bus bandwidth vs message size (in-place, worst rank)")
@@ -186,12 +230,18 @@ def _draw_into(out: Path, makers: list[tuple[str, Any]]) -> list[Path]:
 
 def draw_all(run: RunDir, summary: Any) -> list[Path]:
     """Draw every plot the summary has data for; return the PNG paths written."""
-    return _draw_into(run.plots, [("weak_scaling", lambda: scaling_figure(summary, "weak")),
-                                  ("strong_scaling", lambda: scaling_figure(summary, "strong")),
-                                  ("allreduce_busbw", lambda: busbw_figure(summary))])
+    return _draw_into(
+        run.plots,
+        [
+            ("weak_scaling", lambda: scaling_figure(summary, "weak")),
+            ("strong_scaling", lambda: scaling_figure(summary, "strong")),
+            ("allreduce_busbw", lambda: busbw_figure(summary)),
+        ],
+    )
 
 
 # --------------------------------------------------------------------------- two runs
+
 
 def _both(a: Any, b: Any, labels: tuple[str, str]) -> Any:
     import pandas as pd
@@ -208,23 +258,43 @@ def compare_busbw_figure(a: Any, b: Any, labels: tuple[str, str]) -> tuple[Any, 
     if df.empty:
         return None
     plt, sns = _setup()
-    df["series"] = (df["run"] + " · " + df["collective"].astype(str) + " · " + df["gpus_per_node"].astype(str)
-                    + " GPU/node · " + _panel(df))
+    df["series"] = (
+        df["run"]
+        + " · "
+        + df["collective"].astype(str)
+        + " · "
+        + df["gpus_per_node"].astype(str)
+        + " GPU/node · "
+        + _panel(df)
+    )
     nodes = sorted(df["nodes"].unique())
     fig, axes = plt.subplots(1, len(nodes), figsize=(max(7.0, 5.5 * len(nodes)), 4.4), squeeze=False)
     points = []
     for c, n in enumerate(nodes):
         ax = axes[0][c]
         sub = df[df["nodes"] == n].sort_values("size_bytes")
-        sns.lineplot(data=sub, x="size_bytes", y="busbw_gbps", hue="run", hue_order=list(labels), style="series",
-                     marker="o", estimator=None, sort=True, ax=ax, legend=(c == len(nodes) - 1))
+        sns.lineplot(
+            data=sub,
+            x="size_bytes",
+            y="busbw_gbps",
+            hue="run",
+            hue_order=list(labels),
+            style="series",
+            marker="o",
+            estimator=None,
+            sort=True,
+            ax=ax,
+            legend=(c == len(nodes) - 1),
+        )
         _log2_axis(ax, sub["size_bytes"], format_size)
         ax.tick_params(axis="x", labelrotation=45)
         ax.set_xlabel("message size")
         ax.set_ylabel("bus bandwidth (GB/s)")
         ax.set_title(f"{int(n)} node{'s' if n != 1 else ''}")
-        points += [("compare_busbw", f"{int(n)} nodes", "busbw_gbps", s, int(x), float(y))
-                   for s, x, y in zip(sub["series"], sub["size_bytes"], sub["busbw_gbps"])]
+        points += [
+            ("compare_busbw", f"{int(n)} nodes", "busbw_gbps", s, int(x), float(y))
+            for s, x, y in zip(sub["series"], sub["size_bytes"], sub["busbw_gbps"])
+        ]
     if axes[0][-1].get_legend():
         sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1))
     fig.suptitle(f"Bus bandwidth: {labels[0]} vs {labels[1]}")
@@ -241,10 +311,20 @@ def compare_scaling_figure(a: Any, b: Any, labels: tuple[str, str]) -> tuple[Any
     train = df[df["workload"].isin(TRAINING) & (df["images_per_s_per_gpu"] > 0)].copy()
     coll = df[(df["workload"] == COLLECTIVE_WORKLOAD) & (df["busbw_gbps"] > 0)]
     if len(coll):
-        coll = coll.loc[coll.groupby(["run", "collective", "nodes", "gpus_per_node", "launcher", "nccl_config"])
-                        ["size_bytes"].idxmax()].copy()
-    panels = [(f"{w} ({s})", train[(train["workload"] == w) & (train["scaling"] == s)], "images_per_s_per_gpu",
-               "images/s per GPU") for w, s in sorted(set(zip(train["workload"], train["scaling"])))]
+        coll = coll.loc[
+            coll.groupby(["run", "collective", "nodes", "gpus_per_node", "launcher", "nccl_config"])[
+                "size_bytes"
+            ].idxmax()
+        ].copy()
+    panels = [
+        (
+            f"{w} ({s})",
+            train[(train["workload"] == w) & (train["scaling"] == s)],
+            "images_per_s_per_gpu",
+            "images/s per GPU",
+        )
+        for w, s in sorted(set(zip(train["workload"], train["scaling"])))
+    ]
     if len(coll):
         panels.append(("all-reduce at the largest size", coll, "busbw_gbps", "bus bandwidth (GB/s)"))
     if not panels:
@@ -252,17 +332,30 @@ def compare_scaling_figure(a: Any, b: Any, labels: tuple[str, str]) -> tuple[Any
     plt, sns = _setup()
     fig, axes = plt.subplots(1, len(panels), figsize=(max(7.0, 5.0 * len(panels)), 4.2), squeeze=False)
     points = []
-    for c, (title, sub, metric, ylabel) in enumerate(panels):
+    for c, (title, rows, metric, ylabel) in enumerate(panels):
         ax = axes[0][c]
-        sub = sub.assign(series=sub["gpus_per_node"].astype(str) + " GPU/node · " + _panel(sub)).sort_values("nodes")
-        sns.lineplot(data=sub, x="nodes", y=metric, hue="run", hue_order=list(labels), style="series", marker="o",
-                     estimator=None, sort=True, ax=ax, legend=(c == len(panels) - 1))
+        sub = rows.assign(series=rows["gpus_per_node"].astype(str) + " GPU/node · " + _panel(rows)).sort_values("nodes")
+        sns.lineplot(
+            data=sub,
+            x="nodes",
+            y=metric,
+            hue="run",
+            hue_order=list(labels),
+            style="series",
+            marker="o",
+            estimator=None,
+            sort=True,
+            ax=ax,
+            legend=(c == len(panels) - 1),
+        )
         _log2_axis(ax, sub["nodes"], str)
         ax.set_xlabel("nodes")
         ax.set_ylabel(ylabel)
         ax.set_title(title)
-        points += [("compare_scaling", title, metric, f"{r} · {s}", int(x), float(y))
-                   for r, s, x, y in zip(sub["run"], sub["series"], sub["nodes"], sub[metric])]
+        points += [
+            ("compare_scaling", title, metric, f"{r} · {s}", int(x), float(y))
+            for r, s, x, y in zip(sub["run"], sub["series"], sub["nodes"], sub[metric])
+        ]
     if axes[0][-1].get_legend():
         sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1))
     fig.suptitle(f"Scaling: {labels[0]} vs {labels[1]}")
@@ -278,8 +371,13 @@ def png_bytes(fig: Any) -> bytes:
 
 def draw_compare(out: Path, a: Any, b: Any, labels: tuple[str, str]) -> list[Path]:
     """compare_busbw.png and compare_scaling.png (each with its CSV) in `out`."""
-    return _draw_into(out, [("compare_busbw", lambda: compare_busbw_figure(a, b, labels)),
-                            ("compare_scaling", lambda: compare_scaling_figure(a, b, labels))])
+    return _draw_into(
+        out,
+        [
+            ("compare_busbw", lambda: compare_busbw_figure(a, b, labels)),
+            ("compare_scaling", lambda: compare_scaling_figure(a, b, labels)),
+        ],
+    )
 
 
 def history_figure(points: Any, cluster: str) -> tuple[bytes, bytes]:
@@ -292,23 +390,35 @@ def history_figure(points: Any, cluster: str) -> tuple[bytes, bytes]:
     df["run"] = df["created"].str.slice(0, 16).str.replace("T", " ") + " #" + df["id"].astype(str)
     order = list(dict.fromkeys(df["run"]))
     pos = {run: i for i, run in enumerate(order)}
-    metrics = [(m, label) for m, label in (("busbw_gbps", "busbw at the largest size (GB/s)"),
-                                           ("images_per_s_per_gpu", "images/s per GPU")) if (df["metric"] == m).any()]
-    fig, axes = plt.subplots(len(metrics), 1, figsize=(max(8.0, 0.35 * len(order) + 6), 4.0 * len(metrics)),
-                             squeeze=False)
+    metrics = [
+        (m, label)
+        for m, label in (
+            ("busbw_gbps", "busbw at the largest size (GB/s)"),
+            ("images_per_s_per_gpu", "images/s per GPU"),
+        )
+        if (df["metric"] == m).any()
+    ]
+    fig, axes = plt.subplots(
+        len(metrics), 1, figsize=(max(8.0, 0.35 * len(order) + 6), 4.0 * len(metrics)), squeeze=False
+    )
     points_out = []
     for r, (metric, label) in enumerate(metrics):
         ax = axes[r][0]
         sub = df[df["metric"] == metric].assign(x=lambda d: d["run"].map(pos))
         sns.lineplot(data=sub, x="x", y="value", hue="series", marker="o", estimator=None, sort=True, ax=ax)
         ax.set_xticks(range(len(order)))
-        ax.set_xticklabels(order if len(order) <= 40 else [o if i % (len(order) // 40 + 1) == 0 else ""
-                                                           for i, o in enumerate(order)], rotation=60, ha="right")
+        ax.set_xticklabels(
+            order if len(order) <= 40 else [o if i % (len(order) // 40 + 1) == 0 else "" for i, o in enumerate(order)],
+            rotation=60,
+            ha="right",
+        )
         ax.set_xlabel("run (when it was planned, history id)")
         ax.set_ylabel(label)
         if ax.get_legend():
             sns.move_legend(ax, "upper left", bbox_to_anchor=(1.02, 1), fontsize="small")
-        points_out += [("history", cluster, metric, s, int(x), float(y)) for s, x, y in zip(sub["series"], sub["x"], sub["value"])]
+        points_out += [
+            ("history", cluster, metric, s, int(x), float(y)) for s, x, y in zip(sub["series"], sub["x"], sub["value"])
+        ]
     fig.suptitle(f"History of {cluster}")
     fig.tight_layout()
     try:

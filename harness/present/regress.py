@@ -45,8 +45,9 @@ from harness.analysis.compare import (
 from harness.present.tables import markdown
 
 
-def write_all(cmp: Comparison, out: Path, title: str, benchmark_json: bool = False,
-              strict: bool = True) -> dict[str, Path]:
+def write_all(
+    cmp: Comparison, out: Path, title: str, benchmark_json: bool = False, strict: bool = True
+) -> dict[str, Path]:
     """Write the outputs; without benchmark_json an earlier run's benchmark.json is removed, so
     that a dashboard never reads a stale one beside a new junit.xml."""
     out.mkdir(parents=True, exist_ok=True)
@@ -83,14 +84,20 @@ def junit(cmp: Comparison, strict: bool = True) -> str:
     cases, kinds = _testcases(cmp.table, strict)
     stamp = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     n, failures, errors, skipped = len(cases), kinds.count("failure"), kinds.count("error"), kinds.count("skipped")
-    lines = ['<?xml version="1.0" encoding="utf-8"?>',
-             f'<testsuites name="bench regress" tests="{n}" failures="{failures}" errors="{errors}" skipped="{skipped}">',
-             f'  <testsuite name="{_attr(f"bench regress {cmp.b.label} vs {cmp.a.label}")}" tests="{n}" '
-             f'failures="{failures}" errors="{errors}" skipped="{skipped}" timestamp="{stamp}" '
-             f'hostname="{_attr(socket.gethostname())}">',
-             "    <properties>"]
-    props = [("baseline", cmp.a.source), ("run", cmp.b.source), ("threshold", f"{cmp.threshold:.4g}"),
-             ("statistics", cmp.method)]
+    lines = [
+        '<?xml version="1.0" encoding="utf-8"?>',
+        f'<testsuites name="bench regress" tests="{n}" failures="{failures}" errors="{errors}" skipped="{skipped}">',
+        f'  <testsuite name="{_attr(f"bench regress {cmp.b.label} vs {cmp.a.label}")}" tests="{n}" '
+        f'failures="{failures}" errors="{errors}" skipped="{skipped}" timestamp="{stamp}" '
+        f'hostname="{_attr(socket.gethostname())}">',
+        "    <properties>",
+    ]
+    props = [
+        ("baseline", cmp.a.source),
+        ("run", cmp.b.source),
+        ("threshold", f"{cmp.threshold:.4g}"),
+        ("statistics", cmp.method),
+    ]
     props += [("parameters differ" + (", compared anyway" if cmp.allow_mismatch else ""), m) for m in cmp.mismatches]
     props += [("environments differ", d) for d in cmp.env_diffs]
     for name, value in props:
@@ -136,18 +143,38 @@ def _testcases(t: Any, strict: bool) -> tuple[list[str], list[str]]:
         return [], []
     labels = t["metric"].map({m: METRICS[m].label for m in METRICS}).astype(str)
     by_runs = (t["test"] == BY_RUNS).to_numpy()
-    interval = np.where(by_runs, np.char.add(np.char.add(np.char.add("band [", _fmt(t["band_low"], "%.3f")), ", "),
-                                             np.char.add(_fmt(t["band_high"], "%.3f"), "]")),
-                        np.char.add(np.char.add(np.char.add("95% CI [", _fmt(t["ci_low"], "%.3f")), ", "),
-                                    np.char.add(_fmt(t["ci_high"], "%.3f"), "]")))
+    interval = np.where(
+        by_runs,
+        np.char.add(
+            np.char.add(np.char.add("band [", _fmt(t["band_low"], "%.3f")), ", "),
+            np.char.add(_fmt(t["band_high"], "%.3f"), "]"),
+        ),
+        np.char.add(
+            np.char.add(np.char.add("95% CI [", _fmt(t["ci_low"], "%.3f")), ", "),
+            np.char.add(_fmt(t["ci_high"], "%.3f"), "]"),
+        ),
+    )
     size = t["size_bytes"].map({int(v): format_size(int(v)) for v in t["size_bytes"].unique()}).astype(str)
     what = size.where(t["workload"] == COLLECTIVE_WORKLOAD, t["workload"].astype(str) + " " + t["scaling"].astype(str))
     note = t["note"].fillna("").astype(str)
-    text = (what + ": " + t["verdict"].astype(str) + ", " + labels + " " + _fmt(t["a"], "%.4g") + " -> "
-            + _fmt(t["b"], "%.4g") + ", B/A " + _fmt(t["ratio"], "%.3f") + ", " + pd.Series(interval, index=t.index)
-            + note.where(note == "", "; " + note))
+    text = (
+        what
+        + ": "
+        + t["verdict"].astype(str)
+        + ", "
+        + labels
+        + " "
+        + _fmt(t["a"], "%.4g")
+        + " -> "
+        + _fmt(t["b"], "%.4g")
+        + ", B/A "
+        + _fmt(t["ratio"], "%.3f")
+        + ", "
+        + pd.Series(interval, index=t.index)
+        + note.where(note == "", "; " + note)
+    )
     config = t["metric"].astype(str) + "[" + key_texts(t, sizes=False).astype(str) + "]"
-    codes, names = pd.factorize(config)                # configurations in the table's order
+    codes, names = pd.factorize(config)  # configurations in the table's order
     order = np.argsort(codes, kind="stable")
     starts = np.concatenate([[0], np.cumsum(np.bincount(codes, minlength=len(names)))])
     rank = t["verdict"].map({FAILED: 0, SLOWER: 1, UNJUDGED: 2}).fillna(3).to_numpy()[order]
@@ -173,8 +200,9 @@ def _testcases(t: Any, strict: bool) -> tuple[list[str], list[str]]:
         if verdict == SLOWER:
             message = "regression: " + ", ".join(f"{what[i]} {change[i] * 100:+.1f}%" for i in hit)
         else:
-            message = f"{verdict}: " + "; ".join(dict.fromkeys(f"{what[i]}: {notes[i]}" if len(hit) == 1 else notes[i]
-                                                               for i in hit))
+            message = f"{verdict}: " + "; ".join(
+                dict.fromkeys(f"{what[i]}: {notes[i]}" if len(hit) == 1 else notes[i] for i in hit)
+            )
             if len(hit) > 1:
                 message += f" ({', '.join(what[i] for i in hit)})"
         element, kind = outcome
@@ -196,12 +224,21 @@ def _row_stats(data: Any) -> dict[str, Any]:
     iqr = q3 - q1
     low, high = (q1 - 1.5 * iqr)[:, None], (q3 + 1.5 * iqr)[:, None]
     inside = (data >= low) & (data <= high)
-    return {"min": data.min(axis=1), "max": data.max(axis=1), "mean": mean, "stddev": sd, "median": median,
-            "iqr": iqr, "q1": q1, "q3": q3, "iqr_outliers": (~inside).sum(axis=1),
-            "stddev_outliers": (np.abs(data - mean[:, None]) > sd[:, None]).sum(axis=1),
-            "ld15iqr": np.where(data >= low, data, np.inf).min(axis=1),
-            "hd15iqr": np.where(data <= high, data, -np.inf).max(axis=1),
-            "total": data.sum(axis=1)}
+    return {
+        "min": data.min(axis=1),
+        "max": data.max(axis=1),
+        "mean": mean,
+        "stddev": sd,
+        "median": median,
+        "iqr": iqr,
+        "q1": q1,
+        "q3": q3,
+        "iqr_outliers": (~inside).sum(axis=1),
+        "stddev_outliers": (np.abs(data - mean[:, None]) > sd[:, None]).sum(axis=1),
+        "ld15iqr": np.where(data >= low, data, np.inf).min(axis=1),
+        "hd15iqr": np.where(data <= high, data, -np.inf).max(axis=1),
+        "total": data.sum(axis=1),
+    }
 
 
 def pytest_benchmark(side: Side) -> bytes:
@@ -213,13 +250,21 @@ def pytest_benchmark(side: Side) -> bytes:
     import orjson
 
     rows = side.rows
-    conf = (rows["nodes"].astype(str) + "x" + rows["gpus_per_node"].astype(str) + "-" + rows["launcher"].astype(str)
-            + "-" + rows["nccl_config"].astype(str)).tolist()
+    conf = (
+        rows["nodes"].astype(str)
+        + "x"
+        + rows["gpus_per_node"].astype(str)
+        + "-"
+        + rows["launcher"].astype(str)
+        + "-"
+        + rows["nccl_config"].astype(str)
+    ).tolist()
     sizes = {int(v): format_size(int(v)) for v in rows["size_bytes"].unique()}
     coll_what = (rows["collective"].astype(str) + "-" + rows["size_bytes"].map(sizes).astype(str)).tolist()
     train_what = (rows["workload"].astype(str) + "-" + rows["scaling"].astype(str)).tolist()
-    params = records(rows[["workload", "collective", "scaling", "nodes", "gpus_per_node", "launcher", "nccl_config",
-                           "size_bytes"]])
+    params = records(
+        rows[["workload", "collective", "scaling", "nodes", "gpus_per_node", "launcher", "nccl_config", "size_bytes"]]
+    )
     extra = records(rows[list(METRICS)])
     groups = rows["workload"].astype(str).tolist()
     benches: list[tuple[int, dict[str, Any]]] = []
@@ -233,27 +278,56 @@ def pytest_benchmark(side: Side) -> bytes:
             st = _row_stats(values[idx, :c] * scale)
             st["ops"] = np.where(st["mean"] > 0, 1 / np.where(st["mean"] > 0, st["mean"], 1), 0.0)
             names = list(st) + ["rounds", "iterations", "outliers"]
-            options = {"disable_gc": False, "timer": "perf_counter", "min_rounds": int(c), "max_time": 0,
-                       "min_time": 0, "warmup": False}
+            options = {
+                "disable_gc": False,
+                "timer": "perf_counter",
+                "min_rounds": int(c),
+                "max_time": 0,
+                "min_time": 0,
+                "warmup": False,
+            }
             outliers = [f"{a};{b}" for a, b in zip(st["stddev_outliers"].tolist(), st["iqr_outliers"].tolist())]
             for i, values_i, out_i in zip(idx.tolist(), zip(*(v.tolist() for v in st.values())), outliers):
                 name = f"{what[i]}[{conf[i]}]"
-                benches.append((i, {
-                    "group": groups[i], "name": name, "fullname": f"bench::{name}", "params": params[i],
-                    "param": conf[i], "extra_info": extra[i], "options": options,
-                    "stats": dict(zip(names, (*values_i, int(c), 1, out_i))),
-                }))
+                benches.append(
+                    (
+                        i,
+                        {
+                            "group": groups[i],
+                            "name": name,
+                            "fullname": f"bench::{name}",
+                            "params": params[i],
+                            "param": conf[i],
+                            "extra_info": extra[i],
+                            "options": options,
+                            "stats": dict(zip(names, (*values_i, int(c), 1, out_i))),
+                        },
+                    )
+                )
     benches.sort(key=lambda b: b[0])
     doc = {
-        "machine_info": {"node": socket.gethostname(), "processor": platform.processor(), "machine": platform.machine(),
-                         "python_compiler": platform.python_compiler(),
-                         "python_implementation": platform.python_implementation(),
-                         "python_implementation_version": platform.python_version(),
-                         "python_version": platform.python_version(), "python_build": list(platform.python_build()),
-                         "release": platform.release(), "system": platform.system(), "cpu": {},
-                         "bench_environment": side.environment},
-        "commit_info": {"id": "unversioned", "time": None, "author_time": None, "dirty": False,
-                        "project": "bench", "branch": "(unknown)"},
+        "machine_info": {
+            "node": socket.gethostname(),
+            "processor": platform.processor(),
+            "machine": platform.machine(),
+            "python_compiler": platform.python_compiler(),
+            "python_implementation": platform.python_implementation(),
+            "python_implementation_version": platform.python_version(),
+            "python_version": platform.python_version(),
+            "python_build": list(platform.python_build()),
+            "release": platform.release(),
+            "system": platform.system(),
+            "cpu": {},
+            "bench_environment": side.environment,
+        },
+        "commit_info": {
+            "id": "unversioned",
+            "time": None,
+            "author_time": None,
+            "dirty": False,
+            "project": "bench",
+            "branch": "(unknown)",
+        },
         "benchmarks": [b for _, b in benches],
         "datetime": dt.datetime.now(dt.timezone.utc).isoformat(),
         "version": "4.0.0",
@@ -264,5 +338,7 @@ def pytest_benchmark(side: Side) -> bytes:
 def summary_line(cmp: Comparison) -> str:
     c = cmp.counts()
     plural = lambda n, word: f"{n} {word}{'s' if n != 1 else ''}"  # noqa: E731
-    return (f"{plural(c[SLOWER], 'regression')}, {plural(c[FAILED], 'failed key')}, {c[UNJUDGED]} cannot judge, "
-            f"{plural(c[FASTER], 'improvement')}, {c[SAME]} unchanged of {len(cmp.table)} compared")
+    return (
+        f"{plural(c[SLOWER], 'regression')}, {plural(c[FAILED], 'failed key')}, {c[UNJUDGED]} cannot judge, "
+        f"{plural(c[FASTER], 'improvement')}, {c[SAME]} unchanged of {len(cmp.table)} compared"
+    )

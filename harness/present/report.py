@@ -47,13 +47,17 @@ def _e(v: Any) -> str:
     return html.escape(str(v))
 
 
-def _table(head: list[str], rows: list[list[Any]], numeric: Collection[int] = frozenset(),
-           classes: list[str] | None = None) -> str:
+def _table(
+    head: list[str], rows: list[list[Any]], numeric: Collection[int] = frozenset(), classes: list[str] | None = None
+) -> str:
     out = ["<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"]
     for i, row in enumerate(rows):
         cls = f' class="{classes[i]}"' if classes and classes[i] else ""
-        out.append(f"<tr{cls}>" + "".join(f'<td{" class=n" if j in numeric else ""}>{_e(v)}</td>'
-                                          for j, v in enumerate(row)) + "</tr>")
+        out.append(
+            f"<tr{cls}>"
+            + "".join(f"<td{' class=n' if j in numeric else ''}>{_e(v)}</td>" for j, v in enumerate(row))
+            + "</tr>"
+        )
     return "\n".join(out) + "</table>"
 
 
@@ -71,24 +75,41 @@ def run_section(run: RunDir, side: Side) -> str:
     jobs = run.jobs()
     table = run.read_table(jobs)
     env = side.environment
-    parts = ["<h2>Environment</h2>",
-             _table(["", ""], [[k, ", ".join(v) if isinstance(v, list) else v] for k, v in env.items()]),
-             "<h2>Jobs</h2>",
-             _table(["job", "state", "exit", "elapsed s", "nodes", "node list", "reason"],
-                    [[r.name, r.state, r.exit_code, fmt_value(r.elapsed_s, ".1f"), r.nodes, r.node_list, r.reason]
-                     for r in table.values()], numeric={2, 3, 4},
-                    classes=["" if r.state == COMPLETED else "slower" for r in table.values()])]
+    parts = [
+        "<h2>Environment</h2>",
+        _table(["", ""], [[k, ", ".join(v) if isinstance(v, list) else v] for k, v in env.items()]),
+        "<h2>Jobs</h2>",
+        _table(
+            ["job", "state", "exit", "elapsed s", "nodes", "node list", "reason"],
+            [
+                [r.name, r.state, r.exit_code, fmt_value(r.elapsed_s, ".1f"), r.nodes, r.node_list, r.reason]
+                for r in table.values()
+            ],
+            numeric={2, 3, 4},
+            classes=["" if r.state == COMPLETED else "slower" for r in table.values()],
+        ),
+    ]
     parts.append("<h2>Stragglers</h2>")
     if side.stragglers:
         parts.append("<ul>" + "".join(f"<li>{_e(s.line())}</li>" for s in side.stragglers) + "</ul>")
     else:
-        parts.append("<p>None: no node was consistently more than 20% slower than the median node in the "
-                     "link probe of any job of three or more nodes.</p>")
+        parts.append(
+            "<p>None: no node was consistently more than 20% slower than the median node in the "
+            "link probe of any job of three or more nodes.</p>"
+        )
     ok = summary[summary["status"] == COMPLETED]
-    train = ok[ok["workload"] != COLLECTIVE_WORKLOAD].sort_values(["workload", "scaling", "launcher", "nccl_config", "world_size"])
+    train = ok[ok["workload"] != COLLECTIVE_WORKLOAD].sort_values(
+        ["workload", "scaling", "launcher", "nccl_config", "world_size"]
+    )
     parts.append("<h2>Scaling</h2>")
-    parts.append(_figures([("weak scaling", lambda: plot.scaling_figure(summary, "weak")),
-                           ("strong scaling", lambda: plot.scaling_figure(summary, "strong"))]))
+    parts.append(
+        _figures(
+            [
+                ("weak scaling", lambda: plot.scaling_figure(summary, "weak")),
+                ("strong scaling", lambda: plot.scaling_figure(summary, "strong")),
+            ]
+        )
+    )
     if len(train):
         parts.append(_table(TRAINING_HEAD, training_rows(train), numeric={3, 4, 5, 6, 7, 8}))
     coll = ok[ok["workload"] == COLLECTIVE_WORKLOAD]
@@ -97,46 +118,82 @@ def run_section(run: RunDir, side: Side) -> str:
     if len(coll):
         coll = coll.sort_values(["job", "collective", "size_bytes"])
         parts.append(_table(COLLECTIVE_HEAD, collective_rows(coll), numeric={2, 3, 4, 5, 6}))
-    head = (f"<p>Run <code>{_e(run.path)}</code>: sweep <b>{_e((plan.get('sweep') or {}).get('name'))}</b>, "
-            f"executor {_e(plan.get('executor'))}, planned {_e(plan.get('created'))}.</p>")
+    head = (
+        f"<p>Run <code>{_e(run.path)}</code>: sweep <b>{_e((plan.get('sweep') or {}).get('name'))}</b>, "
+        f"executor {_e(plan.get('executor'))}, planned {_e(plan.get('created'))}.</p>"
+    )
     return head + "\n".join(parts)
 
 
 def compare_section(cmp: Comparison) -> str:
     t = cmp.table
-    what = (f"{_e(cmp.across[0])} {_e(cmp.across[2])} against {_e(cmp.across[1])}" if cmp.across
-            else f"{_e(cmp.b.label)} against {_e(cmp.a.label)}")
-    parts = [f"<h2>Comparison: {what}</h2>",
-             f"<p>Threshold {cmp.threshold:.1%}; {_e(cmp.method)}. {_e(headline(cmp))}.</p>"]
+    what = (
+        f"{_e(cmp.across[0])} {_e(cmp.across[2])} against {_e(cmp.across[1])}"
+        if cmp.across
+        else f"{_e(cmp.b.label)} against {_e(cmp.a.label)}"
+    )
+    parts = [
+        f"<h2>Comparison: {what}</h2>",
+        f"<p>Threshold {cmp.threshold:.1%}; {_e(cmp.method)}. {_e(headline(cmp))}.</p>",
+    ]
     for heading, lines in warnings(cmp):
-        parts.append(f'<div class="warn"><b>{_e(heading)}:</b><ul>' + "".join(f"<li>{_e(d)}</li>" for d in lines)
-                     + "</ul></div>")
-    for side in ([cmp.a] if cmp.a.source == cmp.b.source else [cmp.a, cmp.b]):
+        parts.append(
+            f'<div class="warn"><b>{_e(heading)}:</b><ul>' + "".join(f"<li>{_e(d)}</li>" for d in lines) + "</ul></div>"
+        )
+    for side in [cmp.a] if cmp.a.source == cmp.b.source else [cmp.a, cmp.b]:
         for s in side.stragglers:
             parts.append(f'<p class="warn">{_e(side.label)}: {_e(s.line())}</p>')
     shown = t[t["verdict"] != SAME]
     if len(shown):
-        parts.append(_table(["verdict", "metric", "key", "A", "B", "B/A", "interval", "p", "note"],
-                            [[r["verdict"], METRICS[r["metric"]].label, r["key"], fmt_value(r["a"]), fmt_value(r["b"]),
-                              fmt_ratio(r["ratio"]), fmt_interval(r), fmt_value(r["p_value"]), r["note"] or ""]
-                             for r in records(shown)], numeric={3, 4, 5, 7},
-                            classes=[v.replace(" ", "-") for v in shown["verdict"]]))
+        parts.append(
+            _table(
+                ["verdict", "metric", "key", "A", "B", "B/A", "interval", "p", "note"],
+                [
+                    [
+                        r["verdict"],
+                        METRICS[r["metric"]].label,
+                        r["key"],
+                        fmt_value(r["a"]),
+                        fmt_value(r["b"]),
+                        fmt_ratio(r["ratio"]),
+                        fmt_interval(r),
+                        fmt_value(r["p_value"]),
+                        r["note"] or "",
+                    ]
+                    for r in records(shown)
+                ],
+                numeric={3, 4, 5, 7},
+                classes=[v.replace(" ", "-") for v in shown["verdict"]],
+            )
+        )
     parts.append(f"<p>{int((t['verdict'] == SAME).sum())} (metric, key) pairs show no significant change.</p>")
     listed, more = only_in_b(cmp)
     if listed:
-        parts.append(f"<p>Only completed in {_e(cmp.b.label)} ({len(cmp.new_in_b)}): " + "; ".join(map(_e, listed))
-                     + (f"; ... and {more} more" if more else "") + "</p>")
+        parts.append(
+            f"<p>Only completed in {_e(cmp.b.label)} ({len(cmp.new_in_b)}): "
+            + "; ".join(map(_e, listed))
+            + (f"; ... and {more} more" if more else "")
+            + "</p>"
+        )
     labels = (cmp.a.label, cmp.b.label)
-    parts.append(_figures([("busbw of both runs", lambda: plot.compare_busbw_figure(cmp.a.rows, cmp.b.rows, labels)),
-                           ("scaling of both runs", lambda: plot.compare_scaling_figure(cmp.a.rows, cmp.b.rows, labels))]))
+    parts.append(
+        _figures(
+            [
+                ("busbw of both runs", lambda: plot.compare_busbw_figure(cmp.a.rows, cmp.b.rows, labels)),
+                ("scaling of both runs", lambda: plot.compare_scaling_figure(cmp.a.rows, cmp.b.rows, labels)),
+            ]
+        )
+    )
     return "\n".join(parts)
 
 
 def render(run: RunDir, side: Side, cmp: Comparison | None) -> str:
     body = run_section(run, side) + (compare_section(cmp) if cmp is not None else "")
-    return ("<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
-            f"<title>bench report: {_e(run.path.name)}</title><style>{STYLE}</style></head><body>"
-            f"<h1>bench report: {_e(run.path.name)}</h1>\n{body}\n</body></html>\n")
+    return (
+        "<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
+        f"<title>bench report: {_e(run.path.name)}</title><style>{STYLE}</style></head><body>"
+        f"<h1>bench report: {_e(run.path.name)}</h1>\n{body}\n</body></html>\n"
+    )
 
 
 def default_path(run: RunDir) -> Path:

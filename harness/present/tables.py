@@ -72,8 +72,14 @@ def warnings(cmp: Comparison) -> list[tuple[str, list[str]]]:
     """(heading, lines) of everything a reader must see before the table."""
     out = []
     if cmp.mismatches:
-        out.append(("Compared despite differing parameters (--allow-mismatch)" if cmp.allow_mismatch
-                    else "Not compared: the workload parameters differ", cmp.mismatches))
+        out.append(
+            (
+                "Compared despite differing parameters (--allow-mismatch)"
+                if cmp.allow_mismatch
+                else "Not compared: the workload parameters differ",
+                cmp.mismatches,
+            )
+        )
     if cmp.env_diffs:
         out.append(("The environments differ", cmp.env_diffs))
     return out
@@ -84,17 +90,26 @@ def markdown(cmp: Comparison, title: str, include_same: bool = False) -> str:
     keys that cannot be judged, improvements and the count of unchanged keys (all keys when
     include_same)."""
     t = cmp.table
-    lines = [f"# {title}", "",
-             f"- A: `{cmp.a.label}` ({cmp.a.source})", f"- B: `{cmp.b.label}` ({cmp.b.source})",
-             f"- threshold: {cmp.threshold:.1%}; statistics: {cmp.method}",
-             f"- {headline(cmp)} (metric, key) pairs", ""]
+    lines = [
+        f"# {title}",
+        "",
+        f"- A: `{cmp.a.label}` ({cmp.a.source})",
+        f"- B: `{cmp.b.label}` ({cmp.b.source})",
+        f"- threshold: {cmp.threshold:.1%}; statistics: {cmp.method}",
+        f"- {headline(cmp)} (metric, key) pairs",
+        "",
+    ]
     for heading, items in warnings(cmp):
         lines += [f"## Warning: {heading}", ""] + [f"- {d}" for d in items] + [""]
     named = [(side, s) for side in _distinct_sides(cmp) for s in side.stragglers]
     if named:
         lines += ["## Stragglers", ""] + [f"- {side.label}: {s.line()}" for side, s in named] + [""]
-    for verdict, heading in ((FAILED, "Failed (completed in A, not in B)"), (SLOWER, "Slower (regressions)"),
-                             (UNJUDGED, "Cannot judge"), (FASTER, "Faster (improvements)")):
+    for verdict, heading in (
+        (FAILED, "Failed (completed in A, not in B)"),
+        (SLOWER, "Slower (regressions)"),
+        (UNJUDGED, "Cannot judge"),
+        (FASTER, "Faster (improvements)"),
+    ):
         sub = t[t["verdict"] == verdict]
         if verdict in (FAILED, UNJUDGED) and not len(sub):
             continue
@@ -125,13 +140,17 @@ def _distinct_sides(cmp: Comparison) -> list[Side]:
 
 
 def _md_table(t: Any) -> list[str]:
-    out = ["| metric | key | A | B | B/A | interval | p | runs A | verdict | note |",
-           "|---|---|---:|---:|---:|---|---:|---:|---|---|"]
+    out = [
+        "| metric | key | A | B | B/A | interval | p | runs A | verdict | note |",
+        "|---|---|---:|---:|---:|---|---:|---:|---|---|",
+    ]
     for r in records(t):
         note = (r.get("note") or "").replace("|", "\\|").replace("\n", " ")
-        out.append(f"| {r['metric']} | {r['key']} | {fmt_value(r['a'])} | {fmt_value(r['b'])} | "
-                   f"{fmt_ratio(r['ratio'])} | {fmt_interval(r)} | {fmt_value(r.get('p_value'))} | "
-                   f"{fmt_value(r.get('runs_a'), 'd')} | {r['verdict']} | {note} |")
+        out.append(
+            f"| {r['metric']} | {r['key']} | {fmt_value(r['a'])} | {fmt_value(r['b'])} | "
+            f"{fmt_ratio(r['ratio'])} | {fmt_interval(r)} | {fmt_value(r.get('p_value'))} | "
+            f"{fmt_value(r.get('runs_a'), 'd')} | {r['verdict']} | {note} |"
+        )
     return out
 
 
@@ -151,19 +170,40 @@ COLLECTIVE_HEAD = ["job", "collective", "size", "time us", "algbw GB/s", "busbw 
 
 def training_rows(train: Any) -> list[list[str]]:
     """The training throughput table's cells (TRAINING_HEAD), one row per summary row."""
-    return [[r.workload, r.scaling, r.job, str(r.world_size), fmt_value(r.images_per_s, ".1f"),
-             fmt_value(r.images_per_s_per_gpu, ".1f"), fmt_value(r.step_time_ms, ".1f"), fmt_value(r.speedup, ".2f"),
-             fmt_value(r.efficiency, ".1%")] for r in train.itertuples()]
+    return [
+        [
+            r.workload,
+            r.scaling,
+            r.job,
+            str(r.world_size),
+            fmt_value(r.images_per_s, ".1f"),
+            fmt_value(r.images_per_s_per_gpu, ".1f"),
+            fmt_value(r.step_time_ms, ".1f"),
+            fmt_value(r.speedup, ".2f"),
+            fmt_value(r.efficiency, ".1%"),
+        ]
+        for r in train.itertuples()
+    ]
 
 
 def collective_rows(coll: Any) -> list[list[str]]:
     """The collective table's cells (COLLECTIVE_HEAD), one row per summary row."""
-    return [[r.job, r.collective, format_size(int(r.size_bytes)), fmt_value(r.time_us, ".1f"),
-             fmt_value(r.algbw_gbps, ".4f"), fmt_value(r.busbw_gbps, ".4f"), fmt_value(r.wrong, ".0f")]
-            for r in coll.itertuples()]
+    return [
+        [
+            r.job,
+            r.collective,
+            format_size(int(r.size_bytes)),
+            fmt_value(r.time_us, ".1f"),
+            fmt_value(r.algbw_gbps, ".4f"),
+            fmt_value(r.busbw_gbps, ".4f"),
+            fmt_value(r.wrong, ".0f"),
+        ]
+        for r in coll.itertuples()
+    ]
 
 
 # --------------------------------------------------------------------------- terminal
+
 
 def print_comparison(console: Console, cmp: Comparison, top: int) -> None:
     """Warnings, stragglers, the `top` worst rows and the headline, as `bench compare` and
@@ -178,25 +218,40 @@ def print_comparison(console: Console, cmp: Comparison, top: int) -> None:
     for side in _distinct_sides(cmp):
         for s in side.stragglers:
             console.print(f"[yellow]straggler in {escape(side.label)}:[/] {escape(s.line())}", soft_wrap=True)
-    t = Table(title=f"{escape(cmp.b.label)} against {escape(cmp.a.label)} (worst first; threshold "
-                    f"{cmp.threshold:.1%}; {escape(cmp.method)})", title_justify="left")
+    t = Table(
+        title=f"{escape(cmp.b.label)} against {escape(cmp.a.label)} (worst first; threshold "
+        f"{cmp.threshold:.1%}; {escape(cmp.method)})",
+        title_justify="left",
+    )
     shown = records(cmp.table.head(top))
     notes = any(r.get("note") for r in shown)
     for col in ("verdict", "metric", "key", "A", "B", "B/A", "interval", "p") + (("note",) if notes else ()):
         t.add_column(col, justify="right" if col in ("A", "B", "B/A", "p") else "left")
     style = {SLOWER: "red", FAILED: "red", UNJUDGED: "yellow", FASTER: "green"}
     for r in shown:
-        t.add_row(r["verdict"], METRICS[r["metric"]].label, escape(r["key"]), fmt_value(r["a"]), fmt_value(r["b"]),
-                  fmt_ratio(r["ratio"]), fmt_interval(r), fmt_value(r.get("p_value")),
-                  *((escape(r.get("note") or ""),) if notes else ()), style=style.get(r["verdict"]))
+        t.add_row(
+            r["verdict"],
+            METRICS[r["metric"]].label,
+            escape(r["key"]),
+            fmt_value(r["a"]),
+            fmt_value(r["b"]),
+            fmt_ratio(r["ratio"]),
+            fmt_interval(r),
+            fmt_value(r.get("p_value")),
+            *((escape(r.get("note") or ""),) if notes else ()),
+            style=style.get(r["verdict"]),
+        )
     console.print(t)
     if len(cmp.table) > top:
         console.print(f"... {len(cmp.table) - top} more rows (--top, --csv, --markdown)")
     listed, more = only_in_b(cmp)
     if listed:
         n = len(cmp.new_in_b)
-        console.print(f"only completed in {escape(cmp.b.label)}: {n} key{'s' if n != 1 else ''}: "
-                      f"{escape('; '.join(listed))}{f'; ... and {more} more' if more else ''}", soft_wrap=True)
+        console.print(
+            f"only completed in {escape(cmp.b.label)}: {n} key{'s' if n != 1 else ''}: "
+            f"{escape('; '.join(listed))}{f'; ... and {more} more' if more else ''}",
+            soft_wrap=True,
+        )
     console.print(headline(cmp), soft_wrap=True)
 
 
@@ -204,14 +259,26 @@ def plan_table(jobs: list[Job]) -> str:
     """The plan as an aligned plain-text table, one job per line, as squeue prints: quick for
     10,000 jobs and easy to grep."""
     header = ("JOB", "CONFIG", "NODES", "GPUS/NODE", "WORLD", "LAUNCHER", "NCCL", "WORKLOADS")
-    rows = [(j.name, j.config_hash, str(j.nodes), str(j.gpus_per_node), str(j.world_size), j.launcher,
-             j.nccl_config, " ".join(r.key for r in j.runs)) for j in jobs]
+    rows = [
+        (
+            j.name,
+            j.config_hash,
+            str(j.nodes),
+            str(j.gpus_per_node),
+            str(j.world_size),
+            j.launcher,
+            j.nccl_config,
+            " ".join(r.key for r in j.runs),
+        )
+        for j in jobs
+    ]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
     numeric = {2, 3, 4}
 
     def line(cells: tuple[str, ...]) -> str:
-        return "  ".join(c.rjust(w) if i in numeric else c.ljust(w)
-                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+        return "  ".join(
+            c.rjust(w) if i in numeric else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))
+        ).rstrip()
 
     return "\n".join([line(header), *map(line, rows)])
 
@@ -231,10 +298,16 @@ def print_jobs(console: Console, table: dict[str, JobRecord], title: str) -> Non
         t.add_column(col)
     for rec in table.values():
         style = "green" if rec.state == COMPLETED else ("yellow" if rec.state in (PENDING, RUNNING) else "red")
-        t.add_row(rec.name, rec.job_id or "-", f"[{style}]{rec.state}[/]",
-                  "-" if rec.exit_code is None else str(rec.exit_code),
-                  "-" if rec.elapsed_s is None else f"{rec.elapsed_s:.1f} s", str(rec.nodes), str(rec.attempts),
-                  " ".join(f"{k}:{v}" for k, v in rec.runs.items()))
+        t.add_row(
+            rec.name,
+            rec.job_id or "-",
+            f"[{style}]{rec.state}[/]",
+            "-" if rec.exit_code is None else str(rec.exit_code),
+            "-" if rec.elapsed_s is None else f"{rec.elapsed_s:.1f} s",
+            str(rec.nodes),
+            str(rec.attempts),
+            " ".join(f"{k}:{v}" for k, v in rec.runs.items()),
+        )
     console.print(t)
     for rec in table.values():
         if rec.state not in (COMPLETED, PENDING) and (rec.reason or rec.log_tail):
@@ -248,7 +321,9 @@ def print_results(console: Console, summary: pd.DataFrame) -> None:
     from rich.table import Table
 
     ok = summary[summary["status"] == COMPLETED]
-    train = ok[ok["workload"] != COLLECTIVE_WORKLOAD].sort_values(["workload", "scaling", "launcher", "nccl_config", "world_size"])
+    train = ok[ok["workload"] != COLLECTIVE_WORKLOAD].sort_values(
+        ["workload", "scaling", "launcher", "nccl_config", "world_size"]
+    )
     if not train.empty:
         t = Table(title="Training throughput", title_justify="left")
         for col in TRAINING_HEAD:

@@ -23,8 +23,13 @@ from fixtures import SWEEPS, make_run
 def big_sweep(tmp_path_factory):
     """25 node counts x 8 GPU counts x 50 NCCL sets = 10,000 jobs."""
     sweep = yaml.safe_load((SWEEPS / "local.yaml").read_text())
-    sweep.update(name="big", nodes=list(range(1, 26)), max_nodes=None, gpus_per_node=list(range(1, 9)),
-                 nccl={f"set{i}": {"NCCL_MIN_NCHANNELS": str(i)} for i in range(50)})
+    sweep.update(
+        name="big",
+        nodes=list(range(1, 26)),
+        max_nodes=None,
+        gpus_per_node=list(range(1, 9)),
+        nccl={f"set{i}": {"NCCL_MIN_NCHANNELS": str(i)} for i in range(50)},
+    )
     sweep["workloads"]["synthetic"].update(scaling=["weak"], global_batch=None)
     path = tmp_path_factory.mktemp("big") / "big.yaml"
     path.write_text(yaml.safe_dump(sweep))
@@ -45,15 +50,41 @@ def _timed_command(benchmark, make_cmd):
 
 def test_dry_run_of_10000_jobs(benchmark, big_sweep, tmp_path):
     """The whole command, interpreter start included."""
-    _timed_command(benchmark, lambda i: [sys.executable, "-m", "harness.cli", "sweep", str(big_sweep),
-                                         "--executor", "local", "--dry-run", "--out", str(tmp_path / f"run{i}")])
+    _timed_command(
+        benchmark,
+        lambda i: [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "sweep",
+            str(big_sweep),
+            "--executor",
+            "local",
+            "--dry-run",
+            "--out",
+            str(tmp_path / f"run{i}"),
+        ],
+    )
     assert (tmp_path / "run0" / "plan.json").stat().st_size > 1_000_000
 
 
 def test_slurm_dry_run_of_10000_jobs(benchmark, big_sweep, tmp_path):
     """The whole command, interpreter start included: renders and writes 10,000 job.sbatch files."""
-    _timed_command(benchmark, lambda i: [sys.executable, "-m", "harness.cli", "sweep", str(big_sweep),
-                                         "--executor", "slurm", "--dry-run", "--out", str(tmp_path / f"run{i}")])
+    _timed_command(
+        benchmark,
+        lambda i: [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "sweep",
+            str(big_sweep),
+            "--executor",
+            "slurm",
+            "--dry-run",
+            "--out",
+            str(tmp_path / f"run{i}"),
+        ],
+    )
     assert len(list((tmp_path / "run0" / "jobs").glob("*/job.sbatch"))) == 10_000
 
 
@@ -72,6 +103,7 @@ def test_collect_100k_rows(benchmark, run_100k):
 
 # ---- compare and regress on 100,000-row runs; the history with 1,000 runs
 
+
 @pytest.fixture(scope="module")
 def two_runs_100k(tmp_path_factory):
     from harness.collect import collect, write_summary
@@ -88,9 +120,20 @@ def two_runs_100k(tmp_path_factory):
 def test_compare_100k_rows(benchmark, two_runs_100k, tmp_path):
     """`bench compare A B --csv`, interpreter start included."""
     a, b = two_runs_100k
-    _timed_command(benchmark, lambda i: [sys.executable, "-m", "harness.cli", "compare", str(a.path), str(b.path),
-                                         "--csv", str(tmp_path / f"c{i}.csv")])
-    assert sum(1 for _ in open(tmp_path / "c0.csv")) == 100_000 + 1
+    _timed_command(
+        benchmark,
+        lambda i: [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "compare",
+            str(a.path),
+            str(b.path),
+            "--csv",
+            str(tmp_path / f"c{i}.csv"),
+        ],
+    )
+    assert (tmp_path / "c0.csv").read_text().count("\n") == 100_000 + 1
 
 
 @pytest.fixture(scope="module")
@@ -118,12 +161,27 @@ def test_regress_100k_rows_against_5_runs(benchmark, two_runs_100k, history_of_f
     db = history_of_five_100k
 
     def cmd(i):
-        return [sys.executable, "-m", "harness.cli", "regress", str(b.path), "--cluster", "big", "--db", str(db),
-                "--out", str(tmp_path / f"r{i}")]
+        return [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "regress",
+            str(b.path),
+            "--cluster",
+            "big",
+            "--db",
+            str(db),
+            "--out",
+            str(tmp_path / f"r{i}"),
+        ]
 
     counter = itertools.count()
-    benchmark.pedantic(lambda c: subprocess.run(c, stdout=subprocess.DEVNULL), setup=lambda: ((cmd(next(counter)),), {}),
-                       rounds=5, iterations=1)
+    benchmark.pedantic(
+        lambda c: subprocess.run(c, stdout=subprocess.DEVNULL),
+        setup=lambda: ((cmd(next(counter)),), {}),
+        rounds=5,
+        iterations=1,
+    )
     junit = (tmp_path / "r0" / "junit.xml").read_text()
     assert junit.count("<testcase ") == 4000 and "between runs" in (tmp_path / "r0" / "report.md").read_text()
 
@@ -146,11 +204,22 @@ def history_1000(tmp_path_factory):
     return db, template
 
 
-@pytest.mark.parametrize("command", [["history", "list", "--cluster", "c1000"],
-                                     ["regress", "RUN", "--cluster", "c1000", "--baseline", "median:5"],
-                                     ["regress", "RUN", "--cluster", "c1000", "--baseline", "label:r10"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["history", "list", "--cluster", "c1000"],
+        ["regress", "RUN", "--cluster", "c1000", "--baseline", "median:5"],
+        ["regress", "RUN", "--cluster", "c1000", "--baseline", "label:r10"],
+    ],
+)
 def test_history_of_1000_runs(benchmark, history_1000, tmp_path, command):
     db, template = history_1000
-    cmd = [sys.executable, "-m", "harness.cli", *[str(template.path) if c == "RUN" else c for c in command],
-           "--db", str(db)] + (["--out", str(tmp_path / "r")] if command[0] == "regress" else [])
+    cmd = [
+        sys.executable,
+        "-m",
+        "harness.cli",
+        *[str(template.path) if c == "RUN" else c for c in command],
+        "--db",
+        str(db),
+    ] + (["--out", str(tmp_path / "r")] if command[0] == "regress" else [])
     benchmark.pedantic(lambda: subprocess.run(cmd, stdout=subprocess.DEVNULL), rounds=5, iterations=1)

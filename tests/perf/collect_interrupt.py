@@ -101,9 +101,18 @@ def interrupt_points(root: Path, n_jobs: int, points: int) -> list[dict]:
         seen = markers(run)
         kind = "old" if seen == (old, old, old) else "new" if seen == (new, new, new) else f"MIX {seen}"
         left = leftovers(run)
-        subprocess.run([*COLLECT, str(run.path)], check=True, capture_output=True)   # the next command
-        rows.append({"delay_s": round(delay, 3), "signal": sig.name, "exit": p.returncode, "set": kind,
-                     "left_behind": left, "after_next_collect": leftovers(run), "stderr": err.strip()[-200:]})
+        subprocess.run([*COLLECT, str(run.path)], check=True, capture_output=True)  # the next command
+        rows.append(
+            {
+                "delay_s": round(delay, 3),
+                "signal": sig.name,
+                "exit": p.returncode,
+                "set": kind,
+                "left_behind": left,
+                "after_next_collect": leftovers(run),
+                "stderr": err.strip()[-200:],
+            }
+        )
         if markers(run) != (new, new, new):
             raise AssertionError(f"the next collect did not give the new set: {markers(run)}")
         # the next round's old marker is this round's new one
@@ -117,14 +126,18 @@ def main() -> None:
     points = int(sys.argv[2]) if len(sys.argv) > 2 else 20
     with tempfile.TemporaryDirectory() as tmp:
         rows = interrupt_points(Path(tmp) / "run", n_jobs, points)
-    print(f"{n_jobs} results ({n_jobs * 25:,} summary rows), {points} interruptions; "
-          f"old set {sum(r['set'] == 'old' for r in rows)}, new set {sum(r['set'] == 'new' for r in rows)}, "
-          f"mixed {sum(r['set'].startswith('MIX') for r in rows)}; left behind after the next collect: "
-          f"{sum(bool(r['after_next_collect']) for r in rows)}")
+    print(
+        f"{n_jobs} results ({n_jobs * 25:,} summary rows), {points} interruptions; "
+        f"old set {sum(r['set'] == 'old' for r in rows)}, new set {sum(r['set'] == 'new' for r in rows)}, "
+        f"mixed {sum(r['set'].startswith('MIX') for r in rows)}; left behind after the next collect: "
+        f"{sum(bool(r['after_next_collect']) for r in rows)}"
+    )
     print(f"{'delay s':>8} {'signal':8} {'exit':>5} {'set':5} {'left behind':40} after next collect")
     for r in rows:
-        print(f"{r['delay_s']:8.3f} {r['signal']:8} {r['exit']:5d} {r['set']:5} {', '.join(r['left_behind']) or '-':40} "
-              f"{', '.join(r['after_next_collect']) or '-'}")
+        print(
+            f"{r['delay_s']:8.3f} {r['signal']:8} {r['exit']:5d} {r['set']:5} {', '.join(r['left_behind']) or '-':40} "
+            f"{', '.join(r['after_next_collect']) or '-'}"
+        )
 
 
 if __name__ == "__main__":

@@ -22,29 +22,57 @@ def _allreduce_result(rng: random.Random, world: int, iters: int) -> dict:
     for size in SIZES:
         worst = [rng.uniform(10, 1000) for _ in range(iters)]
         t = sum(worst) / iters
-        row = {"collective": "all_reduce", "size_bytes": size, "count": size // 4, "dtype": "float32", "op": "sum",
-               "time_us": t, "algbw_gbps": size / t / 1e3, "busbw_gbps": size / t / 1e3 * 1.75, "wrong": 0,
-               "time_us_p10": min(worst), "time_us_median": sorted(worst)[iters // 2], "time_us_p90": max(worst),
-               "samples_us": worst}
+        row = {
+            "collective": "all_reduce",
+            "size_bytes": size,
+            "count": size // 4,
+            "dtype": "float32",
+            "op": "sum",
+            "time_us": t,
+            "algbw_gbps": size / t / 1e3,
+            "busbw_gbps": size / t / 1e3 * 1.75,
+            "wrong": 0,
+            "time_us_p10": min(worst),
+            "time_us_median": sorted(worst)[iters // 2],
+            "time_us_p90": max(worst),
+            "samples_us": worst,
+        }
         row.update({f"oop_{k}": row[k] for k in ("time_us", "algbw_gbps", "busbw_gbps", "wrong")})
         rows.append(row)
-    return {"schema_version": SCHEMA_VERSION, "workload": "allreduce", "world_size": world, "backend": "nccl",
-            "device": "cuda", "launcher": "slurm-torchrun", "params": {"dtype": "float32", "op": "sum"}, "rows": rows,
-            "environment": {"hosts": [f"gpu{i:03d}" for i in range(max(world // 8, 1))]}}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "workload": "allreduce",
+        "world_size": world,
+        "backend": "nccl",
+        "device": "cuda",
+        "launcher": "slurm-torchrun",
+        "params": {"dtype": "float32", "op": "sum"},
+        "rows": rows,
+        "environment": {"hosts": [f"gpu{i:03d}" for i in range(max(world // 8, 1))]},
+    }
 
 
 def make_run(root: Path, n_jobs: int, world: int = 8, iters: int = 20, seed: int = 0) -> RunDir:
     """A completed run directory of `n_jobs` jobs, each with one all-reduce result of 25 sizes."""
-    sweep = load_sweep(SWEEPS / "local.yaml", overrides=(
-        f"nodes={list(range(1, 101))}", "max_nodes=100", "gpus_per_node=[8]",
-        "workloads.synthetic=false", "workloads.real=false"))
+    sweep = load_sweep(
+        SWEEPS / "local.yaml",
+        overrides=(
+            f"nodes={list(range(1, 101))}",
+            "max_nodes=100",
+            "gpus_per_node=[8]",
+            "workloads.synthetic=false",
+            "workloads.real=false",
+        ),
+    )
     sweep = dataclasses.replace(sweep, nccl={f"s{i}": {} for i in range(-(-n_jobs // 100))})
     jobs = expand(sweep)[:n_jobs]
     run = RunDir(root)
     root.mkdir(parents=True, exist_ok=True)
     run.write_plan({}, "tests/perf fixture", "local", jobs)
-    run.write_table({j.name: JobRecord(name=j.name, nodes=j.nodes, state=COMPLETED, runs={"allreduce": COMPLETED})
-                     for j in jobs}, "local")
+    run.write_table(
+        {j.name: JobRecord(name=j.name, nodes=j.nodes, state=COMPLETED, runs={"allreduce": COMPLETED}) for j in jobs},
+        "local",
+    )
     # through the workloads' own encoding, so files are as large as real ones; each names its
     # job's world size and --json path, as collect checks
     result = {**_allreduce_result(random.Random(seed), world, iters), "world_size": -1, "argv": ["--json", "@PATH@"]}
@@ -52,6 +80,9 @@ def make_run(root: Path, n_jobs: int, world: int = 8, iters: int = 20, seed: int
     for job in jobs:
         path = root / job.result_path(job.runs[0])
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text.replace('"world_size": -1', f'"world_size": {job.world_size}', 1)
-                        .replace('"@PATH@"', json.dumps(job.result_path(job.runs[0])), 1))
+        path.write_text(
+            text.replace('"world_size": -1', f'"world_size": {job.world_size}', 1).replace(
+                '"@PATH@"', json.dumps(job.result_path(job.runs[0])), 1
+            )
+        )
     return run

@@ -33,29 +33,68 @@ def torchrun(nproc: int, *args: str) -> str:
 def bench_allreduce(nproc: int, size: int, iters: int, warmup: int) -> float:
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "r.json"
-        torchrun(nproc, "-m", "benchmarks.allreduce", "-b", str(size), "-e", str(size), "-n", str(iters),
-                 "-w", str(warmup), "-c", "0", "--no-out-of-place", "--device", "cpu", "--json", str(out))
+        torchrun(
+            nproc,
+            "-m",
+            "benchmarks.allreduce",
+            "-b",
+            str(size),
+            "-e",
+            str(size),
+            "-n",
+            str(iters),
+            "-w",
+            str(warmup),
+            "-c",
+            "0",
+            "--no-out-of-place",
+            "--device",
+            "cpu",
+            "--json",
+            str(out),
+        )
         return json.loads(out.read_text())["rows"][0]["busbw_gbps"]
 
 
 def plain_allreduce(nproc: int, size: int, iters: int, warmup: int) -> float:
-    return json.loads(torchrun(nproc, str(HERE / "plain_allreduce.py"), str(size), str(iters), str(warmup)))["busbw_gbps"]
+    return json.loads(torchrun(nproc, str(HERE / "plain_allreduce.py"), str(size), str(iters), str(warmup)))[
+        "busbw_gbps"
+    ]
 
 
 def bench_synthetic(nproc: int, model: str, image: int, batch: int, steps: int, warmup: int) -> float:
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "r.json"
-        torchrun(nproc, "-m", "benchmarks.synthetic", "--model", model, "--image-size", str(image),
-                 "--batch-size", str(batch), "--steps", str(steps), "--warmup-steps", str(warmup),
-                 "--amp", "off", "--device", "cpu", "--json", str(out),
-                 # DDP's own defaults, as in the plain loop: the harness, not a setting, is measured
-                 "--no-gradient-as-bucket-view")
+        torchrun(
+            nproc,
+            "-m",
+            "benchmarks.synthetic",
+            "--model",
+            model,
+            "--image-size",
+            str(image),
+            "--batch-size",
+            str(batch),
+            "--steps",
+            str(steps),
+            "--warmup-steps",
+            str(warmup),
+            "--amp",
+            "off",
+            "--device",
+            "cpu",
+            "--json",
+            str(out),
+            # DDP's own defaults, as in the plain loop: the harness, not a setting, is measured
+            "--no-gradient-as-bucket-view",
+        )
         return json.loads(out.read_text())["images_per_s"]
 
 
 def plain_synthetic(nproc: int, model: str, image: int, batch: int, steps: int, warmup: int) -> float:
-    return json.loads(torchrun(nproc, str(HERE / "plain_ddp.py"), model, str(image), str(batch), str(steps),
-                               str(warmup)))["images_per_s"]
+    return json.loads(
+        torchrun(nproc, str(HERE / "plain_ddp.py"), model, str(image), str(batch), str(steps), str(warmup))
+    )["images_per_s"]
 
 
 def main() -> None:
@@ -79,8 +118,11 @@ def main() -> None:
             b.append(plain(args.nproc, *params))
         ma, mb = statistics.median(a), statistics.median(b)
         verdict = "ok" if ma >= mb * (1 - tolerance) else "MISS"
-        print(f"{name:40} {ma:>15.4f} {mb:>15.4f} {ma / mb:>7.3f} {'>=' + format(1 - tolerance, '.2f'):>7}  "
-              f"{verdict}  bench {[round(v, 4) for v in a]} plain {[round(v, 4) for v in b]}", flush=True)
+        print(
+            f"{name:40} {ma:>15.4f} {mb:>15.4f} {ma / mb:>7.3f} {'>=' + format(1 - tolerance, '.2f'):>7}  "
+            f"{verdict}  bench {[round(v, 4) for v in a]} plain {[round(v, 4) for v in b]}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -30,9 +30,22 @@ def main() -> int:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     args = p.parse_args()
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="slurm-overhead-")) / "run"
-    cmd = [sys.executable, "-m", "harness.cli", "sweep", str(ROOT / "sweeps" / "testbed.yaml"), "--max-nodes", "4",
-           "--executor", "slurm", "--cluster", str(ROOT / "sweeps" / "clusters" / "testbed.yaml"), "--out", str(out),
-           *(a for o in args.overrides for a in ("--set", o))]
+    cmd = [
+        sys.executable,
+        "-m",
+        "harness.cli",
+        "sweep",
+        str(ROOT / "sweeps" / "testbed.yaml"),
+        "--max-nodes",
+        "4",
+        "--executor",
+        "slurm",
+        "--cluster",
+        str(ROOT / "sweeps" / "clusters" / "testbed.yaml"),
+        "--out",
+        str(out),
+        *(a for o in args.overrides for a in ("--set", o)),
+    ]
     start = time.monotonic()
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     wall = time.monotonic() - start
@@ -41,8 +54,12 @@ def main() -> int:
         return r.returncode
     jobs = json.loads((out / "jobs.json").read_text())["jobs"].values()
     ids = ",".join(j["job_id"] for j in jobs if j["job_id"])
-    acct = subprocess.run(["sacct", "-X", "-P", "-n", "-j", ids, "--format=ElapsedRaw,Start,End"],
-                          capture_output=True, text=True, check=True).stdout.split()
+    acct = subprocess.run(
+        ["sacct", "-X", "-P", "-n", "-j", ids, "--format=ElapsedRaw,Start,End"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     rows = [line.split("|") for line in acct]
     elapsed = sum(int(e) for e, _, _ in rows)
     span = _seconds(max(end for _, _, end in rows)) - _seconds(min(start for _, start, _ in rows))

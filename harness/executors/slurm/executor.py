@@ -68,16 +68,30 @@ QUERY_TRIES = 6
 SBATCH_TRIES = 3
 CALL_TIMEOUT_S = 120
 # sbatch errors that say the controller is busy or unreachable, not that the job is wrong.
-TRANSIENT = re.compile(r"Socket timed out|Unable to contact slurm controller|temporarily unable|"
-                       r"Resource temporarily unavailable|Zero Bytes were transmitted", re.I)
+TRANSIENT = re.compile(
+    r"Socket timed out|Unable to contact slurm controller|temporarily unable|"
+    r"Resource temporarily unavailable|Zero Bytes were transmitted",
+    re.I,
+)
 # Pending reasons that say the job cannot start as the cluster stands: more nodes or time than
 # the partition allows, a constraint no node has, an account or QOS it may not use (squeue(1),
 # JOB REASON CODES). Without EnforcePartLimits sbatch accepts such a job, and it would pend
 # for ever, holding up the sweep; after UNRUNNABLE_GRACE_S (a node briefly down also reads
 # PartitionNodeLimit) the harness cancels it and says why. `--resume` submits it again.
-UNRUNNABLE = frozenset({"PartitionNodeLimit", "PartitionTimeLimit", "BadConstraints", "InvalidAccount", "InvalidQOS",
-                        "DependencyNeverSatisfied", "AssocMaxNodesPerJobLimit", "AssocMaxWallDurationPerJobLimit",
-                        "QOSMaxNodePerJobLimit", "QOSMaxWallDurationPerJobLimit"})
+UNRUNNABLE = frozenset(
+    {
+        "PartitionNodeLimit",
+        "PartitionTimeLimit",
+        "BadConstraints",
+        "InvalidAccount",
+        "InvalidQOS",
+        "DependencyNeverSatisfied",
+        "AssocMaxNodesPerJobLimit",
+        "AssocMaxWallDurationPerJobLimit",
+        "QOSMaxNodePerJobLimit",
+        "QOSMaxWallDurationPerJobLimit",
+    }
+)
 UNRUNNABLE_GRACE_S = 30.0
 # How long a job may be out of the queue without a final state in sacct before the harness
 # stops waiting for it (slurmdbd down, or accounting far behind).
@@ -93,8 +107,8 @@ class Accounting:
     """One allocation's row of `sacct -X -P`."""
 
     job_id: str
-    state: str                # first word: "CANCELLED by 1000" is CANCELLED
-    by_uid: int | None        # who cancelled it
+    state: str  # first word: "CANCELLED by 1000" is CANCELLED
+    by_uid: int | None  # who cancelled it
     exit_code: int | None
     signal: int | None
     elapsed_s: float | None
@@ -105,6 +119,7 @@ class Accounting:
 
 
 # --------------------------------------------------------------------------- parsing (pure)
+
 
 def _one_line(text: str) -> str:
     return " | ".join(line.strip() for line in text.strip().splitlines() if line.strip()) or "(no output)"
@@ -149,9 +164,18 @@ def parse_sacct(text: str) -> dict[str, Accounting]:
         words = state.split()
         by_uid = _int(words[2]) if len(words) == 3 and words[1] == "by" else None
         code, _, sig = exit_code.partition(":")
-        out[job_id] = Accounting(job_id=job_id, state=words[0] if words else "", by_uid=by_uid, exit_code=_int(code),
-                                 signal=_int(sig), elapsed_s=float(elapsed) if elapsed.isdigit() else None,
-                                 nodes=_int(nodes), node_list=node_list or None, start=_time(start), end=_time(end))
+        out[job_id] = Accounting(
+            job_id=job_id,
+            state=words[0] if words else "",
+            by_uid=by_uid,
+            exit_code=_int(code),
+            signal=_int(sig),
+            elapsed_s=float(elapsed) if elapsed.isdigit() else None,
+            nodes=_int(nodes),
+            node_list=node_list or None,
+            start=_time(start),
+            end=_time(end),
+        )
     return out
 
 
@@ -163,6 +187,7 @@ def user_name(uid: int) -> str:
 
 
 # --------------------------------------------------------------------------- signals
+
 
 @contextlib.contextmanager
 def deferred_signals() -> Iterator[None]:
@@ -184,6 +209,7 @@ def deferred_signals() -> Iterator[None]:
 
 
 # --------------------------------------------------------------------------- executor
+
 
 class SlurmExecutor(Executor):
     name = "slurm"
@@ -219,8 +245,9 @@ class SlurmExecutor(Executor):
         return table
 
     def report(self) -> str:
-        return "Slurm commands: " + ", ".join(f"{self.calls[c]} {c}" for c in ("sbatch", "squeue", "sacct", "scancel")
-                                              if c != "scancel" or self.calls[c])
+        return "Slurm commands: " + ", ".join(
+            f"{self.calls[c]} {c}" for c in ("sbatch", "squeue", "sacct", "scancel") if c != "scancel" or self.calls[c]
+        )
 
     # ---- Slurm's commands
 
@@ -228,11 +255,20 @@ class SlurmExecutor(Executor):
         self.calls[tool] += 1
         try:
             # A session of its own: Ctrl-C in the terminal reaches the harness, not sbatch.
-            return subprocess.run([tool, *args], capture_output=True, text=True, timeout=CALL_TIMEOUT_S,
-                                  env=self.env, cwd=self.run.path, stdin=subprocess.DEVNULL, start_new_session=True)
+            return subprocess.run(
+                [tool, *args],
+                capture_output=True,
+                text=True,
+                timeout=CALL_TIMEOUT_S,
+                env=self.env,
+                cwd=self.run.path,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         except FileNotFoundError:
-            raise SlurmError(f"{tool} not found on PATH; the Slurm executor needs Slurm's client commands",
-                             exit_status=2) from None
+            raise SlurmError(
+                f"{tool} not found on PATH; the Slurm executor needs Slurm's client commands", exit_status=2
+            ) from None
         except subprocess.TimeoutExpired:
             raise NoAnswer(f"{tool} gave no answer in {CALL_TIMEOUT_S} s") from None
 
@@ -248,19 +284,25 @@ class SlurmExecutor(Executor):
             return p.stdout
         self._failures[tool] += 1
         if self._failures[tool] >= QUERY_TRIES:
-            raise SlurmError(f"{tool} failed {QUERY_TRIES} times in a row (exit status {p.returncode}): "
-                             f"{_one_line(p.stderr or p.stdout)}")
+            raise SlurmError(
+                f"{tool} failed {QUERY_TRIES} times in a row (exit status {p.returncode}): "
+                f"{_one_line(p.stderr or p.stdout)}"
+            )
         return None
 
     def squeue(self, ids: list[str]) -> dict[str, tuple[str, str | None]] | None:
         # squeue fails with "Invalid job id specified" when no id it was given is still known.
-        out = self._query("squeue", ["-h", "-o", "%i|%T|%r", "-j", ",".join(ids)],
-                          lambda p: p.returncode == 0 or "Invalid job id" in p.stderr)
+        out = self._query(
+            "squeue",
+            ["-h", "-o", "%i|%T|%r", "-j", ",".join(ids)],
+            lambda p: p.returncode == 0 or "Invalid job id" in p.stderr,
+        )
         return None if out is None else parse_squeue(out)
 
     def sacct(self, ids: list[str]) -> dict[str, Accounting] | None:
-        out = self._query("sacct", ["-X", "-P", "-n", f"--format={SACCT_FIELDS}", "-j", ",".join(ids)],
-                          lambda p: p.returncode == 0)
+        out = self._query(
+            "sacct", ["-X", "-P", "-n", f"--format={SACCT_FIELDS}", "-j", ",".join(ids)], lambda p: p.returncode == 0
+        )
         return None if out is None else parse_sacct(out)
 
     # ---- running a sweep
@@ -277,16 +319,26 @@ class SlurmExecutor(Executor):
             time.sleep(interval)
             before = {i: (r.state, r.reason, dict(r.runs)) for i, r in live.items()}
             self._poll(live, by_name, changed)
-            moved = live.keys() != before.keys() or any(before[i] != (r.state, r.reason, r.runs) for i, r in live.items())
+            moved = live.keys() != before.keys() or any(
+                before[i] != (r.state, r.reason, r.runs) for i, r in live.items()
+            )
             interval = self.profile.poll_min_s if moved else min(interval * 1.5, self.profile.poll_max_s)
             lost = [i for i, since in self._absent_since.items() if time.monotonic() - since > ACCOUNTING_GRACE_S]
             if lost and set(lost) >= set(live):
-                raise SlurmError(f"job(s) {', '.join(sorted(lost))} left the queue but sacct has had no final state "
-                                 f"for them for {ACCOUNTING_GRACE_S:.0f} s (is slurmdbd up?); their ids are saved: "
-                                 f"`bench sweep --resume {self.run.path}` looks again")
+                raise SlurmError(
+                    f"job(s) {', '.join(sorted(lost))} left the queue but sacct has had no final state "
+                    f"for them for {ACCOUNTING_GRACE_S:.0f} s (is slurmdbd up?); their ids are saved: "
+                    f"`bench sweep --resume {self.run.path}` looks again"
+                )
 
-    def _submit_all(self, todo: list[Job], table: dict[str, JobRecord], live: dict[str, JobRecord],
-                    queued: dict, changed: Callable[[JobRecord], None]) -> None:
+    def _submit_all(
+        self,
+        todo: list[Job],
+        table: dict[str, JobRecord],
+        live: dict[str, JobRecord],
+        queued: dict,
+        changed: Callable[[JobRecord], None],
+    ) -> None:
         """Submit `todo`, as `max_running_jobs` chains when the profile caps running jobs."""
         cap = self.profile.max_running_jobs
         # A resumed sweep's chains go on from its newest jobs still queued or running.
@@ -304,15 +356,19 @@ class SlurmExecutor(Executor):
                 if cap:
                     tails[slot] = job_id
 
-    def _submit(self, job: Job, rec: JobRecord, after: str | None, changed: Callable[[JobRecord], None],
-                first: bool) -> str | None:
+    def _submit(
+        self, job: Job, rec: JobRecord, after: str | None, changed: Callable[[JobRecord], None], first: bool
+    ) -> str | None:
         """sbatch one job; its id, or None when Slurm refused it (then the row says why)."""
         job_dir = self.run.job_dir(job)
         self.run.clear_results(job)
         (job_dir / "time-limit.txt").unlink(missing_ok=True)
         previous = f"attempt {rec.attempts} was Slurm job {rec.job_id} ({rec.state})" if rec.job_id else None
-        args = ["--parsable", *([f"--dependency=afterany:{after}"] if after else []),
-                str(self.script_path(job).relative_to(self.run.path))]
+        args = [
+            "--parsable",
+            *([f"--dependency=afterany:{after}"] if after else []),
+            str(self.script_path(job).relative_to(self.run.path)),
+        ]
         with deferred_signals():
             rec.new_attempt(SUBMITTING, reason=previous)
             rec.submitted = now()
@@ -321,15 +377,17 @@ class SlurmExecutor(Executor):
                 try:
                     p = self._call("sbatch", args)
                 except NoAnswer as exc:  # the row stays SUBMITTING: resume looks the job up
-                    raise SlurmError(f"{exc} for {job.name}, so whether Slurm took it is not known; "
-                                     f"`bench sweep --resume {self.run.path}` finds out before submitting again")
+                    raise SlurmError(
+                        f"{exc} for {job.name}, so whether Slurm took it is not known; "
+                        f"`bench sweep --resume {self.run.path}` finds out before submitting again"
+                    ) from None
                 except SlurmError:  # sbatch never ran
                     rec.not_submitted(previous)
                     changed(rec)
                     raise
                 if p.returncode == 0 or not TRANSIENT.search(p.stderr) or attempt == SBATCH_TRIES - 1:
                     break
-                time.sleep(2 ** attempt)
+                time.sleep(2**attempt)
             if p.returncode == 0:
                 rec.accepted(*parse_sbatch_reply(p.stdout, p.stderr))
                 changed(rec)
@@ -338,8 +396,11 @@ class SlurmExecutor(Executor):
             if first:
                 rec.not_submitted(previous)
                 changed(rec)
-                raise SlurmError(f"sbatch could not submit {self.script_path(job)}, the first job of the sweep, so "
-                                 f"nothing was submitted: {why}", exit_status=2)
+                raise SlurmError(
+                    f"sbatch could not submit {self.script_path(job)}, the first job of the sweep, so "
+                    f"nothing was submitted: {why}",
+                    exit_status=2,
+                )
             rec.finished(FAILED, None, None, None, f"sbatch refused the job: {why}")
             changed(rec)
             return None
@@ -353,14 +414,22 @@ class SlurmExecutor(Executor):
         workdir = os.path.realpath(self.run.path)
         found: dict[str, str] = {}
         out = self._query("squeue", ["-h", "-t", "all", "-n", names, "-o", "%i|%j|%Z"], lambda p: p.returncode == 0)
-        since = min(dt.datetime.fromisoformat(r.submitted) for r in recs if r.submitted) if any(
-            r.submitted for r in recs) else dt.datetime.now(dt.timezone.utc)
+        since = (
+            min(dt.datetime.fromisoformat(r.submitted) for r in recs if r.submitted)
+            if any(r.submitted for r in recs)
+            else dt.datetime.now(dt.timezone.utc)
+        )
         start = (since.astimezone() - dt.timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%S")
-        acct = self._query("sacct", ["-X", "-P", "-n", f"--name={names}", "-S", start,
-                                     "--format=JobID,JobName,WorkDir"], lambda p: p.returncode == 0)
+        acct = self._query(
+            "sacct",
+            ["-X", "-P", "-n", f"--name={names}", "-S", start, "--format=JobID,JobName,WorkDir"],
+            lambda p: p.returncode == 0,
+        )
         if out is None or acct is None:
-            raise SlurmError("cannot ask Slurm whether the jobs being submitted when the harness stopped were "
-                             f"accepted ({', '.join(r.name for r in recs)}); try the resume again")
+            raise SlurmError(
+                "cannot ask Slurm whether the jobs being submitted when the harness stopped were "
+                f"accepted ({', '.join(r.name for r in recs)}); try the resume again"
+            )
         for line in (out + acct).splitlines():
             parts = line.strip().split("|")
             if len(parts) == 3 and parts[0].isdigit() and os.path.realpath(parts[2]) == workdir:
@@ -374,8 +443,9 @@ class SlurmExecutor(Executor):
                 rec.not_submitted()
             changed(rec)
 
-    def _poll(self, live: dict[str, JobRecord], by_name: dict[str, Job],
-              changed: Callable[[JobRecord], None]) -> dict[str, tuple[str, str | None]]:
+    def _poll(
+        self, live: dict[str, JobRecord], by_name: dict[str, Job], changed: Callable[[JobRecord], None]
+    ) -> dict[str, tuple[str, str | None]]:
         """One squeue for every live job, one sacct for those that left the queue; rows that
         reach a final state leave `live`. Returns what squeue said."""
         queue = self.squeue(list(live))
@@ -401,7 +471,9 @@ class SlurmExecutor(Executor):
             else:
                 slurm_state, why = queue[job_id]
                 state = PENDING if slurm_state in QUEUED_STATES else RUNNING
-                reason = f"{slurm_state}: {why}" if why else (None if slurm_state in (PENDING, RUNNING) else slurm_state)
+                reason = (
+                    f"{slurm_state}: {why}" if why else (None if slurm_state in (PENDING, RUNNING) else slurm_state)
+                )
             runs = self._workload_states(job, rec.runs, state)
             if (state, reason, runs) != (rec.state, rec.reason, rec.runs):
                 if state == RUNNING and rec.started is None:
@@ -418,17 +490,22 @@ class SlurmExecutor(Executor):
         for i in list(self._stuck_since):
             if i not in stuck:
                 del self._stuck_since[i]
-        due = [i for i in stuck if clock - self._stuck_since.setdefault(i, clock) > UNRUNNABLE_GRACE_S
-               and i not in self._cancelled_why]
+        due = [
+            i
+            for i in stuck
+            if clock - self._stuck_since.setdefault(i, clock) > UNRUNNABLE_GRACE_S and i not in self._cancelled_why
+        ]
         if not due:
             return
         p = self._call("scancel", due)
         if p.returncode != 0:  # tried again next poll; the job stays visible as pending
             return
         for i in due:
-            self._cancelled_why[i] = (f"cancelled by bench: pending for {UNRUNNABLE_GRACE_S:.0f} s with reason "
-                                      f"{stuck[i]}, which says it cannot start on this cluster as it stands "
-                                      f"(squeue's JOB REASON CODES); `bench sweep --resume` submits it again")
+            self._cancelled_why[i] = (
+                f"cancelled by bench: pending for {UNRUNNABLE_GRACE_S:.0f} s with reason "
+                f"{stuck[i]}, which says it cannot start on this cluster as it stands "
+                f"(squeue's JOB REASON CODES); `bench sweep --resume` submits it again"
+            )
 
     def _workload_states(self, job: Job, runs: dict[str, str], state: str) -> dict[str, str]:
         """Workload states from the result files on disk: those with a result COMPLETED, the
@@ -463,10 +540,14 @@ class SlurmExecutor(Executor):
         if a.state == TIMEOUT:
             note = tail(self.run.job_dir(job) / "time-limit.txt", lines=1)
             during = note.rsplit(" during ", 1)[-1] if " during " in note else step
-            return f"time limit of {format_time_limit(job.time_limit_min)} reached" + (f" during {during}" if during else "")
+            return f"time limit of {format_time_limit(job.time_limit_min)} reached" + (
+                f" during {during}" if during else ""
+            )
         if a.state == FAILED:
             why = error_line(tail(log, lines=400))
             code = f"exit code {a.exit_code}" + (f", signal {a.signal}" if a.signal else "")
             return f"{step or 'the job'} failed ({code})" + (f": {why}" if why else "")
         signal_part = f", signal {a.signal}" if a.signal else ""
-        return f"Slurm ended the job {a.state} (exit code {a.exit_code}{signal_part})" + (f" during {step}" if step else "")
+        return f"Slurm ended the job {a.state} (exit code {a.exit_code}{signal_part})" + (
+            f" during {step}" if step else ""
+        )

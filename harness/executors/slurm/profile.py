@@ -17,15 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import SpecError
-from harness.spec import (
-    NAME_RE,
-    FieldError,
-    build,
-    check_env,
-    check_passthrough,
-    read_mapping,
-    safe_text,
-)
+from harness.spec import NAME_RE, FieldError, build, check_env, check_passthrough, read_mapping, safe_text
 
 # Characters Slurm's #SBATCH parser reads as plain text: no quotes, backslash, '#', blanks or '$'.
 SBATCH_VALUE_RE = re.compile(r"[A-Za-z0-9_.:,+@/=-]+")
@@ -37,16 +29,55 @@ GPU_REQUESTS = ("gres", "gpus-per-node", "none")
 # Options an extra sbatch option may not give: those the renderer sets itself (and their
 # aliases), and those that change where the job's output goes, whose job it is, where it is
 # submitted, or how bench tracks it (docs/hardening.md).
-RESERVED_OPTIONS = ("--job-name", "--nodes", "--ntasks", "--ntasks-per-node", "--tasks-per-node", "--ntasks-per-gpu",
-                    "--cpus-per-task", "--cpus-per-gpu", "--gres", "--gpus", "--gpus-per-node", "--gpus-per-task",
-                    "--gpus-per-socket", "--time", "--output", "--error", "--input", "--open-mode", "--signal",
-                    "--partition", "--account", "--qos", "--constraint", "--exclusive", "--chdir", "--dependency",
-                    "--array", "--wrap", "--export", "--export-file", "--get-user-env", "--uid", "--gid",
-                    "--clusters", "--parsable", "--test-only", "--hold", "--wait", "--kill-on-invalid-dep")
+RESERVED_OPTIONS = (
+    "--job-name",
+    "--nodes",
+    "--ntasks",
+    "--ntasks-per-node",
+    "--tasks-per-node",
+    "--ntasks-per-gpu",
+    "--cpus-per-task",
+    "--cpus-per-gpu",
+    "--gres",
+    "--gpus",
+    "--gpus-per-node",
+    "--gpus-per-task",
+    "--gpus-per-socket",
+    "--time",
+    "--output",
+    "--error",
+    "--input",
+    "--open-mode",
+    "--signal",
+    "--partition",
+    "--account",
+    "--qos",
+    "--constraint",
+    "--exclusive",
+    "--chdir",
+    "--dependency",
+    "--array",
+    "--wrap",
+    "--export",
+    "--export-file",
+    "--get-user-env",
+    "--uid",
+    "--gid",
+    "--clusters",
+    "--parsable",
+    "--test-only",
+    "--hold",
+    "--wait",
+    "--kill-on-invalid-dep",
+)
+
 
 def _sbatch_value(key: str, value: str | None) -> None:
-    pattern, allowed = ((SBATCH_CONSTRAINT_RE, "_ . : , + @ / = - & | ! ( ) * [ ]") if key == "constraint"
-                        else (SBATCH_VALUE_RE, "_ . : , + @ / = -"))
+    pattern, allowed = (
+        (SBATCH_CONSTRAINT_RE, "_ . : , + @ / = - & | ! ( ) * [ ]")
+        if key == "constraint"
+        else (SBATCH_VALUE_RE, "_ . : , + @ / = -")
+    )
     if value is not None and not pattern.fullmatch(value):
         raise FieldError(key, f"{value!r} cannot go on an #SBATCH line; use letters, digits and {allowed}")
 
@@ -60,14 +91,14 @@ class ClusterProfile:
     qos: str | None = None
     constraint: str | None = None
     exclusive: bool = False
-    gpu_request: str = "gres"          # --gres=gpu[:type]:G, --gpus-per-node=[type:]G, or none
+    gpu_request: str = "gres"  # --gres=gpu[:type]:G, --gpus-per-node=[type:]G, or none
     gpu_type: str | None = None
     cpus_per_gpu: int = 4
-    python: str | None = None          # interpreter on the compute nodes; default: the one running bench
+    python: str | None = None  # interpreter on the compute nodes; default: the one running bench
     modules: tuple[str, ...] = ()
-    setup: tuple[str, ...] = ()        # shell lines run before the steps, e.g. activating a venv
+    setup: tuple[str, ...] = ()  # shell lines run before the steps, e.g. activating a venv
     env: dict[str, str] = field(default_factory=dict, metadata={"mapping": "env"})
-    env_passthrough: tuple[str, ...] = ()   # names taken from the submitting environment (secrets)
+    env_passthrough: tuple[str, ...] = ()  # names taken from the submitting environment (secrets)
     sbatch_options: tuple[str, ...] = ()
     # At most this many jobs of a sweep at once (None: as many as Slurm will run): jobs that
     # would share CPUs or links, as on the testbed, then do not disturb each other's figures.
@@ -88,8 +119,11 @@ class ClusterProfile:
         if self.max_running_jobs is not None and self.max_running_jobs < 1:
             raise FieldError("max_running_jobs", f"must be at least 1, found {self.max_running_jobs}")
         if not 0.1 <= self.poll_min_s <= self.poll_max_s <= 3600:
-            raise FieldError("poll_min_s", f"poll_min_s {self.poll_min_s:g} and poll_max_s {self.poll_max_s:g} must "
-                                           f"satisfy 0.1 <= poll_min_s <= poll_max_s <= 3600")
+            raise FieldError(
+                "poll_min_s",
+                f"poll_min_s {self.poll_min_s:g} and poll_max_s {self.poll_max_s:g} must "
+                f"satisfy 0.1 <= poll_min_s <= poll_max_s <= 3600",
+            )
         if self.python is not None and not PROGRAM_RE.fullmatch(self.python):
             raise FieldError("python", f"{self.python!r} is not a plain program path (letters, digits, _ . / + -)")
         for module in self.modules:
@@ -100,14 +134,18 @@ class ClusterProfile:
         check_passthrough("env_passthrough", self.env_passthrough)
         for option in self.sbatch_options:
             if not SBATCH_OPTION_RE.fullmatch(option):
-                raise FieldError("sbatch_options", f"{option!r} is not a plain --option[=value] that Slurm reads "
-                                                   f"as written")
+                raise FieldError(
+                    "sbatch_options", f"{option!r} is not a plain --option[=value] that Slurm reads as written"
+                )
             reserved = reserved_option(option.split("=", 1)[0])
             if reserved:
                 name = option.split("=", 1)[0]
                 read_as = "" if name == reserved else f" (sbatch reads {name} as {reserved})"
-                raise FieldError("sbatch_options", f"{option!r}: {reserved} is set by bench, or would take the job "
-                                                   f"out of its hands{read_as}; use the profile's own keys")
+                raise FieldError(
+                    "sbatch_options",
+                    f"{option!r}: {reserved} is set by bench, or would take the job "
+                    f"out of its hands{read_as}; use the profile's own keys",
+                )
 
 
 def reserved_option(name: str) -> str | None:

@@ -45,15 +45,23 @@ def sbatch_directives(job: Job, profile: ClusterProfile) -> list[str]:
     """The #SBATCH options of a job, in order, without the '#SBATCH ' prefix."""
     tasks_per_node, cpus = tasks_and_cpus(job, profile)
     log = f"jobs/{job.name}/slurm-%j.out"
-    out = [f"--job-name=bench-{job.name}", f"--nodes={job.nodes}", f"--ntasks-per-node={tasks_per_node}",
-           f"--cpus-per-task={cpus}"]
+    out = [
+        f"--job-name=bench-{job.name}",
+        f"--nodes={job.nodes}",
+        f"--ntasks-per-node={tasks_per_node}",
+        f"--cpus-per-task={cpus}",
+    ]
     gpu = f"{profile.gpu_type}:{job.gpus_per_node}" if profile.gpu_type else str(job.gpus_per_node)
     if profile.gpu_request == "gres":
         out.append(f"--gres=gpu:{gpu}")
     elif profile.gpu_request == "gpus-per-node":
         out.append(f"--gpus-per-node={gpu}")
-    out += [f"--time={format_time_limit(job.time_limit_min)}", f"--output={log}", f"--error={log}",
-            f"--signal=B:USR2@{SIGNAL_LEAD_S}"]
+    out += [
+        f"--time={format_time_limit(job.time_limit_min)}",
+        f"--output={log}",
+        f"--error={log}",
+        f"--signal=B:USR2@{SIGNAL_LEAD_S}",
+    ]
     for key in ("partition", "account", "qos", "constraint"):
         value = getattr(profile, key)
         if value is not None:
@@ -76,10 +84,12 @@ def step_command(job: Job, run: WorkloadRun, profile: ClusterProfile, timeout_s:
     # release notes: give it to srun, or set SRUN_CPUS_PER_TASK).
     srun = f"srun --ntasks-per-node={tasks_per_node} --cpus-per-task={cpus} --kill-on-bad-exit=1"
     if job.launcher == "torchrun":
-        return (f"{srun} {python} -m torch.distributed.run"
-                f' --nnodes="$SLURM_NNODES" --nproc-per-node={job.gpus_per_node} --rdzv-backend=c10d'
-                f' --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv-id="$SLURM_JOB_ID-{run.key}"'
-                f" --max-restarts=0 -m {run.module} {args}")
+        return (
+            f"{srun} {python} -m torch.distributed.run"
+            f' --nnodes="$SLURM_NNODES" --nproc-per-node={job.gpus_per_node} --rdzv-backend=c10d'
+            f' --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv-id="$SLURM_JOB_ID-{run.key}"'
+            f" --max-restarts=0 -m {run.module} {args}"
+        )
     return f"{srun} {python} -m {run.module} {args}"
 
 
@@ -100,12 +110,20 @@ def render_script(job: Job, profile: ClusterProfile, timeout_s: float) -> str:
     if profile.modules:
         lines += [f"module load {q(m)}" for m in profile.modules]
     lines += list(profile.setup)
-    env = {**profile.env, **dict(job.env), **dict(job.nccl_env),
-           "BENCH_JOB": job.name, "BENCH_LAUNCHER": f"slurm-{job.launcher}"}
+    env = {
+        **profile.env,
+        **dict(job.env),
+        **dict(job.nccl_env),
+        "BENCH_JOB": job.name,
+        "BENCH_LAUNCHER": f"slurm-{job.launcher}",
+    }
     lines += [f"export {k}={q(v)}" for k, v in env.items()]
     # Names only (allowlisted, so safe unquoted): the values come from the submitting environment.
-    lines += [f'[[ -v {name} ]] || {{ echo "bench: {name} (env_passthrough) is not set where the job was '
-              f'submitted" >&2; exit 1; }}' for name in dict.fromkeys((*profile.env_passthrough, *job.passthrough))]
+    lines += [
+        f'[[ -v {name} ]] || {{ echo "bench: {name} (env_passthrough) is not set where the job was '
+        f'submitted" >&2; exit 1; }}'
+        for name in dict.fromkeys((*profile.env_passthrough, *job.passthrough))
+    ]
     lines += [
         "",
         'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
@@ -124,14 +142,14 @@ def render_script(job: Job, profile: ClusterProfile, timeout_s: float) -> str:
         "step=none",
         f"trap 'echo \"$(date -Is) time limit near during $step\" >> jobs/{job.name}/time-limit.txt' USR2",
         "run_step() {",
-        '  step=$1; shift',
+        "  step=$1; shift",
         '  "$@" &',
         "  local pid=$! rc",
-        '  while true; do',
+        "  while true; do",
         '    wait "$pid" && return 0',
-        '    rc=$?',
+        "    rc=$?",
         '    kill -0 "$pid" 2>/dev/null || return "$rc"  # still running: the trap woke us, wait on',
-        '  done',
+        "  done",
         "}",
     ]
     for run in job.runs:
