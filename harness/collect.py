@@ -16,14 +16,17 @@ throughput; for strong scaling it is speedup over ideal speedup.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import hashlib
 import io
+import itertools
 import json
 import os
 import secrets
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
 from itertools import repeat
 from operator import itemgetter
@@ -217,6 +220,7 @@ class _Builder:
         self.columns: dict[str, list] = {c: [] for c in COLUMNS}
         self.keys: list[tuple] = []
         self.values: list[list[float]] = []
+        self.sample_rows: list[int] = []  # the summary row of each entry of `values`
 
     def add(
         self,
@@ -227,6 +231,8 @@ class _Builder:
         values: Sequence[list[float]] = (),
     ) -> None:
         per_row = per_row or {}
+        start = len(self.columns["job"])
+        self.sample_rows.extend(range(start, start + len(values)))
         for name, column in self.columns.items():
             if name in per_row:
                 column.extend(per_row[name])
@@ -239,6 +245,9 @@ class _Builder:
         """The summary as a typed Arrow table, converted in C (None becomes null)."""
         import pyarrow as pa
 
+        n_samples = self.columns["n_samples"]
+        for row, count in zip(self.sample_rows, usable_counts(self.values)):
+            n_samples[row] = count
         table = pa.table({name: pa.array(column, type=_arrow_type(name)) for name, column in self.columns.items()})
         return table.replace_schema_metadata(
             {
@@ -297,11 +306,30 @@ def to_frame(table: Any) -> Any:
     return table.to_pandas(types_mapper=mapping.get)
 
 
+@contextlib.contextmanager
+def _without_cycle_collection() -> Iterator[None]:
+    """Building a summary makes millions of small lists, dicts and tuples, none in a cycle;
+    Python's cycle collector would walk them over and over, a third of collect's time at 100,000
+    rows (measured: 1.45 s against 0.93 s). Reference counting still frees everything."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def collect(run: RunDir, warn: Callable[[str], None] = _warn) -> tuple[Any, Any]:
     """(summary, samples), both Arrow tables, from the run directory's plan, job table and
     results (`to_frame` turns the summary into a DataFrame). The samples table has one row per
     summary row that has samples: its keys, the metric, and the per-iteration values (worst
     rank) as a list."""
+    with _without_cycle_collection():
+        return _collect(run, warn)
+
+
+def _collect(run: RunDir, warn: Callable[[str], None]) -> tuple[Any, Any]:
     from harness.analysis import stragglers
 
     jobs = run.jobs()
@@ -399,34 +427,41 @@ def _add_result(out: _Builder, head: dict[str, Any], result: dict[str, Any]) -> 
             (job, workload, scaling, c, size, "time_us")
             for c, size in zip(per_row["collective"], per_row["size_bytes"])
         ]
-        samples = [r["samples_us"] for r in rows]
-        per_row["n_samples"] = usable_counts(samples)
+        samples = _checked_samples([r["samples_us"] for r in rows])
         out.add(len(rows), head, per_row, keys, samples)
     else:
         if float(result["images_per_s"]) <= 0:
             raise ValueError(f"images_per_s is {result['images_per_s']}")
-        samples = result["samples"]["step_time_ms"]
-        row = {
-            **head,
-            "model": result["params"]["model"],
-            **{f: result.get(f) for f in _TRAINING_FIELDS},
-            "n_samples": usable_counts([samples])[0],
-        }
-        out.add(1, row, keys=[(job, workload, scaling, "", 0, "step_time_ms")], values=[samples])
+        samples = _checked_samples([result["samples"]["step_time_ms"]])
+        row = {**head, "model": result["params"]["model"], **{f: result.get(f) for f in _TRAINING_FIELDS}}
+        out.add(1, row, keys=[(job, workload, scaling, "", 0, "step_time_ms")], values=samples)
 
 
-def usable_counts(lists: list[list]) -> list[int]:
-    """How many of each row's samples a test can use: finite, positive times."""
+# What a sample may be in a result file: a number, or null where it was not finite (json_safe).
+_SAMPLE_TYPES = frozenset({float, int, type(None)})
+
+
+def _checked_samples(lists: list[Any]) -> list[list[float]]:
+    """The sample lists of a result, refused (ValueError, the result is left out) unless each is
+    a list of numbers: a string or a boolean among them would reach the samples table."""
+    if not all(type(v) is list for v in lists):
+        raise ValueError("samples are not lists")
+    if not set(map(type, itertools.chain.from_iterable(lists))) <= _SAMPLE_TYPES:
+        raise ValueError("samples are not all numbers")
+    return lists
+
+
+def usable_counts(lists: list[list[float]]) -> list[int]:
+    """How many of each list's samples a test can use: finite, positive times. One pass over
+    all of them (the lists are already checked to hold numbers or None, which counts as NaN)."""
     import numpy as np
 
-    try:
-        arr = np.array(lists, dtype=float)  # one array when the rows are of equal length
-    except (ValueError, TypeError):
-        return [usable_counts([v])[0] if isinstance(v, list) else 0 for v in lists] if len(lists) > 1 else [0]
-    if arr.ndim != 2:
-        return [0] * len(lists)
+    lengths = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
+    flat = np.array(list(itertools.chain.from_iterable(lists)), dtype=float)
     with np.errstate(invalid="ignore"):
-        return ((arr > 0) & np.isfinite(arr)).sum(axis=1).tolist()
+        usable = np.concatenate([[0], np.cumsum((flat > 0) & np.isfinite(flat))])
+    ends = np.cumsum(lengths)
+    return (usable[ends] - usable[ends - lengths]).tolist()
 
 
 def compared_params(workload: str, result: dict[str, Any]) -> str:

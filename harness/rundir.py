@@ -15,6 +15,8 @@ Ctrl-C leaves a directory that `bench status` reads and `bench sweep --resume` c
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import datetime as dt
 import json
 import os
@@ -73,6 +75,20 @@ def _one_per_line(top: dict[str, Any], key: str) -> str:
     items = ",\n  ".join(json.dumps(item) for item in top[key])
     members.append(f"{json.dumps(key)}: [\n  {items}\n ]" if items else f"{json.dumps(key)}: []")
     return "{\n " + ",\n ".join(members) + "\n}\n"
+
+
+def sync_filesystem(path: Path) -> None:
+    """Flush the filesystem that holds `path` to disk: syncfs(2) on Linux, sync(2) elsewhere."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        syncfs = getattr(ctypes.CDLL(None, use_errno=True), "syncfs", None)
+        if syncfs is None:
+            os.sync()
+        elif syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err), str(path))
+    finally:
+        os.close(fd)
 
 
 def now() -> str:
@@ -200,6 +216,37 @@ class RunDir:
 
     def log_file(self, job: Job | str) -> Path:
         return self.job_dir(job) / "log.txt"
+
+    def write_job_files(self, files: Iterable[tuple[str, dict[str, str]]]) -> None:
+        """Create each job's files (job name, {file name: text}), none of which exists yet, then
+        flush them to disk at once. They need no atomic replace: nothing reads a job's files
+        before plan.json exists, and plan.json, written after them and fsynced, is the commit
+        point. One flush of the filesystem rather than an fsync per file, and names opened
+        relative to their directory: 10,000 jobs' files take well under a second, not seconds."""
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        jobs = self.path / "jobs"
+        jobs.mkdir(exist_ok=True)
+        jobs_fd = os.open(jobs, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        wrote = False
+        try:
+            for job, named in files:
+                if not named:
+                    continue
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(job, dir_fd=jobs_fd)
+                job_fd = os.open(job, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=jobs_fd)
+                try:
+                    for name, text in named.items():
+                        # 0o666: the process's umask applies, as to any file a tool creates
+                        with os.fdopen(os.open(name, flags, 0o666, dir_fd=job_fd), "w", encoding="utf-8") as f:
+                            f.write(text)
+                        wrote = True
+                finally:
+                    os.close(job_fd)
+        finally:
+            os.close(jobs_fd)
+        if wrote:
+            sync_filesystem(self.path)
 
     # ---- plan
 

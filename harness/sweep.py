@@ -182,8 +182,7 @@ def create_run(sweep: Sweep, sweep_file: str, executor: Executor, jobs: list[Job
     if run.plan_file.exists() or any(e.name != ".lock" for e in path.iterdir()):
         raise RunDirError(f"{path} was taken by another bench process meanwhile; choose another --out")
     try:
-        for job in jobs:
-            executor.prepare(job)
+        run.write_job_files((job.name, executor.job_files(job)) for job in jobs)
         run.write_plan(dataclasses.asdict(sweep), sweep_file, executor.name, jobs, cluster=executor.cluster())
     except BaseException as exc:
         for entry in path.iterdir():

@@ -213,6 +213,10 @@ def _tamper(run: Path, tmp: Path, name: str, edit) -> Path:
         ("environment-null", lambda d, c: d.update(environment=None), "incomplete result (TypeError"),
         ("hosts-not-names", lambda d, c: d["environment"].update(hosts=[1, 2]), "not a list of host names"),
         ("schema", lambda d, c: d.update(schema_version=99), "schema_version required 1, found 99"),
+        # these once reached the samples table and ended collect with an internal error
+        ("samples-text", lambda d, c: d["rows"][0].update(samples_us=["x", 1.0]), "samples are not all numbers"),
+        ("samples-bool", lambda d, c: d["rows"][-1].update(samples_us=[True, 1.0]), "samples are not all numbers"),
+        ("samples-not-list", lambda d, c: d["rows"][0].update(samples_us=5), "samples are not lists"),
     ],
 )
 def test_a_result_that_is_not_its_jobs_is_left_out_with_a_warning(real_run, tmp_path, name, edit, words):

@@ -38,9 +38,10 @@ class Executor(ABC):
                 rec.orphaned()
         return table
 
-    @abstractmethod
-    def prepare(self, job: Job) -> None:
-        """Write what runs `job` (a script, or its command lines) into its job directory."""
+    def job_files(self, job: Job) -> dict[str, str]:
+        """What runs `job` (a script, say), by file name within its job directory: written with
+        the plan, before any job starts. Pure: the same job always gives the same files."""
+        return {}
 
     @abstractmethod
     def execute(self, jobs: list[Job], table: dict[str, JobRecord], changed: Callable[[JobRecord], None]) -> None:

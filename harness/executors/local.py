@@ -118,9 +118,10 @@ class LocalExecutor(Executor):
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[node * job.gpus_per_node : (node + 1) * job.gpus_per_node])
         return env
 
-    def prepare(self, job: Job) -> None:
+    def job_files(self, job: Job) -> dict[str, str]:
         """Nothing to write ahead: the commands depend on the port chosen at run time, and are
         recorded in the job directory when the job starts (see `record_commands`)."""
+        return {}
 
     def record_commands(self, job: Job) -> None:
         """Write the exact commands the job runs, for a person to read or rerun by hand."""

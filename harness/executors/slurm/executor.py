@@ -38,7 +38,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.results import atomic_write_text
 from harness.errors import SlurmError
 from harness.executors.base import Executor
 from harness.executors.slurm.profile import DEFAULT_PROFILE, ClusterProfile
@@ -59,6 +58,7 @@ from harness.rundir import (
     now,
 )
 
+SCRIPT = "job.sbatch"  # in each job's directory
 # squeue states of a job that waits to run; every other state squeue lists is a live one.
 QUEUED_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SPECIAL_EXIT"})
 SACCT_FIELDS = "JobID,State,ExitCode,ElapsedRaw,NNodes,NodeList,Start,End"
@@ -230,13 +230,13 @@ class SlurmExecutor(Executor):
         return dataclasses.asdict(self.profile)
 
     def script_path(self, job: Job) -> Path:
-        return self.run.job_dir(job) / "job.sbatch"
+        return self.run.job_dir(job) / SCRIPT
 
     def log_path(self, job: Job | str, job_id: str) -> Path:
         return self.run.job_dir(job) / f"slurm-{job_id}.out"
 
-    def prepare(self, job: Job) -> None:
-        atomic_write_text(self.script_path(job), render_script(job, self.profile, self.timeout_s))
+    def job_files(self, job: Job) -> dict[str, str]:
+        return {SCRIPT: render_script(job, self.profile, self.timeout_s)}
 
     def resume(self, table: dict[str, JobRecord]) -> dict[str, JobRecord]:
         """Unchanged: jobs with a Slurm id outlive the harness and are tracked again, rows left

@@ -12,6 +12,7 @@ two ways, each with its own defence:
 
 from __future__ import annotations
 
+import functools
 import shlex
 import sys
 
@@ -72,9 +73,13 @@ def sbatch_directives(job: Job, profile: ClusterProfile) -> list[str]:
     return out
 
 
+# Most arguments are alike across the jobs of a sweep: 10,000 scripts quote a few hundred strings.
+_quote = functools.lru_cache(maxsize=4096)(shlex.quote)
+
+
 def step_command(job: Job, run: WorkloadRun, profile: ClusterProfile, timeout_s: float) -> str:
     """The srun line of one workload, shell-quoted, with $VARIABLES left for the batch shell."""
-    q = shlex.quote
+    q = _quote
     args = " ".join(q(a) for a in job.run_args(run, timeout_s))
     python = q(profile.python or sys.executable)
     tasks_per_node, cpus = tasks_and_cpus(job, profile)
