@@ -182,11 +182,59 @@ def data_cache(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("data-cache")
 
 
+# --------------------------------------------------------------------------- fake Slurm commands
+
+FAKE_SLURM = ROOT / "tests" / "fakes" / "slurm" / "fake_slurm.py"
+
+
+@dataclass
+class FakeSlurm:
+    """sbatch, squeue, sacct and scancel on PATH that replay Slurm 22.05's replies as a
+    scenario says (tests/fakes/slurm/fake_slurm.py)."""
+
+    state: Path
+
+    def scenario(self, jobs: dict, fail: dict | None = None) -> None:
+        (self.state / "scenario.json").write_text(json.dumps({"jobs": jobs, "fail": fail or {}}))
+
+    def calls(self, tool: str | None = None) -> list[list]:
+        """[monotonic time, tool, *args] of every call so far, or of one tool's."""
+        log = self.state / "calls.log"
+        rows = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+        return [r for r in rows if tool is None or r[1] == tool]
+
+    def jobs(self) -> dict:
+        """The fake controller's jobs: {id: {name, workdir, after, ...}}."""
+        return json.loads((self.state / "state.json").read_text())["jobs"]
+
+
+@pytest.fixture
+def fake_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
+    bin_dir, state = tmp_path / "fake-slurm-bin", tmp_path / "fake-slurm-state"
+    bin_dir.mkdir()
+    state.mkdir()
+    for tool in ("sbatch", "squeue", "sacct", "scancel"):
+        wrapper = bin_dir / tool
+        wrapper.write_text(
+            f'#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(str(FAKE_SLURM))} {tool} "$@"\n'
+        )
+        wrapper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_SLURM_DIR", str(state))
+    fake = FakeSlurm(state)
+    fake.scenario({})
+    return fake
+
+
 # --------------------------------------------------------------------------- the Slurm testbed
 
 
 def pytest_collection_modifyitems(items: list) -> None:
-    """Tests marked run_last go to the end, keeping their order (a stable sort)."""
+    """Every test that uses the testbed is marked `testbed` (the tiers: CONTRIBUTING.md). Tests
+    marked run_last go to the end, keeping their order (a stable sort)."""
+    for item in items:
+        if "testbed" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.testbed)
     items.sort(key=lambda item: item.get_closest_marker("run_last") is not None)
 
 
