@@ -21,7 +21,7 @@ import shutil
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from benchmarks.catalog import WORKLOADS
 from benchmarks.common import OneLineParser
@@ -29,6 +29,8 @@ from harness.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, BenchError, UsageErr
 from harness.rundir import COMPLETED, RunDir
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from harness.analysis.compare import Side
 
 SWEEPS_DIR = Path(__file__).resolve().parent.parent / "sweeps"
@@ -36,7 +38,7 @@ EXIT_REGRESSION = 1  # bench regress: a key regressed or failed
 EXIT_UNJUDGED = 3  # bench regress: nothing regressed, but some key could not be judged
 
 
-def _console() -> Any:
+def _console() -> Console:
     from rich.console import Console
 
     # A pipe or log file gets wide lines rather than rich's 80-column default.

@@ -31,13 +31,20 @@ from dataclasses import asdict
 from itertools import repeat
 from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD
 from benchmarks.common import redacted
 from benchmarks.results import ResultError, atomic_write_bytes, load_result
 from harness.errors import RunDirError, one_line
 from harness.rundir import COMPLETED, RunDir
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+
+    from harness.analysis.stragglers import Straggler
+    from harness.plan import Job, WorkloadRun
 
 # The columns of summary.csv, in order. Units are in the names.
 COLUMNS = [
@@ -241,7 +248,7 @@ class _Builder:
         self.keys.extend(keys)
         self.values.extend(values)
 
-    def table(self, environment: dict[str, Any], stragglers: list[dict[str, Any]]) -> Any:
+    def table(self, environment: dict[str, Any], stragglers: list[dict[str, Any]]) -> pa.Table:
         """The summary as a typed Arrow table, converted in C (None becomes null)."""
         import pyarrow as pa
 
@@ -257,7 +264,7 @@ class _Builder:
             }
         )
 
-    def samples(self) -> Any:
+    def samples(self) -> pa.Table:
         """One row per summary row with samples: its keys, the metric, the values as a list."""
         import pyarrow as pa
 
@@ -273,13 +280,13 @@ class _Builder:
         )
 
 
-def _arrow_type(name: str) -> Any:
+def _arrow_type(name: str) -> pa.DataType:
     import pyarrow as pa
 
     return pa.string() if name in TEXT_COLUMNS else pa.int64() if name in INT_COLUMNS else pa.float64()
 
 
-def run_facts(table: Any) -> tuple[dict[str, Any], list[Any]]:
+def run_facts(table: pa.Table) -> tuple[dict[str, Any], list[Straggler]]:
     """(environment, stragglers) recorded in a summary's metadata by `collect`."""
     from harness.analysis.stragglers import Straggler
 
@@ -288,7 +295,7 @@ def run_facts(table: Any) -> tuple[dict[str, Any], list[Any]]:
     return env, [Straggler(**d) for d in json.loads(meta.get(STRAGGLERS_KEY, b"[]"))]
 
 
-def summary_version(table: Any) -> int:
+def summary_version(table: pa.Table) -> int:
     """The layout version of a summary Arrow table (1 when it carries no marker)."""
     raw = (table.schema.metadata or {}).get(_VERSION_KEY, b"1")
     try:
@@ -297,7 +304,7 @@ def summary_version(table: Any) -> int:
         return 0
 
 
-def to_frame(table: Any) -> Any:
+def to_frame(table: pa.Table) -> pd.DataFrame:
     """A summary table as a DataFrame: text as pandas strings, counts as nullable integers."""
     import pandas as pd
     import pyarrow as pa
@@ -320,7 +327,7 @@ def _without_cycle_collection() -> Iterator[None]:
             gc.enable()
 
 
-def collect(run: RunDir, warn: Callable[[str], None] = _warn) -> tuple[Any, Any]:
+def collect(run: RunDir, warn: Callable[[str], None] = _warn) -> tuple[pa.Table, pa.Table]:
     """(summary, samples), both Arrow tables, from the run directory's plan, job table and
     results (`to_frame` turns the summary into a DataFrame). The samples table has one row per
     summary row that has samples: its keys, the metric, and the per-iteration values (worst
@@ -329,14 +336,14 @@ def collect(run: RunDir, warn: Callable[[str], None] = _warn) -> tuple[Any, Any]
         return _collect(run, warn)
 
 
-def _collect(run: RunDir, warn: Callable[[str], None]) -> tuple[Any, Any]:
+def _collect(run: RunDir, warn: Callable[[str], None]) -> tuple[pa.Table, pa.Table]:
     from harness.analysis import stragglers
 
     jobs = run.jobs()
     table = run.read_table(jobs)
     out = _Builder()
     envs = _Environments()
-    slow: list[Any] = []
+    slow: list[Straggler] = []
     for job in jobs:
         rec = table[job.name]
         base = {
@@ -396,7 +403,7 @@ def _collect(run: RunDir, warn: Callable[[str], None]) -> tuple[Any, Any]:
     return out.table(envs.result(), [asdict(s) for s in slow]), out.samples()
 
 
-def foreign(result: dict[str, Any], job: Any, wr: Any) -> str | None:
+def foreign(result: dict[str, Any], job: Job, wr: WorkloadRun) -> str | None:
     """Why a result does not belong where it sits (another job's file copied in, another
     workload's file renamed), or None. Every result records the --json path it was written to,
     relative to the run directory, which names its job and workload."""
@@ -524,7 +531,7 @@ def add_scaling(columns: dict[str, list]) -> None:
 SUMMARY_FILES = ("summary.parquet", "summary.csv", "samples.parquet")
 
 
-def write_summary(run: RunDir, summary: Any, samples: Any) -> None:
+def write_summary(run: RunDir, summary: pa.Table, samples: pa.Table) -> None:
     """Commit summary.parquet, summary.csv and samples.parquet (Arrow tables) as one set.
 
     The three are written into a new generation directory under `run.generations`, and one
@@ -646,7 +653,7 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def read_summary(run: RunDir) -> Any:
+def read_summary(run: RunDir) -> pd.DataFrame:
     """The run's summary.parquet as a DataFrame."""
     import pyarrow as pa
     import pyarrow.parquet as pq

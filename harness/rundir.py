@@ -384,7 +384,7 @@ _RECORD_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-def _record(row: Any, where: Path, job: Job) -> JobRecord:
+def _record(row: object, where: Path, job: Job) -> JobRecord:
     """A job-table row, its fields type-checked (a hand-edited table fails here, not later); its
     name and node count are the plan's."""
     name = job.name

@@ -29,9 +29,16 @@ import hashlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+    from harness.analysis.history import Entry
+    from harness.analysis.stats import Values
 
 ALPHA = 0.05
 PERMUTATIONS = 499
@@ -54,7 +61,7 @@ class Change:
         return self.after / self.before - 1
 
 
-def energy(x: Any) -> Any:
+def energy(x: Values) -> Values:
     """Q(tau) for every split of each row of x (shape (r, n)): an (r, n + 1) array, -inf where
     a side would be shorter than MIN_SEGMENT."""
     import numpy as np
@@ -75,7 +82,7 @@ def energy(x: Any) -> Any:
     return q
 
 
-def split(x: Any, rng: Any) -> tuple[int, float] | None:
+def split(x: Values, rng: np.random.Generator) -> tuple[int, float] | None:
     """(tau, p) of the best split of the series x, or None where it has no room for one."""
     import numpy as np
 
@@ -94,7 +101,7 @@ def split(x: Any, rng: Any) -> tuple[int, float] | None:
     return tau, (hits + 1) / (PERMUTATIONS + 1)
 
 
-def change_points(x: Any, seed: int) -> list[tuple[int, float]]:
+def change_points(x: Values, seed: int) -> list[tuple[int, float]]:
     """Every significant step of the series, as (index of its first point, p), in order."""
     import numpy as np
 
@@ -116,7 +123,7 @@ def _seed(text: str) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
 
 
-def series(db: Path, cluster: str, metrics: tuple[str, ...]) -> tuple[list[Any], Any]:
+def series(db: Path, cluster: str, metrics: tuple[str, ...]) -> tuple[list[Entry], pd.DataFrame]:
     """(entries oldest first, DataFrame of metric, key, entry index, value): each key's value
     per run, the median over the run's usable replicates."""
     import numpy as np
@@ -168,7 +175,7 @@ def changes(db: Path, cluster: str, metrics: tuple[str, ...], threshold: float =
         for j, (t, p) in enumerate(points):
             entry = found[int(g["entry"].iat[t])]
             step = Change(
-                metric,
+                str(metric),
                 str(key),
                 entry.id,
                 f"run {entry.id}{f' ({entry.label})' if entry.label else ''} of {entry.created}",

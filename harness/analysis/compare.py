@@ -36,7 +36,7 @@ import json
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD, TRAINING
 from benchmarks.common import format_size
@@ -44,6 +44,16 @@ from harness.analysis import stats
 from harness.collect import SUMMARY_VERSION, run_facts, summary_version
 from harness.errors import DataError, one_line
 from harness.rundir import COMPLETED, RunDir, RunDirError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+    import pandas as pd
+    import pyarrow as pa
+
+    from harness.analysis.history import Entry
+    from harness.analysis.stats import Counts, Mask, Values
+    from harness.analysis.stragglers import Straggler
 
 KEYS = ["workload", "collective", "scaling", "nodes", "gpus_per_node", "launcher", "nccl_config", "size_bytes"]
 CONFIG = [k for k in KEYS if k not in ("collective", "size_bytes")]  # a key without its message
@@ -109,13 +119,13 @@ class Side:
 
     label: str
     source: str
-    rows: Any
-    samples: dict[str, tuple[Any, Any]]
-    runs: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    rows: pd.DataFrame
+    samples: dict[str, tuple[Values, Counts]]
+    runs: dict[str, tuple[Values, Counts]] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)
-    stragglers: list = field(default_factory=list)
-    others: Any = None
-    entries: list = field(default_factory=list)  # the history runs a baseline was drawn from
+    stragglers: list[Straggler] = field(default_factory=list)
+    others: pd.DataFrame | None = None
+    entries: list[Entry] = field(default_factory=list)  # the history runs a baseline was drawn from
 
     def where(self, axis: str, value: str, relabel: str) -> Side:
         """The side's rows whose `axis` is `value`, with that axis renamed to `relabel`, so
@@ -142,8 +152,8 @@ class Side:
 class Comparison:
     a: Side
     b: Side
-    table: Any  # one row per (metric, key), worst first
-    new_in_b: Any  # keys B completed and A did not, with A's status
+    table: pd.DataFrame  # one row per (metric, key), worst first
+    new_in_b: pd.DataFrame  # keys B completed and A did not, with A's status
     env_diffs: list[str]
     threshold: float
     min_runs: int
@@ -169,7 +179,7 @@ class Comparison:
 # --------------------------------------------------------------------------- loading
 
 
-def check_summary(table: Any, where: str) -> None:
+def check_summary(table: pa.Table, where: str) -> None:
     version = summary_version(table)
     if version != SUMMARY_VERSION:
         raise DataError(
@@ -187,7 +197,7 @@ def check_summary(table: Any, where: str) -> None:
         )
 
 
-def check_samples(samples: Any, where: str) -> None:
+def check_samples(samples: pa.Table, where: str) -> None:
     """collect never writes a null sample: one means the table was damaged after it."""
     import pyarrow.compute as pc
 
@@ -196,7 +206,7 @@ def check_samples(samples: Any, where: str) -> None:
         raise DataError(f"{where}: the samples hold nulls, which bench never writes: the table is damaged")
 
 
-def read_tables(run: RunDir) -> tuple[Any, Any]:
+def read_tables(run: RunDir) -> tuple[pa.Table, pa.Table | None]:
     """(summary, samples) Arrow tables of a run, checked; DataError if unusable."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -224,12 +234,12 @@ def read_tables(run: RunDir) -> tuple[Any, Any]:
 
 
 def side_from_tables(
-    summary: Any,
-    samples: Any,
+    summary: pa.Table | pd.DataFrame,
+    samples: pa.Table | None,
     label: str,
     source: str,
     environment: dict[str, Any] | None = None,
-    found: list | None = None,
+    found: list[Straggler] | None = None,
 ) -> Side:
     """A Side from a summary (an Arrow table, or a DataFrame of its columns) and samples (an
     Arrow table): one row per completed key, the replicates of a key (bench sweep --repeat)
@@ -242,13 +252,13 @@ def side_from_tables(
     groups = int(codes.max()) + 1 if len(codes) else 0
     first = np.unique(codes, return_index=True)[1]
     rows = done.iloc[first].reset_index(drop=True)
-    runs: dict[str, tuple[Any, Any]] = {}
+    runs: dict[str, tuple[Values, Counts]] = {}
     for name in METRICS:
         per_run = done[name].to_numpy(dtype=float, na_value=np.nan)[:, None]
         runs[name] = stats.pool(codes, per_run, usable(per_run), groups)
         rows[name] = _median_rows(*runs[name])
     rows["runs"] = np.bincount(codes, minlength=groups) if groups else np.zeros(0, int)
-    pooled: dict[str, tuple[Any, Any]] = {}
+    pooled: dict[str, tuple[Values, Counts]] = {}
     if samples is not None and samples.num_rows and len(done):
         for metric_name, (vals, counts) in _samples_by_row(samples, done).items():
             mask = (np.arange(vals.shape[1])[None, :] < counts[:, None]) & usable(vals)
@@ -270,7 +280,7 @@ def side_from_tables(
     )
 
 
-def key_frame(summary: Any) -> Any:
+def key_frame(summary: pa.Table) -> pd.DataFrame:
     """A summary Arrow table as a DataFrame of the columns comparisons read, its keys made
     joinable: no collective or scaling is "", no size is 0 (nulls never match in a join)."""
     from harness.collect import to_frame
@@ -282,7 +292,7 @@ def key_frame(summary: Any) -> Any:
     return df
 
 
-def usable(values: Any) -> Any:
+def usable(values: Values) -> Mask:
     """Where a value can be judged: finite and positive (a time, a rate)."""
     import numpy as np
 
@@ -290,7 +300,7 @@ def usable(values: Any) -> Any:
         return np.isfinite(values) & (values > 0)
 
 
-def _median_rows(values: Any, counts: Any) -> Any:
+def _median_rows(values: Values, counts: Counts) -> Values:
     import numpy as np
 
     out = np.full(len(counts), np.nan)
@@ -301,7 +311,7 @@ def _median_rows(values: Any, counts: Any) -> Any:
     return out
 
 
-def _samples_by_row(samples: Any, rows: Any) -> dict[str, tuple[Any, Any]]:
+def _samples_by_row(samples: pa.Table, rows: pd.DataFrame) -> dict[str, tuple[Values, Counts]]:
     """Each samples metric as (padded values, counts) aligned with `rows` (SAMPLE_JOIN columns)."""
     import numpy as np
     import pyarrow as pa
@@ -471,13 +481,13 @@ def compare(
     )
 
 
-def _metric_rows(rows: Any, metric: Metric) -> Any:
+def _metric_rows(rows: pd.DataFrame, metric: Metric) -> pd.DataFrame:
     is_coll = rows["workload"] == COLLECTIVE_WORKLOAD
     sub = rows[is_coll if metric.allreduce else rows["workload"].isin(TRAINING)]
     return sub.assign(_i=sub.index.to_numpy())
 
 
-def _failed_rows(m: Any, b: Side, name: str) -> Any:
+def _failed_rows(m: pd.DataFrame, b: Side, name: str) -> pd.DataFrame:
     """Rows for keys A completed and B did not: B's status and reason, or absent."""
     import numpy as np
 
@@ -506,16 +516,16 @@ def _failed_rows(m: Any, b: Side, name: str) -> Any:
 
 
 def _judge(
-    m: Any,
+    m: pd.DataFrame,
     a: Side,
     b: Side,
     metric: Metric,
     threshold: float,
-    by_runs: Any,
-    limits: tuple[Any, Any],
+    by_runs: Mask,
+    limits: tuple[Values, Values],
     allow_mismatch: bool,
     ignore_settings: bool,
-) -> tuple[Any, Any]:
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Verdicts for keys both sides completed, and the rows whose parameters differ. `by_runs`
     marks the rows judged between runs, within the band `limits` (low, high values)."""
     import numpy as np
@@ -592,7 +602,7 @@ def _judge(
     return part, mism
 
 
-def _samples(side: Side, metric: Metric, idx: Any) -> tuple[Any, Any]:
+def _samples(side: Side, metric: Metric, idx: npt.NDArray[np.int64]) -> tuple[Values, Counts]:
     import numpy as np
 
     if metric.samples not in side.samples:
@@ -601,7 +611,7 @@ def _samples(side: Side, metric: Metric, idx: Any) -> tuple[Any, Any]:
     return vals[idx], counts[idx]
 
 
-def _diff_texts(m: Any, differ: Any, ignore_settings: bool) -> list[str]:
+def _diff_texts(m: pd.DataFrame, differ: Mask, ignore_settings: bool) -> list[str]:
     """Per row, what differs between A's and B's parameters ('batch_size 8 vs 4'), worked out
     once per distinct pair."""
     cache: dict[tuple, str] = {}
@@ -622,7 +632,7 @@ def _diff_texts(m: Any, differ: Any, ignore_settings: bool) -> list[str]:
     return out
 
 
-def _diff_text(pa_: Any, pb: Any, sa: Any, sb: Any, ha: Any, hb: Any, ignore_settings: bool) -> str:
+def _diff_text(pa_: object, pb: object, sa: object, sb: object, ha: object, hb: object, ignore_settings: bool) -> str:
     da, db = _params(pa_), _params(pb)
     diffs = [
         f"{k} {_show(da.get(k))} vs {_show(db.get(k))}" for k in sorted(set(da) | set(db)) if da.get(k) != db.get(k)
@@ -632,7 +642,7 @@ def _diff_text(pa_: Any, pb: Any, sa: Any, sb: Any, ha: Any, hb: Any, ignore_set
     return ", ".join(diffs) or "parameters not recorded"
 
 
-def _params(text: Any) -> dict[str, Any]:
+def _params(text: object) -> dict[str, Any]:
     try:
         value = json.loads(text) if isinstance(text, str) else {}
     except ValueError:
@@ -640,11 +650,11 @@ def _params(text: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _show(v: Any) -> str:
+def _show(v: object) -> str:
     return "-" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
 
 
-def _mismatch_lines(mism: Any) -> list[str]:
+def _mismatch_lines(mism: pd.DataFrame | None) -> list[str]:
     """One line per (workload, difference): 'synthetic weak: batch_size 8 vs 4 (3 keys)'."""
     if mism is None or not len(mism):
         return []
@@ -657,7 +667,7 @@ def _mismatch_lines(mism: Any) -> list[str]:
     return [f"{w}: {d} ({n} key{'s' if n != 1 else ''})" for (w, d), n in counts.items()]
 
 
-def _status_of(keys: Any, side: Side) -> Any:
+def _status_of(keys: pd.DataFrame, side: Side) -> pd.DataFrame:
     """`keys` with the side's status, reason and job for each (None where the side never
     planned it). A workload that failed before it measured anything has one summary row with
     no collective and no size: it stands for every size of that job."""
@@ -674,7 +684,7 @@ def _status_of(keys: Any, side: Side) -> Any:
     return out
 
 
-def _new_keys(b: Side, a: Side) -> Any:
+def _new_keys(b: Side, a: Side) -> pd.DataFrame:
     """Keys B completed and A did not, with A's status where A ran the key."""
     m = b.rows[KEYS].merge(a.rows[KEYS].assign(_in=1), on=KEYS, how="left")
     only = _status_of(m[m["_in"].isna()][KEYS].reset_index(drop=True), a)
@@ -686,15 +696,16 @@ def _new_keys(b: Side, a: Side) -> Any:
 # --------------------------------------------------------------------------- text
 
 
-def records(df: Any) -> list[dict[str, Any]]:
+def records(df: pd.DataFrame) -> list[dict[str, Any]]:
     """A DataFrame's rows as dicts, missing values as None: 5x quicker than to_dict("records")
     on pandas' string and nullable-integer columns."""
     cols = list(df.columns)
-    arrays = [df[c].to_numpy(dtype=object, na_value=None) for c in cols]
+    # pandas takes None as na_value; pandas-stubs leaves it out of the annotation
+    arrays = [df[c].to_numpy(dtype=object, na_value=None) for c in cols]  # type: ignore[call-overload]
     return [dict(zip(cols, values)) for values in zip(*arrays)]
 
 
-def key_texts(df: Any, sizes: bool = True) -> Any:
+def key_texts(df: pd.DataFrame, sizes: bool = True) -> pd.Series:
     """Each row's key in words, e.g. 'allreduce all_reduce 4M, 4x1, torchrun, default' or
     'synthetic weak, 2x1, srun, ib', as one vectorised string operation; without `sizes`, its
     configuration ('allreduce all_reduce, 4x1, torchrun, default')."""

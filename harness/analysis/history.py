@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD
 from harness.analysis.compare import (
@@ -46,6 +46,12 @@ from harness.analysis.compare import (
 )
 from harness.errors import HistoryError
 from harness.rundir import COMPLETED, RunDir
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+    import pandas as pd
+    import pyarrow as pa
 
 DEFAULT_DB = Path("results") / "history.sqlite"
 DB_VERSION = 2
@@ -169,7 +175,7 @@ def fingerprint(run: RunDir) -> str:
     return hashlib.sha256(run.plan_file.read_bytes()).hexdigest()
 
 
-def _parquet(table: Any) -> bytes:
+def _parquet(table: pa.Table) -> bytes:
     import pyarrow.parquet as pq
 
     buf = io.BytesIO()
@@ -177,7 +183,7 @@ def _parquet(table: Any) -> bytes:
     return buf.getvalue()
 
 
-def _points(rows: Any) -> list[tuple[str, str, float]]:
+def _points(rows: pd.DataFrame) -> list[tuple[str, str, float]]:
     """The key figures of a run (completed rows): busbw at the largest size per collective,
     node count, GPUs per node, launcher and settings set; images/s per GPU per training row."""
     out: list[tuple[str, str, float]] = []
@@ -288,7 +294,7 @@ def entries(db: Path, cluster: str | None = None) -> list[Entry]:
         return [Entry(*r) for r in cur]
 
 
-def points(db: Path, cluster: str) -> Any:
+def points(db: Path, cluster: str) -> pd.DataFrame:
     """DataFrame of (id, label, created, series, metric, value) for every run of a cluster."""
     import pandas as pd
 
@@ -336,7 +342,9 @@ def check(db: Path) -> tuple[int, list[str]]:
     return len(found), problems
 
 
-def _load(con: sqlite3.Connection, db: Path, entry: Entry, with_samples: bool) -> tuple[Any, Any, dict[str, Any]]:
+def _load(
+    con: sqlite3.Connection, db: Path, entry: Entry, with_samples: bool
+) -> tuple[pa.Table, pa.Table | None, dict[str, Any]]:
     """(summary, samples or None, environment) of one entry, each checked: a damaged entry is
     a HistoryError naming it."""
     import pyarrow as pa
@@ -454,7 +462,7 @@ def _baseline(con: sqlite3.Connection, db: Path, found: list[Entry], kind: str, 
     frames: list[pd.DataFrame] = []
     expected: pd.DataFrame | None = None
     environment: dict[str, Any] = {}
-    wanted: Any = None
+    wanted = np.zeros(0, dtype=np.uint64)  # set from the newest run, read first
     for rank, entry in enumerate(found):
         summary, _, env = _load(con, db, entry, with_samples=False)
         df = key_frame(summary)
@@ -470,7 +478,7 @@ def _baseline(con: sqlite3.Connection, db: Path, found: list[Entry], kind: str, 
     pool = pd.concat(frames, ignore_index=True).sort_values(["_rank", "repeat"], kind="stable")
     by_key = pool.groupby("_key", sort=False)
     nth, size = by_key.cumcount(), by_key["job"].transform("size")
-    keep: Any
+    keep: npt.NDArray[np.bool_] | pd.Series
     if kind == "best":
         score = pool["busbw_gbps"].where(pool["workload"] == COLLECTIVE_WORKLOAD, pool["images_per_s"])
         keep = pool.index.isin(
@@ -512,7 +520,7 @@ def _baseline(con: sqlite3.Connection, db: Path, found: list[Entry], kind: str, 
     return side
 
 
-def _key_hash(df: Any) -> Any:
+def _key_hash(df: pd.DataFrame) -> npt.NDArray[np.uint64]:
     """One 64-bit hash per row of its key columns: set operations on keys without tuples. Every
     frame hashed comes through collect.to_frame, so equal keys have equal dtypes and hashes."""
     import pandas as pd
@@ -520,7 +528,7 @@ def _key_hash(df: Any) -> Any:
     return pd.util.hash_pandas_object(df[KEYS], index=False).to_numpy()
 
 
-def _usable_rows(df: Any) -> Any:
+def _usable_rows(df: pd.DataFrame) -> npt.NDArray[np.bool_]:
     """Rows a baseline may use: completed, with a finite positive time and two usable samples."""
     import numpy as np
 
@@ -538,7 +546,7 @@ def _usable_rows(df: Any) -> Any:
     )
 
 
-def _enough(frames: list, wanted: Any, k: int) -> bool:
+def _enough(frames: list[pd.DataFrame], wanted: npt.NDArray[np.uint64], k: int) -> bool:
     """Whether every expected key has k usable runs among the frames read so far."""
     import numpy as np
 

@@ -23,7 +23,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+    import pyarrow as pa
+
+    Values = npt.NDArray[np.float64]  # a float per row, or per row and sample (padded with NaN)
+    Counts = npt.NDArray[np.int64]  # how many of a row's padded values are real
+    Mask = npt.NDArray[np.bool_]
 
 ALPHA = 0.05
 METHOD = "Mann-Whitney U test; 95% CI of the Hodges-Lehmann ratio estimate"
@@ -35,10 +44,10 @@ class Shift:
     """Per comparison: Hodges-Lehmann rate ratio B/A, its CI, and the two-sided p-value (NaN
     where a side has fewer than 2 samples)."""
 
-    ratio: Any
-    low: Any
-    high: Any
-    p_value: Any
+    ratio: Values
+    low: Values
+    high: Values
+    p_value: Values
 
 
 def _z(alpha: float) -> float:
@@ -53,7 +62,7 @@ def _z(alpha: float) -> float:
     return (lo + hi) / 2
 
 
-def rate_shift(a: Any, b: Any, count_a: Any, count_b: Any, alpha: float = ALPHA) -> Shift:
+def rate_shift(a: Values, b: Values, count_a: Counts, count_b: Counts, alpha: float = ALPHA) -> Shift:
     """Compare row i of `a` (count_a[i] leading values, the rest ignored) with row i of `b`.
 
     `a` and `b` are 2-D float arrays of positive times; rows are grouped by their sample
@@ -93,25 +102,20 @@ def rate_shift(a: Any, b: Any, count_a: Any, count_b: Any, alpha: float = ALPHA)
     return Shift(ratio, low, high, p)
 
 
-def can_reject(m: Any, n: Any, alpha: float = ALPHA) -> Any:
+def can_reject(m: Counts, n: Counts, alpha: float = ALPHA) -> Mask:
     """Whether a two-sided rank test on m and n samples can reach significance at all: its
     smallest p-value, 2 / C(m + n, m) (every A sample beyond every B sample), is below alpha.
     With 3 and 3 samples it is 0.1, so such a key cannot be judged at 0.05."""
     import numpy as np
 
-    m, n = np.asarray(m, dtype=float), np.asarray(n, dtype=float)
+    fm, fn = np.asarray(m, dtype=float), np.asarray(n, dtype=float)
+    lgamma = np.vectorize(math.lgamma, otypes=[float])
     with np.errstate(invalid="ignore"):
-        log_c = _lgamma(m + n + 1) - _lgamma(m + 1) - _lgamma(n + 1)
-    return (m >= 1) & (n >= 1) & (np.log(2.0) - log_c < math.log(alpha))
+        log_c = lgamma(fm + fn + 1) - lgamma(fm + 1) - lgamma(fn + 1)
+    return (fm >= 1) & (fn >= 1) & (np.log(2.0) - log_c < math.log(alpha))
 
 
-def _lgamma(x: Any) -> Any:
-    import numpy as np
-
-    return np.vectorize(math.lgamma, otypes=[float])(x) if np.ndim(x) else math.lgamma(float(x))
-
-
-def pool(codes: Any, values: Any, valid: Any, groups: int) -> tuple[Any, Any]:
+def pool(codes: npt.NDArray[np.intp], values: Values, valid: Mask, groups: int) -> tuple[Values, Counts]:
     """Rows of a padded 2-D array pooled into groups: the valid entries of row i go to group
     codes[i], in row order. Returns the groups' padded array (NaN beyond each count) and counts."""
     import numpy as np
@@ -151,7 +155,7 @@ BAND_METHOD = (
 )
 
 
-def band(values: Any, counts: Any) -> tuple[Any, Any]:
+def band(values: Values, counts: Counts) -> tuple[Values, Values]:
     """Per row: (centre, spread) on the log scale of the row's leading counts[i] positive
     values; NaN where a row has none."""
     import numpy as np
@@ -173,7 +177,7 @@ def band(values: Any, counts: Any) -> tuple[Any, Any]:
     return centre, spread
 
 
-def spread_floor(spreads: Any) -> float:
+def spread_floor(spreads: Values) -> float:
     """The median of the spreads of the keys judged between runs, where there are POOL_MIN or
     more; 0 otherwise."""
     import numpy as np
@@ -182,7 +186,7 @@ def spread_floor(spreads: Any) -> float:
     return float(np.median(pooled)) if len(pooled) >= POOL_MIN else 0.0
 
 
-def band_limits(centre: Any, spread: Any, floor: float, c: float = BAND_C) -> tuple[Any, Any]:
+def band_limits(centre: Values, spread: Values, floor: float, c: float = BAND_C) -> tuple[Values, Values]:
     """(low, high) of each row's band, as values: centre +- c spreads, no spread below floor."""
     import numpy as np
 
@@ -190,7 +194,7 @@ def band_limits(centre: Any, spread: Any, floor: float, c: float = BAND_C) -> tu
     return np.exp(centre - width), np.exp(centre + width)
 
 
-def padded(lists: Any) -> tuple[Any, Any]:
+def padded(lists: pa.ListArray | pa.ChunkedArray | list[list[float]]) -> tuple[Values, Counts]:
     """(values, counts): a pyarrow list array (or a list of lists) as a NaN-padded 2-D array."""
     import numpy as np
     import pyarrow as pa

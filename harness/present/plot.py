@@ -13,17 +13,28 @@ from __future__ import annotations
 import io
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD, TRAINING
 from benchmarks.common import format_size
 from benchmarks.results import atomic_write_bytes
 from harness.rundir import COMPLETED, RunDir
 
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    import pandas as pd
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+    Made = tuple[Figure, pd.DataFrame]  # a figure and the points it draws
+    Maker = Callable[[], Made | None]  # draws a figure, or None when there is nothing to draw
+
 POINT_COLUMNS = ["plot", "panel", "metric", "series", "x", "y"]
 
 
-def _setup() -> tuple[Any, Any]:
+def _setup() -> tuple[ModuleType, ModuleType]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -37,11 +48,11 @@ def _setup() -> tuple[Any, Any]:
     return plt, sns
 
 
-def _panel(df: Any) -> Any:
+def _panel(df: pd.DataFrame) -> pd.Series:
     return df["launcher"].astype(str) + " · " + df["nccl_config"].astype(str)
 
 
-def _log2_axis(ax: Any, values: Any, formatter: Callable[[int], str]) -> None:
+def _log2_axis(ax: Axes, values: Iterable[float], formatter: Callable[[int], str]) -> None:
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
     ax.set_xscale("log", base=2)
@@ -54,7 +65,7 @@ def _log2_axis(ax: Any, values: Any, formatter: Callable[[int], str]) -> None:
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: formatter(round(v))))
 
 
-def _save(fig: Any, points: Any, path: Path) -> None:
+def _save(fig: Figure, points: pd.DataFrame, path: Path) -> None:
     atomic_write_bytes(path, png_bytes(fig))
     atomic_write_bytes(path.with_suffix(".csv"), points.to_csv(index=False).encode())
 
@@ -63,7 +74,7 @@ def _series_label(workload: str, gpus: int) -> str:
     return f"{workload}, {gpus} GPU{'s' if gpus != 1 else ''}/node"
 
 
-def scaling_figure(summary: Any, scaling: str) -> tuple[Any, Any] | None:
+def scaling_figure(summary: pd.DataFrame, scaling: str) -> Made | None:
     """(figure, points) for weak or strong scaling, or None when the run has no such rows."""
     import pandas as pd
 
@@ -127,7 +138,7 @@ def scaling_figure(summary: Any, scaling: str) -> tuple[Any, Any] | None:
     return fig, pd.DataFrame(points, columns=POINT_COLUMNS)
 
 
-def _ideal(ax: Any, sub: Any, metric: str, palette: dict) -> None:
+def _ideal(ax: Axes, sub: pd.DataFrame, metric: str, palette: dict[object, tuple[float, float, float]]) -> None:
     """Dashed ideal lines. Efficiency = metric / its ideal value (collect.add_scaling), so the
     ideal per-GPU throughput (flat at the configuration's baseline) and the ideal speedup
     (linear in world size) are metric / efficiency at every point."""
@@ -146,7 +157,7 @@ def _ideal(ax: Any, sub: Any, metric: str, palette: dict) -> None:
         )
 
 
-def busbw_figure(summary: Any) -> tuple[Any, Any] | None:
+def busbw_figure(summary: pd.DataFrame) -> Made | None:
     import pandas as pd
 
     df = summary[
@@ -204,7 +215,7 @@ def busbw_figure(summary: Any) -> tuple[Any, Any] | None:
     return fig, pd.DataFrame(points, columns=["plot", "collective", *POINT_COLUMNS[1:]])
 
 
-def figures(makers: list[tuple[str, Any]]) -> Iterator[tuple[str, Any, Any]]:
+def figures(makers: list[tuple[str, Maker]]) -> Iterator[tuple[str, Figure, pd.DataFrame]]:
     """(name, figure, points) of each (name, make) whose make has data; each figure is closed
     once the caller has used it."""
     plt, _ = _setup()
@@ -219,7 +230,7 @@ def figures(makers: list[tuple[str, Any]]) -> Iterator[tuple[str, Any, Any]]:
             plt.close(fig)
 
 
-def _draw_into(out: Path, makers: list[tuple[str, Any]]) -> list[Path]:
+def _draw_into(out: Path, makers: list[tuple[str, Maker]]) -> list[Path]:
     """Draw each (name, make) that has data into out/<name>.png, with its CSV; the PNGs written."""
     written = []
     for name, fig, points in figures(makers):
@@ -228,7 +239,7 @@ def _draw_into(out: Path, makers: list[tuple[str, Any]]) -> list[Path]:
     return written
 
 
-def draw_all(run: RunDir, summary: Any) -> list[Path]:
+def draw_all(run: RunDir, summary: pd.DataFrame) -> list[Path]:
     """Draw every plot the summary has data for; return the PNG paths written."""
     return _draw_into(
         run.plots,
@@ -243,13 +254,13 @@ def draw_all(run: RunDir, summary: Any) -> list[Path]:
 # --------------------------------------------------------------------------- two runs
 
 
-def _both(a: Any, b: Any, labels: tuple[str, str]) -> Any:
+def _both(a: pd.DataFrame, b: pd.DataFrame, labels: tuple[str, str]) -> pd.DataFrame:
     import pandas as pd
 
     return pd.concat([a.assign(run=labels[0]), b.assign(run=labels[1])], ignore_index=True)
 
 
-def compare_busbw_figure(a: Any, b: Any, labels: tuple[str, str]) -> tuple[Any, Any] | None:
+def compare_busbw_figure(a: pd.DataFrame, b: pd.DataFrame, labels: tuple[str, str]) -> Made | None:
     """busbw vs message size, both runs on one axis per node count (completed rows of each)."""
     import pandas as pd
 
@@ -302,7 +313,7 @@ def compare_busbw_figure(a: Any, b: Any, labels: tuple[str, str]) -> tuple[Any, 
     return fig, pd.DataFrame(points, columns=POINT_COLUMNS)
 
 
-def compare_scaling_figure(a: Any, b: Any, labels: tuple[str, str]) -> tuple[Any, Any] | None:
+def compare_scaling_figure(a: pd.DataFrame, b: pd.DataFrame, labels: tuple[str, str]) -> Made | None:
     """Both runs' scaling curves: images/s per GPU of each training workload, and busbw at the
     largest message size, against the node count."""
     import pandas as pd
@@ -363,13 +374,13 @@ def compare_scaling_figure(a: Any, b: Any, labels: tuple[str, str]) -> tuple[Any
     return fig, pd.DataFrame(points, columns=POINT_COLUMNS)
 
 
-def png_bytes(fig: Any) -> bytes:
+def png_bytes(fig: Figure) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
     return buf.getvalue()
 
 
-def draw_compare(out: Path, a: Any, b: Any, labels: tuple[str, str]) -> list[Path]:
+def draw_compare(out: Path, a: pd.DataFrame, b: pd.DataFrame, labels: tuple[str, str]) -> list[Path]:
     """compare_busbw.png and compare_scaling.png (each with its CSV) in `out`."""
     return _draw_into(
         out,
@@ -380,7 +391,7 @@ def draw_compare(out: Path, a: Any, b: Any, labels: tuple[str, str]) -> list[Pat
     )
 
 
-def history_figure(points: Any, cluster: str) -> tuple[bytes, bytes]:
+def history_figure(points: pd.DataFrame, cluster: str) -> tuple[bytes, bytes]:
     """(PNG, CSV of its points) of a cluster's key figures over time: busbw at the largest
     message size per configuration, and images/s per GPU per training workload (history.points)."""
     import pandas as pd

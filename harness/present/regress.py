@@ -24,7 +24,7 @@ import platform
 import re
 import socket
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD
 from benchmarks.common import format_size
@@ -43,6 +43,11 @@ from harness.analysis.compare import (
     records,
 )
 from harness.present.tables import markdown
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+    import pandas as pd
 
 
 def write_all(
@@ -108,7 +113,7 @@ def junit(cmp: Comparison, strict: bool = True) -> str:
     return "\n".join(lines)
 
 
-def _escape_all(values: Any) -> Any:
+def _escape_all(values: pd.Series) -> pd.Series:
     """_attr over a whole column, in Arrow's C++ (str.translate per row takes seconds at 100,000)."""
     import pandas as pd
     import pyarrow as pa
@@ -121,7 +126,7 @@ def _escape_all(values: Any) -> Any:
     return pd.Series(arr.to_pylist(), index=values.index, dtype=object)
 
 
-def _fmt(values: Any, spec: str) -> Any:
+def _fmt(values: npt.ArrayLike, spec: str) -> npt.NDArray[np.str_]:
     """printf-formatted numbers as a string array, '-' where missing (numpy's C loop)."""
     import numpy as np
 
@@ -133,7 +138,7 @@ def _fmt(values: Any, spec: str) -> Any:
 _OUTCOME = {FAILED: ("failure", "failed"), SLOWER: ("failure", "regression"), UNJUDGED: ("error", "cannot-judge")}
 
 
-def _testcases(t: Any, strict: bool) -> tuple[list[str], list[str]]:
+def _testcases(t: pd.DataFrame, strict: bool) -> tuple[list[str], list[str]]:
     """One <testcase> per (metric, configuration), its sizes inside, built column-wise: the
     per-row text is a few array operations however many rows there are."""
     import numpy as np
@@ -211,7 +216,7 @@ def _testcases(t: Any, strict: bool) -> tuple[list[str], list[str]]:
     return cases, kinds
 
 
-def _row_stats(data: Any) -> dict[str, Any]:
+def _row_stats(data: npt.NDArray[np.float64]) -> dict[str, npt.NDArray[np.float64]]:
     """pytest-benchmark's statistics of each row of `data` (rows of equal length), vectorised.
     Quartiles by linear interpolation, as statistics.quantiles(method='inclusive') and
     pytest-benchmark compute them."""

@@ -65,7 +65,7 @@ def _img(png: bytes, alt: str) -> str:
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
 
 
-def _figures(makers: list[tuple[str, Any]]) -> str:
+def _figures(makers: list[tuple[str, plot.Maker]]) -> str:
     return "\n".join(_img(plot.png_bytes(fig), alt) for alt, fig, _points in plot.figures(makers))
 
 

@@ -139,7 +139,7 @@ def _distinct_sides(cmp: Comparison) -> list[Side]:
     return [cmp.a] if cmp.a.source == cmp.b.source else [cmp.a, cmp.b]
 
 
-def _md_table(t: Any) -> list[str]:
+def _md_table(t: pd.DataFrame) -> list[str]:
     out = [
         "| metric | key | A | B | B/A | interval | p | runs A | verdict | note |",
         "|---|---|---:|---:|---:|---|---:|---:|---|---|",
@@ -154,7 +154,7 @@ def _md_table(t: Any) -> list[str]:
     return out
 
 
-def table_csv(table: Any) -> bytes:
+def table_csv(table: pd.DataFrame) -> bytes:
     """The comparison table as CSV, with Arrow's C++ writer (pandas' is 10x slower)."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
@@ -168,37 +168,37 @@ TRAINING_HEAD = ["workload", "scaling", "job", "GPUs", "images/s", "per GPU", "s
 COLLECTIVE_HEAD = ["job", "collective", "size", "time us", "algbw GB/s", "busbw GB/s", "#wrong"]
 
 
-def training_rows(train: Any) -> list[list[str]]:
+def training_rows(train: pd.DataFrame) -> list[list[str]]:
     """The training throughput table's cells (TRAINING_HEAD), one row per summary row."""
     return [
         [
-            r.workload,
-            r.scaling,
-            r.job,
-            str(r.world_size),
-            fmt_value(r.images_per_s, ".1f"),
-            fmt_value(r.images_per_s_per_gpu, ".1f"),
-            fmt_value(r.step_time_ms, ".1f"),
-            fmt_value(r.speedup, ".2f"),
-            fmt_value(r.efficiency, ".1%"),
+            r["workload"],
+            r["scaling"],
+            r["job"],
+            str(r["world_size"]),
+            fmt_value(r["images_per_s"], ".1f"),
+            fmt_value(r["images_per_s_per_gpu"], ".1f"),
+            fmt_value(r["step_time_ms"], ".1f"),
+            fmt_value(r["speedup"], ".2f"),
+            fmt_value(r["efficiency"], ".1%"),
         ]
-        for r in train.itertuples()
+        for r in records(train)
     ]
 
 
-def collective_rows(coll: Any) -> list[list[str]]:
+def collective_rows(coll: pd.DataFrame) -> list[list[str]]:
     """The collective table's cells (COLLECTIVE_HEAD), one row per summary row."""
     return [
         [
-            r.job,
-            r.collective,
-            format_size(int(r.size_bytes)),
-            fmt_value(r.time_us, ".1f"),
-            fmt_value(r.algbw_gbps, ".4f"),
-            fmt_value(r.busbw_gbps, ".4f"),
-            fmt_value(r.wrong, ".0f"),
+            r["job"],
+            r["collective"],
+            format_size(int(r["size_bytes"])),
+            fmt_value(r["time_us"], ".1f"),
+            fmt_value(r["algbw_gbps"], ".4f"),
+            fmt_value(r["busbw_gbps"], ".4f"),
+            fmt_value(r["wrong"], ".0f"),
         ]
-        for r in coll.itertuples()
+        for r in records(coll)
     ]
 
 
