@@ -16,7 +16,9 @@ regress exits 1 on a regression or failed key and 3 on a key it cannot judge.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
+import re
 import shutil
 import signal
 import sys
@@ -25,13 +27,39 @@ from typing import TYPE_CHECKING
 
 from benchmarks.catalog import WORKLOADS
 from benchmarks.common import OneLineParser
+from benchmarks.results import atomic_write_bytes
+from harness import outputs, sweep
+from harness.analysis import changes, history
+from harness.analysis.compare import (
+    AXES,
+    BY_SAMPLES,
+    DEFAULT_METRICS,
+    FAILED,
+    METRICS,
+    MIN_RUNS,
+    SLOWER,
+    UNJUDGED,
+    Side,
+    compare,
+    load_run,
+    parse_across,
+    parse_threshold,
+)
+from harness.analysis.history import BASELINE_HELP, DEFAULT_BASELINE, DEFAULT_DB
+from harness.collect import collect, read_summary, write_summary
 from harness.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, BenchError, UsageError, one_line
-from harness.rundir import COMPLETED, RunDir
+from harness.executors.slurm.profile import load_profile
+from harness.present import report
+from harness.present.plot import draw_all, draw_compare, history_figure
+from harness.present.regress import summary_line, write_all
+from harness.present.tables import markdown, print_comparison, print_jobs, table_csv
+from harness.rundir import COMPLETED, FINAL_STATES, RunDir
+from harness.spec import load_sweep
+from harness.sweep import in_use, locked
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from harness.analysis.compare import Side
 
 SWEEPS_DIR = Path(__file__).resolve().parent.parent / "sweeps"
 EXIT_REGRESSION = 1  # bench regress: a key regressed or failed
@@ -63,17 +91,11 @@ def _default_sweep(executor: str) -> Path:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    import importlib
-
     module = importlib.import_module(f"benchmarks.{args.workload}")
     return module.main(args.workload_args)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from harness import sweep
-    from harness.executors.slurm.profile import load_profile
-    from harness.spec import load_sweep
-
     console = _console()
     if args.resume:
         if args.sweep or args.overrides or args.max_nodes or args.repeat or args.out or args.dry_run or args.cluster:
@@ -105,9 +127,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
-    from harness.collect import collect, write_summary
-    from harness.sweep import locked
-
     run = RunDir(args.dir)
     run.read_plan()
     with locked(run):
@@ -119,9 +138,6 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from harness.collect import read_summary
-    from harness.present.plot import draw_all
-
     run = RunDir(args.dir)
     run.read_plan()
     summary = read_summary(run)
@@ -135,10 +151,6 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from harness.present.tables import print_jobs
-    from harness.rundir import FINAL_STATES
-    from harness.sweep import in_use
-
     run = RunDir(args.dir)
     jobs = run.jobs()
     table = run.read_table(jobs)
@@ -162,8 +174,6 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def _threshold(text: str) -> float:
-    from harness.analysis.compare import parse_threshold
-
     try:
         return parse_threshold(text)
     except ValueError as exc:
@@ -171,8 +181,6 @@ def _threshold(text: str) -> float:
 
 
 def _across(text: str | None) -> tuple[str, str, str] | None:
-    from harness.analysis.compare import parse_across
-
     if text is None:
         return None
     try:
@@ -182,8 +190,6 @@ def _across(text: str | None) -> tuple[str, str, str] | None:
 
 
 def _metrics(names: list[str] | None) -> tuple[str, ...]:
-    from harness.analysis.compare import DEFAULT_METRICS
-
     return tuple(dict.fromkeys(names)) if names else DEFAULT_METRICS
 
 
@@ -223,7 +229,6 @@ def _min_runs(value: int) -> int:
 
 def _sides(dir_a: str, dir_b: str | None, across: tuple[str, str, str] | None) -> tuple[Side, Side]:
     """The two sides of a comparison: two runs, or one run twice when --across names the axis."""
-    from harness.analysis.compare import load_run
 
     if dir_b is None and across is None:
         raise UsageError("give two run directories, or one with --across AXIS=A,B")
@@ -233,11 +238,6 @@ def _sides(dir_a: str, dir_b: str | None, across: tuple[str, str, str] | None) -
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from harness import outputs
-    from harness.analysis.compare import compare
-    from harness.present.plot import draw_compare
-    from harness.present.tables import markdown, print_comparison, table_csv
-
     threshold, across = _threshold(args.threshold), _across(args.across)
     csv_path, md_path = outputs.check(args.csv, "--csv"), outputs.check(args.markdown, "--markdown")
     plots = _check_out_dir(args.plots, "--plots")
@@ -274,14 +274,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _db(args: argparse.Namespace) -> Path:
-    from harness.analysis.history import DEFAULT_DB
-
     return Path(args.db) if args.db else Path.cwd() / DEFAULT_DB
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from harness.analysis import history
-
     console = _console()
     db = _db(args)
     if args.action in ("add", "plot", "changes") and not args.cluster:
@@ -342,17 +338,14 @@ def cmd_history(args: argparse.Namespace) -> int:
         console.print(t)
         console.print(f"{len(found)} run{'s' if len(found) != 1 else ''}")
     elif args.action == "changes":
-        from harness.analysis.changes import changes, render
-
         threshold = _threshold(args.threshold)
         console.print(
-            render(changes(db, args.cluster, _metrics(args.metric), threshold), args.cluster, threshold), markup=False
+            changes.render(
+                changes.changes(db, args.cluster, _metrics(args.metric), threshold), args.cluster, threshold
+            ),
+            markup=False,
         )
     else:
-        from benchmarks.results import atomic_write_bytes
-        from harness import outputs
-        from harness.present.plot import history_figure
-
         pts = history.points(db, args.cluster)
         if pts.empty:
             raise UsageError(f"{db}: no run of cluster {args.cluster!r}; see `bench history list`")
@@ -368,18 +361,10 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 def _file_safe(name: str) -> str:
-    import re
-
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "cluster"
 
 
 def cmd_regress(args: argparse.Namespace) -> int:
-    from harness.analysis import history
-    from harness.analysis.compare import BY_SAMPLES, FAILED, MIN_RUNS, SLOWER, UNJUDGED, compare, load_run
-    from harness.present.regress import summary_line, write_all
-    from harness.present.tables import print_comparison
-    from harness.rundir import RunDir
-
     threshold = _threshold(args.threshold)
     out = _check_out_dir(args.out, "--out") or Path(args.dir) / "regress"
     db = _db(args)
@@ -426,13 +411,8 @@ def cmd_regress(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from harness import outputs
-    from harness.analysis.compare import compare, load_run
-    from harness.present.report import default_path, render
-    from harness.rundir import RunDir
-
     run = RunDir(args.dir)
-    out = outputs.check(args.out, "--out") or default_path(run)
+    out = outputs.check(args.out, "--out") or report.default_path(run)
     across = _across(args.across)
     cmp = None
     if args.compare or across:
@@ -450,7 +430,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         )
     else:
         side = load_run(args.dir)
-    outputs.write(out, render(run, side, cmp).encode(), "--out")
+    outputs.write(out, report.render(run, side, cmp).encode(), "--out")
     print(f"wrote {out}")
     return 0
 
@@ -496,9 +476,6 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("workload", choices=WORKLOADS)
     r.add_argument("workload_args", nargs=argparse.REMAINDER)
     r.set_defaults(func=cmd_run)
-
-    from harness.analysis.compare import AXES, METRICS, MIN_RUNS
-    from harness.analysis.history import BASELINE_HELP, DEFAULT_BASELINE
 
     def analysis(c: argparse.ArgumentParser) -> None:
         c.add_argument(

@@ -24,6 +24,7 @@ import itertools
 import json
 import os
 import secrets
+import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -36,6 +37,8 @@ from typing import TYPE_CHECKING, Any
 from benchmarks.catalog import COLLECTIVE_WORKLOAD
 from benchmarks.common import redacted
 from benchmarks.results import ResultError, atomic_write_bytes, load_result
+from harness.analysis import stragglers
+from harness.analysis.stragglers import Straggler
 from harness.errors import RunDirError, one_line
 from harness.rundir import COMPLETED, RunDir
 
@@ -288,7 +291,6 @@ def _arrow_type(name: str) -> pa.DataType:
 
 def run_facts(table: pa.Table) -> tuple[dict[str, Any], list[Straggler]]:
     """(environment, stragglers) recorded in a summary's metadata by `collect`."""
-    from harness.analysis.stragglers import Straggler
 
     meta = table.schema.metadata or {}
     env = json.loads(meta.get(ENVIRONMENT_KEY, b"{}"))
@@ -337,8 +339,6 @@ def collect(run: RunDir, warn: Callable[[str], None] = _warn) -> tuple[pa.Table,
 
 
 def _collect(run: RunDir, warn: Callable[[str], None]) -> tuple[pa.Table, pa.Table]:
-    from harness.analysis import stragglers
-
     jobs = run.jobs()
     table = run.read_table(jobs)
     out = _Builder()
@@ -597,7 +597,6 @@ def _adopt_plain_files(run: RunDir) -> None:
     mixed content: the plain files are hard-linked into a first generation, `current` names it,
     and only then does each plain file become a link to the same bytes. Whatever `.summary`
     held is not read while the plain files are (a copy made with the links followed), so it goes."""
-    import shutil
 
     gens = run.generations
     if gens.is_symlink() or gens.is_file():
@@ -624,7 +623,6 @@ def _adopt_plain_files(run: RunDir) -> None:
 def clean_generations(run: RunDir) -> list[str]:
     """Remove what interrupted collects left: generations `current` does not name, and temporary
     files of the summary. Only under the run's lock. Returns the names removed."""
-    import shutil
 
     removed = []
     gens = run.generations

@@ -15,10 +15,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from harness.collect import collect, to_frame, write_summary
 from harness.errors import SlurmError, UsageError
 from harness.executors import Executor, LocalExecutor, SlurmExecutor
 from harness.executors.slurm.profile import DEFAULT_PROFILE, ClusterProfile
 from harness.plan import Job, expand
+from harness.present.plot import draw_all
 from harness.present.tables import print_jobs, print_plan, print_results
 from harness.rundir import COMPLETED, FINAL_STATES, RUNNING, JobRecord, RunDir, RunDirError
 from harness.spec import Sweep, build
@@ -118,9 +120,6 @@ def run_and_report(
 
 def collect_and_plot(run: RunDir, console: Console) -> pd.DataFrame:
     from rich.markup import escape
-
-    from harness.collect import collect, to_frame, write_summary
-    from harness.present.plot import draw_all
 
     # warnings quote file names, which may hold rich markup such as "[red]"
     summary, samples = collect(run, warn=lambda m: console.print(f"[yellow]warning:[/] {escape(m)}"))

@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD
+from harness.analysis import history
+from harness.analysis.compare import METRICS, key_frame, key_texts
 
 if TYPE_CHECKING:
     import numpy as np
@@ -129,9 +131,6 @@ def series(db: Path, cluster: str, metrics: tuple[str, ...]) -> tuple[list[Entry
     import numpy as np
     import pandas as pd
 
-    from harness.analysis import history
-    from harness.analysis.compare import METRICS, key_frame, key_texts
-
     found = history.entries(db, cluster)
     if not found:
         raise history.HistoryError(f"{db}: no run of cluster {cluster!r}; see `bench history list`")
@@ -190,8 +189,6 @@ def changes(db: Path, cluster: str, metrics: tuple[str, ...], threshold: float =
 
 
 def render(result: tuple[list[Change], int, int], cluster: str, threshold: float) -> str:
-    from harness.analysis.compare import METRICS
-
     found, searched, runs = result
     head = (
         f"change points in {searched} series of cluster {cluster} ({runs} runs; E-divisive means, "

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from benchmarks.catalog import COLLECTIVE_WORKLOAD, TRAINING
 from benchmarks.common import format_size
 from harness.analysis import stats
-from harness.collect import SUMMARY_VERSION, run_facts, summary_version
+from harness.collect import SUMMARY_VERSION, run_facts, summary_version, to_frame
 from harness.errors import DataError, one_line
 from harness.rundir import COMPLETED, RunDir, RunDirError
 
@@ -283,7 +283,6 @@ def side_from_tables(
 def key_frame(summary: pa.Table) -> pd.DataFrame:
     """A summary Arrow table as a DataFrame of the columns comparisons read, its keys made
     joinable: no collective or scaling is "", no size is 0 (nulls never match in a join)."""
-    from harness.collect import to_frame
 
     df = to_frame(summary.select([c for c in REQUIRED if c in summary.column_names]))
     df["collective"] = df["collective"].fillna("")

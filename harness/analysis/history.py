@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from benchmarks.catalog import COLLECTIVE_WORKLOAD
 from harness.analysis.compare import (
     KEYS,
+    MIN_RUNS,
     REQUIRED,
     DataError,
     Side,
@@ -44,6 +45,7 @@ from harness.analysis.compare import (
     records,
     side_from_tables,
 )
+from harness.collect import run_facts, to_frame
 from harness.errors import HistoryError
 from harness.rundir import COMPLETED, RunDir
 
@@ -221,7 +223,6 @@ class Added:
 def add(db: Path, path: str | Path, cluster: str, label: str | None = None) -> Added:
     """Store a run, failed keys and all; everything is checked before the one transaction
     that writes it."""
-    from harness.collect import run_facts, to_frame
 
     for flag, text in (("--cluster", cluster), ("--label", label)):
         if text is not None and (not text.strip() or len(text) > 200 or not text.isprintable()):
@@ -456,8 +457,6 @@ def _baseline(con: sqlite3.Connection, db: Path, found: list[Entry], kind: str, 
     import numpy as np
     import pandas as pd
     import pyarrow as pa
-
-    from harness.analysis.compare import MIN_RUNS
 
     frames: list[pd.DataFrame] = []
     expected: pd.DataFrame | None = None

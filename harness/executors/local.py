@@ -15,6 +15,7 @@ TIMEOUT. Ctrl-C kills the running job, records it CANCELLED and propagates.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import shlex
 import shutil
@@ -62,12 +63,8 @@ def visible_gpus() -> list[str]:
 def _die_with_parent() -> None:
     """In the child before exec: receive SIGTERM when the harness dies, even by SIGKILL, so no
     agent outlives it (Linux prctl PR_SET_PDEATHSIG; elsewhere nothing)."""
-    try:
-        import ctypes
-
+    with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 def _kill(procs: list[subprocess.Popen]) -> None:
