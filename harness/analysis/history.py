@@ -28,11 +28,13 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
+from itertools import repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD
 from harness.analysis.compare import (
+    CONFIG,
     KEYS,
     MIN_RUNS,
     REQUIRED,
@@ -41,8 +43,8 @@ from harness.analysis.compare import (
     check_samples,
     check_summary,
     key_frame,
+    key_texts,
     read_tables,
-    records,
     side_from_tables,
 )
 from harness.collect import run_facts, to_frame
@@ -191,27 +193,25 @@ def _points(rows: pd.DataFrame) -> list[tuple[str, str, float]]:
     out: list[tuple[str, str, float]] = []
     coll = rows[(rows["workload"] == COLLECTIVE_WORKLOAD) & (rows["busbw_gbps"] > 0)]
     if len(coll):
-        largest = coll.loc[
-            coll.groupby(["collective", "nodes", "gpus_per_node", "launcher", "nccl_config"])["size_bytes"].idxmax()
-        ]
-        for r in records(largest):
-            out.append(
-                (
-                    f"{r['collective']} {r['nodes']}x{r['gpus_per_node']} {r['launcher']} {r['nccl_config']}",
-                    "busbw_gbps",
-                    float(r["busbw_gbps"]),
-                )
-            )
+        largest = coll.loc[coll.groupby(CONFIG + ["collective"])["size_bytes"].idxmax()]
+        out += zip(key_texts(largest, sizes=False), repeat("busbw_gbps"), largest["busbw_gbps"].astype(float))
     train = rows[(rows["workload"] != COLLECTIVE_WORKLOAD) & (rows["images_per_s_per_gpu"] > 0)]
-    for r in records(train):
-        out.append(
-            (
-                f"{r['workload']}-{r['scaling']} {r['nodes']}x{r['gpus_per_node']} {r['launcher']} {r['nccl_config']}",
-                "images_per_s_per_gpu",
-                float(r["images_per_s_per_gpu"]),
-            )
-        )
+    metric = "images_per_s_per_gpu"
+    out += zip(key_texts(train, sizes=False), repeat(metric), train[metric].astype(float))
     return out
+
+
+def _current_series(text: str) -> str:
+    """A series as compare.key_texts spells it. Histories written before bench spelled keys one
+    way everywhere hold 'all_reduce 4x1 torchrun default' and 'synthetic-weak 4x1 torchrun
+    default': their words are names the spec allows (no spaces), so they split back exactly."""
+    words = text.split(" ")
+    if ", " in text or len(words) != 4:
+        return text
+    what, shape, launcher, settings = words
+    workload, _, scaling = what.rpartition("-")
+    what = f"{workload} {scaling}" if workload else f"{COLLECTIVE_WORKLOAD} {what}"
+    return f"{what}, {shape}, {launcher}, {settings}"
 
 
 @dataclass(frozen=True)
@@ -300,12 +300,14 @@ def points(db: Path, cluster: str) -> pd.DataFrame:
     import pandas as pd
 
     with _session(db) as con:
-        return pd.read_sql_query(
+        df = pd.read_sql_query(
             "SELECT r.id, r.label, r.created, p.series, p.metric, p.value FROM runs r JOIN points p "
             "ON p.run_id = r.id WHERE r.cluster = ? ORDER BY r.created, r.id",
             con,
             params=(cluster,),
         )
+    df["series"] = [_current_series(s) for s in df["series"]]
+    return df
 
 
 def remove(db: Path, run_id: int) -> Entry:

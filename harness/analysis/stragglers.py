@@ -25,6 +25,10 @@ from benchmarks.results import ResultError, load_result
 SLOWER = 0.20
 MOST = 0.75
 MIN_NODES = 3
+RULE = (
+    f"more than {SLOWER:.0%} slower than the median node in at least {MOST:.0%} of the link probe's "
+    f"passes, in a job of {MIN_NODES} or more nodes"
+)
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from harness.analysis.compare import (
     BY_RUNS,
     FAILED,
     FASTER,
+    KEYS,
     METRICS,
     SAME,
     SLOWER,
@@ -255,27 +256,13 @@ def pytest_benchmark(side: Side) -> bytes:
     import orjson
 
     rows = side.rows
-    conf = (
-        rows["nodes"].astype(str)
-        + "x"
-        + rows["gpus_per_node"].astype(str)
-        + "-"
-        + rows["launcher"].astype(str)
-        + "-"
-        + rows["nccl_config"].astype(str)
-    ).tolist()
-    sizes = {int(v): format_size(int(v)) for v in rows["size_bytes"].unique()}
-    coll_what = (rows["collective"].astype(str) + "-" + rows["size_bytes"].map(sizes).astype(str)).tolist()
-    train_what = (rows["workload"].astype(str) + "-" + rows["scaling"].astype(str)).tolist()
-    params = records(
-        rows[["workload", "collective", "scaling", "nodes", "gpus_per_node", "launcher", "nccl_config", "size_bytes"]]
-    )
+    keys, configs = key_texts(rows).tolist(), key_texts(rows, sizes=False).tolist()
+    params = records(rows[KEYS])
     extra = records(rows[list(METRICS)])
     groups = rows["workload"].astype(str).tolist()
     benches: list[tuple[int, dict[str, Any]]] = []
     for metric_name, (values, counts) in side.samples.items():
         coll = metric_name == "time_us"
-        what = coll_what if coll else train_what
         scale = 1e-6 if coll else 1e-3
         wanted = (rows["workload"] == COLLECTIVE_WORKLOAD).to_numpy() == coll
         for c in np.unique(counts[wanted & (counts > 0)]):
@@ -293,16 +280,15 @@ def pytest_benchmark(side: Side) -> bytes:
             }
             outliers = [f"{a};{b}" for a, b in zip(st["stddev_outliers"].tolist(), st["iqr_outliers"].tolist())]
             for i, values_i, out_i in zip(idx.tolist(), zip(*(v.tolist() for v in st.values())), outliers):
-                name = f"{what[i]}[{conf[i]}]"
                 benches.append(
                     (
                         i,
                         {
                             "group": groups[i],
-                            "name": name,
-                            "fullname": f"bench::{name}",
+                            "name": keys[i],
+                            "fullname": f"bench::{metric_name}[{keys[i]}]",
                             "params": params[i],
-                            "param": conf[i],
+                            "param": configs[i],
                             "extra_info": extra[i],
                             "options": options,
                             "stats": dict(zip(names, (*values_i, int(c), 1, out_i))),

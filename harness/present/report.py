@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD
+from harness.analysis import stragglers
 from harness.analysis.compare import METRICS, SAME, Comparison, Side, records
 from harness.collect import read_summary
 from harness.present import plot
@@ -93,10 +94,7 @@ def run_section(run: RunDir, side: Side) -> str:
     if side.stragglers:
         parts.append("<ul>" + "".join(f"<li>{_e(s.line())}</li>" for s in side.stragglers) + "</ul>")
     else:
-        parts.append(
-            "<p>None: no node was consistently more than 20% slower than the median node in the "
-            "link probe of any job of three or more nodes.</p>"
-        )
+        parts.append(f"<p>None: no node was {_e(stragglers.RULE)}.</p>")
     ok = summary[summary["status"] == COMPLETED]
     train = ok[ok["workload"] != COLLECTIVE_WORKLOAD].sort_values(
         ["workload", "scaling", "launcher", "nccl_config", "world_size"]
