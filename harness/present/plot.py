@@ -260,6 +260,25 @@ def _both(a: pd.DataFrame, b: pd.DataFrame, labels: tuple[str, str]) -> pd.DataF
     return pd.concat([a.assign(run=labels[0]), b.assign(run=labels[1])], ignore_index=True)
 
 
+def _two_runs(
+    sns: ModuleType, ax: Axes, sub: pd.DataFrame, x: str, y: str, labels: tuple[str, str], legend: bool
+) -> None:
+    """One panel of a two-run plot: colour tells the runs apart, the line style the series."""
+    sns.lineplot(
+        data=sub,
+        x=x,
+        y=y,
+        hue="run",
+        hue_order=list(labels),
+        style="series",
+        marker="o",
+        estimator=None,
+        sort=True,
+        ax=ax,
+        legend=legend,
+    )
+
+
 def compare_busbw_figure(a: pd.DataFrame, b: pd.DataFrame, labels: tuple[str, str]) -> Made | None:
     """busbw vs message size, both runs on one axis per node count (completed rows of each)."""
     import pandas as pd
@@ -284,19 +303,7 @@ def compare_busbw_figure(a: pd.DataFrame, b: pd.DataFrame, labels: tuple[str, st
     for c, n in enumerate(nodes):
         ax = axes[0][c]
         sub = df[df["nodes"] == n].sort_values("size_bytes")
-        sns.lineplot(
-            data=sub,
-            x="size_bytes",
-            y="busbw_gbps",
-            hue="run",
-            hue_order=list(labels),
-            style="series",
-            marker="o",
-            estimator=None,
-            sort=True,
-            ax=ax,
-            legend=(c == len(nodes) - 1),
-        )
+        _two_runs(sns, ax, sub, "size_bytes", "busbw_gbps", labels, legend=(c == len(nodes) - 1))
         _log2_axis(ax, sub["size_bytes"], format_size)
         ax.tick_params(axis="x", labelrotation=45)
         ax.set_xlabel("message size")
@@ -346,19 +353,7 @@ def compare_scaling_figure(a: pd.DataFrame, b: pd.DataFrame, labels: tuple[str, 
     for c, (title, rows, metric, ylabel) in enumerate(panels):
         ax = axes[0][c]
         sub = rows.assign(series=rows["gpus_per_node"].astype(str) + " GPU/node · " + _panel(rows)).sort_values("nodes")
-        sns.lineplot(
-            data=sub,
-            x="nodes",
-            y=metric,
-            hue="run",
-            hue_order=list(labels),
-            style="series",
-            marker="o",
-            estimator=None,
-            sort=True,
-            ax=ax,
-            legend=(c == len(panels) - 1),
-        )
+        _two_runs(sns, ax, sub, "nodes", metric, labels, legend=(c == len(panels) - 1))
         _log2_axis(ax, sub["nodes"], str)
         ax.set_xlabel("nodes")
         ax.set_ylabel(ylabel)
