@@ -20,7 +20,7 @@ from PIL import Image
 
 from benchmarks.allreduce import bus_factor
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]  # whole local sweeps, a minute or more each
 
 # The shipped local sweep, shortened: same matrix and workloads, fewer steps and sizes.
 FAST = [

@@ -320,6 +320,7 @@ workloads:
     return out
 
 
+@pytest.mark.e2e  # the two_sets sweep: 12 jobs, about 90 s
 def test_repeat_interleaves_replicates_and_pools_them(two_sets):
     plan = json.loads((two_sets / "plan.json").read_text())
     assert [j["name"] for j in plan["jobs"]] == [
@@ -337,6 +338,7 @@ def test_repeat_interleaves_replicates_and_pools_them(two_sets):
     assert side.samples["time_us"][1][row.name] == 3 * 6  # pooled: 3 runs of 6 calls
 
 
+@pytest.mark.e2e  # the two_sets sweep: 12 jobs, about 90 s
 def test_across_compares_two_sets_of_one_run(two_sets, tmp_path):
     md, plots = tmp_path / "c.md", tmp_path / "plots"
     r = bench(
@@ -370,6 +372,7 @@ def test_across_compares_two_sets_of_one_run(two_sets, tmp_path):
     assert r.returncode == 2 and "give two run directories, or one with --across" in r.stderr
 
 
+@pytest.mark.e2e  # the two_sets sweep: 12 jobs, about 90 s
 def test_the_band_judges_between_runs(two_sets):
     """With A's three runs, B's value counts only outside median +- 4 spreads of them."""
     side = load_run(two_sets)

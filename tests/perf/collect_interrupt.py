@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -84,16 +85,17 @@ def collect_once(run: RunDir) -> float:
 def interrupt_points(root: Path, n_jobs: int, points: int) -> list[dict]:
     run = make_run(root, n_jobs)
     set_marker(run, 1.0)
-    duration = collect_once(run)
+    # the median of three uninterrupted collects: one alone can be off by half on a busy machine
+    duration = statistics.median(collect_once(run) for _ in range(3))
     rows = []
     for i in range(points):
         old, new = float(i + 1), float(i + 2)
         assert markers(run) == (old, old, old), markers(run)
         set_marker(run, new)
         sig = signal.SIGINT if i % 2 else signal.SIGKILL
-        # spread over the whole run and a little past it, denser towards its end, where the files
-        # are written and committed
-        delay = 1.1 * duration * ((i + 0.5) / points) ** 0.5
+        # spread over the whole run and past it, denser towards its end, where the files are
+        # written and committed; the last points fall after a collect of the usual length ends
+        delay = 1.4 * duration * ((i + 0.5) / points) ** 0.5
         p = subprocess.Popen([*COLLECT, str(run.path)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         time.sleep(delay)
         p.send_signal(sig)
