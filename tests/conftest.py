@@ -88,6 +88,11 @@ def bench(*args: str, **kwargs) -> Result:
     return run([sys.executable, "-m", "harness.cli", *args], **kwargs)
 
 
+def regress(run_dir: Path, db: Path, out: Path, *args: str) -> Result:
+    """`bench regress RUN --cluster lab --db DB --out OUT ARGS`, its exit status left to the test."""
+    return bench("regress", str(run_dir), "--cluster", "lab", "--db", str(db), "--out", str(out), *args, check=False)
+
+
 def read_json(path: str | Path) -> dict:
     return json.loads(Path(path).read_text())
 

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import bench, copy_run, run, separating
+from conftest import bench, copy_run, regress, run, separating
 from PIL import Image
 
 from harness.analysis import stats, stragglers
@@ -386,19 +386,7 @@ def test_regress_outputs_for_ci(real_run, tmp_path):
     plan.write_text(plan.read_text().replace('"created": "', '"created": "0', 1))
     bench("history", "add", str(base), "--cluster", "lab", "--label", "good", "--db", str(db))
     out = tmp_path / "out"
-    r = bench(
-        "regress",
-        str(real_run),
-        "--cluster",
-        "lab",
-        "--db",
-        str(db),
-        "--baseline",
-        "label:good",
-        "--out",
-        str(out),
-        check=False,
-    )
+    r = regress(real_run, db, out, "--baseline", "label:good")
     assert (
         r.returncode == 1
         and ("REGRESSION: 5 regressions, 0 failed keys, 0 cannot judge, 0 improvements, 0 unchanged of 5") in r.stderr
@@ -416,20 +404,7 @@ def test_regress_outputs_for_ci(real_run, tmp_path):
     assert curve.find("failure").get("type") == "regression"
     assert re.fullmatch(r"regression: (\d+[KM] -\d+\.\d%(, )?){3}", curve.find("failure").get("message"))
     assert not (out / "benchmark.json").exists()  # opt-in
-    r = bench(
-        "regress",
-        str(real_run),
-        "--cluster",
-        "lab",
-        "--db",
-        str(db),
-        "--baseline",
-        "label:good",
-        "--out",
-        str(out),
-        "--benchmark-json",
-        check=False,
-    )
+    r = regress(real_run, db, out, "--baseline", "label:good", "--benchmark-json")
     doc = json.loads((out / "benchmark.json").read_text())
     assert {b["name"] for b in doc["benchmarks"]} >= {
         "allreduce all_reduce 1M, 2x1, torchrun, default",
@@ -454,18 +429,7 @@ def test_regress_outputs_for_ci(real_run, tmp_path):
     )
     assert "allreduce all_reduce 1M, 2x1, torchrun, default" in listed.stdout, listed.describe()
     for how in ("last", "best", "median:3", None):
-        again = bench(
-            "regress",
-            str(real_run),
-            "--cluster",
-            "lab",
-            "--db",
-            str(db),
-            *(("--baseline", how) if how else ()),
-            "--out",
-            str(tmp_path / str(how).replace(":", "")),
-            check=False,
-        )
+        again = regress(real_run, db, tmp_path / str(how).replace(":", ""), *(("--baseline", how) if how else ()))
         assert again.returncode == 1, again.describe()
         if how is None:  # one history run: fewer than the default median:5 asks, so each key is judged within it
             assert "5 of 5 keys have fewer than 5 usable runs in the history" in again.stdout, again.describe()

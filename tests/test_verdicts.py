@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import bench, copy_run, planned_later, separating
+from conftest import bench, copy_run, planned_later, regress, separating
 
 from harness.analysis import changes, stats
 from harness.analysis.compare import FAILED, UNJUDGED, compare, load_run
@@ -74,7 +74,7 @@ def test_a_failed_job_fails_the_gate_and_names_its_reason(real_run, tmp_path, hi
     broken = with_failed_job(real_run, tmp_path / "broken")
     db = history_of(planned_later(copy_run(real_run, tmp_path / "base"), "0"))
     out = tmp_path / "out"
-    r = bench("regress", str(broken), "--cluster", "lab", "--db", str(db), "--out", str(out), check=False)
+    r = regress(broken, db, out)
     assert r.returncode == 1, r.describe()
     assert "REGRESSION: 0 regressions, 1 failed key" in r.stderr, r.describe()
     suite = ET.parse(out / "junit.xml").getroot().find("testsuite")
@@ -114,19 +114,7 @@ def test_history_add_keeps_failures_and_baselines_skip_them(real_run, tmp_path):
     assert "as run 2 of cluster lab" in r.stdout
     # `last` takes each key from the newest run where it is usable: the 2-node training row from
     # the older (much faster) run, everything else from the newest
-    r = bench(
-        "regress",
-        str(real_run),
-        "--cluster",
-        "lab",
-        "--db",
-        str(db),
-        "--baseline",
-        "last",
-        "--out",
-        str(tmp_path / "out"),
-        check=False,
-    )
+    r = regress(real_run, db, tmp_path / "out", "--baseline", "last")
     t = (tmp_path / "out" / "report.md").read_text()
     assert r.returncode == 1 and re.search(
         r"\| images_per_s \| synthetic weak, 2x1, torchrun, default \|.*\| slower \|", t
@@ -142,12 +130,12 @@ def test_too_few_samples_cannot_be_judged(real_run, tmp_path, history_of):
     rewrite_summary(one, n_samples=lambda v: [min(x or 0, 1) for x in v])
     db = history_of(planned_later(copy_run(real_run, tmp_path / "base"), "0"))
     out = tmp_path / "out"
-    r = bench("regress", str(one), "--cluster", "lab", "--db", str(db), "--out", str(out), check=False)
+    r = regress(one, db, out)
     assert r.returncode == 3 and "CANNOT JUDGE: 0 regressions, 0 failed keys, 5 cannot judge" in r.stderr, r.describe()
     assert "too few samples for the test: 10 in A, 1 in B" in (out / "report.md").read_text()
     suite = ET.parse(out / "junit.xml").getroot().find("testsuite")
     assert suite.get("errors") == "3" and {e.get("type") for e in suite.iter("error")} == {"cannot-judge"}
-    relaxed = bench("regress", str(one), "--cluster", "lab", "--db", str(db), "--out", str(out), "--allow-unjudged")
+    relaxed = regress(one, db, out, "--allow-unjudged")
     assert relaxed.returncode == 0 and "5 cannot judge" in relaxed.stdout
     suite = ET.parse(out / "junit.xml").getroot().find("testsuite")
     assert suite.get("errors") == "0" and suite.get("skipped") == "3"
@@ -161,7 +149,7 @@ def test_a_baseline_without_samples_cannot_pass_a_slowdown(real_run, tmp_path, h
     rewrite_summary(bare, n_samples=lambda v: [0] * len(v))
     db = history_of(bare)
     slow = planned_later(copy_run(real_run, tmp_path / "slow", time_factor=3))
-    r = bench("regress", str(slow), "--cluster", "lab", "--db", str(db), "--out", str(tmp_path / "o"), check=False)
+    r = regress(slow, db, tmp_path / "o")
     assert r.returncode == 3 and "0 unchanged of 5" in r.stderr, r.describe()
     assert "too few samples for the test: 0 in A" in (tmp_path / "o" / "report.md").read_text()
 
@@ -202,19 +190,7 @@ def test_a_damaged_entry_is_named_and_removable(real_run, tmp_path, history_of, 
         planned_later(copy_run(real_run, tmp_path / "a"), "0"), planned_later(copy_run(real_run, tmp_path / "b"), "1")
     )
     _damage(db, case)
-    args = [
-        "regress",
-        str(real_run),
-        "--cluster",
-        "lab",
-        "--db",
-        str(db),
-        "--baseline",
-        "last",
-        "--out",
-        str(tmp_path / "o"),
-    ]
-    r = bench(*args, check=False)
+    r = regress(real_run, db, tmp_path / "o", "--baseline", "last")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.describe()
     assert "run 2 is damaged" in r.stderr or "run 2's" in r.stderr, r.describe()
     assert "bench history remove 2" in r.stderr
@@ -222,7 +198,7 @@ def test_a_damaged_entry_is_named_and_removable(real_run, tmp_path, history_of, 
     assert checked.returncode == 1 and "checked 2 runs" in checked.stdout and "1 problem" in checked.stdout
     assert "run 1" not in checked.stdout.replace("run 2", "")
     assert "removed run 2 of cluster lab" in bench("history", "remove", "2", "--db", str(db)).stdout
-    assert bench(*args, check=False).returncode == 0
+    assert regress(real_run, db, tmp_path / "o", "--baseline", "last").returncode == 0
     assert bench("history", "check", "--db", str(db)).stdout.strip().endswith("all readable")
 
 

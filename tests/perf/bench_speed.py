@@ -48,43 +48,26 @@ def _timed_command(benchmark, make_cmd):
     benchmark.pedantic(run, setup=setup, rounds=5, iterations=1)
 
 
-def test_dry_run_of_10000_jobs(benchmark, big_sweep, tmp_path):
-    """The whole command, interpreter start included."""
+def _dry_run(benchmark, sweep, out, executor: str) -> None:
+    """`bench sweep SWEEP --executor EXECUTOR --dry-run`, interpreter start included."""
     _timed_command(
         benchmark,
-        lambda i: [
-            sys.executable,
-            "-m",
-            "harness.cli",
-            "sweep",
-            str(big_sweep),
-            "--executor",
-            "local",
-            "--dry-run",
-            "--out",
-            str(tmp_path / f"run{i}"),
-        ],
+        lambda i: (
+            [sys.executable, "-m", "harness.cli", "sweep", str(sweep), "--executor", executor, "--dry-run"]
+            + ["--out", str(out / f"run{i}")]
+        ),
     )
+
+
+def test_dry_run_of_10000_jobs(benchmark, big_sweep, tmp_path):
+    """The whole command: plans 10,000 jobs and writes plan.json."""
+    _dry_run(benchmark, big_sweep, tmp_path, "local")
     assert (tmp_path / "run0" / "plan.json").stat().st_size > 1_000_000
 
 
 def test_slurm_dry_run_of_10000_jobs(benchmark, big_sweep, tmp_path):
-    """The whole command, interpreter start included: renders and writes 10,000 job.sbatch files."""
-    _timed_command(
-        benchmark,
-        lambda i: [
-            sys.executable,
-            "-m",
-            "harness.cli",
-            "sweep",
-            str(big_sweep),
-            "--executor",
-            "slurm",
-            "--dry-run",
-            "--out",
-            str(tmp_path / f"run{i}"),
-        ],
-    )
+    """The whole command: renders and writes 10,000 job.sbatch files."""
+    _dry_run(benchmark, big_sweep, tmp_path, "slurm")
     assert len(list((tmp_path / "run0" / "jobs").glob("*/job.sbatch"))) == 10_000
 
 
