@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD
 from harness.analysis import history
-from harness.analysis.compare import METRICS, key_frame, key_texts
+from harness.analysis.compare import METRICS, key_texts
 
 if TYPE_CHECKING:
     import numpy as np
@@ -135,21 +135,17 @@ def series(db: Path, cluster: str, metrics: tuple[str, ...]) -> tuple[list[Entry
     if not found:
         raise history.HistoryError(f"{db}: no run of cluster {cluster!r}; see `bench history list`")
     parts = []
-    with history._session(db) as con:
-        for i, entry in enumerate(found):
-            summary, _, _ = history._load(con, db, entry, with_samples=False)
-            df = key_frame(summary)
-            df = df[history._usable_rows(df)]
-            for name in metrics:
-                metric = METRICS[name]
-                rows = df[(df["workload"] == COLLECTIVE_WORKLOAD) == metric.allreduce]
-                rows = rows[rows[name].to_numpy(dtype=float, na_value=np.nan) > 0]
-                if not len(rows):
-                    continue
-                value = rows.assign(key=key_texts(rows)).groupby("key", sort=False)[name].median()
-                parts.append(
-                    pd.DataFrame({"metric": name, "key": value.index, "entry": i, "value": value.to_numpy(dtype=float)})
-                )
+    for i, df in enumerate(history.usable_rows(db, found)):
+        for name in metrics:
+            metric = METRICS[name]
+            rows = df[(df["workload"] == COLLECTIVE_WORKLOAD) == metric.allreduce]
+            rows = rows[rows[name].to_numpy(dtype=float, na_value=np.nan) > 0]
+            if not len(rows):
+                continue
+            value = rows.assign(key=key_texts(rows)).groupby("key", sort=False)[name].median()
+            parts.append(
+                pd.DataFrame({"metric": name, "key": value.index, "entry": i, "value": value.to_numpy(dtype=float)})
+            )
     return found, (
         pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["metric", "key", "entry", "value"])
     )

@@ -295,6 +295,16 @@ def entries(db: Path, cluster: str | None = None) -> list[Entry]:
         return [Entry(*r) for r in cur]
 
 
+def usable_rows(db: Path, found: list[Entry]) -> Iterator[pd.DataFrame]:
+    """Each entry's usable rows (completed, with a time and samples a baseline may use), in
+    key_frame's columns, read one entry at a time."""
+    with _session(db) as con:
+        for entry in found:
+            summary, _, _ = _load(con, db, entry, with_samples=False)
+            df = key_frame(summary)
+            yield df[_usable_rows(df)]
+
+
 def points(db: Path, cluster: str) -> pd.DataFrame:
     """DataFrame of (id, label, created, series, metric, value) for every run of a cluster."""
     import pandas as pd
