@@ -229,7 +229,6 @@ def _min_runs(value: int) -> int:
 
 def _sides(dir_a: str, dir_b: str | None, across: tuple[str, str, str] | None) -> tuple[Side, Side]:
     """The two sides of a comparison: two runs, or one run twice when --across names the axis."""
-
     if dir_b is None and across is None:
         raise UsageError("give two run directories, or one with --across AXIS=A,B")
     a = load_run(dir_a)

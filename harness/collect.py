@@ -46,7 +46,6 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-    from harness.analysis.stragglers import Straggler
     from harness.plan import Job, WorkloadRun
 
 # The columns of summary.csv, in order. Units are in the names.
@@ -291,7 +290,6 @@ def _arrow_type(name: str) -> pa.DataType:
 
 def run_facts(table: pa.Table) -> tuple[dict[str, Any], list[Straggler]]:
     """(environment, stragglers) recorded in a summary's metadata by `collect`."""
-
     meta = table.schema.metadata or {}
     env = json.loads(meta.get(ENVIRONMENT_KEY, b"{}"))
     return env, [Straggler(**d) for d in json.loads(meta.get(STRAGGLERS_KEY, b"[]"))]
@@ -597,7 +595,6 @@ def _adopt_plain_files(run: RunDir) -> None:
     mixed content: the plain files are hard-linked into a first generation, `current` names it,
     and only then does each plain file become a link to the same bytes. Whatever `.summary`
     held is not read while the plain files are (a copy made with the links followed), so it goes."""
-
     gens = run.generations
     if gens.is_symlink() or gens.is_file():
         gens.unlink()
@@ -623,7 +620,6 @@ def _adopt_plain_files(run: RunDir) -> None:
 def clean_generations(run: RunDir) -> list[str]:
     """Remove what interrupted collects left: generations `current` does not name, and temporary
     files of the summary. Only under the run's lock. Returns the names removed."""
-
     removed = []
     gens = run.generations
     keep = os.readlink(gens / "current") if (gens / "current").is_symlink() else None

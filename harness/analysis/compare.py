@@ -283,7 +283,6 @@ def side_from_tables(
 def key_frame(summary: pa.Table) -> pd.DataFrame:
     """A summary Arrow table as a DataFrame of the columns comparisons read, its keys made
     joinable: no collective or scaling is "", no size is 0 (nulls never match in a join)."""
-
     df = to_frame(summary.select([c for c in REQUIRED if c in summary.column_names]))
     df["collective"] = df["collective"].fillna("")
     df["scaling"] = df["scaling"].fillna("")

@@ -223,7 +223,6 @@ class Added:
 def add(db: Path, path: str | Path, cluster: str, label: str | None = None) -> Added:
     """Store a run, failed keys and all; everything is checked before the one transaction
     that writes it."""
-
     for flag, text in (("--cluster", cluster), ("--label", label)):
         if text is not None and (not text.strip() or len(text) > 200 or not text.isprintable()):
             raise HistoryError(
