@@ -418,6 +418,7 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
             f" {'time(us)':>10} {'algbw(GB/s)':>11} {'busbw(GB/s)':>11} {'#wrong':>6}"
         )
         for size in sizes:
+            ctx.progress(f"{name} {format_size(size)}")
             count = size // element
             coll = CollectiveRun(collective(name), op, args.op, count, inp, out, rank, world)
             row: dict[str, Any] = {
@@ -442,6 +443,7 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
             f"# link probe: {format_size(args.link_bytes)} both ways between every pair of ranks, "
             f"{args.link_iters} passes"
         )
+        ctx.progress("link probe")
         links = _link_probe(args, ctx)
     return {
         "params": {

@@ -147,6 +147,8 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
     total_s: list[float] = []
     wait_s: list[float] = []
     for step in range(args.warmup_steps + args.steps):
+        warm = step < args.warmup_steps
+        ctx.progress(f"warmup step {step + 1}" if warm else f"step {step - args.warmup_steps + 1}")
         t0 = time.perf_counter()
         images, labels = next_batch()
         images = images.to(ctx.device, non_blocking=True, memory_format=trainer.memory_format)

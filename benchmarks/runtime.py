@@ -17,13 +17,14 @@ import socket
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from . import links
 from .common import (
     PER_RANK,
     Launch,
@@ -34,6 +35,7 @@ from .common import (
     ranks_path,
     spawn_local_ranks,
 )
+from .progress import Progress
 from .results import SCHEMA_VERSION, atomic_write_json
 
 # --------------------------------------------------------------------------- device and backend
@@ -147,6 +149,27 @@ def capture_environment(launch: Launch, device: torch.device, backend: str) -> d
     return env
 
 
+def transport_evidence(launch: Launch, backend: str) -> dict[str, Any]:
+    """Where the facts of the transport this job used are (docs/transport.md); a collective call.
+
+    gloo: each rank's own connections, by interface, leaving out the rendezvous store's (on
+    MASTER_PORT), which is not the collectives' transport. NCCL: its debug log, whose path
+    pattern (NCCL_DEBUG_FILE, with %h and %p) is recorded as the ranks saw it."""
+    if backend != "gloo":
+        return {
+            "source": "nccl_log",
+            "debug": os.environ.get("NCCL_DEBUG"),
+            "debug_file": os.environ.get("NCCL_DEBUG_FILE"),
+        }
+    store = {
+        int(p) for p in (os.environ.get("MASTER_PORT"), os.environ.get("TORCHELASTIC_MASTER_PORT")) if p and p.isdigit()
+    }
+    mine = {"rank": launch.rank, "host": socket.gethostname(), **links.used_interfaces(store)}
+    ranks: list[Any] = [None] * launch.world_size
+    dist.all_gather_object(ranks, mine)
+    return {"source": "sockets", "ranks": ranks}
+
+
 def gather_rows(values: list[float], device: torch.device, world: int) -> list[list[float]]:
     """Every rank's `values` (lists of one length), rank by rank: a collective call."""
     mine = torch.tensor(values, dtype=torch.float64, device=device)
@@ -160,11 +183,13 @@ def gather_rows(values: list[float], device: torch.device, world: int) -> list[l
 
 @dataclass(frozen=True)
 class Context:
-    """What `measure` gets besides its arguments."""
+    """What `measure` gets besides its arguments; `progress(phase)` records where the rank is
+    (outside timed regions), for hang attribution."""
 
     launch: Launch
     device: torch.device
     backend: str
+    progress: Progress = field(default_factory=lambda: Progress(None, 0))
 
     @property
     def is_root(self) -> bool:
@@ -208,8 +233,10 @@ def main(
             print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
 
+    progress = Progress(args.json, launch.rank)
+    progress("joining the process group")
     init_process_group(launch, backend, device, args.timeout)
-    ctx = Context(launch=launch, device=device, backend=backend)
+    ctx = Context(launch=launch, device=device, backend=backend, progress=progress)
     try:
         environment = capture_environment(launch, device, backend)
         try:
@@ -218,6 +245,8 @@ def main(
             ctx.log(f"{prog}: error: {exc}")
             return 2
         per_rank = body.pop(PER_RANK, None)
+        progress("recording the results")
+        transport = transport_evidence(launch, backend)
         if ctx.is_root:
             result = {
                 "schema_version": SCHEMA_VERSION,
@@ -232,6 +261,7 @@ def main(
                 "argv": argv,
                 **body,
                 "environment": environment,
+                "transport": transport,
             }
             if args.json:
                 if per_rank is not None:
@@ -250,6 +280,8 @@ def main(
                     result["per_rank_file"] = os.path.basename(ranks_path(args.json))
                 atomic_write_json(args.json, json_safe(result))
                 print(f"# result written to {args.json}", flush=True)
+        progress("done")
         return 0
     finally:
         dist.destroy_process_group()
+        progress.close()

@@ -55,13 +55,15 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
     )
 
     warmup_ms = []
-    for _ in range(args.warmup_steps):
+    for i in range(args.warmup_steps):
+        ctx.progress(f"warmup step {i + 1}")
         t0 = time.perf_counter()
         trainer.step(images, labels)
         sync(ctx)
         warmup_ms.append((time.perf_counter() - t0) * 1e3)
     step_s = []
-    for _ in range(args.steps):
+    for i in range(args.steps):
+        ctx.progress(f"step {i + 1}")
         t0 = time.perf_counter()
         trainer.step(images, labels)
         sync(ctx)

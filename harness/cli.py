@@ -6,8 +6,9 @@
     bench collect DIR | bench plot DIR | bench status DIR
     bench compare DIR_A [DIR_B] [--across AXIS=A,B]
     bench history add|list|plot|changes|check|remove
-    bench regress DIR --cluster NAME [--baseline median:K|last|best|label:L]
+    bench regress DIR --cluster NAME [--baseline median:K|last|best|label:L] | DIR --baseline reference
     bench report DIR [--compare DIR_B | --across AXIS=A,B]
+    bench transport LOG... [--json]
 
 User mistakes end with one line on stderr and exit status 2; a sweep with failed jobs exits 1;
 regress exits 1 on a regression or failed key and 3 on a key it cannot judge.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import re
 import shutil
@@ -28,8 +30,8 @@ from typing import TYPE_CHECKING
 from benchmarks.catalog import WORKLOADS
 from benchmarks.common import OneLineParser
 from benchmarks.results import atomic_write_bytes
-from harness import outputs, sweep
-from harness.analysis import changes, history
+from harness import outputs, sweep, transport
+from harness.analysis import changes, history, reference
 from harness.analysis.compare import (
     AXES,
     BY_SAMPLES,
@@ -52,7 +54,7 @@ from harness.executors.slurm.profile import load_profile
 from harness.present import report
 from harness.present.plot import draw_all, draw_compare, history_figure
 from harness.present.regress import summary_line, write_all
-from harness.present.tables import markdown, print_comparison, print_jobs, table_csv
+from harness.present.tables import markdown, print_comparison, print_jobs, run_mismatches, table_csv
 from harness.rundir import COMPLETED, FINAL_STATES, RunDir
 from harness.spec import load_sweep
 from harness.sweep import in_use, locked
@@ -367,17 +369,27 @@ def cmd_regress(args: argparse.Namespace) -> int:
     threshold = _threshold(args.threshold)
     out = _check_out_dir(args.out, "--out") or Path(args.dir) / "regress"
     db = _db(args)
-    kind, k = history.parse_baseline(args.baseline)
-    run = load_run(args.dir)
-    base = history.baseline(db, args.cluster, args.baseline, exclude=history.fingerprint(RunDir(args.dir)))
-    cmp = compare(
-        base,
-        run,
-        _metrics(args.metric),
-        threshold,
-        min_runs=k if kind == "median" else MIN_RUNS,
-        allow_mismatch=args.allow_mismatch,
-    )
+    if args.baseline == reference.BASELINE:
+        kind, k = reference.BASELINE, 1
+        run = load_run(args.dir)
+        profile = RunDir(args.dir).read_plan().get("cluster")
+        cmp = reference.against_reference(run, reference.references(profile), (profile or {}).get("name", "none"))
+        where = f"the reference of cluster profile {(profile or {}).get('name', 'none')}"
+    else:
+        if not args.cluster:
+            raise UsageError("regress needs --cluster NAME, the cluster whose history holds the baseline")
+        kind, k = history.parse_baseline(args.baseline)
+        run = load_run(args.dir)
+        base = history.baseline(db, args.cluster, args.baseline, exclude=history.fingerprint(RunDir(args.dir)))
+        cmp = compare(
+            base,
+            run,
+            _metrics(args.metric),
+            threshold,
+            min_runs=k if kind == "median" else MIN_RUNS,
+            allow_mismatch=args.allow_mismatch,
+        )
+        where = f"{base.label} ({args.cluster})"
     console = _console()
     print_comparison(console, cmp, args.top)
     if kind == "median":
@@ -391,7 +403,7 @@ def cmd_regress(args: argparse.Namespace) -> int:
     paths = write_all(
         cmp,
         out,
-        f"bench regress: {run.label} against {base.label} ({args.cluster})",
+        f"bench regress: {run.label} against {where}",
         benchmark_json=args.benchmark_json,
         strict=not args.allow_unjudged,
     )
@@ -399,7 +411,7 @@ def cmd_regress(args: argparse.Namespace) -> int:
     counts = cmp.counts()
     status = (
         EXIT_REGRESSION
-        if counts[SLOWER] or counts[FAILED]
+        if counts[SLOWER] or counts[FAILED] or run_mismatches(cmp)
         else EXIT_UNJUDGED
         if counts[UNJUDGED] and not args.allow_unjudged
         else 0
@@ -431,6 +443,15 @@ def cmd_report(args: argparse.Namespace) -> int:
         side = load_run(args.dir)
     outputs.write(out, report.render(run, side, cmp).encode(), "--out")
     print(f"wrote {out}")
+    return 0
+
+
+def cmd_transport(args: argparse.Namespace) -> int:
+    facts = [transport.read_log(Path(p)) for p in args.logs]
+    if args.json:
+        print(json.dumps(facts, indent=2))
+    else:
+        print("\n".join(line for f in facts for line in transport.describe(f)))
     return 0
 
 
@@ -540,8 +561,13 @@ def build_parser() -> argparse.ArgumentParser:
         "a failed key, 3 on a key that cannot be judged",
     )
     g.add_argument("dir", help="run directory")
-    g.add_argument("--cluster", required=True, help="cluster whose history holds the baseline")
-    g.add_argument("--baseline", default=DEFAULT_BASELINE, help=f"{BASELINE_HELP} (default {DEFAULT_BASELINE})")
+    g.add_argument("--cluster", help="cluster whose history holds the baseline (not with --baseline reference)")
+    g.add_argument(
+        "--baseline",
+        default=DEFAULT_BASELINE,
+        help=f"{BASELINE_HELP} | reference: the run's cluster profile's reference figures, no history "
+        f"(default {DEFAULT_BASELINE})",
+    )
     g.add_argument("--db", help="history database (default results/history.sqlite)")
     g.add_argument("--out", help="directory for report.md and junit.xml (default DIR/regress)")
     g.add_argument(
@@ -564,6 +590,15 @@ def build_parser() -> argparse.ArgumentParser:
     analysis(o)
     pairwise(o)
     o.set_defaults(func=cmd_report)
+
+    t = sub.add_parser(
+        "transport",
+        help="what NCCL's debug log (NCCL_DEBUG=INFO) says the job ran over: network, devices, GPUDirect RDMA, "
+        "transports inside a node, channels, warnings",
+    )
+    t.add_argument("logs", nargs="+", metavar="LOG", help="an NCCL log, or a directory of per-rank logs")
+    t.add_argument("--json", action="store_true", help="one JSON object per LOG; a fact the log does not state is null")
+    t.set_defaults(func=cmd_transport)
 
     for name, func, text in (
         ("collect", cmd_collect, "rebuild summary.parquet/csv from the job results"),

@@ -37,10 +37,13 @@ from typing import TYPE_CHECKING, Any
 from benchmarks.catalog import COLLECTIVE_WORKLOAD
 from benchmarks.common import redacted
 from benchmarks.results import ResultError, atomic_write_bytes, load_result
+from harness import transport
 from harness.analysis import stragglers
 from harness.analysis.stragglers import Straggler
 from harness.errors import RunDirError, one_line
+from harness.executors.slurm.profile import Hardware
 from harness.rundir import COMPLETED, RunDir
+from harness.spec import FieldError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -67,6 +70,8 @@ COLUMNS = [
     "time_us",
     "algbw_gbps",
     "busbw_gbps",
+    "busbw_peak_gbps",
+    "busbw_pct_peak",
     "wrong",
     "time_us_p10",
     "time_us_median",
@@ -89,6 +94,12 @@ COLUMNS = [
     "efficiency",
     "speedup",
     "hosts",
+    "net",
+    "net_devices",
+    "gdr",
+    "intra_transport",
+    "nccl_channels",
+    "nccl_warnings",
     "reason",
     "log_tail",
     "repeat",
@@ -102,7 +113,12 @@ COLUMNS = [
 # in the metadata too (ENVIRONMENT_KEY, STRAGGLERS_KEY), so comparisons need not reopen results;
 # 4: what makes two rows comparable (params, settings, settings_hash), the replicate (repeat)
 # and the count of usable samples behind each row (n_samples).
+# The transport columns (transport.COLUMNS) and the peak columns (PEAK_COLUMNS) came later
+# within 4: a summary without them reads as null there (to_frame), so histories of older runs
+# stay usable.
 SUMMARY_VERSION = 4
+# busbw against what the profile says the links carry (docs/expected.md)
+PEAK_COLUMNS = ("busbw_peak_gbps", "busbw_pct_peak")
 _VERSION_KEY = b"bench_summary_version"
 ENVIRONMENT_KEY = b"bench_environment"
 STRAGGLERS_KEY = b"bench_stragglers"
@@ -155,6 +171,8 @@ INT_COLUMNS = {
     "global_batch",
     "repeat",
     "n_samples",
+    "nccl_channels",
+    "nccl_warnings",
 }
 TEXT_COLUMNS = {
     "job",
@@ -175,6 +193,10 @@ TEXT_COLUMNS = {
     "params",
     "settings",
     "settings_hash",
+    "net",
+    "net_devices",
+    "gdr",
+    "intra_transport",
 }
 # The workload parameters that decide what a figure measures: two rows are comparable only when
 # these agree (and their settings sets hold the same variables). Iteration and step counts are
@@ -310,6 +332,9 @@ def to_frame(table: pa.Table) -> pd.DataFrame:
     import pyarrow as pa
 
     mapping = {pa.string(): pd.StringDtype(), pa.int64(): pd.Int64Dtype()}
+    for name in (*transport.COLUMNS, *PEAK_COLUMNS):
+        if name not in table.column_names:
+            table = table.append_column(name, pa.nulls(table.num_rows, type=_arrow_type(name)))
     return table.to_pandas(types_mapper=mapping.get)
 
 
@@ -337,8 +362,10 @@ def collect(run: RunDir, warn: Callable[[str], None] = _warn) -> tuple[pa.Table,
 
 
 def _collect(run: RunDir, warn: Callable[[str], None]) -> tuple[pa.Table, pa.Table]:
-    jobs = run.jobs()
+    plan = run.read_plan()
+    jobs = run.jobs(plan)
     table = run.read_table(jobs)
+    hardware = _hardware(plan.get("cluster"), warn)
     out = _Builder()
     envs = _Environments()
     slow: list[Straggler] = []
@@ -354,6 +381,7 @@ def _collect(run: RunDir, warn: Callable[[str], None]) -> tuple[pa.Table, pa.Tab
             "nccl_config": job.nccl_config,
             "repeat": job.repeat,
             **settings_columns(job.nccl_env),
+            "_peak": hardware.peak_busbw_gbps(job.nodes, job.gpus_per_node) if hardware else None,
         }
         for wr in job.runs:
             status = rec.runs.get(wr.key, rec.state)
@@ -381,6 +409,13 @@ def _collect(run: RunDir, warn: Callable[[str], None]) -> tuple[pa.Table, pa.Tab
                     raise TypeError(f"environment.hosts is {hosts!r}, not a list of host names")
                 head.update(backend=str(result["backend"]), device=str(result["device"]), hosts=",".join(hosts))
                 head["params"] = compared_params(wr.workload, result)
+                ranks = transport.rank_facts(result, run.path)
+                head.update(transport.columns(ranks))
+                why = job.expect and transport.mismatch(
+                    job.nccl_config, job.expect, ranks, job.nodes, job.gpus_per_node
+                )
+                if status == COMPLETED and why:  # measured, but not over what the set expects
+                    head.update(status=transport.TRANSPORT_MISMATCH, reason=why)
                 _add_result(out, head, result)
             except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
                 warn(f"skipping {path}: incomplete result ({type(exc).__name__}: {exc})")
@@ -399,6 +434,18 @@ def _collect(run: RunDir, warn: Callable[[str], None]) -> tuple[pa.Table, pa.Tab
     add_scaling(out.columns)
     slow.sort(key=lambda s: -s.slower)
     return out.table(envs.result(), [asdict(s) for s in slow]), out.samples()
+
+
+def _hardware(cluster: Any, warn: Callable[[str], None]) -> Hardware | None:
+    """The link speeds the run's cluster profile states (plan.json keeps the profile), or None."""
+    stated = cluster.get("hardware") if isinstance(cluster, dict) else None
+    if stated is None:
+        return None
+    try:
+        return Hardware(**stated)
+    except (TypeError, FieldError) as exc:
+        warn(f"plan.json: cluster hardware {stated!r} is not usable ({exc}); busbw is not shown as % of peak")
+        return None
 
 
 def foreign(result: dict[str, Any], job: Job, wr: WorkloadRun) -> str | None:
@@ -433,6 +480,10 @@ def _add_result(out: _Builder, head: dict[str, Any], result: dict[str, Any]) -> 
             for c, size in zip(per_row["collective"], per_row["size_bytes"])
         ]
         samples = _checked_samples([r["samples_us"] for r in rows])
+        peak = head["_peak"]  # the job's (not a column: training rows have no busbw)
+        if peak:
+            per_row["busbw_peak_gbps"] = [peak] * len(rows)
+            per_row["busbw_pct_peak"] = [None if b is None else 100.0 * b / peak for b in per_row["busbw_gbps"]]
         out.add(len(rows), head, per_row, keys, samples)
     else:
         if float(result["images_per_s"]) <= 0:

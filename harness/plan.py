@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -36,6 +37,17 @@ class WorkloadRun:
         return f"benchmarks.{self.workload}"
 
 
+# NCCL's own account of the transport it chose (docs/transport.md), on for every job that may run
+# NCCL unless the sweep, its settings set or the cluster profile sets the variable itself.
+NCCL_DEBUG_DEFAULTS = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET,GRAPH"}
+# PyTorch's flight recorder on NCCL process groups: the last collectives of each rank, dumped
+# when the process-group timeout fires (docs/hangs.md). torch 2.x reads these names (newer
+# releases also TORCH_FR_*, with these as the fallback).
+FLIGHT_RECORDER_DEFAULTS = {"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1"}
+# The variables that name a file per workload step, so each step's files stay apart.
+PER_STEP = ("NCCL_DEBUG_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+
+
 @dataclass(frozen=True)
 class Job:
     name: str
@@ -52,6 +64,10 @@ class Job:
     runs: tuple[WorkloadRun, ...]
     repeat: int = 1  # which replicate of its matrix point (bench sweep --repeat N)
     passthrough: tuple[str, ...] = ()  # variables taken by name from the environment bench runs in
+    # What the job's settings set expects of its transport (spec.EXPECT_KEYS); not part of the
+    # config hash, since it changes what is checked, not what is measured.
+    expect: tuple[tuple[str, Any], ...] = ()
+    stall_s: float = 300.0  # no progress this long is a hang (docs/hangs.md); not in the config hash
 
     @property
     def world_size(self) -> int:
@@ -59,6 +75,30 @@ class Job:
 
     def result_path(self, run: WorkloadRun) -> str:
         return f"jobs/{self.name}/{run.key}.json"
+
+    @property
+    def nccl_log_dir(self) -> str:
+        return f"jobs/{self.name}/nccl"
+
+    @property
+    def flight_dir(self) -> str:
+        return f"jobs/{self.name}/flight"
+
+    def debug_env(self, run: WorkloadRun, given: Iterable[str]) -> dict[str, str]:
+        """The NCCL debug and flight-recorder variables of one workload of this job that `given`
+        (the names the job's environment already sets) leaves to bench: each rank's NCCL lines
+        in a file of its own (NCCL_DEBUG_FILE's %h and %p are NCCL's host name and pid), and
+        each rank's flight-recorder dump in the job directory (torch appends the rank)."""
+        if self.backend == "gloo":
+            return {}
+        given = set(given)
+        defaults = {**NCCL_DEBUG_DEFAULTS, **FLIGHT_RECORDER_DEFAULTS}
+        out = {k: v for k, v in defaults.items() if k not in given}
+        if "NCCL_DEBUG_FILE" not in given:
+            out["NCCL_DEBUG_FILE"] = f"{self.nccl_log_dir}/{run.key}.%h.%p.log"
+        if "TORCH_NCCL_DEBUG_INFO_TEMP_FILE" not in given:
+            out["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] = f"{self.flight_dir}/{run.key}.rank"
+        return out
 
     def run_args(self, run: WorkloadRun, timeout_s: float) -> list[str]:
         """The workload's full argument list, as every rank receives it."""
@@ -98,6 +138,8 @@ class Job:
             time_limit_min=d["time_limit_min"],
             runs=tuple(WorkloadRun(r["workload"], r["scaling"], tuple(r["args"])) for r in d["runs"]),
             repeat=d.get("repeat", 1),
+            expect=tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in d.get("expect", ())),
+            stall_s=d.get("stall_s", 300.0),
             passthrough=tuple(d.get("passthrough", ())),
         )
 
@@ -171,6 +213,8 @@ def expand(sweep: Sweep) -> list[Job]:
                             time_limit_min=sweep.time_limit_min,
                             runs=runs,
                             passthrough=sweep.env_passthrough,
+                            expect=tuple(sorted(sweep.nccl_expect.get(nccl_name, {}).items())),
+                            stall_s=sweep.stall_limit_s,
                         )
                     )
     if sweep.repeat == 1:

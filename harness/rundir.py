@@ -296,10 +296,11 @@ class RunDir:
                 raise RunDirError(f"{self.plan_file}: malformed plan: {key} is {type(plan.get(key)).__name__}")
         return plan
 
-    def jobs(self) -> list[Job]:
-        """The plan's jobs, checked: a job's name and workloads become paths under the run
-        directory, so an edited plan.json cannot point them anywhere else."""
-        plan = self.read_plan()
+    def jobs(self, plan: dict[str, Any] | None = None) -> list[Job]:
+        """The plan's jobs (of `plan`, when already read), checked: a job's name and workloads
+        become paths under the run directory, so an edited plan.json cannot point them anywhere
+        else."""
+        plan = self.read_plan() if plan is None else plan
         try:
             jobs = [Job.from_dict({**d, "runs": plan["runs"]}) for d in plan["jobs"]]
         except (KeyError, TypeError, ValueError, AttributeError) as exc:

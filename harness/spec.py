@@ -261,12 +261,19 @@ class Sweep:
     gpus_per_node: tuple[int, ...] = (1,)
     launchers: tuple[str, ...] = ("torchrun",)
     nccl: dict[str, dict[str, str]] = field(default_factory=lambda: {"default": {}}, metadata={"mapping": "env_sets"})
+    # What each settings set declares it runs over (`nccl: {ib: {env: {...}, expect: {...}}}`),
+    # read from the `nccl` key; checked against each job's transport facts (docs/transport.md).
+    nccl_expect: dict[str, dict[str, Any]] = field(default_factory=dict, metadata={"derived": True})
     env: dict[str, str] = field(default_factory=dict, metadata={"mapping": "env"})
     # Variables every job takes from the environment bench runs in, by name only: how a job gets
     # a secret (a token, a password) without the plan or its scripts holding it.
     env_passthrough: tuple[str, ...] = ()
     time_limit_min: float = 30.0
     timeout_s: float = 300.0
+    # A workload whose ranks all stop making progress this long is ended and the rank that held
+    # the others named (docs/hangs.md); by default 80% of timeout_s, at most 300 s, so it acts
+    # before the process-group timeout does.
+    stall_s: float | None = None
     repeat: int = 1  # replicates of every job, interleaved across the matrix
     workloads: Workloads
 
@@ -303,11 +310,21 @@ class Sweep:
                     f"nccl.{set_name}", "is not a valid set name; use letters, digits, '_', '-' (at most 32)"
                 )
             check_env(f"nccl.{set_name}", variables)
+        for set_name, expect in self.nccl_expect.items():
+            if set_name not in self.nccl:
+                raise FieldError(f"nccl.{set_name}.expect", "names no settings set")
+            check_expect(f"nccl.{set_name}.expect", expect)
         check_env("env", self.env)
         check_passthrough("env_passthrough", self.env_passthrough)
         _within("time_limit_min", self.time_limit_min, 0.1, MAX_MINUTES)
         _within("timeout_s", self.timeout_s, 1, 7 * 86400)
+        if self.stall_s is not None:
+            _within("stall_s", self.stall_s, 2, 7 * 86400)
         _within("repeat", self.repeat, 1, MAX_REPEAT)
+
+    @property
+    def stall_limit_s(self) -> float:
+        return self.stall_s if self.stall_s is not None else min(300.0, 0.8 * self.timeout_s)
 
     @property
     def node_counts(self) -> tuple[int, ...]:
@@ -387,6 +404,40 @@ def check_env(key: str, variables: dict[str, str]) -> None:
                 "would record; export it where bench runs and list its name under "
                 "env_passthrough instead",
             )
+
+
+# What a settings set may expect of its jobs' transport facts, and the kind of each value. The
+# network facts are checked on multi-node jobs, intra_transport on jobs of several GPUs per node.
+EXPECT_KEYS = {
+    "net": "a network name as NCCL logs it (IB, Socket, AWS Libfabric) or Socket for gloo",
+    "net_devices": "a list of devices, e.g. [mlx5_0, mlx5_1] or, for gloo, [eth0]",
+    "link_layer": "IB or RoCE",
+    "gdr": "true or false",
+    "intra_transport": "a list among P2P/IPC, P2P/CUMEM, P2P/direct pointer, SHM, NVLS, CollNet",
+    "nccl_version": "a version or its prefix, e.g. 2.21 or 2.21.5",
+}
+EXPECT_LISTS = ("net_devices", "intra_transport")
+EXPECT_TEXT_RE = re.compile(r"[A-Za-z0-9_.:/+ -]{1,64}")
+
+
+def check_expect(key: str, expect: dict[str, Any]) -> None:
+    if not expect:
+        raise FieldError(key, f"is empty; expect one or more of {', '.join(EXPECT_KEYS)}")
+    for name, value in expect.items():
+        if name not in EXPECT_KEYS:
+            raise FieldError(f"{key}.{name}", f"unknown key; valid: {', '.join(EXPECT_KEYS)}")
+        if name == "gdr":
+            ok = isinstance(value, bool)
+        elif name in EXPECT_LISTS:
+            ok = (
+                isinstance(value, tuple)
+                and bool(value)
+                and all(isinstance(v, str) and EXPECT_TEXT_RE.fullmatch(v) for v in value)
+            )
+        else:
+            ok = isinstance(value, str) and bool(EXPECT_TEXT_RE.fullmatch(value))
+        if not ok:
+            raise FieldError(f"{key}.{name}", f"{value!r} is not valid; expected {EXPECT_KEYS[name]}")
 
 
 def check_passthrough(key: str, names: tuple[str, ...]) -> None:
@@ -492,12 +543,32 @@ def _env_values(value: Any, where: str) -> dict[str, str]:
     return out
 
 
+def _env_set(body: Any, where: str) -> tuple[dict[str, str], dict[str, Any] | None]:
+    """A settings set: its variables, and what it expects of the transport. Two forms: the
+    variables alone (`ib: {NCCL_IB_HCA: mlx5_0}`), or `ib: {env: {...}, expect: {...}}`, told
+    apart by their keys (env and expect only) holding mappings, which a variable cannot."""
+    if (
+        isinstance(body, dict)
+        and body
+        and set(body) <= {"env", "expect"}
+        and any(isinstance(v, dict) or v is None for v in body.values())
+    ):
+        expect = body.get("expect")
+        if expect is not None and not isinstance(expect, dict):
+            raise SpecError(f"{where}.expect: expected a mapping such as {{net: IB, gdr: true}}, found {expect!r}")
+        if expect is not None:
+            expect = {_key(f"{where}.expect", k): tuple(v) if isinstance(v, list) else v for k, v in expect.items()}
+        return _env_values(body.get("env"), f"{where}.env"), expect
+    return _env_values(body, where), None
+
+
 def build(cls: type, data: dict[str, Any], where: str) -> Any:
     """A checked dataclass from a YAML mapping; errors are `SpecError('where.key: ...')`."""
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     prefix = f"{where}." if where else ""
     kwargs: dict[str, Any] = {}
+    fields = {name: f for name, f in fields.items() if not f.metadata.get("derived")}
     for raw, value in data.items():
         key = _key(where or "top level", raw)
         if key not in fields:
@@ -508,7 +579,13 @@ def build(cls: type, data: dict[str, Any], where: str) -> Any:
         elif kind == "env_sets":
             if not isinstance(value, dict):
                 raise SpecError(f"{prefix}{key}: expected a mapping of set names to variables, found {value!r}")
-            kwargs[key] = {_key(f"{prefix}{key}", k): _env_values(v, f"{prefix}{key}.{k}") for k, v in value.items()}
+            kwargs[key], kwargs["nccl_expect"] = {}, {}
+            for raw_set, body in value.items():
+                name = _key(f"{prefix}{key}", raw_set)
+                env, expect = _env_set(body, f"{prefix}{key}.{name}")
+                kwargs[key][name] = env
+                if expect is not None:
+                    kwargs["nccl_expect"][name] = expect
         else:
             kwargs[key] = _convert(hints[key], value, f"{prefix}{key}", fields[key].metadata)
     missing = [

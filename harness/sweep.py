@@ -21,7 +21,7 @@ from harness.executors import Executor, LocalExecutor, SlurmExecutor
 from harness.executors.slurm.profile import DEFAULT_PROFILE, ClusterProfile
 from harness.plan import Job, expand
 from harness.present.plot import draw_all
-from harness.present.tables import print_jobs, print_plan, print_results
+from harness.present.tables import print_jobs, print_plan, print_results, transport_mismatches
 from harness.rundir import COMPLETED, FINAL_STATES, RUNNING, JobRecord, RunDir, RunDirError
 from harness.spec import Sweep, build
 
@@ -106,6 +106,9 @@ def run_and_report(
     if report:
         console.print(report, markup=False)
     summary = collect_and_plot(run, console)
+    mismatched = transport_mismatches(summary)
+    for line in mismatched:
+        console.print(f"[red]transport mismatch:[/] {escape(line)}", soft_wrap=True)
     print_jobs(console, table, title="Jobs")
     print_results(console, summary)
     failed = [r for r in table.values() if r.state != COMPLETED]
@@ -114,8 +117,13 @@ def run_and_report(
         console.print(
             f"[red]{len(failed)} of {len(table)} jobs did not complete[/] (logs in {escape(str(run.path))}/jobs/<job>/)"
         )
-        return 1
-    return 0
+    if mismatched:
+        console.print(
+            f"[red]{len(mismatched)} job(s) did not run over the transport their settings set expects[/]: "
+            "their rows are marked TRANSPORT_MISMATCH and are not compared",
+            soft_wrap=True,
+        )
+    return 1 if failed or mismatched else 0
 
 
 def collect_and_plot(run: RunDir, console: Console) -> pd.DataFrame:

@@ -98,6 +98,12 @@ def _block_device(tmp: Path) -> Path:
     return path
 
 
+def _fifo(tmp: Path) -> str:
+    path = tmp / "fifo"
+    os.mkfifo(path)
+    return str(path)
+
+
 def _db(tmp: Path) -> list[str]:
     return ["--db", str(tmp / "h.sqlite")]
 
@@ -123,6 +129,31 @@ CASES = [
         "nccl",
         "False",
         "quote",
+    ),
+    Case(
+        "nccl-expect-unknown-key",
+        lambda t, r: _dry(t, _sweep(t, replace=("  default: {}", "  ib: {expect: {network: IB}}"))),
+        "nccl.ib.expect.network",
+        "unknown key",
+        "net_devices",
+    ),
+    Case(
+        "nccl-expect-hostile-value",
+        lambda t, r: _dry(t, _sweep(t, replace=("  default: {}", '  ib: {expect: {net: "IB; $(id)"}}'))),
+        "nccl.ib.expect.net",
+        "not valid",
+    ),
+    Case(
+        "nccl-expect-gdr-not-boolean",
+        lambda t, r: _dry(t, _sweep(t, replace=("  default: {}", '  ib: {expect: {gdr: "yes"}}'))),
+        "nccl.ib.expect.gdr",
+        "true or false",
+    ),
+    Case(
+        "nccl-expect-empty",
+        lambda t, r: _dry(t, _sweep(t, replace=("  default: {}", "  ib: {env: {NCCL_IB_HCA: mlx5_0}, expect: {}}"))),
+        "nccl.ib.expect",
+        "is empty",
     ),
     Case("min-bytes-0", lambda t, r: _dry(t, _sweep(t), "--set", "workloads.allreduce.min_bytes=0"), "min_bytes"),
     Case(
@@ -322,6 +353,28 @@ CASES = [
     Case("report-out-dir", lambda t, r: ["report", str(r), "--out", str(t)], "--out", "directory"),
     Case("report-out-under-a-file", lambda t, r: ["report", str(r), "--out", str(_not_a_dir_parent(t))], "--out"),
     Case("report-not-a-run", lambda t, r: ["report", str(t)], "plan.json"),
+    # ---- transport: logs that are not there or not files
+    Case("transport-missing", lambda t, r: ["transport", str(t / "nope.log")], "nope.log", "no such file"),
+    Case("transport-fifo", lambda t, r: ["transport", _fifo(t)], "fifo", "not a regular file"),
+    # ---- cluster profile: stated hardware and reference figures (docs/expected.md)
+    Case(
+        "profile-hardware-negative",
+        lambda t, r: _slurm_dry(t, "name: x\nhardware: {network_gbps_per_node: -400}\n"),
+        "hardware.network_gbps_per_node",
+        "positive number of GB/s",
+    ),
+    Case(
+        "profile-reference-without-figure",
+        lambda t, r: _slurm_dry(t, "name: x\nreference:\n  - {workload: allreduce, size: 1G, nodes: 2}\n"),
+        "reference[0].busbw_gbps",
+        "positive busbw_gbps",
+    ),
+    Case(
+        "profile-reference-wrong-figure",
+        lambda t, r: _slurm_dry(t, "name: x\nreference:\n  - {workload: synthetic, nodes: 1, busbw_gbps: 40}\n"),
+        "reference[0]",
+        "images_per_s",
+    ),
 ]
 
 

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from harness.analysis.history import Entry
-    from harness.analysis.stats import Counts, Mask, Values
+    from harness.analysis.stats import Counts, Mask, Texts, Values
     from harness.analysis.stragglers import Straggler
 
 KEYS = ["workload", "collective", "scaling", "nodes", "gpus_per_node", "launcher", "nccl_config", "size_bytes"]
@@ -62,8 +62,9 @@ SAMPLE_JOIN = ["job", "workload", "scaling", "collective", "size_bytes"]
 AXES = ("nccl_config", "launcher")
 FAILED, SLOWER, UNJUDGED, SAME, FASTER = "failed", "slower", "cannot judge", "no significant change", "faster"
 VERDICTS = (FAILED, SLOWER, UNJUDGED, FASTER, SAME)
-_ORDER = {FAILED: 0, SLOWER: 1, UNJUDGED: 2, SAME: 3, FASTER: 4}  # worst first
+ORDER = {FAILED: 0, SLOWER: 1, UNJUDGED: 2, SAME: 3, FASTER: 4}  # worst first
 BY_RUNS, BY_SAMPLES = "between runs", "within run"
+REFERENCE = "reference"  # judged against a cluster profile's stated figure (analysis/reference.py)
 ABSENT = "absent"  # status_b of a key B never planned
 MIN_RUNS = 5
 
@@ -92,6 +93,8 @@ METRICS = {
 DEFAULT_METRICS = ("busbw_gbps", "images_per_s")
 LIKE = ["params", "settings", "settings_hash"]  # what makes two rows comparable
 REQUIRED = ["job", "status", *KEYS, *METRICS, "hosts", "reason", "repeat", "n_samples", *LIKE]
+# What each side's jobs ran over (docs/transport.md): a verdict between two transports says so.
+SEEN = ["net", "net_devices"]
 # What makes two runs incomparable by accident (pyperf checks its metadata the same way).
 CHECKED_ENV = {
     "gpu": "GPU model",
@@ -171,6 +174,8 @@ class Comparison:
         parts = []
         if BY_RUNS in used or not used:
             parts.append(f"between runs (where A has {self.min_runs} or more): {stats.BAND_METHOD}")
+        if REFERENCE in used:
+            return "against the cluster profile's reference figures: below value x (1 - tolerance) is slower"
         if BY_SAMPLES in used or not used:
             parts.append(f"within a run (otherwise): {stats.METHOD}, α = {stats.ALPHA}")
         return "; ".join(parts)
@@ -283,7 +288,7 @@ def side_from_tables(
 def key_frame(summary: pa.Table) -> pd.DataFrame:
     """A summary Arrow table as a DataFrame of the columns comparisons read, its keys made
     joinable: no collective or scaling is "", no size is 0 (nulls never match in a join)."""
-    df = to_frame(summary.select([c for c in REQUIRED if c in summary.column_names]))
+    df = to_frame(summary.select([c for c in (*REQUIRED, *SEEN) if c in summary.column_names]))
     df["collective"] = df["collective"].fillna("")
     df["scaling"] = df["scaling"].fillna("")
     df["size_bytes"] = df["size_bytes"].fillna(0)
@@ -393,9 +398,13 @@ def compare(
         for side, value in ((a, x), (b, y)):
             if not (side.rows[axis] == value).any():
                 have = sorted(set(side.rows[axis].astype(str)))
+                why = ""  # the value's rows did not complete: say why (a failed job, a transport mismatch)
+                if side.others is not None and axis in side.others:
+                    own = side.others[(side.others[axis] == value).to_numpy(dtype=bool)]
+                    why = next((f"; its rows are {st}: {r}" for st, r in zip(own["status"], own["reason"]) if r), "")
                 raise DataError(
                     f"--across {axis}={x},{y}: {side.source} has no completed row with {axis} {value!r} "
-                    f"(it has: {', '.join(have) or 'none'})"
+                    f"(it has: {', '.join(have) or 'none'}{why})"
                 )
         a, b = a.where(axis, x, f"{x} vs {y}"), b.where(axis, y, f"{x} vs {y}")
     ignore_settings = across is not None and across[0] == "nccl_config"
@@ -405,8 +414,8 @@ def compare(
         ra, rb = (_metric_rows(s.rows, metric) for s in (a, b))
         if ra.empty:
             continue
-        m = ra[KEYS + [name, "_i", "runs", *LIKE]].merge(
-            rb[KEYS + [name, "_i", "runs", *LIKE]], on=KEYS, how="left", suffixes=("_a", "_b"), indicator=True
+        m = ra[KEYS + [name, "_i", "runs", *LIKE, *SEEN]].merge(
+            rb[KEYS + [name, "_i", "runs", *LIKE, *SEEN]], on=KEYS, how="left", suffixes=("_a", "_b"), indicator=True
         )
         in_b = (m.pop("_merge") == "both").to_numpy()
         failed = _failed_rows(m[~in_b], b, name)
@@ -446,7 +455,8 @@ def compare(
     table = pd.concat(parts, ignore_index=True)
     if "mismatch" not in table:  # only failed rows: nothing was judged
         table["mismatch"] = False
-    table = table.assign(_o=table["verdict"].map(_ORDER)).sort_values(["_o", "change"], kind="stable")
+        table["test"] = None
+    table = table.assign(_o=table["verdict"].map(ORDER)).sort_values(["_o", "change"], kind="stable")
     table = table.drop(columns="_o").reset_index(drop=True)
     table.insert(len(KEYS) + 1, "key", key_texts(table))
     mismatches = _mismatch_lines(pd.concat(mismatch_parts, ignore_index=True))
@@ -477,6 +487,24 @@ def compare(
         allow_mismatch,
         across,
     )
+
+
+def _transport_notes(m: pd.DataFrame, note: Texts) -> Texts:
+    """`note` with "transports differ" added where both sides' facts are known and differ: the
+    verdict then compares two transports, not two runs over one."""
+
+    def seen(side: str) -> list[str | None]:
+        net = m[f"net_{side}"].astype(object).where(m[f"net_{side}"].notna(), None)
+        devices = m[f"net_devices_{side}"].astype(object).where(m[f"net_devices_{side}"].notna(), None)
+        return [None if n is None else f"{n} ({d})" if d is not None else str(n) for n, d in zip(net, devices)]
+
+    a, b = seen("a"), seen("b")
+    out = note.copy()
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x is not None and y is not None and x != y:
+            text = f"transports differ: A ran over {x}, B over {y}"
+            out[i] = text if not out[i] else f"{out[i]}; {text}"
+    return out
 
 
 def _metric_rows(rows: pd.DataFrame, metric: Metric) -> pd.DataFrame:
@@ -582,6 +610,7 @@ def _judge(
         note = np.where(
             differ, np.asarray([f"parameters differ: {t}" for t in diff_text], dtype=object) if len(m) else note, note
         )
+    note = _transport_notes(m, note)
     part = m[KEYS].copy()
     part.insert(0, "metric", name)
     part["a"], part["b"], part["ratio"] = value_a, value_b, ratio

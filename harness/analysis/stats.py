@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     Values = npt.NDArray[np.float64]  # a float per row, or per row and sample (padded with NaN)
     Counts = npt.NDArray[np.int64]  # how many of a row's padded values are real
     Mask = npt.NDArray[np.bool_]
+    Texts = npt.NDArray[np.object_]  # a text per row (a verdict's note)
 
 ALPHA = 0.05
 METHOD = "Mann-Whitney U test; 95% CI of the Hodges-Lehmann ratio estimate"

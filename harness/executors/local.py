@@ -28,7 +28,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
+from benchmarks.progress import DIR as PROGRESS_DIR
 from benchmarks.results import atomic_write_text
+from harness import hangs
 from harness.executors.base import Executor
 from harness.logs import error_line, tail
 from harness.plan import Job, WorkloadRun
@@ -36,6 +38,7 @@ from harness.rundir import CANCELLED, COMPLETED, FAILED, RUNNING, TIMEOUT, JobRe
 
 # After one agent fails, how long the others get to notice and exit before they are killed.
 _FAILURE_GRACE_S = 20.0
+_STALL_LOOK_S = 1.0  # how often the ranks' progress files are read
 _POLL_S = 0.1
 
 
@@ -104,10 +107,11 @@ class LocalExecutor(Executor):
             *job.run_args(run, self.timeout_s),
         ]
 
-    def agent_env(self, job: Job, node: int, gpus: list[str] | None) -> dict[str, str]:
+    def agent_env(self, job: Job, run: WorkloadRun, node: int, gpus: list[str] | None) -> dict[str, str]:
         env = dict(os.environ)
         env.update(job.env)
         env.update(job.nccl_env)
+        env.update(job.debug_env(run, env))
         env["BENCH_LAUNCHER"] = "local-torchrun"
         env["BENCH_JOB"] = job.name
         env["BENCH_NODE"] = str(node)
@@ -128,8 +132,10 @@ class LocalExecutor(Executor):
             *(f"export {k}={shlex.quote(v)}" for k, v in (*job.env, *job.nccl_env)),
             *(f"# {name}: from the environment bench ran in (env_passthrough)" for name in job.passthrough),
         ]
+        given = {k for k, _ in (*job.env, *job.nccl_env)} | set(job.passthrough)
         for run in job.runs:
             lines.append(f"\n# {run.key}: {job.nodes} agent(s)")
+            lines += [f"export {k}={shlex.quote(v)}" for k, v in job.debug_env(run, given).items()]
             lines += [
                 shlex.join(self.agent_command(job, run, node, "PORT")).replace("127.0.0.1:PORT", "127.0.0.1:$PORT")
                 + (" &" if job.nodes > 1 else "")
@@ -152,6 +158,9 @@ class LocalExecutor(Executor):
 
     def _run_job(self, job: Job, rec: JobRecord, gpus: list[str] | None, changed: Callable[[JobRecord], None]) -> None:
         self.run.job_dir(job).mkdir(parents=True, exist_ok=True)
+        if job.backend != "gloo":  # NCCL and torch do not create their files' directories
+            (self.run.path / job.nccl_log_dir).mkdir(exist_ok=True)
+            (self.run.path / job.flight_dir).mkdir(exist_ok=True)
         self.record_commands(job)
         self.run.clear_results(job)
         rec.new_attempt(RUNNING)
@@ -210,6 +219,16 @@ class LocalExecutor(Executor):
         )
         changed(rec)
 
+    def _hung(
+        self, job: Job, run: WorkloadRun, procs: list[subprocess.Popen], progress_dir: Path, log: BinaryIO
+    ) -> tuple[str, int | None, str | None]:
+        """A workload that stopped making progress: name who held it (docs/hangs.md), then end it."""
+        why, ranks = hangs.diagnose(progress_dir, run.key, job.world_size)
+        _kill(procs)  # SIGKILL ends a stopped process too
+        hangs.record(self.run.job_dir(job), run.key, job.stall_s, why, ranks)
+        log.write(f"# {now()} {run.key}: no progress for {job.stall_s:g} s: {why}\n".encode())
+        return FAILED, None, f"{run.key} made no progress for {job.stall_s:g} s: {why}"
+
     def _run_workload(
         self, job: Job, run: WorkloadRun, gpus: list[str] | None, deadline: float, log: BinaryIO
     ) -> tuple[str, int | None, str | None]:
@@ -225,7 +244,7 @@ class LocalExecutor(Executor):
                     subprocess.Popen(
                         self.agent_command(job, run, node, port),
                         cwd=self.run.path,
-                        env=self.agent_env(job, node, gpus),
+                        env=self.agent_env(job, run, node, gpus),
                         stdin=subprocess.DEVNULL,
                         stdout=log,
                         stderr=subprocess.STDOUT,
@@ -235,6 +254,8 @@ class LocalExecutor(Executor):
                     )
                 )
             failed_at = None
+            started, progress_dir = time.time(), self.run.job_dir(job) / PROGRESS_DIR
+            next_look = time.monotonic() + _STALL_LOOK_S
             while True:
                 codes = [p.poll() for p in procs]
                 if all(c is not None for c in codes):
@@ -244,6 +265,10 @@ class LocalExecutor(Executor):
                 if failed_at is not None and time.monotonic() - failed_at > _FAILURE_GRACE_S:
                     _kill(procs)
                     break
+                if failed_at is None and time.monotonic() > next_look:
+                    next_look = time.monotonic() + _STALL_LOOK_S
+                    if hangs.stalled(hangs.read_ranks(progress_dir, run.key), job.world_size, started, job.stall_s):
+                        return self._hung(job, run, procs, progress_dir, log)
                 if time.monotonic() > deadline:
                     _kill(procs)
                     log.write(

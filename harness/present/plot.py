@@ -157,6 +157,30 @@ def _ideal(ax: Axes, sub: pd.DataFrame, metric: str, palette: dict[object, tuple
         )
 
 
+def _peak_lines(
+    ax: Axes, sub: pd.DataFrame, palette: dict[object, tuple[float, float, float]], where: tuple[str, str, str]
+) -> list[tuple[str, str, str, str, str, int, float]]:
+    """A dashed line at each series' peak busbw, where the cluster profile states its link
+    speeds (docs/expected.md), and its points: one per series, at the largest size."""
+    if "busbw_peak_gbps" not in sub:
+        return []
+    peaks = sub[sub["busbw_peak_gbps"].notna()].drop_duplicates("series")
+    out = []
+    for series, peak in zip(peaks["series"], peaks["busbw_peak_gbps"]):
+        ax.axhline(float(peak), color=palette[series], linestyle="--", linewidth=1)
+        ax.annotate(
+            f"peak {float(peak):g}",
+            (1, float(peak)),
+            xycoords=("axes fraction", "data"),
+            ha="right",
+            va="bottom",
+            fontsize="small",
+            color=palette[series],
+        )
+        out.append((*where, "busbw_peak_gbps", str(series), int(sub["size_bytes"].max()), float(peak)))
+    return out
+
+
 def busbw_figure(summary: pd.DataFrame) -> Made | None:
     import pandas as pd
 
@@ -208,6 +232,7 @@ def busbw_figure(summary: pd.DataFrame) -> Made | None:
                 ("allreduce_busbw", coll, panel, "busbw_gbps", s, int(x), float(y))
                 for s, x, y in zip(sub["series"], sub["size_bytes"], sub["busbw_gbps"])
             ]
+            points += _peak_lines(ax, sub, palette, ("allreduce_busbw", coll, panel))
     if axes[0][-1].get_legend():
         sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1), title="nodes x GPUs per node")
     fig.suptitle("Collective bus bandwidth vs message size (in-place, worst rank)")

@@ -35,6 +35,7 @@ from harness.analysis.compare import (
     FASTER,
     KEYS,
     METRICS,
+    REFERENCE,
     SAME,
     SLOWER,
     UNJUDGED,
@@ -43,7 +44,7 @@ from harness.analysis.compare import (
     key_texts,
     records,
 )
-from harness.present.tables import markdown
+from harness.present.tables import markdown, run_mismatches
 
 if TYPE_CHECKING:
     import numpy as np
@@ -88,6 +89,14 @@ def _attr(text: str) -> str:
 def junit(cmp: Comparison, strict: bool = True) -> str:
     """JUnit XML, written as text: thousands of test cases through ElementTree take seconds."""
     cases, kinds = _testcases(cmp.table, strict)
+    for line in run_mismatches(cmp):  # failed whatever the baseline holds: fail closed
+        job, why = line.split(": ", 1)
+        cases.append(
+            f'    <testcase classname="bench.transport" name="{_attr(f"transport[{job}]")}" time="0">\n'
+            f'      <failure type="transport mismatch" message="{_attr(why)}">{_attr(why)}</failure>\n'
+            "    </testcase>"
+        )
+        kinds.append("failure")
     stamp = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     n, failures, errors, skipped = len(cases), kinds.count("failure"), kinds.count("error"), kinds.count("skipped")
     lines = [
@@ -148,7 +157,7 @@ def _testcases(t: pd.DataFrame, strict: bool) -> tuple[list[str], list[str]]:
     if not len(t):
         return [], []
     labels = t["metric"].map({m: METRICS[m].label for m in METRICS}).astype(str)
-    by_runs = (t["test"] == BY_RUNS).to_numpy()
+    by_runs = t["test"].isin([BY_RUNS, REFERENCE]).to_numpy()  # both judged by a band of ratios
     interval = np.where(
         by_runs,
         np.char.add(
@@ -329,7 +338,9 @@ def pytest_benchmark(side: Side) -> bytes:
 def summary_line(cmp: Comparison) -> str:
     c = cmp.counts()
     plural = lambda n, word: f"{n} {word}{'s' if n != 1 else ''}"  # noqa: E731
+    mismatched = len(run_mismatches(cmp))
     return (
         f"{plural(c[SLOWER], 'regression')}, {plural(c[FAILED], 'failed key')}, {c[UNJUDGED]} cannot judge, "
         f"{plural(c[FASTER], 'improvement')}, {c[SAME]} unchanged of {len(cmp.table)} compared"
+        + (f"; {plural(mismatched, 'job')} with a transport mismatch" if mismatched else "")
     )

@@ -16,15 +16,16 @@ from harness.analysis.compare import METRICS, SAME, Comparison, Side, records
 from harness.collect import read_summary
 from harness.present import plot
 from harness.present.tables import (
-    COLLECTIVE_HEAD,
+    MISMATCH_HEADING,
     TRAINING_HEAD,
-    collective_rows,
+    collective_table,
     fmt_interval,
     fmt_ratio,
     fmt_value,
     headline,
     only_in_b,
     training_rows,
+    transport_mismatches,
     warnings,
 )
 from harness.rundir import COMPLETED, RunDir
@@ -76,7 +77,17 @@ def run_section(run: RunDir, side: Side) -> str:
     jobs = run.jobs()
     table = run.read_table(jobs)
     env = side.environment
-    parts = [
+    mismatched = transport_mismatches(summary)
+    parts = (
+        [
+            f'<div class="warn"><b>{_e(MISMATCH_HEADING)}:</b><ul>'
+            + "".join(f"<li>{_e(line)}</li>" for line in mismatched)
+            + "</ul></div>"
+        ]
+        if mismatched
+        else []
+    )
+    parts += [
         "<h2>Environment</h2>",
         _table(["", ""], [[k, ", ".join(v) if isinstance(v, list) else v] for k, v in env.items()]),
         "<h2>Jobs</h2>",
@@ -115,7 +126,8 @@ def run_section(run: RunDir, side: Side) -> str:
     parts.append(_figures([("bus bandwidth vs message size", lambda: plot.busbw_figure(summary))]))
     if len(coll):
         coll = coll.sort_values(["job", "collective", "size_bytes"])
-        parts.append(_table(COLLECTIVE_HEAD, collective_rows(coll), numeric={2, 3, 4, 5, 6}))
+        columns, rows = collective_table(coll)
+        parts.append(_table(columns, rows, numeric=set(range(2, len(columns)))))
     head = (
         f"<p>Run <code>{_e(run.path)}</code>: sweep <b>{_e((plan.get('sweep') or {}).get('name'))}</b>, "
         f"executor {_e(plan.get('executor'))}, planned {_e(plan.get('created'))}.</p>"

@@ -16,6 +16,7 @@ from harness.analysis.compare import (
     FAILED,
     FASTER,
     METRICS,
+    REFERENCE,
     SAME,
     SLOWER,
     UNJUDGED,
@@ -25,6 +26,7 @@ from harness.analysis.compare import (
     records,
 )
 from harness.rundir import COMPLETED, PENDING, RUNNING, JobRecord, RunDir
+from harness.transport import TRANSPORT_MISMATCH
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -50,7 +52,7 @@ def fmt_interval(row: dict[str, Any]) -> str:
     """The interval a row was judged by: the band of A's runs, or the 95% CI of the samples."""
     if row.get("verdict") == FAILED:
         return "-"
-    if row.get("test") == BY_RUNS:
+    if row.get("test") in (BY_RUNS, REFERENCE):
         return f"band [{row['band_low']:.3f}, {row['band_high']:.3f}]"
     lo, hi = row.get("ci_low"), row.get("ci_high")
     if lo is None or hi is None or math.isnan(lo) or math.isnan(hi):
@@ -68,9 +70,30 @@ def headline(cmp: Comparison) -> str:
     return ", ".join(f"{c[k]} {k}" for k in VERDICTS) + f", of {len(cmp.table)} compared"
 
 
+MISMATCH_HEADING = "Transport mismatch: a settings set did not run over what it expects (docs/transport.md)"
+
+
+def transport_mismatches(frame: pd.DataFrame) -> list[str]:
+    """One line per job whose transport facts contradict what its settings set expects."""
+    hit = frame[(frame["status"] == TRANSPORT_MISMATCH).to_numpy(dtype=bool)]
+    return list(dict.fromkeys(f"{job}: {reason}" for job, reason in zip(hit["job"], hit["reason"])))
+
+
+def run_mismatches(cmp: Comparison) -> list[str]:
+    """The transport mismatches of B, the run `bench regress` judges."""
+    return [] if cmp.b.others is None else transport_mismatches(cmp.b.others)
+
+
 def warnings(cmp: Comparison) -> list[tuple[str, list[str]]]:
-    """(heading, lines) of everything a reader must see before the table."""
+    """(heading, lines) of everything a reader must see before the table, the transport
+    mismatches of either side first."""
     out = []
+    shown: set[str] = set()
+    for side in (cmp.a, cmp.b):  # both, even of one run: --across splits its rows between them
+        lines = [x for x in transport_mismatches(side.others) if x not in shown] if side.others is not None else []
+        shown.update(lines)
+        if lines:
+            out.append((f"{MISMATCH_HEADING}, in {side.label}", lines))
     if cmp.mismatches:
         out.append(
             (
@@ -166,6 +189,7 @@ def table_csv(table: pd.DataFrame) -> bytes:
 
 TRAINING_HEAD = ["workload", "scaling", "job", "GPUs", "images/s", "per GPU", "step ms (p50)", "speedup", "efficiency"]
 COLLECTIVE_HEAD = ["job", "collective", "size", "time us", "algbw GB/s", "busbw GB/s", "#wrong"]
+PEAK_HEAD = "% of peak"  # where the cluster profile states its link speeds (docs/expected.md)
 
 
 def training_rows(train: pd.DataFrame) -> list[list[str]]:
@@ -186,9 +210,11 @@ def training_rows(train: pd.DataFrame) -> list[list[str]]:
     ]
 
 
-def collective_rows(coll: pd.DataFrame) -> list[list[str]]:
-    """The collective table's cells (COLLECTIVE_HEAD), one row per summary row."""
-    return [
+def collective_table(coll: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """The collective table's head and cells, one row per summary row; busbw as % of the
+    links' peak too, where the profile stated it for any row."""
+    peak = "busbw_pct_peak" in coll and bool(coll["busbw_pct_peak"].notna().any())
+    rows = [
         [
             r["job"],
             r["collective"],
@@ -196,10 +222,12 @@ def collective_rows(coll: pd.DataFrame) -> list[list[str]]:
             fmt_value(r["time_us"], ".1f"),
             fmt_value(r["algbw_gbps"], ".4f"),
             fmt_value(r["busbw_gbps"], ".4f"),
+            *([fmt_value(r["busbw_pct_peak"], ".1f")] if peak else []),
             fmt_value(r["wrong"], ".0f"),
         ]
         for r in records(coll)
     ]
+    return [*COLLECTIVE_HEAD[:6], *([PEAK_HEAD] if peak else []), COLLECTIVE_HEAD[6]], rows
 
 
 # --------------------------------------------------------------------------- terminal
@@ -335,8 +363,9 @@ def print_results(console: Console, summary: pd.DataFrame) -> None:
     if not coll.empty:
         largest = coll.loc[coll.groupby(["job", "collective"])["size_bytes"].idxmax()]
         t = Table(title="Collectives at the largest message size", title_justify="left")
-        for col in COLLECTIVE_HEAD:
+        head, rows = collective_table(largest)
+        for col in head:
             t.add_column(col, justify="left" if col in ("job", "collective") else "right")
-        for row in collective_rows(largest):
+        for row in rows:
             t.add_row(*row)
         console.print(t)

@@ -3,20 +3,22 @@
     python -m pytest tests/perf/bench_speed.py --benchmark-only
 
 Targets: `bench sweep --dry-run` of a 10,000-job matrix under 2 s, and under 3 s with the Slurm
-executor, which writes 10,000 job.sbatch files; `bench collect` of 100,000
-result rows under 2 s; `bench compare` of 100,000-row runs under 3 s, and `bench regress` of one
-against a baseline of five such runs under 3 s; the history stays fast with 1,000 runs.
+executor, which writes 10,000 job.sbatch files; `bench collect` of 100,000 result rows under
+2 s, and reading the NCCL logs of 1,000 ranks adds under 1 s to it; `bench compare` of
+100,000-row runs under 3 s, and `bench regress` of one against a baseline of five such runs
+under 3 s; the history stays fast with 1,000 runs.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import subprocess
 import sys
 
 import pytest
 import yaml
-from fixtures import SWEEPS, make_run
+from fixtures import FIXTURES, SWEEPS, make_run
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +84,46 @@ def test_collect_100k_rows(benchmark, run_100k):
     import pyarrow.parquet as pq
 
     assert pq.read_metadata(run_100k.summary_parquet).num_rows == 100_000
+
+
+# ---- the NCCL logs of 1,000 ranks: what parsing them adds to collect
+
+
+def _nccl_run(root, with_logs: bool):
+    """125 jobs of 8 ranks; with_logs: each rank's NCCL debug file (the 2.28.9 fixture's lines of
+    one rank, about 20), and each result naming their pattern as a real job's does."""
+    run = make_run(root, 125)
+    rank_lines = [
+        line
+        for line in (FIXTURES / "nccl" / "ib-gdrdma-2.28.9.log").read_text().splitlines()
+        if line.startswith("cn76:")
+    ]
+    for job in run.jobs():
+        wr = job.runs[0]
+        path = run.path / job.result_path(wr)
+        result = json.loads(path.read_text())
+        pattern = f"jobs/{job.name}/nccl/{wr.key}.%h.%p.log"
+        result["transport"] = {"source": "nccl_log", "debug": "INFO", "debug_file": pattern if with_logs else None}
+        path.write_text(json.dumps(result))
+        if with_logs:
+            (run.path / job.nccl_log_dir).mkdir()
+            for rank in range(8):
+                host, pid = f"n{job.name}-{rank // 8}", 1000 + rank
+                text = "\n".join(line.replace("cn76:155:", f"{host}:{pid}:") for line in rank_lines) + "\n"
+                (run.path / pattern.replace("%h", host).replace("%p", str(pid))).write_text(text)
+    return run
+
+
+@pytest.mark.parametrize("with_logs", [False, True], ids=["without-logs", "with-1000-rank-logs"])
+def test_collect_with_nccl_logs_of_1000_ranks(benchmark, tmp_path_factory, with_logs):
+    """The whole command on 125 jobs x 8 ranks, with and without each rank's NCCL log: the
+    difference is what reading 1,000 logs costs (target under 1 s)."""
+    run = _nccl_run(tmp_path_factory.mktemp("nccl") / "run", with_logs)
+    _timed_command(benchmark, lambda i: [sys.executable, "-m", "harness.cli", "collect", str(run.path)])
+    import pandas as pd
+
+    net = pd.read_csv(run.summary_csv)["net"]
+    assert (net == "IB").all() if with_logs else net.isna().all()
 
 
 # ---- compare and regress on 100,000-row runs; the history with 1,000 runs

@@ -14,6 +14,7 @@ from harness.rundir import COMPLETED, JobRecord, RunDir
 from harness.spec import load_sweep
 
 SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"  # tests/fixtures
 SIZES = [8 * 2**i for i in range(25)]  # 8 B .. 128 MiB, as nccl-tests -b 8 -e 128M -f 2
 
 

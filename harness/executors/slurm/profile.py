@@ -12,10 +12,12 @@ Slurm parses those lines itself, not the shell, so quoting cannot make them safe
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmarks.catalog import COLLECTIVE_WORKLOAD, COLLECTIVES, WORKLOADS
 from harness.errors import SpecError
 from harness.spec import NAME_RE, FieldError, build, check_env, check_passthrough, read_mapping, safe_text
 
@@ -83,6 +85,87 @@ def _sbatch_value(key: str, value: str | None) -> None:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Hardware:
+    """What a cluster's links can carry, as its owner states it (docs/expected.md): the node's
+    network in GB/s (NICs x rate: 8 x NDR400 at 50 GB/s is 400), and the bandwidth inside a node
+    per GPU (NVLink, or whatever joins the node's GPUs)."""
+
+    network_gbps_per_node: float | None = None
+    intra_node_gbps_per_gpu: float | None = None
+
+    def __post_init__(self) -> None:
+        for key in ("network_gbps_per_node", "intra_node_gbps_per_gpu"):
+            value = getattr(self, key)
+            if value is not None and not (math.isfinite(value) and 0 < value <= 1e6):
+                raise FieldError(key, f"must be a positive number of GB/s (at most 1e6), found {value!r}")
+
+    def peak_busbw_gbps(self, nodes: int, gpus_per_node: int) -> float | None:
+        """The bus bandwidth a job's links allow, comparable with busbw (nccl-tests' bus factor
+        makes busbw what each rank's link carries): across nodes each GPU's share of its node's
+        network, inside one node the per-GPU intra-node figure; None for one rank or when the
+        figure is not stated."""
+        if nodes > 1:
+            return None if self.network_gbps_per_node is None else self.network_gbps_per_node / gpus_per_node
+        if gpus_per_node > 1:
+            return self.intra_node_gbps_per_gpu
+        return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reference:
+    """One expected figure of a cluster, in the manner of ReFrame's performance references
+    (docs/expected.md): a key of the matrix, its value, and how far below it a run may fall.
+    The fields left out match any value (every launcher, settings set, ...)."""
+
+    workload: str
+    nodes: int
+    gpus_per_node: int | None = None
+    collective: str | None = None  # allreduce only; all_reduce when left out
+    size: int | None = field(default=None, metadata={"size": True})  # allreduce only
+    scaling: str | None = None  # training only
+    launcher: str | None = None
+    nccl_config: str | None = None
+    busbw_gbps: float | None = None  # allreduce
+    images_per_s: float | None = None  # synthetic, real
+    tolerance: float = 0.1  # a run below value x (1 - tolerance) fails
+
+    def __post_init__(self) -> None:
+        if self.workload not in WORKLOADS:
+            raise FieldError("workload", f"{self.workload!r} is not valid; valid: {', '.join(WORKLOADS)}")
+        collective = self.workload == COLLECTIVE_WORKLOAD
+        metric, other = ("busbw_gbps", "images_per_s") if collective else ("images_per_s", "busbw_gbps")
+        value = getattr(self, metric)
+        if value is None or not (math.isfinite(value) and value > 0):
+            raise FieldError(metric, f"a {self.workload} reference needs a positive {metric}, found {value!r}")
+        if getattr(self, other) is not None:
+            raise FieldError(other, f"is not a figure of {self.workload}; give {metric}")
+        if collective and self.size is None:
+            raise FieldError("size", "an allreduce reference needs the message size, e.g. 1G")
+        if not collective and (self.size is not None or self.collective is not None):
+            raise FieldError("size" if self.size is not None else "collective", f"is not a key of {self.workload}")
+        if self.collective is not None and self.collective not in COLLECTIVES:
+            raise FieldError("collective", f"{self.collective!r} is not valid; valid: {', '.join(COLLECTIVES)}")
+        if self.scaling is not None and (collective or self.scaling not in ("weak", "strong")):
+            raise FieldError("scaling", f"{self.scaling!r} is not valid; valid: weak, strong (training only)")
+        if self.nodes < 1 or (self.gpus_per_node is not None and self.gpus_per_node < 1):
+            raise FieldError("nodes", "nodes and gpus_per_node must be at least 1")
+        if not 0 <= self.tolerance < 1:
+            raise FieldError("tolerance", f"must be at least 0 and below 1 (0.1 is 10%), found {self.tolerance!r}")
+        for key in ("launcher", "nccl_config"):
+            value_ = getattr(self, key)
+            if value_ is not None and not NAME_RE.fullmatch(value_):
+                raise FieldError(key, f"{value_!r} is not a valid name")
+
+    @property
+    def metric(self) -> str:
+        return "busbw_gbps" if self.workload == COLLECTIVE_WORKLOAD else "images_per_s"
+
+    @property
+    def value(self) -> float:
+        return float(getattr(self, self.metric))
+
+
+@dataclass(frozen=True, kw_only=True)
 class ClusterProfile:
     name: str
     description: str = ""
@@ -106,6 +189,8 @@ class ClusterProfile:
     # squeue/sacct every poll_min_s while jobs change state, backing off to poll_max_s.
     poll_min_s: float = 2.0
     poll_max_s: float = 30.0
+    hardware: Hardware | None = None  # stated link speeds: busbw is then also a % of peak
+    reference: tuple[Reference, ...] = ()  # expected figures: `bench regress --baseline reference`
 
     def __post_init__(self) -> None:
         if not NAME_RE.fullmatch(self.name):

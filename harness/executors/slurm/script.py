@@ -17,7 +17,7 @@ import shlex
 import sys
 
 from harness.executors.slurm.profile import ClusterProfile
-from harness.plan import Job, WorkloadRun
+from harness.plan import PER_STEP, Job, WorkloadRun
 
 # The batch shell gets USR2 this long before the time limit (Slurm may send it up to 60 s
 # earlier); not USR1, which NCCL has caught in some releases (docs/reference.md, Slurm 22.05).
@@ -157,6 +157,21 @@ def render_script(job: Job, profile: ClusterProfile, timeout_s: float) -> str:
         "  done",
         "}",
     ]
+    given = {*env, *profile.env_passthrough, *job.passthrough}
+    debug = job.debug_env(job.runs[0], given)
+    per_step = [k for k in PER_STEP if debug.pop(k, None) is not None]
+    if debug or per_step:
+        lines += [
+            "",
+            "# NCCL's own log of the transport it chose (docs/transport.md) and PyTorch's flight",
+            "# recorder, dumped on a process-group timeout (docs/hangs.md): files per rank",
+        ]
+        lines += [f"export {k}={q(v)}" for k, v in debug.items()]
+        folders = {"NCCL_DEBUG_FILE": job.nccl_log_dir, "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": job.flight_dir}
+        lines += [f"mkdir -p {' '.join(q(folders[k]) for k in per_step)}"] if per_step else []
     for run in job.runs:
-        lines += ["", f"run_step {run.key} {step_command(job, run, profile, timeout_s)}"]
+        lines.append("")
+        step = job.debug_env(run, given)
+        lines += [f"export {k}={q(step[k])}" for k in per_step]
+        lines.append(f"run_step {run.key} {step_command(job, run, profile, timeout_s)}")
     return "\n".join(lines) + "\n"

@@ -1,0 +1,107 @@
+"""Hang attribution (docs/hangs.md): real processes stopped with SIGSTOP, real faulthandler
+dumps from ranks blocked in gloo, and the words that name the rank that held the others."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import bench
+
+from harness import hangs
+from harness.hangs import Rank
+
+
+def test_the_state_of_a_stopped_process_is_read_from_proc():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert hangs.process_state(child.pid) in ("S", "R", "D")  # running, asleep, or loading
+        os.kill(child.pid, signal.SIGSTOP)
+        for _ in range(50):
+            if hangs.process_state(child.pid) == "T":
+                break
+            time.sleep(0.02)
+        assert hangs.process_state(child.pid) == "T"
+    finally:
+        child.kill()
+        child.wait()
+    assert hangs.process_state(child.pid) is None  # gone
+
+
+@pytest.mark.parametrize(
+    ("ranks", "words"),
+    [
+        (
+            [Rank(0, "n1", 10, "all_reduce 4M", 0, "S", "all_reduce"), Rank(1, "n2", 11, "all_reduce 4M", 0, "T")]
+            + [Rank(r, f"n{r + 1}", 10 + r, "all_reduce 4M", 0, "S", "all_reduce") for r in (2, 3)],
+            "rank 1 on n2 is stopped (state T) in all_reduce 4M; ranks 0, 2, 3 wait in all_reduce (all_reduce 4M)",
+        ),
+        (  # nobody stopped: the rank left behind in an earlier phase is named first
+            [Rank(0, "n1", 10, "step 12", 0, "S", "all_reduce"), Rank(1, "n2", 11, "step 11", 0, "R", "forward")],
+            "rank 1 on n2 waits in forward (step 11); rank 0 on n1 waits in all_reduce (step 12)",
+        ),
+        (
+            [Rank(0, "n1", 10, "all_reduce 1M", 0, "S", "all_reduce"), Rank(1, "n2", 11, "all_reduce 1M", 0, None)],
+            "rank 1 on n2 is gone in all_reduce 1M; rank 0 on n1 waits in all_reduce (all_reduce 1M)",
+        ),
+    ],
+)
+def test_the_odd_rank_is_named_in_words(ranks, words):
+    assert hangs.attribute(ranks, len(ranks)) == words
+
+
+def test_a_rank_that_never_reported_is_named():
+    assert hangs.attribute([Rank(0, "n1", 10, "joining the process group", 0, "S")], 2).startswith(
+        "rank 1 never reported progress; rank 0 on n1 is at joining the process group"
+    )
+
+
+def test_a_stopped_rank_of_a_local_job_is_named(tmp_path):
+    """A local job of 2 emulated nodes: rank 1 is stopped (SIGSTOP) in the all-reduce. The job
+    ends within the stall limit, and its reason names rank 1 as stopped and rank 0 as waiting in
+    all_reduce, from rank 0's own stack."""
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(
+        "name: h\ndevice: cpu\nbackend: gloo\nnodes: [2]\ngpus_per_node: [1]\nlaunchers: [torchrun]\n"
+        "env: {OMP_NUM_THREADS: '1'}\ntimeout_s: 120\nstall_s: 6\ntime_limit_min: 5\n"
+        "workloads:\n  allreduce: {min_bytes: 1M, max_bytes: 4M, iters: 400, warmup_iters: 2, link_bytes: 0}\n"
+    )
+    out = tmp_path / "run"
+    sweep_proc = subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", "sweep", str(sweep), "--executor", "local", "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    progress = out / "jobs" / "n2-g1-torchrun-default" / "progress" / "allreduce.rank1.json"
+    stopped_at = None
+    deadline = time.monotonic() + 120
+    while stopped_at is None and time.monotonic() < deadline and sweep_proc.poll() is None:
+        try:
+            record = json.loads(progress.read_text())
+        except (OSError, ValueError):
+            record = None
+        if record and record["phase"].startswith("all_reduce"):
+            os.kill(record["pid"], signal.SIGSTOP)
+            stopped_at = time.monotonic()
+        time.sleep(0.05)
+    output, _ = sweep_proc.communicate(timeout=180)
+    took = time.monotonic() - stopped_at if stopped_at else None
+    assert took is not None, output
+    print(f"\n{output}\nended {took:.1f} s after the SIGSTOP")
+    assert sweep_proc.returncode == 1, output
+    hang = json.loads((out / "jobs" / "n2-g1-torchrun-default" / "hang-allreduce.json").read_text())
+    host = os.uname().nodename
+    assert hang["reason"].startswith(f"rank 1 on {host} is stopped (state T) in all_reduce"), hang
+    assert f"rank 0 on {host} waits in all_reduce (all_reduce" in hang["reason"], hang
+    assert took < 6 + 20  # the stall limit, a look a second, two seconds for the stacks, the kill, a loaded machine
+    table = json.loads((out / "jobs.json").read_text())
+    job = table["jobs"]["n2-g1-torchrun-default"]
+    assert job["state"] == "FAILED" and "made no progress for 6 s: rank 1 on" in job["reason"]
+    status = bench("status", str(out)).stdout
+    assert "is stopped (state T)" in status
