@@ -7,16 +7,27 @@ on its node), asks every rank that can still run for its Python stack (STACK_SIG
 faulthandler) and names the odd ones out: a rank stopped (state T) or dead, or a rank in another
 phase than the rest, e.g. "rank 2 on bnode3 is stopped (state T); ranks 0, 1, 3 wait in
 all_reduce (all_reduce 4M)".
+
+The local executor watches its jobs itself. A Slurm job is watched from inside: beside each step
+the batch script runs `python -m harness.hangs watch`, which reads the progress files on the
+shared run directory and, on a stall, runs one `srun --overlap` task per node (`probe`) to read
+the states and ask for the stacks of the ranks on that node, then ends the step.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import json
 import os
 import re
+import signal
+import socket
+import subprocess
+import sys
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -25,6 +36,7 @@ from benchmarks.results import atomic_write_json
 
 # /proc/PID/stat's state letters (proc(5)) that mean the rank cannot take part any more
 _STOPPED = {"T": "stopped", "t": "stopped by a tracer", "Z": "a zombie", "X": "dead"}
+UNKNOWN = "?"  # a rank on a node whose probe did not answer: neither running nor known to be gone
 _FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line \d+ in (?P<func>\S+)')
 
 
@@ -142,7 +154,11 @@ def attribute(ranks: list[Rank], world: int) -> str:
     for r in stuck:
         what = "is gone" if r.state is None else f"is {_STOPPED[r.state]} (state {r.state})"
         parts.append(f"{r.name} {what} in {r.phase}")
-    live = [r for r in ranks if r not in stuck]
+    unknown = [r for r in ranks if r.state == UNKNOWN]
+    if unknown:
+        hosts = ", ".join(dict.fromkeys(r.host for r in unknown))
+        parts.append(f"{_ranks_text(unknown)} on {hosts}: state unknown (the node's probe did not answer)")
+    live = [r for r in ranks if r not in stuck and r not in unknown]
     groups: dict[tuple[str, str | None], list[Rank]] = {}
     for r in live:
         groups.setdefault((r.phase, r.where), []).append(r)
@@ -160,18 +176,46 @@ def attribute(ranks: list[Rank], world: int) -> str:
     return "; ".join(parts)
 
 
-def diagnose(folder: Path, key: str, world: int, local: bool = True, wait_s: float = 2.0) -> tuple[str, list[Rank]]:
-    """Read the ranks of a stalled workload, take their states and stacks (on this machine when
-    `local`; the Slurm executor gathers them per node), and say what held them."""
+def probe_here(ranks: list[Rank]) -> list[Rank]:
+    """The ranks that run on this host: their states read, their stacks asked for."""
+    here = socket.gethostname()
+    mine = [r for r in ranks if r.host == here]
+    for r in mine:
+        r.state = process_state(r.pid)
+    ask_for_stacks(mine)
+    return mine
+
+
+Probe = Callable[[list[Rank]], None]
+
+
+def diagnose(
+    folder: Path, key: str, world: int, probe: Probe | None = None, wait_s: float = 2.0
+) -> tuple[str, list[Rank]]:
+    """Read the ranks of a stalled workload, take their states and stacks (`probe` sets each
+    rank's state and asks for its stack on whichever node it runs; by default on this machine),
+    and say what held them."""
     ranks = read_ranks(folder, key)
-    if local:
+    before = stack_sizes(folder, key, ranks)
+    if probe is None:
         for r in ranks:
             r.state = process_state(r.pid)
-        before = stack_sizes(folder, key, ranks)
         ask_for_stacks(ranks)
-        time.sleep(wait_s)  # faulthandler writes at once; the file system may lag a little
-        read_stacks(folder, key, ranks, before)
+    else:
+        probe(ranks)
+    time.sleep(wait_s)  # faulthandler writes at once; a shared file system may lag a little
+    read_stacks(folder, key, ranks, before)
     return attribute(ranks, world), ranks
+
+
+def read_record(job_dir: Path, key: str) -> dict | None:
+    """The hang record of a workload (`record`), or None when there is none or it is unreadable."""
+    try:
+        d = json.loads((job_dir / f"hang-{key}.json").read_text())
+        ok = isinstance(d, dict) and isinstance(d.get("reason"), str) and isinstance(d.get("stall_s"), (int, float))
+        return d if ok else None
+    except (OSError, ValueError):
+        return None
 
 
 def record(job_dir: Path, key: str, stall_s: float, why: str, ranks: list[Rank]) -> None:
@@ -181,3 +225,115 @@ def record(job_dir: Path, key: str, stall_s: float, why: str, ranks: list[Rank])
         job_dir / f"hang-{key}.json",
         {"workload": key, "stall_s": stall_s, "reason": why, "ranks": [asdict(r) for r in ranks]},
     )
+
+
+# --- inside a Slurm job ---------------------------------------------------------------------
+# srun(1), Slurm 22.05: "--overlap allows steps to share all resources (CPUs, memory, and GRES)
+# with all other steps", so a probe runs beside a step that holds every CPU of the allocation;
+# and "If <control-c> is entered twice within one second ... a termination sequence will be
+# entered sending SIGCONT, SIGTERM, and SIGKILL to all spawned tasks": the SIGCONT wakes a
+# stopped rank, which then ends with the rest.
+PROBE_TIMEOUT_S = 60.0
+END_GRACE_S = 30.0  # after the two SIGINTs, before srun itself is killed
+LOOK_S = 2.0  # how often the watcher reads the progress files
+
+
+def probe_srun(folder: Path, key: str) -> Probe:
+    """A probe that runs `probe` on every node of the allocation, one task each, and takes the
+    states they print; ranks on a node that did not answer are left UNKNOWN."""
+
+    def run(ranks: list[Rank]) -> None:
+        nodes = os.environ.get("SLURM_NNODES", "1")
+        cmd = [
+            "srun", "--overlap", f"--nodes={nodes}", "--ntasks-per-node=1", "--cpus-per-task=1",
+            "--kill-on-bad-exit=0", "--job-name=bench-hang-probe",
+            sys.executable, "-m", "harness.hangs", "probe", str(folder), key,
+        ]  # fmt: skip
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            out = ""
+        states: dict[int, str | None] = {}
+        for line in out.splitlines():
+            try:
+                d = json.loads(line)
+                states[int(d["rank"])] = None if d["state"] is None else str(d["state"])
+            except (ValueError, KeyError, TypeError):
+                continue
+        for r in ranks:
+            r.state = states.get(r.rank, UNKNOWN)
+
+    return run
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return process_state(pid) not in ("Z", "X", None)
+
+
+def end_step(pid: int) -> None:
+    """End a step's srun: two SIGINTs within a second (its termination sequence, which wakes a
+    stopped task first), then SIGKILL if it is still there after END_GRACE_S."""
+    for _ in range(2):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGINT)
+        time.sleep(0.3)
+    deadline = time.monotonic() + END_GRACE_S
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if _alive(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def watch(job_dir: Path, key: str, world: int, stall_s: float, pid: int, look_s: float = LOOK_S) -> bool:
+    """Watch one step (srun `pid`) of a Slurm job until it ends; on a stall, attribute it, keep
+    the record, say it on stderr (the job's log) and end the step. True when it ended the step."""
+    from benchmarks.progress import DIR
+
+    folder, started = job_dir / DIR, time.time()
+    while _alive(pid):
+        time.sleep(look_s)
+        if not stalled(read_ranks(folder, key), world, started, stall_s):
+            continue
+        why, ranks = diagnose(folder, key, world, probe=probe_srun(folder, key))
+        record(job_dir, key, stall_s, why, ranks)
+        print(f"bench: {key} made no progress for {stall_s:g} s: {why}", file=sys.stderr, flush=True)
+        end_step(pid)
+        return True
+    return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m harness.hangs watch|probe`, run by a Slurm job's batch script and its probe
+    steps; not a user command."""
+    parser = argparse.ArgumentParser(prog="python -m harness.hangs")
+    sub = parser.add_subparsers(dest="command", required=True)
+    w = sub.add_parser("watch", help="watch one step's progress files; attribute and end it on a stall")
+    w.add_argument("job_dir", type=Path)
+    w.add_argument("key")
+    w.add_argument("--world", type=int, required=True)
+    w.add_argument("--stall-s", type=float, required=True)
+    w.add_argument("--pid", type=int, required=True)
+    p = sub.add_parser("probe", help="print the states of this node's ranks and ask them for their stacks")
+    p.add_argument("folder", type=Path)
+    p.add_argument("key")
+    args = parser.parse_args(argv)
+    if args.command == "watch":
+        watch(args.job_dir, args.key, args.world, args.stall_s, args.pid)
+        return 0
+    for r in probe_here(read_ranks(args.folder, args.key)):
+        print(json.dumps({"rank": r.rank, "state": r.state}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        sys.exit(130)

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from conftest import bench
@@ -105,3 +106,39 @@ def test_a_stopped_rank_of_a_local_job_is_named(tmp_path):
     assert job["state"] == "FAILED" and "made no progress for 6 s: rank 1 on" in job["reason"]
     status = bench("status", str(out)).stdout
     assert "is stopped (state T)" in status
+
+
+def test_a_node_probe_reads_only_its_own_ranks(tmp_path):
+    """`python -m harness.hangs probe`, as each node of a Slurm job runs it: the states of the
+    ranks on this host, one JSON line each, and a stack asked of the one that can run; a rank on
+    another host is left to that host's probe."""
+    folder = tmp_path / "progress"
+    folder.mkdir()
+    host = os.uname().nodename
+    code = (
+        "import faulthandler, signal, sys, time; "
+        "faulthandler.register(signal.SIGUSR2, file=open(sys.argv[1], 'w')); time.sleep(60)"
+    )
+    kids = [subprocess.Popen([sys.executable, "-c", code, str(folder / f"a.rank{r}.stack")]) for r in (0, 1)]
+    try:
+        time.sleep(1.0)  # both have registered their handler
+        os.kill(kids[1].pid, signal.SIGSTOP)
+        for r, (pid, where) in enumerate([(kids[0].pid, host), (kids[1].pid, host), (kids[0].pid, "elsewhere")]):
+            record = {"rank": r, "host": where, "pid": pid, "phase": "all_reduce 1M", "t": time.time()}
+            (folder / f"a.rank{r}.json").write_text(json.dumps(record))
+        out = subprocess.run(
+            [sys.executable, "-m", "harness.hangs", "probe", str(folder), "a"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        states = {d["rank"]: d["state"] for d in map(json.loads, out.splitlines())}
+        assert states == {0: "S", 1: "T"}, out
+        time.sleep(0.5)
+        assert "File " in (folder / "a.rank0.stack").read_text()  # rank 0 was asked for its stack
+        status = dict(line.split(":\t", 1) for line in Path(f"/proc/{kids[1].pid}/status").read_text().splitlines())
+        assert int(status["ShdPnd"], 16) & (1 << (signal.SIGUSR2 - 1)) == 0  # the stopped rank was not asked
+    finally:
+        for k in kids:
+            k.kill()
+            k.wait()

@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness import hangs
 from harness.errors import SlurmError
 from harness.executors.base import Executor
 from harness.executors.slurm.profile import DEFAULT_PROFILE, ClusterProfile
@@ -543,6 +544,9 @@ class SlurmExecutor(Executor):
             return f"time limit of {format_time_limit(job.time_limit_min)} reached" + (
                 f" during {during}" if during else ""
             )
+        hang = hangs.read_record(self.run.job_dir(job), step) if step else None
+        if a.state == FAILED and hang is not None:  # the job's own watcher ended the step
+            return f"{step} made no progress for {hang['stall_s']:g} s: {hang['reason']}"
         if a.state == FAILED:
             why = error_line(tail(log, lines=400))
             code = f"exit code {a.exit_code}" + (f", signal {a.signal}" if a.signal else "")

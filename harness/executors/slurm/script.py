@@ -101,6 +101,7 @@ def step_command(job: Job, run: WorkloadRun, profile: ClusterProfile, timeout_s:
 def render_script(job: Job, profile: ClusterProfile, timeout_s: float) -> str:
     """The sbatch script of `job`: pure, the same inputs always give the same text."""
     q = shlex.quote
+    python = q(profile.python or sys.executable)
     lines = [
         "#!/bin/bash",
         f"# bench job {job.name} (config {job.config_hash}), cluster profile {profile.name}",
@@ -144,17 +145,24 @@ def render_script(job: Job, profile: ClusterProfile, timeout_s: float) -> str:
         "# was cut short, the results of finished steps are already on disk, and Slurm then ends the",
         "# job as TIMEOUT. bash runs a trap only once the foreground command ends, so each step runs",
         "# in the background while the script waits for it.",
+        f"# Beside each step a watcher reads the ranks' progress files: when none has moved for {job.stall_s:g} s",
+        "# it names the rank that held the others, keeps the record and ends the step (docs/hangs.md).",
         "step=none",
         f"trap 'echo \"$(date -Is) time limit near during $step\" >> jobs/{job.name}/time-limit.txt' USR2",
         "run_step() {",
         "  step=$1; shift",
         '  "$@" &',
-        "  local pid=$! rc",
+        "  local pid=$! rc watcher",
+        f'  {python} -m harness.hangs watch {q(f"jobs/{job.name}")} "$step" --world={job.world_size}'
+        f' --stall-s={job.stall_s:g} --pid="$pid" &',
+        "  watcher=$!",
         "  while true; do",
-        '    wait "$pid" && return 0',
-        "    rc=$?",
-        '    kill -0 "$pid" 2>/dev/null || return "$rc"  # still running: the trap woke us, wait on',
+        '    rc=0; wait "$pid" || rc=$?',
+        '    [ "$rc" -eq 0 ] || ! kill -0 "$pid" 2>/dev/null && break  # still running: the trap woke us',
         "  done",
+        '  kill "$watcher" 2>/dev/null || true',
+        '  wait "$watcher" 2>/dev/null || true',
+        '  return "$rc"',
         "}",
     ]
     given = {*env, *profile.env_passthrough, *job.passthrough}

@@ -1,0 +1,89 @@
+"""Hang attribution inside a Slurm job (docs/hangs.md), on the testbed: a 4-node all-reduce in
+which the rank on bnode3 is stopped with SIGSTOP. The job's own watcher sees the stall, probes
+every node with `srun --overlap`, names the stopped rank and the ranks left waiting in
+all_reduce, and ends the step well before gloo's process-group timeout (120 s) would. About 1
+minute."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import SLURM_ENV, SWEEPS, slurm
+
+pytestmark = pytest.mark.slow
+
+PROFILE = SWEEPS / "clusters" / "testbed.yaml"
+JOB = "n4-g1-torchrun-default"
+STALL_S = 6
+TIMEOUT_S = 120  # gloo's own timeout: ending before it shows the watcher did it
+
+
+def stop_the_rank_on(host: str, progress, deadline: float, sweep: subprocess.Popen) -> dict | None:
+    """SIGSTOP the rank that reports `host` once it is inside an all-reduce; its record."""
+    while time.monotonic() < deadline and sweep.poll() is None:
+        for path in progress.glob("allreduce.rank*.json"):
+            with contextlib.suppress(OSError, ValueError):
+                record = json.loads(path.read_text())
+                if record["host"] == host and record["phase"].startswith("all_reduce"):
+                    os.kill(record["pid"], signal.SIGSTOP)  # the testbed's nodes share this PID namespace
+                    return record
+        time.sleep(0.05)
+    return None
+
+
+def test_a_stopped_rank_of_a_slurm_job_is_named(testbed, tmp_path):
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(
+        "name: h\ndevice: cpu\nbackend: gloo\nnodes: [4]\ngpus_per_node: [1]\nlaunchers: [torchrun]\n"
+        f"env: {{OMP_NUM_THREADS: '1'}}\ntimeout_s: {TIMEOUT_S}\nstall_s: {STALL_S}\ntime_limit_min: 5\n"
+        "workloads:\n  allreduce: {min_bytes: 1M, max_bytes: 4M, iters: 400, warmup_iters: 2, link_bytes: 0}\n"
+    )
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "harness.cli", "sweep", str(sweep), "--executor", "slurm", "--cluster", str(PROFILE)]
+    proc = subprocess.Popen(
+        [*cmd, "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **SLURM_ENV},
+    )
+    stopped = None
+    try:
+        stopped = stop_the_rank_on("bnode3", out / "jobs" / JOB / "progress", time.monotonic() + 300, proc)
+        stopped_at = time.monotonic()
+        output, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:  # the sweep did not end: take its job down with it
+            proc.kill()
+            slurm("scancel", f"--name=bench-{JOB}", check=False)
+        if stopped:
+            with contextlib.suppress(ProcessLookupError):
+                gone = time.monotonic() + 30
+                while time.monotonic() < gone:  # the job's end should have taken it; else do
+                    os.kill(stopped["pid"], 0)
+                    time.sleep(0.5)
+                os.kill(stopped["pid"], signal.SIGKILL)
+                pytest.fail(f"the stopped rank {stopped} outlived its job")
+    assert stopped is not None, output
+    took = time.monotonic() - stopped_at
+    print(f"\n{output}\nended {took:.1f} s after the SIGSTOP")
+    assert proc.returncode == 1, output
+    rank = stopped["rank"]
+    hang = json.loads((out / "jobs" / JOB / "hang-allreduce.json").read_text())
+    others = ", ".join(str(r) for r in range(4) if r != rank)
+    assert hang["reason"].startswith(f"rank {rank} on bnode3 is stopped (state T) in all_reduce"), hang
+    assert f"ranks {others} wait in all_reduce (all_reduce" in hang["reason"], hang
+    assert {r["host"] for r in hang["ranks"]} == {"bnode1", "bnode2", "bnode3", "bnode4"}
+    assert took < TIMEOUT_S - 30, took  # the watcher ended it, not gloo's timeout
+    table = json.loads((out / "jobs.json").read_text())["jobs"][JOB]
+    assert table["state"] == "FAILED", table
+    assert table["reason"].startswith(f"allreduce made no progress for {STALL_S} s: rank {rank} on bnode3"), table
+    steps = slurm("sacct", "-j", table["job_id"], "-P", "-n", "--format=JobName,NodeList").stdout
+    assert "bench-hang-probe|bnode[1-4]" in steps, steps  # the states came from a task on each node
