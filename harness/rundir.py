@@ -115,6 +115,11 @@ class JobRecord:
     reason: str | None = None
     log_tail: str | None = None
     runs: dict[str, str] = field(default_factory=dict)  # workload key -> state
+    # What the attempt used, where the executor can tell (Slurm: sacct, as seff reckons it)
+    cpu_s: float | None = None
+    cpu_efficiency: float | None = None  # of the allocated CPUs over the elapsed time
+    mem_bytes: int | None = None
+    mem_efficiency: float | None = None  # of the allocated memory
 
     # Every change of state goes through one of these, so each executor changes rows alike.
 
@@ -126,6 +131,7 @@ class JobRecord:
         self.exit_code = self.elapsed_s = None
         self.started = self.ended = self.submitted = None
         self.runs = {}
+        self.used()
 
     def accepted(
         self, job_id: str, cluster: str | None = None, state: str = PENDING, reason: str | None = None
@@ -151,6 +157,21 @@ class JobRecord:
         """The attempt ended in `state` (a final state), with what is known of how."""
         self.state, self.exit_code, self.elapsed_s, self.ended = state, exit_code, elapsed_s, ended
         self.reason, self.log_tail = reason, log_tail
+
+    def used(
+        self,
+        cpu_s: float | None = None,
+        cpu_efficiency: float | None = None,
+        mem_bytes: int | None = None,
+        mem_efficiency: float | None = None,
+    ) -> None:
+        """What the attempt used (none of it: forgotten)."""
+        self.cpu_s, self.cpu_efficiency, self.mem_bytes, self.mem_efficiency = (
+            cpu_s,
+            cpu_efficiency,
+            mem_bytes,
+            mem_efficiency,
+        )
 
     def orphaned(self) -> None:
         """The harness that ran the job stopped, and the job with it: PENDING again, keeping its
@@ -388,6 +409,10 @@ _RECORD_TYPES: dict[str, tuple[type, ...]] = {
     "reason": (str, type(None)),
     "log_tail": (str, type(None)),
     "runs": (dict,),
+    "cpu_s": (int, float, type(None)),
+    "cpu_efficiency": (int, float, type(None)),
+    "mem_bytes": (int, type(None)),
+    "mem_efficiency": (int, float, type(None)),
 }
 
 

@@ -90,6 +90,18 @@ def test_a_job_that_left_the_queue_waits_for_sacct_to_catch_up(tmp_path, fake_sl
     assert len(finals) >= 4, finals
 
 
+def test_the_job_table_keeps_what_sacct_says_the_job_used(tmp_path, fake_slurm: FakeSlurm):
+    executor, jobs, run = _run(tmp_path, ClusterProfile(name="fake", **FAST), nodes="[1]")
+    table = _execute(executor, jobs)
+    run.write_table(table, "slurm")
+    rec = run.read_table(jobs)["n1-g1-torchrun-default"]  # as status, resume and report see it
+    assert rec.state == COMPLETED
+    assert (rec.cpu_s, rec.mem_bytes, rec.mem_efficiency) == (6.873, 495188 * 1024, None)
+    assert rec.cpu_efficiency == pytest.approx(6.873 / 16)
+    rec.new_attempt(PENDING)  # a rerun starts without them
+    assert (rec.cpu_s, rec.cpu_efficiency, rec.mem_bytes) == (None, None, None)
+
+
 def test_max_running_jobs_submits_chains_of_dependent_jobs(tmp_path, fake_slurm: FakeSlurm):
     executor, jobs, _ = _run(tmp_path, ClusterProfile(name="fake", max_running_jobs=2, **FAST), nodes="[1, 2, 4, 8]")
     table = _execute(executor, jobs)

@@ -17,6 +17,7 @@ from harness.executors.slurm.executor import (
     parse_sacct,
     parse_sbatch_reply,
     parse_squeue,
+    parse_usage,
 )
 from harness.logs import error_line
 
@@ -133,3 +134,30 @@ def test_the_failing_rank_is_the_reason_not_the_agents_stopped_after_it():
     assert error_line(STOPPED_AGENTS_LOG).endswith("Unable to find address for: eth0")
     alone = "\n".join(line for line in STOPPED_AGENTS_LOG.splitlines() if "SignalException" in line)
     assert error_line(alone) == "SignalException: Process 19481 got signal: 15"  # nothing else: still said
+
+
+def test_usage_is_reckoned_as_seff_does():
+    """sacct's rows for one job as Slurm 22.05.8 printed them on the testbed (jobacct_gather/linux;
+    memory is not a consumable there, so AllocTRES has no mem), and a job on a cluster that
+    allocates memory (the same TRES string format, with mem=): CPU efficiency is TotalCPU over
+    Elapsed x AllocCPUS; memory is the largest step's TRESUsageInTot mem, the sum of its tasks'
+    peaks, over AllocTRES's mem (contribs/seff/seff)."""
+    text = "\n".join(
+        [
+            "1|00:06.873|4|4|billing=4,cpu=4,node=2|",
+            "1.batch|00:00.035|4|2|cpu=2,mem=0,node=1|cpu=00:00:00,energy=0,fs/disk=58114,mem=12580K,pages=2,vmem=287776K",
+            "1.0|00:06.833|3|4|cpu=4,mem=0,node=2|cpu=00:00:03,energy=0,fs/disk=3371674,mem=495188K,pages=15,vmem=501888K",
+            "1.1|00:00.004|1|2|cpu=2,mem=0,node=2|energy=0",
+            "2|1-02:03:04.100|100000|64|billing=64,cpu=64,gres/gpu=8,mem=500G,node=2|",
+            "2.0|1-02:03:04|99990|64|cpu=64,gres/gpu=8,mem=500G,node=2|cpu=1-02:03:04,mem=100G",
+            "2.1|00:00.100|5|64|cpu=64,gres/gpu=8,mem=500G,node=2|cpu=00:00:00,mem=10G",  # a smaller step after
+            "3|INVALID|10|4|cpu=4,node=1|",  # sacct printing nothing usable: no figures, no error
+        ]
+    )
+    used = parse_usage(text)
+    assert used["1"].cpu_s == pytest.approx(6.873)
+    assert used["1"].cpu_efficiency == pytest.approx(6.873 / (4 * 4))
+    assert used["1"].mem_bytes == 495188 * 1024 and used["1"].mem_efficiency is None
+    assert used["2"].cpu_s == pytest.approx(93784.1) and used["2"].cpu_efficiency == pytest.approx(93784.1 / 6.4e6)
+    assert used["2"].mem_bytes == 100 << 30 and used["2"].mem_efficiency == pytest.approx(0.2)
+    assert used["3"].cpu_s is None and used["3"].cpu_efficiency is None and used["3"].mem_bytes is None

@@ -6,6 +6,8 @@ flagged. Two sweeps of 6 small jobs, about 2 minutes."""
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 from conftest import SLURM_ENV, SWEEPS, bench, regress
@@ -94,3 +96,19 @@ def test_the_report_shows_it_at_the_top(runs, tmp_path):
     text = html.read_text()
     assert text.index("Transport mismatch") < text.index("<h2>Environment</h2>")
     assert f"n2-g1-torchrun-assumed: {WORDS}" in text and "n2-g1-torchrun-eth1: set" not in text
+
+
+def test_the_job_table_keeps_what_each_job_used(runs):
+    """sacct's CPU and memory figures (jobacct_gather/linux on the testbed) in jobs.json and the
+    status table: every job's ranks imported torch, so each used CPU seconds and well over 100 MiB."""
+    jobs = json.loads((runs["t2"] / "jobs.json").read_text())["jobs"]
+    for name, rec in jobs.items():
+        print(f"{name}: {rec['cpu_s']} s CPU ({rec['cpu_efficiency']:.0%}), {rec['mem_bytes'] / 2**20:.0f} MiB")
+        assert rec["cpu_s"] > 1, rec
+        # one CPU per node here (cpus_per_gpu 1, 1 GPU per node); above 100% is possible, since
+        # the testbed does not confine tasks to their CPUs (task/none) and Elapsed is whole seconds
+        assert rec["cpu_efficiency"] == pytest.approx(rec["cpu_s"] / (rec["elapsed_s"] * rec["nodes"])), rec
+        assert rec["mem_bytes"] > 100 * 2**20, rec
+        assert rec["mem_efficiency"] is None  # the testbed does not allocate memory (CR_Core)
+    status = bench("status", str(runs["t2"])).stdout
+    assert "cpu" in status and "MiB" in status

@@ -317,15 +317,28 @@ def print_plan(console: Console, sweep_path: Path, jobs: list[Job], run: RunDir)
     console.file.flush()
 
 
+def _used(amount: float | None, share: float | None, unit: str) -> str:
+    """ "6.9 s (43%)", "484 MiB", or "-"."""
+    if amount is None:
+        return "-"
+    text = f"{amount:.1f} s" if unit == "s" else f"{amount / (1 << 20):.0f} MiB"
+    return text + (f" ({share:.0%})" if share is not None else "")
+
+
 def print_jobs(console: Console, table: dict[str, JobRecord], title: str) -> None:
     from rich.markup import escape
     from rich.table import Table
 
     t = Table(title=title, title_justify="left")
-    for col in ("job", "id", "state", "exit", "elapsed", "nodes", "tries", "workloads"):
+    # sacct's figures, where the executor had them (docs/telemetry.md): CPU time and its share of
+    # the allocated CPUs over the elapsed time, memory and its share of the allocation
+    usage = any(rec.cpu_s is not None or rec.mem_bytes is not None for rec in table.values())
+    for col in ("job", "id", "state", "exit", "elapsed", "nodes", "tries", *(("cpu", "mem") if usage else ())):
         t.add_column(col)
+    t.add_column("workloads")
     for rec in table.values():
         style = "green" if rec.state == COMPLETED else ("yellow" if rec.state in (PENDING, RUNNING) else "red")
+        used = (_used(rec.cpu_s, rec.cpu_efficiency, "s"), _used(rec.mem_bytes, rec.mem_efficiency, "B"))
         t.add_row(
             rec.name,
             rec.job_id or "-",
@@ -334,6 +347,7 @@ def print_jobs(console: Console, table: dict[str, JobRecord], title: str) -> Non
             "-" if rec.elapsed_s is None else f"{rec.elapsed_s:.1f} s",
             str(rec.nodes),
             str(rec.attempts),
+            *(used if usage else ()),
             " ".join(f"{k}:{v}" for k, v in rec.runs.items()),
         )
     console.print(t)

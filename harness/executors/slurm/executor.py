@@ -35,7 +35,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from harness import hangs
@@ -63,6 +63,10 @@ SCRIPT = "job.sbatch"  # in each job's directory
 # squeue states of a job that waits to run; every other state squeue lists is a live one.
 QUEUED_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SPECIAL_EXIT"})
 SACCT_FIELDS = "JobID,State,ExitCode,ElapsedRaw,NNodes,NodeList,Start,End"
+# What a finished job used, as seff (Slurm's contribs/seff) reckons it: TotalCPU over Elapsed x
+# AllocCPUS, and the largest step's sum of task memory peaks (TRESUsageInTot's mem) over the
+# memory allocated (AllocTRES's mem). Step rows are needed, so this query has no -X.
+USAGE_FIELDS = "JobID,TotalCPU,ElapsedRaw,AllocCPUS,AllocTRES,TRESUsageInTot"
 # Bounds on Slurm's commands: consecutive failures of squeue or sacct before the sweep stops
 # and says why, tries of one sbatch that failed for a passing reason, and per-call timeouts.
 QUERY_TRIES = 6
@@ -117,6 +121,16 @@ class Accounting:
     node_list: str | None
     start: str | None
     end: str | None
+
+
+@dataclass(frozen=True)
+class Usage:
+    """A finished job's CPU and memory figures from sacct (USAGE_FIELDS); None where sacct had none."""
+
+    cpu_s: float | None  # TotalCPU: user and system time of all steps
+    cpu_efficiency: float | None  # cpu_s / (elapsed x allocated CPUs)
+    mem_bytes: int | None  # the largest step's sum of its tasks' memory peaks
+    mem_efficiency: float | None  # mem_bytes / the memory allocated
 
 
 # --------------------------------------------------------------------------- parsing (pure)
@@ -176,6 +190,58 @@ def parse_sacct(text: str) -> dict[str, Accounting]:
             node_list=node_list or None,
             start=_time(start),
             end=_time(end),
+        )
+    return out
+
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
+
+
+def _cpu_time(text: str) -> float | None:
+    """Seconds from sacct's [D-][HH:]MM:SS[.mmm] (TotalCPU)."""
+    m = re.fullmatch(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)", text.strip())
+    if not m:
+        return None
+    days, hours, mins, secs = m.groups()
+    return int(days or 0) * 86400 + int(hours or 0) * 3600 + int(mins) * 60 + float(secs)
+
+
+def _tres_bytes(tres: str, name: str = "mem") -> int | None:
+    """Bytes of one entry of a TRES string ("cpu=4,mem=4000M,node=2"); binary units."""
+    for item in tres.split(","):
+        key, _, value = item.partition("=")
+        m = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGTP]?)", value.strip())
+        if key == name and m:
+            return int(float(m.group(1)) * _UNITS[m.group(2)])
+    return None
+
+
+def parse_usage(text: str) -> dict[str, Usage]:
+    """{job id: Usage} from `sacct -P -n --format=USAGE_FIELDS -j IDS` (allocation and step rows)."""
+    jobs: dict[str, list[str]] = {}
+    mem: dict[str, int] = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) != USAGE_FIELDS.count(",") + 1:
+            continue
+        job_id, step = parts[0].partition(".")[::2]
+        if not job_id.isdigit():
+            continue
+        if not step:
+            jobs[job_id] = parts
+        used = _tres_bytes(parts[5])
+        if step and used is not None:
+            mem[job_id] = max(mem.get(job_id, 0), used)
+    out = {}
+    for job_id, (_, total_cpu, elapsed, cpus, alloc, _usage) in jobs.items():
+        cpu_s = _cpu_time(total_cpu)
+        core_s = float(elapsed) * int(cpus) if elapsed.isdigit() and cpus.isdigit() else 0.0
+        alloc_mem, used = _tres_bytes(alloc), mem.get(job_id)
+        out[job_id] = Usage(
+            cpu_s=cpu_s,
+            cpu_efficiency=cpu_s / core_s if cpu_s is not None and core_s > 0 else None,
+            mem_bytes=used,
+            mem_efficiency=used / alloc_mem if used is not None and alloc_mem else None,
         )
     return out
 
@@ -455,6 +521,8 @@ class SlurmExecutor(Executor):
         gone = [i for i in live if i not in queue or queue[i][0] in FINAL_STATES]
         acct = (self.sacct(gone) if gone else {}) or {}
         self._cancel_unrunnable({i: q for i, q in queue.items() if i in live})
+        ended = [i for i in gone if i in acct and acct[i].state in FINAL_STATES]
+        used = self.usage(ended) if ended else {}
         for job_id in list(live):
             rec = live[job_id]
             job = by_name[rec.name]
@@ -463,6 +531,8 @@ class SlurmExecutor(Executor):
                 self._absent_since.pop(job_id, None)
                 del live[job_id]
                 self._finish(job, rec, a)
+                if job_id in used:
+                    rec.used(**asdict(used[job_id]))
                 changed(rec)
                 continue
             reason: str | None
@@ -482,6 +552,15 @@ class SlurmExecutor(Executor):
                 rec.state, rec.reason, rec.runs = state, reason, runs
                 changed(rec)
         return queue
+
+    def usage(self, ids: list[str]) -> dict[str, Usage]:
+        """The CPU and memory figures of finished jobs; nothing when sacct cannot say (accounting
+        without jobacct_gather, or sacct failing): they are a record, not a verdict."""
+        try:
+            p = self._call("sacct", ["-P", "-n", f"--format={USAGE_FIELDS}", "-j", ",".join(ids)])
+        except SlurmError:
+            return {}
+        return parse_usage(p.stdout) if p.returncode == 0 else {}
 
     def _cancel_unrunnable(self, queue: dict[str, tuple[str, str | None]]) -> None:
         """scancel, in one call, jobs pending for UNRUNNABLE_GRACE_S with a reason that says

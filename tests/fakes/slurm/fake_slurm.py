@@ -15,6 +15,9 @@ tests/test_slurm_tracking.py) for the options the executor uses, and no other:
     sacct -X -P -n --format=JobID,State,ExitCode,ElapsedRaw,NNodes,NodeList,Start,End -j IDS
                                                   ->  "ID|COMPLETED|0:0|5|2|bnode[1-2]|START|END"
     sacct -X -P -n --name=NAMES -S TIME --format=JobID,JobName,WorkDir
+    sacct -P -n --format=JobID,TotalCPU,ElapsedRaw,AllocCPUS,AllocTRES,TRESUsageInTot -j IDS
+                                                  ->  "ID|00:06.873|4|4|billing=4,cpu=4,node=2|" and
+                                                      a row per step (jobacct_gather/linux)
     scancel IDS
 
 State lives in $FAKE_SLURM_DIR: `scenario.json`, written by the test, says what happens to
@@ -124,9 +127,15 @@ def sacct(args: list[str], scenario: dict, state: dict) -> int:
                 print(f"{job_id}|{job['name']}|{job['workdir']}")
         return 0
     ids = args[args.index("-j") + 1].split(",")
+    usage = any(a.startswith("--format=JobID,TotalCPU") for a in args)
     for job_id in ids:
         job = state["jobs"].get(job_id)
         if job is None:
+            continue
+        if usage:  # what the testbed printed for a 2-node job of two steps
+            print(f"{job_id}|00:06.873|4|4|billing=4,cpu=4,node=2|")
+            print(f"{job_id}.batch|00:00.035|4|2|cpu=2,mem=0,node=1|cpu=00:00:00,energy=0,fs/disk=58114,mem=12580K")
+            print(f"{job_id}.0|00:06.833|3|4|cpu=4,mem=0,node=2|cpu=00:00:03,energy=0,mem=495188K,vmem=501888K")
             continue
         plan = scenario["jobs"].get(job["name"].removeprefix("bench-"), {})
         if job.get("cancelled"):
