@@ -373,8 +373,9 @@ def cmd_regress(args: argparse.Namespace) -> int:
         kind, k = reference.BASELINE, 1
         run = load_run(args.dir)
         profile = RunDir(args.dir).read_plan().get("cluster")
-        cmp = reference.against_reference(run, reference.references(profile), (profile or {}).get("name", "none"))
-        where = f"the reference of cluster profile {(profile or {}).get('name', 'none')}"
+        name = (profile or {}).get("name", "none")
+        cmp = reference.against_reference(run, reference.references(profile), name)
+        where = f"the reference of cluster profile {name}"
     else:
         if not args.cluster:
             raise UsageError("regress needs --cluster NAME, the cluster whose history holds the baseline")

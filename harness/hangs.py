@@ -176,13 +176,18 @@ def attribute(ranks: list[Rank], world: int) -> str:
     return "; ".join(parts)
 
 
+def probe_local(ranks: list[Rank]) -> None:
+    """Read the ranks' states and ask for their stacks, here: the ranks run on this machine."""
+    for r in ranks:
+        r.state = process_state(r.pid)
+    ask_for_stacks(ranks)
+
+
 def probe_here(ranks: list[Rank]) -> list[Rank]:
-    """The ranks that run on this host: their states read, their stacks asked for."""
+    """The ranks that run on this host, probed (`probe_local`)."""
     here = socket.gethostname()
     mine = [r for r in ranks if r.host == here]
-    for r in mine:
-        r.state = process_state(r.pid)
-    ask_for_stacks(mine)
+    probe_local(mine)
     return mine
 
 
@@ -190,19 +195,14 @@ Probe = Callable[[list[Rank]], None]
 
 
 def diagnose(
-    folder: Path, key: str, world: int, probe: Probe | None = None, wait_s: float = 2.0
+    folder: Path, key: str, world: int, probe: Probe = probe_local, wait_s: float = 2.0
 ) -> tuple[str, list[Rank]]:
     """Read the ranks of a stalled workload, take their states and stacks (`probe` sets each
     rank's state and asks for its stack on whichever node it runs; by default on this machine),
     and say what held them."""
     ranks = read_ranks(folder, key)
     before = stack_sizes(folder, key, ranks)
-    if probe is None:
-        for r in ranks:
-            r.state = process_state(r.pid)
-        ask_for_stacks(ranks)
-    else:
-        probe(ranks)
+    probe(ranks)
     time.sleep(wait_s)  # faulthandler writes at once; a shared file system may lag a little
     read_stacks(folder, key, ranks, before)
     return attribute(ranks, world), ranks

@@ -9,6 +9,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -25,6 +26,7 @@ SWEEPS = ROOT / "sweeps"
 TESTBED = ROOT / "tests" / "testbed" / "testbed"
 STATE = Path(os.environ.get("BENCH_TESTBED_STATE", "/run/bench-testbed"))
 SLURM_ENV = {"SLURM_CONF": str(STATE / "etc" / "slurm.conf")}
+ON_TESTBED = ("--executor", "slurm", "--cluster", str(SWEEPS / "clusters" / "testbed.yaml"))
 NODES = 4
 FINAL = (
     "COMPLETED",
@@ -88,9 +90,56 @@ def bench(*args: str, **kwargs) -> Result:
     return run([sys.executable, "-m", "harness.cli", *args], **kwargs)
 
 
+def start_sweep(sweep_file: Path, out: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """`bench sweep SWEEP --out OUT ARGS` in the background, its output captured, for a test that
+    acts on the run while it runs."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", "sweep", str(sweep_file), *args, "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def stall_sweep(path: Path, nodes: int, stall_s: int, timeout_s: int = 120) -> Path:
+    """A sweep of one all-reduce job long enough to be stopped in (docs/hangs.md)."""
+    path.write_text(
+        f"name: h\ndevice: cpu\nbackend: gloo\nnodes: [{nodes}]\ngpus_per_node: [1]\nlaunchers: [torchrun]\n"
+        f"env: {{OMP_NUM_THREADS: '1'}}\ntimeout_s: {timeout_s}\nstall_s: {stall_s}\ntime_limit_min: 5\n"
+        "workloads:\n  allreduce: {min_bytes: 1M, max_bytes: 4M, iters: 400, warmup_iters: 2, link_bytes: 0}\n"
+    )
+    return path
+
+
+def stop_a_rank(progress: Path, sweep: subprocess.Popen, pick, timeout: float) -> dict | None:
+    """SIGSTOP the first rank whose progress record (progress/allreduce.rank<R>.json) `pick`
+    accepts once it is inside an all-reduce; its record, or None if the sweep ended first or
+    `timeout` passed. Emulated nodes, local or on the testbed, share this PID namespace."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and sweep.poll() is None:
+        for path in progress.glob("allreduce.rank*.json"):
+            try:
+                record = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if pick(record) and record["phase"].startswith("all_reduce"):
+                os.kill(record["pid"], signal.SIGSTOP)
+                return record
+        time.sleep(0.05)
+    return None
+
+
 def regress(run_dir: Path, db: Path, out: Path, *args: str) -> Result:
     """`bench regress RUN --cluster lab --db DB --out OUT ARGS`, its exit status left to the test."""
     return bench("regress", str(run_dir), "--cluster", "lab", "--db", str(db), "--out", str(out), *args, check=False)
+
+
+def slurm_sweep(sweep_file: Path, out: Path, *args: str, timeout: float = 1200) -> Result:
+    """`bench sweep SWEEP` on the testbed's cluster profile, its exit status left to the test."""
+    return bench(
+        "sweep", str(sweep_file), *ON_TESTBED, "--out", str(out), *args, check=False, timeout=timeout, env=SLURM_ENV
+    )
 
 
 def read_json(path: str | Path) -> dict:

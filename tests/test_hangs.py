@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import bench
+from conftest import bench, stall_sweep, start_sweep, stop_a_rank
 
 from harness import hangs
 from harness.hangs import Rank
@@ -66,31 +66,11 @@ def test_a_stopped_rank_of_a_local_job_is_named(tmp_path):
     """A local job of 2 emulated nodes: rank 1 is stopped (SIGSTOP) in the all-reduce. The job
     ends within the stall limit, and its reason names rank 1 as stopped and rank 0 as waiting in
     all_reduce, from rank 0's own stack."""
-    sweep = tmp_path / "s.yaml"
-    sweep.write_text(
-        "name: h\ndevice: cpu\nbackend: gloo\nnodes: [2]\ngpus_per_node: [1]\nlaunchers: [torchrun]\n"
-        "env: {OMP_NUM_THREADS: '1'}\ntimeout_s: 120\nstall_s: 6\ntime_limit_min: 5\n"
-        "workloads:\n  allreduce: {min_bytes: 1M, max_bytes: 4M, iters: 400, warmup_iters: 2, link_bytes: 0}\n"
-    )
     out = tmp_path / "run"
-    sweep_proc = subprocess.Popen(
-        [sys.executable, "-m", "harness.cli", "sweep", str(sweep), "--executor", "local", "--out", str(out)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    progress = out / "jobs" / "n2-g1-torchrun-default" / "progress" / "allreduce.rank1.json"
-    stopped_at = None
-    deadline = time.monotonic() + 120
-    while stopped_at is None and time.monotonic() < deadline and sweep_proc.poll() is None:
-        try:
-            record = json.loads(progress.read_text())
-        except (OSError, ValueError):
-            record = None
-        if record and record["phase"].startswith("all_reduce"):
-            os.kill(record["pid"], signal.SIGSTOP)
-            stopped_at = time.monotonic()
-        time.sleep(0.05)
+    sweep_proc = start_sweep(stall_sweep(tmp_path / "s.yaml", nodes=2, stall_s=6), out, "--executor", "local")
+    progress = out / "jobs" / "n2-g1-torchrun-default" / "progress"
+    stopped = stop_a_rank(progress, sweep_proc, lambda record: record["rank"] == 1, timeout=120)
+    stopped_at = time.monotonic() if stopped else None
     output, _ = sweep_proc.communicate(timeout=180)
     took = time.monotonic() - stopped_at if stopped_at else None
     assert took is not None, output

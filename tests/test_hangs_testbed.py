@@ -10,53 +10,24 @@ import contextlib
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
-from conftest import SLURM_ENV, SWEEPS, slurm
+from conftest import ON_TESTBED, SLURM_ENV, slurm, stall_sweep, start_sweep, stop_a_rank
 
 pytestmark = pytest.mark.slow
 
-PROFILE = SWEEPS / "clusters" / "testbed.yaml"
 JOB = "n4-g1-torchrun-default"
 STALL_S = 6
 TIMEOUT_S = 120  # gloo's own timeout: ending before it shows the watcher did it
 
 
-def stop_the_rank_on(host: str, progress, deadline: float, sweep: subprocess.Popen) -> dict | None:
-    """SIGSTOP the rank that reports `host` once it is inside an all-reduce; its record."""
-    while time.monotonic() < deadline and sweep.poll() is None:
-        for path in progress.glob("allreduce.rank*.json"):
-            with contextlib.suppress(OSError, ValueError):
-                record = json.loads(path.read_text())
-                if record["host"] == host and record["phase"].startswith("all_reduce"):
-                    os.kill(record["pid"], signal.SIGSTOP)  # the testbed's nodes share this PID namespace
-                    return record
-        time.sleep(0.05)
-    return None
-
-
 def test_a_stopped_rank_of_a_slurm_job_is_named(testbed, tmp_path):
-    sweep = tmp_path / "s.yaml"
-    sweep.write_text(
-        "name: h\ndevice: cpu\nbackend: gloo\nnodes: [4]\ngpus_per_node: [1]\nlaunchers: [torchrun]\n"
-        f"env: {{OMP_NUM_THREADS: '1'}}\ntimeout_s: {TIMEOUT_S}\nstall_s: {STALL_S}\ntime_limit_min: 5\n"
-        "workloads:\n  allreduce: {min_bytes: 1M, max_bytes: 4M, iters: 400, warmup_iters: 2, link_bytes: 0}\n"
-    )
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "harness.cli", "sweep", str(sweep), "--executor", "slurm", "--cluster", str(PROFILE)]
-    proc = subprocess.Popen(
-        [*cmd, "--out", str(out)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, **SLURM_ENV},
-    )
+    proc = start_sweep(stall_sweep(tmp_path / "s.yaml", 4, STALL_S, TIMEOUT_S), out, *ON_TESTBED, env=SLURM_ENV)
     stopped = None
     try:
-        stopped = stop_the_rank_on("bnode3", out / "jobs" / JOB / "progress", time.monotonic() + 300, proc)
+        stopped = stop_a_rank(out / "jobs" / JOB / "progress", proc, lambda record: record["host"] == "bnode3", 300)
         stopped_at = time.monotonic()
         output, _ = proc.communicate(timeout=300)
     finally:

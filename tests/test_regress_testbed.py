@@ -31,7 +31,7 @@ import xml.etree.ElementTree as ET
 
 import pandas as pd
 import pytest
-from conftest import SLURM_ENV, SWEEPS, TESTBED, bench, run
+from conftest import SWEEPS, TESTBED, bench, run, slurm_sweep
 
 pytestmark = pytest.mark.slow
 
@@ -39,24 +39,10 @@ CLUSTER = "testbed"
 SLOW = "200mbit"
 RATE_GBPS = 200e6 / 8 / 1e9  # busbw is comparable with link speed (nccl-tests' bus factor)
 SWEEP = SWEEPS / "testbed-regress.yaml"
-PROFILE = SWEEPS / "clusters" / "testbed.yaml"
 
 
 def sweep(out, *args, sweep_file=SWEEP, ok: bool = True) -> None:
-    r = bench(
-        "sweep",
-        str(sweep_file),
-        "--executor",
-        "slurm",
-        "--cluster",
-        str(PROFILE),
-        "--out",
-        str(out),
-        *args,
-        check=False,
-        timeout=1200,
-        env=SLURM_ENV,
-    )
+    r = slurm_sweep(sweep_file, out, *args)
     assert r.returncode == (0 if ok else 1), r.describe()
 
 

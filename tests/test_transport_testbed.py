@@ -10,33 +10,16 @@ import json
 
 import pandas as pd
 import pytest
-from conftest import SLURM_ENV, SWEEPS, bench, regress
+from conftest import SWEEPS, bench, regress, slurm_sweep
 
 SWEEP = SWEEPS / "testbed-transport.yaml"
-PROFILE = SWEEPS / "clusters" / "testbed.yaml"
 WORDS = "set assumed used eth0 on 2 of 2 nodes (expected net_devices eth1)"
-
-
-def sweep(out):
-    return bench(
-        "sweep",
-        str(SWEEP),
-        "--executor",
-        "slurm",
-        "--cluster",
-        str(PROFILE),
-        "--out",
-        str(out),
-        check=False,
-        timeout=900,
-        env=SLURM_ENV,
-    )
 
 
 @pytest.fixture(scope="module")
 def runs(testbed, tmp_path_factory):
     root = tmp_path_factory.mktemp("transport")
-    first, second = sweep(root / "t1"), sweep(root / "t2")
+    first, second = slurm_sweep(SWEEP, root / "t1", timeout=900), slurm_sweep(SWEEP, root / "t2", timeout=900)
     db = root / "history.sqlite"
     bench("history", "add", str(root / "t1"), "--cluster", "lab", "--db", str(db))
     return {"t1": root / "t1", "t2": root / "t2", "db": db, "sweep": second, "first": first}
