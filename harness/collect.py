@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from benchmarks.catalog import COLLECTIVE_WORKLOAD
 from benchmarks.common import redacted
 from benchmarks.results import ResultError, atomic_write_bytes, load_result
-from harness import transport
+from harness import telemetry, transport
 from harness.analysis import stragglers
 from harness.analysis.stragglers import Straggler
 from harness.errors import RunDirError, one_line
@@ -100,6 +100,8 @@ COLUMNS = [
     "intra_transport",
     "nccl_channels",
     "nccl_warnings",
+    "nic_bytes_ratio",
+    "nic_check",
     "reason",
     "log_tail",
     "repeat",
@@ -113,12 +115,15 @@ COLUMNS = [
 # in the metadata too (ENVIRONMENT_KEY, STRAGGLERS_KEY), so comparisons need not reopen results;
 # 4: what makes two rows comparable (params, settings, settings_hash), the replicate (repeat)
 # and the count of usable samples behind each row (n_samples).
-# The transport columns (transport.COLUMNS) and the peak columns (PEAK_COLUMNS) came later
-# within 4: a summary without them reads as null there (to_frame), so histories of older runs
-# stay usable.
+# The transport columns (transport.COLUMNS), the peak columns (PEAK_COLUMNS) and the NIC
+# cross-check (NIC_COLUMNS) came later within 4: a summary without them reads as null there
+# (to_frame), so histories of older runs stay usable.
 SUMMARY_VERSION = 4
 # busbw against what the profile says the links carry (docs/expected.md)
 PEAK_COLUMNS = ("busbw_peak_gbps", "busbw_pct_peak")
+# the all-reduce's bytes against the NIC counters (docs/telemetry.md): the worst node's ratio, and
+# what was found, in words
+NIC_COLUMNS = ("nic_bytes_ratio", "nic_check")
 _VERSION_KEY = b"bench_summary_version"
 ENVIRONMENT_KEY = b"bench_environment"
 STRAGGLERS_KEY = b"bench_stragglers"
@@ -197,6 +202,7 @@ TEXT_COLUMNS = {
     "net_devices",
     "gdr",
     "intra_transport",
+    "nic_check",
 }
 # The workload parameters that decide what a figure measures: two rows are comparable only when
 # these agree (and their settings sets hold the same variables). Iteration and step counts are
@@ -332,7 +338,7 @@ def to_frame(table: pa.Table) -> pd.DataFrame:
     import pyarrow as pa
 
     mapping = {pa.string(): pd.StringDtype(), pa.int64(): pd.Int64Dtype()}
-    for name in (*transport.COLUMNS, *PEAK_COLUMNS):
+    for name in (*transport.COLUMNS, *PEAK_COLUMNS, *NIC_COLUMNS):
         if name not in table.column_names:
             table = table.append_column(name, pa.nulls(table.num_rows, type=_arrow_type(name)))
     return table.to_pandas(types_mapper=mapping.get)
@@ -383,6 +389,7 @@ def _collect(run: RunDir, warn: Callable[[str], None]) -> tuple[pa.Table, pa.Tab
             **settings_columns(job.nccl_env),
             "_peak": hardware.peak_busbw_gbps(job.nodes, job.gpus_per_node) if hardware else None,
         }
+        tele = telemetry.read(run.job_dir(job)) if any(wr.workload == COLLECTIVE_WORKLOAD for wr in job.runs) else None
         for wr in job.runs:
             status = rec.runs.get(wr.key, rec.state)
             head = {**base, "workload": wr.workload, "scaling": wr.scaling, "status": status}
@@ -414,6 +421,10 @@ def _collect(run: RunDir, warn: Callable[[str], None]) -> tuple[pa.Table, pa.Tab
                 why = job.expect and transport.mismatch(
                     job.nccl_config, job.expect, ranks, job.nodes, job.gpus_per_node
                 )
+                if wr.workload == COLLECTIVE_WORKLOAD and tele is not None:
+                    nic, disagrees = telemetry.nic_columns(result, wr.key, tele)
+                    head.update(nic)
+                    why = why or disagrees
                 if status == COMPLETED and why:  # measured, but not over what the set expects
                     head.update(status=transport.TRANSPORT_MISMATCH, reason=why)
                 _add_result(out, head, result)

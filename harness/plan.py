@@ -68,6 +68,7 @@ class Job:
     # config hash, since it changes what is checked, not what is measured.
     expect: tuple[tuple[str, Any], ...] = ()
     stall_s: float = 300.0  # no progress this long is a hang (docs/hangs.md); not in the config hash
+    sample_s: float = 1.0  # the telemetry sampler's interval, 0 for none (docs/telemetry.md); not hashed
 
     @property
     def world_size(self) -> int:
@@ -140,6 +141,7 @@ class Job:
             repeat=d.get("repeat", 1),
             expect=tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in d.get("expect", ())),
             stall_s=d.get("stall_s", 300.0),
+            sample_s=d.get("sample_s", 0.0),
             passthrough=tuple(d.get("passthrough", ())),
         )
 
@@ -215,6 +217,7 @@ def expand(sweep: Sweep) -> list[Job]:
                             passthrough=sweep.env_passthrough,
                             expect=tuple(sorted(sweep.nccl_expect.get(nccl_name, {}).items())),
                             stall_s=sweep.stall_limit_s,
+                            sample_s=sweep.sample_s,
                         )
                     )
     if sweep.repeat == 1:

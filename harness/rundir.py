@@ -30,6 +30,7 @@ from benchmarks.catalog import COLLECTIVE_WORKLOAD, SCALINGS, TRAINING
 from benchmarks.common import ranks_path
 from benchmarks.progress import DIR as PROGRESS_DIR
 from benchmarks.results import atomic_write_json, atomic_write_text
+from harness import telemetry
 from harness.errors import RunDirError, one_line
 from harness.plan import Job
 
@@ -230,8 +231,9 @@ class RunDir:
         return self.path / "jobs" / (job if isinstance(job, str) else job.name)
 
     def clear_results(self, job: Job) -> None:
-        """Remove the result files of an earlier attempt, and its hang records and progress files
-        (docs/hangs.md), so they cannot pass for the next one's."""
+        """Remove the result files of an earlier attempt, its hang records and progress files
+        (docs/hangs.md) and its telemetry (docs/telemetry.md), so they cannot pass for the next
+        one's."""
         job_dir = self.job_dir(job)
         for run in job.runs:
             result = self.path / job.result_path(run)
@@ -240,6 +242,7 @@ class RunDir:
             (job_dir / f"hang-{run.key}.json").unlink(missing_ok=True)
             for stale in (job_dir / PROGRESS_DIR).glob(f"{run.key}.rank*"):
                 stale.unlink(missing_ok=True)
+        telemetry.clear(job_dir / telemetry.DIR)
 
     def log_file(self, job: Job | str) -> Path:
         return self.job_dir(job) / "log.txt"

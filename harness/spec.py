@@ -274,6 +274,9 @@ class Sweep:
     # the others named (docs/hangs.md); by default 80% of timeout_s, at most 300 s, so it acts
     # before the process-group timeout does.
     stall_s: float | None = None
+    # Every node of a job records its CPU, memory, NIC and GPU counters this often while the job
+    # runs (docs/telemetry.md); 0 turns the sampler off.
+    sample_s: float = 1.0
     repeat: int = 1  # replicates of every job, interleaved across the matrix
     workloads: Workloads
 
@@ -320,6 +323,8 @@ class Sweep:
         _within("timeout_s", self.timeout_s, 1, 7 * 86400)
         if self.stall_s is not None:
             _within("stall_s", self.stall_s, 2, 7 * 86400)
+        if self.sample_s != 0:
+            _within("sample_s", self.sample_s, 0.1, 3600)
         _within("repeat", self.repeat, 1, MAX_REPEAT)
 
     @property

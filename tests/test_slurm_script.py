@@ -178,7 +178,7 @@ def _trap_harness(tmp_path: Path, steps: str) -> Path:
     job = expand(load_sweep(SWEEPS / "local.yaml"))[0]
     text = render_script(job, ClusterProfile(name="c"), 60)
     start = text.index("step=none")
-    end = text.index("}\n", start) + 2
+    end = text.index("}\n", text.index("run_step() {", start)) + 2
     (tmp_path / "jobs" / job.name).mkdir(parents=True)
     path = tmp_path / "trap.sh"
     path.write_text("set -euo pipefail\n" + text[start:end] + steps)

@@ -19,6 +19,7 @@ from conftest import ROOT, bench, read_json, run
 from PIL import Image
 
 from benchmarks.allreduce import bus_factor
+from harness import telemetry
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]  # whole local sweeps, a minute or more each
 
@@ -125,6 +126,22 @@ def test_summary_rows_and_values(local_run):
     ar_samples = samples[samples["workload"] == "allreduce"]
     assert len(ar_samples) == len(ar) and all(len(v) == 5 for v in ar_samples["values"])
     assert len(samples[samples["metric"] == "step_time_ms"]) == len(train)
+
+
+def test_each_job_was_sampled_while_its_workloads_ran(local_run):
+    """The local executor's sampler (docs/telemetry.md): one host file per job, each workload's
+    start and end marked inside the sampled span; loopback is not a NIC, so nothing is judged."""
+    out, _ = local_run
+    summary = pd.read_csv(out / "summary.csv")
+    for job in summary["job"].unique():
+        tele = telemetry.read(out / "jobs" / job)
+        assert tele is not None and len(tele.hosts) == 1, job
+        (host,) = tele.hosts.values()
+        assert set(tele.phases) == {"allreduce", "synthetic-weak", "synthetic-strong", "real-weak"}
+        for start, end in tele.phases.values():
+            assert end is not None and telemetry.bracket(host.samples, start, end) is not None
+    checks = summary[summary["workload"] == "allreduce"]["nic_check"]
+    assert set(checks) <= {"not judged: one node: no traffic crosses a NIC"} and len(checks)
 
 
 def test_plots_exist_and_hold_the_plotted_points(local_run):

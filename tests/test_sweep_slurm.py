@@ -18,6 +18,8 @@ import pytest
 from conftest import HOSTILE_VALUES, ROOT, SLURM_ENV, SWEEPS, bench, sacct_rows, slurm
 from PIL import Image
 
+from harness import telemetry
+
 pytestmark = pytest.mark.slow
 PROFILE = SWEEPS / "clusters" / "testbed.yaml"
 SLURM = ["--executor", "slurm", "--cluster", str(PROFILE)]
@@ -143,6 +145,30 @@ def test_status_from_another_shell(testbed_sweep):
     assert "a bench process is tracking" in during
     line = next(line for line in during.splitlines() if s["running"] in line)
     assert "RUNNING" in line or "COMPLETED" in line  # it may have ended between the two reads
+
+
+def test_nic_counters_agree_with_every_multi_node_all_reduce(testbed_sweep):
+    """The NIC cross-check on the testbed (docs/telemetry.md): the bytes eth0 sent on each node
+    during each 2- and 4-node all-reduce, against what the workload accounts for (a ring's
+    2(n-1)/n x size per call, and the link probe). Every node of every job was sampled, and the
+    report draws each job's timeline."""
+    out = testbed_sweep["out"]
+    summary = pd.read_csv(out / "summary.csv")
+    rows = summary[summary["workload"] == "allreduce"].drop_duplicates("job")
+    multi = rows[rows["nodes"] > 1]
+    assert set(multi["nodes"]) == {2, 4}
+    for job, ratio, check in zip(multi["job"], multi["nic_bytes_ratio"], multi["nic_check"], strict=True):
+        print(f"{job}: {check}")
+        assert check.startswith("agrees: ") and telemetry.AGREE[0] <= ratio <= telemetry.AGREE[1], (job, check)
+    assert set(rows[rows["nodes"] == 1]["nic_check"]) == {"not judged: one node: no traffic crosses a NIC"}
+    for job, nodes in zip(rows["job"], rows["nodes"], strict=True):
+        tele = telemetry.read(out / "jobs" / job)
+        assert tele is not None and len(tele.hosts) == nodes, job
+        assert set(tele.phases) == {"allreduce", "synthetic-weak", "synthetic-strong", "real-weak"}
+        assert all(end is not None for _, end in tele.phases.values())
+    bench("report", str(out))
+    report = (out / "report.html").read_text()
+    assert report.count('alt="timeline of ') == len(rows)
 
 
 def test_summary_and_plots_cover_the_matrix(testbed_sweep):

@@ -24,13 +24,13 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 from benchmarks.progress import DIR as PROGRESS_DIR
 from benchmarks.results import atomic_write_text
-from harness import hangs
+from harness import hangs, telemetry
 from harness.executors.base import Executor
 from harness.logs import error_line, tail
 from harness.plan import Job, WorkloadRun
@@ -81,6 +81,36 @@ def _kill(procs: list[subprocess.Popen]) -> None:
         for p in alive:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=max(0.0, deadline - time.monotonic()))
+
+
+@contextlib.contextmanager
+def _sampler(folder: Path, interval_s: float, log: BinaryIO) -> Iterator[None]:
+    """This machine's telemetry sampler for the life of one job (docs/telemetry.md); its last
+    sample is taken after the job's last workload ended. Nothing where interval_s is 0."""
+    if not interval_s:
+        yield
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "harness.telemetry", "sample", str(folder), f"--interval-s={interval_s:g}"]
+    proc = subprocess.Popen(
+        command,
+        cwd=Path(__file__).resolve().parents[2],  # where `harness` imports from
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # Ctrl-C reaches the harness only, which then stops the sampler
+        preexec_fn=_die_with_parent,  # noqa: PLW1509
+    )
+    try:
+        telemetry.wait_for_first_sample(telemetry.host_file(folder, socket.gethostname()))
+        yield
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 class LocalExecutor(Executor):
@@ -180,13 +210,16 @@ class LocalExecutor(Executor):
         job_gpus = gpus if gpus is not None and len(gpus) >= needed else None
         code: int | None
         state, code, reason = COMPLETED, 0, None
-        with open(log_path, "ab", buffering=0) as log:
+        samples = self.run.job_dir(job) / telemetry.DIR
+        with open(log_path, "ab", buffering=0) as log, _sampler(samples, job.sample_s, log):
             log.write(f"# {now()} attempt {rec.attempts} of {job.name} (config {job.config_hash})\n".encode())
             try:
                 for run in job.runs:
                     rec.runs[run.key] = RUNNING
                     changed(rec)
+                    telemetry.mark(samples, run.key, "start")
                     state, code, reason = self._run_workload(job, run, job_gpus, deadline, log)
+                    telemetry.mark(samples, run.key, "end")
                     rec.runs[run.key] = state
                     changed(rec)
                     if state != COMPLETED:

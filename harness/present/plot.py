@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from benchmarks.catalog import COLLECTIVE_WORKLOAD, TRAINING
 from benchmarks.common import format_size
 from benchmarks.results import atomic_write_bytes
+from harness import telemetry
 from harness.rundir import COMPLETED, RunDir
 
 if TYPE_CHECKING:
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
+
+    from harness.telemetry import Telemetry
 
     Made = tuple[Figure, pd.DataFrame]  # a figure and the points it draws
     Maker = Callable[[], Made | None]  # draws a figure, or None when there is nothing to draw
@@ -274,6 +277,57 @@ def draw_all(run: RunDir, summary: pd.DataFrame) -> list[Path]:
             ("allreduce_busbw", lambda: busbw_figure(summary)),
         ],
     )
+
+
+# --------------------------------------------------------------------------- one job's telemetry
+
+
+def timeline_figure(job: str, tele: Telemetry) -> Made | None:
+    """What each node of one job did over time (docs/telemetry.md): the bytes it sent on its
+    interfaces but loopback, CPU busy and, where nvidia-smi ran, GPU SM utilisation, with each
+    workload's span shaded and named."""
+    import pandas as pd
+
+    rows: list[tuple[str, str, float, float]] = []  # metric, series, x, y
+    starts = [h.samples[0]["t"] for h in tele.hosts.values() if h.samples]
+    if not starts:
+        return None
+    t0 = min(starts)
+    for name, host in sorted(tele.hosts.items()):
+        s = telemetry.series(host)
+        nics = [v for k, v in s.items() if k.startswith("tx:") and k != f"tx:{telemetry.LOOPBACK}"]
+        for i, t in enumerate(s["t"]):
+            rows.append(("CPU busy %", name, t - t0, s["cpu_pct"][i]))
+            if nics:
+                rows.append(("NIC sent MB/s", name, t - t0, sum(v[i] for v in nics if v[i] == v[i])))
+        for g in host.gpus:
+            if isinstance(g.get("sm"), (int, float)):
+                rows.append(("GPU SM %", f"{name} gpu{g['gpu']}", g["t"] - t0, g["sm"]))
+    if not rows:
+        return None
+    points = pd.DataFrame(rows, columns=["metric", "series", "x", "y"])
+    points = points[points["y"].notna()]
+    metrics = [m for m in ("NIC sent MB/s", "CPU busy %", "GPU SM %") if (points["metric"] == m).any()]
+    plt, sns = _setup()
+    fig, axes = plt.subplots(len(metrics), 1, figsize=(10, 2.4 * len(metrics)), sharex=True, squeeze=False)
+    for ax, metric in zip(axes[:, 0], metrics, strict=True):
+        sub = points[points["metric"] == metric]
+        many = sub["series"].nunique() > 8
+        sns.lineplot(data=sub, x="x", y="y", hue="series", ax=ax, legend=not many, linewidth=1.2)
+        ax.set_ylabel(metric)
+        if not many and ax.get_legend() is not None:
+            ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1))
+        for k, (key, (start, end)) in enumerate(sorted(tele.phases.items(), key=lambda p: p[1][0])):
+            stop = end if end is not None else sub["x"].max() + t0
+            ax.axvspan(start - t0, stop - t0, color=("#dde8f5" if k % 2 == 0 else "#f3e6d3"), zorder=0)
+            if ax is axes[0, 0]:
+                ax.text(start - t0, 1.01, key, transform=ax.get_xaxis_transform(), fontsize="small", va="bottom")
+    axes[-1, 0].set_xlabel("seconds since the first sample")
+    fig.suptitle(f"{job}: each node while its workloads ran", y=1.0 + 0.04 / len(metrics))
+    fig.tight_layout()
+    points.insert(0, "panel", job)
+    points.insert(0, "plot", "timeline")
+    return fig, points[POINT_COLUMNS]
 
 
 # --------------------------------------------------------------------------- two runs

@@ -4,13 +4,15 @@ the styles inline, so the file opens offline, from a mail attachment or a CI art
 from __future__ import annotations
 
 import base64
+import functools
 import html
 import math
 from collections.abc import Collection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD
+from harness import telemetry
 from harness.analysis import stragglers
 from harness.analysis.compare import METRICS, SAME, Comparison, Side, records
 from harness.collect import read_summary
@@ -29,6 +31,9 @@ from harness.present.tables import (
     warnings,
 )
 from harness.rundir import COMPLETED, RunDir
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
@@ -128,11 +133,34 @@ def run_section(run: RunDir, side: Side) -> str:
         coll = coll.sort_values(["job", "collective", "size_bytes"])
         columns, rows = collective_table(coll)
         parts.append(_table(columns, rows, numeric=set(range(2, len(columns)))))
+    parts += timelines(run, [j.name for j in jobs], summary)
     head = (
         f"<p>Run <code>{_e(run.path)}</code>: sweep <b>{_e((plan.get('sweep') or {}).get('name'))}</b>, "
         f"executor {_e(plan.get('executor'))}, planned {_e(plan.get('created'))}.</p>"
     )
     return head + "\n".join(parts)
+
+
+def timelines(run: RunDir, jobs: list[str], summary: pd.DataFrame) -> list[str]:
+    """Each job's timeline (docs/telemetry.md), folded: NIC, CPU and GPU against its workloads,
+    and what the all-reduce's NIC cross-check found."""
+    found = {name: tele for name in jobs if (tele := telemetry.read(run.job_dir(name))) is not None}
+    if not found:
+        return []
+    checked = summary[summary["nic_check"].notna()].drop_duplicates("job")
+    checks = dict(zip(checked["job"], checked["nic_check"], strict=True))
+    out = ["<h2>Timelines</h2>", "<p>What each node did while the job ran, sampled by bench (docs/telemetry.md).</p>"]
+    for name, tele in found.items():
+        overhead = [h.overhead for h in tele.hosts.values() if h.overhead is not None]
+        note = f"{len(tele.hosts)} node(s)" + (
+            f", sampler {100 * max(overhead):.2f}% of one core at most" if overhead else ""
+        )
+        out.append(f"<details><summary>{_e(name)}: {_e(note)}</summary>")
+        if checks.get(name):
+            out.append(f"<p>NIC cross-check of the all-reduce: {_e(checks[name])}</p>")
+        out.append(_figures([(f"timeline of {name}", functools.partial(plot.timeline_figure, name, tele))]))
+        out.append("</details>")
+    return out
 
 
 def compare_section(cmp: Comparison) -> str:

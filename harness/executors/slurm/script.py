@@ -42,6 +42,61 @@ def tasks_and_cpus(job: Job, profile: ClusterProfile) -> tuple[int, int]:
     return job.gpus_per_node, profile.cpus_per_gpu
 
 
+def gpu_request(job: Job, profile: ClusterProfile) -> list[str]:
+    """The option that asks for the job's GPUs on each node, as the profile says the site does."""
+    gpu = f"{profile.gpu_type}:{job.gpus_per_node}" if profile.gpu_type else str(job.gpus_per_node)
+    if profile.gpu_request == "gres":
+        return [f"--gres=gpu:{gpu}"]
+    if profile.gpu_request == "gpus-per-node":
+        return [f"--gpus-per-node={gpu}"]
+    return []
+
+
+def sampler_lines(job: Job, profile: ClusterProfile, python: str) -> list[str]:
+    """The telemetry sampler, one task per node beside the steps for the job's life
+    (docs/telemetry.md). --overlap lets it share the CPUs, memory and GPUs the steps use (srun(1),
+    Slurm 22.05); the GPUs are asked for so that nvidia-smi sees them where devices are confined.
+    The script waits for each node's first sample, so the first workload's start is bracketed,
+    and ends the sampler on its way out, which takes a last sample."""
+    folder = _quote(f"jobs/{job.name}/telemetry")
+    options = " ".join(
+        ["--overlap", '--nodes="$SLURM_NNODES"', "--ntasks-per-node=1", "--cpus-per-task=1", *gpu_request(job, profile)]
+    )
+    return [
+        "",
+        f"# Every node records its CPU, memory, NIC and GPU counters every {job.sample_s:g} s while the job runs",
+        "# (docs/telemetry.md); run_step marks each workload's start and end.",
+        f"mkdir -p {folder}",
+        f"srun {options} --job-name=bench-telemetry {python} -m harness.telemetry sample {folder}"
+        f" --interval-s={job.sample_s:g} &",
+        "sampler=$!",
+        "# SIGUSR1, not SIGTERM: srun passes it on to the tasks, while SIGTERM makes srun kill them",
+        '# ("srun: forcing job termination", Slurm 22.05 on the testbed) before their last sample.',
+        "stop_sampler() {",
+        '  kill -USR1 "$sampler" 2>/dev/null || return 0',
+        '  for _ in $(seq 20); do kill -0 "$sampler" 2>/dev/null || break; sleep 0.5; done',
+        '  kill -TERM "$sampler" 2>/dev/null || true',
+        '  wait "$sampler" 2>/dev/null || true',
+        "}",
+        "trap stop_sampler EXIT",
+        "for _ in $(seq 60); do",
+        f'  [ "$(ls {folder}/*.samples.jsonl 2>/dev/null | wc -l)" -ge "$SLURM_NNODES" ] && break',
+        "  sleep 0.5",
+        "done",
+    ]
+
+
+def mark_lines(job: Job) -> list[str]:
+    """`mark KEY start|end`: a workload's phase, for the telemetry's timeline; never fails the job."""
+    phases = _quote(f"jobs/{job.name}/telemetry/phases.jsonl")
+    return [
+        "mark() {",
+        """  { printf '{"key":"%s","event":"%s","t":%s}\\n' "$1" "$2" "$(date +%s.%N)" """
+        f">> {phases}; }} 2>/dev/null || true",
+        "}",
+    ]
+
+
 def sbatch_directives(job: Job, profile: ClusterProfile) -> list[str]:
     """The #SBATCH options of a job, in order, without the '#SBATCH ' prefix."""
     tasks_per_node, cpus = tasks_and_cpus(job, profile)
@@ -52,11 +107,7 @@ def sbatch_directives(job: Job, profile: ClusterProfile) -> list[str]:
         f"--ntasks-per-node={tasks_per_node}",
         f"--cpus-per-task={cpus}",
     ]
-    gpu = f"{profile.gpu_type}:{job.gpus_per_node}" if profile.gpu_type else str(job.gpus_per_node)
-    if profile.gpu_request == "gres":
-        out.append(f"--gres=gpu:{gpu}")
-    elif profile.gpu_request == "gpus-per-node":
-        out.append(f"--gpus-per-node={gpu}")
+    out += gpu_request(job, profile)
     out += [
         f"--time={format_time_limit(job.time_limit_min)}",
         f"--output={log}",
@@ -149,8 +200,10 @@ def render_script(job: Job, profile: ClusterProfile, timeout_s: float) -> str:
         "# it names the rank that held the others, keeps the record and ends the step (docs/hangs.md).",
         "step=none",
         f"trap 'echo \"$(date -Is) time limit near during $step\" >> jobs/{job.name}/time-limit.txt' USR2",
+        *(mark_lines(job) if job.sample_s else []),
         "run_step() {",
         "  step=$1; shift",
+        *(['  mark "$step" start'] if job.sample_s else []),
         '  "$@" &',
         "  local pid=$! rc watcher",
         f'  {python} -m harness.hangs watch {q(f"jobs/{job.name}")} "$step" --world={job.world_size}'
@@ -162,9 +215,12 @@ def render_script(job: Job, profile: ClusterProfile, timeout_s: float) -> str:
         "  done",
         '  kill "$watcher" 2>/dev/null || true',
         '  wait "$watcher" 2>/dev/null || true',
+        *(['  mark "$step" end'] if job.sample_s else []),
         '  return "$rc"',
         "}",
     ]
+    if job.sample_s:
+        lines += sampler_lines(job, profile, python)
     given = {*env, *profile.env_passthrough, *job.passthrough}
     debug = job.debug_env(job.runs[0], given)
     per_step = [k for k in PER_STEP if debug.pop(k, None) is not None]
