@@ -218,3 +218,23 @@ def test_the_nic_check_says_why_it_cannot_judge(tmp_path):
     assert columns["nic_check"] == "not judged: under 64 MiB per node, too little to judge"
     nccl = {**result, "transport": {"source": "nccl_log"}}
     assert telemetry.check_nics(nccl, "allreduce", tele) == "only gloo's socket traffic is accounted for"
+
+
+def test_infiniband_port_counters_are_read_in_bytes(tmp_path):
+    """No HCA here, so a sysfs tree in the kernel's layout (Documentation/ABI/stable/sysfs-class-
+    infiniband): port_xmit_data and port_rcv_data count octets divided by 4."""
+    for dev, port, words in (("mlx5_0", "1", 1000), ("mlx5_1", "1", 7)):
+        counters = tmp_path / "class" / "infiniband" / dev / "ports" / port / "counters"
+        counters.mkdir(parents=True)
+        for name, value in (
+            ("port_rcv_data", words),
+            ("port_rcv_packets", 3),
+            ("port_xmit_data", 2 * words),
+            ("port_xmit_packets", 5),
+        ):
+            (counters / name).write_text(f"{value}\n")
+    assert telemetry.read_ib(tmp_path) == {"mlx5_0:1": [4000, 3, 8000, 5], "mlx5_1:1": [28, 3, 56, 5]}
+    assert telemetry.read_ib(tmp_path / "none") == {}
+    a = {"ib": {"mlx5_0:1": [0, 0, 100, 0]}, "net": {"eth0": [0, 0, 10, 0]}}
+    b = {"ib": {"mlx5_0:1": [0, 0, 8100, 0]}, "net": {"eth0": [0, 0, 30, 0]}}
+    assert telemetry.sent(a, b, ["mlx5_0:1", "eth0"]) == 8020 and telemetry.sent(a, b, ["ib0"]) is None

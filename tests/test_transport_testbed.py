@@ -2,15 +2,24 @@
 real connections between emulated nodes, read from each rank's sockets. A settings set that
 expects an interface it never asked for is a transport mismatch in the sweep's output, the
 summary, compare, regress (exit 1) and the report; the sets that got what they expect are not
-flagged. Two sweeps of 6 small jobs, about 2 minutes."""
+flagged. Two sweeps of 6 small jobs, about 2 minutes; then one of 2 jobs with another's traffic
+on one link, which the NIC counters catch."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
 
 import pandas as pd
 import pytest
 from conftest import SWEEPS, bench, regress, slurm_sweep
+
+from harness import telemetry
 
 SWEEP = SWEEPS / "testbed-transport.yaml"
 WORDS = "set assumed used eth0 on 2 of 2 nodes (expected net_devices eth1)"
@@ -95,3 +104,69 @@ def test_the_job_table_keeps_what_each_job_used(runs):
         assert rec["mem_efficiency"] is None  # the testbed does not allocate memory (CR_Core)
     status = bench("status", str(runs["t2"])).stdout
     assert "cpu" in status and "MiB" in status
+
+
+NOISE_RATE = 40e6  # bytes/s a "neighbour" sends out of bnode2's eth0 for the whole sweep
+CONTROLLER = "198.18.0.254"  # the testbed's bridge address in the root namespace
+
+
+@contextlib.contextmanager
+def noise_from(node: str, rate: float) -> Iterator[dict[str, int]]:
+    """A bulk transfer out of `node`'s eth0 to the bridge at `rate`, as another job on a shared
+    node would make: a listener here (root namespace), a sender inside the node's namespace."""
+    listener = socket.create_server((CONTROLLER, 0))
+    got = {"bytes": 0}
+
+    def drain() -> None:
+        with contextlib.suppress(OSError):
+            conn, _ = listener.accept()
+            with conn:
+                while chunk := conn.recv(1 << 20):
+                    got["bytes"] += len(chunk)
+
+    thread = threading.Thread(target=drain, daemon=True)
+    thread.start()
+    sender = subprocess.Popen(
+        [
+            "ip", "netns", "exec", node, sys.executable, "-c",
+            "import socket, sys, time\n"
+            f"s = socket.create_connection(({CONTROLLER!r}, {listener.getsockname()[1]}))\n"
+            "chunk, t0, sent = b'x' * (1 << 20), time.monotonic(), 0\n"
+            "while True:\n"
+            "    s.sendall(chunk); sent += len(chunk)\n"
+            f"    time.sleep(max(0.0, sent / {rate} - (time.monotonic() - t0)))\n",
+        ]
+    )  # fmt: skip
+    try:
+        yield got
+    finally:
+        sender.kill()
+        sender.wait()
+        listener.close()
+        thread.join(timeout=10)
+
+
+def test_a_neighbour_on_the_link_is_caught_by_the_nic_counters(runs, tmp_path):
+    """The NIC cross-check's other side (docs/telemetry.md): while the 2-node jobs run, bnode2
+    sends 40 MB/s of someone else's traffic out of eth0. The eth0 set's all-reduce cannot account
+    for those bytes: its rows are a transport mismatch naming bnode2's eth0, and regress fails on
+    it. The eth1 set, whose link carried only its own traffic, agrees and is not flagged."""
+    text = SWEEP.read_text().replace("nodes: [1, 2]", "nodes: [2]")
+    text = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("assumed:"))
+    sweep = tmp_path / "two-nodes.yaml"
+    sweep.write_text(text + "\n")
+    with noise_from("bnode2", NOISE_RATE) as got:
+        r = slurm_sweep(sweep, tmp_path / "noisy", timeout=900)
+    print(f"\n{r.stdout[-1500:]}\nthe neighbour sent {got['bytes'] / 1e6:.0f} MB")
+    assert got["bytes"] > 100e6, got  # the noise really flowed
+    t = pd.read_csv(tmp_path / "noisy" / "summary.csv")
+    rows = t[t["workload"] == "allreduce"].drop_duplicates("job").set_index("nccl_config")
+    print(rows[["job", "status", "nic_bytes_ratio", "nic_check"]].to_string())
+    eth0, eth1 = rows.loc["eth0"], rows.loc["eth1"]
+    assert eth0["status"] == "TRANSPORT_MISMATCH" and eth0["reason"] == eth0["nic_check"]
+    assert eth0["nic_check"].startswith("NIC counters disagree with the all-reduce's bytes: bnode2 eth0 sent ")
+    assert "bnode1" not in eth0["nic_check"] and eth0["nic_bytes_ratio"] > telemetry.AGREE[1]
+    assert eth1["status"] == "COMPLETED" and eth1["nic_check"].startswith("agrees: ")
+    assert r.returncode == 1 and "transport mismatch: n2-g1-torchrun-eth0: NIC counters disagree" in r.stdout
+    rg = regress(tmp_path / "noisy", runs["db"], tmp_path / "rg")
+    assert rg.returncode == 1 and "1 job with a transport mismatch" in rg.stderr, rg.describe()
