@@ -31,7 +31,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -171,11 +171,11 @@ def host_file(folder: Path, host: str) -> Path:
     return folder / f"{_HOST_SAFE.sub('_', host) or 'host'}{SAMPLES}"
 
 
-def wait_for_first_sample(path: Path, timeout_s: float = 30.0) -> bool:
+def wait_for_first_sample(path: Path, timeout_s: float = 30.0, alive: Callable[[], bool] = lambda: True) -> bool:
     """Wait until the sampler writing `path` has taken its first sample, so that the first
-    workload's start is bracketed."""
+    workload's start is bracketed; give up when `alive` says the sampler has gone."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and alive():
         with contextlib.suppress(OSError), open(path, "rb") as f:
             if b'"kind":"sample"' in f.read():
                 return True

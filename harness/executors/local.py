@@ -90,11 +90,12 @@ def _sampler(folder: Path, interval_s: float, log: BinaryIO) -> Iterator[None]:
     if not interval_s:
         yield
         return
+    folder = folder.resolve()
     folder.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "harness.telemetry", "sample", str(folder), f"--interval-s={interval_s:g}"]
     proc = subprocess.Popen(
         command,
-        cwd=Path(__file__).resolve().parents[2],  # where `harness` imports from
+        cwd=folder,
         stdin=subprocess.DEVNULL,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -102,7 +103,8 @@ def _sampler(folder: Path, interval_s: float, log: BinaryIO) -> Iterator[None]:
         preexec_fn=_die_with_parent,  # noqa: PLW1509
     )
     try:
-        telemetry.wait_for_first_sample(telemetry.host_file(folder, socket.gethostname()))
+        first = telemetry.host_file(folder, socket.gethostname())
+        telemetry.wait_for_first_sample(first, alive=lambda: proc.poll() is None)
         yield
     finally:
         proc.terminate()
