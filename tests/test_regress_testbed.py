@@ -273,7 +273,15 @@ def test_across_one_run_matches_two_runs(runs, tmp_path):
     a, b = (pd.read_csv(p).set_index(["metric", "key"]) for p in (one, two))
     print(f"\nacross one run:\n{a[['a', 'b', 'ratio', 'verdict']]}\ntwo runs:\n{b[['a', 'b', 'ratio', 'verdict']]}")
     assert sorted(a.index) == sorted(b.index)
-    assert (a["verdict"] == b.loc[a.index, "verdict"]).all()
+    b = b.loc[a.index]
+    # A key whose interval holds the threshold's edge (ratio 0.5 here) is a coin toss between two
+    # measurements: the latency-bound 256K key on 4 nodes sits there, since the shaped link caps
+    # both sizes near the same busbw. Every other key must get the same verdict either way.
+    edge = 1 - 0.5
+    torn = ((a["ci_low"] <= edge) & (a["ci_high"] >= edge)) | ((b["ci_low"] <= edge) & (b["ci_high"] >= edge))
+    print(f"not required to agree, their intervals holding {edge}: {list(a.index[torn])}")
+    assert torn.sum() <= 2 and (~torn).sum() >= 7
+    assert (a["verdict"][~torn] == b["verdict"][~torn]).all()
     multi = a[a.index.get_level_values("key").str.contains(r", [24]x1, ")]
     assert (multi[multi.index.get_level_values("metric") == "busbw_gbps"]["verdict"] == "slower").all()
     row = a.loc[("busbw_gbps", "allreduce all_reduce 4M, 2x1, torchrun, default vs eth1")]

@@ -17,6 +17,7 @@ import pytest
 from conftest import ROOT
 
 from harness import telemetry
+from harness.present import plot
 
 DMON = ROOT / "tests" / "fixtures" / "dmon"
 
@@ -118,6 +119,14 @@ def test_sampler_records_counters_gpus_and_its_end(tmp_path, fake_smi):
     assert h.overhead is not None and 0 <= h.overhead < 0.5
     rates = telemetry.series(h)
     assert len(rates["t"]) == len(h.samples) - 1 and all(0 <= c <= 100 for c in rates["cpu_pct"])
+
+    # the report's timeline draws the GPUs dmon saw beside the node's CPU, over the workload
+    made = plot.timeline_figure("j", tele)
+    assert made is not None
+    _, points = made
+    gpu = points[points["metric"] == "GPU SM %"]
+    assert sorted(gpu["series"]) == [f"{h.host} gpu{i}" for i in range(4)] and sorted(gpu["y"]) == [18, 18, 24, 25]
+    assert (points["metric"] == "CPU busy %").sum() == len(rates["t"]) and set(points["plot"]) == {"timeline"}
 
 
 def test_a_torn_last_line_is_skipped(tmp_path):

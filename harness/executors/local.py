@@ -213,19 +213,20 @@ class LocalExecutor(Executor):
         code: int | None
         state, code, reason = COMPLETED, 0, None
         samples = self.run.job_dir(job) / telemetry.DIR
-        with open(log_path, "ab", buffering=0) as log, _sampler(samples, job.sample_s, log):
+        with open(log_path, "ab", buffering=0) as log:
             log.write(f"# {now()} attempt {rec.attempts} of {job.name} (config {job.config_hash})\n".encode())
             try:
-                for run in job.runs:
-                    rec.runs[run.key] = RUNNING
-                    changed(rec)
-                    telemetry.mark(samples, run.key, "start")
-                    state, code, reason = self._run_workload(job, run, job_gpus, deadline, log)
-                    telemetry.mark(samples, run.key, "end")
-                    rec.runs[run.key] = state
-                    changed(rec)
-                    if state != COMPLETED:
-                        break
+                with _sampler(samples, job.sample_s, log):  # inside the try: Ctrl-C while it starts cancels too
+                    for run in job.runs:
+                        rec.runs[run.key] = RUNNING
+                        changed(rec)
+                        telemetry.mark(samples, run.key, "start")
+                        state, code, reason = self._run_workload(job, run, job_gpus, deadline, log)
+                        telemetry.mark(samples, run.key, "end")
+                        rec.runs[run.key] = state
+                        changed(rec)
+                        if state != COMPLETED:
+                            break
             except KeyboardInterrupt:
                 for key, s in rec.runs.items():
                     if s == RUNNING:

@@ -81,6 +81,7 @@ def sampler_lines(job: Job, profile: ClusterProfile, python: str) -> list[str]:
         "trap stop_sampler EXIT",
         "for _ in $(seq 60); do",
         f'  [ "$(ls {folder}/*.samples.jsonl 2>/dev/null | wc -l)" -ge "$SLURM_NNODES" ] && break',
+        '  kill -0 "$sampler" 2>/dev/null || break  # it could not start: the job runs without it',
         "  sleep 0.5",
         "done",
     ]
