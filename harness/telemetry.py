@@ -47,6 +47,7 @@ NET_FIELDS = ("rx_bytes", "rx_packets", "tx_bytes", "tx_packets")
 # sysfs IB port counters, in the same order. PortRcvData and PortXmitData count octets divided
 # by 4 (InfiniBand Architecture Specification vol. 1, PortCounters; docs/telemetry.md).
 _IB_COUNTERS = (("port_rcv_data", 4), ("port_rcv_packets", 1), ("port_xmit_data", 4), ("port_xmit_packets", 1))
+LOOPBACK = "lo"  # not a NIC: it carries the machine's own traffic
 _HOST_SAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -388,10 +389,10 @@ def cpu_busy(a: Mapping[str, Any], b: Mapping[str, Any]) -> float | None:
 
 
 def series(h: Host) -> dict[str, list[float]]:
-    """Rates between consecutive samples, at each interval's midpoint: "t", "cpu_pct",
-    "mem_used_gib", and per interface "tx:<name>" and "rx:<name>" in MB/s."""
-    out: dict[str, list[float]] = {"t": [], "cpu_pct": [], "mem_used_gib": []}
-    rx, tx = NET_FIELDS.index("rx_bytes"), NET_FIELDS.index("tx_bytes")
+    """What the timeline draws, between consecutive samples, at each interval's midpoint: "t",
+    "cpu_pct", and "nic_sent_mbps", the MB/s sent on the interfaces but loopback that both
+    samples have (NaN where there are none)."""
+    out: dict[str, list[float]] = {"t": [], "cpu_pct": [], "nic_sent_mbps": []}
     for a, b in zip(h.samples, h.samples[1:], strict=False):
         dt = b["t"] - a["t"]
         if dt <= 0:
@@ -399,18 +400,9 @@ def series(h: Host) -> dict[str, list[float]]:
         out["t"].append((a["t"] + b["t"]) / 2)
         busy = cpu_busy(a, b)
         out["cpu_pct"].append(math.nan if busy is None else 100 * busy)
-        mem = b.get("mem") or {}
-        used = mem.get("total", 0) - mem.get("available", 0)
-        out["mem_used_gib"].append(used / 2**30 if mem else math.nan)
-        for table in ("net", "ib"):
-            for name, now in b.get(table, {}).items():
-                then = a.get(table, {}).get(name)
-                for tag, i in (("tx", tx), ("rx", rx)):
-                    column = out.setdefault(f"{tag}:{name}", [math.nan] * (len(out["t"]) - 1))
-                    column.append(math.nan if then is None else (now[i] - then[i]) / dt / 1e6)
-        for column in out.values():  # an interface that went away
-            if len(column) < len(out["t"]):
-                column.append(math.nan)
+        nics = [n for table in ("net", "ib") for n in b.get(table, {}) if n in a.get(table, {}) and n != LOOPBACK]
+        nic = sent(a, b, nics) if nics else None
+        out["nic_sent_mbps"].append(math.nan if nic is None else nic / dt / 1e6)
     return out
 
 
@@ -424,7 +416,6 @@ def series(h: Host) -> dict[str, list[float]]:
 AGREE = (0.98, 1.15)
 # Below this many expected bytes per node, connection setup and Slurm's own traffic weigh too much.
 MIN_BYTES = 64 * 2**20
-LOOPBACK = "lo"
 
 
 @dataclass(frozen=True)

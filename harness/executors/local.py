@@ -107,12 +107,7 @@ def _sampler(folder: Path, interval_s: float, log: BinaryIO) -> Iterator[None]:
         telemetry.wait_for_first_sample(first, alive=lambda: proc.poll() is None)
         yield
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        _kill([proc])  # its session too: nvidia-smi dmon, where it runs
 
 
 class LocalExecutor(Executor):

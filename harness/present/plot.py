@@ -295,11 +295,8 @@ def timeline_figure(job: str, tele: Telemetry) -> Made | None:
     t0 = min(starts)
     for name, host in sorted(tele.hosts.items()):
         s = telemetry.series(host)
-        nics = [v for k, v in s.items() if k.startswith("tx:") and k != f"tx:{telemetry.LOOPBACK}"]
-        for i, t in enumerate(s["t"]):
-            rows.append(("CPU busy %", name, t - t0, s["cpu_pct"][i]))
-            if nics:
-                rows.append(("NIC sent MB/s", name, t - t0, sum(v[i] for v in nics if v[i] == v[i])))
+        for t, cpu, nic in zip(s["t"], s["cpu_pct"], s["nic_sent_mbps"], strict=True):
+            rows += [("CPU busy %", name, t - t0, cpu), ("NIC sent MB/s", name, t - t0, nic)]
         for g in host.gpus:
             if isinstance(g.get("sm"), (int, float)):
                 rows.append(("GPU SM %", f"{name} gpu{g['gpu']}", g["t"] - t0, g["sm"]))
