@@ -12,8 +12,8 @@ GPU line. Whoever runs the workloads marks each one's start and end in
 jobs/<job>/telemetry/phases.jsonl. Counters, not rates, are kept: a rate is a difference of two
 samples, taken when the data is read.
 
-Only the standard library: the sampler starts on every node of every job, and reads a few small
-files per interval.
+Only the standard library and the torch-free benchmarks/catalog.py: the sampler starts on every
+node of every job, and reads a few small files per interval.
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from benchmarks.catalog import collective
 
 DIR = "telemetry"  # jobs/<job>/telemetry/
 PHASES = "phases.jsonl"
@@ -457,7 +459,8 @@ def cross_node_bytes(result: Mapping[str, Any]) -> dict[str, int] | str:
     if n < 2 or len(set(hosts)) < 2:
         return "one node: no traffic crosses a NIC"
     calls = (params["warmup_iters"] + params["iters"] + params["check_iters"]) * (2 if params["out_of_place"] else 1)
-    ring = sum(calls * 2 * (n - 1) * row["size_bytes"] // n for row in result["rows"])
+    per_byte = collective("all_reduce").bus_factor(n)  # 2(n-1)/n of each byte over each rank's link
+    ring = round(sum(calls * per_byte * row["size_bytes"] for row in result["rows"]))
     probe = (params["link_iters"] + 1) * params["link_bytes"] if params.get("link_bytes") else 0
     out = dict.fromkeys(hosts, 0)
     for rank, host in enumerate(hosts):
