@@ -282,8 +282,14 @@ def test_across_one_run_matches_two_runs(runs, tmp_path):
     print(f"not required to agree, their intervals holding {edge}: {list(a.index[torn])}")
     assert torn.sum() <= 2 and (~torn).sum() >= 7
     assert (a["verdict"][~torn] == b["verdict"][~torn]).all()
-    multi = a[a.index.get_level_values("key").str.contains(r", [24]x1, ")]
-    assert (multi[multi.index.get_level_values("metric") == "busbw_gbps"]["verdict"] == "slower").all()
+    multi = a[
+        a.index.get_level_values("key").str.contains(r", [24]x1, ")
+        & (a.index.get_level_values("metric") == "busbw_gbps")
+    ]
+    # Off the edge, every multi-node busbw crosses the shaped link and reads slower; on it, the
+    # honest verdict is "no significant change", and never faster.
+    assert (multi["verdict"][~torn.loc[multi.index]] == "slower").all()
+    assert multi["verdict"].isin(["slower", "no significant change"]).all()
     row = a.loc[("busbw_gbps", "allreduce all_reduce 4M, 2x1, torchrun, default vs eth1")]
     assert row["b"] < 1.05 * RATE_GBPS, row.to_dict()  # the eth1 set really ran over the shaped link
 
