@@ -47,7 +47,7 @@ from harness.analysis.compare import (
     parse_across,
     parse_threshold,
 )
-from harness.analysis.history import BASELINE_HELP, DEFAULT_BASELINE, DEFAULT_DB
+from harness.analysis.history import BASELINE_HELP, DEFAULT_BASELINE
 from harness.collect import collect, read_summary, write_summary
 from harness.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, BenchError, UsageError, one_line
 from harness.executors.slurm.profile import load_profile
@@ -56,7 +56,7 @@ from harness.present.plot import draw_all, draw_compare, history_figure
 from harness.present.regress import summary_line, write_all
 from harness.present.tables import markdown, print_comparison, print_jobs, run_mismatches, table_csv
 from harness.rundir import COMPLETED, FINAL_STATES, RunDir
-from harness.spec import load_sweep
+from harness.spec import MATRIX_AXES, load_sweep
 from harness.sweep import in_use, locked
 
 if TYPE_CHECKING:
@@ -100,10 +100,20 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     console = _console()
     if args.resume:
-        if args.sweep or args.overrides or args.max_nodes or args.repeat or args.out or args.dry_run or args.cluster:
+        given = (
+            args.sweep,
+            args.overrides,
+            args.only,
+            args.max_nodes,
+            args.repeat,
+            args.out,
+            args.dry_run,
+            args.cluster,
+        )
+        if any(given):
             raise UsageError(
                 "--resume DIR continues the plan saved in DIR; it takes no sweep file, "
-                "--set, --max-nodes, --repeat, --out, --cluster or --dry-run"
+                "--set, --only, --max-nodes, --repeat, --out, --cluster or --dry-run"
             )
         return sweep.resume(RunDir(args.resume), console)
 
@@ -116,16 +126,24 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         )
     if args.cluster and name != "slurm":
         raise UsageError(f"--cluster describes a Slurm cluster; it needs --executor slurm, not {name}")
-    profile = load_profile(args.cluster) if args.cluster else None
+    cluster = args.cluster or (_env_path("BENCH_CLUSTER") if name == "slurm" else None)
+    if name == "slurm" and cluster is None and not args.dry_run:
+        raise UsageError(
+            f"the Slurm executor ({why}) needs the cluster's profile: --cluster FILE or BENCH_CLUSTER=FILE "
+            "(start from sweeps/clusters/example.yaml); to run on this machine instead, --executor local"
+        )
+    profile = load_profile(cluster) if cluster else None
     sweep_path = Path(args.sweep) if args.sweep else _default_sweep(name)
-    spec = load_sweep(sweep_path, max_nodes=args.max_nodes, repeat=args.repeat, overrides=tuple(args.overrides))
+    spec = load_sweep(
+        sweep_path, max_nodes=args.max_nodes, repeat=args.repeat, overrides=tuple(args.overrides), only=tuple(args.only)
+    )
     if "srun" in spec.launchers and name == "local":
         raise UsageError(
             f"{sweep_path}: launchers: the local executor runs torchrun only, and the sweep asks for "
             f"srun; use --executor slurm or --set launchers=[torchrun]"
         )
-    out = Path(args.out) if args.out else sweep.default_run_dir(spec)
-    return sweep.start(spec, sweep_path, name, profile, out, console, dry_run=args.dry_run)
+    out = Path(args.out) if args.out else sweep.default_run_dir(spec, _results_root())
+    return sweep.start(spec, sweep_path, name, profile, out, console, dry_run=args.dry_run, yes=args.yes)
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
@@ -274,8 +292,24 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _env_path(name: str) -> Path | None:
+    """A path from the environment variable `name`, None when it is unset."""
+    value = os.environ.get(name)
+    if value is None:
+        return None
+    if not value.strip():
+        raise UsageError(f"{name} is set but empty; unset it or give a path")
+    return Path(value)
+
+
+def _results_root() -> Path:
+    """Where run directories go by default: $BENCH_RESULTS, else results/ here."""
+    return _env_path("BENCH_RESULTS") or Path("results")
+
+
 def _db(args: argparse.Namespace) -> Path:
-    return Path(args.db) if args.db else Path.cwd() / DEFAULT_DB
+    """The history database: --db, else $BENCH_HISTORY, else history.sqlite in the results root."""
+    return Path(args.db) if args.db else _env_path("BENCH_HISTORY") or _results_root() / "history.sqlite"
 
 
 def cmd_history(args: argparse.Namespace) -> int:
@@ -459,6 +493,9 @@ def cmd_transport(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- parser
 
 
+DB_HELP = "history database (default $BENCH_HISTORY, else history.sqlite in $BENCH_RESULTS or results/)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="bench", description="Scaling benchmarks for distributed PyTorch training.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -475,7 +512,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="run every job N times, replicate by replicate across the matrix (sweep key repeat)",
     )
     s.add_argument("--executor", choices=("auto", "local", "slurm"), default="auto")
-    s.add_argument("--out", help="run directory (default results/<sweep>-<timestamp>)")
+    s.add_argument("--out", help="run directory (default <sweep>-<timestamp> in $BENCH_RESULTS, else in results/)")
+    s.add_argument(
+        "--yes",
+        action="store_true",
+        help="submit without asking, whatever the cost (needed without a terminal above the profile's "
+        "confirm_above_node_hours)",
+    )
     s.add_argument("--dry-run", action="store_true", help="write and print the plan, run nothing")
     s.add_argument(
         "--set",
@@ -486,9 +529,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="override a sweep value, e.g. --set workloads.synthetic.steps=20 (repeatable)",
     )
     s.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="AXIS=V1,V2",
+        help=f"run only the matrix points whose AXIS takes these values; AXIS: {', '.join(MATRIX_AXES)} (repeatable)",
+    )
+    s.add_argument(
         "--cluster",
         metavar="PROFILE",
-        help="cluster profile YAML for the Slurm executor (e.g. sweeps/clusters/testbed.yaml)",
+        help="cluster profile YAML for the Slurm executor, needed to submit (default $BENCH_CLUSTER)",
     )
     s.add_argument("--resume", metavar="DIR", help="continue the run in DIR: jobs not COMPLETED run again")
     s.set_defaults(func=cmd_sweep)
@@ -545,7 +595,7 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("dir", nargs="?", metavar="DIR|ID", help="run directory (add) or run id (remove)")
     h.add_argument("--cluster", help="cluster name (required for add, plot and changes; a filter for list)")
     h.add_argument("--label", help="label of the run (history add), e.g. nccl-2.21 or after-ib-fix")
-    h.add_argument("--db", help="history database (default results/history.sqlite)")
+    h.add_argument("--db", help=DB_HELP)
     h.add_argument("--out", help="image file (history plot; default beside the database)")
     h.add_argument(
         "--metric",
@@ -569,7 +619,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"{BASELINE_HELP} | reference: the run's cluster profile's reference figures, no history "
         f"(default {DEFAULT_BASELINE})",
     )
-    g.add_argument("--db", help="history database (default results/history.sqlite)")
+    g.add_argument("--db", help=DB_HELP)
     g.add_argument("--out", help="directory for report.md and junit.xml (default DIR/regress)")
     g.add_argument(
         "--allow-unjudged",

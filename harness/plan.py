@@ -17,7 +17,7 @@ from typing import Any
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD
 from harness.errors import PlanError
-from harness.spec import Sweep
+from harness.spec import DEFAULT_TIME_LIMIT_MIN, Sweep
 
 
 @dataclass(frozen=True)
@@ -180,46 +180,53 @@ def expand(sweep: Sweep) -> list[Job]:
     for nodes in sweep.node_counts:
         for gpus in sorted(sweep.gpus_per_node):
             world = nodes * gpus
-            for training in (sweep.workloads.synthetic, sweep.workloads.real):
+            kept = [
+                (launcher, nccl_name)
+                for launcher in sweep.launchers
+                for nccl_name in sweep.nccl
+                if sweep.selects(nodes, gpus, launcher, nccl_name)
+            ]
+            for training in (sweep.workloads.synthetic, sweep.workloads.real) if kept else ():
                 batch = training.global_batch if training is not None and "strong" in training.scaling else None
                 if batch is not None and (batch < world or batch % world):
                     raise PlanError(
                         f"global_batch {batch} is not divisible by the world size "
                         f"{world} of {nodes} nodes x {gpus} GPUs; pick a multiple of every world size"
                     )
-            for launcher in sweep.launchers:
-                for nccl_name, nccl_vars in sweep.nccl.items():
-                    nccl_env = tuple(sorted(nccl_vars.items()))
-                    identity = {
-                        "nodes": nodes,
-                        "gpus_per_node": gpus,
-                        "launcher": launcher,
-                        "nccl_env": nccl_env,
-                        "env": env,
-                        "device": sweep.device,
-                        "backend": sweep.backend,
-                        "runs": [[r.workload, r.scaling, list(r.args)] for r in runs],
-                    }
-                    jobs.append(
-                        Job(
-                            name=job_name(nodes, gpus, launcher, nccl_name),
-                            config_hash=_config_hash(identity),
-                            nodes=nodes,
-                            gpus_per_node=gpus,
-                            launcher=launcher,
-                            nccl_config=nccl_name,
-                            nccl_env=nccl_env,
-                            env=env,
-                            device=sweep.device,
-                            backend=sweep.backend,
-                            time_limit_min=sweep.time_limit_min,
-                            runs=runs,
-                            passthrough=sweep.env_passthrough,
-                            expect=tuple(sorted(sweep.nccl_expect.get(nccl_name, {}).items())),
-                            stall_s=sweep.stall_limit_s,
-                            sample_s=sweep.sample_s,
-                        )
+            for launcher, nccl_name in kept:
+                nccl_env = tuple(sorted(sweep.nccl[nccl_name].items()))
+                identity = {
+                    "nodes": nodes,
+                    "gpus_per_node": gpus,
+                    "launcher": launcher,
+                    "nccl_env": nccl_env,
+                    "env": env,
+                    "device": sweep.device,
+                    "backend": sweep.backend,
+                    "runs": [[r.workload, r.scaling, list(r.args)] for r in runs],
+                }
+                jobs.append(
+                    Job(
+                        name=job_name(nodes, gpus, launcher, nccl_name),
+                        config_hash=_config_hash(identity),
+                        nodes=nodes,
+                        gpus_per_node=gpus,
+                        launcher=launcher,
+                        nccl_config=nccl_name,
+                        nccl_env=nccl_env,
+                        env=env,
+                        device=sweep.device,
+                        backend=sweep.backend,
+                        time_limit_min=sweep.time_limit_min or DEFAULT_TIME_LIMIT_MIN,
+                        runs=runs,
+                        passthrough=sweep.env_passthrough,
+                        expect=tuple(sorted(sweep.nccl_expect.get(nccl_name, {}).items())),
+                        stall_s=sweep.stall_limit_s,
+                        sample_s=sweep.sample_s,
                     )
+                )
+    if not jobs:
+        raise PlanError("the include and exclude rules leave no job to run; loosen them")
     if sweep.repeat == 1:
         return jobs
     return [

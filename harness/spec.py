@@ -32,6 +32,7 @@ MAX_BATCH = 1 << 24
 MAX_NODES = 100_000
 MAX_GPUS_PER_NODE = 1024
 MAX_MINUTES = 366 * 24 * 60  # Slurm's time limit, at most a year
+DEFAULT_TIME_LIMIT_MIN = 30.0  # a job's, when neither the sweep nor the cluster profile states one
 
 # Names end up in job names, paths and #SBATCH lines, where Slurm's own parser treats
 # quotes, backslashes and '#' specially: letters, digits and a few separators only.
@@ -250,6 +251,38 @@ class Workloads:
             raise FieldError("", "names no workload; valid: allreduce, synthetic, real")
 
 
+# The matrix's axes as include/exclude rules and `--only` name them: one value per job.
+MATRIX_AXES = ("nodes", "gpus_per_node", "launcher", "nccl")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MatrixRule:
+    """One include or exclude rule: the matrix points where every axis the rule names takes one
+    of the values it lists (`{nodes: 1, nccl: [ib, socket]}`). A scalar is a list of one."""
+
+    nodes: tuple[int, ...] | None = field(default=None, metadata={"one_or_more": True})
+    gpus_per_node: tuple[int, ...] | None = field(default=None, metadata={"one_or_more": True})
+    launcher: tuple[str, ...] | None = field(default=None, metadata={"one_or_more": True})
+    nccl: tuple[str, ...] | None = field(default=None, metadata={"one_or_more": True})
+
+    def __post_init__(self) -> None:
+        named = {axis: getattr(self, axis) for axis in MATRIX_AXES if getattr(self, axis) is not None}
+        if not named:
+            raise FieldError("", f"names no axis; valid: {', '.join(MATRIX_AXES)}")
+        for axis, values in named.items():
+            if not values:
+                raise FieldError(axis, "is empty; list one or more values")
+        for key, high in (("nodes", MAX_NODES), ("gpus_per_node", MAX_GPUS_PER_NODE)):
+            for v in getattr(self, key) or ():
+                _within(key, v, 1, high)
+        for launcher in self.launcher or ():
+            _choice("launcher", launcher, LAUNCHERS)
+
+    def matches(self, nodes: int, gpus_per_node: int, launcher: str, nccl: str) -> bool:
+        point = {"nodes": nodes, "gpus_per_node": gpus_per_node, "launcher": launcher, "nccl": nccl}
+        return all(getattr(self, axis) is None or point[axis] in getattr(self, axis) for axis in MATRIX_AXES)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Sweep:
     name: str
@@ -268,7 +301,7 @@ class Sweep:
     # Variables every job takes from the environment bench runs in, by name only: how a job gets
     # a secret (a token, a password) without the plan or its scripts holding it.
     env_passthrough: tuple[str, ...] = ()
-    time_limit_min: float = 30.0
+    time_limit_min: float | None = None  # each job's; left out: the cluster profile's, else 30 min
     timeout_s: float = 300.0
     # A workload whose ranks all stop making progress this long is ended and the rank that held
     # the others named (docs/hangs.md); by default 80% of timeout_s, at most 300 s, so it acts
@@ -278,6 +311,12 @@ class Sweep:
     # runs (docs/telemetry.md); 0 turns the sampler off.
     sample_s: float = 1.0
     repeat: int = 1  # replicates of every job, interleaved across the matrix
+    # Which points of the matrix run: those matching an include rule (every point, without
+    # one) and no exclude rule; e.g. no network settings sets on 1-node jobs.
+    include: tuple[MatrixRule, ...] = ()
+    exclude: tuple[MatrixRule, ...] = ()
+    # `bench sweep --only AXIS=V1,V2`: the points every named axis of which takes a listed value.
+    only: MatrixRule | None = field(default=None, metadata={"derived": True})
     workloads: Workloads
 
     def __post_init__(self) -> None:
@@ -319,13 +358,30 @@ class Sweep:
             check_expect(f"nccl.{set_name}.expect", expect)
         check_env("env", self.env)
         check_passthrough("env_passthrough", self.env_passthrough)
-        _within("time_limit_min", self.time_limit_min, 0.1, MAX_MINUTES)
+        if self.time_limit_min is not None:
+            _within("time_limit_min", self.time_limit_min, 0.1, MAX_MINUTES)
         _within("timeout_s", self.timeout_s, 1, 7 * 86400)
         if self.stall_s is not None:
             _within("stall_s", self.stall_s, 2, 7 * 86400)
         if self.sample_s != 0:
             _within("sample_s", self.sample_s, 0.1, 3600)
         _within("repeat", self.repeat, 1, MAX_REPEAT)
+        rules = [(f"{key}[{i}]", r) for key in ("include", "exclude") for i, r in enumerate(getattr(self, key))]
+        for where, rule in rules + ([("--only", self.only)] if self.only else []):
+            unknown = [n for n in rule.nccl or () if n not in self.nccl]
+            if unknown:
+                raise FieldError(
+                    f"{where}.nccl", f"{unknown[0]!r} names no settings set; valid: {', '.join(self.nccl)}"
+                )
+
+    def selects(self, nodes: int, gpus_per_node: int, launcher: str, nccl: str) -> bool:
+        """Whether the include and exclude rules keep this point of the matrix."""
+        point = (nodes, gpus_per_node, launcher, nccl)
+        return (
+            (not self.include or any(r.matches(*point) for r in self.include))
+            and not any(r.matches(*point) for r in self.exclude)
+            and (self.only is None or self.only.matches(*point))
+        )
 
     @property
     def stall_limit_s(self) -> float:
@@ -499,9 +555,11 @@ def _convert(tp: Any, value: Any, where: str, meta: typing.Mapping[str, Any]) ->
             return build(tp, {}, where)
         raise SpecError(f"{where}: expected a mapping of {tp.__name__} settings, found {value!r}")
     elif origin is tuple:
+        item_tp = typing.get_args(tp)[0]
         if isinstance(value, list):
-            item_tp = typing.get_args(tp)[0]
             return tuple(_convert(item_tp, v, f"{where}[{i}]", {}) for i, v in enumerate(value))
+        if meta.get("one_or_more") and not isinstance(value, dict):
+            return (_convert(item_tp, value, where, {}),)
     elif tp is str:
         if isinstance(value, str):
             return value
@@ -711,8 +769,38 @@ def read_mapping(path: Path, what: str) -> dict[str, Any]:
     return data
 
 
+def only_rule(sweep: Sweep, selections: tuple[str, ...]) -> MatrixRule:
+    """The rule `--only AXIS=V1,V2 [--only ...]` states, each value checked against the sweep's
+    own values on that axis, so that a typo is an error rather than an empty selection."""
+    chosen: dict[str, tuple[Any, ...]] = {}
+    for text in selections:
+        axis, sep, raw = (part.strip() for part in text.partition("="))
+        if not sep or axis not in MATRIX_AXES:
+            raise SpecError(f"--only {text!r}: expected AXIS=V1,V2 with AXIS one of {', '.join(MATRIX_AXES)}")
+        present = {
+            "nodes": sweep.node_counts,
+            "gpus_per_node": tuple(sorted(sweep.gpus_per_node)),
+            "launcher": sweep.launchers,
+            "nccl": tuple(sweep.nccl),
+        }[axis]
+        values = [v.strip() for v in raw.split(",") if v.strip()]
+        missing = [v for v in values if v not in {str(p) for p in present}]
+        if not values or missing:
+            what = f"{missing[0]!r} is not" if missing else "names no value; list values"
+            raise SpecError(f"--only {axis}: {what} among the sweep's {axis}: {', '.join(map(str, present))}")
+        if axis in chosen:
+            raise SpecError(f"--only {axis} is given twice; list the values once, e.g. {axis}=A,B")
+        chosen[axis] = tuple(p for p in present if str(p) in values)
+    return MatrixRule(**chosen)
+
+
 def load_sweep(
-    path: str | Path, *, max_nodes: int | None = None, repeat: int | None = None, overrides: tuple[str, ...] = ()
+    path: str | Path,
+    *,
+    max_nodes: int | None = None,
+    repeat: int | None = None,
+    overrides: tuple[str, ...] = (),
+    only: tuple[str, ...] = (),
 ) -> Sweep:
     """Read, override and check a sweep file. Errors name the file: `SpecError('FILE: key: ...')`."""
     path = Path(path)
@@ -728,6 +816,8 @@ def load_sweep(
         sweep = build(Sweep, data, "")
         if not sweep.node_counts:
             raise SpecError(f"nodes: no node count of {list(sweep.nodes)} is within max_nodes {sweep.max_nodes}")
+        if only:
+            sweep = dataclasses.replace(sweep, only=only_rule(sweep, only))
     except SpecError as exc:
         raise SpecError(f"{path}: {exc}") from None
     return sweep

@@ -9,14 +9,17 @@ import dataclasses
 import datetime as dt
 import fcntl
 import os
+import re
 import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from harness import cost
 from harness.collect import collect, to_frame, write_summary
-from harness.errors import SlurmError, UsageError
+from harness.cost import Cost
+from harness.errors import PlanError, SlurmError, UsageError
 from harness.executors import Executor, LocalExecutor, SlurmExecutor
 from harness.executors.slurm.profile import DEFAULT_PROFILE, ClusterProfile
 from harness.plan import Job, expand
@@ -38,12 +41,30 @@ def start(
     out: Path,
     console: Console,
     dry_run: bool = False,
+    yes: bool = False,
 ) -> int:
     """Plan `sweep` into the new run directory `out` and run it (or only write it, with
-    dry_run). The exit status: 0 when every job completed, 1 when some did not."""
+    dry_run). A batch executor's cost is shown first, and a large one must be confirmed (yes
+    answers for the user). The exit status: 0 when every job completed, 1 when some did not."""
     if not dry_run:
         check_passthrough((*sweep.env_passthrough, *(profile.env_passthrough if profile else ())))
-    jobs = expand(sweep)
+    if sweep.time_limit_min is None and profile is not None and profile.time_limit_min is not None:
+        sweep = dataclasses.replace(sweep, time_limit_min=profile.time_limit_min)
+    try:
+        jobs = expand(sweep)
+    except PlanError as exc:
+        raise PlanError(f"{sweep_file}: {exc}") from None
+    if executor_name != "local":
+        from rich.markup import escape
+
+        why = looks_local(out)
+        if why:
+            console.print(
+                f"[yellow]warning:[/] the run directory {escape(str(out))} may not be visible to the compute nodes: "
+                f"{why}; give --out (or BENCH_RESULTS) on a filesystem they share",
+                soft_wrap=True,
+            )
+        confirm(cost.estimate(jobs, profile), profile or DEFAULT_PROFILE, console, dry_run=dry_run, yes=yes)
     run, created = claim(out)
     executor = make_executor(executor_name, run, sweep.timeout_s, profile)
     with locked(run):  # held from before the first file is written to the end of the sweep
@@ -69,6 +90,58 @@ def resume(run: RunDir, console: Console) -> int:
         todo = sum(r.state != COMPLETED for r in table.values())
         console.print(f"resuming {run.path}: {todo} of {len(jobs)} jobs to run")
         return run_and_report(run, executor, jobs, table, console)
+
+
+# Filesystems whose files no other machine sees, and the directories sites keep node-local.
+LOCAL_FILESYSTEMS = ("tmpfs", "ramfs")
+LOCAL_DIRS = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"))
+
+
+def looks_local(path: Path, mounts: Path = Path("/proc/self/mounts")) -> str | None:
+    """Why `path` seems private to this machine, or None: a batch job runs on other nodes, which
+    must see the run directory at the same path (docs/cost.md). The filesystem is the longest
+    mount point above the path, as /proc/self/mounts lists it (octal escapes for blanks)."""
+    path = Path(os.path.abspath(path))
+    try:
+        lines = mounts.read_text().splitlines()
+    except OSError:
+        lines = []
+    best, fstype = "", ""
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[1])
+        if (path == Path(point) or Path(point) in path.parents) and len(point) > len(best):
+            best, fstype = point, fields[2]
+    if fstype in LOCAL_FILESYSTEMS:
+        return f"it is on {fstype} ({best}), which only this machine sees"
+    under = next((d for d in LOCAL_DIRS if d == path or d in path.parents), None)
+    if under is not None:
+        return f"it is under {under}, which is usually each node's own"
+    return None
+
+
+def confirm(cost: Cost, profile: ClusterProfile, console: Console, *, dry_run: bool, yes: bool) -> None:
+    """Show what the sweep could cost; above the profile's confirm_above_node_hours, go on only
+    when the user says so: --yes, or 'y' at the terminal. Without a terminal to ask, refuse."""
+    for line in cost.lines():
+        console.print(line, markup=False, soft_wrap=True)
+    limit = profile.confirm_above_node_hours
+    if dry_run or yes or cost.bound_node_hours <= limit:
+        return
+    what = f"{cost.jobs} job(s), up to {cost.bound_node_hours:,.1f} node-hours"
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise UsageError(
+            f"{what} is above the profile's confirm_above_node_hours ({limit:g}); no terminal to ask, "
+            "so nothing was submitted: add --yes to submit, or narrow the sweep (--only, --max-nodes)"
+        )
+    try:
+        answer = input(f"submit {what}? [y/N] ")
+    except EOFError:
+        answer = ""
+    if answer.strip().lower() not in ("y", "yes"):
+        raise UsageError("not confirmed: nothing was submitted")
 
 
 def check_passthrough(names: tuple[str, ...]) -> None:

@@ -26,7 +26,7 @@ SWEEPS = ROOT / "sweeps"
 TESTBED = ROOT / "tests" / "testbed" / "testbed"
 STATE = Path(os.environ.get("BENCH_TESTBED_STATE", "/run/bench-testbed"))
 SLURM_ENV = {"SLURM_CONF": str(STATE / "etc" / "slurm.conf")}
-ON_TESTBED = ("--executor", "slurm", "--cluster", str(SWEEPS / "clusters" / "testbed.yaml"))
+ON_TESTBED = ("--executor", "slurm", "--cluster", str(SWEEPS / "clusters" / "testbed.yaml"), "--yes")
 NODES = 4
 FINAL = (
     "COMPLETED",

@@ -201,7 +201,7 @@ CASES = [
     Case("env-credential-by-name", lambda t, r: _dry(t, _sweep(t, "env: {GIT_CREDENTIAL: abc}\n")), "secret"),
     Case(
         "passthrough-not-set",
-        lambda t, r: ["sweep", _sweep(t, "env_passthrough: [BT_UNSET_SECRET_X]\n")],
+        lambda t, r: ["sweep", _sweep(t, "env_passthrough: [BT_UNSET_SECRET_X]\n"), "--executor", "local"],
         "env_passthrough",
         "BT_UNSET_SECRET_X",
         "not set",
@@ -237,6 +237,10 @@ CASES = [
         "not UTF-8",
     ),
     Case("profile-env-reserved", lambda t, r: _slurm_dry(t, "name: c\nenv: {MASTER_PORT: '1'}\n"), "MASTER_PORT"),
+    Case("only-typo", lambda t, r: _dry(t, _sweep(t), "--only", "nccl=ibb"), "--only nccl", "'ibb' is not among"),
+    Case("only-axis", lambda t, r: _dry(t, _sweep(t), "--only", "gpus=2"), "--only", "AXIS one of nodes"),
+    Case("exclude-everything", lambda t, r: _dry(t, _sweep(t, "exclude: [{nodes: [1, 2]}]\n")), "leave no job"),
+    Case("exclude-unknown-set", lambda t, r: _dry(t, _sweep(t, "exclude: [{nccl: ib}]\n")), "exclude[0].nccl"),
     # ---- resume, collect, status, plot: run directories that are not usable
     Case("resume-not-a-run", lambda t, r: ["sweep", "--resume", str(t)], "plan.json"),
     Case("resume-job-name-escapes", lambda t, r: ["sweep", "--resume", str(_plan_job_name(r, t))], "../../x"),

@@ -5,10 +5,12 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import re
 
 import pytest
 from conftest import SWEEPS, bench
 
+from harness.errors import SpecError
 from harness.plan import Job, PlanError, expand
 from harness.rundir import PLAN_VERSION, RunDir
 from harness.spec import load_sweep
@@ -17,14 +19,18 @@ from harness.spec import load_sweep
 def test_default_sweep_expands_to_the_full_matrix():
     sweep = load_sweep(SWEEPS / "default.yaml")
     jobs = expand(sweep)
-    # 4 node counts x 4 GPU counts x 2 launchers x 3 NCCL sets
-    assert len(jobs) == 4 * 4 * 2 * 3
+    # 4 node counts x 4 GPU counts x 2 launchers x 3 NCCL sets, less the network sets (ib,
+    # socket) on one node, which the sweep's exclude rule drops: 96 - 4 x 2 x 2 = 80
+    assert len(jobs) == 80
     assert len({j.name for j in jobs}) == len(jobs)
     points = [(j.nodes, j.gpus_per_node, j.launcher, j.nccl_config) for j in jobs]
-    assert points == list(
-        itertools.product((1, 2, 4, 8), (1, 2, 4, 8), ("torchrun", "srun"), ("default", "ib", "socket"))
-    )
+    assert points == [
+        p
+        for p in itertools.product((1, 2, 4, 8), (1, 2, 4, 8), ("torchrun", "srun"), ("default", "ib", "socket"))
+        if p[0] > 1 or p[3] == "default"
+    ]
     assert jobs[0].name == "n1-g1-torchrun-default"
+    assert jobs[1].name == "n1-g1-srun-default"
     assert jobs[-1].name == "n8-g8-srun-socket"
     assert {r.key for r in jobs[0].runs} == {"allreduce", "synthetic-weak", "synthetic-strong", "real-weak"}
     ib = next(j for j in jobs if j.nccl_config == "ib")
@@ -42,6 +48,62 @@ def test_expansion_is_deterministic_and_hashes_track_the_configuration():
     assert all(a.name == b.name for a, b in zip(first, changed))
     renamed = expand(dataclasses.replace(sweep, name="other"))
     assert [j.config_hash for j in renamed] == [j.config_hash for j in first]
+
+
+RULES = """
+name: r
+nodes: [1, 2, 4]
+gpus_per_node: [1, 2]
+launchers: [torchrun, srun]
+nccl: {default: {}, ib: {NCCL_IB_DISABLE: "0"}}
+workloads: {allreduce: {}}
+"""
+
+
+def _points(tmp_path, text, *only):
+    path = tmp_path / "s.yaml"
+    path.write_text(RULES + text)
+    return {(j.nodes, j.gpus_per_node, j.launcher, j.nccl_config) for j in expand(load_sweep(path, only=only))}
+
+
+def test_include_and_exclude_rules_and_only_select_points_of_the_matrix(tmp_path):
+    every = set(itertools.product((1, 2, 4), (1, 2), ("torchrun", "srun"), ("default", "ib")))
+    assert _points(tmp_path, "") == every
+    # exclude: every axis a rule names must match; a scalar is a list of one
+    got = _points(tmp_path, "exclude: [{nodes: 1, nccl: ib}, {launcher: srun, gpus_per_node: [2]}]")
+    assert got == {p for p in every if not (p[0] == 1 and p[3] == "ib") and not (p[2] == "srun" and p[1] == 2)}
+    # include: only the points some rule matches, then exclude takes its share
+    got = _points(tmp_path, "include: [{nodes: [2, 4], nccl: ib}, {nodes: 1}]\nexclude: [{gpus_per_node: 2}]")
+    assert got == {p for p in every if ((p[0] in (2, 4) and p[3] == "ib") or p[0] == 1) and p[1] == 1}
+    # --only cuts on top of the rules; values outside the sweep are errors, not empty selections
+    got = _points(tmp_path, "exclude: [{nodes: 1, nccl: ib}]", "nccl=ib", "nodes=1,2")
+    assert got == {p for p in every if p[3] == "ib" and p[0] == 2}
+    for only, words in (
+        ("nodes=8", "--only nodes: '8' is not among the sweep's nodes: 1, 2, 4"),
+        ("nccl=socket", "'socket' is not among the sweep's nccl: default, ib"),
+        ("gpus=1", "expected AXIS=V1,V2 with AXIS one of nodes, gpus_per_node, launcher, nccl"),
+    ):
+        with pytest.raises(SpecError, match=re.escape(words)):
+            _points(tmp_path, "", only)
+    with pytest.raises(PlanError, match="leave no job to run"):
+        _points(tmp_path, "exclude: [{launcher: [torchrun, srun]}]")
+
+
+@pytest.mark.parametrize(
+    "text,words",
+    [
+        ("exclude: [{nccl: socket}]", "exclude[0].nccl: 'socket' names no settings set; valid: default, ib"),
+        ("include: [{}]", "include[0]: names no axis; valid: nodes, gpus_per_node, launcher, nccl"),
+        ("exclude: [{launcher: mpirun}]", "exclude[0].launcher: 'mpirun' is not valid; valid: torchrun, srun"),
+        ("exclude: [{nodes: 0}]", "exclude[0].nodes"),
+        ("exclude: [{world: 8}]", "exclude[0].world: unknown key; valid: nodes, gpus_per_node, launcher, nccl"),
+        ("exclude: [{nodes: []}]", "exclude[0].nodes: is empty"),
+        ("only: {nodes: 1}", "only: unknown key"),
+    ],
+)
+def test_bad_rules_are_refused(tmp_path, text, words):
+    with pytest.raises(SpecError, match=re.escape(words)):
+        _points(tmp_path, text)
 
 
 def test_strong_scaling_splits_the_global_batch_and_weak_keeps_the_per_gpu_batch():
@@ -77,7 +139,7 @@ def test_plan_json_is_json_with_a_version_of_its_own_and_one_job_per_line(tmp_pa
     jobs = RunDir(out).jobs()
     assert [j.name for j in jobs] == [j.name for j in expand(load_sweep(SWEEPS / "default.yaml"))]
     job_lines = [line for line in text.splitlines() if line.lstrip().startswith('{"name": ')]
-    assert len(job_lines) == len(jobs) == 96
+    assert len(job_lines) == len(jobs) == 80
 
 
 def test_a_run_directory_from_before_the_format_versions_is_read(tmp_path):

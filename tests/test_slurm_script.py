@@ -5,16 +5,19 @@ Submission to a real Slurm cluster is tested on the testbed: tests/test_sweep_sl
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 from conftest import HOSTILE_VALUES, SWEEPS, bench, run
 
+from harness import cost
 from harness.executors.slurm.profile import ClusterProfile, load_profile
 from harness.executors.slurm.script import format_time_limit, render_script, sbatch_directives
 from harness.plan import expand
@@ -54,7 +57,7 @@ def _directives(text: str) -> dict[str, str]:
 def test_directives_over_the_whole_matrix():
     profile = load_profile(EXAMPLE)
     jobs = default_jobs()
-    assert len(jobs) == 96
+    assert len(jobs) == 80
     for job in jobs:
         text = render_script(job, profile, 600)
         d = _directives(text)
@@ -135,6 +138,13 @@ def test_hostile_sbatch_values_are_rejected(tmp_path, key, hostile):
         ("sbatch_options: ['--parti=debug']", ["sbatch_options", "reads --parti as --partition"]),
         ("sbatch_options: ['--uid=0']", ["sbatch_options", "--uid is set by bench"]),
         ("sbatch_options: ['-p gpu']", ["sbatch_options"]),
+        ("sbatch_options: ['--time=10']", ["--time is set by bench", "use the profile's time_limit_min key"]),
+        ("srun_options: ['--ntasks=2']", ["srun_options", "--ntasks is set by bench"]),
+        ("srun_options: ['--cpus=2']", ["srun_options", "srun reads --cpus as --cpus-per-task"]),
+        ("srun_options: ['--chdir=/']", ["srun_options", "--chdir is set by bench"]),
+        ("srun_options: ['--mpi pmix']", ["srun_options", "plain --option[=value]"]),
+        ("time_limit_min: 0", ["time_limit_min", "between 0.1 and"]),
+        ("confirm_above_node_hours: -1", ["confirm_above_node_hours", "0 (always ask) or more"]),
         ("python: 'python3; id'", ["python", "plain program path"]),
         ('setup: ["source x\\nrm -rf ~"]', ["setup", "newline"]),
         ("env: {'BAD NAME': x}", ["env.BAD NAME", "environment variable name"]),
@@ -155,6 +165,103 @@ def test_bad_profiles(tmp_path, text, words):
     assert str(info.value).startswith(str(path)) and "\n" not in str(info.value)
     for word in words:
         assert word in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "key,hostile",
+    [
+        (key, f"{option}={hostile}")
+        for key, option in (("sbatch_options", "--reservation"), ("srun_options", "--mpi"))
+        for hostile in HOSTILE_VALUES + ["q'uote", 'd"q', "new\nline", "a]b$(id)"]
+    ],
+)
+def test_hostile_option_values_are_rejected(tmp_path, key, hostile):
+    path = tmp_path / "c.yaml"
+    path.write_text(f"name: c\n{key}: [{json.dumps(hostile)}]\n")
+    with pytest.raises(SpecError) as info:
+        load_profile(path)
+    assert f"{key}: " in str(info.value) and "plain --option[=value]" in str(info.value)
+
+
+EVERY_KEY = """name: site
+partition: gpu
+sbatch_options:
+  - --exclude=gpu[001-004,010]
+  - --nodelist=gpu[020-021]
+srun_options: [--mpi=pmix, --cpu-bind=cores, --network=single]
+time_limit_min: 45
+confirm_above_node_hours: 0
+setup: [source /shared/venvs/bench/bin/activate]
+"""
+
+
+def test_a_profile_with_every_site_key_passes_a_dry_run(tmp_path):
+    """Hostlists on #SBATCH lines, srun options on every step, the profile's time limit, and the
+    interpreter the setup lines leave on the PATH; a sweep's own time limit wins."""
+    profile = tmp_path / "site.yaml"
+    profile.write_text(EVERY_KEY)
+    out = tmp_path / "run"
+    args = ["sweep", str(SWEEPS / "default.yaml"), "--executor", "slurm", "--cluster", str(profile), "--dry-run"]
+    r = bench(*args, "--max-nodes", "2", "--out", str(out))
+    assert "if each runs to its 45-min time limit" in r.stdout  # the cost, shown even for a dry run
+    text = (out / "jobs" / "n2-g4-srun-ib" / "job.sbatch").read_text()
+    d = _directives(text)
+    assert d["--time"] == "00:45:00" and d["--exclude"] == "gpu[001-004,010]" and d["--nodelist"] == "gpu[020-021]"
+    steps = [line for line in text.splitlines() if line.startswith("run_step ")]
+    assert len(steps) == 4 and all(
+        "--kill-on-bad-exit=1 --mpi=pmix --cpu-bind=cores --network=single python3 -m benchmarks." in s for s in steps
+    )
+    assert "source /shared/venvs/bench/bin/activate\n" in text
+    run(["bash", "-n", str(out / "jobs" / "n2-g4-srun-ib" / "job.sbatch")])
+    r = bench(*args, "--max-nodes", "1", "--set", "time_limit_min=20", "--out", str(tmp_path / "own"))
+    assert (
+        _directives((tmp_path / "own" / "jobs" / "n1-g1-torchrun-default" / "job.sbatch").read_text())["--time"]
+        == "00:20:00"
+    )
+
+
+def test_the_interpreter_follows_the_profile():
+    job = default_jobs(max_nodes=1)[0]
+    text = render_script(job, ClusterProfile(name="c"), 60)
+    step = next(line for line in text.splitlines() if line.startswith("run_step "))
+    assert f" {sys.executable} -m torch.distributed.run" in step  # nothing set up: bench's own, on a shared path
+    for profile, python in (
+        (ClusterProfile(name="c", setup=("conda activate bench",)), "python3"),
+        (ClusterProfile(name="c", setup=("conda activate bench",), python="/opt/py/bin/python"), "/opt/py/bin/python"),
+    ):
+        text = render_script(job, profile, 60)
+        assert f"srun --ntasks-per-node=1 --cpus-per-task=4 --kill-on-bad-exit=1 {python} -m torch" in text
+        assert f"{python} -m harness.hangs watch" in text and f"{python} -m harness.telemetry sample" in text
+
+
+def test_the_cost_of_the_default_sweep_on_the_example_profile():
+    """By hand: 8 one-node jobs (4 GPU counts x 2 launchers, the default set only) and 24 jobs
+    each on 2, 4 and 8 nodes, 30 min each: (8 + 24 x 14) / 2 = 172 node-hours; GPU-hours: the
+    one-node jobs hold 2 x (1+2+4+8) = 30 GPUs, the others 6 x 15 x 14 = 1260, so 645."""
+    jobs = default_jobs()
+    profile = load_profile(EXAMPLE)
+    c = cost.estimate(jobs, profile)
+    assert (c.jobs, c.bound_node_hours, c.bound_gpu_hours) == (80, 172.0, 645.0)
+    # One job by hand, n2-g8-torchrun-default: four steps of 30 s start-up; ResNet-50 at 224 px
+    # with AMP at 2,470 img/s per GPU, 60 steps of 64 images (weak, synthetic and real) and of
+    # 256 / 16 (strong); the all-reduce: 28 sizes from 8 B to 1 GiB, 26 calls each, every call
+    # 30 us plus size x 2(16-1)/16 over 400/8 = 50 GB/s (the profile's network per GPU).
+    job = next(j for j in jobs if j.name == "n2-g8-torchrun-default")
+    sizes = [8 * 2**k for k in range(28)]
+    allreduce = 26 * sum(30e-6 + s * 2 * 15 / 16 / 50e9 for s in sizes)
+    by_hand = 4 * 30 + 60 * 64 / 2470 * 2 + 60 * 16 / 2470 + allreduce
+    seconds, _ = cost.job_seconds(job, profile)
+    assert seconds == pytest.approx(by_hand, rel=1e-9) and 125 < by_hand < 126
+    # The profile's reference (8 GPUs, 1 node, 16,000 img/s weak) sets that job's rate instead.
+    one = next(j for j in jobs if j.name == "n1-g8-torchrun-default")
+    seconds, sources = cost.job_seconds(one, profile)
+    weak = 60 * 64 / (16000 / 8)
+    inside = 26 * sum(30e-6 + s * 2 * 7 / 8 / 450e9 for s in sizes)  # NVLink: the profile's 450 GB/s per GPU
+    assert seconds == pytest.approx(4 * 30 + weak + 60 * 64 / 2470 + 60 * 32 / 2470 + inside, rel=1e-9)
+    assert "the profile's reference figures where they apply" in sources
+    # A time limit caps every job's estimate.
+    capped = cost.estimate([dataclasses.replace(job, time_limit_min=1)], profile)
+    assert capped.estimate_node_hours == pytest.approx(2 * 60 / 3600)
 
 
 def test_hostile_environment_values_are_quoted_in_the_body(tmp_path):
@@ -221,7 +328,7 @@ def test_cli_slurm_dry_run_writes_every_script(tmp_path):
     )
     assert r.stdout.splitlines()[0] == "executor: slurm (chosen with --executor)"
     scripts = sorted(out.glob("jobs/*/job.sbatch"))
-    assert len(scripts) == 2 * 4 * 2 * 3
+    assert len(scripts) == 4 * 2 + 4 * 2 * 3  # the network settings sets only on 2 nodes
     plan = json.loads((out / "plan.json").read_text())
     assert plan["executor"] == "slurm" and plan["cluster"]["name"] == "example"
     # the recorded profile is what a resume rebuilds

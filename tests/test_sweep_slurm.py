@@ -22,7 +22,7 @@ from harness import telemetry
 
 pytestmark = pytest.mark.slow
 PROFILE = SWEEPS / "clusters" / "testbed.yaml"
-SLURM = ["--executor", "slurm", "--cluster", str(PROFILE)]
+SLURM = ["--executor", "slurm", "--cluster", str(PROFILE), "--yes"]
 
 
 def start_bench(*args: str, log: Path) -> subprocess.Popen:

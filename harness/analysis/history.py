@@ -57,7 +57,6 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-DEFAULT_DB = Path("results") / "history.sqlite"
 DB_VERSION = 2
 BUSY_TIMEOUT_S = 5.0
 DEFAULT_BASELINE = "median:5"

@@ -626,6 +626,14 @@ class SlurmExecutor(Executor):
         hang = hangs.read_record(self.run.job_dir(job), step) if step else None
         if a.state == FAILED and hang is not None:  # the job's own watcher ended the step
             return f"{step} made no progress for {hang['stall_s']:g} s: {hang['reason']}"
+        if a.state == FAILED and not log.exists():
+            # Slurm could not open the job's output, so the job never ran: on the testbed a job
+            # whose log directory had gone ended FAILED with exit code 0:53 and no file at all.
+            return (
+                f"the job could not start on {a.node_list or 'its node'} (exit code {a.exit_code}, signal "
+                f"{a.signal}) and left no log at {log.relative_to(self.run.path)}: the compute nodes must see "
+                f"the run directory {self.run.path.resolve()} at the same path, on a shared filesystem"
+            )
         if a.state == FAILED:
             why = error_line(tail(log, lines=400))
             code = f"exit code {a.exit_code}" + (f", signal {a.signal}" if a.signal else "")

@@ -19,13 +19,14 @@ from pathlib import Path
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD, COLLECTIVES, WORKLOADS
 from harness.errors import SpecError
-from harness.spec import NAME_RE, FieldError, build, check_env, check_passthrough, read_mapping, safe_text
+from harness.spec import MAX_MINUTES, NAME_RE, FieldError, build, check_env, check_passthrough, read_mapping, safe_text
 
 # Characters Slurm's #SBATCH parser reads as plain text: no quotes, backslash, '#', blanks or '$'.
 SBATCH_VALUE_RE = re.compile(r"[A-Za-z0-9_.:,+@/=-]+")
 # --constraint has operators of its own: a100&ib, [rack1*2&rack2*2], (a|b).
 SBATCH_CONSTRAINT_RE = re.compile(r"[A-Za-z0-9_.:,+@/=&|!()*\[\]-]+")
-SBATCH_OPTION_RE = re.compile(r"--[a-z][a-z-]*(=[A-Za-z0-9_.:,+@/=-]+)?")
+# An extra option: `--name` or `--name=value`, the value allowing Slurm's hostlists (gpu[001-004]).
+OPTION_RE = re.compile(r"--[a-z][a-z-]*(=[A-Za-z0-9_.:,+@/=\[\]-]+)?")
 PROGRAM_RE = re.compile(r"[A-Za-z0-9_./+-]+")
 GPU_REQUESTS = ("gres", "gpus-per-node", "none")
 # Options an extra sbatch option may not give: those the renderer sets itself (and their
@@ -72,6 +73,73 @@ RESERVED_OPTIONS = (
     "--wait",
     "--kill-on-invalid-dep",
 )
+
+
+# Options an extra srun option may not give: those bench sets on the steps' srun lines, and those
+# that would move a step out of the job's allocation or its output (srun(1), Slurm 22.05).
+RESERVED_SRUN_OPTIONS = (
+    "--nodes",
+    "--ntasks",
+    "--ntasks-per-node",
+    "--tasks-per-node",
+    "--cpus-per-task",
+    "--kill-on-bad-exit",
+    "--overlap",
+    "--job-name",
+    "--jobid",
+    "--output",
+    "--error",
+    "--input",
+    "--open-mode",
+    "--chdir",
+    "--export",
+    "--uid",
+    "--gid",
+    "--clusters",
+    "--partition",
+    "--account",
+    "--time",
+    "--dependency",
+    "--pty",
+    "--label",
+    "--unbuffered",
+    "--wait",
+)
+
+
+def _check_options(key: str, options: tuple[str, ...], reserved: tuple[str, ...], program: str) -> None:
+    for option in options:
+        if not OPTION_RE.fullmatch(option):
+            raise FieldError(
+                key,
+                f"{option!r} is not a plain --option[=value] that {program} reads as written "
+                "(values: letters, digits, _ . : , + @ / = - and hostlist brackets)",
+            )
+        name = option.split("=", 1)[0]
+        taken = reserved_option(name, reserved)
+        if taken:
+            read_as = "" if name == taken else f" ({program} reads {name} as {taken})"
+            raise FieldError(
+                key,
+                f"{option!r}: {taken} is set by bench, or would take the job out of its hands{read_as}{hint(taken)}",
+            )
+
+
+def hint(option: str) -> str:
+    """Where a reserved option's setting belongs instead, when the profile has a key for it."""
+    keys = {
+        "--time": "time_limit_min",
+        "--partition": "partition",
+        "--account": "account",
+        "--qos": "qos",
+        "--constraint": "constraint",
+        "--exclusive": "exclusive",
+        "--gres": "gpu_request",
+        "--gpus-per-node": "gpu_request",
+        "--cpus-per-task": "cpus_per_gpu",
+        "--export": "env or env_passthrough",
+    }
+    return f"; use the profile's {keys[option]} key" if option in keys else ""
 
 
 def _sbatch_value(key: str, value: str | None) -> None:
@@ -182,7 +250,13 @@ class ClusterProfile:
     setup: tuple[str, ...] = ()  # shell lines run before the steps, e.g. activating a venv
     env: dict[str, str] = field(default_factory=dict, metadata={"mapping": "env"})
     env_passthrough: tuple[str, ...] = ()  # names taken from the submitting environment (secrets)
-    sbatch_options: tuple[str, ...] = ()
+    sbatch_options: tuple[str, ...] = ()  # extra #SBATCH options, e.g. --exclude=gpu[001-004]
+    srun_options: tuple[str, ...] = ()  # extra options of every step's srun, e.g. --mpi=pmix, --cpu-bind=cores
+    # Each job's time limit, unless the sweep states its own (default 30 min).
+    time_limit_min: float | None = None
+    # bench sweep asks before submitting a sweep that could use more than this many node-hours
+    # (every job to its time limit); --yes answers, and without a terminal --yes is needed.
+    confirm_above_node_hours: float = 4.0
     # At most this many jobs of a sweep at once (None: as many as Slurm will run): jobs that
     # would share CPUs or links, as on the testbed, then do not disturb each other's figures.
     max_running_jobs: int | None = None
@@ -217,28 +291,22 @@ class ClusterProfile:
             safe_text("setup", line)
         check_env("env", self.env)
         check_passthrough("env_passthrough", self.env_passthrough)
-        for option in self.sbatch_options:
-            if not SBATCH_OPTION_RE.fullmatch(option):
-                raise FieldError(
-                    "sbatch_options", f"{option!r} is not a plain --option[=value] that Slurm reads as written"
-                )
-            reserved = reserved_option(option.split("=", 1)[0])
-            if reserved:
-                name = option.split("=", 1)[0]
-                read_as = "" if name == reserved else f" (sbatch reads {name} as {reserved})"
-                raise FieldError(
-                    "sbatch_options",
-                    f"{option!r}: {reserved} is set by bench, or would take the job "
-                    f"out of its hands{read_as}; use the profile's own keys",
-                )
+        _check_options("sbatch_options", self.sbatch_options, RESERVED_OPTIONS, "sbatch")
+        _check_options("srun_options", self.srun_options, RESERVED_SRUN_OPTIONS, "srun")
+        if self.time_limit_min is not None and not 0.1 <= self.time_limit_min <= MAX_MINUTES:
+            raise FieldError("time_limit_min", f"must be between 0.1 and {MAX_MINUTES}, found {self.time_limit_min:g}")
+        if not 0 <= self.confirm_above_node_hours <= 1e9:
+            raise FieldError(
+                "confirm_above_node_hours", f"must be 0 (always ask) or more, found {self.confirm_above_node_hours:g}"
+            )
 
 
-def reserved_option(name: str) -> str | None:
-    """The reserved option `name` would set, or None. sbatch reads long options with getopt_long,
-    which takes any unambiguous abbreviation (`--outp` is `--output`), so a name that begins a
-    reserved one is refused too. No sbatch option outside RESERVED_OPTIONS is a prefix of one
-    inside it (`sbatch --help`, Slurm 22.05.8), so nothing legitimate is refused by this."""
-    return next((r for r in RESERVED_OPTIONS if r.startswith(name)), None)
+def reserved_option(name: str, reserved: tuple[str, ...] = RESERVED_OPTIONS) -> str | None:
+    """The reserved option `name` would set, or None. sbatch and srun read long options with
+    getopt_long, which takes any unambiguous abbreviation (`--outp` is `--output`), so a name
+    that begins a reserved one is refused too. No sbatch option outside RESERVED_OPTIONS is a
+    prefix of one inside it (`sbatch --help`, Slurm 22.05.8), so nothing legitimate is refused."""
+    return next((r for r in reserved if r.startswith(name)), None)
 
 
 def load_profile(path: str | Path) -> ClusterProfile:

@@ -52,6 +52,15 @@ def gpu_request(job: Job, profile: ClusterProfile) -> list[str]:
     return []
 
 
+def interpreter(profile: ClusterProfile) -> str:
+    """The Python the compute nodes run: the profile's `python`; else, when its `setup` lines
+    prepare an environment (a venv, conda, a module), the `python3` they leave on the PATH;
+    else the interpreter running bench, whose path a shared filesystem makes valid there."""
+    if profile.python:
+        return profile.python
+    return "python3" if profile.setup else sys.executable
+
+
 def sampler_lines(job: Job, profile: ClusterProfile, python: str) -> list[str]:
     """The telemetry sampler, one task per node beside the steps for the job's life
     (docs/telemetry.md). --overlap lets it share the CPUs, memory and GPUs the steps use (srun(1),
@@ -133,13 +142,18 @@ def step_command(job: Job, run: WorkloadRun, profile: ClusterProfile, timeout_s:
     """The srun line of one workload, shell-quoted, with $VARIABLES left for the batch shell."""
     q = _quote
     args = " ".join(q(a) for a in job.run_args(run, timeout_s))
-    python = q(profile.python or sys.executable)
+    python = q(interpreter(profile))
     tasks_per_node, cpus = tasks_and_cpus(job, profile)
     # --kill-on-bad-exit: when one rank dies the others stop too, rather than wait in a collective
     # until the process-group timeout (KillOnBadExit defaults to 0, docs/reference.md).
     # --cpus-per-task again: from Slurm 22.05 srun does not take it from the allocation (22.05
     # release notes: give it to srun, or set SRUN_CPUS_PER_TASK).
-    srun = f"srun --ntasks-per-node={tasks_per_node} --cpus-per-task={cpus} --kill-on-bad-exit=1"
+    srun = " ".join(
+        [
+            f"srun --ntasks-per-node={tasks_per_node} --cpus-per-task={cpus} --kill-on-bad-exit=1",
+            *(q(o) for o in profile.srun_options),
+        ]
+    )
     if job.launcher == "torchrun":
         return (
             f"{srun} {python} -m torch.distributed.run"
@@ -153,7 +167,7 @@ def step_command(job: Job, run: WorkloadRun, profile: ClusterProfile, timeout_s:
 def render_script(job: Job, profile: ClusterProfile, timeout_s: float) -> str:
     """The sbatch script of `job`: pure, the same inputs always give the same text."""
     q = shlex.quote
-    python = q(profile.python or sys.executable)
+    python = q(interpreter(profile))
     lines = [
         "#!/bin/bash",
         f"# bench job {job.name} (config {job.config_hash}), cluster profile {profile.name}",

@@ -1,0 +1,149 @@
+"""What a sweep costs before it is submitted (docs/cost.md).
+
+Two figures per sweep. The bound: every job held for its whole time limit, which is the most
+Slurm can charge. The estimate: each workload's step counts and message sizes at a stated rate,
+plus a start-up per workload step. The rates are the profile's own reference figures where it
+states them, else published figures for one GPU, or this project's own CPU measurement for
+`device: cpu`; docs/cost.md lists them with their sources and the estimate against measured
+sweeps.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from benchmarks.catalog import COLLECTIVE_WORKLOAD, collective
+from harness.executors.slurm.profile import ClusterProfile
+from harness.plan import Job, WorkloadRun
+
+# Launching one workload step: srun or torchrun, importing torch, the rendezvous, CUDA and NCCL
+# initialisation and building the model (docs/cost.md). CPU jobs skip CUDA and NCCL.
+START_S = {"cuda": 30.0, "cpu": 10.0}
+# One GPU training ResNet-50 at 224 px: NVIDIA's DeepLearningExamples, DGX A100 80GB, 2,470 img/s
+# with AMP and 938 in TF32 (docs/reference.md). One CPU rank on one thread: the testbed's
+# ResNet-18 at 64 px, 76-93 img/s, scaled to ResNet-50 at 224 px by the ratio of their FLOPs.
+RESNET50_IMAGES_PER_S = {"cuda-amp": 2470.0, "cuda-fp32": 938.0, "cpu": 80.0 * 1.81 / 4.09 * (64 / 224) ** 2}
+# GFLOPs of one 224 px forward pass, torchvision's model documentation: the rate of another
+# model is ResNet-50's times 4.09 over its figure. A model not listed counts as ResNet-50.
+MODEL_GFLOPS = {
+    "resnet18": 1.81,
+    "resnet34": 3.66,
+    "resnet50": 4.09,
+    "resnet101": 7.80,
+    "resnet152": 11.51,
+    "resnext50_32x4d": 4.23,
+    "resnext101_32x8d": 16.41,
+    "wide_resnet50_2": 11.40,
+    "wide_resnet101_2": 22.75,
+}
+# busbw per GPU where the profile states no hardware: an InfiniBand NDR400 NIC per GPU (46 GB/s)
+# across nodes, 8x A100 NVLink inside one (230 GB/s); gloo over TCP about 0.11 GB/s on 1 GbE
+# (docs/reference.md). A collective also pays a latency per call.
+BUSBW_GBPS = {("cuda", True): 46.0, ("cuda", False): 230.0, ("cpu", True): 0.11, ("cpu", False): 0.11}
+LATENCY_S = {"cuda": 30e-6, "cpu": 300e-6}
+
+
+@dataclass(frozen=True)
+class Cost:
+    jobs: int
+    time_limit_min: float
+    bound_node_hours: float  # every job for its whole time limit
+    bound_gpu_hours: float
+    estimate_node_hours: float  # from the step counts
+    estimate_gpu_hours: float
+    rates: tuple[str, ...]  # where the estimate's rates came from, one line each
+
+    def lines(self) -> list[str]:
+        return [
+            f"cost: {self.jobs} job(s), at most {self.bound_node_hours:,.1f} node-hours "
+            f"({self.bound_gpu_hours:,.1f} GPU-hours) if each runs to its {self.time_limit_min:g}-min time limit",
+            f"  estimated from the workloads' step counts: {self.estimate_node_hours:,.2f} node-hours "
+            f"({self.estimate_gpu_hours:,.2f} GPU-hours), at {'; '.join(self.rates) or 'link speed'} (docs/cost.md)",
+        ]
+
+
+def _args(run: WorkloadRun) -> dict[str, str]:
+    """A workload's flags as a mapping (`--steps 50` and `-n 20` alike); switches map to ''."""
+    out: dict[str, str] = {}
+    args = list(run.args)
+    for i, a in enumerate(args):
+        if a.startswith("-"):
+            nxt = args[i + 1] if i + 1 < len(args) else ""
+            out[a] = "" if nxt.startswith("-") and not nxt.lstrip("-").isdigit() else nxt
+    return out
+
+
+def _collective_s(job: Job, run: WorkloadRun, device: str, profile: ClusterProfile | None) -> float:
+    a = _args(run)
+    lo, hi, factor = int(a["-b"]), int(a["-e"]), int(a["-f"])
+    calls = int(a["-n"]) + int(a["-w"]) + int(a["-c"])
+    sizes = [lo * factor**k for k in range(int(math.log(hi / lo, factor) + 1e-9) + 1)]
+    hardware = profile.hardware if profile else None
+    peak = hardware.peak_busbw_gbps(job.nodes, job.gpus_per_node) if hardware else None
+    busbw = (peak or BUSBW_GBPS[(device, job.nodes > 1)]) * 1e9
+    n = job.world_size
+    total = 0.0
+    for name in a["--collective"].split(","):
+        per_call = sum(LATENCY_S[device] + s * collective(name).bus_factor(n) / busbw for s in sizes) if n > 1 else 0.0
+        total += calls * per_call
+    return total
+
+
+def _images_per_s(job: Job, run: WorkloadRun, device: str, profile: ClusterProfile | None) -> tuple[float, str]:
+    """The rate of one rank, and where it came from."""
+    for ref in profile.reference if profile else ():
+        if (
+            ref.workload == run.workload
+            and ref.images_per_s
+            and ref.nodes == job.nodes
+            and ref.gpus_per_node in (None, job.gpus_per_node)
+            and ref.scaling in (None, run.scaling)
+        ):
+            return ref.images_per_s / job.world_size, "the profile's reference figures where they apply"
+    a = _args(run)
+    model, size = a.get("--model", "resnet50"), int(a.get("--image-size", "224"))
+    amp = a.get("--amp", "auto") != "off"
+    base = RESNET50_IMAGES_PER_S["cpu" if device == "cpu" else ("cuda-amp" if amp else "cuda-fp32")]
+    rate = base * MODEL_GFLOPS["resnet50"] / MODEL_GFLOPS.get(model, MODEL_GFLOPS["resnet50"]) * (224 / size) ** 2
+    where = "per CPU rank of one thread" if device == "cpu" else f"per GPU (A100, {'AMP' if amp else 'TF32'})"
+    return rate, f"{model} at {size} px, {rate:,.0f} img/s {where}"
+
+
+def _training_s(job: Job, run: WorkloadRun, device: str, profile: ClusterProfile | None) -> tuple[float, str]:
+    a = _args(run)
+    steps = int(a["--steps"]) + int(a.get("--warmup-steps", "0"))
+    batch = int(a["--batch-size"]) if run.scaling == "weak" else int(a["--global-batch"]) // job.world_size
+    rate, source = _images_per_s(job, run, device, profile)
+    return steps * batch / rate, source
+
+
+def job_seconds(job: Job, profile: ClusterProfile | None) -> tuple[float, set[str]]:
+    """The estimated run time of one job, at most its time limit, and the rates it assumed."""
+    device = "cpu" if job.device == "cpu" else "cuda"
+    seconds, sources = 0.0, set()
+    for run in job.runs:
+        seconds += START_S[device]
+        if run.workload == COLLECTIVE_WORKLOAD:
+            seconds += _collective_s(job, run, device, profile)
+        else:
+            took, source = _training_s(job, run, device, profile)
+            seconds += took
+            sources.add(source)
+    return min(seconds, job.time_limit_min * 60), sources
+
+
+def estimate(jobs: Iterable[Job], profile: ClusterProfile | None) -> Cost:
+    jobs = list(jobs)
+    bound = sum(j.nodes * j.time_limit_min / 60 for j in jobs)
+    bound_gpu = sum(j.world_size * j.time_limit_min / 60 for j in jobs)
+    node_s = gpu_s = 0.0
+    sources: set[str] = set()
+    for job in jobs:
+        seconds, used = job_seconds(job, profile)
+        node_s += job.nodes * seconds
+        gpu_s += job.world_size * seconds
+        sources |= used
+    limit = max((j.time_limit_min for j in jobs), default=0.0)
+    return Cost(len(jobs), limit, bound, bound_gpu, node_s / 3600, gpu_s / 3600, tuple(sorted(sources)))
