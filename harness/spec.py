@@ -531,7 +531,12 @@ def _convert(tp: Any, value: Any, where: str, meta: typing.Mapping[str, Any]) ->
     if origin in (typing.Union, types.UnionType):
         options = typing.get_args(tp)
         concrete = [o for o in options if o is not type(None)]
-        if value is None and type(None) in options and not dataclasses.is_dataclass(concrete[0]):
+        # null is None, except for a workload section, where an empty one means its defaults
+        if (
+            value is None
+            and type(None) in options
+            and not (dataclasses.is_dataclass(concrete[0]) and not meta.get("null"))
+        ):
             return None
         if len(concrete) == 1:
             # A workload section left empty (`allreduce:`) means its defaults; `false` turns it

@@ -22,6 +22,7 @@ from harness.cost import Cost
 from harness.errors import PlanError, SlurmError, UsageError
 from harness.executors import Executor, LocalExecutor, SlurmExecutor
 from harness.executors.slurm.profile import DEFAULT_PROFILE, ClusterProfile
+from harness.executors.slurm.script import unmountable
 from harness.plan import Job, expand
 from harness.present.plot import draw_all
 from harness.present.tables import print_jobs, print_plan, print_results, transport_mismatches
@@ -63,6 +64,12 @@ def start(
                 f"[yellow]warning:[/] the run directory {escape(str(out))} may not be visible to the compute nodes: "
                 f"{why}; give --out (or BENCH_RESULTS) on a filesystem they share",
                 soft_wrap=True,
+            )
+        bad = unmountable(profile or DEFAULT_PROFILE, out)
+        if bad:
+            raise UsageError(
+                f"--out {out}: the container would mount {bad}, and container engines read ',' and ':' in a "
+                "mount as separators; choose a run directory (and an install of bench) whose path has neither"
             )
         confirm(cost.estimate(jobs, profile), profile or DEFAULT_PROFILE, console, dry_run=dry_run, yes=yes)
     run, created = claim(out)

@@ -45,6 +45,134 @@ def test_golden_scripts(name):
     )
 
 
+CONTAINERS = {
+    "pyxis": """container:
+  engine: pyxis
+  image: nvcr.io#nvidia/pytorch:24.05-py3
+  mounts: [/lustre/datasets:/datasets:ro]
+  python: python
+  code: /workspace/bench
+""",
+    "apptainer": """container:
+  engine: apptainer
+  image: /shared/images/pytorch-24.05.sif
+  mounts: [/lustre/datasets:/datasets:ro]
+  code: /workspace/bench
+  options: [--writable-tmpfs]
+""",
+}
+
+
+def container_profile(tmp_path: Path, engine: str, extra: str = "") -> ClusterProfile:
+    path = tmp_path / f"{engine}.yaml"
+    path.write_text(EXAMPLE.read_text() + CONTAINERS[engine] + extra)
+    return load_profile(path)
+
+
+@pytest.mark.parametrize("engine", sorted(CONTAINERS))
+@pytest.mark.parametrize("name", ["n2-g4-torchrun-ib", "n2-g4-srun-socket"])
+def test_golden_container_scripts(tmp_path, engine, name):
+    job = next(j for j in default_jobs() if j.name == name)
+    text = render_script(job, container_profile(tmp_path, engine), 600)
+    path = GOLDEN / f"{name}.{engine}.sbatch"
+    if os.environ.get(REGENERATE):
+        path.write_text(text)
+    assert path.exists() and text == path.read_text(), (
+        f"{path} differs from the rendered script; if the change is intended, regenerate with "
+        f"{REGENERATE}=1 python -m pytest tests/test_slurm_script.py and review the diff"
+    )
+
+
+@pytest.mark.parametrize("engine", sorted(CONTAINERS))
+def test_every_step_runs_in_the_container_with_bench_s_variables(tmp_path, engine):
+    """Both launch modes, every step: the image, the run directory mounted and the working
+    directory, and every variable the script exports kept over the image's own value."""
+    profile = container_profile(tmp_path, engine)
+    for job in default_jobs(max_nodes=2):
+        text = render_script(job, profile, 600)
+        path = tmp_path / "job.sbatch"
+        path.write_text(text)
+        run(["bash", "-n", str(path)])
+        exported = {
+            w.split("=")[0] for line in text.splitlines() if line.startswith("export ") for w in line.split()[1:]
+        }
+        exported = {n for n in exported if not n.startswith("APPTAINERENV_")}
+        steps = [line for line in text.splitlines() if line.startswith("run_step ")]
+        assert len(steps) == 4
+        for step in steps:
+            if engine == "pyxis":
+                assert "--container-image='nvcr.io#nvidia/pytorch:24.05-py3'" in step
+                assert '--container-mounts="$PWD:$PWD",/lustre/datasets:/datasets:ro --container-workdir="$PWD"' in step
+                kept = set(step.split("--container-env=")[1].split()[0].split(","))
+                assert kept == exported, kept ^ exported
+                assert " env PYTHONPATH=/workspace/bench python -m " in step
+            else:
+                assert (
+                    ' apptainer exec --nv --no-home --bind "$PWD:$PWD" --bind /lustre/datasets:/datasets:ro'
+                    ' --pwd "$PWD" --writable-tmpfs /shared/images/pytorch-24.05.sif'
+                    " env PYTHONPATH=/workspace/bench python3 -m "
+                ) in step
+            assert ("torch.distributed.run" in step) == (job.launcher == "torchrun")
+        if engine == "apptainer":
+            prefixed = {
+                w.split("=")[0].removeprefix("APPTAINERENV_")
+                for line in text.splitlines()
+                if line.startswith("export ")
+                for w in line.split()[1:]
+                if w.startswith("APPTAINERENV_")
+            }
+            assert prefixed == exported, prefixed ^ exported
+        # the helpers beside the steps (hang watcher, sampler) stay on the host
+        assert (
+            "python3 -m harness.hangs watch" in text
+            and "apptainer exec" not in text.split("run_step() {")[1].split("}")[0]
+        )
+
+
+def test_without_a_code_path_bench_s_workloads_are_mounted_read_only(tmp_path):
+    profile = container_profile(tmp_path, "apptainer")
+    profile = dataclasses.replace(profile, container=dataclasses.replace(profile.container, code=None))
+    text = render_script(default_jobs(max_nodes=1)[0], profile, 600)
+    code = Path(__file__).resolve().parent.parent / "benchmarks"
+    assert f"--bind {code}:/opt/bench/benchmarks:ro " in text and " env PYTHONPATH=/opt/bench python3 -m " in text
+
+
+def test_the_container_s_command_line_reaches_the_engine_as_written(tmp_path):
+    """bash expands the step as the engine will see it: the run directory, whose name holds a
+    blank, a quote and $(...), is one argument, and nothing in it runs."""
+    hostile = tmp_path / "run dir 'q' $(touch pwned)"
+    hostile.mkdir()
+    for engine in sorted(CONTAINERS):
+        text = render_script(default_jobs(max_nodes=1)[0], container_profile(tmp_path, engine), 600)
+        step = next(line for line in text.splitlines() if line.startswith("run_step "))
+        script = tmp_path / "argv.sh"
+        # srun and apptainer stand in for the commands that cannot run here: each prints its argv
+        script.write_text(
+            "srun() { printf '%s\\n' \"$@\"; }\napptainer() { printf '%s\\n' apptainer \"$@\"; }\n"
+            'run_step() { shift; "$@"; }\n' + step + "\n"
+        )
+        argv = run(["bash", str(script)], cwd=hostile).stdout.splitlines()
+        if engine == "pyxis":
+            assert f"--container-mounts={hostile}:{hostile},/lustre/datasets:/datasets:ro" in argv
+            assert f"--container-workdir={hostile}" in argv
+        else:
+            assert argv[argv.index("--bind") + 1] == f"{hostile}:{hostile}"
+            assert argv[argv.index("--pwd") + 1] == str(hostile)
+    assert not (tmp_path / "pwned").exists() and not (hostile / "pwned").exists()
+
+
+def test_a_run_directory_a_container_cannot_mount_is_refused(tmp_path):
+    profile = tmp_path / "p.yaml"
+    profile.write_text(EXAMPLE.read_text() + CONTAINERS["pyxis"])
+    for name in ("a,b", "a:b"):
+        out = tmp_path / name
+        args = ["--executor", "slurm", "--cluster", str(profile), "--dry-run", "--max-nodes", "1", "--out", str(out)]
+        r = bench("sweep", str(SWEEPS / "default.yaml"), *args, check=False)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.describe()
+        assert f"the container would mount {out}, and container engines read ',' and ':'" in r.stderr
+        assert not out.exists()
+
+
 def _directives(text: str) -> dict[str, str]:
     out = {}
     for line in text.splitlines():
@@ -145,6 +273,22 @@ def test_hostile_sbatch_values_are_rejected(tmp_path, key, hostile):
         ("srun_options: ['--mpi pmix']", ["srun_options", "plain --option[=value]"]),
         ("time_limit_min: 0", ["time_limit_min", "between 0.1 and"]),
         ("confirm_above_node_hours: -1", ["confirm_above_node_hours", "0 (always ask) or more"]),
+        ("container: {engine: docker, image: x}", ["container.engine", "pyxis, apptainer, singularity"]),
+        ("container: {engine: pyxis}", ["container.image", "required key is missing"]),
+        ("container: {engine: pyxis, image: 'a b'}", ["container.image", "not an image reference"]),
+        ("container: {engine: pyxis, image: x, mounts: ['/a']}", ["container.mounts", "SRC:DST"]),
+        ("container: {engine: pyxis, image: x, mounts: ['a:/b']}", ["container.mounts", "absolute"]),
+        ("container: {engine: pyxis, image: x, mounts: ['/a:/b:rx']}", ["container.mounts", "ro|rw"]),
+        ("container: {engine: pyxis, image: x, mounts: ['/a,/c:/b']}", ["container.mounts"]),
+        ("container: {engine: pyxis, image: x, code: rel/path}", ["container.code", "absolute path"]),
+        ("container: {engine: pyxis, image: x, workdir: '/a b'}", ["container.workdir", "absolute path"]),
+        ("container: {engine: pyxis, image: x, python: 'py; id'}", ["container.python", "plain program"]),
+        ("container: {engine: pyxis, image: x, nv: false}", ["container.nv", "Apptainer/Singularity option"]),
+        ("container: {engine: pyxis, image: x, options: [--container-image=y]}", ["container.options", "set by bench"]),
+        ("container: {engine: pyxis, image: x, options: [--container-m=/a:/b]}", ["reads --container-m as"]),
+        ("container: {engine: apptainer, image: x, options: [--cleanenv]}", ["container.options", "--cleanenv"]),
+        ("container: {engine: apptainer, image: x, options: [--containall]}", ["container.options", "--containall"]),
+        ("container: {engine: apptainer, image: x, options: ['-e']}", ["container.options", "plain --option"]),
         ("python: 'python3; id'", ["python", "plain program path"]),
         ('setup: ["source x\\nrm -rf ~"]', ["setup", "newline"]),
         ("env: {'BAD NAME': x}", ["env.BAD NAME", "environment variable name"]),

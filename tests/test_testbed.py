@@ -31,23 +31,44 @@ def test_nodes_are_distinct_hosts_with_emulated_gpus(testbed):
     assert rows == [[f"bnode{k}", str(k - 1), "0", "0,1"] for k in range(1, NODES + 1)]
 
 
-def test_every_generated_script_passes_sbatch_test_only(testbed, tmp_path):
+SITE_KEYS = """
+sbatch_options: ["--exclude=bnode[3-4]", --begin=now]
+srun_options: [--cpu-bind=none]
+time_limit_min: 7
+"""
+CONTAINER = {
+    "pyxis": "container: {engine: pyxis, image: 'nvcr.io#nvidia/pytorch:24.05-py3', mounts: ['/srv:/srv:ro']}\n",
+    "apptainer": "container: {engine: apptainer, image: /srv/pytorch.sif, options: [--writable-tmpfs]}\n",
+}
+
+
+@pytest.mark.parametrize("variant", ["plain", "site", "pyxis", "apptainer"])
+def test_every_generated_script_passes_sbatch_test_only(testbed, tmp_path, variant):
+    """sbatch --test-only parses every #SBATCH line and checks the job against the cluster;
+    it does not run the body, so the containers' srun and apptainer lines are checked by
+    tests/test_slurm_script.py (no container engine installs from the package registries)."""
     out = tmp_path / "run"
+    profile = tmp_path / "p.yaml"
+    extra = {"plain": "", "site": SITE_KEYS, **CONTAINER}[variant]
+    profile.write_text((SWEEPS / "clusters" / "testbed.yaml").read_text() + extra)
     bench(
         "sweep",
         str(SWEEPS / "testbed.yaml"),
         "--max-nodes",
-        str(NODES),
+        str(2 if variant == "site" else NODES),
         "--executor",
         "slurm",
         "--cluster",
-        str(SWEEPS / "clusters" / "testbed.yaml"),
+        str(profile),
         "--dry-run",
         "--out",
         str(out),
     )
     scripts = sorted(out.glob("jobs/*/job.sbatch"))
-    assert len(scripts) == 3 * 2 * 2  # 1, 2, 4 nodes x 2 launchers x 2 settings sets
+    # 1, 2, 4 nodes (1, 2 on the two nodes the site keys leave) x 2 launchers x 2 settings sets
+    assert len(scripts) == (2 if variant == "site" else 3) * 2 * 2
+    if variant == "site":
+        assert all("#SBATCH --exclude=bnode[3-4]\n" in s.read_text() for s in scripts)
     for script in scripts:
         r = slurm("sbatch", "--test-only", str(script.relative_to(out)), cwd=out, check=False)
         assert r.returncode == 0 and "to start at" in r.stderr, r.describe()

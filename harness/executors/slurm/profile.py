@@ -233,6 +233,96 @@ class Reference:
         return float(getattr(self, self.metric))
 
 
+ENGINES = ("pyxis", "apptainer", "singularity")
+# An image: a registry reference (pyxis spells it nvcr.io#nvidia/pytorch:24.05-py3, Apptainer
+# docker://nvcr.io/nvidia/pytorch:24.05-py3), a digest (@sha256:...), or a file (.sqsh, .sif).
+IMAGE_RE = re.compile(r"[A-Za-z0-9_.:/#@+=-]+")
+# A path of a mount: absolute, plain characters; ',' separates pyxis's mounts and ':' its fields.
+MOUNT_PATH_RE = re.compile(r"/[A-Za-z0-9_./+@=-]*")
+MOUNT_FLAGS = ("ro", "rw")
+# Options a container's `options` may not give: those bench sets itself, and those that would
+# hide bench's environment from the workload or put the ranks in a PID namespace of their own,
+# where the hang watcher's probes could not see them (pyxis README; apptainer exec --help).
+RESERVED_CONTAINER_OPTIONS = {
+    "pyxis": (
+        "--container-image",
+        "--container-mounts",
+        "--container-workdir",
+        "--container-mount-home",
+        "--no-container-mount-home",
+        "--container-env",
+    ),
+    "apptainer": (
+        "--bind",
+        "--mount",
+        "--pwd",
+        "--nv",
+        "--no-home",
+        "--home",
+        "--cleanenv",
+        "--containall",
+        "--pid",
+        "--env",
+        "--env-file",
+    ),
+}
+RESERVED_CONTAINER_OPTIONS["singularity"] = RESERVED_CONTAINER_OPTIONS["apptainer"]
+# Where bench's workloads are mounted in the image when the profile names no `code` there.
+CONTAINER_CODE = "/opt/bench"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Container:
+    """The image every workload step runs in (docs/containers.md). pyxis adds srun options
+    (--container-image, --container-mounts, ...); Apptainer and Singularity wrap the command in
+    `apptainer exec`. The run directory is mounted at its own path and is the working directory."""
+
+    engine: str
+    image: str
+    mounts: tuple[str, ...] = ()  # SRC:DST or SRC:DST:ro|rw, both absolute
+    workdir: str | None = None  # inside the image; default: the run directory, at its own path
+    python: str = "python3"  # the interpreter inside the image
+    # Where the image holds bench's `benchmarks` package (PYTHONPATH); default: bench's own,
+    # mounted read-only at /opt/bench/benchmarks.
+    code: str | None = None
+    mount_home: bool = False  # pyxis: --no-container-mount-home; Apptainer: --no-home
+    nv: bool = True  # Apptainer/Singularity --nv: the host's NVIDIA driver and devices
+    options: tuple[str, ...] = ()  # the engine's own extra options
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise FieldError("engine", f"{self.engine!r} is not valid; valid: {', '.join(ENGINES)}")
+        if not IMAGE_RE.fullmatch(self.image):
+            raise FieldError(
+                "image", f"{self.image!r} is not an image reference or path (letters, digits, _ . : / # @ + = -)"
+            )
+        for mount in self.mounts:
+            check_mount(mount)
+        for key in ("workdir", "code"):
+            value = getattr(self, key)
+            if value is not None and not MOUNT_PATH_RE.fullmatch(value):
+                raise FieldError(key, f"{value!r} is not an absolute path of letters, digits and _ . / + @ = -")
+        if not PROGRAM_RE.fullmatch(self.python):
+            raise FieldError("python", f"{self.python!r} is not a plain program path (letters, digits, _ . / + -)")
+        if not self.nv and self.engine == "pyxis":
+            raise FieldError("nv", "is an Apptainer/Singularity option; pyxis gives GPUs through enroot's hooks")
+        _check_options("options", self.options, RESERVED_CONTAINER_OPTIONS[self.engine], self.engine)
+
+
+def check_mount(mount: str) -> None:
+    """SRC:DST[:FLAGS], both absolute paths, as pyxis and Apptainer both read it."""
+    parts = mount.split(":")
+    if not (
+        2 <= len(parts) <= 3
+        and all(MOUNT_PATH_RE.fullmatch(p) for p in parts[:2])
+        and (len(parts) == 2 or parts[2] in MOUNT_FLAGS)
+    ):
+        raise FieldError(
+            "mounts",
+            f"{mount!r} is not SRC:DST or SRC:DST:ro|rw with absolute paths of letters, digits and _ . / + @ = -",
+        )
+
+
 @dataclass(frozen=True, kw_only=True)
 class ClusterProfile:
     name: str
@@ -257,6 +347,7 @@ class ClusterProfile:
     # bench sweep asks before submitting a sweep that could use more than this many node-hours
     # (every job to its time limit); --yes answers, and without a terminal --yes is needed.
     confirm_above_node_hours: float = 4.0
+    container: Container | None = field(default=None, metadata={"null": True})  # docs/containers.md
     # At most this many jobs of a sweep at once (None: as many as Slurm will run): jobs that
     # would share CPUs or links, as on the testbed, then do not disturb each other's figures.
     max_running_jobs: int | None = None

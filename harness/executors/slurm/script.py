@@ -13,10 +13,14 @@ two ways, each with its own defence:
 from __future__ import annotations
 
 import functools
+import os
 import shlex
 import sys
+from collections.abc import Iterable
+from pathlib import Path
 
-from harness.executors.slurm.profile import ClusterProfile
+import benchmarks
+from harness.executors.slurm.profile import CONTAINER_CODE, ClusterProfile
 from harness.plan import PER_STEP, Job, WorkloadRun
 
 # The batch shell gets USR2 this long before the time limit (Slurm may send it up to 60 s
@@ -138,11 +142,86 @@ def sbatch_directives(job: Job, profile: ClusterProfile) -> list[str]:
 _quote = functools.lru_cache(maxsize=4096)(shlex.quote)
 
 
-def step_command(job: Job, run: WorkloadRun, profile: ClusterProfile, timeout_s: float) -> str:
-    """The srun line of one workload, shell-quoted, with $VARIABLES left for the batch shell."""
+def bench_code() -> Path:
+    """bench's `benchmarks` package on this machine: what a container mounts when the profile
+    names no copy of its own in the image."""
+    return Path(benchmarks.__file__).resolve().parent
+
+
+def in_container(profile: ClusterProfile, names: Iterable[str]) -> tuple[list[str], str]:
+    """(extra srun options, the command's prefix) that run a workload step in the profile's
+    container (docs/containers.md). `names` are the variables bench exports for the step: an
+    image's own value of a variable wins over the host's in both engines (pyxis's tests,
+    "--container-env overriding container variable"; Apptainer's user guide, "Environment from
+    the host"), so pyxis is told to keep the host's (--container-env) and Apptainer gets them
+    again with its prefix (`env_prefix`). The run directory is mounted at its own path and is
+    the working directory, so every relative path of the job means the same inside."""
+    c = profile.container
+    if c is None:
+        return [], ""
+    q = _quote
+    code = c.code or CONTAINER_CODE
+    mounts = [] if c.code else [f"{bench_code()}:{CONTAINER_CODE}/benchmarks:ro"]
+    mounts += c.mounts
+    workdir = q(c.workdir) if c.workdir else '"$PWD"'
+    binds = ([] if c.workdir else ['"$PWD:$PWD"']) + [q(m) for m in mounts]
+    inner = f"env PYTHONPATH={q(code)}"
+    if c.engine == "pyxis":
+        options = [
+            f"--container-image={q(c.image)}",
+            *([f"--container-mounts={','.join(binds)}"] if binds else []),
+            f"--container-workdir={workdir}",
+            *([] if c.mount_home else ["--no-container-mount-home"]),
+            *([f"--container-env={','.join(dict.fromkeys(names))}"] if names else []),
+            *(q(o) for o in c.options),
+        ]
+        return options, inner
+    words = [
+        c.engine,
+        "exec",
+        *(["--nv"] if c.nv else []),
+        *([] if c.mount_home else ["--no-home"]),
+        *(f"--bind {b}" for b in binds),
+        f"--pwd {workdir}",
+        *(q(o) for o in c.options),
+        q(c.image),
+    ]
+    return [], " ".join(words) + " " + inner
+
+
+def unmountable(profile: ClusterProfile, run_dir: Path) -> str | None:
+    """The path a container would mount but cannot, or None: pyxis and Apptainer both read ','
+    as the end of a mount and ':' as the end of its source (pyxis README, --container-mounts)."""
+    if profile.container is None:
+        return None
+    paths = [Path(os.path.abspath(run_dir))] + ([] if profile.container.code else [bench_code()])
+    return next((str(p) for p in paths if "," in str(p) or ":" in str(p)), None)
+
+
+def env_prefix(profile: ClusterProfile) -> str | None:
+    """The prefix that makes Apptainer (APPTAINERENV_) or Singularity (SINGULARITYENV_) set a
+    variable in the container over the image's own value; None for pyxis or no container."""
+    c = profile.container
+    return None if c is None or c.engine == "pyxis" else f"{c.engine.upper()}ENV_"
+
+
+def exports(items: Iterable[tuple[str, str]], profile: ClusterProfile) -> list[str]:
+    """`export NAME=value` lines, each also given under the container's prefix (env_prefix)."""
+    prefix = env_prefix(profile)
+    q = _quote
+    return [f"export {k}={q(v)}" + (f" {prefix}{k}={q(v)}" if prefix else "") for k, v in items]
+
+
+def step_command(
+    job: Job, run: WorkloadRun, profile: ClusterProfile, timeout_s: float, names: Iterable[str] = ()
+) -> str:
+    """The srun line of one workload, shell-quoted, with $VARIABLES left for the batch shell;
+    `names` are the variables exported for it, which a container must keep (in_container)."""
     q = _quote
     args = " ".join(q(a) for a in job.run_args(run, timeout_s))
-    python = q(interpreter(profile))
+    container, inner = in_container(profile, names)
+    python = q(profile.container.python) if profile.container else q(interpreter(profile))
+    python = f"{inner} {python}" if inner else python
     tasks_per_node, cpus = tasks_and_cpus(job, profile)
     # --kill-on-bad-exit: when one rank dies the others stop too, rather than wait in a collective
     # until the process-group timeout (KillOnBadExit defaults to 0, docs/reference.md).
@@ -152,6 +231,7 @@ def step_command(job: Job, run: WorkloadRun, profile: ClusterProfile, timeout_s:
         [
             f"srun --ntasks-per-node={tasks_per_node} --cpus-per-task={cpus} --kill-on-bad-exit=1",
             *(q(o) for o in profile.srun_options),
+            *container,
         ]
     )
     if job.launcher == "torchrun":
@@ -168,12 +248,14 @@ def render_script(job: Job, profile: ClusterProfile, timeout_s: float) -> str:
     """The sbatch script of `job`: pure, the same inputs always give the same text."""
     q = shlex.quote
     python = q(interpreter(profile))
+    c = profile.container
     lines = [
         "#!/bin/bash",
         f"# bench job {job.name} (config {job.config_hash}), cluster profile {profile.name}",
         f"# matrix point: {job.nodes} node(s) x {job.gpus_per_node} GPU(s) per node = world size {job.world_size},"
         f" launcher {job.launcher}, NCCL set {job.nccl_config}",
         f"# workloads, in turn: {' '.join(r.key for r in job.runs)}",
+        *([f"# each workload step runs in the {c.engine} image {c.image} (docs/containers.md)"] if c else []),
         "# Submitted from the run directory, which relative paths below are relative to.",
         *(f"#SBATCH {d}" for d in sbatch_directives(job, profile)),
         "",
@@ -189,13 +271,17 @@ def render_script(job: Job, profile: ClusterProfile, timeout_s: float) -> str:
         "BENCH_JOB": job.name,
         "BENCH_LAUNCHER": f"slurm-{job.launcher}",
     }
-    lines += [f"export {k}={q(v)}" for k, v in env.items()]
+    lines += exports(env.items(), profile)
     # Names only (allowlisted, so safe unquoted): the values come from the submitting environment.
     lines += [
         f'[[ -v {name} ]] || {{ echo "bench: {name} (env_passthrough) is not set where the job was '
         f'submitted" >&2; exit 1; }}'
         for name in dict.fromkeys((*profile.env_passthrough, *job.passthrough))
     ]
+    passed = [*profile.env_passthrough, *job.passthrough]
+    prefix = env_prefix(profile)
+    if prefix and passed:
+        lines.append("export " + " ".join(f'{prefix}{n}="${n}"' for n in dict.fromkeys(passed)))
     lines += [
         "",
         'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
@@ -205,7 +291,8 @@ def render_script(job: Job, profile: ClusterProfile, timeout_s: float) -> str:
         '  ""|*[!0-9]*) echo "bench: SLURM_JOB_ID is not a number: $SLURM_JOB_ID" >&2; exit 1 ;;',
         "esac",
         "MASTER_PORT=$((20000 + 10#$SLURM_JOB_ID % 20000))",
-        "export MASTER_ADDR MASTER_PORT",
+        "export MASTER_ADDR MASTER_PORT"
+        + (f' {prefix}MASTER_ADDR="$MASTER_ADDR" {prefix}MASTER_PORT="$MASTER_PORT"' if prefix else ""),
         "",
         f"# Near the time limit Slurm sends USR2 (--signal=B:USR2@{SIGNAL_LEAD_S}); the note says which step",
         "# was cut short, the results of finished steps are already on disk, and Slurm then ends the",
@@ -245,12 +332,13 @@ def render_script(job: Job, profile: ClusterProfile, timeout_s: float) -> str:
             "# NCCL's own log of the transport it chose (docs/transport.md) and PyTorch's flight",
             "# recorder, dumped on a process-group timeout (docs/hangs.md): files per rank",
         ]
-        lines += [f"export {k}={q(v)}" for k, v in debug.items()]
+        lines += exports(debug.items(), profile)
         folders = {"NCCL_DEBUG_FILE": job.nccl_log_dir, "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": job.flight_dir}
         lines += [f"mkdir -p {' '.join(q(folders[k]) for k in per_step)}"] if per_step else []
     for run in job.runs:
         lines.append("")
         step = job.debug_env(run, given)
-        lines += [f"export {k}={q(step[k])}" for k in per_step]
-        lines.append(f"run_step {run.key} {step_command(job, run, profile, timeout_s)}")
+        lines += exports(((k, step[k]) for k in per_step), profile)
+        names = [*env, *passed, "MASTER_ADDR", "MASTER_PORT", *debug, *per_step]
+        lines.append(f"run_step {run.key} {step_command(job, run, profile, timeout_s, names)}")
     return "\n".join(lines) + "\n"
