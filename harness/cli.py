@@ -9,6 +9,7 @@
     bench regress DIR --cluster NAME [--baseline median:K|last|best|label:L] | DIR --baseline reference
     bench report DIR [--compare DIR_B | --across AXIS=A,B]
     bench transport LOG... [--json]
+    bench export DIR --format openmetrics|influx [--out FILE]
 
 User mistakes end with one line on stderr and exit status 2; a sweep with failed jobs exits 1;
 regress exits 1 on a regression or failed key and 3 on a key it cannot judge.
@@ -17,6 +18,7 @@ regress exits 1 on a regression or failed key and 3 on a key it cannot judge.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import importlib
 import json
 import os
@@ -49,14 +51,14 @@ from harness.analysis.compare import (
 )
 from harness.analysis.history import BASELINE_HELP, DEFAULT_BASELINE
 from harness.collect import collect, read_summary, write_summary
-from harness.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, BenchError, UsageError, one_line
+from harness.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, BenchError, DataError, UsageError, one_line
 from harness.executors.slurm.profile import load_profile
-from harness.present import report
+from harness.present import export, report
 from harness.present.plot import draw_all, draw_compare, history_figure
 from harness.present.regress import summary_line, write_all
 from harness.present.tables import markdown, print_comparison, print_jobs, run_mismatches, table_csv
 from harness.rundir import COMPLETED, FINAL_STATES, RunDir
-from harness.spec import MATRIX_AXES, load_sweep
+from harness.spec import MATRIX_AXES, NAME_RE, load_sweep
 from harness.sweep import in_use, locked
 
 if TYPE_CHECKING:
@@ -481,6 +483,34 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    run = RunDir(args.dir)
+    plan = run.read_plan()
+    out = outputs.check(args.out, "--out")
+    cluster = args.cluster or ((plan.get("cluster") or {}).get("name") if plan.get("executor") != "local" else "local")
+    if not isinstance(cluster, str) or not NAME_RE.fullmatch(cluster):
+        raise UsageError(f"--cluster {cluster!r}: not a valid name; use letters, digits, '_', '.', '-' (at most 64)")
+    side = load_run(args.dir)
+    labels = {"cluster": cluster, "run": run.path.resolve().name}
+    if args.format == "openmetrics":
+        text = export.openmetrics(side, labels)
+    else:
+        created = plan.get("created")
+        try:
+            when = dt.datetime.fromisoformat(created) if isinstance(created, str) else None
+        except ValueError:
+            when = None
+        if when is None:
+            raise DataError(f"{run.plan_file}: no valid 'created' time, which the line protocol's timestamp needs")
+        text = export.influx(side, labels, when)
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        outputs.write(out, text.encode(), "--out")
+        print(f"wrote {out}")
+    return 0
+
+
 def cmd_transport(args: argparse.Namespace) -> int:
     facts = [transport.read_log(Path(p)) for p in args.logs]
     if args.json:
@@ -641,6 +671,15 @@ def build_parser() -> argparse.ArgumentParser:
     analysis(o)
     pairwise(o)
     o.set_defaults(func=cmd_report)
+
+    x = sub.add_parser(
+        "export", help="a run's figures for node_exporter's textfile collector (OpenMetrics) or InfluxDB"
+    )
+    x.add_argument("dir", help="run directory")
+    x.add_argument("--format", choices=export.FORMATS, required=True)
+    x.add_argument("--out", metavar="FILE", help="file to write, replaced atomically (default: standard output)")
+    x.add_argument("--cluster", help="the cluster label (default: the run's cluster profile name, or local)")
+    x.set_defaults(func=cmd_export)
 
     t = sub.add_parser(
         "transport",

@@ -16,8 +16,11 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD
+from benchmarks.common import ranks_path
+from benchmarks.progress import DIR as PROGRESS_DIR
 from harness.errors import PlanError
 from harness.spec import DEFAULT_TIME_LIMIT_MIN, Sweep
+from harness.telemetry import DIR as TELEMETRY_DIR
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,26 @@ class Job:
     @property
     def flight_dir(self) -> str:
         return f"jobs/{self.name}/flight"
+
+    def attempt_files(self) -> list[str]:
+        """What one attempt of the job leaves that the next must not inherit, as glob patterns
+        relative to the run directory: results and their per-rank files, hang records and
+        progress files (docs/hangs.md), NCCL logs and flight-recorder dumps (docs/transport.md),
+        telemetry (docs/telemetry.md) and the time-limit note. Bench removes them before it
+        submits a job again, and a job Slurm requeued removes them itself (docs/preemption.md)."""
+        folder = f"jobs/{self.name}"
+        out = []
+        for run in self.runs:
+            result = self.result_path(run)
+            out += [
+                result,
+                ranks_path(result),
+                f"{folder}/hang-{run.key}.json",
+                f"{folder}/{PROGRESS_DIR}/{run.key}.rank*",
+                f"{self.nccl_log_dir}/{run.key}.*",
+                f"{self.flight_dir}/{run.key}.rank*",
+            ]
+        return [*out, f"{folder}/{TELEMETRY_DIR}/*.jsonl", f"{folder}/time-limit.txt"]
 
     def debug_env(self, run: WorkloadRun, given: Iterable[str]) -> dict[str, str]:
         """The NCCL debug and flight-recorder variables of one workload of this job that `given`

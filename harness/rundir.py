@@ -27,10 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD, SCALINGS, TRAINING
-from benchmarks.common import ranks_path
-from benchmarks.progress import DIR as PROGRESS_DIR
 from benchmarks.results import atomic_write_json, atomic_write_text
-from harness import telemetry
 from harness.errors import RunDirError, one_line
 from harness.plan import Job
 
@@ -234,15 +231,10 @@ class RunDir:
         """Remove the result files of an earlier attempt, its hang records and progress files
         (docs/hangs.md) and its telemetry (docs/telemetry.md), so they cannot pass for the next
         one's."""
-        job_dir = self.job_dir(job)
-        for run in job.runs:
-            result = self.path / job.result_path(run)
-            result.unlink(missing_ok=True)
-            Path(ranks_path(result)).unlink(missing_ok=True)
-            (job_dir / f"hang-{run.key}.json").unlink(missing_ok=True)
-            for stale in (job_dir / PROGRESS_DIR).glob(f"{run.key}.rank*"):
-                stale.unlink(missing_ok=True)
-        telemetry.clear(job_dir / telemetry.DIR)
+        for pattern in job.attempt_files():
+            for stale in self.path.glob(pattern):
+                if stale.is_file() or stale.is_symlink():
+                    stale.unlink(missing_ok=True)
 
     def log_file(self, job: Job | str) -> Path:
         return self.job_dir(job) / "log.txt"

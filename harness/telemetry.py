@@ -282,12 +282,6 @@ def mark(folder: Path, key: str, event: str) -> None:
         lines.close()
 
 
-def clear(folder: Path) -> None:
-    """Remove an earlier attempt's samples and phases."""
-    for stale in folder.glob("*.jsonl"):
-        stale.unlink(missing_ok=True)
-
-
 # --------------------------------------------------------------------------- reading it back
 
 

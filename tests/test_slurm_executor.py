@@ -65,6 +65,33 @@ def test_jobs_are_followed_from_pending_to_their_final_state(tmp_path, fake_slur
     assert executor.calls["sbatch"] == 2
 
 
+@pytest.mark.parametrize("max_attempts", [1, 3])
+def test_a_job_the_cluster_ended_is_submitted_again_up_to_max_attempts(tmp_path, fake_slurm: FakeSlurm, max_attempts):
+    """NODE_FAIL every time (the testbed makes one for real: tests/test_preemption_testbed.py):
+    submitted again until max_attempts have run, each new attempt naming the one before; a job
+    that failed by itself (FAILED) is not."""
+    fake_slurm.scenario(
+        {
+            "n1-g1-torchrun-default": {"queue": [["RUNNING", "None"]], "state": "NODE_FAIL", "exit": "0:0"},
+            "n2-g1-torchrun-default": {"queue": [["RUNNING", "None"]], "state": "FAILED", "exit": "1:0", "nodes": 2},
+        }
+    )
+    executor, jobs, _ = _run(tmp_path, ClusterProfile(name="fake", max_attempts=max_attempts, **FAST))
+    table = _execute(executor, jobs)
+    lost, failed = table["n1-g1-torchrun-default"], table["n2-g1-torchrun-default"]
+    assert (lost.state, lost.attempts) == ("NODE_FAIL", max_attempts)
+    assert (failed.state, failed.attempts) == (FAILED, 1)
+    assert executor.calls["sbatch"] == max_attempts + 1
+    ended = "Slurm ended the job NODE_FAIL (exit code 0) during allreduce"
+    earlier = "attempt 1 was Slurm job 100 (NODE_FAIL on bnode1); attempt 2 was Slurm job 102 (NODE_FAIL on bnode1)"
+    assert lost.reason == (ended if max_attempts == 1 else f"{earlier}; attempt 3: {ended}"), lost.reason
+    reasons = [r for name, s, r in executor.history if name == lost.name and s == SUBMITTING]
+    assert reasons == [None] + [
+        f"attempt {k} was Slurm job {ids} (NODE_FAIL on bnode1)"
+        for k, ids in zip(range(1, max_attempts), ("100", "102"))
+    ]
+
+
 def test_polling_backs_off_while_nothing_moves_and_never_past_the_maximum(tmp_path, fake_slurm: FakeSlurm):
     fake_slurm.scenario({"n1-g1-torchrun-default": {"queue": [["RUNNING", "None"]], "leave_after": 7}})
     executor, jobs, _ = _run(tmp_path, ClusterProfile(name="fake", poll_min_s=0.2, poll_max_s=0.5), nodes="[1]")

@@ -61,6 +61,9 @@ from harness.rundir import (
 
 SCRIPT = "job.sbatch"  # in each job's directory
 # squeue states of a job that waits to run; every other state squeue lists is a live one.
+# Final states the cluster caused, not the job: such a job is submitted again, up to the
+# profile's max_attempts (docs/preemption.md).
+RESUBMITTED = frozenset({"PREEMPTED", "NODE_FAIL", "BOOT_FAIL"})
 QUEUED_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SPECIAL_EXIT"})
 SACCT_FIELDS = "JobID,State,ExitCode,ElapsedRaw,NNodes,NodeList,Start,End"
 # What a finished job used, as seff (Slurm's contribs/seff) reckons it: TotalCPU over Elapsed x
@@ -121,6 +124,9 @@ class Accounting:
     node_list: str | None
     start: str | None
     end: str | None
+    # The states of the job's earlier runs under the same id, oldest first: a job Slurm requeued
+    # (preemption, a node failure, `scontrol requeue`) has one row per run in `sacct -D`.
+    earlier: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -169,8 +175,8 @@ def _time(text: str) -> str | None:
 
 
 def parse_sacct(text: str) -> dict[str, Accounting]:
-    """{job id: Accounting} from `sacct -X -P -n --format=SACCT_FIELDS`; step rows are skipped."""
-    out = {}
+    """{job id: Accounting} from `sacct -X -D -P -n --format=SACCT_FIELDS`; step rows are skipped."""
+    out: dict[str, Accounting] = {}
     for line in text.splitlines():
         parts = line.strip().split("|")
         if len(parts) != SACCT_FIELDS.count(",") + 1 or not parts[0].isdigit():
@@ -179,6 +185,9 @@ def parse_sacct(text: str) -> dict[str, Accounting]:
         words = state.split()
         by_uid = _int(words[2]) if len(words) == 3 and words[1] == "by" else None
         code, _, sig = exit_code.partition(":")
+        # sacct -D lists a requeued job's runs oldest first; the last is the one that counts
+        before = out.get(job_id)
+        earlier = (*before.earlier, before.state) if before else ()
         out[job_id] = Accounting(
             job_id=job_id,
             state=words[0] if words else "",
@@ -190,6 +199,7 @@ def parse_sacct(text: str) -> dict[str, Accounting]:
             node_list=node_list or None,
             start=_time(start),
             end=_time(end),
+            earlier=earlier,
         )
     return out
 
@@ -292,6 +302,9 @@ class SlurmExecutor(Executor):
         self._absent_since: dict[str, float] = {}
         self._stuck_since: dict[str, float] = {}
         self._cancelled_why: dict[str, str] = {}
+        self._requeued: set[str] = set()  # ids seen queued again after they ran
+        self._previous: dict[str, str] = {}  # job name -> what its earlier attempts ended in
+        self._tails: list[str | None] = []  # the newest job of each max_running_jobs chain
 
     def cluster(self) -> dict:
         return dataclasses.asdict(self.profile)
@@ -368,7 +381,9 @@ class SlurmExecutor(Executor):
 
     def sacct(self, ids: list[str]) -> dict[str, Accounting] | None:
         out = self._query(
-            "sacct", ["-X", "-P", "-n", f"--format={SACCT_FIELDS}", "-j", ",".join(ids)], lambda p: p.returncode == 0
+            "sacct",
+            ["-X", "-D", "-P", "-n", f"--format={SACCT_FIELDS}", "-j", ",".join(ids)],
+            lambda p: p.returncode == 0,
         )
         return None if out is None else parse_sacct(out)
 
@@ -409,19 +424,31 @@ class SlurmExecutor(Executor):
         """Submit `todo`, as `max_running_jobs` chains when the profile caps running jobs."""
         cap = self.profile.max_running_jobs
         # A resumed sweep's chains go on from its newest jobs still queued or running.
-        tails: list[str | None] = [*sorted((i for i in live if i in queued), key=int)[-cap:]] if cap else []
-        tails += [None] * ((cap or 0) - len(tails))
+        self._tails = [*sorted((i for i in live if i in queued), key=int)[-cap:]] if cap else []
+        self._tails += [None] * ((cap or 0) - len(self._tails))
         # Until Slurm has taken one job of the sweep, a refusal is most likely the profile's fault.
         taken = any(r.attempts for r in table.values())
         for k, job in enumerate(todo):
-            slot = k % cap if cap else 0
-            rec = table[job.name]
-            job_id = self._submit(job, rec, tails[slot] if cap else None, changed, first=not taken)
-            if job_id:
+            if self._chained(k % cap if cap else 0, job, table[job.name], live, changed, first=not taken):
                 taken = True
-                live[job_id] = rec
-                if cap:
-                    tails[slot] = job_id
+
+    def _chained(
+        self,
+        slot: int,
+        job: Job,
+        rec: JobRecord,
+        live: dict[str, JobRecord],
+        changed: Callable[[JobRecord], None],
+        first: bool = False,
+    ) -> str | None:
+        """Submit `job` at the end of chain `slot` (max_running_jobs), or on its own without a cap."""
+        after = self._tails[slot] if self._tails else None
+        job_id = self._submit(job, rec, after if after in live else None, changed, first=first)
+        if job_id:
+            live[job_id] = rec
+            if self._tails:
+                self._tails[slot] = job_id
+        return job_id
 
     def _submit(
         self, job: Job, rec: JobRecord, after: str | None, changed: Callable[[JobRecord], None], first: bool
@@ -430,12 +457,15 @@ class SlurmExecutor(Executor):
         job_dir = self.run.job_dir(job)
         self.run.clear_results(job)
         (job_dir / "time-limit.txt").unlink(missing_ok=True)
-        previous = f"attempt {rec.attempts} was Slurm job {rec.job_id} ({rec.state})" if rec.job_id else None
+        where = f" on {rec.node_list}" if rec.node_list and rec.state in RESUBMITTED else ""
+        previous = f"attempt {rec.attempts} was Slurm job {rec.job_id} ({rec.state}{where})" if rec.job_id else None
         args = [
             "--parsable",
             *([f"--dependency=afterany:{after}"] if after else []),
             str(self.script_path(job).relative_to(self.run.path)),
         ]
+        if previous:
+            self._previous[job.name] = "; ".join(filter(None, (self._previous.get(job.name), previous)))
         with deferred_signals():
             rec.new_attempt(SUBMITTING, reason=previous)
             rec.submitted = now()
@@ -533,6 +563,11 @@ class SlurmExecutor(Executor):
                 self._finish(job, rec, a)
                 if job_id in used:
                     rec.used(**asdict(used[job_id]))
+                if a.state in RESUBMITTED and rec.attempts < self.profile.max_attempts:
+                    # Ended by the cluster, not by the job: submitted again, at the end of its chain
+                    slot = self._tails.index(job_id) if job_id in self._tails else 0
+                    self._chained(slot, job, rec, live, changed)
+                    continue
                 changed(rec)
                 continue
             reason: str | None
@@ -545,6 +580,10 @@ class SlurmExecutor(Executor):
                 reason = (
                     f"{slurm_state}: {why}" if why else (None if slurm_state in (PENDING, RUNNING) else slurm_state)
                 )
+                if state == PENDING and (rec.started is not None or job_id in self._requeued):
+                    # it ran and is queued again: Slurm requeued it, and it will start over
+                    self._requeued.add(job_id)
+                    reason = f"requeued by Slurm, to run again from its first step ({reason or slurm_state})"
             runs = self._workload_states(job, rec.runs, state)
             if (state, reason, runs) != (rec.state, rec.reason, rec.runs):
                 if state == RUNNING and rec.started is None:
@@ -604,11 +643,24 @@ class SlurmExecutor(Executor):
     def _finish(self, job: Job, rec: JobRecord, a: Accounting) -> None:
         rec.started, rec.node_list = a.start or rec.started, a.node_list
         rec.runs = self._workload_states(job, rec.runs, a.state)
+        # Each run Slurm requeued is an attempt too; the script cleared what it left.
+        rec.attempts += len(a.earlier)
+        history = "; ".join(
+            note
+            for note in (
+                self._previous.get(job.name),
+                f"requeued by Slurm after {', '.join(a.earlier)}" if a.earlier else None,
+            )
+            if note
+        )
         if a.state == COMPLETED:
-            rec.finished(COMPLETED, a.exit_code, a.elapsed_s, a.end)
+            note = f"{history}; completed on attempt {rec.attempts}" if history else None
+            rec.finished(COMPLETED, a.exit_code, a.elapsed_s, a.end, note)
             return
         log = self.log_path(job, rec.job_id or a.job_id)
-        rec.finished(a.state, a.exit_code, a.elapsed_s, a.end, self._reason(job, rec, a, log), tail(log))
+        why = self._reason(job, rec, a, log)
+        why = f"{history}; attempt {rec.attempts}: {why}" if history else why
+        rec.finished(a.state, a.exit_code, a.elapsed_s, a.end, why, tail(log))
 
     def _reason(self, job: Job, rec: JobRecord, a: Accounting, log: Path) -> str:
         step = next((k for k, s in rec.runs.items() if s != COMPLETED), None) if a.start else None

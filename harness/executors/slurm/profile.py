@@ -347,6 +347,9 @@ class ClusterProfile:
     # bench sweep asks before submitting a sweep that could use more than this many node-hours
     # (every job to its time limit); --yes answers, and without a terminal --yes is needed.
     confirm_above_node_hours: float = 4.0
+    # Attempts a job gets when the cluster ends it (PREEMPTED, NODE_FAIL, BOOT_FAIL) or Slurm
+    # requeues it: bench submits it again until this many have run (docs/preemption.md).
+    max_attempts: int = 3
     container: Container | None = field(default=None, metadata={"null": True})  # docs/containers.md
     # At most this many jobs of a sweep at once (None: as many as Slurm will run): jobs that
     # would share CPUs or links, as on the testbed, then do not disturb each other's figures.
@@ -382,6 +385,8 @@ class ClusterProfile:
             safe_text("setup", line)
         check_env("env", self.env)
         check_passthrough("env_passthrough", self.env_passthrough)
+        if not 1 <= self.max_attempts <= 100:
+            raise FieldError("max_attempts", f"must be between 1 and 100, found {self.max_attempts}")
         _check_options("sbatch_options", self.sbatch_options, RESERVED_OPTIONS, "sbatch")
         _check_options("srun_options", self.srun_options, RESERVED_SRUN_OPTIONS, "srun")
         if self.time_limit_min is not None and not 0.1 <= self.time_limit_min <= MAX_MINUTES:

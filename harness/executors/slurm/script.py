@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shlex
 import sys
 from collections.abc import Iterable
@@ -97,6 +98,27 @@ def sampler_lines(job: Job, profile: ClusterProfile, python: str) -> list[str]:
         '  kill -0 "$sampler" 2>/dev/null || break  # it could not start: the job runs without it',
         "  sleep 0.5",
         "done",
+    ]
+
+
+# A glob of job files: job names and workload keys are allowlisted, so it needs no quoting,
+# and quoting would stop the shell from expanding its '*'.
+SAFE_GLOB_RE = re.compile(r"[A-Za-z0-9_./*-]+")
+
+
+def restart_lines(job: Job) -> list[str]:
+    """A job Slurm requeued (preemption, a node failure, `scontrol requeue`) runs the script
+    again from the top with SLURM_RESTART_COUNT set (sbatch(1), Slurm 22.05): what the earlier
+    run left is removed first, the same files bench removes before it resubmits a job
+    (Job.attempt_files), so that none of it passes for this run's (docs/preemption.md)."""
+    patterns = job.attempt_files()
+    assert all(SAFE_GLOB_RE.fullmatch(p) for p in patterns), patterns  # built from allowlisted names
+    return [
+        "# Requeued by Slurm: the earlier run's results, logs and samples go before this run starts",
+        "# (docs/preemption.md).",
+        'if [ -n "${SLURM_RESTART_COUNT:-}" ] && [ "$SLURM_RESTART_COUNT" != 0 ]; then',
+        f"  rm -f -- {' '.join(patterns)}",
+        "fi",
     ]
 
 
@@ -260,6 +282,7 @@ def render_script(job: Job, profile: ClusterProfile, timeout_s: float) -> str:
         *(f"#SBATCH {d}" for d in sbatch_directives(job, profile)),
         "",
         "set -euo pipefail",
+        *restart_lines(job),
     ]
     if profile.modules:
         lines += [f"module load {q(m)}" for m in profile.modules]

@@ -12,7 +12,7 @@ tests/test_slurm_tracking.py) for the options the executor uses, and no other:
                                                       rc 1 and "slurm_load_jobs error: Invalid
                                                       job id specified" when it knows none of IDS
     squeue -h -t all -n NAMES -o %i|%j|%Z         ->  "ID|bench-NAME|WORKDIR"
-    sacct -X -P -n --format=JobID,State,ExitCode,ElapsedRaw,NNodes,NodeList,Start,End -j IDS
+    sacct -X -D -P -n --format=JobID,State,ExitCode,ElapsedRaw,NNodes,NodeList,Start,End -j IDS
                                                   ->  "ID|COMPLETED|0:0|5|2|bnode[1-2]|START|END"
     sacct -X -P -n --name=NAMES -S TIME --format=JobID,JobName,WorkDir
     sacct -P -n --format=JobID,TotalCPU,ElapsedRaw,AllocCPUS,AllocTRES,TRESUsageInTot -j IDS

@@ -1,0 +1,134 @@
+"""A run's figures for the monitoring systems clusters already run (docs/export.md).
+
+`bench export DIR --format openmetrics` writes the OpenMetrics text format, which node_exporter's
+textfile collector reads from a `*.prom` file. `--format influx` writes InfluxDB's line protocol.
+Both hold one series per key of the matrix, labelled with the cluster, the matrix point and the
+run. A key's value is the median over the run's replicates, as `bench compare` reads it. A key
+that did not complete has no figure; it has `bench_completed 0`, which is what an alert watches.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from harness.analysis.compare import METRICS, Side
+from harness.errors import DataError
+
+FORMATS = ("openmetrics", "influx")
+# The figures exported, with what they are (the summary's columns; README, "The summary").
+HELP = {
+    "busbw_gbps": "all-reduce bus bandwidth, GB/s (nccl-tests' busbw)",
+    "algbw_gbps": "collective algorithm bandwidth, GB/s",
+    "time_us": "collective time per call, microseconds",
+    "images_per_s": "training throughput of the whole job, images/s",
+    "images_per_s_per_gpu": "training throughput per GPU, images/s",
+    "step_time_ms": "training step time, milliseconds",
+}
+# The matrix point: every key column, as labels (compare.KEYS), and what says where it ran.
+POINT = ("workload", "collective", "scaling", "size_bytes", "nodes", "gpus_per_node", "launcher", "nccl_config")
+PREFIX = "bench_"
+
+
+def series(side: Side) -> list[tuple[dict[str, str], dict[str, float], bool]]:
+    """(labels of the matrix point, {metric: value}, completed) per key of the run, completed
+    keys first, in the summary's order. Labels omit what does not apply (no size for training)."""
+    out = []
+    for frame, completed in ((side.rows, True), (side.others, False)):
+        for row in frame.to_dict("records") if frame is not None else ():
+            labels = {k: _label(row[k]) for k in POINT if _label(row[k])}
+            figures = {}
+            if completed:
+                for name in HELP:
+                    value = row.get(name)
+                    metric = METRICS[name]
+                    if (
+                        value is None
+                        or not math.isfinite(float(value))
+                        or metric.allreduce != (row["workload"] == "allreduce")
+                    ):
+                        continue
+                    if metric.zero_for_one_rank and row["nodes"] * row["gpus_per_node"] == 1:
+                        continue  # one rank moves nothing over a bus
+                    figures[name] = float(value)
+            out.append((labels, figures, completed))
+    return out
+
+
+def _label(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value == "" or str(value) == "<NA>":
+        return ""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int) and value == 0:
+        return ""  # no size: a training key
+    return str(value)
+
+
+def _number(value: float) -> str:
+    return repr(float(value))
+
+
+# ---------------------------------------------------------------- OpenMetrics
+
+
+def _om_escape(value: str) -> str:
+    """A label value as OpenMetrics quotes it: backslash, double quote and newline escaped."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def openmetrics(side: Side, run_labels: dict[str, str]) -> str:
+    """The OpenMetrics text of a run: a gauge family per figure, then bench_completed, then EOF.
+    No timestamps: node_exporter's textfile collector refuses samples that carry one."""
+    rows = series(side)
+    lines: list[str] = []
+
+    def family(name: str, help_: str, samples: Iterable[tuple[dict[str, str], float]]) -> None:
+        samples = list(samples)
+        if not samples:
+            return
+        lines.extend([f"# TYPE {PREFIX}{name} gauge", f"# HELP {PREFIX}{name} {help_}"])
+        for labels, value in samples:
+            text = ",".join(f'{k}="{_om_escape(v)}"' for k, v in {**run_labels, **labels}.items())
+            lines.append(f"{PREFIX}{name}{{{text}}} {_number(value)}")
+
+    for name, help_ in HELP.items():
+        family(name, help_, ((labels, figures[name]) for labels, figures, _ in rows if name in figures))
+    family(
+        "completed",
+        "1 when the key completed in the run, 0 when its job failed, timed out or was cancelled",
+        ((labels, 1.0 if done else 0.0) for labels, _, done in rows),
+    )
+    return "\n".join([*lines, "# EOF"]) + "\n"
+
+
+# ---------------------------------------------------------------- InfluxDB line protocol
+
+MEASUREMENT = "bench"
+
+
+def _tag(text: str) -> str:
+    """A tag key or value in line protocol: comma, equals sign and blank escaped with a backslash.
+    A backslash is written as it is (InfluxDB's line protocol reference: only those three are
+    escaped in tags), so one before an escaped character or at the end would be misread."""
+    if re.search(r"\\(?=[,= ]|$)", text):
+        raise DataError(
+            f"{text!r}: a backslash before ',', '=', ' ' or at the end cannot be written as an InfluxDB tag"
+        )
+    return re.sub(r"([,= ])", r"\\\1", text)
+
+
+def influx(side: Side, run_labels: dict[str, str], when: dt.datetime) -> str:
+    """InfluxDB line protocol: one line per key, measurement `bench`, the run and the matrix
+    point as tags (sorted, as InfluxDB stores them), the figures and `completed` as fields, at
+    the run's start in nanoseconds."""
+    stamp = int(when.timestamp()) * 1_000_000_000
+    out = []
+    for labels, figures, done in series(side):
+        tags = ",".join(f"{_tag(k)}={_tag(v)}" for k, v in sorted({**run_labels, **labels}.items()))
+        fields = [*(f"{k}={_number(v)}" for k, v in figures.items()), f"completed={'true' if done else 'false'}"]
+        out.append(f"{MEASUREMENT},{tags} {','.join(fields)} {stamp}")
+    return "".join(line + "\n" for line in out)
