@@ -131,14 +131,69 @@ def run_section(run: RunDir, side: Side) -> str:
     parts.append(_figures([("bus bandwidth vs message size", lambda: plot.busbw_figure(summary))]))
     if len(coll):
         coll = coll.sort_values(["job", "collective", "size_bytes"])
-        columns, rows = collective_table(coll)
+        bucket = bucket_bytes(plan)
+        few = compact(coll, bucket)
+        columns, rows = collective_table(few)
+        parts.append(
+            f"<p>Per job, the largest message and the one nearest DDP's gradient bucket "
+            f"({bucket / 2**20:g} MiB); every size is in the table below and in summary.csv.</p>"
+        )
         parts.append(_table(columns, rows, numeric=set(range(2, len(columns)))))
+        columns, rows = collective_table(coll)
+        parts.append(f"<details><summary>Every message size ({len(coll)} rows)</summary>")
+        parts.append(_table(columns, rows, numeric=set(range(2, len(columns)))))
+        parts.append("</details>")
     parts += timelines(run, [j.name for j in jobs], summary)
-    head = (
-        f"<p>Run <code>{_e(run.path)}</code>: sweep <b>{_e((plan.get('sweep') or {}).get('name'))}</b>, "
-        f"executor {_e(plan.get('executor'))}, planned {_e(plan.get('created'))}.</p>"
-    )
-    return head + "\n".join(parts)
+    sweep = plan.get("sweep") or {}
+    head = [
+        f"<p>Run <code>{_e(run.path)}</code>: sweep <b>{_e(sweep.get('name'))}</b> "
+        f"({_e(sweep.get('description'))}), executor {_e(plan.get('executor'))}, "
+        f"cluster {_e(cluster_name(plan))}, planned {_e(plan.get('created'))}, {len(jobs)} jobs.</p>",
+        "<details><summary>The sweep's parameters, as run</summary>",
+        f"<pre>{_e(_yaml(sweep))}</pre></details>",
+    ]
+    if plan.get("cluster"):
+        head += [
+            "<details><summary>The cluster profile</summary>",
+            f"<pre>{_e(_yaml(plan['cluster']))}</pre></details>",
+        ]
+    return "\n".join(head) + "\n".join(parts)
+
+
+def _yaml(data: Any) -> str:
+    import yaml
+
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100)
+
+
+def cluster_name(plan: dict[str, Any]) -> str:
+    """The cluster a run ran on: its profile's name, or the local machine."""
+    if plan.get("executor") == "local":
+        return "this machine (local executor)"
+    return str((plan.get("cluster") or {}).get("name") or "no profile")
+
+
+# DDP's default gradient bucket, torch.nn.parallel.DistributedDataParallel(bucket_cap_mb=25): the
+# message size its all-reduces run at in training, when the sweep's training sets none.
+DDP_BUCKET_MB = 25
+
+
+def bucket_bytes(plan: dict[str, Any]) -> int:
+    """The DDP bucket of the run's training workloads (bucket_cap_mb), else DDP's default."""
+    workloads = (plan.get("sweep") or {}).get("workloads") or {}
+    caps = [float(w["bucket_cap_mb"]) for w in workloads.values() if isinstance(w, dict) and w.get("bucket_cap_mb")]
+    return int((caps[0] if caps else DDP_BUCKET_MB) * 2**20)
+
+
+def compact(coll: pd.DataFrame, bucket: int) -> pd.DataFrame:
+    """Of each job's collective rows, those at its largest size and at the size nearest `bucket`
+    (by ratio, as sizes grow by a factor)."""
+    keep = []
+    for _, rows in coll.groupby(["job", "collective"], sort=False):
+        sizes = rows["size_bytes"].astype(float)
+        nearest = (sizes.map(math.log) - math.log(bucket)).abs().idxmin()
+        keep += [nearest, sizes.idxmax()]
+    return coll.loc[sorted(set(keep), key=list(coll.index).index)]
 
 
 def timelines(run: RunDir, jobs: list[str], summary: pd.DataFrame) -> list[str]:
@@ -208,10 +263,10 @@ def compare_section(cmp: Comparison) -> str:
     listed, more = only_in_b(cmp)
     if listed:
         parts.append(
-            f"<p>Only completed in {_e(cmp.b.label)} ({len(cmp.new_in_b)}): "
-            + "; ".join(map(_e, listed))
-            + (f"; ... and {more} more" if more else "")
-            + "</p>"
+            f"<p>Only completed in {_e(cmp.b.label)} ({len(cmp.new_in_b)}):</p><ul>"
+            + "".join(f"<li>{_e(line)}</li>" for line in listed)
+            + (f"<li>... and {more} more</li>" if more else "")
+            + "</ul>"
         )
     labels = (cmp.a.label, cmp.b.label)
     parts.append(
@@ -227,11 +282,18 @@ def compare_section(cmp: Comparison) -> str:
 
 def render(run: RunDir, side: Side, cmp: Comparison | None) -> str:
     body = run_section(run, side) + (compare_section(cmp) if cmp is not None else "")
+    title = report_title(run.read_plan())
     return (
         "<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
-        f"<title>bench report: {_e(run.path.name)}</title><style>{STYLE}</style></head><body>"
-        f"<h1>bench report: {_e(run.path.name)}</h1>\n{body}\n</body></html>\n"
+        f"<title>{_e(title)}</title><style>{STYLE}</style></head><body>"
+        f"<h1>{_e(title)}</h1>\n{body}\n</body></html>\n"
     )
+
+
+def report_title(plan: dict[str, Any]) -> str:
+    """`bench report: <sweep> on <cluster>, <date>`: what a reader needs before anything else."""
+    created = str(plan.get("created") or "")[:10] or "undated"
+    return f"bench report: {(plan.get('sweep') or {}).get('name', '?')} on {cluster_name(plan)}, {created}"
 
 
 def default_path(run: RunDir) -> Path:

@@ -151,10 +151,13 @@ def markdown(cmp: Comparison, title: str, include_same: bool = False) -> str:
 
 
 def only_in_b(cmp: Comparison) -> tuple[list[str], int]:
-    """The keys completed only in B, as 'key (state in A)' for the first LISTED, and how many
-    more there are."""
+    """The keys completed only in B, the first LISTED of them grouped by their state in A
+    ('absent in A: key; key'), and how many more there are."""
     only = cmp.new_in_b
-    listed = [f"{r['key']} ({r['status']} in {cmp.a.label})" for r in records(only.head(LISTED))]
+    groups: dict[str, list[str]] = {}
+    for r in records(only.head(LISTED)):
+        groups.setdefault(r["status"], []).append(r["key"])
+    listed = [f"{status} in {cmp.a.label}: {'; '.join(keys)}" for status, keys in groups.items()]
     return listed, max(0, len(only) - LISTED)
 
 
@@ -277,7 +280,7 @@ def print_comparison(console: Console, cmp: Comparison, top: int) -> None:
         n = len(cmp.new_in_b)
         console.print(
             f"only completed in {escape(cmp.b.label)}: {n} key{'s' if n != 1 else ''}: "
-            f"{escape('; '.join(listed))}{f'; ... and {more} more' if more else ''}",
+            f"{escape(' | '.join(listed))}{f' | ... and {more} more' if more else ''}",
             soft_wrap=True,
         )
     console.print(headline(cmp), soft_wrap=True)

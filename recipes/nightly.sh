@@ -1,0 +1,39 @@
+#!/bin/bash
+# bench's nightly regression gate (README, "A nightly regression gate"): sweep, judge the run
+# against the cluster's history, then add it to the history. The exit status is the verdict:
+# 0 nothing regressed, 1 a key regressed or failed, 3 some key could not be judged, 2 bad input.
+# The first run of a cluster has no baseline: it is added and passes, and the nights after it
+# are judged. The verdicts for the CI to publish are in <run>/regress/junit.xml, copied to
+# $JUNIT when it is set.
+#
+#   BENCH_CLUSTER=/shared/bench/site.yaml BENCH_RESULTS=/shared/bench/results \
+#   BENCH_HISTORY=/shared/bench/history.sqlite NAME=site recipes/nightly.sh
+set -uo pipefail
+: "${BENCH_CLUSTER:?the cluster profile}"
+: "${BENCH_RESULTS:?where runs go: a directory on the filesystem the compute nodes share}"
+: "${BENCH_HISTORY:?the history database, kept from one night to the next}"
+: "${NAME:?the name of the cluster in the history}"
+SWEEP=${SWEEP:-sweeps/default.yaml}
+MAX_NODES=${MAX_NODES:-8}
+read -ra regress_args <<< "${REGRESS_ARGS:-}"  # e.g. --threshold 10%
+run="$BENCH_RESULTS/nightly-$(date +%Y%m%d-%H%M%S)"
+
+bench sweep "$SWEEP" --max-nodes "$MAX_NODES" --yes --out "$run"
+swept=$?
+# 1 means some job did not complete: regress reports its keys as failed. Anything else stops here.
+if [ "$swept" -ne 0 ] && [ "$swept" -ne 1 ]; then
+  echo "nightly: bench sweep ended with status $swept; nothing judged" >&2
+  exit "$swept"
+fi
+if bench history list --cluster "$NAME" 2>/dev/null | tail -n 1 | grep -qv '^0 runs$'; then
+  bench regress "$run" --cluster "$NAME" --out "$run/regress" "${regress_args[@]}"
+  verdict=$?
+  if [ -n "${JUNIT:-}" ] && [ -f "$run/regress/junit.xml" ]; then cp "$run/regress/junit.xml" "$JUNIT"; fi
+else
+  echo "nightly: the first run of $NAME in $BENCH_HISTORY becomes its baseline; nothing to judge yet"
+  verdict=0
+fi
+if [ "$verdict" -ne 2 ]; then  # a run that could not be judged for bad input stays out of the history
+  bench history add "$run" --cluster "$NAME" --label nightly || exit $?
+fi
+exit "$verdict"
