@@ -76,3 +76,8 @@ def test_three_nights_of_the_recipe(testbed, tmp_path):
         rows = con.execute("SELECT cluster, label FROM runs ORDER BY id").fetchall()
     assert rows == [("lab", "nightly")] * 3
     assert len(list((tmp_path / "results").glob("nightly-*"))) == 3
+
+
+def test_the_readme_quotes_the_recipe_as_it_is():
+    readme = (ROOT / "README.md").read_text()
+    assert "```bash\n" + (ROOT / "recipes" / "nightly.sh").read_text() + "```\n" in readme

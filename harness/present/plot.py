@@ -1,7 +1,7 @@
 """Plots of a run's summary, with seaborn, as PNG, each beside a CSV of the points it draws:
 
-    plots/weak_scaling.png     images/s per GPU and efficiency vs GPUs, ideal lines
-    plots/strong_scaling.png   speedup and efficiency vs GPUs, ideal lines
+    plots/weak_scaling.png     images/s per GPU, efficiency against 1 GPU and against 1 node, vs nodes
+    plots/strong_scaling.png   speedup and efficiency vs nodes, ideal lines
     plots/allreduce_busbw.png  busbw vs message size (log2), one line per node count
 
 Facets: one column per (launcher, NCCL set) where a run has several; the busbw plot has one
@@ -77,6 +77,31 @@ def _series_label(workload: str, gpus: int) -> str:
     return f"{workload}, {gpus} GPU{'s' if gpus != 1 else ''}/node"
 
 
+def _nodes_axis(ax: Axes, sub: pd.DataFrame) -> None:
+    """The x axis every scaling plot shares: nodes, log2, each tick with the world sizes the
+    series have there: `2` over `(2, 4 GPUs)`."""
+    from matplotlib.ticker import FixedFormatter, FixedLocator, NullLocator
+
+    ax.set_xscale("log", base=2)
+    nodes = sorted({int(n) for n in sub["nodes"]})
+    worlds = {n: sorted({n * int(g) for g in sub[sub["nodes"] == n]["gpus_per_node"]}) for n in nodes}
+    ax.xaxis.set_major_locator(FixedLocator(nodes))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(
+        FixedFormatter([f"{n}\n({', '.join(map(str, worlds[n]))} GPU{'s' if worlds[n] != [1] else ''})" for n in nodes])
+    )
+    ax.set_xlabel("nodes (world size)")
+
+
+def efficiency_per_node(df: pd.DataFrame) -> pd.Series:
+    """Weak-scaling efficiency against one node of the same GPUs per node: images/s per GPU over
+    that of the smallest node count of its own series. Efficiency against 1 GPU mixes the losses
+    inside a node with those across nodes; this one shows the network's share alone."""
+    keys = ["panel", "series", "repeat"] if "repeat" in df else ["panel", "series"]
+    first = df.sort_values("nodes").groupby(keys)["images_per_s_per_gpu"].transform("first")
+    return df["images_per_s_per_gpu"] / first
+
+
 def scaling_figure(summary: pd.DataFrame, scaling: str) -> Made | None:
     """(figure, points) for weak or strong scaling, or None when the run has no such rows."""
     import pandas as pd
@@ -93,8 +118,17 @@ def scaling_figure(summary: pd.DataFrame, scaling: str) -> Made | None:
     df["panel"] = _panel(df)
     df["series"] = [_series_label(w, int(g)) for w, g in zip(df["workload"], df["gpus_per_node"])]
     panels = sorted(df["panel"].unique())
+    # the p10-p90 band of a rate: the step times' p90 and p10 over their median
+    for metric in ("images_per_s_per_gpu", "speedup"):
+        df[f"{metric}_p10"] = df[metric] * df["step_time_ms"] / df["step_time_ms_p90"]
+        df[f"{metric}_p90"] = df[metric] * df["step_time_ms"] / df["step_time_ms_p10"]
     if scaling == "weak":
-        metrics = [("images_per_s_per_gpu", "images/s per GPU"), ("efficiency", "weak-scaling efficiency")]
+        df["efficiency_per_node"] = efficiency_per_node(df)
+        metrics = [
+            ("images_per_s_per_gpu", "images/s per GPU (p10-p90 band)"),
+            ("efficiency", "efficiency against 1 GPU"),
+            ("efficiency_per_node", "efficiency against 1 node\nof the same GPUs per node"),
+        ]
         title = "Weak scaling: fixed batch per GPU"
     else:
         metrics = [("speedup", "speedup over the smallest world size"), ("efficiency", "strong-scaling efficiency")]
@@ -107,16 +141,18 @@ def scaling_figure(summary: pd.DataFrame, scaling: str) -> Made | None:
         sharex="col",
     )
     points = []
-    palette = dict(zip(sorted(df["series"].unique()), sns.color_palette(n_colors=df["series"].nunique())))
+    order = sorted(df["series"].unique())
+    palette = dict(zip(order, sns.color_palette(n_colors=len(order))))
     for c, panel in enumerate(panels):
-        sub = df[df["panel"] == panel].sort_values("world_size")
+        sub = df[df["panel"] == panel].sort_values("nodes")
         for r, (metric, label) in enumerate(metrics):
             ax = axes[r][c]
             sns.lineplot(
                 data=sub,
-                x="world_size",
+                x="nodes",
                 y=metric,
                 hue="series",
+                hue_order=order,
                 palette=palette,
                 marker="o",
                 estimator=None,
@@ -124,15 +160,15 @@ def scaling_figure(summary: pd.DataFrame, scaling: str) -> Made | None:
                 ax=ax,
                 legend=(r == 0 and c == len(panels) - 1),
             )
-            _ideal(ax, sub, metric, palette)
-            _log2_axis(ax, sub["world_size"], str)
-            ax.set_xlabel("GPUs (world size)")
+            points += _band(ax, sub, metric, palette, (f"{scaling}_scaling", panel))
+            points += _ideal(ax, sub, metric, palette, (f"{scaling}_scaling", panel))
+            _nodes_axis(ax, sub)
             ax.set_ylabel(label)
             if r == 0:
                 ax.set_title(panel)
             points += [
                 (f"{scaling}_scaling", panel, metric, s, int(x), float(y))
-                for s, x, y in zip(sub["series"], sub["world_size"], sub[metric])
+                for s, x, y in zip(sub["series"], sub["nodes"], sub[metric])
             ]
     if axes[0][-1].get_legend():
         sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1), title="workload, GPUs per node")
@@ -141,23 +177,63 @@ def scaling_figure(summary: pd.DataFrame, scaling: str) -> Made | None:
     return fig, pd.DataFrame(points, columns=POINT_COLUMNS)
 
 
-def _ideal(ax: Axes, sub: pd.DataFrame, metric: str, palette: dict[object, tuple[float, float, float]]) -> None:
-    """Dashed ideal lines. Efficiency = metric / its ideal value (collect.add_scaling), so the
-    ideal per-GPU throughput (flat at the configuration's baseline) and the ideal speedup
-    (linear in world size) are metric / efficiency at every point."""
-    if metric == "efficiency":
-        ax.axhline(1.0, color="0.4", linestyle="--", linewidth=1)
-        return
+def _band(
+    ax: Axes, sub: pd.DataFrame, metric: str, palette: dict[object, tuple[float, float, float]], where: tuple[str, str]
+) -> list[tuple[str, str, str, str, int, float]]:
+    """A series' p10-p90 band, shaded in its colour, where the frame has `<metric>_p10/_p90`."""
+    if f"{metric}_p10" not in sub:
+        return []
+    out = []
     for series, group in sub.groupby("series"):
-        s = group.sort_values(["world_size", "nodes"])
+        g = group.sort_values("nodes").dropna(subset=[f"{metric}_p10", f"{metric}_p90"])
+        if g.empty:
+            continue
+        ax.fill_between(
+            g["nodes"].astype(float).tolist(),
+            g[f"{metric}_p10"].astype(float).tolist(),
+            g[f"{metric}_p90"].astype(float).tolist(),
+            color=palette[series],
+            alpha=0.18,
+            linewidth=0,
+        )
+        for q in ("p10", "p90"):
+            out += [
+                (*where, f"{metric}_{q}", str(series), int(x), float(y)) for x, y in zip(g["nodes"], g[f"{metric}_{q}"])
+            ]
+    return out
+
+
+def _ideal(
+    ax: Axes, sub: pd.DataFrame, metric: str, palette: dict[object, tuple[float, float, float]], where: tuple[str, str]
+) -> list[tuple[str, str, str, str, int, float]]:
+    """Dashed ideal lines, and their points. Efficiency = metric / its ideal value
+    (collect.add_scaling), so the ideal is metric / efficiency at every point. Every series of
+    a panel shares its baseline (the smallest world size), so the ideal per-GPU throughput is
+    one flat line, drawn once in grey; the ideal speedup differs per series at a node count
+    (world = nodes x GPUs per node) and is drawn per series, in the series' colour."""
+    if metric.startswith("efficiency"):
+        ax.axhline(1.0, color="0.4", linestyle="--", linewidth=1)
+        return []
+    if metric != "speedup" and metric != "images_per_s_per_gpu":
+        return []
+    ideal = (sub[metric] / sub["efficiency"]).astype(float)
+    out = []
+    if metric == "images_per_s_per_gpu":
+        level = float(ideal.median())
+        ax.axhline(level, color="0.4", linestyle="--", linewidth=1)
+        return [(*where, "ideal_images_per_s_per_gpu", "all series", int(n), level) for n in sorted(set(sub["nodes"]))]
+    for series, group in sub.assign(ideal=ideal).groupby("series"):
+        g = group.sort_values("nodes")
         ax.plot(
-            s["world_size"].astype(float).tolist(),
-            (s[metric] / s["efficiency"]).astype(float).tolist(),
+            g["nodes"].astype(float).tolist(),
+            g["ideal"].tolist(),
             linestyle="--",
             linewidth=1,
             color=palette[series],
-            alpha=0.7,
+            alpha=0.8,
         )
+        out += [(*where, "ideal_speedup", str(series), int(x), float(y)) for x, y in zip(g["nodes"], g["ideal"])]
+    return out
 
 
 def _peak_lines(
@@ -188,12 +264,18 @@ def busbw_figure(summary: pd.DataFrame) -> Made | None:
     import pandas as pd
 
     df = summary[
-        (summary["workload"] == COLLECTIVE_WORKLOAD) & (summary["status"] == COMPLETED) & summary["busbw_gbps"].notna()
+        (summary["workload"] == COLLECTIVE_WORKLOAD)
+        & (summary["status"] == COMPLETED)
+        & summary["busbw_gbps"].notna()
+        & (summary["nodes"] * summary["gpus_per_node"] > 1)  # one rank moves nothing over a bus
     ].copy()
     if df.empty:
         return None
     plt, sns = _setup()
     df["panel"] = _panel(df)
+    # the p10-p90 band: busbw scales with 1 / time, so the times' p90 and p10 bound it
+    df["busbw_gbps_p10"] = df["busbw_gbps"] * df["time_us"] / df["time_us_p90"]
+    df["busbw_gbps_p90"] = df["busbw_gbps"] * df["time_us"] / df["time_us_p10"]
     df["series"] = [
         f"{int(n)} node{'s' if n != 1 else ''} x {int(g)} GPU{'s' if g != 1 else ''}"
         for n, g in zip(df["nodes"], df["gpus_per_node"])
@@ -226,6 +308,20 @@ def busbw_figure(summary: pd.DataFrame) -> Made | None:
                 ax=ax,
                 legend=(r == 0 and c == len(panels) - 1),
             )
+            for series, group in sub.groupby("series"):
+                ax.fill_between(
+                    group["size_bytes"].astype(float).tolist(),
+                    group["busbw_gbps_p10"].astype(float).tolist(),
+                    group["busbw_gbps_p90"].astype(float).tolist(),
+                    color=palette[series],
+                    alpha=0.18,
+                    linewidth=0,
+                )
+                points += [
+                    ("allreduce_busbw", coll, panel, f"busbw_gbps_{q}", series, int(x), float(y))
+                    for q in ("p10", "p90")
+                    for x, y in zip(group["size_bytes"], group[f"busbw_gbps_{q}"])
+                ]
             _log2_axis(ax, sub["size_bytes"], format_size)
             ax.tick_params(axis="x", labelrotation=45)
             ax.set_xlabel("message size (bytes, K/M/G = 2^10/2^20/2^30)")
@@ -238,7 +334,7 @@ def busbw_figure(summary: pd.DataFrame) -> Made | None:
             points += _peak_lines(ax, sub, palette, ("allreduce_busbw", coll, panel))
     if axes[0][-1].get_legend():
         sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1), title="nodes x GPUs per node")
-    fig.suptitle("Collective bus bandwidth vs message size (in-place, worst rank)")
+    fig.suptitle("Collective bus bandwidth vs message size (in-place, worst rank; band: p10-p90)")
     fig.tight_layout()
     return fig, pd.DataFrame(points, columns=["plot", "collective", *POINT_COLUMNS[1:]])
 
@@ -337,9 +433,19 @@ def _both(a: pd.DataFrame, b: pd.DataFrame, labels: tuple[str, str]) -> pd.DataF
 
 
 def _two_runs(
-    sns: ModuleType, ax: Axes, sub: pd.DataFrame, x: str, y: str, labels: tuple[str, str], legend: bool
+    sns: ModuleType,
+    ax: Axes,
+    sub: pd.DataFrame,
+    x: str,
+    y: str,
+    labels: tuple[str, str],
+    legend: bool,
+    styles: list[str],
 ) -> None:
-    """One panel of a two-run plot: colour tells the runs apart, the line style the series."""
+    """One panel of a two-run plot: colour tells the runs apart, the line style the series.
+    `styles` is every series of the figure, in one order for all panels: seaborn gives each
+    panel's series their dashes in the order it is given, and the legend comes from one panel,
+    so without it the legend and the other panels could disagree on which dash is which."""
     sns.lineplot(
         data=sub,
         x=x,
@@ -347,6 +453,7 @@ def _two_runs(
         hue="run",
         hue_order=list(labels),
         style="series",
+        style_order=styles,
         marker="o",
         estimator=None,
         sort=True,
@@ -374,12 +481,13 @@ def compare_busbw_figure(a: pd.DataFrame, b: pd.DataFrame, labels: tuple[str, st
         + _panel(df)
     )
     nodes = sorted(df["nodes"].unique())
+    styles = sorted(df["series"].unique())
     fig, axes = plt.subplots(1, len(nodes), figsize=(max(7.0, 5.5 * len(nodes)), 4.4), squeeze=False)
     points = []
     for c, n in enumerate(nodes):
         ax = axes[0][c]
         sub = df[df["nodes"] == n].sort_values("size_bytes")
-        _two_runs(sns, ax, sub, "size_bytes", "busbw_gbps", labels, legend=(c == len(nodes) - 1))
+        _two_runs(sns, ax, sub, "size_bytes", "busbw_gbps", labels, legend=(c == len(nodes) - 1), styles=styles)
         _log2_axis(ax, sub["size_bytes"], format_size)
         ax.tick_params(axis="x", labelrotation=45)
         ax.set_xlabel("message size")
@@ -426,12 +534,16 @@ def compare_scaling_figure(a: pd.DataFrame, b: pd.DataFrame, labels: tuple[str, 
     plt, sns = _setup()
     fig, axes = plt.subplots(1, len(panels), figsize=(max(7.0, 5.0 * len(panels)), 4.2), squeeze=False)
     points = []
+
+    def series(rows: pd.DataFrame) -> pd.Series:
+        return rows["gpus_per_node"].astype(str) + " GPU/node · " + _panel(rows)
+
+    styles = sorted({s for _, rows, _, _ in panels for s in series(rows)})
     for c, (title, rows, metric, ylabel) in enumerate(panels):
         ax = axes[0][c]
-        sub = rows.assign(series=rows["gpus_per_node"].astype(str) + " GPU/node · " + _panel(rows)).sort_values("nodes")
-        _two_runs(sns, ax, sub, "nodes", metric, labels, legend=(c == len(panels) - 1))
-        _log2_axis(ax, sub["nodes"], str)
-        ax.set_xlabel("nodes")
+        sub = rows.assign(series=series(rows)).sort_values("nodes")
+        _two_runs(sns, ax, sub, "nodes", metric, labels, legend=(c == len(panels) - 1), styles=styles)
+        _nodes_axis(ax, sub)
         ax.set_ylabel(ylabel)
         ax.set_title(title)
         points += [

@@ -1,0 +1,196 @@
+"""The plots against the points they draw: every line's dashes agree with the legend in every
+panel, ideal lines keep one colour each, one rank has no busbw line, the p10-p90 bands come
+from the samples' spread, and every scaling plot has nodes on its x axis.
+
+The summaries here are built in the summary's own layout, with collect.add_scaling computing
+speedup and efficiency as a collect does, so that the cases (two GPU counts, panels with
+different series) need no multi-GPU run."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from harness.collect import add_scaling
+from harness.present.plot import busbw_figure, compare_scaling_figure, scaling_figure
+
+NODES = (1, 2, 4)
+
+
+def training(scaling: str) -> pd.DataFrame:
+    """A training summary: 1 and 2 GPUs per node on 1, 2, 4 nodes, per-GPU rate falling with
+    the node count, more with 2 GPUs per node; step times spread +-10% / +-20%."""
+    rows = []
+    for g in (1, 2):
+        for n in NODES:
+            per_gpu = 100.0 * (0.9 ** math.log2(n)) * (0.8 if g == 2 else 1.0)
+            step = 1000.0 / per_gpu
+            rows.append(
+                {
+                    "job": f"n{n}-g{g}",
+                    "workload": "synthetic",
+                    "scaling": scaling,
+                    "status": "COMPLETED",
+                    "nodes": n,
+                    "gpus_per_node": g,
+                    "world_size": n * g,
+                    "launcher": "torchrun",
+                    "backend": "gloo",
+                    "device": "cpu",
+                    "nccl_config": "default",
+                    "model": "resnet18",
+                    "repeat": 1,
+                    "images_per_s": per_gpu * n * g,
+                    "images_per_s_per_gpu": per_gpu,
+                    "step_time_ms": step,
+                    "step_time_ms_p10": step * 0.9,
+                    "step_time_ms_p90": step * 1.2,
+                }
+            )
+    columns = {k: [r[k] for r in rows] for k in rows[0]}
+    add_scaling(columns)
+    return pd.DataFrame(columns)
+
+
+def test_weak_scaling_has_both_efficiencies_nodes_on_x_and_one_grey_ideal():
+    df = training("weak")
+    fig, points = scaling_figure(df, "weak")
+    by = {(r.metric, r.series, r.x): r.y for r in points.itertuples()}
+    # against 1 GPU: the base is 1 GPU on 1 node (100 img/s per GPU); against 1 node: each series' own
+    assert by[("efficiency", "synthetic, 2 GPUs/node", 1)] == pytest.approx(0.8)
+    assert by[("efficiency_per_node", "synthetic, 2 GPUs/node", 1)] == pytest.approx(1.0)
+    assert by[("efficiency_per_node", "synthetic, 2 GPUs/node", 4)] == pytest.approx(0.81)
+    assert by[("efficiency_per_node", "synthetic, 1 GPU/node", 2)] == pytest.approx(0.9)
+    # the band: per-GPU rate x the median step over the p90 and p10 steps
+    assert by[("images_per_s_per_gpu_p10", "synthetic, 1 GPU/node", 1)] == pytest.approx(100 / 1.2)
+    assert by[("images_per_s_per_gpu_p90", "synthetic, 1 GPU/node", 1)] == pytest.approx(100 / 0.9)
+    # one ideal per-GPU line, grey, at the shared base
+    levels = {round(y, 9) for (m, _, _), y in by.items() if m == "ideal_images_per_s_per_gpu"}
+    assert levels == {100.0}
+    top = fig.axes[0]
+    dashed = [line for line in top.get_lines() if line.get_linestyle() == "--"]
+    assert len(dashed) == 1 and dashed[0].get_color() == "0.4"
+    assert set(points["x"]) == set(NODES)
+    fig.canvas.draw()
+    labels = [t.get_text() for t in fig.axes[-1].get_xticklabels()]  # the bottom row carries them
+    assert labels == ["1\n(1, 2 GPUs)", "2\n(2, 4 GPUs)", "4\n(4, 8 GPUs)"]
+
+
+def test_strong_scaling_ideals_keep_one_colour_each():
+    """Each series' ideal speedup is world / base world at its own node counts: one line per
+    series, in that series' colour over its whole length (an ideal shared on a world-size axis
+    used to change colour where one series' points ended and another's began)."""
+    fig, points = scaling_figure(training("strong"), "strong")
+    ideal = points[points["metric"] == "ideal_speedup"]
+    for g, series in ((1, "synthetic, 1 GPU/node"), (2, "synthetic, 2 GPUs/node")):
+        got = ideal[ideal["series"] == series].sort_values("x")
+        assert list(got["y"]) == pytest.approx([n * g / 1 for n in NODES])
+    ax = fig.axes[0]
+    solid = {
+        tuple(line.get_xydata()[0]): line.get_color()
+        for line in ax.get_lines()
+        if line.get_linestyle() == "-" and len(line.get_xdata())
+    }
+    for line in (x for x in ax.get_lines() if x.get_linestyle() == "--" and len(x.get_xdata()) > 1):
+        ys = list(line.get_ydata())
+        g = 1 if ys == pytest.approx([1, 2, 4]) else 2
+        assert ys == pytest.approx([n * g for n in NODES])
+        # the same colour as the series' own line, which starts at (1 node, its speedup there)
+        first = points[(points["metric"] == "speedup") & (points["x"] == 1)]
+        speed = float(first[first["series"].str.contains(f"{g} GPU")]["y"].iloc[0])
+        assert line.get_color() == solid[(1.0, speed)]
+
+
+def collectives() -> pd.DataFrame:
+    rows = []
+    for n, g in ((1, 1), (1, 2), (2, 1)):
+        for size in (2**16, 2**20):
+            rows.append(
+                {
+                    "job": f"n{n}-g{g}",
+                    "workload": "allreduce",
+                    "status": "COMPLETED",
+                    "collective": "all_reduce",
+                    "nodes": n,
+                    "gpus_per_node": g,
+                    "world_size": n * g,
+                    "launcher": "torchrun",
+                    "nccl_config": "default",
+                    "size_bytes": size,
+                    "busbw_gbps": 0.0 if n * g == 1 else 1.0,
+                    "time_us": 100.0,
+                    "time_us_p10": 80.0,
+                    "time_us_p90": 125.0,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def test_busbw_leaves_out_one_rank_and_bands_from_the_times():
+    fig, points = busbw_figure(collectives())
+    assert set(points["series"]) == {"1 node x 2 GPUs", "2 nodes x 1 GPU"}
+    by = {(r.metric, r.series, r.x): r.y for r in points.itertuples()}
+    assert by[("busbw_gbps_p10", "2 nodes x 1 GPU", 2**20)] == pytest.approx(1.0 * 100 / 125)
+    assert by[("busbw_gbps_p90", "2 nodes x 1 GPU", 2**20)] == pytest.approx(1.0 * 100 / 80)
+    drawn = {round(float(y), 9) for line in fig.axes[0].get_lines() for y in line.get_ydata()}
+    assert 0.0 not in drawn and 1.0 in drawn
+
+
+def two_runs() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Rows of two sides: training with 1 and 2 GPUs per node, the all-reduce with 2 only, so
+    the all-reduce panel has one series and the training panel two."""
+    rows = []
+    for n in NODES:
+        for g in (1, 2):
+            rows.append(
+                {
+                    "workload": "synthetic",
+                    "scaling": "weak",
+                    "collective": "",
+                    "size_bytes": 0,
+                    "nodes": n,
+                    "gpus_per_node": g,
+                    "launcher": "torchrun",
+                    "nccl_config": "default",
+                    "images_per_s_per_gpu": 100.0 / g + n,
+                    "busbw_gbps": None,
+                }
+            )
+        rows.append(
+            {
+                "workload": "allreduce",
+                "scaling": "",
+                "collective": "all_reduce",
+                "size_bytes": 2**20,
+                "nodes": n,
+                "gpus_per_node": 2,
+                "launcher": "torchrun",
+                "nccl_config": "default",
+                "images_per_s_per_gpu": None,
+                "busbw_gbps": 1.0 + n,
+            }
+        )
+    a = pd.DataFrame(rows)
+    b = a.assign(images_per_s_per_gpu=a["images_per_s_per_gpu"] * 0.9, busbw_gbps=a["busbw_gbps"] * 0.8)
+    return a, b
+
+
+def test_compare_scaling_dashes_agree_with_the_legend_in_every_panel():
+    a, b = two_runs()
+    fig, points = compare_scaling_figure(a, b, ("A", "B"))
+    legend = fig.axes[-1].get_legend()
+    dashes = {t.get_text(): h._unscaled_dash_pattern for h, t in zip(legend.legend_handles, legend.get_texts())}
+    where = {(round(float(r.x), 6), round(float(r.y), 6)): r.series.split(" · ", 1)[1] for r in points.itertuples()}
+    checked = 0
+    for ax in fig.axes:
+        for line in ax.get_lines():
+            xy = [(round(float(x), 6), round(float(y), 6)) for x, y in line.get_xydata()]
+            if not xy or xy[0] not in where:
+                continue
+            series = where[xy[0]]
+            assert line._unscaled_dash_pattern == dashes[series], (ax.get_title(), series)
+            checked += 1
+    assert checked == 3 * 2  # two series x two runs in the training panel, one x two in the other
+    assert all(ax.get_xlabel() == "nodes (world size)" for ax in fig.axes)
