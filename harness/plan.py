@@ -103,9 +103,9 @@ class Job:
                 ranks_path(result),
                 f"{folder}/hang-{run.key}.json",
                 f"{folder}/{PROGRESS_DIR}/{run.key}.rank*",
-                f"{self.nccl_log_dir}/{run.key}.*",
-                f"{self.flight_dir}/{run.key}.rank*",
             ]
+            if self.backend != "gloo":  # NCCL's files (debug_env)
+                out += [f"{self.nccl_log_dir}/{run.key}.*", f"{self.flight_dir}/{run.key}.rank*"]
         return [*out, f"{folder}/{TELEMETRY_DIR}/*.jsonl", f"{folder}/time-limit.txt"]
 
     def debug_env(self, run: WorkloadRun, given: Iterable[str]) -> dict[str, str]:

@@ -278,6 +278,11 @@ CASES = [
         "plot-truncated-summary", lambda t, r: ["plot", str(_truncated_summary(r, t))], "summary.parquet", "unreadable"
     ),
     Case("plot-no-summary", lambda t, r: ["plot", str(_no_summary(r, t))], "bench collect"),
+    # ---- export
+    Case("export-not-a-run", lambda t, r: ["export", str(t), "--format", "influx"], "plan.json"),
+    Case("export-cluster", lambda t, r: ["export", str(r), "--format", "influx", "--cluster", "a b"], "--cluster"),
+    Case("export-out-is-dir", lambda t, r: ["export", str(r), "--format", "openmetrics", "--out", str(t)], "--out"),
+    Case("export-no-summary", lambda t, r: ["export", str(_no_summary(r, t)), "--format", "influx"], "bench collect"),
     # ---- compare
     Case("compare-csv-is-dir", lambda t, r: ["compare", str(r), str(r), "--csv", str(t)], "--csv", "directory"),
     Case(
