@@ -569,3 +569,23 @@ def test_reserved_variables_cannot_be_set(tmp_path, name):
     profile.write_text(f"name: c\nenv: {{{name}: '1'}}\n")
     with pytest.raises(SpecError, match=f"env.{name}: {name} is set by bench"):
         load_profile(profile)
+
+
+def test_a_run_directory_private_to_this_machine_is_recognised(tmp_path):
+    """/proc/self/mounts as Linux writes it (fstab(5) fields, octal escapes for blanks): the
+    longest mount point above the path decides the filesystem."""
+    from harness.sweep import looks_local
+
+    mounts = tmp_path / "mounts"
+    mounts.write_text(
+        "/dev/vda / ext4 rw,relatime 0 0\n"
+        "tmpfs /run tmpfs rw,nosuid,nodev,size=4934712k,mode=755 0 0\n"
+        "nfs01:/export/home /home/my\\040lab nfs4 rw,relatime,vers=4.2 0 0\n"
+        "tmpfs /home/my\\040lab/scratch tmpfs rw,relatime 0 0\n"
+    )
+    assert looks_local(Path("/run/results/x"), mounts) == "it is on tmpfs (/run), which only this machine sees"
+    assert looks_local(Path("/home/my lab/results"), mounts) is None
+    assert "on tmpfs (/home/my lab/scratch)" in looks_local(Path("/home/my lab/scratch/r"), mounts)
+    assert looks_local(Path("/runner/results"), mounts) is None  # a prefix is not a parent
+    assert looks_local(Path("/tmp/results"), mounts) == "it is under /tmp, which is usually each node's own"
+    assert looks_local(Path("/srv/results"), tmp_path / "no-such-file") is None
