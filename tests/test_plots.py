@@ -66,9 +66,16 @@ def test_weak_scaling_has_both_efficiencies_nodes_on_x_and_one_grey_ideal():
     # the band: per-GPU rate x the median step over the p90 and p10 steps
     assert by[("images_per_s_per_gpu_p10", "synthetic, 1 GPU/node", 1)] == pytest.approx(100 / 1.2)
     assert by[("images_per_s_per_gpu_p90", "synthetic, 1 GPU/node", 1)] == pytest.approx(100 / 0.9)
-    # one ideal per-GPU line, grey, at the shared base
+    # one ideal per-GPU line per workload, grey, at the workload's base
     levels = {round(y, 9) for (m, _, _), y in by.items() if m == "ideal_images_per_s_per_gpu"}
     assert levels == {100.0}
+    two = pd.concat([df, df.assign(workload="real", images_per_s_per_gpu=df["images_per_s_per_gpu"] / 2)])
+    two["series"] = None  # scaling_figure labels the series itself
+    columns = {k: two[k].tolist() for k in two.columns if k not in ("speedup", "efficiency", "series")}
+    add_scaling(columns)
+    _, both = scaling_figure(pd.DataFrame(columns), "weak")
+    ideal = both[both["metric"] == "ideal_images_per_s_per_gpu"]
+    assert dict(zip(ideal["series"], ideal["y"].round(9))) == {"synthetic": 100.0, "real": 50.0}
     top = fig.axes[0]
     dashed = [line for line in top.get_lines() if line.get_linestyle() == "--"]
     assert len(dashed) == 1 and dashed[0].get_color() == "0.4"

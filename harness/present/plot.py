@@ -208,8 +208,8 @@ def _ideal(
 ) -> list[tuple[str, str, str, str, int, float]]:
     """Dashed ideal lines, and their points. Efficiency = metric / its ideal value
     (collect.add_scaling), so the ideal is metric / efficiency at every point. Every series of
-    a panel shares its baseline (the smallest world size), so the ideal per-GPU throughput is
-    one flat line, drawn once in grey; the ideal speedup differs per series at a node count
+    a workload in a panel shares its baseline (the smallest world size), so its ideal per-GPU
+    throughput is one flat grey line, named; the ideal speedup differs per series at a node count
     (world = nodes x GPUs per node) and is drawn per series, in the series' colour."""
     if metric.startswith("efficiency"):
         ax.axhline(1.0, color="0.4", linestyle="--", linewidth=1)
@@ -219,9 +219,23 @@ def _ideal(
     ideal = (sub[metric] / sub["efficiency"]).astype(float)
     out = []
     if metric == "images_per_s_per_gpu":
-        level = float(ideal.median())
-        ax.axhline(level, color="0.4", linestyle="--", linewidth=1)
-        return [(*where, "ideal_images_per_s_per_gpu", "all series", int(n), level) for n in sorted(set(sub["nodes"]))]
+        # one baseline per workload (collect.SCALING_KEYS): a grey line each, named at its end
+        for workload, level in sub.assign(ideal=ideal).groupby("workload")["ideal"].median().items():
+            ax.axhline(float(level), color="0.4", linestyle="--", linewidth=1)
+            ax.annotate(
+                f"ideal: {workload}",
+                (1, float(level)),
+                xycoords=("axes fraction", "data"),
+                ha="right",
+                va="bottom",
+                fontsize="small",
+                color="0.4",
+            )
+            out += [
+                (*where, "ideal_images_per_s_per_gpu", str(workload), int(n), float(level))
+                for n in sorted(set(sub["nodes"]))
+            ]
+        return out
     for series, group in sub.assign(ideal=ideal).groupby("series"):
         g = group.sort_values("nodes")
         ax.plot(
