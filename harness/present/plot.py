@@ -14,7 +14,7 @@ import io
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD, TRAINING
 from benchmarks.common import format_size
@@ -160,7 +160,7 @@ def scaling_figure(summary: pd.DataFrame, scaling: str) -> Made | None:
                 ax=ax,
                 legend=(r == 0 and c == len(panels) - 1),
             )
-            points += _band(ax, sub, metric, palette, (f"{scaling}_scaling", panel))
+            points += _band(ax, sub, "nodes", metric, palette, (f"{scaling}_scaling", panel))
             points += _ideal(ax, sub, metric, palette, (f"{scaling}_scaling", panel))
             _nodes_axis(ax, sub)
             ax.set_ylabel(label)
@@ -178,18 +178,24 @@ def scaling_figure(summary: pd.DataFrame, scaling: str) -> Made | None:
 
 
 def _band(
-    ax: Axes, sub: pd.DataFrame, metric: str, palette: dict[object, tuple[float, float, float]], where: tuple[str, str]
-) -> list[tuple[str, str, str, str, int, float]]:
-    """A series' p10-p90 band, shaded in its colour, where the frame has `<metric>_p10/_p90`."""
+    ax: Axes,
+    sub: pd.DataFrame,
+    x: str,
+    metric: str,
+    palette: dict[object, tuple[float, float, float]],
+    where: tuple[str, ...],
+) -> list[tuple[Any, ...]]:
+    """Each series' p10-p90 band over `x`, shaded in its colour, and its points, where the frame
+    has `<metric>_p10/_p90`."""
     if f"{metric}_p10" not in sub:
         return []
-    out = []
+    out: list[tuple[Any, ...]] = []
     for series, group in sub.groupby("series"):
-        g = group.sort_values("nodes").dropna(subset=[f"{metric}_p10", f"{metric}_p90"])
+        g = group.sort_values(x).dropna(subset=[f"{metric}_p10", f"{metric}_p90"])
         if g.empty:
             continue
         ax.fill_between(
-            g["nodes"].astype(float).tolist(),
+            g[x].astype(float).tolist(),
             g[f"{metric}_p10"].astype(float).tolist(),
             g[f"{metric}_p90"].astype(float).tolist(),
             color=palette[series],
@@ -197,10 +203,16 @@ def _band(
             linewidth=0,
         )
         for q in ("p10", "p90"):
-            out += [
-                (*where, f"{metric}_{q}", str(series), int(x), float(y)) for x, y in zip(g["nodes"], g[f"{metric}_{q}"])
-            ]
+            out += [(*where, f"{metric}_{q}", str(series), int(v), float(y)) for v, y in zip(g[x], g[f"{metric}_{q}"])]
     return out
+
+
+def _level(ax: Axes, y: float, text: str, color: object) -> None:
+    """A dashed horizontal line, named at the panel's right edge."""
+    ax.axhline(y, color=color, linestyle="--", linewidth=1)
+    ax.annotate(
+        text, (1, y), xycoords=("axes fraction", "data"), ha="right", va="bottom", fontsize="small", color=color
+    )
 
 
 def _ideal(
@@ -221,16 +233,7 @@ def _ideal(
     if metric == "images_per_s_per_gpu":
         # one baseline per workload (collect.SCALING_KEYS): a grey line each, named at its end
         for workload, level in sub.assign(ideal=ideal).groupby("workload")["ideal"].median().items():
-            ax.axhline(float(level), color="0.4", linestyle="--", linewidth=1)
-            ax.annotate(
-                f"ideal: {workload}",
-                (1, float(level)),
-                xycoords=("axes fraction", "data"),
-                ha="right",
-                va="bottom",
-                fontsize="small",
-                color="0.4",
-            )
+            _level(ax, float(level), f"ideal: {workload}", "0.4")
             out += [
                 (*where, "ideal_images_per_s_per_gpu", str(workload), int(n), float(level))
                 for n in sorted(set(sub["nodes"]))
@@ -260,16 +263,7 @@ def _peak_lines(
     peaks = sub[sub["busbw_peak_gbps"].notna()].drop_duplicates("series")
     out = []
     for series, peak in zip(peaks["series"], peaks["busbw_peak_gbps"]):
-        ax.axhline(float(peak), color=palette[series], linestyle="--", linewidth=1)
-        ax.annotate(
-            f"peak {float(peak):g}",
-            (1, float(peak)),
-            xycoords=("axes fraction", "data"),
-            ha="right",
-            va="bottom",
-            fontsize="small",
-            color=palette[series],
-        )
+        _level(ax, float(peak), f"peak {float(peak):g}", palette[series])
         out.append((*where, "busbw_peak_gbps", str(series), int(sub["size_bytes"].max()), float(peak)))
     return out
 
@@ -322,20 +316,7 @@ def busbw_figure(summary: pd.DataFrame) -> Made | None:
                 ax=ax,
                 legend=(r == 0 and c == len(panels) - 1),
             )
-            for series, group in sub.groupby("series"):
-                ax.fill_between(
-                    group["size_bytes"].astype(float).tolist(),
-                    group["busbw_gbps_p10"].astype(float).tolist(),
-                    group["busbw_gbps_p90"].astype(float).tolist(),
-                    color=palette[series],
-                    alpha=0.18,
-                    linewidth=0,
-                )
-                points += [
-                    ("allreduce_busbw", coll, panel, f"busbw_gbps_{q}", series, int(x), float(y))
-                    for q in ("p10", "p90")
-                    for x, y in zip(group["size_bytes"], group[f"busbw_gbps_{q}"])
-                ]
+            points += _band(ax, sub, "size_bytes", "busbw_gbps", palette, ("allreduce_busbw", coll, panel))
             _log2_axis(ax, sub["size_bytes"], format_size)
             ax.tick_params(axis="x", labelrotation=45)
             ax.set_xlabel("message size (bytes, K/M/G = 2^10/2^20/2^30)")
