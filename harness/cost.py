@@ -10,8 +10,9 @@ sweeps.
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD, collective
@@ -64,7 +65,8 @@ class Cost:
         ]
 
 
-def _args(run: WorkloadRun) -> dict[str, str]:
+@functools.lru_cache(maxsize=64)  # every job of a sweep runs the same few workloads
+def _args(run: WorkloadRun) -> Mapping[str, str]:
     """A workload's flags as a mapping (`--steps 50` and `-n 20` alike); switches map to ''."""
     out: dict[str, str] = {}
     args = list(run.args)
@@ -140,8 +142,13 @@ def estimate(jobs: Iterable[Job], profile: ClusterProfile | None) -> Cost:
     bound_gpu = sum(j.world_size * j.time_limit_min / 60 for j in jobs)
     node_s = gpu_s = 0.0
     sources: set[str] = set()
+    # A job's estimate depends on its matrix point, not its name or replicate: one per point.
+    known: dict[tuple, tuple[float, set[str]]] = {}
     for job in jobs:
-        seconds, used = job_seconds(job, profile)
+        point = (job.nodes, job.gpus_per_node, job.device, job.runs, job.time_limit_min)
+        if point not in known:
+            known[point] = job_seconds(job, profile)
+        seconds, used = known[point]
         node_s += job.nodes * seconds
         gpu_s += job.world_size * seconds
         sources |= used
