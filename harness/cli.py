@@ -1,6 +1,6 @@
 """The `bench` command.
 
-    bench sweep [SWEEP.yaml] [--max-nodes N] [--repeat N] [--executor auto|local|slurm] [--out DIR] [--dry-run]
+    bench sweep [SWEEP.yaml] [--max-nodes N] [--repeat N] [--executor auto|local|slurm|submitit] [--out DIR] [--dry-run]
     bench sweep --resume DIR
     bench run allreduce|synthetic|real [workload flags]
     bench collect DIR | bench plot DIR | bench status DIR
@@ -88,7 +88,7 @@ def _positive_int(text: str) -> int:
 
 
 def _default_sweep(executor: str) -> Path:
-    return SWEEPS_DIR / ("default.yaml" if executor == "slurm" else "local.yaml")
+    return SWEEPS_DIR / ("local.yaml" if executor == "local" else "default.yaml")
 
 
 # --------------------------------------------------------------------------- commands
@@ -121,20 +121,25 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     name, why = sweep.choose_executor(args.executor)
     console.print(f"executor: {name} ({why})")
-    if name == "slurm" and not args.dry_run and not shutil.which("sbatch"):
+    batch = name in ("slurm", "submitit")
+    if batch and not args.dry_run and not shutil.which("sbatch"):
         raise UsageError(
-            "--executor slurm: sbatch not found on PATH; run where Slurm's client commands are, "
+            f"--executor {name}: sbatch not found on PATH; run where Slurm's client commands are, "
             "or write the job scripts only with --dry-run"
         )
-    if args.cluster and name != "slurm":
-        raise UsageError(f"--cluster describes a Slurm cluster; it needs --executor slurm, not {name}")
-    cluster = args.cluster or (_env_path("BENCH_CLUSTER") if name == "slurm" else None)
-    if name == "slurm" and cluster is None and not args.dry_run:
+    if args.cluster and not batch:
+        raise UsageError(f"--cluster describes a Slurm cluster; it needs --executor slurm or submitit, not {name}")
+    cluster = args.cluster or (_env_path("BENCH_CLUSTER") if batch else None)
+    if batch and cluster is None and not args.dry_run:
         raise UsageError(
-            f"the Slurm executor ({why}) needs the cluster's profile: --cluster FILE or BENCH_CLUSTER=FILE "
+            f"the {name} executor ({why}) needs the cluster's profile: --cluster FILE or BENCH_CLUSTER=FILE "
             "(start from sweeps/clusters/example.yaml); to run on this machine instead, --executor local"
         )
     profile = load_profile(cluster) if cluster else None
+    if name == "submitit" and profile is not None and cluster is not None:
+        from harness.executors.slurm.via_submitit import check_profile
+
+        check_profile(profile, cluster)
     sweep_path = Path(args.sweep) if args.sweep else _default_sweep(name)
     spec = load_sweep(
         sweep_path, max_nodes=args.max_nodes, repeat=args.repeat, overrides=tuple(args.overrides), only=tuple(args.only)
@@ -541,7 +546,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="run every job N times, replicate by replicate across the matrix (sweep key repeat)",
     )
-    s.add_argument("--executor", choices=("auto", "local", "slurm"), default="auto")
+    s.add_argument("--executor", choices=("auto", "local", "slurm", "submitit"), default="auto")
     s.add_argument("--out", help="run directory (default <sweep>-<timestamp> in $BENCH_RESULTS, else in results/)")
     s.add_argument(
         "--yes",

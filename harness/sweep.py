@@ -231,7 +231,11 @@ def make_executor(name: str, run: RunDir, timeout_s: float, profile: ClusterProf
         return LocalExecutor(run, timeout_s)
     if name == "slurm":
         return SlurmExecutor(run, timeout_s, profile or DEFAULT_PROFILE)
-    raise RunDirError(f"executor {name!r} is not available; valid: local, slurm")
+    if name == "submitit":
+        from harness.executors.slurm.via_submitit import SubmititExecutor
+
+        return SubmititExecutor(run, timeout_s, profile or DEFAULT_PROFILE)
+    raise RunDirError(f"executor {name!r} is not available; valid: local, slurm, submitit")
 
 
 def default_run_dir(sweep: Sweep, root: str | Path = "results") -> Path:

@@ -239,6 +239,9 @@ def sample(folder: Path, interval_s: float, host: str | None = None, stop: threa
     if threading.current_thread() is threading.main_thread():
         for sig in STOP_SIGNALS:
             signal.signal(sig, lambda *_: stop.set())
+        # Slurm's time-limit warning, which reaches every process of a submitit job's step
+        # (docs/submitit.md): the sampler goes on to the job's end, to take its last sample.
+        signal.signal(signal.SIGUSR2, signal.SIG_IGN)
     out = _Lines(path)
     started = time.time()
     out.write(

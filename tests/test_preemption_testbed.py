@@ -118,7 +118,12 @@ def test_a_job_whose_node_fails_is_submitted_again(testbed, tmp_path):
     final = _table(out)
     assert final["state"] == "COMPLETED" and final["attempts"] == 2, final
     state, where = sacct_rows("-j", row["job_id"], fields="JobID,State,NodeList")[row["job_id"]]
-    assert state == "NODE_FAIL" and where in (nodes, node), where  # sacct names the node that failed
-    assert final["reason"] == f"attempt 1 was Slurm job {row['job_id']} (NODE_FAIL on {where}); completed on attempt 2"
+    assert state == "NODE_FAIL" and where in (nodes, node), where
+    # Slurm's node list for the job reads as all its nodes or only the one that failed, depending
+    # on when it is read (CI saw bench read bnode1 and sacct, later, bnode[1-2]); either, nothing else
+    said = {
+        f"attempt 1 was Slurm job {row['job_id']} (NODE_FAIL on {n}); completed on attempt 2" for n in {nodes, node}
+    }
+    assert final["reason"] in said, (final["reason"], said)
     result = json.loads((out / "jobs" / JOB / "synthetic-weak.json").read_text())
     assert result["environment"]["variables"]["SLURM_JOB_ID"] == final["job_id"]

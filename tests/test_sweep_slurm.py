@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import re
 import signal
 import subprocess
@@ -23,6 +24,8 @@ from harness import telemetry
 pytestmark = pytest.mark.slow
 PROFILE = SWEEPS / "clusters" / "testbed.yaml"
 SLURM = ["--executor", "slurm", "--cluster", str(PROFILE), "--yes"]
+SUBMITIT = ["--executor", "submitit", "--cluster", str(PROFILE), "--yes"]
+SUBMITIT_LOG = "submitit/{}_0_log.out"  # in the job's directory: task 0's and the batch shell's output
 
 
 def start_bench(*args: str, log: Path) -> subprocess.Popen:
@@ -62,17 +65,13 @@ def jobs_of_run(out: Path) -> list[list[str]]:
 # --------------------------------------------------------------------------- the shipped sweep
 
 
-@pytest.fixture(scope="module")
-def testbed_sweep(testbed, tmp_path_factory):
-    """`sweeps/testbed.yaml --max-nodes 4` on the testbed profile, its harness SIGKILLed as soon
-    as the first job id is saved (the other jobs are then being submitted), then resumed. One
-    row is rewound to SUBMITTING without its id, as if the harness had died between sbatch's
-    reply and the table write: the resume must find that job in Slurm, not submit it again."""
-    base = tmp_path_factory.mktemp("slurm-sweep")
+def killed_then_resumed(base: Path, *args: str) -> dict:
+    """`bench sweep sweeps/testbed.yaml ARGS`, its harness SIGKILLed as soon as the first job id
+    is saved (the other jobs are then being submitted), then resumed. One row is rewound to
+    SUBMITTING without its id, as if the harness had died between sbatch's reply and the table
+    write: the resume must find that job in Slurm, not submit it again."""
     out = base / "run"
-    first = start_bench(
-        "sweep", str(SWEEPS / "testbed.yaml"), "--max-nodes", "4", *SLURM, "--out", str(out), log=base / "first.log"
-    )
+    first = start_bench("sweep", str(SWEEPS / "testbed.yaml"), *args, "--out", str(out), log=base / "first.log")
     wait_for("a first job id in jobs.json", lambda: any(r["job_id"] for r in table(out).values()), timeout=120)
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=30)
@@ -108,6 +107,12 @@ def testbed_sweep(testbed, tmp_path_factory):
         "running": running,
         "wall": wall,
     }
+
+
+@pytest.fixture(scope="module")
+def testbed_sweep(testbed, tmp_path_factory):
+    """The whole testbed sweep, `--max-nodes 4`, killed and resumed (killed_then_resumed)."""
+    return killed_then_resumed(tmp_path_factory.mktemp("slurm-sweep"), "--max-nodes", "4", *SLURM)
 
 
 def test_resumed_sweep_completes_every_job(testbed_sweep):
@@ -193,6 +198,56 @@ def test_summary_and_plots_cover_the_matrix(testbed_sweep):
             img.verify()
 
 
+# --------------------------------------------------------------------------- through submitit
+
+
+@pytest.fixture(scope="module")
+def submitit_sweep(testbed, tmp_path_factory):
+    """The testbed sweep's default set (both launchers on 1, 2 and 4 nodes) through submitit's
+    AutoExecutor, killed and resumed as the Slurm executor's sweep is (killed_then_resumed)."""
+    base = tmp_path_factory.mktemp("submitit-sweep")
+    return killed_then_resumed(base, "--max-nodes", "4", "--only", "nccl=default", *SUBMITIT)
+
+
+def test_submitit_runs_the_testbed_sweep_to_completed(submitit_sweep):
+    s = submitit_sweep
+    out = s["out"]
+    assert s["code"] == 0, s["log"][-3000:]
+    rows = table(out)
+    assert sorted(rows) == sorted(f"n{n}-g1-{launcher}-default" for n in (1, 2, 4) for launcher in ("torchrun", "srun"))
+    assert {r["state"] for r in rows.values()} == {"COMPLETED"}, {n: r["reason"] for n, r in rows.items()}
+    # each job submitted once, through submitit, and the row rewound to SUBMITTING found in Slurm
+    in_slurm = jobs_of_run(out)
+    assert sorted(name for _, name, _ in in_slurm) == sorted(f"bench-{n}" for n in rows), in_slurm
+    assert {r["job_id"] for r in rows.values()} == {i for i, _, _ in in_slurm}
+    assert all(r["attempts"] == 1 for r in rows.values())
+    name, job_id = s["rewound"]
+    assert rows[name]["job_id"] == job_id
+    for name, r in rows.items():
+        nodes, launcher = int(name.split("-")[0][1:]), name.split("-")[2]
+        assert r["runs"] == dict.fromkeys(["allreduce", "synthetic-weak", "synthetic-strong", "real-weak"], "COMPLETED")
+        assert r["node_list"] == ("bnode1" if nodes == 1 else f"bnode[1-{nodes}]")
+        job = out / "jobs" / name
+        submission = (job / "submitit" / f"{r['job_id']}_submission.sh").read_text()
+        assert f"#SBATCH --job-name=bench-{name}\n" in submission
+        assert f"#SBATCH --nodes={nodes}\n" in submission and "#SBATCH --signal=USR2@120\n" in submission
+        srun = next(line for line in submission.splitlines() if line.startswith("srun "))
+        assert "--kill-on-bad-exit=1" in srun and srun.endswith(f"-m submitit.core._submit {job / 'submitit'}")
+        with open(job / "submitit" / f"{r['job_id']}_0_result.pkl", "rb") as f:
+            assert pickle.load(f) == ("success", None)  # submitit's own record of task 0
+        for key in r["runs"]:
+            env = json.loads((job / f"{key}.json").read_text())["environment"]
+            assert env["launcher"] == f"submitit-{launcher}" and env["world_size"] == nodes
+            assert env["variables"]["SLURM_JOB_ID"] == r["job_id"]
+            assert env["hosts"] == [f"bnode{i}" for i in range(1, nodes + 1)]
+        tele = telemetry.read(job)
+        assert tele is not None and len(tele.hosts) == nodes, name
+        assert set(tele.phases) == set(r["runs"]) and all(end is not None for _, end in tele.phases.values())
+    summary = pd.read_csv(out / "summary.csv")
+    multi = summary[(summary["workload"] == "allreduce") & (summary["nodes"] > 1)]
+    assert set(multi["nodes"]) == {2, 4} and (multi["busbw_gbps"] > 0).all() and (multi["wrong"] == 0).all()
+
+
 # --------------------------------------------------------------------------- jobs that go wrong
 
 TROUBLE = """\
@@ -221,13 +276,15 @@ workloads:
 """
 
 
-@pytest.fixture(scope="module")
-def trouble(testbed, tmp_path_factory):
-    base = tmp_path_factory.mktemp("trouble")
+@pytest.fixture(scope="module", params=["slurm", "submitit"])
+def trouble(testbed, tmp_path_factory, request):
+    """TROUBLE through each batch executor: both must end the three jobs alike."""
+    base = tmp_path_factory.mktemp(f"trouble-{request.param}")
     sweep = base / "trouble.yaml"
     sweep.write_text(TROUBLE)
     out = base / "run"
-    p = start_bench("sweep", str(sweep), *SLURM, "--out", str(out), log=base / "log")
+    executor = SLURM if request.param == "slurm" else SUBMITIT
+    p = start_bench("sweep", str(sweep), *executor, "--out", str(out), log=base / "log")
     job = wait_for(
         "the first job running",
         lambda: next((r for n, r in table(out).items() if n.endswith("cancelled") and r["state"] == "RUNNING"), None),
@@ -236,7 +293,7 @@ def trouble(testbed, tmp_path_factory):
     )
     slurm("scancel", job["job_id"])
     code = p.wait(timeout=900)
-    return {"out": out, "code": code, "log": (base / "log").read_text()}
+    return {"out": out, "code": code, "log": (base / "log").read_text(), "executor": request.param}
 
 
 def test_cancelled_job_is_recorded_and_the_sweep_goes_on(trouble):
@@ -263,7 +320,9 @@ def test_failing_workload_fails_its_job_with_the_log_tail(trouble):
     r = table(out)["n1-g1-torchrun-broken"]
     assert r["exit_code"] != 0 and r["reason"].startswith("synthetic-weak failed (exit code")
     assert "nosuchif" in r["reason"], r["reason"]
-    log = (out / "jobs" / "n1-g1-torchrun-broken" / f"slurm-{r['job_id']}.out").read_text()
+    job = out / "jobs" / "n1-g1-torchrun-broken"
+    name = f"slurm-{r['job_id']}.out" if trouble["executor"] == "slurm" else SUBMITIT_LOG.format(r["job_id"])
+    log = (job / name).read_text()
     assert r["log_tail"] and log.rstrip().endswith(r["log_tail"].rstrip())
     summary = pd.read_csv(out / "summary.csv").set_index("job")
     row = summary.loc["n1-g1-torchrun-broken"]
@@ -274,7 +333,10 @@ def test_failing_workload_fails_its_job_with_the_log_tail(trouble):
 def test_hostile_environment_values_stayed_inert(trouble):
     out = trouble["out"]
     assert not list(out.rglob("pwned*")) and not list(ROOT.glob("pwned*"))
-    script = (out / "jobs" / "n1-g1-torchrun-slow" / "job.sbatch").read_text()
+    job = out / "jobs" / "n1-g1-torchrun-slow"
+    job_id = table(out)["n1-g1-torchrun-slow"]["job_id"]
+    name = "job.sbatch" if trouble["executor"] == "slurm" else f"submitit/{job_id}_submission.sh"
+    script = (job / name).read_text()
     assert "export PROBE_DOLLAR='$(touch pwned-dollar)'" in script
     assert "export PROBE_TICK='`touch pwned-tick`'" in script
 

@@ -84,7 +84,7 @@ def _kill(procs: list[subprocess.Popen]) -> None:
 
 
 @contextlib.contextmanager
-def _sampler(folder: Path, interval_s: float, log: BinaryIO) -> Iterator[None]:
+def sampler(folder: Path, interval_s: float, log: BinaryIO) -> Iterator[None]:
     """This machine's telemetry sampler for the life of one job (docs/telemetry.md); its last
     sample is taken after the job's last workload ended. Nothing where interval_s is 0."""
     if not interval_s:
@@ -211,7 +211,7 @@ class LocalExecutor(Executor):
         with open(log_path, "ab", buffering=0) as log:
             log.write(f"# {now()} attempt {rec.attempts} of {job.name} (config {job.config_hash})\n".encode())
             try:
-                with _sampler(samples, job.sample_s, log):  # inside the try: Ctrl-C while it starts cancels too
+                with sampler(samples, job.sample_s, log):  # inside the try: Ctrl-C while it starts cancels too
                     for run in job.runs:
                         rec.runs[run.key] = RUNNING
                         changed(rec)

@@ -459,11 +459,6 @@ class SlurmExecutor(Executor):
         (job_dir / "time-limit.txt").unlink(missing_ok=True)
         where = f" on {rec.node_list}" if rec.node_list and rec.state in RESUBMITTED else ""
         previous = f"attempt {rec.attempts} was Slurm job {rec.job_id} ({rec.state}{where})" if rec.job_id else None
-        args = [
-            "--parsable",
-            *([f"--dependency=afterany:{after}"] if after else []),
-            str(self.script_path(job).relative_to(self.run.path)),
-        ]
         if previous:
             self._previous[job.name] = "; ".join(filter(None, (self._previous.get(job.name), previous)))
         with deferred_signals():
@@ -472,7 +467,7 @@ class SlurmExecutor(Executor):
             changed(rec)
             for attempt in range(SBATCH_TRIES):
                 try:
-                    p = self._call("sbatch", args)
+                    p = self._sbatch(job, after)
                 except NoAnswer as exc:  # the row stays SUBMITTING: resume looks the job up
                     raise SlurmError(
                         f"{exc} for {job.name}, so whether Slurm took it is not known; "
@@ -501,6 +496,16 @@ class SlurmExecutor(Executor):
             rec.finished(FAILED, None, None, None, f"sbatch refused the job: {why}")
             changed(rec)
             return None
+
+    def _sbatch(self, job: Job, after: str | None) -> subprocess.CompletedProcess:
+        """Submit `job`'s script, after job `after` ends when it is given; sbatch's answer,
+        whose stdout is `--parsable`'s `id[;cluster]` when it took the job."""
+        args = [
+            "--parsable",
+            *([f"--dependency=afterany:{after}"] if after else []),
+            str(self.script_path(job).relative_to(self.run.path)),
+        ]
+        return self._call("sbatch", args)
 
     def _adopt(self, recs: list[JobRecord], changed: Callable[[JobRecord], None]) -> None:
         """Rows a killed harness left SUBMITTING: find the job Slurm may have accepted, by job

@@ -257,42 +257,45 @@ def step_command(
         ]
     )
     if job.launcher == "torchrun":
-        return (
-            f"{srun} {python} -m torch.distributed.run"
-            f' --nnodes="$SLURM_NNODES" --nproc-per-node={job.gpus_per_node} --rdzv-backend=c10d'
-            f' --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv-id="$SLURM_JOB_ID-{run.key}"'
-            f" --max-restarts=0 -m {run.module} {args}"
-        )
+        rdzv = ('"$SLURM_NNODES"', '"$MASTER_ADDR:$MASTER_PORT"', f'"$SLURM_JOB_ID-{run.key}"')
+        agent = torchrun_words(job.gpus_per_node, run.module, *rdzv)
+        return f"{srun} {python} {' '.join(agent)} {args}"
     return f"{srun} {python} -m {run.module} {args}"
 
 
-def render_script(job: Job, profile: ClusterProfile, timeout_s: float) -> str:
-    """The sbatch script of `job`: pure, the same inputs always give the same text."""
-    q = shlex.quote
-    python = q(interpreter(profile))
-    c = profile.container
-    lines = [
-        "#!/bin/bash",
-        f"# bench job {job.name} (config {job.config_hash}), cluster profile {profile.name}",
-        f"# matrix point: {job.nodes} node(s) x {job.gpus_per_node} GPU(s) per node = world size {job.world_size},"
-        f" launcher {job.launcher}, NCCL set {job.nccl_config}",
-        f"# workloads, in turn: {' '.join(r.key for r in job.runs)}",
-        *([f"# each workload step runs in the {c.engine} image {c.image} (docs/containers.md)"] if c else []),
-        "# Submitted from the run directory, which relative paths below are relative to.",
-        *(f"#SBATCH {d}" for d in sbatch_directives(job, profile)),
-        "",
-        "set -euo pipefail",
-        *restart_lines(job),
+def torchrun_words(gpus_per_node: int, module: str, nnodes: str, endpoint: str, rdzv_id: str) -> list[str]:
+    """torchrun's arguments for one workload, one agent per node, up to the workload's module
+    (its own arguments follow): a c10d rendezvous at `endpoint`, and no restarts, since a rank
+    that failed once has given its answer."""
+    return [
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={nnodes}",
+        f"--nproc-per-node={gpus_per_node}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={endpoint}",
+        f"--rdzv-id={rdzv_id}",
+        "--max-restarts=0",
+        "-m",
+        module,
     ]
-    if profile.modules:
-        lines += [f"module load {q(m)}" for m in profile.modules]
+
+
+def environment_lines(
+    job: Job, profile: ClusterProfile, executor: str = "slurm"
+) -> tuple[list[str], dict[str, str], list[str]]:
+    """(the batch shell's lines before the steps, the variables they export, the names passed
+    through from the submitting environment): modules, the profile's setup, the job's and the NCCL
+    set's variables, the passthrough checks, and the rendezvous address: the first node, and a
+    port derived from the job id. The Slurm and submitit executors both start their jobs so."""
+    lines = [f"module load {_quote(m)}" for m in profile.modules]
     lines += list(profile.setup)
     env = {
         **profile.env,
         **dict(job.env),
         **dict(job.nccl_env),
         "BENCH_JOB": job.name,
-        "BENCH_LAUNCHER": f"slurm-{job.launcher}",
+        "BENCH_LAUNCHER": f"{executor}-{job.launcher}",
     }
     lines += exports(env.items(), profile)
     # Names only (allowlisted, so safe unquoted): the values come from the submitting environment.
@@ -316,6 +319,31 @@ def render_script(job: Job, profile: ClusterProfile, timeout_s: float) -> str:
         "MASTER_PORT=$((20000 + 10#$SLURM_JOB_ID % 20000))",
         "export MASTER_ADDR MASTER_PORT"
         + (f' {prefix}MASTER_ADDR="$MASTER_ADDR" {prefix}MASTER_PORT="$MASTER_PORT"' if prefix else ""),
+    ]
+    return lines, env, passed
+
+
+def render_script(job: Job, profile: ClusterProfile, timeout_s: float) -> str:
+    """The sbatch script of `job`: pure, the same inputs always give the same text."""
+    q = shlex.quote
+    python = q(interpreter(profile))
+    c = profile.container
+    lines = [
+        "#!/bin/bash",
+        f"# bench job {job.name} (config {job.config_hash}), cluster profile {profile.name}",
+        f"# matrix point: {job.nodes} node(s) x {job.gpus_per_node} GPU(s) per node = world size {job.world_size},"
+        f" launcher {job.launcher}, NCCL set {job.nccl_config}",
+        f"# workloads, in turn: {' '.join(r.key for r in job.runs)}",
+        *([f"# each workload step runs in the {c.engine} image {c.image} (docs/containers.md)"] if c else []),
+        "# Submitted from the run directory, which relative paths below are relative to.",
+        *(f"#SBATCH {d}" for d in sbatch_directives(job, profile)),
+        "",
+        "set -euo pipefail",
+        *restart_lines(job),
+    ]
+    setup, env, passed = environment_lines(job, profile)
+    lines += setup
+    lines += [
         "",
         f"# Near the time limit Slurm sends USR2 (--signal=B:USR2@{SIGNAL_LEAD_S}); the note says which step",
         "# was cut short, the results of finished steps are already on disk, and Slurm then ends the",
