@@ -294,7 +294,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         )
         print(f"wrote {md_path}")
     if plots:
-        for path in draw_compare(plots, cmp.a.rows, cmp.b.rows, (cmp.a.label, cmp.b.label)):
+        for path in draw_compare(plots, cmp.a.spread(), cmp.b.spread(), (cmp.a.label, cmp.b.label)):
             print(f"wrote {path}")
     return 0
 

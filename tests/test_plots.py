@@ -201,3 +201,51 @@ def test_compare_scaling_dashes_agree_with_the_legend_in_every_panel():
             checked += 1
     assert checked == 3 * 2  # two series x two runs in the training panel, one x two in the other
     assert all(ax.get_xlabel() == "nodes (world size)" for ax in fig.axes)
+
+
+def test_comparison_plots_draw_each_run_s_p10_p90_band_from_its_pooled_samples():
+    """Side.spread takes the p10 and p90 of a key's pooled per-iteration times; the comparison
+    plots turn them into a band of the rate, in the run's own colour."""
+    import matplotlib.colors as mcolors
+    import numpy as np
+
+    from harness.analysis.compare import Side
+    from harness.present.plot import compare_busbw_figure
+
+    rows = pd.DataFrame(
+        {
+            "workload": ["allreduce", "allreduce"],
+            "scaling": ["", ""],
+            "collective": ["all_reduce", "all_reduce"],
+            "size_bytes": [2**20, 2**20],
+            "nodes": [2, 4],
+            "gpus_per_node": [1, 1],
+            "launcher": ["torchrun", "torchrun"],
+            "nccl_config": ["default", "default"],
+            "busbw_gbps": [2.0, 1.0],
+            "time_us": [100.0, 200.0],
+            "images_per_s_per_gpu": [None, None],
+        }
+    )
+    # iterations of the 2-node key pooled over its runs; none for the 4-node key
+    times = np.array([[100.0, 80.0, 125.0, 90.0, 110.0], [np.nan] * 5])
+    a = Side("A", "a", rows, {"time_us": (times, np.array([5, 0]))})
+    spread = a.spread()
+    assert spread.loc[0, "time_us_p10"] == pytest.approx(np.percentile([80, 90, 100, 110, 125], 10))
+    assert spread.loc[0, "time_us_p90"] == pytest.approx(np.percentile([80, 90, 100, 110, 125], 90))
+    assert np.isnan(spread.loc[1, "time_us_p10"]) and "time_us_p10" not in rows  # rows are left as they were
+    slower = rows.assign(busbw_gbps=rows["busbw_gbps"] / 2, time_us=rows["time_us"] * 2)
+    b = Side("B", "b", slower, {"time_us": (times * 2, np.array([5, 0]))})
+    fig, points = compare_busbw_figure(a.spread(), b.spread(), ("A", "B"))
+    band = points[points["metric"].str.endswith(("_p10", "_p90"))]
+    assert set(band["panel"]) == {"2 nodes"}  # no samples, no band
+    by = {(r.metric, r.series.split(" · ")[0]): r.y for r in band.itertuples()}
+    p10, p90 = spread.loc[0, "time_us_p10"], spread.loc[0, "time_us_p90"]
+    assert by[("busbw_gbps_p10", "A")] == pytest.approx(2.0 * 100 / p90)
+    assert by[("busbw_gbps_p90", "A")] == pytest.approx(2.0 * 100 / p10)
+    assert by[("busbw_gbps_p10", "B")] == pytest.approx(1.0 * 100 / p90)  # B: half the rate, twice the times
+    ax = fig.axes[0]
+    lines = {line.get_label(): line.get_color() for line in ax.get_lines()}
+    line_colours = {mcolors.to_hex(c) for c in lines.values()}
+    fills = [mcolors.to_hex(c.get_facecolor()[0][:3]) for c in ax.collections if len(c.get_paths())]
+    assert len(fills) == 2 and set(fills) <= line_colours and fills[0] != fills[1]

@@ -130,6 +130,22 @@ class Side:
     others: pd.DataFrame | None = None
     entries: list[Entry] = field(default_factory=list)  # the history runs a baseline was drawn from
 
+    def spread(self) -> pd.DataFrame:
+        """The rows with the p10 and p90 of each sampled time (time_us, step_time_ms) over the
+        side's pooled samples, as `<time>_p10` and `<time>_p90` (NaN where a row has none):
+        the spread the comparison plots draw."""
+        import numpy as np
+
+        rows = self.rows.copy()
+        for name, (values, counts) in self.samples.items():
+            have = counts > 0
+            for q in (10, 90):
+                out = np.full(len(counts), np.nan)
+                if have.any():
+                    out[have] = np.nanpercentile(values[have], q, axis=1)
+                rows[f"{name}_p{q}"] = out
+        return rows
+
     def where(self, axis: str, value: str, relabel: str) -> Side:
         """The side's rows whose `axis` is `value`, with that axis renamed to `relabel`, so
         that two settings sets (or launchers) join as one key."""

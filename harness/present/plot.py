@@ -118,10 +118,8 @@ def scaling_figure(summary: pd.DataFrame, scaling: str) -> Made | None:
     df["panel"] = _panel(df)
     df["series"] = [_series_label(w, int(g)) for w, g in zip(df["workload"], df["gpus_per_node"])]
     panels = sorted(df["panel"].unique())
-    # the p10-p90 band of a rate: the step times' p90 and p10 over their median
     for metric in ("images_per_s_per_gpu", "speedup"):
-        df[f"{metric}_p10"] = df[metric] * df["step_time_ms"] / df["step_time_ms_p90"]
-        df[f"{metric}_p90"] = df[metric] * df["step_time_ms"] / df["step_time_ms_p10"]
+        _rate_band(df, metric, "step_time_ms")
     if scaling == "weak":
         df["efficiency_per_node"] = efficiency_per_node(df)
         metrics = [
@@ -175,6 +173,14 @@ def scaling_figure(summary: pd.DataFrame, scaling: str) -> Made | None:
     fig.suptitle(f"{title} (dashed: ideal)")
     fig.tight_layout()
     return fig, pd.DataFrame(points, columns=POINT_COLUMNS)
+
+
+def _rate_band(df: pd.DataFrame, metric: str, time: str) -> None:
+    """Add `<metric>_p10/_p90` to `df`, where it has `<time>_p10/_p90`: a rate scales with
+    1 / time, so the times' p90 and p10 over their median bound it."""
+    if f"{time}_p10" in df:
+        df[f"{metric}_p10"] = df[metric] * df[time] / df[f"{time}_p90"]
+        df[f"{metric}_p90"] = df[metric] * df[time] / df[f"{time}_p10"]
 
 
 def _band(
@@ -281,9 +287,7 @@ def busbw_figure(summary: pd.DataFrame) -> Made | None:
         return None
     plt, sns = _setup()
     df["panel"] = _panel(df)
-    # the p10-p90 band: busbw scales with 1 / time, so the times' p90 and p10 bound it
-    df["busbw_gbps_p10"] = df["busbw_gbps"] * df["time_us"] / df["time_us_p90"]
-    df["busbw_gbps_p90"] = df["busbw_gbps"] * df["time_us"] / df["time_us_p10"]
+    _rate_band(df, "busbw_gbps", "time_us")
     df["series"] = [
         f"{int(n)} node{'s' if n != 1 else ''} x {int(g)} GPU{'s' if g != 1 else ''}"
         for n, g in zip(df["nodes"], df["gpus_per_node"])
@@ -436,17 +440,30 @@ def _two_runs(
     labels: tuple[str, str],
     legend: bool,
     styles: list[str],
-) -> None:
+    where: tuple[str, ...],
+) -> list[tuple[Any, ...]]:
     """One panel of a two-run plot: colour tells the runs apart, the line style the series.
     `styles` is every series of the figure, in one order for all panels: seaborn gives each
     panel's series their dashes in the order it is given, and the legend comes from one panel,
-    so without it the legend and the other panels could disagree on which dash is which."""
+    so without it the legend and the other panels could disagree on which dash is which.
+    Each run's series gets its p10-p90 band in the run's colour, where the rows have one
+    (Side.spread); the band's points are returned, as `_band`'s are."""
+    palette = dict(zip(labels, sns.color_palette(n_colors=2), strict=True))
+    bands = _band(
+        ax,
+        sub.assign(series=sub["run"] + " · " + sub["series"]),
+        x,
+        y,
+        {f"{r} · {s}": palette[r] for r, s in zip(sub["run"], sub["series"])},
+        where,
+    )
     sns.lineplot(
         data=sub,
         x=x,
         y=y,
         hue="run",
         hue_order=list(labels),
+        palette=palette,
         style="series",
         style_order=styles,
         marker="o",
@@ -455,6 +472,7 @@ def _two_runs(
         ax=ax,
         legend=legend,
     )
+    return bands
 
 
 def compare_busbw_figure(a: pd.DataFrame, b: pd.DataFrame, labels: tuple[str, str]) -> Made | None:
@@ -466,15 +484,8 @@ def compare_busbw_figure(a: pd.DataFrame, b: pd.DataFrame, labels: tuple[str, st
     if df.empty:
         return None
     plt, sns = _setup()
-    df["series"] = (
-        df["run"]
-        + " · "
-        + df["collective"].astype(str)
-        + " · "
-        + df["gpus_per_node"].astype(str)
-        + " GPU/node · "
-        + _panel(df)
-    )
+    df["series"] = df["collective"].astype(str) + " · " + df["gpus_per_node"].astype(str) + " GPU/node · " + _panel(df)
+    _rate_band(df, "busbw_gbps", "time_us")
     nodes = sorted(df["nodes"].unique())
     styles = sorted(df["series"].unique())
     fig, axes = plt.subplots(1, len(nodes), figsize=(max(7.0, 5.5 * len(nodes)), 4.4), squeeze=False)
@@ -482,15 +493,16 @@ def compare_busbw_figure(a: pd.DataFrame, b: pd.DataFrame, labels: tuple[str, st
     for c, n in enumerate(nodes):
         ax = axes[0][c]
         sub = df[df["nodes"] == n].sort_values("size_bytes")
-        _two_runs(sns, ax, sub, "size_bytes", "busbw_gbps", labels, legend=(c == len(nodes) - 1), styles=styles)
+        where = ("compare_busbw", f"{int(n)} nodes")
+        points += _two_runs(sns, ax, sub, "size_bytes", "busbw_gbps", labels, (c == len(nodes) - 1), styles, where)
         _log2_axis(ax, sub["size_bytes"], format_size)
         ax.tick_params(axis="x", labelrotation=45)
         ax.set_xlabel("message size")
         ax.set_ylabel("bus bandwidth (GB/s)")
         ax.set_title(f"{int(n)} node{'s' if n != 1 else ''}")
         points += [
-            ("compare_busbw", f"{int(n)} nodes", "busbw_gbps", s, int(x), float(y))
-            for s, x, y in zip(sub["series"], sub["size_bytes"], sub["busbw_gbps"])
+            (*where, "busbw_gbps", f"{r} · {s}", int(x), float(y))
+            for r, s, x, y in zip(sub["run"], sub["series"], sub["size_bytes"], sub["busbw_gbps"])
         ]
     if axes[0][-1].get_legend():
         sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1))
@@ -513,6 +525,8 @@ def compare_scaling_figure(a: pd.DataFrame, b: pd.DataFrame, labels: tuple[str, 
                 "size_bytes"
             ].idxmax()
         ].copy()
+        _rate_band(coll, "busbw_gbps", "time_us")
+    _rate_band(train, "images_per_s_per_gpu", "step_time_ms")
     panels = [
         (
             f"{w} ({s})",
@@ -537,7 +551,9 @@ def compare_scaling_figure(a: pd.DataFrame, b: pd.DataFrame, labels: tuple[str, 
     for c, (title, rows, metric, ylabel) in enumerate(panels):
         ax = axes[0][c]
         sub = rows.assign(series=series(rows)).sort_values("nodes")
-        _two_runs(sns, ax, sub, "nodes", metric, labels, legend=(c == len(panels) - 1), styles=styles)
+        points += _two_runs(
+            sns, ax, sub, "nodes", metric, labels, (c == len(panels) - 1), styles, ("compare_scaling", title)
+        )
         _nodes_axis(ax, sub)
         ax.set_ylabel(ylabel)
         ax.set_title(title)

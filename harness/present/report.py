@@ -272,8 +272,8 @@ def compare_section(cmp: Comparison) -> str:
     parts.append(
         _figures(
             [
-                ("busbw of both runs", lambda: plot.compare_busbw_figure(cmp.a.rows, cmp.b.rows, labels)),
-                ("scaling of both runs", lambda: plot.compare_scaling_figure(cmp.a.rows, cmp.b.rows, labels)),
+                ("busbw of both runs", lambda: plot.compare_busbw_figure(cmp.a.spread(), cmp.b.spread(), labels)),
+                ("scaling of both runs", lambda: plot.compare_scaling_figure(cmp.a.spread(), cmp.b.spread(), labels)),
             ]
         )
     )
