@@ -18,6 +18,7 @@ regress exits 1 on a regression or failed key and 3 on a key it cannot judge.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import importlib
 import json
@@ -259,8 +260,10 @@ def _sides(dir_a: str, dir_b: str | None, across: tuple[str, str, str] | None) -
     if dir_b is None and across is None:
         raise UsageError("give two run directories, or one with --across AXIS=A,B")
     a = load_run(dir_a)
-    b = a if dir_b is None or Path(dir_b).resolve() == Path(dir_a).resolve() else load_run(dir_b)
-    return a, b
+    if dir_b is None:
+        return a, a
+    # a run against itself: the same figures under a label of its own (--labels A,B)
+    return a, dataclasses.replace(a) if Path(dir_b).resolve() == Path(dir_a).resolve() else load_run(dir_b)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

@@ -121,8 +121,11 @@ def test_a_run_against_itself_changes_nothing(real_run, tmp_path):
         str(tmp_path / "c.md"),
         "--plots",
         str(tmp_path / "plots"),
+        "--labels",
+        "before,after",
     )
     assert "Mann-Whitney" in r.stdout and "0 failed, 0 slower, 0 cannot judge, 0 faster" in r.stdout, r.describe()
+    assert "bench compare: after against before" in (tmp_path / "c.md").read_text()  # a side each, named apart
     import pandas as pd
 
     table = pd.read_csv(tmp_path / "c.csv")
