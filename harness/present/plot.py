@@ -447,7 +447,7 @@ def _two_runs(
     panel's series their dashes in the order it is given, and the legend comes from one panel,
     so without it the legend and the other panels could disagree on which dash is which.
     Each run's series gets its p10-p90 band in the run's colour, where the rows have one
-    (Side.spread); the band's points are returned, as `_band`'s are."""
+    (Side.spread). Returns the points drawn, bands first, each series named `<run> · <series>`."""
     palette = dict(zip(labels, sns.color_palette(n_colors=2), strict=True))
     bands = _band(
         ax,
@@ -472,7 +472,9 @@ def _two_runs(
         ax=ax,
         legend=legend,
     )
-    return bands
+    return bands + [
+        (*where, y, f"{r} · {s}", int(v), float(w)) for r, s, v, w in zip(sub["run"], sub["series"], sub[x], sub[y])
+    ]
 
 
 def compare_busbw_figure(a: pd.DataFrame, b: pd.DataFrame, labels: tuple[str, str]) -> Made | None:
@@ -500,10 +502,6 @@ def compare_busbw_figure(a: pd.DataFrame, b: pd.DataFrame, labels: tuple[str, st
         ax.set_xlabel("message size")
         ax.set_ylabel("bus bandwidth (GB/s)")
         ax.set_title(f"{int(n)} node{'s' if n != 1 else ''}")
-        points += [
-            (*where, "busbw_gbps", f"{r} · {s}", int(x), float(y))
-            for r, s, x, y in zip(sub["run"], sub["series"], sub["size_bytes"], sub["busbw_gbps"])
-        ]
     if axes[0][-1].get_legend():
         sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1))
     fig.suptitle(f"Bus bandwidth: {labels[0]} vs {labels[1]}")
@@ -557,10 +555,6 @@ def compare_scaling_figure(a: pd.DataFrame, b: pd.DataFrame, labels: tuple[str, 
         _nodes_axis(ax, sub)
         ax.set_ylabel(ylabel)
         ax.set_title(title)
-        points += [
-            ("compare_scaling", title, metric, f"{r} · {s}", int(x), float(y))
-            for r, s, x, y in zip(sub["run"], sub["series"], sub["nodes"], sub[metric])
-        ]
     if axes[0][-1].get_legend():
         sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1))
     fig.suptitle(f"Scaling: {labels[0]} vs {labels[1]}")

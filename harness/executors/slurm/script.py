@@ -150,14 +150,18 @@ def sbatch_directives(job: Job, profile: ClusterProfile) -> list[str]:
         f"--error={log}",
         f"--signal=B:USR2@{SIGNAL_LEAD_S}",
     ]
-    for key in ("partition", "account", "qos", "constraint"):
-        value = getattr(profile, key)
-        if value is not None:
-            out.append(f"--{key}={value}")
-    if profile.exclusive:
-        out.append("--exclusive")
-    out += list(profile.sbatch_options)
-    return out
+    return out + site_directives(profile)
+
+
+def site_directives(profile: ClusterProfile) -> list[str]:
+    """The options every job on the profile's cluster carries: where it may run and on whose
+    account (partition, account, qos, constraint, exclusive), then the profile's own sbatch_options."""
+    out = [
+        f"--{key}={value}"
+        for key in ("partition", "account", "qos", "constraint")
+        if (value := getattr(profile, key)) is not None
+    ]
+    return out + (["--exclusive"] if profile.exclusive else []) + list(profile.sbatch_options)
 
 
 # Most arguments are alike across the jobs of a sweep: 10,000 scripts quote a few hundred strings.

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import hangs, telemetry
+from harness.executors.local import sampler
+from harness.executors.slurm.script import torchrun_words
 
 
 @dataclass(frozen=True)
@@ -60,8 +62,6 @@ class StepFailed(RuntimeError):
 
 def command(task: Task, step: Step, env: dict[str, str]) -> list[str]:
     """The workload's command in this task: the module itself (srun), or this node's torchrun agent."""
-    from harness.executors.slurm.script import torchrun_words
-
     python = sys.executable
     if task.launcher != "torchrun":
         return [python, "-m", step.module, *step.args]
@@ -81,8 +81,6 @@ def _sampler(task: Task, local_rank: int) -> Iterator[None]:
     if local_rank != 0 or not task.sample_s:
         yield
         return
-    from harness.executors.local import sampler
-
     with sampler(Path(task.job_dir) / telemetry.DIR, task.sample_s, sys.stderr.buffer):
         yield
 

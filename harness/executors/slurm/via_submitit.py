@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import SlurmError, UsageError
+from harness.executors.slurm import submitit_task
 from harness.executors.slurm.executor import CALL_TIMEOUT_S, NoAnswer, SlurmExecutor
 from harness.executors.slurm.profile import ClusterProfile
 from harness.executors.slurm.script import (
@@ -38,9 +39,9 @@ from harness.executors.slurm.script import (
     gpu_request,
     interpreter,
     restart_lines,
+    site_directives,
     tasks_and_cpus,
 )
-from harness.executors.slurm.submitit_task import Step, Task
 from harness.plan import Job
 from harness.rundir import JobRecord
 
@@ -50,8 +51,8 @@ TEMPORARY_PICKLE = re.compile(r"[0-9a-f]{32}\.pkl")  # submitit's uuid4().hex na
 
 
 def _as_parameter(option: str) -> tuple[str, str | bool]:
-    """An sbatch option of the profile ("--exclude=gpu[001-004]", "--requeue") as submitit's
-    additional parameter (name, value, or True for a flag); the profile allowlisted it."""
+    """An sbatch option of the job's script ("--exclude=gpu[001-004]", "--requeue") as submitit's
+    additional parameter (name, value, or True for a flag); script.py and the profile allowlisted it."""
     name, eq, value = option.removeprefix("--").partition("=")
     return name, value if eq else True
 
@@ -67,9 +68,8 @@ def parameters(job: Job, profile: ClusterProfile, run_path: Path) -> dict[str, A
         # the run directory, which the job's relative paths are relative to (as sbatch's cwd is)
         "chdir": str(run_path),
     }
-    additional.update(_as_parameter(o) for o in gpu_request(job, profile))
-    additional.update(_as_parameter(o) for o in profile.sbatch_options)
-    out: dict[str, Any] = {
+    additional.update(_as_parameter(o) for o in (*gpu_request(job, profile), *site_directives(profile)))
+    return {
         "name": f"bench-{job.name}",
         "nodes": job.nodes,
         "tasks_per_node": tasks_per_node,
@@ -83,18 +83,11 @@ def parameters(job: Job, profile: ClusterProfile, run_path: Path) -> dict[str, A
         "slurm_srun_args": [f"--cpus-per-task={cpus}", "--kill-on-bad-exit=1", *profile.srun_options],
         "slurm_additional_parameters": additional,
     }
-    for key in ("partition", "account", "qos", "constraint"):
-        value = getattr(profile, key)
-        if value is not None:
-            out[f"slurm_{key}"] = value
-    if profile.exclusive:
-        out["slurm_exclusive"] = True
-    return out
 
 
-def task(job: Job, timeout_s: float, given: set[str]) -> Task:
+def task(job: Job, timeout_s: float, given: set[str]) -> submitit_task.Task:
     """What each of the job's tasks runs; `given` are the variables the batch shell exports."""
-    return Task(
+    return submitit_task.Task(
         job_dir=f"jobs/{job.name}",
         launcher=job.launcher,
         gpus_per_node=job.gpus_per_node,
@@ -102,7 +95,7 @@ def task(job: Job, timeout_s: float, given: set[str]) -> Task:
         stall_s=job.stall_s,
         sample_s=job.sample_s,
         steps=tuple(
-            Step(run.key, run.module, tuple(job.run_args(run, timeout_s)), job.debug_env(run, given))
+            submitit_task.Step(run.key, run.module, tuple(job.run_args(run, timeout_s)), job.debug_env(run, given))
             for run in job.runs
         ),
     )
@@ -136,9 +129,9 @@ class SubmititExecutor(SlurmExecutor):
         record = {
             "parameters": parameters(job, self.profile, self.run.path.resolve()),
             "python": interpreter(self.profile),
-            "task": task(job, self.timeout_s, self._given(job)),
+            "task": dataclasses.asdict(task(job, self.timeout_s, self._given(job))),
         }
-        return {PARAMETERS: json.dumps(record, indent=2, default=_plain) + "\n"}
+        return {PARAMETERS: json.dumps(record, indent=2) + "\n"}
 
     def _unnamed(self, job: Job | str) -> dict[str, list[Path]]:
         """The files submitit wrote for a submission and had not yet named after the job id,
@@ -170,8 +163,6 @@ class SubmititExecutor(SlurmExecutor):
             raise SlurmError(
                 "--executor submitit needs the submitit package where bench runs (pip install submitit)", exit_status=2
             ) from None
-        from harness.executors.slurm import submitit_task
-
         for stale in (p for files in self._unnamed(job).values() for p in files):
             stale.unlink()  # of submissions sbatch refused: no job runs them
         self.calls["sbatch"] += 1
@@ -211,10 +202,3 @@ class SubmititExecutor(SlurmExecutor):
         except submitit.core.utils.FailedSubmissionError as exc:
             return subprocess.CompletedProcess(["sbatch"], 1, "", str(exc))
         return subprocess.CompletedProcess(["sbatch"], 0, f"{submitted.job_id}\n", "")
-
-
-def _plain(value: object) -> object:
-    """JSON for the task's dataclasses."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    raise TypeError(type(value).__name__)
