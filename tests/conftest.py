@@ -283,12 +283,19 @@ def fake_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
 # --------------------------------------------------------------------------- the Slurm testbed
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects and before xdist reads the groups
 def pytest_collection_modifyitems(items: list) -> None:
-    """Every test that uses the testbed is marked `testbed` (the tiers: CONTRIBUTING.md). Tests
-    marked run_last go to the end, keeping their order (a stable sort)."""
+    """The tiers (CONTRIBUTING.md). Every test that uses the testbed is marked `testbed`, and
+    `proof` unless it is the default tier's `smoke`: `-m "not proof"` (the default) leaves the
+    long testbed proofs out, `-m proof` runs only them. Every testbed test is in one xdist group,
+    so that under `-n 2` a single worker brings the one testbed of the machine up. Tests marked
+    run_last go to the end, keeping their order (a stable sort)."""
     for item in items:
         if "testbed" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.testbed)
+            item.add_marker(pytest.mark.xdist_group("testbed"))
+            if item.get_closest_marker("smoke") is None:
+                item.add_marker(pytest.mark.proof)
     items.sort(key=lambda item: item.get_closest_marker("run_last") is not None)
 
 

@@ -276,24 +276,51 @@ workloads:
 """
 
 
-@pytest.fixture(scope="module", params=["slurm", "submitit"])
-def trouble(testbed, tmp_path_factory, request):
+@pytest.fixture(scope="module")
+def troubles(testbed, tmp_path_factory):
+    """TROUBLE through each batch executor at once, and the three jobs of each side by side (the
+    profile lets 3 run): the time limit is waited out once, not once per job chain."""
+    base = tmp_path_factory.mktemp("trouble")
+    profile = base / "profile.yaml"
+    text = PROFILE.read_text()
+    assert "max_running_jobs: 1\n" in text
+    profile.write_text(text.replace("max_running_jobs: 1\n", "max_running_jobs: 3\n"))
+    sweeps = {}
+    for executor in ("slurm", "submitit"):
+        (base / executor).mkdir()
+        sweep = base / executor / "trouble.yaml"
+        sweep.write_text(TROUBLE)
+        out = base / executor / "run"
+        args = ("--executor", executor, "--cluster", str(profile), "--yes")
+        sweeps[executor] = (
+            out,
+            start_bench("sweep", str(sweep), *args, "--out", str(out), log=base / executor / "log"),
+        )
+    for out, _ in sweeps.values():
+        job = wait_for(
+            "the first job running",
+            lambda out=out: next(
+                (r for n, r in table(out).items() if n.endswith("cancelled") and r["state"] == "RUNNING"), None
+            ),
+            timeout=300,
+            every=0.5,
+        )
+        slurm("scancel", job["job_id"])
+    return {
+        executor: {
+            "out": out,
+            "code": p.wait(timeout=900),
+            "log": (base / executor / "log").read_text(),
+            "executor": executor,
+        }
+        for executor, (out, p) in sweeps.items()
+    }
+
+
+@pytest.fixture(params=["slurm", "submitit"])
+def trouble(troubles, request):
     """TROUBLE through each batch executor: both must end the three jobs alike."""
-    base = tmp_path_factory.mktemp(f"trouble-{request.param}")
-    sweep = base / "trouble.yaml"
-    sweep.write_text(TROUBLE)
-    out = base / "run"
-    executor = SLURM if request.param == "slurm" else SUBMITIT
-    p = start_bench("sweep", str(sweep), *executor, "--out", str(out), log=base / "log")
-    job = wait_for(
-        "the first job running",
-        lambda: next((r for n, r in table(out).items() if n.endswith("cancelled") and r["state"] == "RUNNING"), None),
-        timeout=300,
-        every=0.5,
-    )
-    slurm("scancel", job["job_id"])
-    code = p.wait(timeout=900)
-    return {"out": out, "code": code, "log": (base / "log").read_text(), "executor": request.param}
+    return troubles[request.param]
 
 
 def test_cancelled_job_is_recorded_and_the_sweep_goes_on(trouble):
@@ -301,7 +328,7 @@ def test_cancelled_job_is_recorded_and_the_sweep_goes_on(trouble):
     r = rows["n1-g1-torchrun-cancelled"]
     assert (r["state"], r["reason"]) == ("CANCELLED", "cancelled by root during synthetic-weak"), r
     assert r["runs"] == {"synthetic-weak": "CANCELLED"}
-    # the jobs after it ran
+    # the other jobs ran
     assert rows["n1-g1-torchrun-broken"]["state"] == "FAILED"
     assert rows["n1-g1-torchrun-slow"]["state"] == "TIMEOUT"
     assert trouble["code"] == 1

@@ -1,6 +1,6 @@
 """Speed of the harness itself, with pytest-benchmark. Not part of the test suite; run
 
-    python -m pytest tests/perf/bench_speed.py --benchmark-only
+    python -m pytest -n 0 tests/perf/bench_speed.py --benchmark-only
 
 Targets: `bench sweep --dry-run` of a 10,000-job matrix under 2 s, and under 3 s with the Slurm
 executor, which writes 10,000 job.sbatch files; `bench collect` of 100,000 result rows under

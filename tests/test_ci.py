@@ -1,0 +1,76 @@
+"""The tiers and the CI script (CONTRIBUTING.md, "Test tiers"): which tests each tier selects,
+that CI cannot pass by skipping the testbed, and that the suite's times are quoted in one place."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+
+import pytest
+from conftest import ROOT, run
+
+TESTBED_MODULES = sorted(p.name for p in (ROOT / "tests").glob("test_*testbed*.py")) + ["test_sweep_slurm.py"]
+
+
+def collected(*args: str) -> list[str]:
+    """The test ids `pytest ARGS` would run, one process, nothing run."""
+    out = run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0", *args], cwd=ROOT).stdout
+    return [line for line in out.splitlines() if "::" in line]
+
+
+def test_the_default_tier_leaves_out_every_proof_but_the_smoke():
+    default, proof, testbed = collected(), collected("-m", "proof"), collected("-m", "testbed")
+    smoke = "tests/test_smoke_testbed.py::test_a_small_sweep_runs_through_the_slurm_executor"
+    assert [t for t in default if t in testbed] == [smoke]
+    assert sorted(proof) == sorted(set(testbed) - {smoke})
+    assert {t.split("::")[0] for t in proof} == {f"tests/{m}" for m in TESTBED_MODULES if "smoke" not in m}
+    assert proof[-1] == "tests/test_testbed.py::test_down_leaves_the_machine_as_found"
+
+
+def unprivileged(*cmd: str, env: dict[str, str]) -> tuple[int, str]:
+    """`CMD` in a user namespace of its own, where it is uid 65534 with no capabilities: not
+    root to `id -u` and to the testbed, while it still reads the checkout and the venv."""
+    p = run(["unshare", "--user", "env", "-i", *[f"{k}={v}" for k, v in env.items()], *cmd], cwd=ROOT, check=False)
+    return p.returncode, p.stdout + p.stderr
+
+
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("unshare"), reason="a user namespace of one's own needs root here"
+)
+
+
+@needs_root
+def test_ci_without_root_fails_at_once_and_says_why():
+    status, out = unprivileged("bash", ".ci/run", env={"PATH": os.environ["PATH"]})
+    assert status == 1, out
+    assert out.strip() == (
+        ".ci/run: FAILED: the proof tier runs on the Slurm testbed (tests/testbed/testbed), which needs root; "
+        "this is uid 65534"
+    )
+
+
+@needs_root
+def test_under_ci_a_testbed_test_fails_rather_than_skips_without_root():
+    test = "tests/test_smoke_testbed.py"
+    args = (sys.executable, "-m", "pytest", "-n", "0", "-p", "no:cacheprovider", test)
+    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp")}
+    status, out = unprivileged(*args, env={**env, "CI": "true"})
+    assert status == 1 and "1 error" in out, out
+    assert "CI must run the Slurm testbed, but: the Slurm testbed needs root" in out
+    status, out = unprivileged(*args, env=env)  # elsewhere, it skips and says why
+    assert status == 0 and "1 skipped" in out and "the Slurm testbed needs root" in out, out
+
+
+def test_the_suite_s_times_are_quoted_only_in_contributing():
+    """README and CONTRIBUTING once quoted different times; now only CONTRIBUTING does, with the
+    date and commit they were measured at, and README points there."""
+    readme = (ROOT / "README.md").read_text()
+    tests = next(p for p in readme.split("\n\n") if p.startswith("The second command"))
+    assert not re.search(r"\d+(\.\d+)? ?(minutes|min|s)\b", tests), tests
+    assert "CONTRIBUTING.md gives each tier's command and its measured time" in tests
+    contributing = (ROOT / "CONTRIBUTING.md").read_text()
+    assert re.search(r"measured on \d{4}-\d{2}-\d{2} at commit [0-9a-f]{7,}", contributing)
+    budget = re.search(r"PROOF_BUDGET_S:-(\d+)", (ROOT / ".ci" / "run").read_text())
+    assert budget and f"budget of {int(budget.group(1)) // 60} min" in contributing
