@@ -17,7 +17,8 @@ Slurm testbed, with links shaped by `testbed shape` (tc tbf on both ends of a no
 6. one slow node: every report names bnode3 as the straggler, and no other node;
 7. a damaged history entry: exit 2 naming it; `history remove` restores regress.
 
-About 16 sweeps of 1, 2 and 4 emulated nodes, 20-25 minutes on the 2-vCPU test machine. The
+14 sweeps of 1, 2 and 4 emulated nodes, four of them all-reduce only: 20 minutes on the 2-vCPU
+test machine (CONTRIBUTING.md). The
 figures each proof measured are printed (pytest -s shows them)."""
 
 from __future__ import annotations
