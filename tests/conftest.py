@@ -288,15 +288,52 @@ def pytest_collection_modifyitems(items: list) -> None:
     """The tiers (CONTRIBUTING.md). Every test that uses the testbed is marked `testbed`, and
     `proof` unless it is the default tier's `smoke`: `-m "not proof"` (the default) leaves the
     long testbed proofs out, `-m proof` runs only them. Every testbed test is in one xdist group,
-    so that under `-n 2` a single worker brings the one testbed of the machine up. Tests marked
-    run_last go to the end, keeping their order (a stable sort)."""
+    so that under `-n 2` a single worker brings the one testbed of the machine up; the tests that
+    share a sweep are in one group too (shared_groups). Tests marked run_last go to the end,
+    keeping their order (a stable sort)."""
+    groups = shared_groups(items)
     for item in items:
         if "testbed" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.testbed)
             item.add_marker(pytest.mark.xdist_group("testbed"))
             if item.get_closest_marker("smoke") is None:
                 item.add_marker(pytest.mark.proof)
+        elif item in groups:
+            item.add_marker(pytest.mark.xdist_group(groups[item]))
     items.sort(key=lambda item: item.get_closest_marker("run_last") is not None)
+
+
+def shared_groups(items: list) -> dict:
+    """Test -> xdist group, for the tests that use a module- or session-scoped fixture of this
+    directory (a sweep run once and read by many tests). Tests linked through such fixtures, even
+    by way of others, are one group, which one worker runs: under -n 2 a worker builds each
+    fixture it needs, and two workers would run the same sweep twice, each slowing the other."""
+    parent: dict[str, str] = {}
+
+    def root(name: str) -> str:
+        while parent[name] != name:
+            name = parent[name]
+        return name
+
+    uses = {}
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)  # pytest's own record of the test's fixtures
+        names = []
+        for name in getattr(item, "fixturenames", ()):
+            defs = info.name2fixturedefs.get(name) if info else None
+            if defs and defs[-1].scope in ("module", "session") and _here(defs[-1].func):
+                names.append(name)
+                parent.setdefault(name, name)
+        for other in names[1:]:
+            parent[root(other)] = root(names[0])
+        if names:
+            uses[item] = names[0]
+    return {item: f"shared-{root(name)}" for item, name in uses.items()}
+
+
+def _here(func) -> bool:
+    code = getattr(func, "__code__", None)
+    return code is not None and Path(code.co_filename).resolve().is_relative_to(ROOT / "tests")
 
 
 def _testbed_unavailable() -> str | None:

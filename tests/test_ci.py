@@ -74,3 +74,46 @@ def test_the_suite_s_times_are_quoted_only_in_contributing():
     assert re.search(r"measured on \d{4}-\d{2}-\d{2} at commit [0-9a-f]{7,}", contributing)
     budget = re.search(r"PROOF_BUDGET_S:-(\d+)", (ROOT / ".ci" / "run").read_text())
     assert budget and f"budget of {int(budget.group(1)) // 60} min" in contributing
+
+
+SHARING = """\
+import os
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def sweep():
+    # a sweep that one worker builds: each build leaves a file named for its worker
+    Path(os.environ["BUILDS"], os.environ.get("PYTEST_XDIST_WORKER", "main")).touch()
+
+
+@pytest.mark.parametrize("k", range(8))
+def test_reads_the_sweep(sweep, k):
+    pass
+
+
+@pytest.mark.parametrize("k", range(8))
+def test_alone(k):
+    pass
+"""
+
+
+def test_tests_that_share_a_sweep_run_on_one_worker(tmp_path):
+    """Under -n 2 the tests of one module-scoped fixture go to one worker, which builds it once
+    (conftest.shared_groups): with pytest-xdist 3.8 under pytest 9.2 the grouping is silently lost
+    and both workers build it, which doubled the default tier's sweeps."""
+    (tmp_path / "tests").mkdir()
+    shutil.copy(ROOT / "tests" / "conftest.py", tmp_path / "tests" / "conftest.py")
+    (tmp_path / "tests" / "test_sharing.py").write_text(SHARING)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    builds = tmp_path / "builds"
+    builds.mkdir()
+    args = ("-n", "2", "--dist", "loadgroup", "-v", "-p", "no:cacheprovider")
+    out = run(
+        [sys.executable, "-m", "pytest", *args, "tests"], cwd=tmp_path, env={**os.environ, "BUILDS": str(builds)}
+    ).stdout
+    assert "16 passed" in out, out
+    workers = {m.group(1) for m in re.finditer(r"\[(gw\d)\] .* PASSED tests/test_sharing.py::test_reads_the", out)}
+    assert len(list(builds.iterdir())) == 1 and len(workers) == 1, out

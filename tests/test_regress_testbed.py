@@ -12,13 +12,13 @@ Slurm testbed, with links shaped by `testbed shape` (tc tbf on both ends of a no
    junit.xml names the job and its reason;
 4. parameter mismatch: a run of batch size 4 against batch size 8: compare refuses (exit 2) with
    one block naming batch_size 8 vs 4; forced, every output says so;
-5. --across: two settings sets of one run (eth0, and eth1 shaped to 200mbit) give the same
+5. --across: two settings sets of one run (eth0, and eth1 shaped to 200mbit) give the same busbw
    verdicts as two one-set runs under the same shaping;
 6. one slow node: every report names bnode3 as the straggler, and no other node;
 7. a damaged history entry: exit 2 naming it; `history remove` restores regress.
 
-14 sweeps of 1, 2 and 4 emulated nodes, four of them all-reduce only: 20 minutes on the 2-vCPU
-test machine (CONTRIBUTING.md). The
+14 sweeps of 1, 2 and 4 emulated nodes, six of them all-reduce only (CONTRIBUTING.md gives their
+time on the 2-vCPU test machine). The
 figures each proof measured are printed (pytest -s shows them)."""
 
 from __future__ import annotations
@@ -115,7 +115,8 @@ def runs(testbed, tmp_path_factory):
             assert text != SWEEP.read_text()
             (root / f"{name}.yaml").write_text(text)
             out[name] = root / name
-            sweep(out[name], sweep_file=root / f"{name}.yaml")
+            # all-reduce only, as across judges busbw: training over the 200mbit link took 3 min
+            sweep(out[name], *ALLREDUCE_ONLY, sweep_file=root / f"{name}.yaml")
     finally:
         shape("--clear")
     db = root / "history.sqlite"
@@ -272,7 +273,7 @@ def test_a_different_batch_size_is_refused_then_stated(runs, tmp_path):
 
 def test_across_one_run_matches_two_runs(runs, tmp_path):
     one, two = tmp_path / "one.csv", tmp_path / "two.csv"
-    across = ("--across", "nccl_config=default,eth1", "--threshold", "50%")
+    across = ("--across", "nccl_config=default,eth1", "--threshold", "50%", *BUSBW)
     bench("compare", str(runs["both"]), *across, "--csv", str(one))
     bench("compare", str(runs["u6"]), str(runs["eth1"]), *across, "--csv", str(two))
     a, b = (pd.read_csv(p).set_index(["metric", "key"]) for p in (one, two))
@@ -280,12 +281,13 @@ def test_across_one_run_matches_two_runs(runs, tmp_path):
     assert sorted(a.index) == sorted(b.index)
     b = b.loc[a.index]
     # A key whose interval holds the threshold's edge (ratio 0.5 here) is a coin toss between two
-    # measurements: the latency-bound 256K key on 4 nodes sits there, since the shaped link caps
-    # both sizes near the same busbw. Every other key must get the same verdict either way.
+    # measurements: a key whose unshaped busbw is near twice the shaped link's could sit there.
+    # Every other key must get the same verdict either way.
     edge = 1 - 0.5
     torn = ((a["ci_low"] <= edge) & (a["ci_high"] >= edge)) | ((b["ci_low"] <= edge) & (b["ci_high"] >= edge))
     print(f"not required to agree, their intervals holding {edge}: {list(a.index[torn])}")
-    assert torn.sum() <= 2 and (~torn).sum() >= 7
+    assert len(a) == 2 * 3  # 2 and 4 nodes, 1M, 2M and 4M
+    assert torn.sum() <= 2 and (~torn).sum() >= 4
     assert (a["verdict"][~torn] == b["verdict"][~torn]).all()
     multi = a[
         a.index.get_level_values("key").str.contains(r", [24]x1, ")
