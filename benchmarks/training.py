@@ -37,7 +37,12 @@ def add_training_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--image-size", type=int, default=224, help="square input size in pixels (default 224)")
     g.add_argument("--steps", type=int, default=50, help="measured steps (default 50)")
     g.add_argument("--warmup-steps", type=int, default=10, help="steps run before measuring (default 10)")
-    g.add_argument("--amp", choices=AMPS, default="auto", help="mixed precision: auto is bf16 on CUDA and off on CPU")
+    g.add_argument(
+        "--amp",
+        choices=AMPS,
+        default="auto",
+        help="mixed precision: auto is bf16 on GPUs of compute capability 8.0 and up, fp16 below, off on CPU",
+    )
     g.add_argument(
         "--channels-last",
         action=argparse.BooleanOptionalAction,
@@ -103,9 +108,21 @@ class Trainer:
             self.optimizer.step()
 
 
+def choose_amp(requested: str, device: torch.device) -> str:
+    """What --amp `requested` means on `device`. auto: bf16 where the GPU computes it natively,
+    compute capability 8.0 and up (Ampere's Tensor Cores brought bf16: NVIDIA A100 Tensor Core GPU
+    Architecture, 2020); fp16 with loss scaling before it (V100 is 7.0 and T4 7.5: their Tensor
+    Cores take fp16, not bf16); off on CPU."""
+    if requested != "auto":
+        return requested
+    if device.type != "cuda":
+        return "off"
+    return "bf16" if torch.cuda.get_device_capability(device) >= (8, 0) else "fp16"
+
+
 def build_trainer(args: argparse.Namespace, ctx: Context) -> Trainer:
     cuda = ctx.device.type == "cuda"
-    amp = ("bf16" if cuda else "off") if args.amp == "auto" else args.amp
+    amp = choose_amp(args.amp, ctx.device)
     if amp == "fp16" and not cuda:
         raise UsageError("--amp fp16 needs CUDA; on CPU use --amp bf16 or off")
     channels_last = cuda if args.channels_last is None else args.channels_last

@@ -26,10 +26,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.catalog import COLLECTIVE_WORKLOAD, SCALINGS, TRAINING
+from benchmarks.catalog import BACKENDS, COLLECTIVE_WORKLOAD, DEVICES, SCALINGS, TRAINING
 from benchmarks.results import atomic_write_json, atomic_write_text
 from harness.errors import RunDirError, one_line
 from harness.plan import Job
+from harness.spec import LAUNCHERS, MAX_MINUTES, SET_NAME_RE, FieldError, check_env, check_env_name
 
 PENDING, RUNNING, COMPLETED, FAILED, TIMEOUT, CANCELLED = (
     "PENDING",
@@ -375,6 +376,9 @@ _RUN_KEYS = {(COLLECTIVE_WORKLOAD, ""), *((w, s) for w in TRAINING for s in SCAL
 
 
 def _job_problem(job: Job) -> str | None:
+    """What makes a job of plan.json one that no sweep file could have planned, or None. The plan
+    is data: an edited one is held to the sweep file's rules (harness/spec.py), since its jobs'
+    variables, names and numbers reach job scripts and shells on a resume."""
     if not isinstance(job.name, str) or not _NAME_RE.fullmatch(job.name):
         return "the name is not letters, digits, '_', '.' and '-'"
     for key in ("nodes", "gpus_per_node", "repeat"):
@@ -384,6 +388,33 @@ def _job_problem(job: Job) -> str | None:
     for run in job.runs:
         if (run.workload, run.scaling) not in _RUN_KEYS or not all(isinstance(a, str) for a in run.args):
             return f"workload {run.workload!r} with scaling {run.scaling!r} is not one bench runs"
+    for key, value, choices in (
+        ("launcher", job.launcher, LAUNCHERS),
+        ("device", job.device, DEVICES),
+        ("backend", job.backend, BACKENDS),
+    ):
+        if value not in choices:
+            return f"{key} is {value!r}; valid: {', '.join(choices)}"
+    if not isinstance(job.nccl_config, str) or not SET_NAME_RE.fullmatch(job.nccl_config):
+        return f"nccl_config {job.nccl_config!r} is not a settings set's name"
+    for key, value, low, high in (
+        ("time_limit_min", job.time_limit_min, 0.1, MAX_MINUTES),
+        ("stall_s", job.stall_s, 2, 7 * 86400),
+        ("sample_s", job.sample_s, 0, 3600),
+    ):
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not low <= value <= high:
+            return f"{key} is {value!r}, not a number from {low:g} to {high:g}"
+    try:
+        for key, pairs in (("nccl_env", job.nccl_env), ("env", job.env)):
+            if not all(len(p) == 2 and all(isinstance(x, str) for x in p) for p in pairs):
+                return f"{key} is not a list of [name, value] texts"
+            check_env(key, dict(pairs))
+        for name in job.passthrough:
+            if not isinstance(name, str):
+                return f"passthrough holds {name!r}, not a variable's name"
+            check_env_name("passthrough", name)
+    except FieldError as exc:
+        return f"{exc.key}: {exc}"
     return None
 
 

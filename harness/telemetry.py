@@ -381,8 +381,10 @@ def sent(a: Mapping[str, Any], b: Mapping[str, Any], interfaces: Iterable[str]) 
 
 
 def cpu_busy(a: Mapping[str, Any], b: Mapping[str, Any]) -> float | None:
-    """The share of the node's CPU time that was not idle between samples a and b, 0..1."""
-    d = [y - x for x, y in zip(a["cpu"], b["cpu"], strict=False)]
+    """The share of the node's CPU time that was not idle between samples a and b, 0..1. A
+    field that went down counts 0: proc(5) warns that iowait "may decrease in certain
+    conditions", which over a short interval made the share negative."""
+    d = [max(0, y - x) for x, y in zip(a["cpu"], b["cpu"], strict=False)]
     total = sum(d)
     return None if total <= 0 else 1 - sum(d[i] for i in _IDLE if i < len(d)) / total
 

@@ -79,6 +79,13 @@ def _plan_job_name(run: Path, tmp: Path) -> Path:
     return copy
 
 
+def _plan_job(run: Path, tmp: Path, **fields) -> Path:
+    """A copy whose plan.json's first job has `fields`, as a hand or a hostile user edits it."""
+    copy = _copy(run, tmp)
+    _edit_json(copy / "plan.json", lambda p: p["jobs"][0].update(fields))
+    return copy
+
+
 def _truncated_summary(run: Path, tmp: Path) -> Path:
     copy = _copy(run, tmp)
     data = (copy / "summary.parquet").read_bytes()
@@ -245,6 +252,42 @@ CASES = [
     Case("resume-not-a-run", lambda t, r: ["sweep", "--resume", str(t)], "plan.json"),
     Case("resume-job-name-escapes", lambda t, r: ["sweep", "--resume", str(_plan_job_name(r, t))], "../../x"),
     Case("collect-job-name-escapes", lambda t, r: ["collect", str(_plan_job_name(r, t))], "../../x"),
+    # an edited plan is held to the sweep file's rules: its jobs reach scripts and shells on a resume
+    Case(
+        "resume-plan-reserved-env",
+        lambda t, r: ["sweep", "--resume", str(_plan_job(r, t, env=[["PYTHON_EXEC", "/bin/sh -c id #"]]))],
+        "plan.json",
+        "env.PYTHON_EXEC",
+        "cannot set it",
+    ),
+    Case(
+        "resume-plan-env-newline",
+        lambda t, r: ["sweep", "--resume", str(_plan_job(r, t, nccl_env=[["NCCL_DEBUG", "INFO\nid"]]))],
+        "nccl_env.NCCL_DEBUG",
+        "one line",
+    ),
+    Case(
+        "resume-plan-launcher",
+        lambda t, r: ["sweep", "--resume", str(_plan_job(r, t, launcher="$(id)"))],
+        "launcher is '$(id)'",
+        "torchrun, srun",
+    ),
+    Case(
+        "resume-plan-time-limit",
+        lambda t, r: ["sweep", "--resume", str(_plan_job(r, t, time_limit_min="1; id"))],
+        "time_limit_min is '1; id'",
+    ),
+    Case(
+        "resume-plan-set-name",
+        lambda t, r: ["sweep", "--resume", str(_plan_job(r, t, nccl_config="a b"))],
+        "nccl_config 'a b'",
+    ),
+    Case(
+        "collect-plan-passthrough",
+        lambda t, r: ["collect", str(_plan_job(r, t, passthrough=["BASH_ENV"]))],
+        "passthrough",
+        "BASH_ENV",
+    ),
     Case("collect-jobs-list", lambda t, r: ["collect", str(_jobs_json(r, t, {"jobs": []}))], "jobs.json", "list"),
     Case(
         "status-table-newer",

@@ -144,3 +144,18 @@ def test_no_reference_block_is_one_line(run, tmp_path):
     r = _regress(copy, tmp_path)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.describe()
     assert "states no reference figures" in r.stderr
+
+
+def test_a_key_without_a_measurement_is_not_taken_as_met(run, tmp_path):
+    """A completed row whose figure is missing (null in its result, NaN in the summary) cannot be
+    judged against its reference, as against the history: a gap never passes the gate."""
+    copy = _reference(run, tmp_path, 1.0, 1.0)
+    result = copy / "jobs" / "n2-g2-torchrun-default" / "allreduce.json"
+    data = json.loads(result.read_text())
+    row = next(r for r in data["rows"] if r["size_bytes"] == 256 * 1024)
+    row.update(time_us=None, algbw_gbps=None, busbw_gbps=None)
+    result.write_text(json.dumps(data))
+    bench("collect", str(copy))
+    r = _regress(copy, tmp_path)
+    assert r.returncode == 3 and "1 cannot judge, 0 improvements, 1 unchanged of 2 compared" in r.stderr, r.describe()
+    assert "busbw_gbps is nan in run" in (tmp_path / "rg" / "report.md").read_text()

@@ -129,6 +129,16 @@ def test_sampler_records_counters_gpus_and_its_end(tmp_path, fake_smi):
     assert (points["metric"] == "CPU busy %").sum() == len(rates["t"]) and set(points["plot"]) == {"timeline"}
 
 
+def test_cpu_share_stays_within_0_and_1_when_iowait_goes_down():
+    """/proc/stat's iowait may decrease (proc(5)); over a 0.1 s interval a drop of 2 jiffies
+    against 3 busy ones read as 300% busy, and failed the sampler's test under CI."""
+    a = {"cpu": [903485, 2, 208266, 2544698, 4247, 0, 6, 0]}
+    b = {"cpu": [903487, 2, 208267, 2544698, 4245, 0, 6, 0]}
+    assert telemetry.cpu_busy(a, b) == 1.0  # 3 busy jiffies, none idle
+    c = {"cpu": [903488, 2, 208267, 2544701, 4245, 0, 6, 0]}
+    assert telemetry.cpu_busy(b, c) == 0.25
+
+
 def test_a_torn_last_line_is_skipped(tmp_path):
     folder = tmp_path / telemetry.DIR
     folder.mkdir()

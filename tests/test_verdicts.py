@@ -36,19 +36,20 @@ def rewrite_summary(run: Path, **columns) -> Path:
     return run
 
 
-def with_failed_job(src: Path, dst: Path, step: str = "synthetic-weak") -> Path:
-    """A copy of the run in which one job failed at `step` as a real failure leaves it: its
-    job-table row FAILED with a reason, the results from that step on gone (a job stops at its
-    first failure), and the summary collected again."""
+def with_failed_job(src: Path, dst: Path, step: str = "synthetic-weak", jobs: tuple[str, ...] = (FAILED_JOB,)) -> Path:
+    """A copy of the run in which each of `jobs` failed at `step` as a real failure leaves it:
+    its job-table row FAILED with a reason, the results from that step on gone (a job stops at
+    its first failure), and the summary collected again."""
     copy = planned_later(copy_run(src, dst))
     table = json.loads((copy / "jobs.json").read_text())
-    row = table["jobs"][FAILED_JOB]
-    reason = REASON.replace("synthetic-weak", step)
-    row.update(state="FAILED", exit_code=1, reason=reason, log_tail="Traceback ...\n" + REASON.split(": ", 1)[1])
-    steps = list(row["runs"])
-    for later in steps[steps.index(step) :]:
-        row["runs"][later] = "FAILED"
-        (copy / "jobs" / FAILED_JOB / f"{later}.json").unlink()
+    for job in jobs:
+        row = table["jobs"][job]
+        reason = REASON.replace("synthetic-weak", step)
+        row.update(state="FAILED", exit_code=1, reason=reason, log_tail="Traceback ...\n" + REASON.split(": ", 1)[1])
+        steps = list(row["runs"])
+        for later in steps[steps.index(step) :]:
+            row["runs"][later] = "FAILED"
+            (copy / "jobs" / job / f"{later}.json").unlink()
     (copy / "jobs.json").write_text(json.dumps(table))
     bench("collect", str(copy))
     return copy
@@ -87,6 +88,26 @@ def test_a_failed_job_fails_the_gate_and_names_its_reason(real_run, tmp_path, hi
     assert "## Failed (completed in A, not in B): 1" in report and REASON in report
     # the all-reduce of that job completed, and is judged as usual (3 sizes) with the 1x1 training row
     assert "## No significant change: 4" in report
+
+
+def test_a_run_whose_every_job_failed_fails_the_gate_and_says_why(real_run, tmp_path, history_of):
+    """The night the interconnect broke, every job failed: regress exits 1 with junit.xml naming
+    each key and its job's reason, and a report of the base against that run renders."""
+    jobs = tuple(json.loads((real_run / "jobs.json").read_text())["jobs"])
+    broken = with_failed_job(real_run, tmp_path / "broken", step="allreduce", jobs=jobs)
+    base = planned_later(copy_run(real_run, tmp_path / "base"), "0")
+    out = tmp_path / "out"
+    r = regress(broken, history_of(base), out)
+    assert r.returncode == 1 and "0 regressions, 8 failed keys" in r.stderr, r.describe()
+    suite = ET.parse(out / "junit.xml").getroot().find("testsuite")
+    assert suite.get("failures") == "4"  # one case per curve: busbw and images/s of 1 and 2 nodes
+    for case in suite.findall("testcase"):
+        failure = case.find("failure")
+        assert failure.get("type") == "failed" and "FAILED in broken: allreduce failed (exit code 1)" in failure.get(
+            "message"
+        ), case.get("name")
+    r = bench("report", str(base), "--compare", str(broken), "--out", str(tmp_path / "r.html"))
+    assert "allreduce failed (exit code 1)" in (tmp_path / "r.html").read_text()
 
 
 def test_a_collective_that_failed_before_measuring_fails_every_size(real_run, tmp_path):
@@ -370,6 +391,30 @@ def test_the_band_judges_between_runs(two_sets):
         cmp = compare(side, b, ("images_per_s",), 0.0, min_runs=3, across=("nccl_config", "plain", "plain"))
         row = cmp.table.iloc[0]
         assert row["test"] == "between runs" and row["verdict"] == want, (factor, row.to_dict())
+
+
+@pytest.mark.e2e  # the two_sets sweep: 12 jobs, about 90 s
+def test_a_failed_replicate_fails_its_key(two_sets, tmp_path, history_of):
+    """With --repeat, a key one of whose runs failed is failed, though its other runs completed:
+    a night on which half the jobs failed must not pass the gate."""
+    job = "n2-g1-torchrun-plain-r2"
+    broken = with_failed_job(two_sets, tmp_path / "broken", step="allreduce", jobs=(job,))
+    cmp = compare(load_run(two_sets), load_run(broken), min_runs=3)
+    failed = cmp.table[cmp.table["verdict"] == FAILED]
+    plain = cmp.table[cmp.table["nccl_config"] == "plain"]
+    assert len(plain) == 3 and sorted(failed["key"]) == sorted(plain["key"]), cmp.table[["key", "verdict"]]
+    note = f"1 of 3 runs failed in broken: {job} FAILED: allreduce failed (exit code 1)"
+    assert failed["note"].str.startswith(note).all() and set(failed["status_b"]) == {"FAILED"}, failed["note"]
+    db = history_of(planned_later(copy_run(two_sets, tmp_path / "base"), "0"))
+    r = regress(broken, db, tmp_path / "out")
+    assert r.returncode == 1 and "3 failed keys" in r.stderr, r.describe()
+    suite = ET.parse(tmp_path / "out" / "junit.xml").getroot().find("testsuite")
+    failures = {c.get("name"): c.find("failure") for c in suite.findall("testcase") if c.find("failure") is not None}
+    assert sorted(failures) == [
+        "busbw_gbps[allreduce all_reduce, 2x1, torchrun, plain]",
+        "images_per_s[synthetic weak, 2x1, torchrun, plain]",
+    ], failures
+    assert all(f.get("type") == "failed" and job in f.get("message") for f in failures.values())
 
 
 def test_band_limits_floor_at_the_median_spread():

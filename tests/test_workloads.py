@@ -177,3 +177,23 @@ def test_bad_launch_environment_names_the_variable():
     )
     assert r.returncode == 2
     assert r.stderr.strip() == "bench run allreduce: error: environment variable RANK='zero' is not an integer"
+
+
+@pytest.mark.parametrize(
+    ("capability", "want"),
+    [((7, 0), "fp16"), ((7, 5), "fp16"), ((8, 0), "bf16"), ((8, 6), "bf16"), ((9, 0), "bf16"), ((10, 0), "bf16")],
+    ids=["V100", "T4", "A100", "A10", "H100", "B200"],
+)
+def test_amp_auto_takes_bf16_only_where_the_gpu_computes_it(capability, want, monkeypatch):
+    """No GPU here: torch.cuda.get_device_capability answers as each GPU's would (NVIDIA's
+    compute capability table), for the device the rank was given."""
+    import torch
+
+    from benchmarks.training import choose_amp
+
+    asked = []
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: asked.append(device) or capability)
+    gpu = torch.device("cuda", 3)
+    assert choose_amp("auto", gpu) == want and asked == [gpu]
+    assert choose_amp("auto", torch.device("cpu")) == "off"
+    assert [choose_amp(a, gpu) for a in ("bf16", "fp16", "off")] == ["bf16", "fp16", "off"]

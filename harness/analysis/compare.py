@@ -112,7 +112,10 @@ class Side:
     """One side of a comparison.
 
     rows      one row per completed key: KEYS, the metrics (the median over the side's runs of
-              the key), hosts, parameters, and `runs`, the number of runs behind the row
+              the key), hosts, parameters, `runs`, the number of runs behind the row, and
+              `failed_runs`, how many other runs of the key did not complete (bench sweep
+              --repeat), with the first one's status and "job STATUS: reason" (`failed_status`,
+              `failed_note`)
     samples   samples metric -> (padded per-iteration values, counts), row-aligned, pooled
               over the runs; only finite, positive values
     runs      metric -> (padded per-run values, counts), row-aligned, newest first; only
@@ -285,6 +288,7 @@ def side_from_tables(
             mask = (np.arange(vals.shape[1])[None, :] < counts[:, None]) & usable(vals)
             pooled[metric_name] = stats.pool(codes, vals, mask, groups)
     others = df[(df["status"] != COMPLETED).to_numpy(dtype=bool)][KEYS + ["status", "reason", "job"]]
+    rows["failed_runs"], rows["failed_status"], rows["failed_note"] = _failed_replicates(rows, others)
     others = others.drop_duplicates(KEYS)
     if len(others) and len(rows):
         others = others.merge(rows[KEYS].assign(_done=1), on=KEYS, how="left")
@@ -299,6 +303,31 @@ def side_from_tables(
         stragglers=found or [],
         others=others.reset_index(drop=True),
     )
+
+
+def _failed_replicates(rows: pd.DataFrame, failed: pd.DataFrame) -> tuple[npt.NDArray[np.int64], Texts, Texts]:
+    """Per completed key: how many of its runs failed (a row of the key that did not complete,
+    or its job's workload that failed before it measured anything), the first one's status,
+    and "job STATUS: reason"."""
+    import numpy as np
+    import pandas as pd
+
+    count = np.zeros(len(rows), dtype=np.int64)
+    status, note = np.full(len(rows), "", dtype=object), np.full(len(rows), "", dtype=object)
+    if not len(rows) or not len(failed):
+        return count, status, note
+    keyed = rows[KEYS].reset_index(names="_row")
+    whole = failed[(failed["collective"] == "") & (failed["size_bytes"] == 0)]
+    hits = pd.concat(
+        [keyed.merge(failed, on=KEYS), keyed.merge(whole[[*CONFIG, "status", "reason", "job"]], on=CONFIG)]
+    ).drop_duplicates(["_row", "job"])
+    for row, runs in hits.groupby("_row", sort=False):
+        first = runs.iloc[0]
+        reason = first["reason"] if isinstance(first["reason"], str) and first["reason"] else ""
+        count[row] = len(runs)
+        status[row] = first["status"]
+        note[row] = f"{first['job']} {first['status']}" + (f": {reason}" if reason else "")
+    return count, status, note
 
 
 def key_frame(summary: pa.Table) -> pd.DataFrame:
@@ -469,9 +498,6 @@ def compare(
             f"{', '.join(metrics)}; compare runs of the same sweep"
         )
     table = pd.concat(parts, ignore_index=True)
-    if "mismatch" not in table:  # only failed rows: nothing was judged
-        table["mismatch"] = False
-        table["test"] = None
     table = table.assign(_o=table["verdict"].map(ORDER)).sort_values(["_o", "change"], kind="stable")
     table = table.drop(columns="_o").reset_index(drop=True)
     table.insert(len(KEYS) + 1, "key", key_texts(table))
@@ -545,15 +571,21 @@ def _failed_rows(m: pd.DataFrame, b: Side, name: str) -> pd.DataFrame:
         else:
             why = f": {reason}" if isinstance(reason, str) and reason else ""
             notes.append(f"{job} {st} in {b.label}{why}")
-    out = out[KEYS].assign(status_b=[ABSENT if st is None else st for st in status])
+    status_b = [ABSENT if st is None else st for st in status]
+    out = out[KEYS].copy()
     out.insert(0, "metric", name)
+    # the columns of a judged row (_judge), in its order: nothing measured in B, nothing tested
     out["a"] = m[f"{name}_a"].to_numpy(dtype=float)
-    out["b"] = np.nan
-    out["ratio"] = np.nan
+    for col in ("b", "ratio", "ci_low", "ci_high", "p_value", "band_low", "band_high"):
+        out[col] = np.nan
     out["change"] = -np.inf
-    out["runs_a"] = m["runs_a"].to_numpy()
+    out["runs_a"], out["runs_b"] = m["runs_a"].to_numpy(), 0
+    out["n_a"], out["n_b"] = 0, 0
+    out["test"] = None
     out["verdict"] = FAILED
     out["note"] = notes
+    out["status_b"] = status_b
+    out["mismatch"] = False
     return out
 
 
@@ -627,6 +659,18 @@ def _judge(
             differ, np.asarray([f"parameters differ: {t}" for t in diff_text], dtype=object) if len(m) else note, note
         )
     note = _transport_notes(m, note)
+    # B completed the key, but another of its runs did not: a failure, whatever the values say
+    lost = b.rows["failed_runs"].to_numpy()[ib] if "failed_runs" in b.rows else np.zeros(len(m), dtype=np.int64)
+    status_b = np.full(len(m), COMPLETED, dtype=object)
+    if lost.any():
+        failed = lost > 0
+        why = [
+            f"{k} of {k + n} runs failed in {b.label}: {w}"
+            for k, n, w in zip(lost, m["runs_b"].to_numpy(), b.rows["failed_note"].to_numpy()[ib])
+        ]
+        verdict = np.where(failed, FAILED, verdict)
+        note = np.where(failed, np.asarray(why, dtype=object), note)
+        status_b = np.where(failed, b.rows["failed_status"].to_numpy()[ib], status_b)
     part = m[KEYS].copy()
     part.insert(0, "metric", name)
     part["a"], part["b"], part["ratio"] = value_a, value_b, ratio
@@ -639,7 +683,7 @@ def _judge(
     part["test"] = np.where(by_runs, BY_RUNS, BY_SAMPLES)
     part["verdict"] = verdict
     part["note"] = note
-    part["status_b"] = COMPLETED
+    part["status_b"] = status_b
     part["mismatch"] = differ
     mism = m.loc[differ, ["workload", "scaling", "collective"]].assign(diff=[t for t, d in zip(diff_text, differ) if d])
     return part, mism

@@ -7,10 +7,13 @@ and a tolerance. A completed row below value x (1 - tolerance) is slower, above 
 (1 + tolerance) faster, and in between no significant change. A reference whose key the run
 planned but did not complete is failed, and one whose key the run never planned cannot be
 judged: it is not taken as met.
+
+A row that completed without a usable value (NaN, zero) cannot be judged, as against the history.
 """
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD
@@ -77,7 +80,13 @@ def against_reference(run: Side, refs: tuple[Reference, ...], profile: str) -> C
             b = float(r[ref.metric])
             ratio = b / value
             verdict = SLOWER if ratio < 1 - tol else FASTER if ratio > 1 + tol else SAME
-            rows.append({**base, **{k: r[k] for k in KEYS}, "b": b, "ratio": ratio, "verdict": verdict, "note": ""})
+            note = ""
+            if not math.isfinite(b) or b <= 0:  # no measurement: never taken as met (compare.usable)
+                verdict, note = UNJUDGED, f"{ref.metric} is {b:g} in {run.label}"
+            if r.get("failed_runs", 0):  # another run of the key did not complete (compare.Side)
+                lost = r["failed_runs"]
+                verdict, note = FAILED, f"{lost} of {lost + r['runs']} runs failed in {run.label}: {r['failed_note']}"
+            rows.append({**base, **{k: r[k] for k in KEYS}, "b": b, "ratio": ratio, "verdict": verdict, "note": note})
         failed = others[_matches(others, ref).to_numpy(dtype=bool)]
         for r in failed.to_dict("records"):
             why = f"{r['job']} {r['status']}" + (f": {r['reason']}" if r.get("reason") else "")
