@@ -6,12 +6,14 @@ Imports nothing heavy, so the harness can use it without paying for torch.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import stat
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 # Bump when a field of the result JSON changes meaning or disappears.
 SCHEMA_VERSION = 1
@@ -88,11 +90,91 @@ except ImportError:  # pragma: no cover - exercised on machines without orjson
     from json import loads as _loads  # type: ignore[assignment]
 
 
+_KINDS = (
+    (stat.S_ISLNK, "a symbolic link"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+class NotARegularFile(OSError):
+    """A path bench reads that is not a regular file (a FIFO, a device, a directory, a socket),
+    or one larger than its bound."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def kind_of(mode: int) -> str:
+    """What a file of this st_mode is, in words: "a FIFO", "a directory", "a regular file"."""
+    return next((name for test, name in _KINDS if test(mode)), "a regular file")
+
+
+def open_regular(path: Path | str) -> IO[bytes]:
+    """`path` opened for reading, if it is a regular file: opened with O_NONBLOCK (so a FIFO
+    does not wait for a writer), then checked with fstat. NotARegularFile otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotARegularFile(errno.EINVAL, f"{kind_of(mode)}, not a file", str(path))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular(path: Path | str, limit: int) -> bytes:
+    """The bytes of the regular file `path`, NotARegularFile when it is not one or holds more than
+    `limit` bytes (the bound is read, never more: a file still growing ends there)."""
+    with open_regular(path) as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise NotARegularFile(errno.EFBIG, f"larger than {limit:,} bytes", str(path))
+    return data
+
+
+# A result is a few KiB and holds its samples: a training result one step time of about 10 bytes
+# a step, so 1,000,000 steps (the most a sweep may ask) take about 10 MB. What is larger is not
+# a result.
+RESULT_LIMIT = 64 * 2**20
+
+
+LINE_LIMIT = 64 * 1024  # longer than any line NCCL, torch or bench prints (docs/transport.md)
+
+
+def bounded_lines(f: IO[bytes], limit: int = LINE_LIMIT, chunk: int = 2**20) -> Iterator[str]:
+    """The lines of the binary file `f`, decoded as UTF-8 (bad bytes replaced), each cut to its
+    first `limit` bytes: one pass over the file in chunks, so a log of one endless line costs
+    time linear in its size and memory bounded by `chunk` and `limit`."""
+    line = bytearray()
+    while block := f.read(chunk):
+        start = 0
+        while start < len(block):
+            end = block.find(b"\n", start)
+            stop = len(block) if end < 0 else end
+            room = limit - len(line)
+            if room > 0:  # what is past the limit is skipped, never copied
+                line += block[start : min(stop, start + room)]
+            if end < 0:
+                break
+            yield line.decode(errors="replace")
+            line.clear()
+            start = end + 1
+    if line:
+        yield line.decode(errors="replace")
+
+
 def load_result(path: str | os.PathLike) -> dict[str, Any]:
-    """Read a workload's result JSON, rejecting anything that is not a complete result of our schema."""
+    """Read a workload's result JSON, rejecting anything that is not a complete result of our
+    schema, and reading nothing that is not a regular file (a FIFO, a device: open_regular)."""
     path = Path(path)
     try:
-        data = _loads(path.read_bytes())
+        data = _loads(read_regular(path, RESULT_LIMIT))
     except (OSError, UnicodeDecodeError, ValueError, _DecodeError) as exc:
         raise ResultError(f"{path}: not a readable result file ({exc})") from None
     if not isinstance(data, dict):

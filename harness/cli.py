@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from benchmarks.catalog import WORKLOADS
 from benchmarks.common import OneLineParser
 from benchmarks.results import atomic_write_bytes
-from harness import outputs, sweep, transport
+from harness import inside, outputs, sweep, transport
 from harness.analysis import changes, history, reference
 from harness.analysis.compare import (
     AXES,
@@ -118,7 +118,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 "--resume DIR continues the plan saved in DIR; it takes no sweep file, "
                 "--set, --only, --max-nodes, --repeat, --out, --cluster or --dry-run"
             )
-        return sweep.resume(RunDir(args.resume), console)
+        return sweep.resume(RunDir(args.resume), console, yes=args.yes)
 
     name, why = sweep.choose_executor(args.executor)
     console.print(f"executor: {name} ({why})")
@@ -411,7 +411,7 @@ def _file_safe(name: str) -> str:
 
 def cmd_regress(args: argparse.Namespace) -> int:
     threshold = _threshold(args.threshold)
-    out = _check_out_dir(args.out, "--out") or Path(args.dir) / "regress"
+    named = _check_out_dir(args.out, "--out")
     db = _db(args)
     if args.baseline == reference.BASELINE:
         kind, k = reference.BASELINE, 1
@@ -447,7 +447,8 @@ def cmd_regress(args: argparse.Namespace) -> int:
             )
     paths = write_all(
         cmp,
-        out,
+        named or Path(args.dir),
+        "" if named else "regress",
         f"bench regress: {run.label} against {where}",
         benchmark_json=args.benchmark_json,
         strict=not args.allow_unjudged,
@@ -468,7 +469,7 @@ def cmd_regress(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     run = RunDir(args.dir)
-    out = outputs.check(args.out, "--out") or report.default_path(run)
+    out = outputs.check(args.out, "--out")
     across = _across(args.across)
     cmp = None
     if args.compare or across:
@@ -486,7 +487,11 @@ def cmd_report(args: argparse.Namespace) -> int:
         )
     else:
         side = load_run(args.dir)
-    outputs.write(out, report.render(run, side, cmp).encode(), "--out")
+    html = report.render(run, side, cmp).encode()
+    if out:
+        outputs.write(out, html, "--out")
+    else:  # inside the run directory: never through a link planted there (harness/inside.py)
+        out = inside.write(run.path, report.DEFAULT_NAME, html)
     print(f"wrote {out}")
     return 0
 

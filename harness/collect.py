@@ -24,20 +24,19 @@ import itertools
 import json
 import os
 import secrets
-import shutil
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
 from itertools import repeat
 from operator import itemgetter
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD
 from benchmarks.common import redacted
-from benchmarks.results import ResultError, atomic_write_bytes, load_result
-from harness import telemetry, transport
+from benchmarks.results import ResultError, load_result, open_regular
+from harness import inside, telemetry, transport
 from harness.analysis import stragglers
 from harness.analysis.stragglers import Straggler
 from harness.errors import RunDirError, one_line
@@ -389,7 +388,11 @@ def _collect(run: RunDir, warn: Callable[[str], None]) -> tuple[pa.Table, pa.Tab
             **settings_columns(job.nccl_env),
             "_peak": hardware.peak_busbw_gbps(job.nodes, job.gpus_per_node) if hardware else None,
         }
-        tele = telemetry.read(run.job_dir(job)) if any(wr.workload == COLLECTIVE_WORKLOAD for wr in job.runs) else None
+        tele = (
+            telemetry.read(run.job_dir(job), warn)
+            if any(wr.workload == COLLECTIVE_WORKLOAD for wr in job.runs)
+            else None
+        )
         for wr in job.runs:
             status = rec.runs.get(wr.key, rec.state)
             head = {**base, "workload": wr.workload, "scaling": wr.scaling, "status": status}
@@ -416,7 +419,7 @@ def _collect(run: RunDir, warn: Callable[[str], None]) -> tuple[pa.Table, pa.Tab
                     raise TypeError(f"environment.hosts is {hosts!r}, not a list of host names")
                 head.update(backend=str(result["backend"]), device=str(result["device"]), hosts=",".join(hosts))
                 head["params"] = compared_params(wr.workload, result)
-                ranks = transport.rank_facts(result, run.path)
+                ranks = transport.rank_facts(result, run.path, warn)
                 head.update(transport.columns(ranks))
                 why = job.expect and transport.mismatch(
                     job.nccl_config, job.expect, ranks, job.nodes, job.gpus_per_node
@@ -603,17 +606,14 @@ def write_summary(run: RunDir, summary: pa.Table, samples: pa.Table) -> None:
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
-    gens = run.generations
-    current = gens / "current"
-    if not (
-        current.is_symlink()
-        and all(
-            _is_link_to(run.path / n, _link_target(run, n)) or not os.path.lexists(run.path / n) for n in SUMMARY_FILES
-        )
-    ):
+    gens = run.generations.name
+    linked = inside.readlink(run.path, f"{gens}/current") is not None and all(
+        inside.readlink(run.path, n) in (_link_target(run, n), None) for n in SUMMARY_FILES
+    )
+    if not linked or any(_plain(run, n) for n in SUMMARY_FILES):
         _adopt_plain_files(run)
-    new = gens / f"g-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{secrets.token_hex(3)}"
-    new.mkdir()
+    new = f"{gens}/g-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{secrets.token_hex(3)}"
+    inside.mkdir(run.path, new)
     for name, table, write in (
         ("summary.parquet", summary, pq.write_table),
         ("summary.csv", summary, pacsv.write_csv),
@@ -621,13 +621,13 @@ def write_summary(run: RunDir, summary: pa.Table, samples: pa.Table) -> None:
     ):
         buf = io.BytesIO()
         write(table, buf)
-        atomic_write_bytes(new / name, buf.getvalue())
-    _fsync_dir(new)
+        inside.write(run.path, f"{new}/{name}", buf.getvalue())
+    inside.fsync(run.path, new)
     for name in SUMMARY_FILES:  # no-ops after the first collect
-        _link(run.path / name, _link_target(run, name))
-    _link(current, new.name)  # the commit
-    _fsync_dir(gens)
-    _fsync_dir(run.path)
+        inside.link(run.path, name, _link_target(run, name))
+    inside.link(run.path, f"{gens}/current", new.rsplit("/", 1)[1])  # the commit
+    inside.fsync(run.path, gens)
+    inside.fsync(run.path)
     clean_generations(run)
 
 
@@ -635,78 +635,56 @@ def _link_target(run: RunDir, name: str) -> str:
     return f"{run.generations.name}/current/{name}"
 
 
-def _is_link_to(path: Path, target: str) -> bool:
-    return path.is_symlink() and os.readlink(path) == target
-
-
-def _link(path: Path, target: str) -> None:
-    """Make `path` a symbolic link to `target` in one rename (the old file or link stays until then)."""
-    if _is_link_to(path, target):
-        return
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(3)}.tmp")
-    os.symlink(target, tmp)
+def _plain(run: RunDir, name: str) -> bool:
+    """Whether DIR/NAME is a plain file (not bench's link into the generations)."""
     try:
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+        return stat.S_ISREG((run.path / name).lstat().st_mode)
+    except OSError:
+        return False
 
 
 def _adopt_plain_files(run: RunDir) -> None:
     """Move a run collected by an older bench (plain files) to generations without a moment of
     mixed content: the plain files are hard-linked into a first generation, `current` names it,
     and only then does each plain file become a link to the same bytes. Whatever `.summary`
-    held is not read while the plain files are (a copy made with the links followed), so it goes."""
-    gens = run.generations
-    if gens.is_symlink() or gens.is_file():
-        gens.unlink()
-    elif gens.exists():
-        shutil.rmtree(gens)
-    gens.mkdir()
-    first = run.generations / f"g-adopted-{os.getpid()}-{secrets.token_hex(3)}"
-    first.mkdir()
-    for name in SUMMARY_FILES:
-        plain = run.path / name
-        if plain.is_file() and not plain.is_symlink():
-            try:
-                os.link(plain, first / name)
-            except OSError:  # a file system without hard links
-                shutil.copy2(plain, first / name)
-    _fsync_dir(first)
-    _link(run.generations / "current", first.name)
-    for name in SUMMARY_FILES:
-        if (first / name).exists():
-            _link(run.path / name, _link_target(run, name))
+    held is not read while the plain files are (a copy made with the links followed), so it
+    goes; a link there is removed, never followed."""
+    gens = run.generations.name
+    inside.remove(run.path, gens)
+    first = f"{gens}/g-adopted-{os.getpid()}-{secrets.token_hex(3)}"
+    inside.mkdir(run.path, first)
+    adopted = []
+    with inside.directory(run.path) as top, inside.directory(run.path, first) as into:
+        for name in SUMMARY_FILES:
+            if _plain(run, name):
+                try:
+                    os.link(name, name, src_dir_fd=top, dst_dir_fd=into, follow_symlinks=False)
+                except OSError:  # a file system without hard links
+                    with open_regular(run.path / name) as f:
+                        inside.write(run.path, f"{first}/{name}", f.read())
+                adopted.append(name)
+    inside.fsync(run.path, first)
+    inside.link(run.path, f"{gens}/current", first.rsplit("/", 1)[1])
+    for name in adopted:
+        inside.link(run.path, name, _link_target(run, name))
 
 
 def clean_generations(run: RunDir) -> list[str]:
     """Remove what interrupted collects left: generations `current` does not name, and temporary
-    files of the summary. Only under the run's lock. Returns the names removed."""
+    files of the summary. Only under the run's lock, and only inside the run directory: a link
+    among them is removed, never followed. Returns the names removed."""
     removed = []
-    gens = run.generations
-    keep = os.readlink(gens / "current") if (gens / "current").is_symlink() else None
-    if gens.is_dir():
-        for entry in gens.iterdir():
-            if entry.name in ("current", keep):
-                continue
-            if entry.is_symlink() or not entry.is_dir():
-                entry.unlink()
-            else:
-                shutil.rmtree(entry)
-            removed.append(f"{gens.name}/{entry.name}")
-    for name in SUMMARY_FILES:  # atomic_write_bytes' temporaries from a bench that wrote plain files
-        for tmp in run.path.glob(f".{name}.*.tmp"):
-            tmp.unlink()
-            removed.append(tmp.name)
+    gens = run.generations.name
+    keep = inside.readlink(run.path, f"{gens}/current")
+    for name in inside.listing(run.path, gens):
+        if name not in ("current", keep):
+            inside.remove(run.path, f"{gens}/{name}")
+            removed.append(f"{gens}/{name}")
+    for name in inside.listing(run.path):  # temporaries of a write that was interrupted
+        if name.startswith(tuple(f".{n}." for n in SUMMARY_FILES)) and name.endswith(".tmp"):
+            inside.remove(run.path, name)
+            removed.append(name)
     return removed
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def read_summary(run: RunDir) -> pd.DataFrame:
@@ -718,7 +696,8 @@ def read_summary(run: RunDir) -> pd.DataFrame:
     if not path.exists():
         raise RunDirError(f"{run.path}: no summary.parquet; run `bench collect {run.path}` first")
     try:
-        return to_frame(pq.read_table(path))
+        with open_regular(path) as f:
+            return to_frame(pq.read_table(f))
     except (OSError, pa.ArrowException) as exc:
         raise RunDirError(
             f"{run.summary_parquet}: unreadable ({one_line(str(exc))}); run `bench collect {run.path}` again"

@@ -32,9 +32,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from benchmarks.progress import STACK_SIGNAL
-from benchmarks.results import atomic_write_json
+from benchmarks.results import atomic_write_json, open_regular, read_regular
 
 # /proc/PID/stat's state letters (proc(5)) that mean the rank cannot take part any more
+# A progress file or hang record is a few hundred bytes, and one dump of a rank's stacks a few
+# KiB (faulthandler prints at most 100 frames a thread); what is larger is not bench's.
+RECORD_LIMIT = 2**20
+STACK_LIMIT = 16 * 2**20
 _STOPPED = {"T": "stopped", "t": "stopped by a tracer", "Z": "a zombie", "X": "dead"}
 UNKNOWN = "?"  # a rank on a node whose probe did not answer: neither running nor known to be gone
 _FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line \d+ in (?P<func>\S+)')
@@ -61,7 +65,7 @@ def read_ranks(folder: Path, key: str) -> list[Rank]:
     out = []
     for path in folder.glob(f"{key}.rank*.json"):
         try:
-            d = json.loads(path.read_text())
+            d = json.loads(read_regular(path, RECORD_LIMIT))
             out.append(Rank(int(d["rank"]), str(d["host"]), int(d["pid"]), str(d["phase"]), float(d["t"])))
         except (OSError, ValueError, KeyError, TypeError):
             continue
@@ -130,9 +134,9 @@ def read_stacks(folder: Path, key: str, ranks: Iterable[Rank], since: dict[int, 
     """Each rank's `where`, from the dump appended to its stack file after `since`."""
     for r in ranks:
         try:
-            with open(folder / f"{key}.rank{r.rank}.stack", "rb") as f:
+            with open_regular(folder / f"{key}.rank{r.rank}.stack") as f:
                 f.seek(since.get(r.rank, 0))
-                text = f.read().decode(errors="replace")
+                text = f.read(STACK_LIMIT).decode(errors="replace")
         except OSError:
             continue
         r.where = innermost(text)
@@ -211,7 +215,7 @@ def diagnose(
 def read_record(job_dir: Path, key: str) -> dict | None:
     """The hang record of a workload (`record`), or None when there is none or it is unreadable."""
     try:
-        d = json.loads((job_dir / f"hang-{key}.json").read_text())
+        d = json.loads(read_regular(job_dir / f"hang-{key}.json", RECORD_LIMIT))
         ok = isinstance(d, dict) and isinstance(d.get("reason"), str) and isinstance(d.get("stall_s"), (int, float))
         return d if ok else None
     except (OSError, ValueError):

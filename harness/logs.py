@@ -9,11 +9,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from benchmarks.results import open_regular
+
 
 def tail(path: Path, lines: int = 20, max_bytes: int = 64 * 1024) -> str:
     """The last lines of a log, read from its end (logs can be large)."""
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:  # a FIFO or a device planted in a run is not waited on
             f.seek(0, 2)
             size = f.tell()
             f.seek(max(0, size - max_bytes))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import datetime as dt
+import fnmatch
 import json
 import os
 import re
@@ -27,10 +28,16 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.catalog import BACKENDS, COLLECTIVE_WORKLOAD, DEVICES, SCALINGS, TRAINING
-from benchmarks.results import atomic_write_json, atomic_write_text
+from benchmarks.results import read_regular
+from harness import inside
 from harness.errors import RunDirError, one_line
 from harness.plan import Job
 from harness.spec import LAUNCHERS, MAX_MINUTES, SET_NAME_RE, FieldError, check_env, check_env_name
+
+# plan.json and jobs.json are read up to this size. A job takes about 360 bytes of plan.json and
+# 490 of jobs.json (a local run's, measured), or a few KiB with a failure's log tail: 100,000 jobs
+# fit.
+RUN_FILE_LIMIT = 256 * 2**20
 
 PENDING, RUNNING, COMPLETED, FAILED, TIMEOUT, CANCELLED = (
     "PENDING",
@@ -209,6 +216,11 @@ class RunDir:
             "samples_parquet": "samples.parquet",
         }
         plain = {key: self.path / name for key, name in names.items()}
+        if self.generations.is_symlink():
+            raise RunDirError(
+                f"{self.generations}: a symbolic link where bench keeps the summary's generations; bench reads "
+                f"nothing through a link out of a run directory; remove it and run `bench collect {self.path}`"
+            )
         link = plain["summary_parquet"]
         if not (link.is_symlink() and os.readlink(link) == f"{self.generations.name}/current/summary.parquet"):
             return plain
@@ -233,9 +245,19 @@ class RunDir:
         (docs/hangs.md) and its telemetry (docs/telemetry.md), so they cannot pass for the next
         one's."""
         for pattern in job.attempt_files():
-            for stale in self.path.glob(pattern):
-                if stale.is_file() or stale.is_symlink():
-                    stale.unlink(missing_ok=True)
+            folder, files = pattern.rsplit("/", 1)
+            for name in fnmatch.filter(inside.listing(self.path, folder), files):
+                inside.remove(self.path, f"{folder}/{name}")
+
+    def check_job_dirs(self, jobs: Iterable[Job]) -> None:
+        """RunDirError unless each directory a job's attempt writes in or clears (its own, its
+        progress, telemetry and NCCL folders) is, where it exists, a directory of bench's and
+        not a link out of the run directory: checked before a resumed run writes anything."""
+        for job in jobs:
+            folders = {f"jobs/{job.name}", *(pattern.rsplit("/", 1)[0] for pattern in job.attempt_files())}
+            for folder in sorted(folders):
+                with contextlib.suppress(FileNotFoundError), inside.directory(self.path, folder):
+                    pass
 
     def log_file(self, job: Job | str) -> Path:
         return self.job_dir(job) / "log.txt"
@@ -294,13 +316,13 @@ class RunDir:
             "runs": runs,
             "jobs": [j.to_dict(with_runs=False) for j in jobs],
         }
-        atomic_write_text(self.plan_file, _one_per_line(plan, "jobs"))
+        inside.write(self.path, self.plan_file.name, _one_per_line(plan, "jobs").encode())
 
     def read_plan(self) -> dict[str, Any]:
         if not self.path.is_dir():
             raise RunDirError(f"{self.path}: no such run directory")
         try:
-            plan = json.loads(self.plan_file.read_text())
+            plan = json.loads(read_regular(self.plan_file, RUN_FILE_LIMIT))
         except FileNotFoundError:
             raise RunDirError(f"{self.path}: not a run directory (no plan.json)") from None
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -339,9 +361,9 @@ class RunDir:
     def read_table(self, jobs: Iterable[Job]) -> dict[str, JobRecord]:
         """The saved table, with a PENDING row for any job of the plan it does not have yet."""
         saved: dict[str, Any] = {}
-        if self.table_file.exists():
+        if os.path.lexists(self.table_file):
             try:
-                data = json.loads(self.table_file.read_text())
+                data = json.loads(read_regular(self.table_file, RUN_FILE_LIMIT))
             except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
                 raise RunDirError(f"{self.table_file}: unreadable job table ({one_line(str(exc))})") from None
             if not isinstance(data, dict):
@@ -360,15 +382,13 @@ class RunDir:
         return table
 
     def write_table(self, table: dict[str, JobRecord], executor: str) -> None:
-        atomic_write_json(
-            self.table_file,
-            {
-                "table_version": TABLE_VERSION,
-                "executor": executor,
-                "updated": now(),
-                "jobs": {name: vars(rec) for name, rec in table.items()},
-            },
-        )
+        table_json = {
+            "table_version": TABLE_VERSION,
+            "executor": executor,
+            "updated": now(),
+            "jobs": {name: vars(rec) for name, rec in table.items()},
+        }
+        inside.write(self.path, self.table_file.name, (json.dumps(table_json, indent=1) + "\n").encode())
 
 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")  # no '/', so a name is one path component

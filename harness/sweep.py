@@ -11,11 +11,13 @@ import fcntl
 import os
 import re
 import shutil
+import stat
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from benchmarks.results import kind_of
 from harness import cost
 from harness.collect import collect, to_frame, write_summary
 from harness.cost import Cost
@@ -83,13 +85,20 @@ def start(
         return run_and_report(run, executor, jobs, run.read_table(jobs), console)
 
 
-def resume(run: RunDir, console: Console) -> int:
-    """Go on with the plan saved in `run`, with the executor and cluster profile it names."""
+def resume(run: RunDir, console: Console, yes: bool = False) -> int:
+    """Go on with the plan saved in `run`, with the executor and cluster profile it names. The
+    jobs still to run cost what a new sweep of them would, so a batch executor's are confirmed
+    the same way (a dry run's plan holds every job of the sweep)."""
     plan = run.read_plan()
-    jobs = run.jobs()
+    jobs = run.jobs(plan)
+    run.check_job_dirs(jobs)
     recorded = plan.get("cluster")
     profile = build(ClusterProfile, recorded, "cluster") if recorded else None
     check_passthrough((*plan["sweep"].get("env_passthrough", ()), *(profile.env_passthrough if profile else ())))
+    if plan["executor"] != "local":
+        saved = run.read_table(jobs)
+        to_run = [j for j in jobs if saved[j.name].state != COMPLETED]
+        confirm(cost.estimate(to_run, profile), profile or DEFAULT_PROFILE, console, dry_run=False, yes=yes)
     executor = make_executor(plan["executor"], run, plan["sweep"].get("timeout_s", 300.0), profile)
     console.print(f"executor: {executor.name} (from the plan in {run.path})")
     with locked(run):
@@ -290,11 +299,16 @@ def create_run(sweep: Sweep, sweep_file: str, executor: Executor, jobs: list[Job
 @contextlib.contextmanager
 def locked(run: RunDir) -> Iterator[None]:
     """Hold the run directory for one harness at a time; the lock dies with the process."""
-    try:  # O_NOFOLLOW: a link planted as .lock must not make root create or open its target
-        fd = os.open(run.path / ".lock", os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o666)
+    # O_NOFOLLOW: a link planted as .lock must not make root create or open its target;
+    # O_NONBLOCK: nor a FIFO make it wait.
+    try:
+        fd = os.open(run.path / ".lock", os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
     except OSError as exc:
         raise RunDirError(f"{run.path}: cannot take the run's lock ({exc.strerror or exc})") from None
     try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise RunDirError(f"{run.path / '.lock'}: {kind_of(mode)}, not bench's lock file; remove it")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -307,7 +321,7 @@ def locked(run: RunDir) -> Iterator[None]:
 def in_use(run: RunDir) -> bool:
     """Whether a bench process holds the run directory now (it is sweeping or resuming it)."""
     try:
-        fd = os.open(run.path / ".lock", os.O_RDONLY)
+        fd = os.open(run.path / ".lock", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return False
     try:

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.catalog import collective
+from benchmarks.results import bounded_lines, open_regular
 
 DIR = "telemetry"  # jobs/<job>/telemetry/
 PHASES = "phases.jsonl"
@@ -319,8 +320,10 @@ class Telemetry:
 
 
 def _records(path: Path) -> Iterator[dict[str, Any]]:
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
+    """The records of a telemetry file: JSON objects with a time, one a line, each line bounded
+    (a line past the bound is cut, so it is not JSON and is skipped)."""
+    with open_regular(path) as f:
+        for line in bounded_lines(f):
             try:
                 record = json.loads(line)
             except ValueError:  # a torn last line
@@ -329,15 +332,16 @@ def _records(path: Path) -> Iterator[dict[str, Any]]:
                 yield record
 
 
-def read(job_dir: Path) -> Telemetry | None:
-    """The telemetry of one job, or None where it has none."""
+def read(job_dir: Path, warn: Callable[[str], None] = lambda _: None) -> Telemetry | None:
+    """The telemetry of one job, or None where it has none. A file that is not a regular file
+    (a FIFO, a device) is skipped with a warning, never waited on."""
     folder = job_dir / DIR
     if not folder.is_dir():
         return None
     hosts: dict[str, Host] = {}
     for path in sorted(folder.glob(f"*{SAMPLES}")):
         h = Host(path.name[: -len(SAMPLES)])
-        for r in _records(path):
+        for r in _readable(path, warn):
             kind = r.get("kind")
             if kind == "start":
                 h.host = str(r.get("host") or h.host)
@@ -348,16 +352,23 @@ def read(job_dir: Path) -> Telemetry | None:
                 h.gpus.append(r)
         hosts[h.host] = h
     phases: dict[str, tuple[float, float | None]] = {}
-    if (folder / PHASES).is_file():
-        for r in _records(folder / PHASES):
-            key, event = r.get("key"), r.get("event")
-            if not isinstance(key, str):
-                continue
-            if event == "start":
-                phases[key] = (r["t"], None)
-            elif event == "end" and key in phases:
-                phases[key] = (phases[key][0], r["t"])
+    for r in _readable(folder / PHASES, warn) if os.path.lexists(folder / PHASES) else ():
+        key, event = r.get("key"), r.get("event")
+        if not isinstance(key, str):
+            continue
+        if event == "start":
+            phases[key] = (r["t"], None)
+        elif event == "end" and key in phases:
+            phases[key] = (phases[key][0], r["t"])
     return Telemetry(hosts, phases) if hosts else None
+
+
+def _readable(path: Path, warn: Callable[[str], None]) -> list[dict[str, Any]]:
+    try:
+        return list(_records(path))
+    except OSError as exc:
+        warn(f"skipping {path}: {exc.strerror or exc}")
+        return []
 
 
 def bracket(samples: list[dict[str, Any]], start: float, end: float) -> tuple[dict[str, Any], dict[str, Any]] | None:

@@ -10,17 +10,23 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks.results import bounded_lines, open_regular
 from harness.errors import UsageError
 
 # The prefix NCCL's logger puts on each line: "host:pid:tid [cudaDev] NCCL INFO ...". Anything
-# before it (an mpirun "[1,23]<stdout>:" tag, a timestamp) is ignored.
+# before it (an mpirun "[1,23]<stdout>:" tag, a timestamp) is ignored. The host starts where a
+# run of host characters starts (the lookbehind), so a search over a long run of them tries one
+# start rather than each of its characters: linear in the line, not quadratic. Every pattern
+# here is matched on lines cut to LINE_LIMIT (benchmarks/results.py) and right-stripped, and
+# none has a lazy or nested repeat followed by one that can match the same characters.
 _LINE = re.compile(
-    r"(?P<host>[^\s:\[\]]+):(?P<pid>\d+):\d+ \[(?P<dev>\d+)\] (?:[\w./-]+:\d+ )?NCCL (?P<level>INFO|WARN) (?P<msg>.*)"
+    r"(?<![^\s:\[\]])(?P<host>[^\s:\[\]]+):(?P<pid>\d+):\d+ \[(?P<dev>\d+)\] "
+    r"(?:[\w./-]+:\d+ )?NCCL (?P<level>INFO|WARN) (?P<msg>.*)"
 )
 # Older releases print the version once, bare, on rank 0's stdout; newer ones log it per rank.
 _VERSION = re.compile(r"NCCL version (?P<v>\d+\.\d+\.\d+)")
@@ -28,8 +34,8 @@ _PLUGIN_NONE = re.compile(r"NET/Plugin ?: (?:No plugin found|Could not find|Plug
 _PLUGIN_LOADED = re.compile(r"NET/Plugin ?: Loaded net plugin (?P<name>.+?)(?: \(v\d+\))?$")
 _PLUGIN_PATH = re.compile(r"Plugin Path : (?P<path>\S+)")
 _OFI = re.compile(r"NET/OFI Using (?P<name>aws-ofi-nccl \S+)")
-_NETWORK = re.compile(r"^Using network (?P<net>.+?)\s*$")
-_IB_DEVICES = re.compile(r"NET/IB ?: Using (?P<devs>.*?)\s*;\s*OOB (?P<oob>\S+)")
+_NETWORK = re.compile(r"^Using network (?P<net>.+)$")
+_IB_DEVICES = re.compile(r"NET/IB ?: Using (?P<devs>[^;]*);\s*OOB (?P<oob>\S+)")
 _IB_NONE = re.compile(r"NET/IB ?: No device found")
 # One line per device in recent releases (src/transport/net_ib.cc: "NET/IB: [%d] %s:%s:%d/%s
 # provider=%s speed=%d ..."): device, verbs device, port, link layer.
@@ -40,11 +46,11 @@ _TUNING = re.compile(r"^\w+: \d+ Bytes -> Algo (?P<algo>\w+) proto (?P<proto>\w+
 _SOCKET_DEVICES = re.compile(r"^NET/Socket ?: Using (?P<devs>.+)$")
 _BOOTSTRAP = re.compile(r"^Bootstrap ?: Using (?:\[\d+\])?(?P<iface>\S+)")
 _DEVICE = re.compile(r"\[\d+\](?P<name>[^\s\[\]]+)")
-_VIA = re.compile(r" via (?P<via>.+?)\s*$")
+_VIA = re.compile(r" via (?P<via>.+)$")
 _NET_VIA = re.compile(r"^NET/(?P<net>.+?)/\d+(?P<gdr>/GDRDMA)?")
 _CHANNELS = re.compile(r"^(?P<n>\d+) coll channels")
 _NVLS = re.compile(r"(?P<n>\d+) nvls channels")
-_CHANNEL_LIST = re.compile(r"^Channel (?P<i>\d+)(?:/(?P<of>\d+))? :(?:\s+\d+)+\s*$")
+_CHANNEL_LIST = re.compile(r"^Channel (?P<i>\d+)(?:/(?P<of>\d+))? :(?:\s+\d+)+$")
 _IB_DEVICE_LIST = "NET/IB device list"
 _ALGO = re.compile(r"NCCL_ALGO set (?:by environment )?to (?P<algo>\S+)")
 
@@ -98,7 +104,7 @@ class RankFacts:
             self.net = m["net"]
         elif m := _IB_DEVICES.search(msg):
             self._evidence.add(_IB_DEVICE_LIST)
-            self.net_devices = _DEVICE.findall(m["devs"])
+            self.net_devices = _DEVICE.findall(m["devs"].rstrip())
             self.oob = _interface(m["oob"])
         elif _IB_NONE.search(msg):
             self._no_ib = True
@@ -244,21 +250,18 @@ def combine(ranks: list[dict[str, Any]]) -> dict[str, Any]:
     a fact none of them reports is None. Warnings are listed once each, with a count."""
     out: dict[str, Any] = {}
     for name in FACTS:
-        seen: dict[str, tuple[Any, list[str]]] = {}
+        seen: dict[str, tuple[Any, dict[str, None]]] = {}  # hosts as a dict: ordered, and found in O(1)
         for r in ranks:
             value = r.get(name)
             if value is None:
                 continue
-            text = as_text(value)
-            hosts = seen.setdefault(text, (value, []))[1]
-            if r["host"] not in hosts:
-                hosts.append(r["host"])
+            seen.setdefault(as_text(value), (value, {}))[1][r["host"]] = None
         if not seen:
             out[name] = None
         elif len(seen) == 1:
             out[name] = next(iter(seen.values()))[0]
         else:
-            out[name] = {text: hosts for text, (_v, hosts) in sorted(seen.items())}
+            out[name] = {text: list(hosts) for text, (_v, hosts) in sorted(seen.items())}
     warnings = Counter(w for r in ranks for w in r.get("warnings") or ())
     out["warnings"] = [f"{w} (x{n})" if n > 1 else w for w, n in warnings.items()]
     out["hosts"] = sorted({r["host"] for r in ranks})
@@ -291,8 +294,8 @@ def read_log(path: Path) -> dict[str, Any]:
     ranks: list[dict[str, Any]] = []
     try:
         for f in files:
-            with open(f, encoding="utf-8", errors="replace") as lines:
-                ranks += [r.facts() for r in parse_nccl(lines)]
+            with open_regular(f) as lines:
+                ranks += [r.facts() for r in parse_nccl(bounded_lines(lines))]
     except OSError as exc:
         raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
     return {"log": str(path), **combine(ranks)}
@@ -321,9 +324,12 @@ TRANSPORT_MISMATCH = "TRANSPORT_MISMATCH"  # a summary status: the facts contrad
 NETWORK_FACTS = ("net", "net_devices", "link_layer", "gdr")  # checked on multi-node jobs only
 
 
-def rank_facts(result: Mapping[str, Any], run_dir: Path) -> list[dict[str, Any]]:
+def rank_facts(
+    result: Mapping[str, Any], run_dir: Path, warn: Callable[[str], None] = lambda _: None
+) -> list[dict[str, Any]]:
     """The per-rank facts behind one workload result: gloo's sockets as the ranks recorded them,
-    or the NCCL debug files the ranks wrote (NCCL_DEBUG_FILE, inside the run directory)."""
+    or the NCCL debug files the ranks wrote (NCCL_DEBUG_FILE, inside the run directory). What is
+    not a regular file there is skipped with a warning."""
     evidence = result.get("transport")
     if not isinstance(evidence, Mapping):
         return []
@@ -349,10 +355,13 @@ def rank_facts(result: Mapping[str, Any], run_dir: Path) -> list[dict[str, Any]]
     root = run_dir.resolve()
     ranks: list[dict[str, Any]] = []
     for path in sorted(run_dir.glob(glob)) if not Path(glob).is_absolute() else ():
-        if not path.resolve().is_relative_to(root) or not path.is_file():
+        if not path.resolve().is_relative_to(root):
             continue
-        with open(path, encoding="utf-8", errors="replace") as lines:
-            ranks += [r.facts() for r in parse_nccl(lines)]
+        try:
+            with open_regular(path) as lines:
+                ranks += [r.facts() for r in parse_nccl(bounded_lines(lines))]
+        except OSError as exc:  # a FIFO, a device, a directory: not a log
+            warn(f"skipping {path}: {exc.strerror or exc}")
     return ranks
 
 

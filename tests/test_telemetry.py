@@ -5,6 +5,7 @@ all-reduce accounts for, worked by hand, and the NIC cross-check's verdicts."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import stat
@@ -118,7 +119,12 @@ def test_sampler_records_counters_gpus_and_its_end(tmp_path, fake_smi):
     assert records[0]["kind"] == "start" and records[-1]["kind"] == "end"
     assert h.overhead is not None and 0 <= h.overhead < 0.5
     rates = telemetry.series(h)
-    assert len(rates["t"]) == len(h.samples) - 1 and all(0 <= c <= 100 for c in rates["cpu_pct"])
+    assert len(rates["t"]) == len(h.samples) - 1
+    # /proc/stat counts in ticks of 10 ms (USER_HZ, proc(5)): the stop signal's sample may come a
+    # few ms after the last regular one, with no tick between, and that interval's share is
+    # unknown (NaN, a gap in the plot). Every other share is within 0-100%.
+    shares = [c for c in rates["cpu_pct"] if not math.isnan(c)]
+    assert len(shares) >= len(rates["cpu_pct"]) - 1 and all(0 <= c <= 100 for c in shares), rates["cpu_pct"]
 
     # the report's timeline draws the GPUs dmon saw beside the node's CPU, over the workload
     made = plot.timeline_figure("j", tele)

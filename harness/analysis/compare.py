@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD, TRAINING
 from benchmarks.common import format_size
+from benchmarks.results import open_regular
 from harness.analysis import stats
 from harness.collect import SUMMARY_VERSION, run_facts, summary_version, to_frame
 from harness.errors import DataError, one_line
@@ -233,7 +234,6 @@ def check_samples(samples: pa.Table, where: str) -> None:
 def read_tables(run: RunDir) -> tuple[pa.Table, pa.Table | None]:
     """(summary, samples) Arrow tables of a run, checked; DataError if unusable."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     try:
         run.read_plan()
@@ -243,14 +243,14 @@ def read_tables(run: RunDir) -> tuple[pa.Table, pa.Table | None]:
     if not files["summary_parquet"].exists():
         raise DataError(f"{run.path}: no summary.parquet; run `bench collect {run.path}` first")
     try:
-        summary = pq.read_table(files["summary_parquet"])
+        summary = _parquet(files["summary_parquet"])
     except (OSError, pa.ArrowException) as exc:
         raise DataError(f"{run.summary_parquet}: unreadable ({one_line(str(exc))})") from None
     check_summary(summary, str(run.summary_parquet))
     samples = None
     if files["samples_parquet"].exists():
         try:
-            samples = pq.read_table(files["samples_parquet"])
+            samples = _parquet(files["samples_parquet"])
         except (OSError, pa.ArrowException) as exc:
             raise DataError(f"{run.samples_parquet}: unreadable ({one_line(str(exc))})") from None
         check_samples(samples, str(run.samples_parquet))
@@ -378,6 +378,14 @@ def _samples_by_row(samples: pa.Table, rows: pd.DataFrame) -> dict[str, tuple[Va
         vals, counts = stats.padded(taken)
         out[str(metric_name)] = (vals, np.where(have, counts, 0))
     return out
+
+
+def _parquet(path: Path) -> pa.Table:
+    """A summary file of a run, read only if it is a regular file (a FIFO is not waited on)."""
+    import pyarrow.parquet as pq
+
+    with open_regular(path) as f:
+        return pq.read_table(f)
 
 
 def load_run(path: str | Path, label: str | None = None) -> Side:

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD
+from benchmarks.results import read_regular
 from harness.analysis.compare import (
     CONFIG,
     KEYS,
@@ -49,7 +50,7 @@ from harness.analysis.compare import (
 )
 from harness.collect import run_facts, to_frame
 from harness.errors import HistoryError
-from harness.rundir import COMPLETED, RunDir
+from harness.rundir import COMPLETED, RUN_FILE_LIMIT, RunDir
 
 if TYPE_CHECKING:
     import numpy as np
@@ -175,7 +176,7 @@ def _session(db: Path, create: bool = False) -> Iterator[sqlite3.Connection]:
 
 
 def fingerprint(run: RunDir) -> str:
-    return hashlib.sha256(run.plan_file.read_bytes()).hexdigest()
+    return hashlib.sha256(read_regular(run.plan_file, RUN_FILE_LIMIT)).hexdigest()
 
 
 def _parquet(table: pa.Table) -> bytes:

@@ -29,8 +29,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from benchmarks.progress import DIR as PROGRESS_DIR
-from benchmarks.results import atomic_write_text
-from harness import hangs, telemetry
+from harness import hangs, inside, telemetry
 from harness.executors.base import Executor
 from harness.logs import error_line, tail
 from harness.plan import Job, WorkloadRun
@@ -170,7 +169,7 @@ class LocalExecutor(Executor):
             ]
             if job.nodes > 1:
                 lines.append("wait")
-        atomic_write_text(self.run.job_dir(job) / "commands.sh", "\n".join(lines) + "\n")
+        inside.write(self.run.path, f"jobs/{job.name}/commands.sh", ("\n".join(lines) + "\n").encode())
 
     def execute(self, jobs: list[Job], table: dict[str, JobRecord], changed: Callable[[JobRecord], None]) -> None:
         gpus = None
@@ -184,10 +183,11 @@ class LocalExecutor(Executor):
             self._run_job(job, rec, gpus, changed)
 
     def _run_job(self, job: Job, rec: JobRecord, gpus: list[str] | None, changed: Callable[[JobRecord], None]) -> None:
-        self.run.job_dir(job).mkdir(parents=True, exist_ok=True)
+        # Its directories are bench's own, never a link planted in the run directory (harness/inside.py).
+        inside.mkdir(self.run.path, f"jobs/{job.name}")
         if job.backend != "gloo":  # NCCL and torch do not create their files' directories
-            (self.run.path / job.nccl_log_dir).mkdir(exist_ok=True)
-            (self.run.path / job.flight_dir).mkdir(exist_ok=True)
+            inside.mkdir(self.run.path, job.nccl_log_dir)
+            inside.mkdir(self.run.path, job.flight_dir)
         self.record_commands(job)
         self.run.clear_results(job)
         rec.new_attempt(RUNNING)

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable, Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD, TRAINING
 from benchmarks.common import format_size
-from benchmarks.results import atomic_write_bytes
-from harness import telemetry
+from harness import inside, telemetry
 from harness.rundir import COMPLETED, RunDir
 
 if TYPE_CHECKING:
@@ -68,9 +67,10 @@ def _log2_axis(ax: Axes, values: Iterable[float], formatter: Callable[[int], str
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: formatter(round(v))))
 
 
-def _save(fig: Figure, points: pd.DataFrame, path: Path) -> None:
-    atomic_write_bytes(path, png_bytes(fig))
-    atomic_write_bytes(path.with_suffix(".csv"), points.to_csv(index=False).encode())
+def _save(fig: Figure, points: pd.DataFrame, root: Path, rel: str) -> Path:
+    """ROOT/REL.png and its points as ROOT/REL.csv, neither through a link (harness/inside.py)."""
+    inside.write(root, f"{rel}.csv", points.to_csv(index=False).encode())
+    return inside.write(root, f"{rel}.png", png_bytes(fig))
 
 
 def _series_label(workload: str, gpus: int) -> str:
@@ -353,19 +353,17 @@ def figures(makers: list[tuple[str, Maker]]) -> Iterator[tuple[str, Figure, pd.D
             plt.close(fig)
 
 
-def _draw_into(out: Path, makers: list[tuple[str, Maker]]) -> list[Path]:
-    """Draw each (name, make) that has data into out/<name>.png, with its CSV; the PNGs written."""
-    written = []
-    for name, fig, points in figures(makers):
-        _save(fig, points, out / f"{name}.png")
-        written.append(out / f"{name}.png")
-    return written
+def _draw_into(root: Path, folder: str, makers: list[tuple[str, Maker]]) -> list[Path]:
+    """Draw each (name, make) that has data into ROOT/FOLDER/<name>.png, with its CSV; the PNGs
+    written."""
+    return [_save(fig, points, root, str(PurePosixPath(folder, name))) for name, fig, points in figures(makers)]
 
 
 def draw_all(run: RunDir, summary: pd.DataFrame) -> list[Path]:
     """Draw every plot the summary has data for; return the PNG paths written."""
     return _draw_into(
-        run.plots,
+        run.path,
+        run.plots.name,
         [
             ("weak_scaling", lambda: scaling_figure(summary, "weak")),
             ("strong_scaling", lambda: scaling_figure(summary, "strong")),
@@ -569,9 +567,12 @@ def png_bytes(fig: Figure) -> bytes:
 
 
 def draw_compare(out: Path, a: pd.DataFrame, b: pd.DataFrame, labels: tuple[str, str]) -> list[Path]:
-    """compare_busbw.png and compare_scaling.png (each with its CSV) in `out`."""
+    """compare_busbw.png and compare_scaling.png (each with its CSV) in `out`, the directory the
+    user named, made when missing."""
+    out.mkdir(parents=True, exist_ok=True)
     return _draw_into(
         out,
+        "",
         [
             ("compare_busbw", lambda: compare_busbw_figure(a, b, labels)),
             ("compare_scaling", lambda: compare_scaling_figure(a, b, labels)),

@@ -23,12 +23,12 @@ import datetime as dt
 import platform
 import re
 import socket
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD
 from benchmarks.common import format_size
-from benchmarks.results import atomic_write_bytes, atomic_write_text
+from harness import inside
 from harness.analysis.compare import (
     BY_RUNS,
     FAILED,
@@ -53,20 +53,22 @@ if TYPE_CHECKING:
 
 
 def write_all(
-    cmp: Comparison, out: Path, title: str, benchmark_json: bool = False, strict: bool = True
+    cmp: Comparison, root: Path, folder: str, title: str, benchmark_json: bool = False, strict: bool = True
 ) -> dict[str, Path]:
-    """Write the outputs; without benchmark_json an earlier run's benchmark.json is removed, so
-    that a dashboard never reads a stale one beside a new junit.xml."""
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {"report": out / "report.md", "junit": out / "junit.xml"}
-    atomic_write_text(paths["report"], markdown(cmp, title) + "\n")
-    atomic_write_text(paths["junit"], junit(cmp, strict))
-    bench_file = out / "benchmark.json"
+    """Write the outputs into ROOT/FOLDER: the run directory and `regress`, or the directory
+    `--out` named and "". Nothing is written through a link below ROOT (harness/inside.py).
+    Without benchmark_json an earlier run's benchmark.json is removed, so that a dashboard never
+    reads a stale one beside a new junit.xml."""
+    root.mkdir(parents=True, exist_ok=True)
+    into = PurePosixPath(folder)
+    paths = {
+        "report": inside.write(root, into / "report.md", (markdown(cmp, title) + "\n").encode()),
+        "junit": inside.write(root, into / "junit.xml", junit(cmp, strict).encode()),
+    }
     if benchmark_json:
-        atomic_write_bytes(bench_file, pytest_benchmark(cmp.b))
-        paths["benchmark"] = bench_file
+        paths["benchmark"] = inside.write(root, into / "benchmark.json", pytest_benchmark(cmp.b))
     else:
-        bench_file.unlink(missing_ok=True)
+        inside.remove(root, into / "benchmark.json")
     return paths
 
 

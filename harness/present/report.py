@@ -8,7 +8,6 @@ import functools
 import html
 import math
 from collections.abc import Collection
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD
@@ -296,5 +295,4 @@ def report_title(plan: dict[str, Any]) -> str:
     return f"bench report: {(plan.get('sweep') or {}).get('name', '?')} on {cluster_name(plan)}, {created}"
 
 
-def default_path(run: RunDir) -> Path:
-    return run.path / "report.html"
+DEFAULT_NAME = "report.html"  # in the run directory, when --out is not given

@@ -454,9 +454,7 @@ class SlurmExecutor(Executor):
         self, job: Job, rec: JobRecord, after: str | None, changed: Callable[[JobRecord], None], first: bool
     ) -> str | None:
         """sbatch one job; its id, or None when Slurm refused it (then the row says why)."""
-        job_dir = self.run.job_dir(job)
         self.run.clear_results(job)
-        (job_dir / "time-limit.txt").unlink(missing_ok=True)
         where = f" on {rec.node_list}" if rec.node_list and rec.state in RESUBMITTED else ""
         previous = f"attempt {rec.attempts} was Slurm job {rec.job_id} ({rec.state}{where})" if rec.job_id else None
         if previous:
