@@ -1,7 +1,7 @@
 """The `bench` command.
 
     bench sweep [SWEEP.yaml] [--max-nodes N] [--repeat N] [--executor auto|local|slurm|submitit] [--out DIR] [--dry-run]
-    bench sweep --resume DIR
+    bench sweep --resume DIR [--yes]
     bench run allreduce|synthetic|real [workload flags]
     bench collect DIR | bench plot DIR | bench status DIR
     bench compare DIR_A [DIR_B] [--across AXIS=A,B]

@@ -87,8 +87,8 @@ def start(
 
 def resume(run: RunDir, console: Console, yes: bool = False) -> int:
     """Go on with the plan saved in `run`, with the executor and cluster profile it names. The
-    jobs still to run cost what a new sweep of them would, so a batch executor's are confirmed
-    the same way (a dry run's plan holds every job of the sweep)."""
+    jobs it will submit cost what a new sweep of them would, so a batch executor's are confirmed
+    the same way (--yes answers; a dry run's plan submits every job of the sweep)."""
     plan = run.read_plan()
     jobs = run.jobs(plan)
     run.check_job_dirs(jobs)
@@ -97,7 +97,10 @@ def resume(run: RunDir, console: Console, yes: bool = False) -> int:
     check_passthrough((*plan["sweep"].get("env_passthrough", ()), *(profile.env_passthrough if profile else ())))
     if plan["executor"] != "local":
         saved = run.read_table(jobs)
-        to_run = [j for j in jobs if saved[j.name].state != COMPLETED]
+        # what `execute` will submit: jobs never submitted, and jobs that ended without completing
+        # (a job with an id still in Slurm is tracked, not submitted again)
+        rows = [(j, saved[j.name]) for j in jobs]
+        to_run = [j for j, r in rows if r.state != COMPLETED and (r.job_id is None or r.state in FINAL_STATES)]
         confirm(cost.estimate(to_run, profile), profile or DEFAULT_PROFILE, console, dry_run=False, yes=yes)
     executor = make_executor(plan["executor"], run, plan["sweep"].get("timeout_s", 300.0), profile)
     console.print(f"executor: {executor.name} (from the plan in {run.path})")

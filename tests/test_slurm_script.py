@@ -479,10 +479,18 @@ def test_cli_slurm_dry_run_writes_every_script(tmp_path):
     from harness.spec import build
 
     assert build(ClusterProfile, plan["cluster"], "cluster") == load_profile(EXAMPLE)
-    # where Slurm's commands are missing, resuming says so and the run stays resumable
+    # resuming a dry run submits the whole sweep: its cost is confirmed as a new sweep's is
     empty = tmp_path / "bin"
     empty.mkdir()
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
     r = bench("sweep", "--resume", str(out), env={"PATH": str(empty)}, check=False)
+    assert r.returncode == 2 and r.stderr == (
+        "bench sweep: error: 32 job(s), up to 28.0 node-hours is above the profile's confirm_above_node_hours (4); "
+        "no terminal to ask, so nothing was submitted: add --yes to submit, or narrow the sweep (--only, --max-nodes)\n"
+    )
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+    # where Slurm's commands are missing, resuming says so and the run stays resumable
+    r = bench("sweep", "--resume", str(out), "--yes", env={"PATH": str(empty)}, check=False)
     assert (
         r.returncode == 2
         and r.stderr

@@ -86,7 +86,8 @@ def killed_then_resumed(base: Path, *args: str) -> dict:
     (out / "jobs.json").write_text(json.dumps(saved))
 
     started = time.monotonic()
-    resume = start_bench("sweep", "--resume", str(out), log=base / "resume.log")
+    # --yes: the jobs it submits are confirmed, as the first sweep's were (ARGS hold --yes)
+    resume = start_bench("sweep", "--resume", str(out), "--yes", log=base / "resume.log")
     running = wait_for(
         "a RUNNING job while the resume tracks",
         lambda: next((n for n, r in table(out).items() if r["state"] == "RUNNING"), None),
