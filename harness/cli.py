@@ -52,7 +52,7 @@ from harness.analysis.compare import (
 )
 from harness.analysis.history import BASELINE_HELP, DEFAULT_BASELINE
 from harness.collect import collect, read_summary, write_summary
-from harness.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, BenchError, DataError, UsageError, one_line
+from harness.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, BenchError, DataError, UsageError, one_line, shown
 from harness.executors.slurm.profile import load_profile
 from harness.present import export, report
 from harness.present.plot import draw_all, draw_compare, history_figure
@@ -341,10 +341,10 @@ def cmd_history(args: argparse.Namespace) -> int:
             f"{f' (label {e.label})' if e.label else ''}: {e.keys} keys, {e.rows} summary rows"
         )
         if added.failed_jobs:
-            shown = ", ".join(added.failed_jobs[:5]) + (", ..." if len(added.failed_jobs) > 5 else "")
+            some = ", ".join(added.failed_jobs[:5]) + (", ..." if len(added.failed_jobs) > 5 else "")
             print(
                 f"note: {len(added.failed_jobs)} job{'s' if len(added.failed_jobs) != 1 else ''} did not complete "
-                f"({shown}); their {e.failed} rows are stored as failed and never serve as a baseline"
+                f"({some}); their {e.failed} rows are stored as failed and never serve as a baseline"
             )
     elif args.action == "remove":
         if not args.dir.isdigit():
@@ -361,24 +361,23 @@ def cmd_history(args: argparse.Namespace) -> int:
         )
         return 1 if problems else 0
     elif args.action == "list":
-        from rich.markup import escape
         from rich.table import Table
 
         found = history.entries(db, args.cluster)
-        t = Table(title=f"Runs in {escape(str(db))}", title_justify="left")
+        t = Table(title=f"Runs in {shown(str(db))}", title_justify="left")
         for col in ("id", "cluster", "label", "sweep", "ran", "added", "keys", "failed rows", "path"):
             t.add_column(col)
         for e in found:
             t.add_row(
                 str(e.id),
-                escape(e.cluster),
-                escape(e.label or "-"),
-                escape(e.sweep or "-"),
+                shown(e.cluster),
+                shown(e.label or "-"),
+                shown(e.sweep or "-"),
                 e.created,
                 e.added,
                 str(e.keys),
                 str(e.failed),
-                escape(e.path),
+                shown(e.path),
             )
         console.print(t)
         console.print(f"{len(found)} run{'s' if len(found) != 1 else ''}")
@@ -529,7 +528,7 @@ def cmd_transport(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(facts, indent=2))
     else:
-        print("\n".join(line for f in facts for line in transport.describe(f)))
+        print("\n".join(one_line(line) for f in facts for line in transport.describe(f)))  # a log's words
     return 0
 
 

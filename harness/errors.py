@@ -64,3 +64,12 @@ def one_line(text: str) -> str:
     """`text` as one printable line: control characters (a newline, an escape sequence from a
     hostile file name) shown as escapes, so a message can never forge or hide lines."""
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def shown(text: object) -> str:
+    """Text from a run directory, a log or a label as a rich console prints it: control
+    characters shown as escapes (one_line), so a log cannot move the cursor or colour the
+    terminal, and rich's markup escaped, so "[red]" in a job's reason is printed, not obeyed."""
+    from rich.markup import escape
+
+    return escape(one_line(str(text)))

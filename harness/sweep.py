@@ -21,10 +21,10 @@ from benchmarks.results import kind_of
 from harness import cost
 from harness.collect import collect, to_frame, write_summary
 from harness.cost import Cost
-from harness.errors import PlanError, SlurmError, UsageError
+from harness.errors import PlanError, SlurmError, UsageError, shown
 from harness.executors import Executor, LocalExecutor, SlurmExecutor
 from harness.executors.slurm.profile import DEFAULT_PROFILE, ClusterProfile
-from harness.executors.slurm.script import unmountable
+from harness.executors.slurm.script import directive_path_problem, unmountable
 from harness.plan import Job, expand
 from harness.present.plot import draw_all
 from harness.present.tables import print_jobs, print_plan, print_results, transport_mismatches
@@ -58,15 +58,16 @@ def start(
     except PlanError as exc:
         raise PlanError(f"{sweep_file}: {exc}") from None
     if executor_name != "local":
-        from rich.markup import escape
-
         why = looks_local(out)
         if why:
             console.print(
-                f"[yellow]warning:[/] the run directory {escape(str(out))} may not be visible to the compute nodes: "
+                f"[yellow]warning:[/] the run directory {shown(str(out))} may not be visible to the compute nodes: "
                 f"{why}; give --out (or BENCH_RESULTS) on a filesystem they share",
                 soft_wrap=True,
             )
+        why_not = directive_path_problem(out) if executor_name == "submitit" else None
+        if why_not:
+            raise UsageError(f"--out {why_not}")
         bad = unmountable(profile or DEFAULT_PROFILE, out)
         if bad:
             raise UsageError(
@@ -95,6 +96,8 @@ def resume(run: RunDir, console: Console, yes: bool = False) -> int:
     recorded = plan.get("cluster")
     profile = build(ClusterProfile, recorded, "cluster") if recorded else None
     check_passthrough((*plan["sweep"].get("env_passthrough", ()), *(profile.env_passthrough if profile else ())))
+    if plan["executor"] == "submitit" and (why_not := directive_path_problem(run.path)):
+        raise RunDirError(why_not)
     if plan["executor"] != "local":
         saved = run.read_table(jobs)
         # what `execute` will submit: jobs never submitted, and jobs that ended without completing
@@ -180,7 +183,6 @@ def run_and_report(
 ) -> int:
     """Execute, then collect, plot and print the tables; 130 when interrupted (the directory
     stays consistent and resumable)."""
-    from rich.markup import escape
 
     try:
         table = execute(run, executor, jobs, table, console)
@@ -200,14 +202,14 @@ def run_and_report(
     summary = collect_and_plot(run, console)
     mismatched = transport_mismatches(summary)
     for line in mismatched:
-        console.print(f"[red]transport mismatch:[/] {escape(line)}", soft_wrap=True)
+        console.print(f"[red]transport mismatch:[/] {shown(line)}", soft_wrap=True)
     print_jobs(console, table, title="Jobs")
     print_results(console, summary)
     failed = [r for r in table.values() if r.state != COMPLETED]
     console.print(f"\nresults: {run.path}\n  summary: {run.summary_csv}\n  plots:   {run.plots}/", markup=False)
     if failed:
         console.print(
-            f"[red]{len(failed)} of {len(table)} jobs did not complete[/] (logs in {escape(str(run.path))}/jobs/<job>/)"
+            f"[red]{len(failed)} of {len(table)} jobs did not complete[/] (logs in {shown(str(run.path))}/jobs/<job>/)"
         )
     if mismatched:
         console.print(
@@ -219,10 +221,9 @@ def run_and_report(
 
 
 def collect_and_plot(run: RunDir, console: Console) -> pd.DataFrame:
-    from rich.markup import escape
 
     # warnings quote file names, which may hold rich markup such as "[red]"
-    summary, samples = collect(run, warn=lambda m: console.print(f"[yellow]warning:[/] {escape(m)}"))
+    summary, samples = collect(run, warn=lambda m: console.print(f"[yellow]warning:[/] {shown(m)}"))
     write_summary(run, summary, samples)
     frame = to_frame(summary)
     draw_all(run, frame)
@@ -340,7 +341,6 @@ def execute(
     run: RunDir, executor: Executor, jobs: list[Job], table: dict[str, JobRecord], console: Console
 ) -> dict[str, JobRecord]:
     """Run the jobs, saving the table after every change and showing progress."""
-    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     total = len(jobs)
@@ -374,7 +374,7 @@ def execute(
         if rec.state in FINAL_STATES and rec.name not in finished_before:
             finished_before.add(rec.name)
             style = "green" if rec.state == COMPLETED else "red"
-            extra = f": {escape(rec.reason)}" if rec.reason else ""  # reasons quote logs and paths
+            extra = f": {shown(rec.reason)}" if rec.reason else ""  # reasons quote logs and paths
             took = "" if rec.elapsed_s is None else f" in {rec.elapsed_s:.1f} s"
             progress.console.print(f"[{done + failed}/{total}] {rec.name} [{style}]{rec.state}[/]{took}{extra}")
         elif rec.state not in FINAL_STATES and rec.name in finished_before:

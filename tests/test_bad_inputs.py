@@ -61,6 +61,22 @@ def _slurm_dry(tmp: Path, profile: str) -> list[str]:
     ]
 
 
+def _submitit_out(tmp: Path, run: Path) -> list[str]:
+    profile = str(SWEEPS / "clusters" / "example.yaml")
+    hostile = str(tmp / "out" / "a b#c")
+    return [
+        "sweep",
+        str(SWEEPS / "default.yaml"),
+        "--executor",
+        "submitit",
+        "--cluster",
+        profile,
+        "--dry-run",
+        "--out",
+        hostile,
+    ]
+
+
 def _copy(run: Path, tmp: Path, name: str = "copy") -> Path:
     dst = tmp / name
     shutil.copytree(run, dst)
@@ -127,6 +143,8 @@ CASES = [
     Case("sweep-too-large", lambda t, r: _dry(t, str(_file(t, "s.yaml", "#" * (1024**2 + 10)))), "larger than"),
     Case("sweep-is-a-directory", lambda t, r: _dry(t, str(t)), "cannot read sweep file"),
     Case("sweep-missing", lambda t, r: _dry(t, str(t / "nope.yaml")), "cannot read sweep file"),
+    # submitit writes the run directory's path on #SBATCH lines, where Slurm reads '#' and blanks
+    Case("sweep-submitit-directive-path", _submitit_out, "#SBATCH", "' '", "'#'", "--out"),
     Case("sweep-top-level-list", lambda t, r: _dry(t, str(_file(t, "s.yaml", "- a\n"))), "mapping"),
     # ---- sweep: values every job would fail on
     Case("yaml11-boolean-env-key", lambda t, r: _dry(t, _sweep(t, 'env: {ON: "1"}\n')), "env", "True", "quote"),

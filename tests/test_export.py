@@ -17,6 +17,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families as prometheus_families
 
 from harness.analysis.compare import load_run
+from harness.cli import main
 from harness.present import export
 
 pytestmark = pytest.mark.slow  # the session's real local run
@@ -122,3 +123,27 @@ def test_bad_export_arguments_exit_2_with_one_line(real_run, tmp_path):
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and words in r.stderr, r.describe()
     r = bench("export", str(tmp_path / "nothing"), "--format", "influx", check=False)
     assert r.returncode == 2 and "no such run directory" in r.stderr
+
+
+@pytest.mark.parametrize("breaks", ["\n", "\r", "\x1b[2J", "\u2028"])
+def test_a_label_with_a_line_break_is_refused_in_both_formats(real_run, tmp_path, capsys, breaks):
+    """A run directory whose name holds a line break would forge a sample or a line: refused, in one
+    line naming the label, with exit 2 and nothing written."""
+    run = copy_run(real_run, tmp_path / f"run{breaks}x")
+    for form in ("openmetrics", "influx"):
+        out = tmp_path / f"out.{form}"
+        status = main(["export", str(run), "--format", form, "--out", str(out)])
+        err = capsys.readouterr().err
+        assert status == 2 and len(err.strip().splitlines()) == 1 and "label run=" in err, err
+        assert "control character" in err and not out.exists()
+
+
+@pytest.mark.parametrize("created", ["9999-12-31T00:00:00+00:00", "1600-01-01T00:00:00+00:00"])
+def test_a_start_time_influx_cannot_store_is_refused(real_run, tmp_path, capsys, created):
+    run = copy_run(real_run, tmp_path / "run")
+    plan = json.loads((run / "plan.json").read_text())
+    (run / "plan.json").write_text(json.dumps({**plan, "created": created}))
+    status = main(["export", str(run), "--format", "influx"])
+    out, err = capsys.readouterr()
+    assert status == 2 and not out and "outside the times InfluxDB can store" in err, err
+    assert main(["export", str(run), "--format", "openmetrics"]) == 0  # no timestamps there

@@ -253,3 +253,24 @@ def test_lines_are_cut_at_the_bound_and_the_next_line_is_read(tmp_path):
         lines = list(bounded_lines(f, chunk=4096))
     assert [len(x) for x in lines] == [LINE_LIMIT, len(real) - 1, 10]
     assert transport.read_log(log)["net"] == "IB"
+
+
+def test_a_job_table_s_text_is_shown_never_obeyed(real_run, tmp_path, capsys):
+    """jobs.json is data: a reason or a log tail holding an escape sequence or rich markup is
+    printed with the control characters escaped and the markup as text."""
+    run = tmp_path / "run"
+    shutil.copytree(real_run, run, symlinks=True)
+    table = json.loads((run / "jobs.json").read_text())
+    job = _a_job(run)
+    table["jobs"][job].update(
+        state="FAILED",
+        job_id="[bold]7[/bold]",
+        reason="[red]boom[/red]\x1b[2J",
+        log_tail="line one\n\x1b]0;owned\x07[link=http://x]y[/link]",
+    )
+    (run / "jobs.json").write_text(json.dumps(table))
+    assert main(["status", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert "[red]boom[/red]\\x1b[2J" in out and "\\x1b]0;owned\\x07[link=http://x]y[/link]" in out
+    assert "[bold]7[/bold]" in out.replace("\n", "").replace("│", "").replace(" ", "")

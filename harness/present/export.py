@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from harness.analysis.compare import METRICS, Side
-from harness.errors import DataError
+from harness.errors import DataError, one_line
 
 FORMATS = ("openmetrics", "influx")
 # The figures exported, with what they are (the summary's columns; README, "The summary").
@@ -68,6 +68,23 @@ def _label(value: Any) -> str:
     return str(value)
 
 
+# What no label of either format may hold: line breaks end a sample, and the other controls are
+# not text (OpenMetrics escapes only the newline, InfluxDB's line protocol none of them).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _checked(labels: dict[str, str], form: str) -> dict[str, str]:
+    """`labels`, or DataError naming the first whose value holds a control character: the labels
+    come from the run directory (its name, its summary), which is data."""
+    for key, value in labels.items():
+        if _CONTROL.search(value):
+            raise DataError(
+                f"label {key}={one_line(value)!r} holds a control character, which {form} cannot carry; "
+                f"rename what it came from (the run directory, a settings set)"
+            )
+    return labels
+
+
 def _number(value: float) -> str:
     return repr(float(value))
 
@@ -92,7 +109,8 @@ def openmetrics(side: Side, run_labels: dict[str, str]) -> str:
             return
         lines.extend([f"# TYPE {PREFIX}{name} gauge", f"# HELP {PREFIX}{name} {help_}"])
         for labels, value in samples:
-            text = ",".join(f'{k}="{_om_escape(v)}"' for k, v in {**run_labels, **labels}.items())
+            named = _checked({**run_labels, **labels}, "OpenMetrics")
+            text = ",".join(f'{k}="{_om_escape(v)}"' for k, v in named.items())
             lines.append(f"{PREFIX}{name}{{{text}}} {_number(value)}")
 
     for name, help_ in HELP.items():
@@ -108,6 +126,10 @@ def openmetrics(side: Side, run_labels: dict[str, str]) -> str:
 # ---------------------------------------------------------------- InfluxDB line protocol
 
 MEASUREMENT = "bench"
+# A timestamp is a signed 64-bit count of nanoseconds since 1970 (InfluxDB's line protocol
+# reference, "Timestamp"): from 1677-09-21T00:12:43.145224194Z to 2262-04-11T23:47:16.854775806Z.
+INFLUX_FIRST = dt.datetime(1677, 9, 21, 0, 12, 44, tzinfo=dt.timezone.utc)
+INFLUX_LAST = dt.datetime(2262, 4, 11, 23, 47, 16, tzinfo=dt.timezone.utc)
 
 
 def _tag(text: str) -> str:
@@ -125,10 +147,20 @@ def influx(side: Side, run_labels: dict[str, str], when: dt.datetime) -> str:
     """InfluxDB line protocol: one line per key, measurement `bench`, the run and the matrix
     point as tags (sorted, as InfluxDB stores them), the figures and `completed` as fields, at
     the run's start in nanoseconds."""
+    try:
+        utc = when.astimezone(dt.timezone.utc)
+    except (OverflowError, ValueError):  # a naive time at the ends of datetime's range
+        utc = None
+    if utc is None or not INFLUX_FIRST <= utc <= INFLUX_LAST:
+        raise DataError(
+            f"the run's start {when.isoformat()} is outside the times InfluxDB can store "
+            f"({INFLUX_FIRST.isoformat()} to {INFLUX_LAST.isoformat()}, a signed 64-bit count of nanoseconds)"
+        )
     stamp = int(when.timestamp()) * 1_000_000_000
     out = []
     for labels, figures, done in series(side):
-        tags = ",".join(f"{_tag(k)}={_tag(v)}" for k, v in sorted({**run_labels, **labels}.items()))
+        named = _checked({**run_labels, **labels}, "the line protocol")
+        tags = ",".join(f"{_tag(k)}={_tag(v)}" for k, v in sorted(named.items()))
         fields = [*(f"{k}={_number(v)}" for k, v in figures.items()), f"completed={'true' if done else 'false'}"]
         out.append(f"{MEASUREMENT},{tags} {','.join(fields)} {stamp}")
     return "".join(line + "\n" for line in out)

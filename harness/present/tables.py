@@ -25,6 +25,7 @@ from harness.analysis.compare import (
     Side,
     records,
 )
+from harness.errors import one_line, shown
 from harness.rundir import COMPLETED, PENDING, RUNNING, JobRecord, RunDir
 from harness.transport import TRANSPORT_MISMATCH
 
@@ -88,10 +89,10 @@ def warnings(cmp: Comparison) -> list[tuple[str, list[str]]]:
     """(heading, lines) of everything a reader must see before the table, the transport
     mismatches of either side first."""
     out = []
-    shown: set[str] = set()
+    listed: set[str] = set()
     for side in (cmp.a, cmp.b):  # both, even of one run: --across splits its rows between them
-        lines = [x for x in transport_mismatches(side.others) if x not in shown] if side.others is not None else []
-        shown.update(lines)
+        lines = [x for x in transport_mismatches(side.others) if x not in listed] if side.others is not None else []
+        listed.update(lines)
         if lines:
             out.append((f"{MISMATCH_HEADING}, in {side.label}", lines))
     if cmp.mismatches:
@@ -239,37 +240,36 @@ def collective_table(coll: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
 def print_comparison(console: Console, cmp: Comparison, top: int) -> None:
     """Warnings, stragglers, the `top` worst rows and the headline, as `bench compare` and
     `bench regress` print them."""
-    from rich.markup import escape
     from rich.table import Table
 
     for heading, lines in warnings(cmp):
-        console.print(f"[yellow]warning: {escape(heading)}:[/]", soft_wrap=True)
+        console.print(f"[yellow]warning: {shown(heading)}:[/]", soft_wrap=True)
         for line in lines:
-            console.print(f"[yellow]  {escape(line)}[/]", soft_wrap=True)
+            console.print(f"[yellow]  {shown(line)}[/]", soft_wrap=True)
     for side in _distinct_sides(cmp):
         for s in side.stragglers:
-            console.print(f"[yellow]straggler in {escape(side.label)}:[/] {escape(s.line())}", soft_wrap=True)
+            console.print(f"[yellow]straggler in {shown(side.label)}:[/] {shown(s.line())}", soft_wrap=True)
     t = Table(
-        title=f"{escape(cmp.b.label)} against {escape(cmp.a.label)} (worst first; threshold "
-        f"{cmp.threshold:.1%}; {escape(cmp.method)})",
+        title=f"{shown(cmp.b.label)} against {shown(cmp.a.label)} (worst first; threshold "
+        f"{cmp.threshold:.1%}; {shown(cmp.method)})",
         title_justify="left",
     )
-    shown = records(cmp.table.head(top))
-    notes = any(r.get("note") for r in shown)
+    worst = records(cmp.table.head(top))
+    notes = any(r.get("note") for r in worst)
     for col in ("verdict", "metric", "key", "A", "B", "B/A", "interval", "p") + (("note",) if notes else ()):
         t.add_column(col, justify="right" if col in ("A", "B", "B/A", "p") else "left")
     style = {SLOWER: "red", FAILED: "red", UNJUDGED: "yellow", FASTER: "green"}
-    for r in shown:
+    for r in worst:
         t.add_row(
             r["verdict"],
             METRICS[r["metric"]].label,
-            escape(r["key"]),
+            shown(r["key"]),
             fmt_value(r["a"]),
             fmt_value(r["b"]),
             fmt_ratio(r["ratio"]),
             fmt_interval(r),
             fmt_value(r.get("p_value")),
-            *((escape(r.get("note") or ""),) if notes else ()),
+            *((shown(r.get("note") or ""),) if notes else ()),
             style=style.get(r["verdict"]),
         )
     console.print(t)
@@ -279,8 +279,8 @@ def print_comparison(console: Console, cmp: Comparison, top: int) -> None:
     if listed:
         n = len(cmp.new_in_b)
         console.print(
-            f"only completed in {escape(cmp.b.label)}: {n} key{'s' if n != 1 else ''}: "
-            f"{escape(' | '.join(listed))}{f' | ... and {more} more' if more else ''}",
+            f"only completed in {shown(cmp.b.label)}: {n} key{'s' if n != 1 else ''}: "
+            f"{shown(' | '.join(listed))}{f' | ... and {more} more' if more else ''}",
             soft_wrap=True,
         )
     console.print(headline(cmp), soft_wrap=True)
@@ -329,7 +329,6 @@ def _used(amount: float | None, share: float | None, unit: str) -> str:
 
 
 def print_jobs(console: Console, table: dict[str, JobRecord], title: str) -> None:
-    from rich.markup import escape
     from rich.table import Table
 
     t = Table(title=title, title_justify="left")
@@ -342,23 +341,24 @@ def print_jobs(console: Console, table: dict[str, JobRecord], title: str) -> Non
     for rec in table.values():
         style = "green" if rec.state == COMPLETED else ("yellow" if rec.state in (PENDING, RUNNING) else "red")
         used = (_used(rec.cpu_s, rec.cpu_efficiency, "s"), _used(rec.mem_bytes, rec.mem_efficiency, "B"))
-        t.add_row(
-            rec.name,
-            rec.job_id or "-",
-            f"[{style}]{rec.state}[/]",
+        t.add_row(  # a job table is data (jobs.json): every text cell is shown, never obeyed
+            shown(rec.name),
+            shown(rec.job_id or "-"),
+            f"[{style}]{shown(rec.state)}[/]",
             "-" if rec.exit_code is None else str(rec.exit_code),
             "-" if rec.elapsed_s is None else f"{rec.elapsed_s:.1f} s",
             str(rec.nodes),
             str(rec.attempts),
             *(used if usage else ()),
-            " ".join(f"{k}:{v}" for k, v in rec.runs.items()),
+            shown(" ".join(f"{k}:{v}" for k, v in rec.runs.items())),
         )
     console.print(t)
     for rec in table.values():
         if rec.state not in (COMPLETED, PENDING) and (rec.reason or rec.log_tail):
-            console.print(f"[red]{rec.name} {rec.state}[/]: {escape(rec.reason or '')}")
+            console.print(f"[red]{shown(rec.name)} {shown(rec.state)}[/]: {shown(rec.reason or '')}")
             if rec.log_tail:
-                console.print("  " + "\n  ".join(rec.log_tail.splitlines()[-8:]), markup=False)
+                tail = [one_line(line) for line in rec.log_tail.splitlines()[-8:]]
+                console.print("  " + "\n  ".join(tail), markup=False, highlight=False)
 
 
 def print_results(console: Console, summary: pd.DataFrame) -> None:
@@ -374,7 +374,7 @@ def print_results(console: Console, summary: pd.DataFrame) -> None:
         for col in TRAINING_HEAD:
             t.add_column(col, justify="left" if col in ("workload", "scaling", "job") else "right")
         for row in training_rows(train):
-            t.add_row(*row)
+            t.add_row(*map(shown, row))
         console.print(t)
     coll = ok[ok["workload"] == COLLECTIVE_WORKLOAD]
     if not coll.empty:
@@ -384,5 +384,5 @@ def print_results(console: Console, summary: pd.DataFrame) -> None:
         for col in head:
             t.add_column(col, justify="left" if col in ("job", "collective") else "right")
         for row in rows:
-            t.add_row(*row)
+            t.add_row(*map(shown, row))
         console.print(t)

@@ -224,6 +224,25 @@ def unmountable(profile: ClusterProfile, run_dir: Path) -> str | None:
     return next((str(p) for p in paths if "," in str(p) or ":" in str(p)), None)
 
 
+# A path that reaches an #SBATCH line: submitit writes the run directory's absolute path into its
+# job script's --chdir, --output and --error. Slurm, not the shell, reads those lines (module
+# docstring), so nothing can be quoted there: the path is held to these characters.
+DIRECTIVE_PATH = re.compile(r"[A-Za-z0-9_./+@,:=-]+")
+
+
+def directive_path_problem(run_dir: Path) -> str | None:
+    """Why the run directory's absolute path cannot go on an #SBATCH line, or None."""
+    path = os.path.abspath(run_dir)
+    bad = sorted({c for c in path if not DIRECTIVE_PATH.fullmatch(c)})
+    if not bad:
+        return None
+    shown = " ".join(repr(c) for c in bad)
+    return (
+        f"{path!r}: the submitit executor writes the run directory's path on #SBATCH lines, where Slurm "
+        f"reads {shown} itself; choose a run directory (--out, BENCH_RESULTS) of letters, digits and _ . / + @ , : = -"
+    )
+
+
 def env_prefix(profile: ClusterProfile) -> str | None:
     """The prefix that makes Apptainer (APPTAINERENV_) or Singularity (SINGULARITYENV_) set a
     variable in the container over the image's own value; None for pyxis or no container."""
