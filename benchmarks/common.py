@@ -217,7 +217,11 @@ _SECRET_SUFFIXES = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "CRED
 # A secret by content, whatever the name: user:password@ in a URL (RFC 3986 userinfo), an HTTP
 # authorization value, and the fixed prefixes of common API tokens (GitHub, Hugging Face, Slack,
 # AWS access key ids, OpenAI-style keys).
-_URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/@\s]*:[^/@\s]*)@")
+# Linear in the text: the scheme starts where a run of scheme characters starts (lookbehind), and
+# the user part holds no ':', so each candidate splits at one ':' and scans once.
+_URL_USERINFO = re.compile(
+    r"(?<![A-Za-z0-9+.-])(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/@\s:]*:[^/@\s]*)@"
+)
 _TOKEN_LIKE = re.compile(
     r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_\w{20,}|hf_[A-Za-z0-9]{20,}|xox[abpr]-[\w-]{10,}"
     r"|AKIA[0-9A-Z]{16}|sk-[A-Za-z0-9_-]{20,})|\b(?:Bearer|Basic)\s+\S{8,}"

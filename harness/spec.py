@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from benchmarks.catalog import AMPS, BACKENDS, COLLECTIVES, DEVICES, DTYPES, OPS, SCALINGS
-from benchmarks.common import looks_secret, parse_size
+from benchmarks.common import looks_secret, parse_size, secret_name
 from harness.errors import SpecError
 
 LAUNCHERS = ("torchrun", "srun")
@@ -454,6 +454,31 @@ def check_env_name(key: str, name: str) -> None:
         )
 
 
+# NAME= inside free text (a setup line `export WANDB_API_KEY=...`): the name is judged as a
+# variable's name is. A run of name characters is tried once, where it starts (the lookbehind).
+_ASSIGNMENT = re.compile(r"(?<![A-Za-z0-9_])([A-Za-z_][A-Za-z0-9_]*)=")
+
+
+def secret_text(value: str) -> bool:
+    """Whether recording the text `value` would record a secret: one by content (a token, a URL's
+    password, benchmarks.common.redacted) or an assignment to a name a secret's (`KEY=...`)."""
+    return looks_secret("", value) or any(secret_name(m[1]) for m in _ASSIGNMENT.finditer(value))
+
+
+def _check_recorded(key: str, value: Any) -> None:
+    """Every text of a sweep or a profile reaches plan.json or a job script, so none may hold a
+    secret (docs/hardening.md, "Secrets"): the scalars and lists of this level (the mappings are
+    their own level, or variables, which check_env judges by name too)."""
+    for i, text in enumerate(value if isinstance(value, list) else [value]):
+        if isinstance(text, str) and secret_text(text):
+            where = f"{key}[{i}]" if isinstance(value, list) else key
+            raise SpecError(
+                f"{where}: holds what looks like a secret (a token, a URL's password, or NAME=value of a secret's "
+                "name), which plan.json and the job scripts would record; export it where bench runs and list "
+                "its name under env_passthrough instead"
+            )
+
+
 def check_env(key: str, variables: dict[str, str]) -> None:
     for name, value in variables.items():
         check_env_name(f"{key}.{name}", name)
@@ -641,6 +666,7 @@ def build(cls: type, data: dict[str, Any], where: str) -> Any:
         key = _key(where or "top level", raw)
         if key not in fields:
             raise SpecError(f"{prefix}{key}: unknown key; valid: {', '.join(fields)}")
+        _check_recorded(f"{prefix}{key}", value)
         kind = fields[key].metadata.get("mapping")
         if kind == "env":
             kwargs[key] = _env_values(value, f"{prefix}{key}")

@@ -223,6 +223,33 @@ CASES = [
         "env_passthrough",
     ),
     Case("env-token-by-name", lambda t, r: _dry(t, _sweep(t, "env: {HF_TOKEN: abc}\n")), "secret"),
+    # every recorded text, not only the variables (docs/hardening.md, "Secrets")
+    Case(
+        "description-holds-a-token",
+        lambda t, r: _dry(t, _sweep(t, replace=("description: CPU", "description: hf_abcdefghijklmnopqrstuvwx CPU"))),
+        "description",
+        "secret",
+    ),
+    Case(
+        "data-dir-holds-a-url-password",
+        lambda t, r: _dry(t, _sweep(t, "\n", replace=("real:", "real:\n    data_dir: 'https://u:p4ss@host/data'"))),
+        "data_dir",
+        "secret",
+    ),
+    Case(
+        "profile-setup-exports-a-secret",
+        lambda t, r: _slurm_dry(t, "name: c\nsetup: ['export WANDB_API_KEY=0123']\n"),
+        "setup[0]",
+        "secret",
+    ),
+    Case(
+        "profile-image-with-a-password",
+        lambda t, r: _slurm_dry(
+            t, "name: c\ncontainer: {engine: pyxis, image: 'https://u:p4ss@registry.example/img'}\n"
+        ),
+        "container.image",
+        "secret",
+    ),
     Case("env-credential-by-name", lambda t, r: _dry(t, _sweep(t, "env: {GIT_CREDENTIAL: abc}\n")), "secret"),
     Case(
         "passthrough-not-set",
@@ -246,6 +273,28 @@ CASES = [
         "profile-abbreviated-partition",
         lambda t, r: _slurm_dry(t, "name: c\nsbatch_options: ['--parti=debug']\n"),
         "--partition",
+    ),
+    # pyxis's options are srun's: a container block's options meet srun's reserved options, and
+    # srun_options may not give the container's
+    Case(
+        "profile-container-option-moves-output",
+        lambda t, r: _slurm_dry(
+            t,
+            "name: c\ncontainer: {engine: pyxis, image: 'nvcr.io#nvidia/pytorch:24.01-py3', options: ['--outp=/x']}\n",
+        ),
+        "options",
+        "--output",
+    ),
+    Case(
+        "profile-srun-option-names-an-image",
+        lambda t, r: _slurm_dry(t, "name: c\nsrun_options: ['--container-image=ubuntu']\n"),
+        "srun_options",
+        "container option",
+    ),
+    Case(
+        "profile-srun-option-abbreviates-a-container-option",
+        lambda t, r: _slurm_dry(t, "name: c\nsrun_options: ['--no-container-mount-h']\n"),
+        "container option",
     ),
     Case(
         "profile-not-utf8",

@@ -107,6 +107,18 @@ RESERVED_SRUN_OPTIONS = (
 )
 
 
+# pyxis is a SPANK plugin: its options are srun's, and every one begins with one of these (pyxis
+# wiki, "Usage": --container-image, --container-mounts, ..., --no-container-mount-home). In
+# srun_options they would override the profile's container, so they are the container block's.
+PYXIS_PREFIXES = ("--container", "--no-container")
+
+
+def _pyxis_option(name: str) -> bool:
+    """Whether srun would read `name` as a pyxis option: one of them, or an abbreviation that
+    only they begin with (getopt_long, as reserved_option)."""
+    return name.startswith(PYXIS_PREFIXES) or any(p.startswith(name) and len(name) > 6 for p in PYXIS_PREFIXES)
+
+
 def _check_options(key: str, options: tuple[str, ...], reserved: tuple[str, ...], program: str) -> None:
     for option in options:
         if not OPTION_RE.fullmatch(option):
@@ -306,7 +318,11 @@ class Container:
             raise FieldError("python", f"{self.python!r} is not a plain program path (letters, digits, _ . / + -)")
         if not self.nv and self.engine == "pyxis":
             raise FieldError("nv", "is an Apptainer/Singularity option; pyxis gives GPUs through enroot's hooks")
-        _check_options("options", self.options, RESERVED_CONTAINER_OPTIONS[self.engine], self.engine)
+        # pyxis's options go on the steps' srun line, so srun's reserved options are refused there too
+        reserved = RESERVED_CONTAINER_OPTIONS[self.engine]
+        _check_options(
+            "options", self.options, reserved + (RESERVED_SRUN_OPTIONS if self.engine == "pyxis" else ()), self.engine
+        )
 
 
 def check_mount(mount: str) -> None:
@@ -389,6 +405,12 @@ class ClusterProfile:
             raise FieldError("max_attempts", f"must be between 1 and 100, found {self.max_attempts}")
         _check_options("sbatch_options", self.sbatch_options, RESERVED_OPTIONS, "sbatch")
         _check_options("srun_options", self.srun_options, RESERVED_SRUN_OPTIONS, "srun")
+        for option in self.srun_options:
+            if _pyxis_option(option.split("=", 1)[0]):
+                raise FieldError(
+                    "srun_options",
+                    f"{option!r} is a container option (pyxis); give the image and its options under container:",
+                )
         if self.time_limit_min is not None and not 0.1 <= self.time_limit_min <= MAX_MINUTES:
             raise FieldError("time_limit_min", f"must be between 0.1 and {MAX_MINUTES}, found {self.time_limit_min:g}")
         if not 0 <= self.confirm_above_node_hours <= 1e9:
