@@ -185,6 +185,16 @@ def _pattern(rank: int, idx: torch.Tensor) -> torch.Tensor:
     return ((idx + rank) % 5 + 1).to(torch.float64)
 
 
+# Elements filled or checked at once: the float64 temporaries of one slice (the pattern, the
+# reduction, the difference, the tolerance) take a few times 8 MiB, whatever the message size.
+CHECK_SLICE = 2**20
+
+
+def slices(count: int) -> list[tuple[int, int]]:
+    """(start, stop) of consecutive slices of CHECK_SLICE elements covering 0..count-1."""
+    return [(start, min(start + CHECK_SLICE, count)) for start in range(0, count, CHECK_SLICE)]
+
+
 class CheckValues:
     """The check pattern and what a correct call makes of it (catalog.Values), in float64."""
 
@@ -236,28 +246,34 @@ class CollectiveRun:
     def fill(self, in_place: bool) -> None:
         b = self.buffers
         target = b.in_place_input if in_place else b.oop_input
-        target.copy_(_pattern(self.rank, torch.arange(target.numel(), device=target.device)).to(target.dtype))
+        for start, stop in slices(target.numel()):
+            target[start:stop].copy_(self.values.pattern(self.rank, start, stop).to(target.dtype))
         if not in_place:
             b.oop_output.zero_()
 
-    def expected(self) -> torch.Tensor:
-        """What this rank's output holds after a correct call, in float64."""
-        return self.coll.expected(self.values, self.count, self.rank, self.n)
+    def expected(self, start: int, stop: int) -> torch.Tensor:
+        """What this rank's output holds at elements start..stop-1 after a correct call, in float64."""
+        return self.coll.expected(self.values, self.count, self.rank, self.n, start, stop)
 
     def output(self, in_place: bool) -> torch.Tensor:
         return self.buffers.in_place_output if in_place else self.buffers.oop_output
 
     def wrong(self, in_place: bool) -> int:
-        """Elements of this rank's output that differ from the expected values."""
+        """Elements of this rank's output that differ from the expected values, checked a slice
+        at a time: the float64 temporaries of a whole 1 GiB message would take about 12 GiB."""
         out = self.output(in_place)
-        expected = self.expected()
-        diff = (out.to(torch.float64) - expected).abs()
-        if out.dtype.is_floating_point:
-            # The pattern's values are small integers, exact until a sum outgrows the mantissa;
-            # past that, at most one rounding per reduction step: n ulps of the result.
-            tol = expected.abs() * torch.finfo(out.dtype).eps * self.n
-            return int((diff > tol).sum().item())
-        return int((diff != 0).sum().item())
+        wrong = 0
+        for start, stop in slices(out.numel()):
+            expected = self.expected(start, stop)
+            diff = (out[start:stop].to(torch.float64) - expected).abs()
+            if out.dtype.is_floating_point:
+                # The pattern's values are small integers, exact until a sum outgrows the
+                # mantissa; past that, at most one rounding per reduction step: n ulps.
+                tol = expected.abs() * torch.finfo(out.dtype).eps * self.n
+                wrong += int((diff > tol).sum().item())
+            else:
+                wrong += int((diff != 0).sum().item())
+        return wrong
 
 
 def _time_calls(call: Callable[[], Any], iters: int, warmup: int, device: torch.device) -> tuple[float, list[float]]:

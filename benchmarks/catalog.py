@@ -74,7 +74,9 @@ class Collective:
     reduces: bool  # takes a reduction op
     buffers: Callable[[Any, Any, int, int, int], Buffers]  # (inp, out, count, rank, n)
     call: Callable[[Any, Buffers, Any, bool], Callable[[], Any]]  # (dist, buffers, op, in_place)
-    expected: Callable[[Values, int, int, int], Any]  # (values, count, rank, n)
+    # (values, count, rank, n, start, stop): what this rank's output holds at elements
+    # start..stop-1 after a correct call, so a check can run a slice at a time
+    expected: Callable[[Values, int, int, int, int, int], Any]
 
     def chunks(self, world_size: int) -> int:
         """How many equal parts a message size must divide into."""
@@ -124,6 +126,16 @@ def _reduce_scatter_call(dist: Any, b: Buffers, op: Any, in_place: bool) -> Call
     return lambda: dist.reduce_scatter_tensor(o, i, op=op)
 
 
+def _gathered(v: Values, count: int, rank: int, n: int, start: int, stop: int) -> Any:
+    """all_gather's output at start..stop-1: rank r's chunk of the pattern sits at r * chunk."""
+    chunk = count // n
+    parts = [
+        v.pattern(r, max(start, r * chunk) - r * chunk, min(stop, (r + 1) * chunk) - r * chunk)
+        for r in range(start // chunk, -(-stop // chunk))
+    ]
+    return v.cat(parts)
+
+
 COLLECTIVES = {
     c.name: c
     for c in (
@@ -134,7 +146,7 @@ COLLECTIVES = {
             reduces=True,
             buffers=_whole,
             call=_all_reduce_call,
-            expected=lambda v, count, rank, n: v.reduced(0, count),
+            expected=lambda v, count, rank, n, start, stop: v.reduced(start, stop),
         ),
         Collective(
             name="all_gather",
@@ -143,7 +155,7 @@ COLLECTIVES = {
             reduces=False,
             buffers=_all_gather_buffers,
             call=_all_gather_call,
-            expected=lambda v, count, rank, n: v.cat([v.pattern(r, 0, count // n) for r in range(n)]),
+            expected=_gathered,
         ),
         Collective(
             name="reduce_scatter",
@@ -152,7 +164,9 @@ COLLECTIVES = {
             reduces=True,
             buffers=_reduce_scatter_buffers,
             call=_reduce_scatter_call,
-            expected=lambda v, count, rank, n: v.reduced(rank * (count // n), (rank + 1) * (count // n)),
+            expected=lambda v, count, rank, n, start, stop: v.reduced(
+                rank * (count // n) + start, rank * (count // n) + stop
+            ),
         ),
         Collective(
             name="broadcast",
@@ -161,7 +175,7 @@ COLLECTIVES = {
             reduces=False,
             buffers=_whole,
             call=_broadcast_call,
-            expected=lambda v, count, rank, n: v.pattern(0, 0, count),
+            expected=lambda v, count, rank, n, start, stop: v.pattern(0, start, stop),
         ),
     )
 }

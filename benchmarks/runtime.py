@@ -48,14 +48,28 @@ def resolve_device(requested: str, launch: Launch) -> torch.device:
         return torch.device("cpu")
     if not torch.cuda.is_available():
         raise UsageError("--device cuda: no CUDA device is available (torch.cuda.is_available() is False)")
-    count = torch.cuda.device_count()
-    if launch.local_rank >= count:
+    index = gpu_index(launch.local_rank, launch.local_world_size, torch.cuda.device_count())
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)
+
+
+def gpu_index(local_rank: int, local_world: int, visible: int) -> int:
+    """Which of the GPUs this rank sees is its own. A node's ranks see either all of its GPUs
+    (torchrun, or srun without binding: rank i takes GPU i) or their own share of them (srun's
+    --gpus-per-task=1 or --gpu-bind=closest: each task sees one GPU, or the GPUs of its socket,
+    and CUDA numbers them from 0 in each task; CUDA_VISIBLE_DEVICES, CUDA C Programming Guide).
+    In both, rank i takes the visible GPU i mod their count. What fits neither, a count that
+    does not divide the node's ranks, is refused rather than guessed: two ranks on one GPU is
+    what NCCL rejects ("Duplicate GPU detected")."""
+    hint = f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')})"
+    if visible < 1:
+        raise UsageError(f"local rank {local_rank} sees no GPU {hint}")
+    if visible < local_world and local_world % visible:
         raise UsageError(
-            f"local rank {launch.local_rank} has no GPU: only {count} visible "
-            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')})"
+            f"local rank {local_rank} of {local_world} on this node sees {visible} GPUs {hint}, which do not "
+            f"divide among the node's ranks: give each task one GPU (srun --gpus-per-task=1) or all of the node's"
         )
-    torch.cuda.set_device(launch.local_rank)
-    return torch.device("cuda", launch.local_rank)
+    return local_rank % visible
 
 
 def resolve_backend(requested: str, device: torch.device) -> str:

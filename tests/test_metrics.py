@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
+from benchmarks import allreduce
 from benchmarks.allreduce import CollectiveRun, bus_factor, message_sizes
 from benchmarks.catalog import COLLECTIVES
 from benchmarks.common import UsageError, captured_variables, detect_launch, format_size, parse_size, percentile
@@ -75,14 +76,18 @@ def _rank_1_of_3(name: str) -> CollectiveRun:
 
 @pytest.mark.parametrize("name", list(COLLECTIVES))
 @pytest.mark.parametrize("in_place", [True, False])
-def test_the_check_counts_a_wrong_element(name, in_place):
-    """Rank 1 of 3: give it the right output, then corrupt one element, as a bad reduction would."""
+@pytest.mark.parametrize("check_slice", [2**20, 7])
+def test_the_check_counts_a_wrong_element(name, in_place, check_slice, monkeypatch):
+    """Rank 1 of 3: give it the right output, then corrupt one element, as a bad reduction would.
+    Checked in slices of 7 elements too, which cross all_gather's chunks of 40 at odd places."""
+    monkeypatch.setattr(allreduce, "CHECK_SLICE", check_slice)
     coll = _rank_1_of_3(name)
     target = coll.output(in_place)
-    target.copy_(coll.expected().to(target.dtype))
+    target.copy_(coll.expected(0, target.numel()).to(target.dtype))
     assert coll.wrong(in_place) == 0
     target[5] += 1
-    assert coll.wrong(in_place) == 1
+    target[-1] += 1
+    assert coll.wrong(in_place) == 2
 
 
 @pytest.mark.parametrize("name", [c.name for c in COLLECTIVES.values() if c.reduces])
@@ -91,7 +96,7 @@ def test_the_check_sees_a_missing_contribution(name, in_place):
     """A rank that contributed nothing to a reduction: every element is wrong."""
     coll = _rank_1_of_3(name)
     target = coll.output(in_place)
-    target.copy_((coll.expected() - 1).to(target.dtype))
+    target.copy_((coll.expected(0, target.numel()) - 1).to(target.dtype))
     assert coll.wrong(in_place) == target.numel()
 
 

@@ -62,6 +62,22 @@ def visible_gpus() -> list[str]:
     return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
 
 
+def gpus_for(job: Job, gpus: list[str] | None) -> tuple[list[str] | None, str | None]:
+    """(the GPU ids the job's emulated nodes split, or None to leave CUDA_VISIBLE_DEVICES as it is;
+    what is wrong, or None). Each emulated node gets gpus_per_node GPUs of its own (agent_env), so
+    no two ranks share one, which NCCL refuses. Where fewer are visible than the job has ranks, a
+    job of `device: cuda` fails saying so, and one of `device: auto` runs on the CPU, with a
+    warning: no GPU is made visible to it ([])."""
+    needed, have = job.world_size, len(gpus or [])
+    if have >= needed:
+        return gpus, None
+    if job.device == "cuda":
+        return None, f"needs {needed} GPUs, {have} visible on this machine"
+    if job.device == "auto" and have:
+        return [], f"{needed} ranks and {have} GPUs visible on this machine: device auto runs on the CPU"
+    return None, None
+
+
 def _die_with_parent() -> None:
     """In the child before exec: receive SIGTERM when the harness dies, even by SIGKILL, so no
     agent outlives it (Linux prctl PR_SET_PDEATHSIG; elsewhere nothing)."""
@@ -197,19 +213,17 @@ class LocalExecutor(Executor):
         start = time.monotonic()
         deadline = start + job.time_limit_min * 60
         log_path = self.run.log_file(job)
-        needed = job.world_size
-        if job.device == "cuda" and (gpus is None or len(gpus) < needed):
-            have = len(gpus or [])
-            self._finish(
-                rec, start, FAILED, 1, f"needs {needed} GPUs, {have} visible on this machine", log_path, changed
-            )
+        job_gpus, problem = gpus_for(job, gpus)
+        if job_gpus is None and problem:
+            self._finish(rec, start, FAILED, 1, problem, log_path, changed)
             return
-        job_gpus = gpus if gpus is not None and len(gpus) >= needed else None
         code: int | None
         state, code, reason = COMPLETED, 0, None
         samples = self.run.job_dir(job) / telemetry.DIR
         with open(log_path, "ab", buffering=0) as log:
             log.write(f"# {now()} attempt {rec.attempts} of {job.name} (config {job.config_hash})\n".encode())
+            if problem:
+                log.write(f"# warning: {problem}\n".encode())
             try:
                 with sampler(samples, job.sample_s, log):  # inside the try: Ctrl-C while it starts cancels too
                     for run in job.runs:
