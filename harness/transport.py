@@ -117,13 +117,14 @@ class RankFacts:
         elif m := _BOOTSTRAP.search(msg):
             self.oob = self.oob or _interface(m["iface"])
         elif m := _CHANNELS.search(msg):
-            self.nccl_channels = int(m["n"])
+            self.nccl_channels = _count(m["n"])
             if c := _NVLS.search(msg):
-                self.nvls_channels = int(c["n"])
+                self.nvls_channels = _count(c["n"])
         elif m := _CHANNEL_LIST.search(msg):
-            self._listed_channels.add(int(m["i"]))
+            if (i := _count(m["i"])) is not None:
+                self._listed_channels.add(i)
             if m["of"]:
-                self._channels_of = int(m["of"])
+                self._channels_of = _count(m["of"])
         elif msg.startswith("Connected all rings"):
             self.graphs.add("ring")
         elif msg.startswith("Connected all trees"):
@@ -188,6 +189,15 @@ class RankFacts:
             "ib_device_found": False if self._no_ib else (True if _IB_DEVICE_LIST in self._evidence else None),
             "warnings": self.warnings,
         }
+
+
+# NCCL runs tens of channels at most (MAXCHANNELS, src/include/device.h); a count far past that
+# is not NCCL's, and is read as none rather than carried into the summary's integer columns.
+_MAX_COUNT = 1024
+
+
+def _count(digits: str) -> int | None:
+    return int(digits) if len(digits) <= 4 and int(digits) <= _MAX_COUNT else None
 
 
 def _link_layers(devices: list[str] | None) -> list[str] | None:

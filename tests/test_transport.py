@@ -388,3 +388,12 @@ def test_the_ib_net_plugin_counts_as_ib():
     assert transport.mismatch("s", [("net", "Socket")], ranks, 2, 1) == (
         "set s ran over IBext_v8 on 2 of 2 nodes (expected net Socket)"
     )
+
+
+def test_numbers_no_nccl_prints_are_read_as_none_not_carried_on():
+    """A channel count past any NCCL's (a corrupt or forged log) is read as none: carried on, it
+    overflowed the summary's 64-bit column and crashed collect."""
+    line = "node1:1:1 [0] NCCL INFO 99999999999999999999999 coll channels, 2 nvls channels"
+    (rank,) = transport.parse_nccl([line, "node1:1:1 [0] NCCL INFO Channel 12345678901234567890/02 :    0   1"])
+    assert rank.facts()["nccl_channels"] is None and rank.facts()["nvls_channels"] == 2
+    assert transport.columns([rank.facts()])["nccl_channels"] is None
