@@ -105,13 +105,24 @@ def resume(run: RunDir, console: Console, yes: bool = False) -> int:
         rows = [(j, saved[j.name]) for j in jobs]
         to_run = [j for j, r in rows if r.state != COMPLETED and (r.job_id is None or r.state in FINAL_STATES)]
         confirm(cost.estimate(to_run, profile), profile or DEFAULT_PROFILE, console, dry_run=False, yes=yes)
-    executor = make_executor(plan["executor"], run, plan["sweep"].get("timeout_s", 300.0), profile)
+    executor = make_executor(plan["executor"], run, _recorded_timeout(run, plan), profile)
     console.print(f"executor: {executor.name} (from the plan in {run.path})")
     with locked(run):
         table = executor.resume(run.read_table(jobs))
         todo = sum(r.state != COMPLETED for r in table.values())
         console.print(f"resuming {run.path}: {todo} of {len(jobs)} jobs to run")
         return run_and_report(run, executor, jobs, table, console)
+
+
+def _recorded_timeout(run: RunDir, plan: dict) -> float:
+    """The sweep's process-group timeout as plan.json records it, held to the sweep file's range
+    (harness/spec.py): it reaches every rank's command line."""
+    value = plan["sweep"].get("timeout_s", 300.0)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 1 <= value <= 7 * 86400:
+        raise RunDirError(
+            f"{run.plan_file}: malformed plan: sweep.timeout_s {value!r} is not a number of seconds from 1 to 604800"
+        )
+    return float(value)
 
 
 # Filesystems whose files no other machine sees, and the directories sites keep node-local.

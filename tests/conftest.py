@@ -10,6 +10,7 @@ import os
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -186,6 +187,25 @@ def separating(run: Path) -> float:
     more, so any fixed factor can leave some rows overlapping, and their verdicts to chance."""
     values = [v for row in pq.read_table(run / "samples.parquet").column("values").to_pylist() for v in row]
     return 2 * max(values) / min(values)
+
+
+def snapshot(root: Path) -> dict[str, tuple]:
+    """Every entry under root: its kind, mode, size, modification time, and its bytes (a file's)
+    or target (a link's); what a command that must change nothing there is compared against."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            st = p.lstat()
+            body = os.readlink(p) if stat.S_ISLNK(st.st_mode) else p.read_bytes() if stat.S_ISREG(st.st_mode) else None
+            out[str(p.relative_to(root))] = (
+                stat.S_IFMT(st.st_mode),
+                stat.S_IMODE(st.st_mode),
+                st.st_size,
+                st.st_mtime_ns,
+                body,
+            )
+    return out
 
 
 def copy_run(

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import SWEEPS, bench
+from conftest import SWEEPS, bench, snapshot
 
 from harness.cli import main
 
@@ -92,6 +92,13 @@ def _edit_json(path: Path, edit: Callable[[dict], None]) -> None:
 def _plan_job_name(run: Path, tmp: Path) -> Path:
     copy = _copy(run, tmp)
     _edit_json(copy / "plan.json", lambda p: p["jobs"][0].update(name="../../x"))
+    return copy
+
+
+def _plan_sweep(run: Path, tmp: Path, **fields) -> Path:
+    """A copy whose plan.json's recorded sweep has `fields`."""
+    copy = _copy(run, tmp)
+    _edit_json(copy / "plan.json", lambda p: p["sweep"].update(fields))
     return copy
 
 
@@ -320,6 +327,12 @@ CASES = [
     Case("resume-job-name-escapes", lambda t, r: ["sweep", "--resume", str(_plan_job_name(r, t))], "../../x"),
     Case("collect-job-name-escapes", lambda t, r: ["collect", str(_plan_job_name(r, t))], "../../x"),
     # an edited plan is held to the sweep file's rules: its jobs reach scripts and shells on a resume
+    Case(
+        "resume-plan-timeout",
+        lambda t, r: ["sweep", "--resume", str(_plan_sweep(r, t, timeout_s="300; id"))],
+        "plan.json",
+        "sweep.timeout_s",
+    ),
     Case(
         "resume-plan-reserved-env",
         lambda t, r: ["sweep", "--resume", str(_plan_job(r, t, env=[["PYTHON_EXEC", "/bin/sh -c id #"]]))],
@@ -555,7 +568,7 @@ def test_a_bad_input_gives_one_line_and_exit_2(case, real_run, tmp_path, capsys,
     monkeypatch.chdir(tmp_path)
     argv = case.setup(tmp_path, real_run)
     capsys.readouterr()
-    before = _tree(tmp_path)
+    before = snapshot(tmp_path)
     status = main(argv)
     out, err = capsys.readouterr()
     lines = err.strip().splitlines()
@@ -564,19 +577,8 @@ def test_a_bad_input_gives_one_line_and_exit_2(case, real_run, tmp_path, capsys,
     assert "Traceback" not in out + err
     for word in case.words:
         assert word in lines[0], f"{word!r} not in {lines[0]!r}"
-    assert _tree(tmp_path) == before, "a refused command changed the directory"
+    assert snapshot(tmp_path) == before, "a refused command changed the directory"
     assert not (tmp_path / "out").exists()
-
-
-def _tree(root: Path) -> dict[str, tuple]:
-    """Every entry under root with its kind, size and modification time."""
-    out = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            p = Path(dirpath) / name
-            st = p.lstat()
-            out[str(p.relative_to(root))] = (stat.S_IFMT(st.st_mode), st.st_size, st.st_mtime_ns)
-    return out
 
 
 def test_the_corpus_covers_every_subcommand():

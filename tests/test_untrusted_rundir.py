@@ -13,11 +13,11 @@ import json
 import os
 import shutil
 import signal
-import stat
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from conftest import snapshot
 
 from benchmarks.results import LINE_LIMIT, bounded_lines
 from harness import inside, transport
@@ -163,18 +163,6 @@ CASES = [
 ]
 
 
-def _snapshot(root: Path) -> dict[str, tuple]:
-    """Every entry under root: kind, mode, size and content (or link target)."""
-    out = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            p = Path(dirpath) / name
-            st = p.lstat()
-            body = os.readlink(p) if p.is_symlink() else p.read_bytes() if stat.S_ISREG(st.st_mode) else None
-            out[str(p.relative_to(root))] = (stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), body)
-    return out
-
-
 def _alarm(signum, frame):
     raise TimeoutError(f"bench waited over {ALARM_S} s: it read something that never ends")
 
@@ -188,7 +176,7 @@ def test_a_planted_file_moves_nothing_outside_the_run(case, real_run, tmp_path, 
     (outside / "precious").mkdir()
     (outside / "precious" / "data").write_text("keep me\n")
     argv = case.plant(run, outside)
-    before = _snapshot(outside)
+    before = snapshot(outside)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("COLUMNS", "200")
     capsys.readouterr()
@@ -202,7 +190,7 @@ def test_a_planted_file_moves_nothing_outside_the_run(case, real_run, tmp_path, 
     out, err = capsys.readouterr()
     assert "Traceback" not in out + err
     assert status == case.status, f"exit {status}\nstdout: {out}\nstderr: {err}"
-    assert _snapshot(outside) == before, "bench changed a file outside the run directory"
+    assert snapshot(outside) == before, "bench changed a file outside the run directory"
     lines = err.strip().splitlines()
     if case.status == 2:
         assert len(lines) == 1 and lines[0].startswith(f"bench {argv[0]}: error: "), err
