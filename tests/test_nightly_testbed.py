@@ -56,7 +56,7 @@ def night(tmp_path: Path, sweep_text: str = SWEEP) -> tuple[int, str]:
     return p.returncode, p.stdout + p.stderr
 
 
-def test_three_nights_of_the_recipe(testbed, tmp_path):
+def test_four_nights_of_the_recipe(testbed, tmp_path):
     status, out = night(tmp_path)
     assert status == 0 and "the first run of lab in" in out and "becomes its baseline" in out, out
     assert not (tmp_path / "junit.xml").exists()
