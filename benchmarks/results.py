@@ -33,7 +33,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        os.fchmod(fd, _mode_for(path))
+        os.fchmod(fd, mode_for(path))
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -60,17 +60,25 @@ def umask() -> int:
     return old
 
 
-def _mode_for(path: Path) -> int:
-    """The mode of a file written in place of `path`: the mode of the file it replaces, else
-    what open(2) would give a new file (0666 less the umask), as any Unix tool does; mkstemp's
-    0600 would make a team's shared results unreadable to the team."""
+def mode_for(path: str | os.PathLike, dir_fd: int | None = None) -> int:
+    """The mode of a file written in place of `path` (relative to `dir_fd` when given): the mode
+    of the regular file it replaces, else what open(2) would give a new file (0666 less the
+    umask), as any Unix tool does; mkstemp's 0600 would make a team's shared results unreadable
+    to the team."""
     try:
-        st = os.lstat(path)
+        st = os.stat(path, dir_fd=dir_fd, follow_symlinks=False)
         if stat.S_ISREG(st.st_mode):
             return stat.S_IMODE(st.st_mode)
     except OSError:
         pass
     return 0o666 & ~umask()
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """All of `data` to the descriptor `fd` (os.write may write less than it is given)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:

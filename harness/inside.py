@@ -25,10 +25,10 @@ import errno
 import os
 import secrets
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 
-from benchmarks.results import kind_of, umask
+from benchmarks.results import kind_of, mode_for, write_all
 from harness.errors import RunDirError
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
@@ -83,30 +83,35 @@ def write(root: Path, rel: str | PurePosixPath, data: bytes) -> Path:
     the umask, as open(2) would give it. Returns the path written."""
     parent, name = _split(rel)
     with directory(root, parent, create=True) as d:
-        mode = 0o666 & ~umask()
         with contextlib.suppress(FileNotFoundError):
-            old = os.stat(name, dir_fd=d, follow_symlinks=False)
-            if stat.S_ISREG(old.st_mode):
-                mode = stat.S_IMODE(old.st_mode)
-            elif stat.S_ISDIR(old.st_mode):
+            if stat.S_ISDIR(os.stat(name, dir_fd=d, follow_symlinks=False).st_mode):
                 raise RunDirError(f"{Path(root, rel)}: a directory where bench writes a file; remove it")
-        tmp = f".{name}.{secrets.token_hex(4)}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=d)
-        try:
+        mode = mode_for(name, dir_fd=d)
+
+        def make(tmp: str) -> None:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=d)
             try:
                 os.fchmod(fd, mode)
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
+                write_all(fd, data)
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            os.rename(tmp, name, src_dir_fd=d, dst_dir_fd=d)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp, dir_fd=d)
-            raise
+
+        _replace(d, name, make)
     return Path(root, rel)
+
+
+def _replace(d: int, name: str, make: Callable[[str], None]) -> None:
+    """`make` a new entry under a temporary name in the directory `d`, then rename it over
+    `name` in one step; the temporary is removed if either fails."""
+    tmp = f".{name}.{secrets.token_hex(4)}.tmp"
+    try:
+        make(tmp)
+        os.rename(tmp, name, src_dir_fd=d, dst_dir_fd=d)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=d)
+        raise
 
 
 def link(root: Path, rel: str | PurePosixPath, target: str) -> None:
@@ -119,14 +124,7 @@ def link(root: Path, rel: str | PurePosixPath, target: str) -> None:
                 return
             if stat.S_ISDIR(old.st_mode):
                 raise RunDirError(f"{Path(root, rel)}: a directory where bench keeps a link; remove it")
-        tmp = f".{name}.{secrets.token_hex(4)}.tmp"
-        os.symlink(target, tmp, dir_fd=d)
-        try:
-            os.rename(tmp, name, src_dir_fd=d, dst_dir_fd=d)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp, dir_fd=d)
-            raise
+        _replace(d, name, lambda tmp: os.symlink(target, tmp, dir_fd=d))
 
 
 def readlink(root: Path, rel: str | PurePosixPath) -> str | None:

@@ -19,7 +19,7 @@ import stat
 import sys
 from pathlib import Path
 
-from benchmarks.results import atomic_write_bytes
+from benchmarks.results import atomic_write_bytes, write_all
 from harness.errors import OutputError
 
 _STREAM_ROOTS = ("/dev/", "/proc/")
@@ -74,11 +74,11 @@ def write(path: Path, data: bytes, flag: str) -> None:
             # overwrites earlier output when the shell redirected with `>`.
             sys.stdout.flush()
             sys.stderr.flush()
-            _write_all(own, data)
+            write_all(own, data)
             return
         fd = os.open(path, os.O_WRONLY | os.O_NOCTTY | os.O_APPEND | os.O_CLOEXEC)
         try:
-            _write_all(fd, data)
+            write_all(fd, data)
         finally:
             os.close(fd)
     except OSError as exc:
@@ -96,12 +96,6 @@ def _own_descriptor(path: Path) -> int | None:
     if m["name"]:
         return {"stdout": 1, "stderr": 2}[m["name"]]
     return int(m["fd"] or m["pfd"])
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 def beside(path: Path, suffix: str) -> Path | None:

@@ -32,7 +32,7 @@ from benchmarks.results import read_regular
 from harness import inside
 from harness.errors import RunDirError, one_line
 from harness.plan import Job
-from harness.spec import LAUNCHERS, MAX_MINUTES, SET_NAME_RE, FieldError, check_env, check_env_name
+from harness.spec import LAUNCHERS, SET_NAME_RE, FieldError, check_env, check_env_name, check_time
 
 # plan.json and jobs.json are read up to this size. A job takes about 360 bytes of plan.json and
 # 490 of jobs.json (a local run's, measured), or a few KiB with a failure's log tail: 100,000 jobs
@@ -388,7 +388,9 @@ class RunDir:
             "updated": now(),
             "jobs": {name: vars(rec) for name, rec in table.items()},
         }
-        inside.write(self.path, self.table_file.name, (json.dumps(table_json, indent=1) + "\n").encode())
+        inside.write(
+            self.path, self.table_file.name, (json.dumps(table_json, indent=1, allow_nan=False) + "\n").encode()
+        )
 
 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")  # no '/', so a name is one path component
@@ -417,13 +419,11 @@ def _job_problem(job: Job) -> str | None:
             return f"{key} is {value!r}; valid: {', '.join(choices)}"
     if not isinstance(job.nccl_config, str) or not SET_NAME_RE.fullmatch(job.nccl_config):
         return f"nccl_config {job.nccl_config!r} is not a settings set's name"
-    for key, value, low, high in (
-        ("time_limit_min", job.time_limit_min, 0.1, MAX_MINUTES),
-        ("stall_s", job.stall_s, 2, 7 * 86400),
-        ("sample_s", job.sample_s, 0, 3600),
-    ):
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not low <= value <= high:
-            return f"{key} is {value!r}, not a number from {low:g} to {high:g}"
+    try:
+        for key in ("time_limit_min", "stall_s", "sample_s"):
+            check_time(key, getattr(job, key))
+    except FieldError as exc:  # "stall_s must be between ...", "time_limit_min is '1; id', not a number"
+        return f"{exc.key} {exc}"
     try:
         for key, pairs in (("nccl_env", job.nccl_env), ("env", job.env)):
             if not all(len(p) == 2 and all(isinstance(x, str) for x in p) for p in pairs):

@@ -62,6 +62,24 @@ def _within(key: str, value: float, low: float, high: float) -> None:
         raise FieldError(key, f"must be between {_number(low)} and {_number(high)}, found {_number(value)}")
 
 
+WEEK_S = 7 * 86400
+# A sweep's times, as a sweep file, a profile and the plan.json that records them must hold them.
+TIME_RANGES = {
+    "time_limit_min": (0.1, MAX_MINUTES),
+    "timeout_s": (1, WEEK_S),
+    "stall_s": (2, WEEK_S),
+    "sample_s": (0.1, 3600),  # or 0: no sampling
+}
+
+
+def check_time(key: str, value: Any, name: str | None = None) -> None:
+    """FieldError (under `name`, default `key`) unless `value` is a number in TIME_RANGES[key]."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise FieldError(name or key, f"is {value!r}, not a number")
+    if not (key == "sample_s" and value == 0):
+        _within(name or key, value, *TIME_RANGES[key])
+
+
 def _number(x: float) -> str:
     return f"{int(x):,}" if float(x).is_integer() else f"{x:g}"
 
@@ -358,13 +376,9 @@ class Sweep:
             check_expect(f"nccl.{set_name}.expect", expect)
         check_env("env", self.env)
         check_passthrough("env_passthrough", self.env_passthrough)
-        if self.time_limit_min is not None:
-            _within("time_limit_min", self.time_limit_min, 0.1, MAX_MINUTES)
-        _within("timeout_s", self.timeout_s, 1, 7 * 86400)
-        if self.stall_s is not None:
-            _within("stall_s", self.stall_s, 2, 7 * 86400)
-        if self.sample_s != 0:
-            _within("sample_s", self.sample_s, 0.1, 3600)
+        for key in TIME_RANGES:
+            if getattr(self, key) is not None:
+                check_time(key, getattr(self, key))
         _within("repeat", self.repeat, 1, MAX_REPEAT)
         rules = [(f"{key}[{i}]", r) for key in ("include", "exclude") for i, r in enumerate(getattr(self, key))]
         for where, rule in rules + ([("--only", self.only)] if self.only else []):

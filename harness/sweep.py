@@ -29,7 +29,7 @@ from harness.plan import Job, expand
 from harness.present.plot import draw_all
 from harness.present.tables import print_jobs, print_plan, print_results, transport_mismatches
 from harness.rundir import COMPLETED, FINAL_STATES, RUNNING, JobRecord, RunDir, RunDirError
-from harness.spec import Sweep, build
+from harness.spec import FieldError, Sweep, build, check_time
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -118,10 +118,10 @@ def _recorded_timeout(run: RunDir, plan: dict) -> float:
     """The sweep's process-group timeout as plan.json records it, held to the sweep file's range
     (harness/spec.py): it reaches every rank's command line."""
     value = plan["sweep"].get("timeout_s", 300.0)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 1 <= value <= 7 * 86400:
-        raise RunDirError(
-            f"{run.plan_file}: malformed plan: sweep.timeout_s {value!r} is not a number of seconds from 1 to 604800"
-        )
+    try:
+        check_time("timeout_s", value, "sweep.timeout_s")
+    except FieldError as exc:
+        raise RunDirError(f"{run.plan_file}: malformed plan: {exc.key} {exc}") from None
     return float(value)
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD, COLLECTIVES, WORKLOADS
 from harness.errors import SpecError
-from harness.spec import MAX_MINUTES, NAME_RE, FieldError, build, check_env, check_passthrough, read_mapping, safe_text
+from harness.spec import NAME_RE, FieldError, build, check_env, check_passthrough, check_time, read_mapping, safe_text
 
 # Characters Slurm's #SBATCH parser reads as plain text: no quotes, backslash, '#', blanks or '$'.
 SBATCH_VALUE_RE = re.compile(r"[A-Za-z0-9_.:,+@/=-]+")
@@ -411,8 +411,8 @@ class ClusterProfile:
                     "srun_options",
                     f"{option!r} is a container option (pyxis); give the image and its options under container:",
                 )
-        if self.time_limit_min is not None and not 0.1 <= self.time_limit_min <= MAX_MINUTES:
-            raise FieldError("time_limit_min", f"must be between 0.1 and {MAX_MINUTES}, found {self.time_limit_min:g}")
+        if self.time_limit_min is not None:
+            check_time("time_limit_min", self.time_limit_min)
         if not 0 <= self.confirm_above_node_hours <= 1e9:
             raise FieldError(
                 "confirm_above_node_hours", f"must be 0 (always ask) or more, found {self.confirm_above_node_hours:g}"
