@@ -130,7 +130,15 @@ def test_at_a_terminal_no_submits_nothing_and_yes_runs_on_the_profile_s_terms(te
     table = json.loads((run / "jobs.json").read_text())["jobs"]
     (record,) = table.values()
     assert record["state"] == "COMPLETED"
-    rows = sacct_rows("-j", record["job_id"], fields="JobID,State,NodeList,Timelimit")
+    # Once under CI sacct first gave ['COMPLETED', 'bnode3', '']: a record slurmdbd made from the
+    # job's end before the rest of it arrived (sacct prints an empty Timelimit for 0). Wait for
+    # the time limit to be recorded, as wait_done waits for a final state.
+    deadline = time.monotonic() + 60
+    while True:
+        rows = sacct_rows("-j", record["job_id"], fields="JobID,State,NodeList,Timelimit")
+        if rows.get(record["job_id"], ["", "", ""])[2] or time.monotonic() > deadline:
+            break
+        time.sleep(1)
     assert rows[record["job_id"]] == ["COMPLETED", "bnode[3-4]", "00:03:00"], rows
     assert set(sacct_rows("-S", "now-1days")) - set(before) == {record["job_id"]}
 
