@@ -14,11 +14,15 @@ For every message size and collective:
 - per-iteration samples (each call timed on its own: CUDA events on GPU, host clock on CPU,
   where gloo calls are blocking), worst rank per iteration, with p10/median/p90.
 
-The headline columns are the in-place call, torch.distributed's native form for every collective
-and what DDP does with its gradient buckets. `oop_*` columns are out-of-place: a real
-out-of-place call for all_gather and reduce_scatter; torch has none for all_reduce and broadcast,
-so there it is a copy into the output buffer plus the in-place call, the cost a PyTorch program
-pays to keep its input.
+The headline columns are the in-place call where torch.distributed has one (what DDP does with
+its gradient buckets), as NCCL defines it for all_gather, reduce_scatter, gather and scatter (the
+input is the rank's own chunk of the output, or the other way round). `oop_*` columns are
+out-of-place: a real out-of-place call for all_gather, reduce_scatter, gather and scatter; torch
+has none for all_reduce, broadcast and reduce, so there it is a copy into the output buffer plus
+the in-place call, the cost a PyTorch program pays to keep its input. all_to_all, alltoallv
+(all_to_all_single with uneven splits) and sendrecv have no in-place form: the headline is their
+out-of-place call and the `oop_*` columns stay empty. reduce, gather, scatter and broadcast use
+root 0; sendrecv sends to the next rank and receives from the previous, and needs two ranks.
 """
 
 from __future__ import annotations
@@ -244,15 +248,18 @@ class CollectiveRun:
         return self.coll.call(dist, self.buffers, self.op, in_place)
 
     def fill(self, in_place: bool) -> None:
+        """Zero the output, then write this rank's pattern into the input: an output slot the
+        call never wrote reads 0, not what an earlier call left (in place, all_gather's and
+        gather's input is one slot of the output; reduce_scatter's output is part of its input)."""
         b = self.buffers
+        self.output(in_place).zero_()
         target = b.in_place_input if in_place else b.oop_input
         for start, stop in slices(target.numel()):
             target[start:stop].copy_(self.values.pattern(self.rank, start, stop).to(target.dtype))
-        if not in_place:
-            b.oop_output.zero_()
 
-    def expected(self, start: int, stop: int) -> torch.Tensor:
-        """What this rank's output holds at elements start..stop-1 after a correct call, in float64."""
+    def expected(self, start: int, stop: int) -> torch.Tensor | None:
+        """What this rank's output holds at elements start..stop-1 after a correct call, in
+        float64; None where this rank has no output (not the root of reduce or gather)."""
         return self.coll.expected(self.values, self.count, self.rank, self.n, start, stop)
 
     def output(self, in_place: bool) -> torch.Tensor:
@@ -265,6 +272,8 @@ class CollectiveRun:
         wrong = 0
         for start, stop in slices(out.numel()):
             expected = self.expected(start, stop)
+            if expected is None:
+                return 0
             diff = (out[start:stop].to(torch.float64) - expected).abs()
             if out.dtype.is_floating_point:
                 # The pattern's values are small integers, exact until a sum outgrows the
@@ -415,7 +424,13 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
     plan = {
         c: message_sizes(args.min_bytes, args.max_bytes, args.step_factor, element, collective(c).chunks(world))
         for c in _collectives(args.collective)
+        if world >= collective(c).min_ranks
     }
+    for c in _collectives(args.collective):
+        if c not in plan:
+            ctx.log(f"# collective {c}: needs {collective(c).min_ranks} ranks or more, skipped on {world}")
+    if not plan:
+        raise UsageError(f"--collective {args.collective}: nothing to measure on {world} rank(s)")
     max_count = max(max(s) for s in plan.values()) // element
     inp = torch.empty(max_count, dtype=dtype, device=ctx.device)
     out = torch.empty(max_count, dtype=dtype, device=ctx.device)
@@ -427,7 +442,10 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
             f"# collective {name}  dtype {DTYPES[args.dtype]}  op {args.op}  world size {world}  "
             f"device {ctx.device.type}  backend {ctx.backend}  iters {args.iters}  warmup {args.warmup_iters}"
         )
-        ctx.log(f"# {'':>41}in-place{'':>31}out-of-place")
+        if collective(name).in_place:
+            ctx.log(f"# {'':>41}in-place{'':>31}out-of-place")
+        else:  # no in-place form: the headline block is the out-of-place call
+            ctx.log(f"# {'':>41}out-of-place (no in-place form)")
         ctx.log(
             f"# {'size':>12} {'count':>12} {'type':>8} {'redop':>5}"
             f" {'time(us)':>10} {'algbw(GB/s)':>11} {'busbw(GB/s)':>11} {'#wrong':>6}"
@@ -444,9 +462,9 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
                 "dtype": DTYPES[args.dtype],
                 "op": args.op,
             }
-            row.update(_measure_mode(coll, True, args, ctx, size))
+            row.update(_measure_mode(coll, coll.coll.in_place, args, ctx, size))
             per_rank.append({"collective": name, "size_bytes": size, "samples_us": row.pop("rank_samples_us")})
-            if args.out_of_place:
+            if args.out_of_place and coll.coll.in_place:
                 oop = _measure_mode(coll, False, args, ctx, size)
                 row.update({f"oop_{k}": v for k, v in oop.items() if k != "rank_samples_us"})
             rows.append(row)

@@ -51,6 +51,9 @@ class Buffers:
     in_place_output: Any
     oop_input: Any
     oop_output: Any
+    # what else one collective's call needs: alltoallv's split sizes, sendrecv's peers, the
+    # per-rank views of gather's output and scatter's input
+    layout: Any = None
 
 
 class Values(Protocol):
@@ -70,39 +73,74 @@ class Values(Protocol):
 class Collective:
     name: str
     bus_factor: Callable[[int], float]  # busbw / algbw over n ranks
-    split: bool  # the message is n equal chunks, one per rank
+    # How many equal parts a message of n ranks divides into: n where it is one chunk per rank,
+    # n(n+1)/2 for alltoallv's uneven shares
+    parts: Callable[[int], int]
     reduces: bool  # takes a reduction op
     buffers: Callable[[Any, Any, int, int, int], Buffers]  # (inp, out, count, rank, n)
     call: Callable[[Any, Buffers, Any, bool], Callable[[], Any]]  # (dist, buffers, op, in_place)
     # (values, count, rank, n, start, stop): what this rank's output holds at elements
-    # start..stop-1 after a correct call, so a check can run a slice at a time
+    # start..stop-1 after a correct call, so a check can run a slice at a time; None where this
+    # rank has no output to check (not the root of reduce or gather)
     expected: Callable[[Values, int, int, int, int, int], Any]
+    # torch.distributed has an in-place form (the headline columns); without one (all_to_all,
+    # alltoallv, sendrecv) the headline is the out-of-place call and there are no oop_ columns
+    in_place: bool = True
+    min_ranks: int = 1  # sendrecv needs a neighbour
 
     def chunks(self, world_size: int) -> int:
         """How many equal parts a message size must divide into."""
-        return world_size if self.split else 1
+        return self.parts(world_size)
 
 
-# Bus factors from nccl-tests' PERFORMANCE.md (docs/reference.md): all_reduce moves 2(n-1)/n of
-# the data over each rank's link, all_gather and reduce_scatter (n-1)/n, broadcast 1, so busbw
-# is comparable with link speed for any n.
+ROOT = 0  # the root of reduce, gather, scatter and broadcast, as in nccl-tests' default (-r 0)
+
+# Bus factors from nccl-tests' PERFORMANCE.md (docs/reference.md): the share of the message that
+# crosses each rank's link, so busbw is comparable with link speed for any n. all_reduce
+# 2(n-1)/n; all_gather, reduce_scatter, alltoall, gather and scatter (n-1)/n; broadcast, reduce
+# and sendrecv 1. alltoallv's is derived the same way for its shares (docs/reference.md).
+
+
+def _one(n: int) -> int:
+    return 1
+
+
+def _per_rank(n: int) -> int:
+    return n
+
+
+def _triangle(n: int) -> int:
+    return n * (n + 1) // 2
 
 
 def _whole(inp: Any, out: Any, count: int, rank: int, n: int) -> Buffers:
     return Buffers(inp[:count], inp[:count], inp[:count], out[:count])
 
 
-def _all_reduce_call(dist: Any, b: Buffers, op: Any, in_place: bool) -> Callable[[], Any]:
+def _separate(inp: Any, out: Any, count: int, rank: int, n: int) -> Buffers:
+    """Input and output apart, for the calls torch has no in-place form of."""
+    return Buffers(inp[:count], out[:count], inp[:count], out[:count])
+
+
+def _copy_then(step: Callable[[Any], Any], b: Buffers, in_place: bool) -> Callable[[], Any]:
+    """The in-place call, or, out of place, a copy into the output buffer and the in-place call:
+    torch has no out-of-place all_reduce, broadcast or reduce, and the copy is what a program pays
+    to keep its input."""
     if in_place:
-        return lambda: dist.all_reduce(b.in_place_input, op=op)
-    # torch has no out-of-place all_reduce: the copy is what a program pays to keep its input.
-    return lambda: (b.oop_output.copy_(b.oop_input), dist.all_reduce(b.oop_output, op=op))
+        return lambda: step(b.in_place_input)
+    return lambda: (b.oop_output.copy_(b.oop_input), step(b.oop_output))
+
+
+def _all_reduce_call(dist: Any, b: Buffers, op: Any, in_place: bool) -> Callable[[], Any]:
+    return _copy_then(lambda t: dist.all_reduce(t, op=op), b, in_place)
 
 
 def _broadcast_call(dist: Any, b: Buffers, op: Any, in_place: bool) -> Callable[[], Any]:
-    if in_place:
-        return lambda: dist.broadcast(b.in_place_input, src=0)
-    return lambda: (b.oop_output.copy_(b.oop_input), dist.broadcast(b.oop_output, src=0))
+    return _copy_then(lambda t: dist.broadcast(t, src=ROOT), b, in_place)
+
+
+def _reduce_call(dist: Any, b: Buffers, op: Any, in_place: bool) -> Callable[[], Any]:
+    return _copy_then(lambda t: dist.reduce(t, dst=ROOT, op=op), b, in_place)
 
 
 def _all_gather_buffers(inp: Any, out: Any, count: int, rank: int, n: int) -> Buffers:
@@ -126,14 +164,114 @@ def _reduce_scatter_call(dist: Any, b: Buffers, op: Any, in_place: bool) -> Call
     return lambda: dist.reduce_scatter_tensor(o, i, op=op)
 
 
-def _gathered(v: Values, count: int, rank: int, n: int, start: int, stop: int) -> Any:
-    """all_gather's output at start..stop-1: rank r's chunk of the pattern sits at r * chunk."""
+def _gather_buffers(inp: Any, out: Any, count: int, rank: int, n: int) -> Buffers:
+    """As all_gather's, with the root's output slots for the call (None on other ranks)."""
     chunk = count // n
-    parts = [
-        v.pattern(r, max(start, r * chunk) - r * chunk, min(stop, (r + 1) * chunk) - r * chunk)
-        for r in range(start // chunk, -(-stop // chunk))
-    ]
+    slots = [out[r * chunk : (r + 1) * chunk] for r in range(n)] if rank == ROOT else None
+    return Buffers(out[rank * chunk : (rank + 1) * chunk], out[:count], inp[:chunk], out[:count], slots)
+
+
+def _gather_call(dist: Any, b: Buffers, op: Any, in_place: bool) -> Callable[[], Any]:
+    i = b.in_place_input if in_place else b.oop_input
+    return lambda: dist.gather(i, gather_list=b.layout, dst=ROOT)
+
+
+def _scatter_buffers(inp: Any, out: Any, count: int, rank: int, n: int) -> Buffers:
+    """The root's message in n chunks, chunk r to rank r; in place, each rank's output is its own
+    chunk of the input, as NCCL defines it."""
+    chunk = count // n
+    parts = [inp[r * chunk : (r + 1) * chunk] for r in range(n)] if rank == ROOT else None
+    return Buffers(inp[:count], inp[rank * chunk : (rank + 1) * chunk], inp[:count], out[:chunk], parts)
+
+
+def _scatter_call(dist: Any, b: Buffers, op: Any, in_place: bool) -> Callable[[], Any]:
+    o = b.in_place_output if in_place else b.oop_output
+    return lambda: dist.scatter(o, scatter_list=b.layout, src=ROOT)
+
+
+def _all_to_all_call(dist: Any, b: Buffers, op: Any, in_place: bool) -> Callable[[], Any]:
+    return lambda: dist.all_to_all_single(b.oop_output, b.oop_input)
+
+
+def share(src: int, dst: int, n: int) -> int:
+    """alltoallv's uneven shares: rank src sends 1 + (dst - src) mod n units to rank dst. Every
+    rank sends n(n+1)/2 units in all, receives as many, and keeps 1 for itself, so one bus
+    factor serves every rank, while the largest share a rank sends is n times the smallest."""
+    return 1 + (dst - src) % n
+
+
+def _alltoallv_buffers(inp: Any, out: Any, count: int, rank: int, n: int) -> Buffers:
+    unit = count // _triangle(n)
+    sends = [share(rank, p, n) * unit for p in range(n)]
+    receives = [share(p, rank, n) * unit for p in range(n)]
+    return Buffers(inp[:count], out[:count], inp[:count], out[:count], (receives, sends))
+
+
+def _alltoallv_call(dist: Any, b: Buffers, op: Any, in_place: bool) -> Callable[[], Any]:
+    receives, sends = b.layout
+    return lambda: dist.all_to_all_single(
+        b.oop_output, b.oop_input, output_split_sizes=receives, input_split_sizes=sends
+    )
+
+
+def _sendrecv_buffers(inp: Any, out: Any, count: int, rank: int, n: int) -> Buffers:
+    # As nccl-tests' sendrecv: each rank sends to the next and receives from the previous.
+    return Buffers(inp[:count], out[:count], inp[:count], out[:count], ((rank + 1) % n, (rank - 1) % n))
+
+
+def _sendrecv_call(dist: Any, b: Buffers, op: Any, in_place: bool) -> Callable[[], Any]:
+    to, from_ = b.layout
+
+    def call() -> None:
+        ops = [dist.P2POp(dist.isend, b.oop_input, to), dist.P2POp(dist.irecv, b.oop_output, from_)]
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+
+    return call
+
+
+def _assembled(v: Values, pieces: list[tuple[int, int, int]], start: int, stop: int) -> Any:
+    """An output made of pieces end to end, each (source rank, offset in its input, length),
+    at elements start..stop-1."""
+    parts, at = [], 0
+    for src, offset, length in pieces:
+        lo, hi = max(start, at), min(stop, at + length)
+        if lo < hi:
+            parts.append(v.pattern(src, offset + lo - at, offset + hi - at))
+        at += length
     return v.cat(parts)
+
+
+def _gathered(v: Values, count: int, rank: int, n: int, start: int, stop: int) -> Any:
+    """all_gather's output: rank r's chunk of the pattern sits at r * chunk."""
+    return _assembled(v, [(r, 0, count // n) for r in range(n)], start, stop)
+
+
+def _gathered_at_root(v: Values, count: int, rank: int, n: int, start: int, stop: int) -> Any:
+    return _gathered(v, count, rank, n, start, stop) if rank == ROOT else None
+
+
+def _reduced_at_root(v: Values, count: int, rank: int, n: int, start: int, stop: int) -> Any:
+    return v.reduced(start, stop) if rank == ROOT else None
+
+
+def _scattered(v: Values, count: int, rank: int, n: int, start: int, stop: int) -> Any:
+    chunk = count // n
+    return v.pattern(ROOT, rank * chunk + start, rank * chunk + stop)
+
+
+def _exchanged(v: Values, count: int, rank: int, n: int, start: int, stop: int) -> Any:
+    """all_to_all's output: from each rank p, in rank order, p's chunk for this rank."""
+    chunk = count // n
+    return _assembled(v, [(p, rank * chunk, chunk) for p in range(n)], start, stop)
+
+
+def _exchanged_unevenly(v: Values, count: int, rank: int, n: int, start: int, stop: int) -> Any:
+    """alltoallv's output: from each rank p, in rank order, p's share for this rank, which sits in
+    p's input after its shares for the ranks before this one."""
+    unit = count // _triangle(n)
+    pieces = [(p, sum(share(p, q, n) for q in range(rank)) * unit, share(p, rank, n) * unit) for p in range(n)]
+    return _assembled(v, pieces, start, stop)
 
 
 COLLECTIVES = {
@@ -142,7 +280,7 @@ COLLECTIVES = {
         Collective(
             name="all_reduce",
             bus_factor=lambda n: 2 * (n - 1) / n,
-            split=False,
+            parts=_one,
             reduces=True,
             buffers=_whole,
             call=_all_reduce_call,
@@ -151,7 +289,7 @@ COLLECTIVES = {
         Collective(
             name="all_gather",
             bus_factor=lambda n: (n - 1) / n,
-            split=True,
+            parts=_per_rank,
             reduces=False,
             buffers=_all_gather_buffers,
             call=_all_gather_call,
@@ -160,7 +298,7 @@ COLLECTIVES = {
         Collective(
             name="reduce_scatter",
             bus_factor=lambda n: (n - 1) / n,
-            split=True,
+            parts=_per_rank,
             reduces=True,
             buffers=_reduce_scatter_buffers,
             call=_reduce_scatter_call,
@@ -171,11 +309,69 @@ COLLECTIVES = {
         Collective(
             name="broadcast",
             bus_factor=lambda n: 1.0,
-            split=False,
+            parts=_one,
             reduces=False,
             buffers=_whole,
             call=_broadcast_call,
-            expected=lambda v, count, rank, n, start, stop: v.pattern(0, start, stop),
+            expected=lambda v, count, rank, n, start, stop: v.pattern(ROOT, start, stop),
+        ),
+        Collective(
+            name="all_to_all",
+            bus_factor=lambda n: (n - 1) / n,
+            parts=_per_rank,
+            reduces=False,
+            buffers=_separate,
+            call=_all_to_all_call,
+            expected=_exchanged,
+            in_place=False,
+        ),
+        Collective(
+            name="alltoallv",
+            bus_factor=lambda n: 1 - 1 / _triangle(n),
+            parts=_triangle,
+            reduces=False,
+            buffers=_alltoallv_buffers,
+            call=_alltoallv_call,
+            expected=_exchanged_unevenly,
+            in_place=False,
+        ),
+        Collective(
+            name="reduce",
+            bus_factor=lambda n: 1.0,
+            parts=_one,
+            reduces=True,
+            buffers=_whole,
+            call=_reduce_call,
+            expected=_reduced_at_root,
+        ),
+        Collective(
+            name="gather",
+            bus_factor=lambda n: (n - 1) / n,
+            parts=_per_rank,
+            reduces=False,
+            buffers=_gather_buffers,
+            call=_gather_call,
+            expected=_gathered_at_root,
+        ),
+        Collective(
+            name="scatter",
+            bus_factor=lambda n: (n - 1) / n,
+            parts=_per_rank,
+            reduces=False,
+            buffers=_scatter_buffers,
+            call=_scatter_call,
+            expected=_scattered,
+        ),
+        Collective(
+            name="sendrecv",
+            bus_factor=lambda n: 1.0,
+            parts=_one,
+            reduces=False,
+            buffers=_sendrecv_buffers,
+            call=_sendrecv_call,
+            expected=lambda v, count, rank, n, start, stop: v.pattern((rank - 1) % n, start, stop),
+            in_place=False,
+            min_ranks=2,
         ),
     )
 }

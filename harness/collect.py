@@ -120,7 +120,7 @@ COLUMNS = [
 SUMMARY_VERSION = 4
 # busbw against what the profile says the links carry (docs/expected.md)
 PEAK_COLUMNS = ("busbw_peak_gbps", "busbw_pct_peak")
-# the all-reduce's bytes against the NIC counters (docs/telemetry.md): the worst node's ratio, and
+# the collectives' bytes against the NIC counters (docs/telemetry.md): the worst node's ratio, and
 # what was found, in words
 NIC_COLUMNS = ("nic_bytes_ratio", "nic_check")
 _VERSION_KEY = b"bench_summary_version"

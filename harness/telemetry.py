@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.catalog import collective
+from benchmarks.catalog import collective, share
 from benchmarks.results import bounded_lines, open_regular
 
 DIR = "telemetry"  # jobs/<job>/telemetry/
@@ -450,33 +450,59 @@ class NicCheck:
     def line(self) -> str:
         return (
             f"{self.host} {','.join(self.interfaces)} sent {self.measured / 1e6:.1f} MB against "
-            f"{self.expected / 1e6:.1f} MB the all-reduce accounts for ({self.ratio:.3f}x)"
+            f"{self.expected / 1e6:.1f} MB the collectives account for ({self.ratio:.3f}x)"
         )
 
 
+def _sent_to_peers(name: str, size: int, rank: int, n: int) -> dict[int, float] | None:
+    """Bytes rank `rank` of n sends to each other rank in one call of collective `name` of
+    `size` bytes under gloo, or None where gloo's algorithm is not accounted for. all_reduce is a
+    ring in rank order (reduce-scatter, then all-gather): 2(n-1)/n x size to the next rank.
+    all_to_all sends size/n to each other rank, alltoallv its shares (benchmarks/catalog.py),
+    sendrecv size to the next rank: each straight to its peer (docs/reference.md)."""
+    if name == "all_reduce":
+        return {(rank + 1) % n: collective("all_reduce").bus_factor(n) * size}
+    if name == "all_to_all":
+        return {p: size / n for p in range(n) if p != rank}
+    if name == "alltoallv":
+        unit = size / (n * (n + 1) / 2)
+        return {p: share(rank, p, n) * unit for p in range(n) if p != rank}
+    if name == "sendrecv":
+        return {(rank + 1) % n: float(size)}
+    return None
+
+
+ACCOUNTED = ("all_reduce", "all_to_all", "alltoallv", "sendrecv")
+
+
 def cross_node_bytes(result: Mapping[str, Any]) -> dict[str, int] | str:
-    """Bytes the ranks of each host sent to ranks on other hosts during an all_reduce result,
-    or why that cannot be told. gloo's all-reduce is a ring in rank order (reduce-scatter, then
-    all-gather): each rank sends 2(n-1)/n x size to the next rank per call, which crosses nodes
-    once per node when ranks are placed in order. The link probe sends each other rank
-    --link-bytes per pass. Barriers and the gathered timings are left out: a few KB."""
+    """Bytes the ranks of each host sent to ranks on other hosts during a collective result, or
+    why that cannot be told. Each call of each row sends what _sent_to_peers says; a byte counts
+    where its peer is on another host. The link probe sends each other rank --link-bytes per
+    pass. Barriers and the gathered timings are left out: a few KB."""
     params = result["params"]
-    if list(params.get("collectives") or ()) != ["all_reduce"]:
-        return "only a lone all_reduce is accounted for"
+    names = list(params.get("collectives") or ())
+    if not names or any(c not in ACCOUNTED for c in names):
+        return f"only {', '.join(ACCOUNTED)} are accounted for, not {', '.join(c for c in names if c not in ACCOUNTED)}"
     ranks = sorted(result["environment"]["ranks"], key=lambda r: r["rank"])
     n = len(ranks)
     hosts = [str(r["hostname"]) for r in ranks]
     if n < 2 or len(set(hosts)) < 2:
         return "one node: no traffic crosses a NIC"
-    calls = (params["warmup_iters"] + params["iters"] + params["check_iters"]) * (2 if params["out_of_place"] else 1)
-    per_byte = collective("all_reduce").bus_factor(n)  # 2(n-1)/n of each byte over each rank's link
-    ring = round(sum(calls * per_byte * row["size_bytes"] for row in result["rows"]))
+    once = params["warmup_iters"] + params["iters"] + params["check_iters"]
     probe = (params["link_iters"] + 1) * params["link_bytes"] if params.get("link_bytes") else 0
-    out = dict.fromkeys(hosts, 0)
-    for rank, host in enumerate(hosts):
-        out[host] += ring if hosts[(rank + 1) % n] != host else 0
-        out[host] += probe * sum(1 for peer in hosts if peer != host)
-    return out
+    sent_by = dict.fromkeys(hosts, 0.0)
+    for row in result["rows"]:
+        name = row["collective"]
+        # out of place too where the collective has an in-place form (benchmarks/allreduce.py)
+        calls = once * (2 if params["out_of_place"] and collective(name).in_place else 1)
+        for rank, host in enumerate(hosts):
+            for peer, nbytes in (_sent_to_peers(name, row["size_bytes"], rank, n) or {}).items():
+                if hosts[peer] != host:
+                    sent_by[host] += calls * nbytes
+    for host in hosts:
+        sent_by[host] += probe * sum(1 for peer in hosts if peer != host)
+    return {h: round(b) for h, b in sent_by.items()}
 
 
 def nic_interfaces(result: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
@@ -525,13 +551,13 @@ def nic_columns(result: Mapping[str, Any], key: str, tele: Telemetry) -> tuple[d
     off = [c for c in checks if not c.agrees]
     if off:
         text = (
-            "NIC counters disagree with the all-reduce's bytes: "
+            "NIC counters disagree with the collectives' bytes: "
             + "; ".join(c.line() for c in off)
             + f"; agreement is {AGREE[0]:g}-{AGREE[1]:g}x (docs/telemetry.md)"
         )
         return {"nic_bytes_ratio": worst.ratio, "nic_check": text}, text
     ratios = [c.ratio for c in checks]
-    text = f"agrees: {min(ratios):.3f}-{max(ratios):.3f}x of the all-reduce's bytes on {len(checks)} node(s)"
+    text = f"agrees: {min(ratios):.3f}-{max(ratios):.3f}x of the collectives' bytes on {len(checks)} node(s)"
     return {"nic_bytes_ratio": worst.ratio, "nic_check": text}, None
 
 

@@ -47,12 +47,14 @@ def test_every_collective_a_sweep_takes_is_measured(name):
     sweep = load_sweep(SWEEPS / "local.yaml", overrides=(f"workloads.allreduce.collectives=[{name}]",))
     assert sweep.workloads.allreduce.collectives == (name,)
     record = catalog.collective(name)
-    assert record.name == name and record.chunks(4) == (4 if name in ("all_gather", "reduce_scatter") else 1)
+    per_rank = ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter")
+    assert record.name == name and record.chunks(4) == (4 if name in per_rank else 10 if name == "alltoallv" else 1)
 
 
 def test_an_unknown_collective_names_the_valid_ones():
-    with pytest.raises(ValueError, match="all_reduce, all_gather, reduce_scatter, broadcast"):
-        catalog.collective("all_to_all")
+    valid = "all_reduce, all_gather, reduce_scatter, broadcast, all_to_all, alltoallv, reduce, gather, scatter, sendrecv"
+    with pytest.raises(ValueError, match=valid):
+        catalog.collective("hypercube")
 
 
 def test_image_sets_with_different_seeds_do_not_share_a_directory(tmp_path):

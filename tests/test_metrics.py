@@ -18,11 +18,13 @@ from harness.collect import COLUMNS, add_scaling
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 8, 64])
 def test_bus_factors_follow_nccl_tests(n):
-    # nccl-tests PERFORMANCE.md: all_reduce 2(n-1)/n; all_gather, reduce_scatter (n-1)/n; broadcast 1.
+    # nccl-tests PERFORMANCE.md: all_reduce 2(n-1)/n; all_gather, reduce_scatter, alltoall,
+    # gather, scatter (n-1)/n; broadcast, reduce, sendrecv 1.
     assert bus_factor("all_reduce", n) == pytest.approx(2 * (n - 1) / n)
-    assert bus_factor("all_gather", n) == pytest.approx((n - 1) / n)
-    assert bus_factor("reduce_scatter", n) == pytest.approx((n - 1) / n)
-    assert bus_factor("broadcast", n) == 1.0
+    for name in ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter"):
+        assert bus_factor(name, n) == pytest.approx((n - 1) / n), name
+    for name in ("broadcast", "reduce", "sendrecv"):
+        assert bus_factor(name, n) == 1.0, name
 
 
 def test_bus_factor_examples():
@@ -69,19 +71,28 @@ def test_percentile_matches_linear_interpolation():
     assert math.isnan(percentile([], 50))
 
 
-def _rank_1_of_3(name: str) -> CollectiveRun:
+ROOTED = ("reduce", "gather")  # only the root has an output to check
+
+
+def _rank_of_3(name: str, rank: int = 1) -> CollectiveRun:
     count = 3 * 40
-    return CollectiveRun(COLLECTIVES[name], None, "sum", count, torch.empty(count), torch.empty(count), rank=1, n=3)
+    return CollectiveRun(COLLECTIVES[name], None, "sum", count, torch.empty(count), torch.empty(count), rank=rank, n=3)
+
+
+def _checked_rank_of_3(name: str) -> CollectiveRun:
+    """Rank 1 of 3, or the root where only the root's output is defined."""
+    return _rank_of_3(name, 0 if name in ROOTED else 1)
 
 
 @pytest.mark.parametrize("name", list(COLLECTIVES))
 @pytest.mark.parametrize("in_place", [True, False])
 @pytest.mark.parametrize("check_slice", [2**20, 7])
 def test_the_check_counts_a_wrong_element(name, in_place, check_slice, monkeypatch):
-    """Rank 1 of 3: give it the right output, then corrupt one element, as a bad reduction would.
-    Checked in slices of 7 elements too, which cross all_gather's chunks of 40 at odd places."""
+    """Rank 1 of 3 (the root of reduce and gather): give it the right output, then corrupt one
+    element, as a bad reduction would. Checked in slices of 7 elements too, which cross
+    all_gather's chunks of 40 and alltoallv's shares of 20, 40 and 60 at odd places."""
     monkeypatch.setattr(allreduce, "CHECK_SLICE", check_slice)
-    coll = _rank_1_of_3(name)
+    coll = _checked_rank_of_3(name)
     target = coll.output(in_place)
     target.copy_(coll.expected(0, target.numel()).to(target.dtype))
     assert coll.wrong(in_place) == 0
@@ -94,10 +105,53 @@ def test_the_check_counts_a_wrong_element(name, in_place, check_slice, monkeypat
 @pytest.mark.parametrize("in_place", [True, False])
 def test_the_check_sees_a_missing_contribution(name, in_place):
     """A rank that contributed nothing to a reduction: every element is wrong."""
-    coll = _rank_1_of_3(name)
+    coll = _checked_rank_of_3(name)
     target = coll.output(in_place)
     target.copy_((coll.expected(0, target.numel()) - 1).to(target.dtype))
     assert coll.wrong(in_place) == target.numel()
+
+
+@pytest.mark.parametrize("name", ROOTED)
+def test_only_the_root_of_reduce_and_gather_is_checked(name):
+    """Rank 1's buffer after reduce or gather is undefined (NCCL leaves it; gloo may use it as
+    scratch), so there is nothing to count; the root's every element is counted."""
+    coll = _rank_of_3(name, 1)
+    assert coll.expected(0, 10) is None
+    coll.output(True).fill_(-7)
+    assert coll.wrong(True) == 0
+    root = _rank_of_3(name, 0)
+    root.output(True).fill_(-7)
+    assert root.wrong(True) == root.output(True).numel()
+
+
+# Bytes each rank sends over its link for a message of S bytes, counted by hand:
+# all_to_all: S/n to each of the n-1 others; alltoallv: all but its 1 unit of n(n+1)/2 units;
+# gather and scatter: the root receives or sends S/n from or to each of n-1 others; reduce: the
+# root receives S (a ring or tree moves S over each link); sendrecv: S to the next rank.
+HAND = {
+    2: {"all_to_all": 1 / 2, "alltoallv": 2 / 3, "gather": 1 / 2, "scatter": 1 / 2, "reduce": 1, "sendrecv": 1},
+    4: {"all_to_all": 3 / 4, "alltoallv": 9 / 10, "gather": 3 / 4, "scatter": 3 / 4, "reduce": 1, "sendrecv": 1},
+}
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_the_new_bus_factors_are_the_bytes_counted_by_hand(n):
+    for name, share in HAND[n].items():
+        assert bus_factor(name, n) == pytest.approx(share), name
+    assert bus_factor("alltoallv", 1) == bus_factor("all_to_all", 1) == 0
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 7])
+def test_alltoallv_sends_what_its_peers_expect_and_its_bus_factor_is_what_leaves_a_rank(n):
+    count = n * (n + 1) // 2 * 5
+    layouts = [
+        COLLECTIVES["alltoallv"].buffers(torch.empty(count), torch.empty(count), count, r, n).layout for r in range(n)
+    ]
+    for r, (receives, sends) in enumerate(layouts):
+        assert sum(sends) == sum(receives) == count
+        assert [layouts[p][1][r] for p in range(n)] == receives  # what p sends r is what r takes from p
+        assert (count - sends[r]) / count == pytest.approx(bus_factor("alltoallv", n))
+        assert max(sends) == n * min(sends)  # uneven: the largest share n times the smallest
 
 
 def scaled(rows: list[dict]) -> pd.DataFrame:

@@ -1,6 +1,6 @@
 """Per-node telemetry (docs/telemetry.md): the dmon parser against recorded nvidia-smi output, the
-sampler as a real process (with a fake nvidia-smi that replays a recording), the bytes an
-all-reduce accounts for, worked by hand, and the NIC cross-check's verdicts."""
+sampler as a real process (with a fake nvidia-smi that replays a recording), the bytes the
+collectives account for, worked by hand, and the NIC cross-check's verdicts."""
 
 from __future__ import annotations
 
@@ -189,7 +189,29 @@ def test_cross_node_bytes_worked_by_hand():
     one_node = all_reduce_result(["a", "a"], [2**20], ["lo"])
     assert telemetry.cross_node_bytes(one_node) == "one node: no traffic crosses a NIC"
     other = {**result, "params": {**result["params"], "collectives": ["all_reduce", "all_gather"]}}
-    assert isinstance(telemetry.cross_node_bytes(other), str)
+    assert telemetry.cross_node_bytes(other) == (
+        "only all_reduce, all_to_all, alltoallv, sendrecv are accounted for, not all_gather"
+    )
+
+
+def test_cross_node_bytes_of_all_to_all_and_sendrecv_worked_by_hand():
+    """The same 2 nodes x 2 ranks and calls, with all_to_all and sendrecv rows of 4 MiB beside
+    the all_reduce's. Neither has an in-place form, so 14 calls each. all_to_all: each rank sends
+    size/4 = 1 MiB to each of the two ranks on the other node, 2 MiB a call, 4 MiB a node:
+    14 x 4 MiB = 58,720,256. sendrecv: rank 1 sends to rank 2 and rank 3 to rank 0, 4 MiB a call
+    out of each node: 58,720,256. alltoallv over 4 ranks (10 units of 0.4 MiB, rank s sends
+    1 + (d - s) mod 4 units to d): node a's ranks 0 and 1 send 3 + 4 and 2 + 3 units to ranks 2
+    and 3, 12 units or 4.8 MiB a call; node b's ranks 2 and 3 send 3 + 4 and 2 + 3 to ranks 0
+    and 1, also 12: 14 x 12 x 0.4 MiB = 70,464,307.2."""
+    result = all_reduce_result(["a", "a", "b", "b"], [2**20, 4 * 2**20], ["eth0", "lo"])
+    base = telemetry.cross_node_bytes(result)["a"]
+    for name, more in (("all_to_all", 58_720_256), ("sendrecv", 58_720_256), ("alltoallv", 70_464_307)):
+        mixed = {
+            **result,
+            "params": {**result["params"], "collectives": ["all_reduce", name]},
+            "rows": [*result["rows"], {"collective": name, "size_bytes": 4 * 2**20}],
+        }
+        assert telemetry.cross_node_bytes(mixed) == {"a": base + more, "b": base + more}, name
 
 
 def write_job(job: Path, sent: dict[str, int]) -> None:

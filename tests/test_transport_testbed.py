@@ -169,7 +169,7 @@ def test_a_neighbour_on_the_link_is_caught_by_the_nic_counters(runs, tmp_path):
     print(rows[["job", "status", "nic_bytes_ratio", "nic_check"]].to_string())
     eth0, eth1 = rows.loc["eth0"], rows.loc["eth1"]
     assert eth0["status"] == "TRANSPORT_MISMATCH" and eth0["reason"] == eth0["nic_check"]
-    assert eth0["nic_check"].startswith("NIC counters disagree with the all-reduce's bytes: bnode2 eth0 sent ")
+    assert eth0["nic_check"].startswith("NIC counters disagree with the collectives' bytes: bnode2 eth0 sent ")
     assert "bnode1" not in eth0["nic_check"] and eth0["nic_bytes_ratio"] > telemetry.AGREE[1]
     assert eth1["status"] == "COMPLETED" and eth1["nic_check"].startswith("agrees: ")
     assert r.returncode == 1 and "transport mismatch: n2-g1-torchrun-eth0: NIC counters disagree" in r.stdout
