@@ -17,6 +17,8 @@ from typing import Any, Protocol
 COLLECTIVE_WORKLOAD = "allreduce"
 TRAINING = ("synthetic", "real")
 WORKLOADS = (COLLECTIVE_WORKLOAD, *TRAINING)
+# Runnable with `bench run` and torchrun, not yet a sweep's workload
+STANDALONE = ("transformer",)
 SCALINGS = ("weak", "strong")
 DEVICES = ("auto", "cuda", "cpu")
 BACKENDS = ("auto", "nccl", "gloo")

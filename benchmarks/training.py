@@ -192,6 +192,40 @@ def throughput(ctx: Context, batch: int, step_s: list[float]) -> dict[str, Any]:
     }
 
 
+BREAKDOWN = (
+    "compute_time_ms",
+    "slowest_compute_time_ms",
+    "exposed_comm_ms",
+    "exposed_comm_fraction",
+    "imbalance_fraction",
+)
+
+
+def breakdown(ctx: Context, step_ms: float, free_s: list[float]) -> dict[str, Any]:
+    """Where the step went (docs/breakdown.md), from the median step `step_ms` (slowest rank per
+    step) and this rank's steps with gradient synchronisation skipped (`free_s`, seconds); a
+    collective call when there are any, and every rank has as many.
+
+    compute_time_ms: the median rank's median sync-free step; slowest_compute_time_ms: the
+    slowest rank's. A synchronised step waits for the slowest rank, so the rank imbalance is
+    slowest - median, and the exposed communication is the step less the slowest rank's
+    compute, never below 0. Both as fractions of the step."""
+    if not free_s:
+        return dict.fromkeys(BREAKDOWN)
+    mine = spread([s * 1e3 for s in free_s])["median"]
+    per_rank = [r[0] for r in gather_rows([mine], ctx.device, ctx.launch.world_size)]
+    compute = spread(per_rank)["median"]
+    slowest = max(per_rank)
+    exposed = max(0.0, step_ms - slowest)
+    return {
+        "compute_time_ms": compute,
+        "slowest_compute_time_ms": slowest,
+        "exposed_comm_ms": exposed,
+        "exposed_comm_fraction": exposed / step_ms,
+        "imbalance_fraction": (slowest - compute) / step_ms,
+    }
+
+
 def training_params(args: argparse.Namespace, trainer: Trainer, batch: int, scaling: str, world: int) -> dict[str, Any]:
     return {
         "scaling": scaling,

@@ -484,8 +484,11 @@ def _add_result(out: _Builder, head: dict[str, Any], result: dict[str, Any]) -> 
     job, workload, scaling = head["job"], head["workload"], head["scaling"]
     if workload == COLLECTIVE_WORKLOAD:
         rows = result["rows"]
-        if not all(f in rows[0] for f in _ROW_FIELDS):  # e.g. run with --no-out-of-place
-            rows = [{**_ROW_DEFAULTS, **r} for r in rows]
+        # Without oop_ columns: run with --no-out-of-place, or a collective with no in-place form
+        # (all_to_all, alltoallv, sendrecv) beside others that have one.
+        if not rows:
+            raise ValueError("no rows")
+        rows = [r if all(f in r for f in _ROW_FIELDS) else {**_ROW_DEFAULTS, **r} for r in rows]
         per_row = dict(zip(_ROW_FIELDS, map(list, zip(*map(_row_getter, rows)))))
         per_row["collective"] = [r["collective"] for r in rows]
         per_row["size_bytes"] = [int(r["size_bytes"]) for r in rows]

@@ -171,6 +171,8 @@ def real_run(tmp_path_factory):
         "--set",
         "workloads.allreduce.max_bytes=1M",
         "--set",
+        "workloads.allreduce.collectives=[all_reduce]",
+        "--set",
         "workloads.synthetic.scaling=[weak]",
         "--set",
         "workloads.synthetic.steps=4",

@@ -52,7 +52,9 @@ def test_every_collective_a_sweep_takes_is_measured(name):
 
 
 def test_an_unknown_collective_names_the_valid_ones():
-    valid = "all_reduce, all_gather, reduce_scatter, broadcast, all_to_all, alltoallv, reduce, gather, scatter, sendrecv"
+    valid = (
+        "all_reduce, all_gather, reduce_scatter, broadcast, all_to_all, alltoallv, reduce, gather, scatter, sendrecv"
+    )
     with pytest.raises(ValueError, match=valid):
         catalog.collective("hypercube")
 

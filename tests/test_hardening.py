@@ -209,7 +209,7 @@ def _tamper(run: Path, tmp: Path, name: str, edit) -> Path:
         ("world-size", lambda d, c: d.update(world_size=1), "world size is 1, but job n2-"),
         ("workload", lambda d, c: d.update(workload="synthetic"), "workload is 'synthetic', not 'allreduce'"),
         ("other-job", lambda d, c: d.update(argv=[a.replace("n2-", "n1-") for a in d["argv"]]), "it was written as"),
-        ("rows-empty", lambda d, c: d.update(rows=[]), "incomplete result (IndexError"),
+        ("rows-empty", lambda d, c: d.update(rows=[]), "incomplete result (ValueError: no rows"),
         ("environment-null", lambda d, c: d.update(environment=None), "incomplete result (TypeError"),
         ("hosts-not-names", lambda d, c: d["environment"].update(hosts=[1, 2]), "not a list of host names"),
         ("schema", lambda d, c: d.update(schema_version=99), "schema_version required 1, found 99"),

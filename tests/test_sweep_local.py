@@ -90,14 +90,19 @@ def test_summary_rows_and_values(local_run):
     assert set(df["nodes"]) == {1, 2} and set(df["world_size"]) == {1, 2, 4}
     ar = df[df["workload"] == "allreduce"]
     sizes = [1024, 4096, 16384, 65536, 262144]
+    for (job, coll), rows in ar.groupby(["job", "collective"]):
+        assert sorted(rows["size_bytes"]) == sizes, (job, coll)
     for job, rows in ar.groupby("job"):
-        assert sorted(rows["size_bytes"]) == sizes, job
-    factor = ar["world_size"].map(lambda n: bus_factor("all_reduce", n))
+        assert set(rows["collective"]) == {"all_reduce", "all_to_all"}, job
+    factor = [bus_factor(c, n) for c, n in zip(ar["collective"], ar["world_size"], strict=True)]
     # results keep 7 significant digits (benchmarks.common.json_safe), each rounded on its own
     assert ((ar["busbw_gbps"] - ar["algbw_gbps"] * factor).abs() <= 1e-6 * ar["busbw_gbps"]).all()
     assert (ar["wrong"] == 0).all()
     multi = ar[ar["world_size"] > 1]
     assert (multi["busbw_gbps"] > 0).all() and (multi["time_us"] > 0).all()
+    # all_to_all has no in-place form: its headline is out of place, and no oop_ columns
+    assert ar[ar["collective"] == "all_to_all"]["oop_time_us"].isna().all()
+    assert (ar[ar["collective"] == "all_reduce"]["oop_time_us"] > 0).all()
 
     train = df[df["workload"] != "allreduce"]
     assert sorted(train.groupby(["workload", "scaling"]).size().items()) == [
@@ -164,13 +169,17 @@ def test_plots_exist_and_hold_the_plotted_points(local_run):
     assert len(busbw) == len(ar)
     assert sorted(zip(busbw["x"], busbw["y"].round(9))) == sorted(zip(ar["size_bytes"], ar["busbw_gbps"].round(9)))
 
-    # the figure itself carries those points, one line per (nodes x GPUs) series
+    # the figure itself carries those points, one row of panels per collective, one line per
+    # (nodes x GPUs) series
     from harness.present.plot import busbw_figure
 
     fig, points = busbw_figure(pd.read_parquet(out / "summary.parquet"))
     points = points[points["metric"] == "busbw_gbps"]
-    drawn = {(float(x), round(float(y), 9)) for line in fig.axes[0].lines for x, y in zip(*line.get_data())}
-    assert {(float(x), round(y, 9)) for x, y in zip(points["x"], points["y"])} <= drawn
+    for ax, coll in zip(fig.axes, ("all_reduce", "all_to_all"), strict=True):
+        assert ax.get_title().startswith(coll)
+        drawn = {(float(x), round(float(y), 9)) for line in ax.lines for x, y in zip(*line.get_data())}
+        mine = points[points["collective"] == coll]
+        assert len(mine) and {(float(x), round(y, 9)) for x, y in zip(mine["x"], mine["y"])} <= drawn
 
 
 def test_collect_rebuilds_the_summary_and_skips_a_corrupt_result(local_run, tmp_path):

@@ -160,7 +160,8 @@ def test_nic_counters_agree_with_every_multi_node_collective_step(testbed_sweep)
     workload accounts for (a ring's 2(n-1)/n x size per call, (n-1)/n of each all_to_all buffer
     straight to the other ranks, and the link probe). all_to_all is about a fifth of the
     collectives' bytes of a 2- or 4-node step (0.5 x size against 2 x size, 0.75 against 3), so
-    leaving it out, or counting it twice, leaves the band. Every node of every job was sampled, and the report draws each job's timeline."""
+    leaving it out, or counting it twice, leaves the band. Every node of every job was sampled,
+    and the report draws each job's timeline."""
     out = testbed_sweep["out"]
     summary = pd.read_csv(out / "summary.csv")
     exchanged = summary[(summary["collective"] == "all_to_all") & (summary["nodes"] > 1)]

@@ -333,7 +333,7 @@ def busbw_figure(summary: pd.DataFrame) -> Made | None:
             points += _peak_lines(ax, sub, palette, ("allreduce_busbw", coll, panel))
     if axes[0][-1].get_legend():
         sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1), title="nodes x GPUs per node")
-    fig.suptitle("Collective bus bandwidth vs message size (in-place, worst rank; band: p10-p90)")
+    fig.suptitle("Collective bus bandwidth vs message size (in-place where torch has it, worst rank; band: p10-p90)")
     fig.tight_layout()
     return fig, pd.DataFrame(points, columns=["plot", "collective", *POINT_COLUMNS[1:]])
 

@@ -1,0 +1,385 @@
+"""Decoder-only transformer training on synthetic tokens, under DDP or FSDP: the traffic of
+LLM training (DDP's gradient all-reduce; FSDP's parameter all-gather and gradient
+reduce-scatter), with no data loading.
+
+    bench run transformer --nproc 2                                   # small defaults, CPU
+    bench run transformer --parallel fsdp --global-batch 16 --nproc 4 # strong scaling
+    torchrun --nproc-per-node 8 -m benchmarks.transformer --preset 1.3b --parallel fsdp \\
+        --peak-tflops 989 --json out.json
+
+A GPT-style model: token embedding tied to the output projection, learned positions, pre-norm
+blocks of causal self-attention and a 4x MLP (GELU), no biases in the linear layers.
+Reports tokens_per_s over all ranks and per GPU, flops_per_token = 6N + 12·L·D·T (PaLM,
+Chowdhery et al. 2022, appendix B; docs/reference.md), achieved TFLOP/s per GPU and mfu,
+that over --peak-tflops (null without it: never a guessed peak). Then --sync-free-steps steps
+with gradient synchronisation skipped give the compute-only step and the ranks' spread, from
+which the step's exposed communication and rank imbalance (docs/breakdown.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from .catalog import AMPS
+from .common import OneLineParser, UsageError, add_common_args
+from .runtime import Context
+from .runtime import main as run_main
+from .training import breakdown, choose_amp, sync, throughput
+
+PARALLEL = ("ddp", "fsdp")
+
+
+@dataclass(frozen=True)
+class Shape:
+    layers: int
+    width: int
+    heads: int
+    seq_len: int
+    vocab: int
+
+
+# Presets. "small" runs on 2 CPU cores; the others are GPT-3's shapes (Brown et al. 2020,
+# table 2.1: 125M, 350M, 1.3B), with GPT-2's vocabulary padded to a multiple of 64.
+PRESETS = {
+    "small": Shape(layers=2, width=128, heads=4, seq_len=128, vocab=2048),
+    "125m": Shape(layers=12, width=768, heads=12, seq_len=2048, vocab=50304),
+    "350m": Shape(layers=24, width=1024, heads=16, seq_len=2048, vocab=50304),
+    "1.3b": Shape(layers=24, width=2048, heads=16, seq_len=2048, vocab=50304),
+}
+
+
+class Block(nn.Module):
+    def __init__(self, width: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.norm1 = nn.LayerNorm(width)
+        self.qkv = nn.Linear(width, 3 * width, bias=False)
+        self.proj = nn.Linear(width, width, bias=False)
+        self.norm2 = nn.LayerNorm(width)
+        self.up = nn.Linear(width, 4 * width, bias=False)
+        self.down = nn.Linear(4 * width, width, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
+        return x + self.down(F.gelu(self.up(self.norm2(x))))
+
+
+class Decoder(nn.Module):
+    def __init__(self, shape: Shape):
+        super().__init__()
+        self.tokens = nn.Embedding(shape.vocab, shape.width)
+        self.positions = nn.Embedding(shape.seq_len, shape.width)
+        self.blocks = nn.ModuleList(Block(shape.width, shape.heads) for _ in range(shape.layers))
+        self.norm = nn.LayerNorm(shape.width)
+        self.head = nn.Linear(shape.width, shape.vocab, bias=False)
+        self.head.weight = self.tokens.weight  # tied
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(idx.shape[1], device=idx.device)
+        x = self.tokens(idx) + self.positions(pos)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x))
+
+
+def counted_parameters(model: Decoder) -> int:
+    """N of the 6N count: every parameter once (the tied embedding is the output projection's
+    matmul), but the position table, a lookup that does no multiply-adds."""
+    positions = {id(p) for p in model.positions.parameters()}
+    return sum(p.numel() for p in model.parameters() if id(p) not in positions)
+
+
+def flops_per_token(n_params: int, shape: Shape) -> int:
+    """Training FLOPs per token: 6N (forward 2N, backward 4N) plus attention's 12·L·H·Q·T, where
+    H·Q is the width (PaLM, appendix B; docs/reference.md). Like PaLM, the causal mask's
+    skipped half is counted: the figure is the model's, not a kernel's."""
+    return 6 * n_params + 12 * shape.layers * shape.width * shape.seq_len
+
+
+def mfu(tokens_per_s_per_gpu: float, flops: int, peak_tflops: float | None) -> float | None:
+    """Model FLOPs utilisation: achieved FLOP/s per GPU over the stated peak; None without one."""
+    if not peak_tflops:
+        return None
+    return tokens_per_s_per_gpu * flops / (peak_tflops * 1e12)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog="bench run transformer", description=__doc__.split("\n\n")[0])
+    g = p.add_argument_group("model")
+    g.add_argument("--preset", choices=sorted(PRESETS), default="small", help="model shape (default small)")
+    for flag, what in (
+        ("--layers", "blocks"),
+        ("--width", "model width D"),
+        ("--heads", "attention heads, dividing the width"),
+        ("--seq-len", "tokens per sequence T"),
+        ("--vocab", "vocabulary size"),
+    ):
+        g.add_argument(flag, type=int, default=None, help=f"{what} (default: the preset's)")
+    t = p.add_argument_group("training")
+    t.add_argument("--parallel", choices=PARALLEL, default="ddp", help="ddp, or fsdp (FSDP2's fully_shard)")
+    t.add_argument("--batch-size", type=int, default=4, help="sequences per GPU per step, weak scaling (default 4)")
+    t.add_argument(
+        "--global-batch",
+        type=int,
+        default=None,
+        help="sequences per step over all GPUs, strong scaling: each rank takes global / world size",
+    )
+    t.add_argument("--steps", type=int, default=10, help="measured steps (default 10)")
+    t.add_argument("--warmup-steps", type=int, default=3, help="steps run before measuring (default 3)")
+    t.add_argument(
+        "--sync-free-steps",
+        type=int,
+        default=3,
+        help="steps timed with gradient synchronisation skipped, after one untimed (default 3, 0 for none)",
+    )
+    t.add_argument(
+        "--amp",
+        choices=AMPS,
+        default="auto",
+        help="mixed precision: auto is bf16 on GPUs of compute capability 8.0 and up, fp16 below, off on CPU",
+    )
+    t.add_argument("--lr", type=float, default=3e-4, help="AdamW learning rate (default 3e-4)")
+    t.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=None,
+        help="the GPU's peak dense TFLOP/s at the training precision, for MFU (e.g. 989 for H100 SXM bf16)",
+    )
+    t.add_argument("--seed", type=int, default=0)
+    add_common_args(p)
+    return p
+
+
+def shape_of(args: argparse.Namespace) -> Shape:
+    base = PRESETS[args.preset]
+    shape = Shape(
+        layers=args.layers or base.layers,
+        width=args.width or base.width,
+        heads=args.heads or base.heads,
+        seq_len=args.seq_len or base.seq_len,
+        vocab=args.vocab or base.vocab,
+    )
+    return shape
+
+
+def check_args(args: argparse.Namespace, world_size: int | None) -> None:
+    for flag, value in (
+        ("--layers", args.layers),
+        ("--width", args.width),
+        ("--heads", args.heads),
+        ("--seq-len", args.seq_len),
+        ("--vocab", args.vocab),
+    ):
+        if value is not None and value < 1:
+            raise UsageError(f"{flag} must be at least 1, found {value}")
+    shape = shape_of(args)
+    if shape.width % shape.heads:
+        raise UsageError(f"--width {shape.width} is not divisible by --heads {shape.heads}")
+    for flag, value, low in (
+        ("--batch-size", args.batch_size, 1),
+        ("--steps", args.steps, 1),
+        ("--warmup-steps", args.warmup_steps, 0),
+        ("--sync-free-steps", args.sync_free_steps, 0),
+    ):
+        if value < low:
+            raise UsageError(f"{flag} must be at least {low}, found {value}")
+    if args.peak_tflops is not None and not (0 < args.peak_tflops < 1e6 and math.isfinite(args.peak_tflops)):
+        raise UsageError(f"--peak-tflops must be a positive number of TFLOP/s, found {args.peak_tflops}")
+    if args.parallel == "fsdp" and args.amp == "fp16":
+        raise UsageError("--amp fp16 with --parallel fsdp needs a sharded gradient scaler; use --amp bf16")
+    if args.parallel == "fsdp" and (args.device == "cpu" or not torch.cuda.is_available()):
+        _fully_shard(torch.device("cpu"))  # refused here, before any rank starts, where it cannot run
+    if args.global_batch is not None and world_size:
+        per_gpu(args, world_size)
+
+
+def per_gpu(args: argparse.Namespace, world_size: int) -> tuple[int, str]:
+    """(sequences per rank per step, scaling mode)."""
+    if args.global_batch is None:
+        return args.batch_size, "weak"
+    if args.global_batch < world_size or args.global_batch % world_size:
+        raise UsageError(
+            f"--global-batch {args.global_batch} is not divisible by the world size {world_size} "
+            f"into whole per-GPU batches"
+        )
+    return args.global_batch // world_size, "strong"
+
+
+def _fully_shard(device: torch.device) -> Callable[..., Any]:
+    """FSDP2's fully_shard: public from torch 2.6, under _composable before (from 2.3, the oldest
+    torch pyproject allows). The _composable one makes CUDA streams whatever the device (torch
+    2.3 on this CPU-only machine: "CUDA driver version is insufficient"), so on the CPU it is
+    refused."""
+    try:
+        from torch.distributed.fsdp import fully_shard
+    except ImportError:
+        if device.type != "cuda":
+            raise UsageError(
+                f"--parallel fsdp on the CPU needs torch 2.6 or later (FSDP2's public fully_shard); "
+                f"this is torch {torch.__version__}: use --parallel ddp, or a GPU"
+            ) from None
+        from torch.distributed._composable.fsdp import fully_shard
+    return fully_shard
+
+
+def wrap(model: nn.Module, parallel: str, ctx: Context) -> tuple[nn.Module, Callable[[], Any]]:
+    """The model under DDP or FSDP2, and a context manager that skips gradient synchronisation
+    for the steps inside it: DDP's no_sync; FSDP2's set_requires_gradient_sync(False), which
+    skips the gradients' reduce-scatter but still all-gathers the parameters (docs/breakdown.md)."""
+    cuda = ctx.device.type == "cuda"
+    if parallel == "ddp":
+        ddp = DDP(model, device_ids=[ctx.device.index] if cuda else None)
+        return ddp, ddp.no_sync
+    from torch.distributed.device_mesh import init_device_mesh
+
+    fully_shard = _fully_shard(ctx.device)
+    mesh = init_device_mesh(ctx.device.type, (ctx.launch.world_size,))
+    for block in model.blocks:  # type: ignore[union-attr]
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+
+    @contextlib.contextmanager
+    def no_sync() -> Iterator[None]:
+        model.set_requires_gradient_sync(False)  # type: ignore[operator]
+        try:
+            yield
+        finally:
+            model.set_requires_gradient_sync(True)  # type: ignore[operator]
+
+    return model, no_sync
+
+
+def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
+    world = ctx.launch.world_size
+    batch, scaling = per_gpu(args, world)
+    shape = shape_of(args)
+    amp = choose_amp(args.amp, ctx.device)
+    if amp == "fp16" and ctx.device.type != "cuda":
+        raise UsageError("--amp fp16 needs CUDA; on CPU use --amp bf16 or off")
+    if amp == "fp16" and args.parallel == "fsdp":
+        raise UsageError("--amp fp16 with --parallel fsdp needs a sharded gradient scaler; use --amp bf16")
+    torch.manual_seed(args.seed)  # every rank starts from the same weights
+    model = Decoder(shape).to(ctx.device)
+    n_params = counted_parameters(model)
+    flops = flops_per_token(n_params, shape)
+    runnable, no_sync = wrap(model, args.parallel, ctx)
+    optimizer = torch.optim.AdamW(runnable.parameters(), lr=args.lr)
+    scaler = torch.amp.GradScaler("cuda") if amp == "fp16" else None
+    if amp == "off":
+        autocast: Callable[[], Any] = contextlib.nullcontext
+    else:
+        dtype = torch.bfloat16 if amp == "bf16" else torch.float16
+        autocast = lambda: torch.autocast(ctx.device.type, dtype=dtype)  # noqa: E731
+    gen = torch.Generator(device="cpu").manual_seed(args.seed + 1 + ctx.launch.rank)
+    tokens = torch.randint(0, shape.vocab, (batch, shape.seq_len + 1), generator=gen).to(ctx.device)
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        with autocast():
+            logits = runnable(inputs)
+            loss = F.cross_entropy(logits.reshape(-1, shape.vocab).float(), targets.reshape(-1))
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            optimizer.step()
+
+    def timed(phase: str, count: int, skip_sync: bool = False) -> list[float]:
+        out = []
+        for i in range(count):
+            ctx.progress(f"{phase} {i + 1}")
+            t0 = time.perf_counter()
+            with no_sync() if skip_sync else contextlib.nullcontext():
+                step()
+            sync(ctx)
+            out.append(time.perf_counter() - t0)
+        return out
+
+    ctx.log(
+        f"# transformer {args.parallel} {scaling} scaling: {shape.layers} layers, width {shape.width}, "
+        f"{shape.heads} heads, {shape.seq_len} tokens x {batch} sequences per rank, vocabulary {shape.vocab}, "
+        f"{n_params / 1e6:.1f}M parameters, {flops / 1e9:.3f} GFLOP per token, world size {world}, "
+        f"amp {amp}, device {ctx.device.type}, backend {ctx.backend}"
+    )
+    warmup_s = timed("warmup step", args.warmup_steps)
+    step_s = timed("step", args.steps)
+    free_s: list[float] = []
+    if args.sync_free_steps:
+        timed("sync-free warmup step", 1, skip_sync=True)
+        free_s = timed("sync-free step", args.sync_free_steps, skip_sync=True)
+
+    seq_tokens = batch * shape.seq_len
+    result: dict[str, Any] = {
+        "scaling": scaling,
+        "batch_size": batch,
+        "global_batch": batch * world,
+        "params": {
+            "model": f"decoder-{shape.layers}x{shape.width}",
+            "preset": args.preset,
+            "layers": shape.layers,
+            "width": shape.width,
+            "heads": shape.heads,
+            "seq_len": shape.seq_len,
+            "vocab": shape.vocab,
+            "parallel": args.parallel,
+            "steps": args.steps,
+            "warmup_steps": args.warmup_steps,
+            "sync_free_steps": args.sync_free_steps,
+            "amp": amp,
+            "optimizer": f"AdamW(lr={args.lr})",
+            "peak_tflops": args.peak_tflops,
+        },
+        "n_params": n_params,
+        "flops_per_token": flops,
+    }
+    figures = throughput(ctx, seq_tokens, step_s)
+    # throughput() counts items of the batch; here an item is a token
+    tokens_per_s = figures.pop("images_per_s")
+    per_gpu_tokens = figures.pop("images_per_s_per_gpu")
+    result.update(figures)
+    result["tokens_per_s"] = tokens_per_s
+    result["tokens_per_s_per_gpu"] = per_gpu_tokens
+    result["achieved_tflops_per_gpu"] = per_gpu_tokens * flops / 1e12
+    result["mfu"] = mfu(per_gpu_tokens, flops, args.peak_tflops)
+    result.update(breakdown(ctx, result["step_time_ms"], free_s))
+    result["warmup"] = {"step_time_ms": [s * 1e3 for s in warmup_s]}
+    ctx.log(
+        f"# {tokens_per_s:.1f} tokens/s total, {per_gpu_tokens:.1f} per GPU, "
+        f"{result['achieved_tflops_per_gpu']:.4f} TFLOP/s per GPU, MFU "
+        + ("n/a (no --peak-tflops)" if result["mfu"] is None else f"{result['mfu']:.1%}")
+        + f"; step {result['step_time_ms']:.1f} ms median"
+    )
+    if free_s:
+        ctx.log(
+            f"# sync-free step {result['compute_time_ms']:.1f} ms (median rank; slowest "
+            f"{result['slowest_compute_time_ms']:.1f}): exposed communication "
+            f"{result['exposed_comm_fraction']:.1%}, rank imbalance {result['imbalance_fraction']:.1%} of the step"
+        )
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main("transformer", argv, build_parser(), measure, check_args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
