@@ -24,6 +24,15 @@ DEVICES = ("auto", "cuda", "cpu")
 BACKENDS = ("auto", "nccl", "gloo")
 AMPS = ("auto", "bf16", "fp16", "off")
 
+# Where a training step went (docs/breakdown.md): result fields, and summary columns
+BREAKDOWN = (
+    "compute_time_ms",
+    "slowest_compute_time_ms",
+    "exposed_comm_ms",
+    "exposed_comm_fraction",
+    "imbalance_fraction",
+)
+
 OPS = ("sum", "avg", "max", "min")
 # Every name `-d/--dtype` and a sweep's `dtype` take, to torch's name of the type: nccl-tests'
 # names first (float, half, double, int32, int64, bfloat16), then torch's and the short forms.

@@ -24,16 +24,19 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler
 from torchvision import datasets, transforms
 
-from .common import OneLineParser, UsageError
+from .common import OneLineParser, UsageError, spread
 from .imagefolder import count_images, ensure_imagefolder
 from .runtime import Context, gather_rows
 from .runtime import main as run_main
 from .training import (
     add_training_args,
+    breakdown,
     build_trainer,
     check_training_args,
+    log_breakdown,
     per_gpu_batch,
     sync,
+    sync_free_steps,
     throughput,
     training_params,
 )
@@ -164,6 +167,9 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
             total_s.append(t2 - t0)
             wait_s.append(t1 - t0)
 
+    # compute only: the last batch again, already on the device, so no data wait either
+    free_s = sync_free_steps(ctx, args.sync_free_steps, trainer.no_sync, lambda: trainer.step(images, labels))
+
     result = training_params(args, trainer, batch, scaling, world)
     result.update(throughput(ctx, batch, total_s))
     compute_per_rank = gather_rows([t - w for t, w in zip(total_s, wait_s)], ctx.device, world)
@@ -174,6 +180,7 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
         sum(map(sum, wait_per_rank)) + sum(map(sum, compute_per_rank))
     )
     result["samples"]["data_wait_ms"] = [max(r[i] for r in wait_per_rank) * 1e3 for i in range(args.steps)]
+    result.update(breakdown(ctx, result["step_time_ms"], free_s, spread(result["samples"]["data_wait_ms"])["median"]))
     result["warmup"] = {"step_time_ms": warmup_ms}
     result["data"] = {
         "path": str(data_dir),
@@ -187,6 +194,7 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
         f"{result['compute_images_per_s']:.1f} compute-only, {result['images_per_s_per_gpu']:.1f} per GPU, "
         f"waiting for data {result['data_wait_fraction']:.1%} of step time"
     )
+    log_breakdown(ctx, result)
     return result
 
 

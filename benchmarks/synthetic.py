@@ -24,10 +24,13 @@ from .runtime import Context
 from .runtime import main as run_main
 from .training import (
     add_training_args,
+    breakdown,
     build_trainer,
     check_training_args,
+    log_breakdown,
     per_gpu_batch,
     sync,
+    sync_free_steps,
     throughput,
     training_params,
 )
@@ -69,14 +72,18 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
         sync(ctx)
         step_s.append(time.perf_counter() - t0)
 
+    free_s = sync_free_steps(ctx, args.sync_free_steps, trainer.no_sync, lambda: trainer.step(images, labels))
+
     result = training_params(args, trainer, batch, scaling, world)
     result.update(throughput(ctx, batch, step_s))
+    result.update(breakdown(ctx, result["step_time_ms"], free_s))
     result["warmup"] = {"step_time_ms": warmup_ms}
     ctx.log(
         f"# {result['images_per_s']:.1f} images/s total, {result['images_per_s_per_gpu']:.1f} per GPU, "
         f"step {result['step_time_ms']:.1f} ms median (p10 {result['step_time_ms_p10']:.1f}, "
         f"p90 {result['step_time_ms_p90']:.1f})"
     )
+    log_breakdown(ctx, result)
     return result
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +19,7 @@ import torch.nn.functional as F
 import torchvision
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from .catalog import AMPS
+from .catalog import AMPS, BREAKDOWN
 from .common import PER_RANK, UsageError, add_common_args, spread
 from .runtime import Context, gather_rows
 
@@ -54,6 +55,12 @@ def add_training_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--gradient-as-bucket-view", action=argparse.BooleanOptionalAction, default=True)
     g.add_argument("--static-graph", action=argparse.BooleanOptionalAction, default=False)
     g.add_argument("--lr", type=float, default=0.1, help="SGD learning rate (momentum 0.9)")
+    g.add_argument(
+        "--sync-free-steps",
+        type=int,
+        default=3,
+        help="steps timed with DDP's gradient all-reduce skipped, after one untimed (default 3, 0 for none)",
+    )
     add_common_args(p)
 
 
@@ -64,6 +71,7 @@ def check_training_args(args: argparse.Namespace, world_size: int | None) -> Non
         ("--steps", args.steps, 1),
         ("--warmup-steps", args.warmup_steps, 0),
         ("--num-classes", args.num_classes, 2),
+        ("--sync-free-steps", args.sync_free_steps, 0),
     ):
         if value < low:
             raise UsageError(f"{flag} must be at least {low}, found {value}")
@@ -94,6 +102,7 @@ class Trainer:
     memory_format: Any
     amp: str
     channels_last: bool
+    no_sync: Callable[[], Any]  # DDP's: the steps inside skip the gradient all-reduce
 
     def step(self, images: torch.Tensor, labels: torch.Tensor) -> None:
         self.optimizer.zero_grad(set_to_none=True)
@@ -160,6 +169,7 @@ def build_trainer(args: argparse.Namespace, ctx: Context) -> Trainer:
         memory_format=memory_format,
         amp=amp,
         channels_last=channels_last,
+        no_sync=ddp.no_sync,
     )
 
 
@@ -192,31 +202,38 @@ def throughput(ctx: Context, batch: int, step_s: list[float]) -> dict[str, Any]:
     }
 
 
-BREAKDOWN = (
-    "compute_time_ms",
-    "slowest_compute_time_ms",
-    "exposed_comm_ms",
-    "exposed_comm_fraction",
-    "imbalance_fraction",
-)
+def sync_free_steps(ctx: Context, count: int, no_sync: Callable[[], Any], step: Callable[[], Any]) -> list[float]:
+    """Seconds of `count` steps run with gradient synchronisation skipped (inside `no_sync()`),
+    after one untimed; none when count is 0 (docs/breakdown.md)."""
+    out: list[float] = []
+    for i in range(count + 1 if count else 0):
+        ctx.progress(f"sync-free step {i}" if i else "sync-free warmup step")
+        t0 = time.perf_counter()
+        with no_sync():
+            step()
+        sync(ctx)
+        if i:
+            out.append(time.perf_counter() - t0)
+    return out
 
 
-def breakdown(ctx: Context, step_ms: float, free_s: list[float]) -> dict[str, Any]:
+def breakdown(ctx: Context, step_ms: float, free_s: list[float], wait_ms: float = 0.0) -> dict[str, Any]:
     """Where the step went (docs/breakdown.md), from the median step `step_ms` (slowest rank per
-    step) and this rank's steps with gradient synchronisation skipped (`free_s`, seconds); a
-    collective call when there are any, and every rank has as many.
+    step), its median wait for data `wait_ms`, and this rank's steps with gradient
+    synchronisation skipped (`free_s`, seconds, compute only); a collective call when there are
+    any, and every rank has as many.
 
     compute_time_ms: the median rank's median sync-free step; slowest_compute_time_ms: the
     slowest rank's. A synchronised step waits for the slowest rank, so the rank imbalance is
-    slowest - median, and the exposed communication is the step less the slowest rank's
-    compute, never below 0. Both as fractions of the step."""
+    slowest - median, and the exposed communication is what the step took beyond the data wait
+    and the slowest rank's compute, never below 0. Both as fractions of the step."""
     if not free_s:
         return dict.fromkeys(BREAKDOWN)
     mine = spread([s * 1e3 for s in free_s])["median"]
     per_rank = [r[0] for r in gather_rows([mine], ctx.device, ctx.launch.world_size)]
     compute = spread(per_rank)["median"]
     slowest = max(per_rank)
-    exposed = max(0.0, step_ms - slowest)
+    exposed = max(0.0, step_ms - wait_ms - slowest)
     return {
         "compute_time_ms": compute,
         "slowest_compute_time_ms": slowest,
@@ -224,6 +241,15 @@ def breakdown(ctx: Context, step_ms: float, free_s: list[float]) -> dict[str, An
         "exposed_comm_fraction": exposed / step_ms,
         "imbalance_fraction": (slowest - compute) / step_ms,
     }
+
+
+def log_breakdown(ctx: Context, result: dict[str, Any]) -> None:
+    if result["compute_time_ms"] is not None:
+        ctx.log(
+            f"# sync-free step {result['compute_time_ms']:.1f} ms (median rank; slowest "
+            f"{result['slowest_compute_time_ms']:.1f}): exposed communication "
+            f"{result['exposed_comm_fraction']:.1%}, rank imbalance {result['imbalance_fraction']:.1%} of the step"
+        )
 
 
 def training_params(args: argparse.Namespace, trainer: Trainer, batch: int, scaling: str, world: int) -> dict[str, Any]:
@@ -244,5 +270,6 @@ def training_params(args: argparse.Namespace, trainer: Trainer, batch: int, scal
             "static_graph": args.static_graph,
             "optimizer": f"SGD(lr={args.lr}, momentum=0.9)",
             "num_classes": args.num_classes,
+            "sync_free_steps": args.sync_free_steps,
         },
     }

@@ -36,7 +36,7 @@ from .catalog import AMPS
 from .common import OneLineParser, UsageError, add_common_args
 from .runtime import Context
 from .runtime import main as run_main
-from .training import breakdown, choose_amp, sync, throughput
+from .training import breakdown, choose_amp, log_breakdown, sync, sync_free_steps, throughput
 
 PARALLEL = ("ddp", "fsdp")
 
@@ -303,13 +303,12 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
             loss.backward()
             optimizer.step()
 
-    def timed(phase: str, count: int, skip_sync: bool = False) -> list[float]:
+    def timed(phase: str, count: int) -> list[float]:
         out = []
         for i in range(count):
             ctx.progress(f"{phase} {i + 1}")
             t0 = time.perf_counter()
-            with no_sync() if skip_sync else contextlib.nullcontext():
-                step()
+            step()
             sync(ctx)
             out.append(time.perf_counter() - t0)
         return out
@@ -322,10 +321,7 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
     )
     warmup_s = timed("warmup step", args.warmup_steps)
     step_s = timed("step", args.steps)
-    free_s: list[float] = []
-    if args.sync_free_steps:
-        timed("sync-free warmup step", 1, skip_sync=True)
-        free_s = timed("sync-free step", args.sync_free_steps, skip_sync=True)
+    free_s = sync_free_steps(ctx, args.sync_free_steps, no_sync, step)
 
     seq_tokens = batch * shape.seq_len
     result: dict[str, Any] = {
@@ -368,12 +364,7 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
         + ("n/a (no --peak-tflops)" if result["mfu"] is None else f"{result['mfu']:.1%}")
         + f"; step {result['step_time_ms']:.1f} ms median"
     )
-    if free_s:
-        ctx.log(
-            f"# sync-free step {result['compute_time_ms']:.1f} ms (median rank; slowest "
-            f"{result['slowest_compute_time_ms']:.1f}): exposed communication "
-            f"{result['exposed_comm_fraction']:.1%}, rank imbalance {result['imbalance_fraction']:.1%} of the step"
-        )
+    log_breakdown(ctx, result)
     return result
 
 

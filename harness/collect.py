@@ -33,7 +33,7 @@ from itertools import repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.catalog import COLLECTIVE_WORKLOAD
+from benchmarks.catalog import BREAKDOWN, COLLECTIVE_WORKLOAD
 from benchmarks.common import redacted
 from benchmarks.results import ResultError, load_result, open_regular
 from harness import inside, telemetry, transport
@@ -86,6 +86,7 @@ COLUMNS = [
     "step_time_ms_p90",
     "compute_images_per_s",
     "data_wait_fraction",
+    *BREAKDOWN,
     "batch_size",
     "global_batch",
     "model",
@@ -114,9 +115,9 @@ COLUMNS = [
 # in the metadata too (ENVIRONMENT_KEY, STRAGGLERS_KEY), so comparisons need not reopen results;
 # 4: what makes two rows comparable (params, settings, settings_hash), the replicate (repeat)
 # and the count of usable samples behind each row (n_samples).
-# The transport columns (transport.COLUMNS), the peak columns (PEAK_COLUMNS) and the NIC
-# cross-check (NIC_COLUMNS) came later within 4: a summary without them reads as null there
-# (to_frame), so histories of older runs stay usable.
+# The transport columns (transport.COLUMNS), the peak columns (PEAK_COLUMNS), the NIC
+# cross-check (NIC_COLUMNS) and the step's breakdown (catalog.BREAKDOWN) came later within 4: a
+# summary without them reads as null there (to_frame), so histories of older runs stay usable.
 SUMMARY_VERSION = 4
 # busbw against what the profile says the links carry (docs/expected.md)
 PEAK_COLUMNS = ("busbw_peak_gbps", "busbw_pct_peak")
@@ -154,6 +155,7 @@ _TRAINING_FIELDS = (
     "step_time_ms_p90",
     "compute_images_per_s",
     "data_wait_fraction",
+    *BREAKDOWN,
     "batch_size",
     "global_batch",
 )
@@ -337,7 +339,7 @@ def to_frame(table: pa.Table) -> pd.DataFrame:
     import pyarrow as pa
 
     mapping = {pa.string(): pd.StringDtype(), pa.int64(): pd.Int64Dtype()}
-    for name in (*transport.COLUMNS, *PEAK_COLUMNS, *NIC_COLUMNS):
+    for name in (*transport.COLUMNS, *PEAK_COLUMNS, *NIC_COLUMNS, *BREAKDOWN):
         if name not in table.column_names:
             table = table.append_column(name, pa.nulls(table.num_rows, type=_arrow_type(name)))
     return table.to_pandas(types_mapper=mapping.get)

@@ -116,6 +116,8 @@ def _images_per_s(job: Job, run: WorkloadRun, device: str, profile: ClusterProfi
 def _training_s(job: Job, run: WorkloadRun, device: str, profile: ClusterProfile | None) -> tuple[float, str]:
     a = _args(run)
     steps = int(a["--steps"]) + int(a.get("--warmup-steps", "0"))
+    free = int(a.get("--sync-free-steps", "0"))
+    steps += free + 1 if free else 0  # and one untimed (docs/breakdown.md)
     batch = int(a["--batch-size"]) if run.scaling == "weak" else int(a["--global-batch"]) // job.world_size
     rate, source = _images_per_s(job, run, device, profile)
     return steps * batch / rate, source

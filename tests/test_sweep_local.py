@@ -111,6 +111,10 @@ def test_summary_rows_and_values(local_run):
         (("synthetic", "weak"), 4),
     ]
     assert (train["images_per_s"] > 0).all()
+    # the breakdown's columns (docs/breakdown.md) on every training row, none on the collectives'
+    assert (train["compute_time_ms"] > 0).all() and (train["exposed_comm_fraction"].between(0, 1)).all()
+    assert (train["imbalance_fraction"].between(0, 1)).all()
+    assert ar[["compute_time_ms", "exposed_comm_fraction", "imbalance_fraction"]].isna().all().all()
     assert (
         (train["images_per_s_per_gpu"] * train["world_size"] - train["images_per_s"]).abs()
         <= 1e-6 * train["images_per_s"]

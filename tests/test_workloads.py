@@ -124,6 +124,11 @@ def test_synthetic_weak_and_strong(tmp_path):
         assert len(per_rank) == 2 and all(len(r) == 4 for r in per_rank)
         assert res["measured_time_s"] == pytest.approx(max(sum(r) for r in per_rank) / 1e3)
         assert res["params"]["model"] == "resnet18" and res["params"]["amp"] == "off"
+        # where the step went: 3 sync-free steps by default (docs/breakdown.md)
+        assert res["params"]["sync_free_steps"] == 3
+        assert 0 < res["compute_time_ms"] <= res["slowest_compute_time_ms"]
+        assert res["exposed_comm_ms"] == pytest.approx(max(0.0, res["step_time_ms"] - res["slowest_compute_time_ms"]))
+        assert 0 <= res["exposed_comm_fraction"] < 1 and 0 <= res["imbalance_fraction"] < 1
 
 
 def test_real_with_a_generated_image_folder(tmp_path, data_cache):
@@ -153,6 +158,12 @@ def test_real_with_a_generated_image_folder(tmp_path, data_cache):
     assert res["compute_images_per_s"] >= res["images_per_s"]
     assert 0 <= res["data_wait_fraction"] < 1
     assert len(res["samples"]["data_wait_ms"]) == 4
+    # the sync-free steps reuse the last batch: compute only, the data wait taken out of the step
+    wait = sorted(res["samples"]["data_wait_ms"])
+    median_wait = (wait[1] + wait[2]) / 2
+    assert res["exposed_comm_ms"] == pytest.approx(
+        max(0.0, res["step_time_ms"] - median_wait - res["slowest_compute_time_ms"]), rel=1e-5, abs=1e-3
+    )
     # generated once, deterministic: a second build finds it complete and changes nothing
     from benchmarks.imagefolder import ensure_imagefolder
 
