@@ -463,14 +463,15 @@ def test_report_is_self_contained(real_run, tmp_path):
     parser = _Images()
     parser.feed(text)
     assert parser.links == []  # nothing to fetch: opens offline
-    assert len(parser.sources) >= 4  # scaling, busbw, and the two comparison plots
+    assert len(parser.sources) >= 5  # scaling, the step's breakdown, busbw, and the two comparison plots
     for src in parser.sources:
         assert src.startswith("data:image/png;base64,")
         img = Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1])))
         img.load()
         assert img.size[0] > 100 and img.size[1] > 100
-    for heading in ("Environment", "Jobs", "Stragglers", "Scaling", "Collectives", "Comparison"):
+    for heading in ("Environment", "Jobs", "Stragglers", "Scaling", "Where the step went", "Collectives", "Comparison"):
         assert f"<h2>{heading}" in text
+    assert 'alt="where each training step went"' in text
     created = json.loads((real_run / "plan.json").read_text())["created"][:10]
     assert f"<h1>bench report: local on this machine (local executor), {created}</h1>" in text
     assert "<summary>The sweep's parameters, as run</summary>\n<pre>name: local\n" in text

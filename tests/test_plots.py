@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from harness.collect import add_scaling
-from harness.present.plot import busbw_figure, compare_scaling_figure, scaling_figure
+from harness.present.plot import STEP_PARTS, breakdown_figure, busbw_figure, compare_scaling_figure, scaling_figure
 
 NODES = (1, 2, 4)
 
@@ -249,3 +249,34 @@ def test_comparison_plots_draw_each_run_s_p10_p90_band_from_its_pooled_samples()
     line_colours = {mcolors.to_hex(c) for c in lines.values()}
     fills = [mcolors.to_hex(c.get_facecolor()[0][:3]) for c in ax.collections if len(c.get_paths())]
     assert len(fills) == 2 and set(fills) <= line_colours and fills[0] != fills[1]
+
+
+def test_the_step_breakdown_stacks_each_job_s_parts_in_the_bars_it_draws():
+    """Each job's step (docs/breakdown.md): compute = compute_time_ms / step, the fractions the
+    summary holds, data wait 0 where it is null, and the rest to 1. The 4-node, 2-GPU job: 64.8
+    images/s per GPU, a step of 1000 / 64.8 = 15.432 ms, compute 9 ms (0.5832), imbalance 0.05,
+    exposed 0.2, the rest 0.1668."""
+    df = training("weak")
+    df["compute_time_ms"] = 9.0
+    df["imbalance_fraction"] = 0.05
+    df["exposed_comm_fraction"] = 0.2
+    df["data_wait_fraction"] = None
+    df.loc[df["job"] == "n1-g1", "compute_time_ms"] = None  # no sync-free steps: not drawn
+    fig, points = breakdown_figure(df)
+    by = {(r.metric, r.series): r.y for r in points.itertuples()}
+    assert "n1-g1" not in set(points["series"])
+    assert by[("compute", "n4-g2")] == pytest.approx(0.5832)
+    assert by[("imbalance", "n4-g2")] == 0.05 and by[("exposed_comm", "n4-g2")] == 0.2
+    assert by[("data_wait", "n4-g2")] == 0.0
+    assert by[("rest", "n4-g2")] == pytest.approx(0.1668)
+    # the bars carry those heights, part by part, bottom to top, in order of nodes and GPUs
+    (ax,) = fig.axes
+    jobs = [t.get_text() for t in ax.get_xticklabels()]
+    assert jobs == ["n1-g2", "n2-g1", "n2-g2", "n4-g1", "n4-g2"]
+    bars = [patch for container in ax.containers for patch in container]
+    assert len(bars) == len(STEP_PARTS) * len(jobs)
+    for k, (part, _) in enumerate(STEP_PARTS):
+        heights = [bars[k * len(jobs) + i].get_height() for i in range(len(jobs))]
+        assert heights == pytest.approx([by[(part, j)] for j in jobs]), part
+    # and nothing to draw without the breakdown
+    assert breakdown_figure(df.assign(compute_time_ms=None)) is None

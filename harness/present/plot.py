@@ -3,6 +3,7 @@
     plots/weak_scaling.png     images/s per GPU, efficiency against 1 GPU and against 1 node, vs nodes
     plots/strong_scaling.png   speedup and efficiency vs nodes, ideal lines
     plots/allreduce_busbw.png  busbw vs message size (log2), one line per node count
+    plots/step_breakdown.png   where each training job's step went (docs/breakdown.md)
 
 Facets: one column per (launcher, NCCL set) where a run has several; the busbw plot has one
 row per collective. Only rows with status COMPLETED are drawn.
@@ -338,6 +339,79 @@ def busbw_figure(summary: pd.DataFrame) -> Made | None:
     return fig, pd.DataFrame(points, columns=["plot", "collective", *POINT_COLUMNS[1:]])
 
 
+# The parts of a training step, bottom to top (docs/breakdown.md)
+STEP_PARTS = (
+    ("compute", "compute (median rank)"),
+    ("imbalance", "rank imbalance"),
+    ("data_wait", "waiting for data"),
+    ("exposed_comm", "exposed communication"),
+    ("rest", "the rest"),
+)
+
+
+def step_parts(df: pd.DataFrame) -> pd.DataFrame:
+    """Each training row's step as fractions (docs/breakdown.md): the median rank's compute, the
+    rank imbalance, the data wait (data_wait_fraction, the real workload's), the exposed
+    communication, and the rest, what none of them accounts for (never below 0)."""
+    import pandas as pd
+
+    parts = pd.DataFrame(index=df.index)
+    parts["compute"] = df["compute_time_ms"] / df["step_time_ms"]
+    parts["imbalance"] = df["imbalance_fraction"]
+    parts["data_wait"] = df["data_wait_fraction"].fillna(0.0)
+    parts["exposed_comm"] = df["exposed_comm_fraction"]
+    parts["rest"] = (1 - parts.sum(axis=1)).clip(lower=0.0)
+    return parts.astype(float)
+
+
+def breakdown_figure(summary: pd.DataFrame) -> Made | None:
+    """(figure, points): where each training job's step went, one stacked bar per job, jobs in
+    order of nodes and GPUs per node, one panel per workload and scaling mode, the job's
+    scaling efficiency above its bar; None when no row has the breakdown."""
+    import pandas as pd
+
+    df = summary[
+        summary["workload"].isin(TRAINING)
+        & (summary["status"] == COMPLETED)
+        & summary["compute_time_ms"].notna()
+        & summary["step_time_ms"].notna()
+    ].copy()
+    if df.empty:
+        return None
+    plt, sns = _setup()
+    df["panel"] = df["workload"].astype(str) + " · " + df["scaling"].astype(str)
+    df = df.sort_values(["panel", "nodes", "gpus_per_node", "launcher", "nccl_config", "job"])
+    panels = list(dict.fromkeys(df["panel"]))
+    parts = step_parts(df)
+    colours = sns.color_palette("colorblind", len(STEP_PARTS))
+    width = max((df["panel"] == p).sum() for p in panels)
+    fig, axes = plt.subplots(1, len(panels), figsize=(max(7.0, (1.2 + 0.6 * width) * len(panels)), 5.2), squeeze=False)
+    points = []
+    for ax, panel in zip(axes[0], panels, strict=True):
+        rows = df[df["panel"] == panel]
+        x = range(len(rows))
+        bottom = [0.0] * len(rows)
+        for (part, label), colour in zip(STEP_PARTS, colours, strict=True):
+            heights = parts.loc[rows.index, part].tolist()
+            ax.bar(x, heights, bottom=bottom, color=colour, label=label, width=0.7)
+            bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
+            points += [
+                ("step_breakdown", panel, part, job, float(n), h)
+                for job, n, h in zip(rows["job"], rows["nodes"], heights, strict=True)
+            ]
+        for i, eff in enumerate(rows["efficiency"]):
+            if pd.notna(eff):
+                ax.text(i, bottom[i] + 0.02, f"{float(eff):.2f}", ha="center", va="bottom", fontsize=8)
+        ax.set_xticks(list(x), [str(j) for j in rows["job"]], rotation=60, ha="right", fontsize=8)
+        ax.set_ylim(0, max(1.1, max(bottom) + 0.12))
+        ax.set_ylabel("share of the step (median step, slowest rank)")
+        ax.set_title(panel, fontsize=10)
+    axes[0][-1].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, title="step part")
+    fig.suptitle("Where each training step went (figures above the bars: scaling efficiency)")
+    fig.tight_layout()
+    return fig, pd.DataFrame(points, columns=POINT_COLUMNS)
+
+
 def figures(makers: list[tuple[str, Maker]]) -> Iterator[tuple[str, Figure, pd.DataFrame]]:
     """(name, figure, points) of each (name, make) whose make has data; each figure is closed
     once the caller has used it."""
@@ -368,6 +442,7 @@ def draw_all(run: RunDir, summary: pd.DataFrame) -> list[Path]:
             ("weak_scaling", lambda: scaling_figure(summary, "weak")),
             ("strong_scaling", lambda: scaling_figure(summary, "strong")),
             ("allreduce_busbw", lambda: busbw_figure(summary)),
+            ("step_breakdown", lambda: breakdown_figure(summary)),
         ],
     )
 

@@ -17,8 +17,10 @@ from harness.analysis.compare import METRICS, SAME, Comparison, Side, records
 from harness.collect import read_summary
 from harness.present import plot
 from harness.present.tables import (
+    BREAKDOWN_HEAD,
     MISMATCH_HEADING,
     TRAINING_HEAD,
+    breakdown_rows,
     collective_table,
     fmt_interval,
     fmt_ratio,
@@ -125,6 +127,17 @@ def run_section(run: RunDir, side: Side) -> str:
     )
     if len(train):
         parts.append(_table(TRAINING_HEAD, training_rows(train), numeric={3, 4, 5, 6, 7, 8}))
+    where = breakdown_rows(train)
+    if where:
+        parts.append("<h2>Where the step went</h2>")
+        parts.append(
+            "<p>Each training step as the median rank's compute, the slowest rank's lead over it"
+            " (imbalance), the wait for data and the communication that computation did not hide,"
+            " from steps run with gradient synchronisation skipped (docs/breakdown.md says what"
+            " that assumes).</p>"
+        )
+        parts.append(_figures([("where each training step went", lambda: plot.breakdown_figure(summary))]))
+        parts.append(_table(BREAKDOWN_HEAD, where, numeric={3, 4, 5, 6, 7, 8, 9}))
     coll = ok[ok["workload"] == COLLECTIVE_WORKLOAD]
     parts.append("<h2>Collectives</h2>")
     parts.append(_figures([("bus bandwidth vs message size", lambda: plot.busbw_figure(summary))]))

@@ -196,6 +196,41 @@ COLLECTIVE_HEAD = ["job", "collective", "size", "time us", "algbw GB/s", "busbw 
 PEAK_HEAD = "% of peak"  # where the cluster profile states its link speeds (docs/expected.md)
 
 
+BREAKDOWN_HEAD = [
+    "workload",
+    "scaling",
+    "job",
+    "GPUs",
+    "step ms",
+    "compute ms",
+    "exposed comm",
+    "imbalance",
+    "data wait",
+    "efficiency",
+]
+
+
+def breakdown_rows(train: pd.DataFrame) -> list[list[str]]:
+    """Where each training row's step went (BREAKDOWN_HEAD; docs/breakdown.md), for the rows
+    that ran sync-free steps."""
+    return [
+        [
+            r["workload"],
+            r["scaling"],
+            r["job"],
+            str(r["world_size"]),
+            fmt_value(r["step_time_ms"], ".1f"),
+            fmt_value(r["compute_time_ms"], ".1f"),
+            fmt_value(r["exposed_comm_fraction"], ".1%"),
+            fmt_value(r["imbalance_fraction"], ".1%"),
+            fmt_value(r["data_wait_fraction"], ".1%"),
+            fmt_value(r["efficiency"], ".1%"),
+        ]
+        for r in records(train)
+        if r["compute_time_ms"] is not None
+    ]
+
+
 def training_rows(train: pd.DataFrame) -> list[list[str]]:
     """The training throughput table's cells (TRAINING_HEAD), one row per summary row."""
     return [
