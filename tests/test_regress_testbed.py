@@ -15,9 +15,11 @@ Slurm testbed, with links shaped by `testbed shape` (tc tbf on both ends of a no
 5. --across: two settings sets of one run (eth0, and eth1 shaped to 200mbit) give the same busbw
    verdicts as two one-set runs under the same shaping;
 6. one slow node: every report names bnode3 as the straggler, and no other node;
-7. a damaged history entry: exit 2 naming it; `history remove` restores regress.
+7. a damaged history entry: exit 2 naming it; `history remove` restores regress;
+8. the step's breakdown: over a 1 Gbit/s link a 2-node training job's exposed communication
+   rises and its compute-only step does not.
 
-14 sweeps of 1, 2 and 4 emulated nodes, six of them all-reduce only (CONTRIBUTING.md gives their
+15 sweeps of 1, 2 and 4 emulated nodes, six of them all-reduce only and one training only (CONTRIBUTING.md gives their
 time on the 2-vCPU test machine). The
 figures each proof measured are printed (pytest -s shows them)."""
 
@@ -38,6 +40,7 @@ pytestmark = pytest.mark.slow
 
 CLUSTER = "testbed"
 SLOW = "200mbit"
+GBE = "1000mbit"  # the training proof's link: gigabit Ethernet
 RATE_GBPS = 200e6 / 8 / 1e9  # busbw is comparable with link speed (nccl-tests' bus factor)
 SWEEP = SWEEPS / "testbed-regress.yaml"
 ALLREDUCE_ONLY = ("--set", "workloads.synthetic=false")
@@ -98,6 +101,12 @@ def runs(testbed, tmp_path_factory):
             sweep(out[name], *ALLREDUCE_ONLY)
             shape("--clear", "--link", "eth0")
         out["rates"] = {"half": half, "middle": middle, "slow": SLOW, "unshaped_gbps": unshaped}
+        # The step's breakdown over a 1 Gbit/s link (docs/breakdown.md): the 2-node training job
+        # alone, as the unshaped runs ran it
+        shape("--link", "eth0", "--rate", GBE)
+        out["gbe"] = root / "gbe"
+        sweep(out["gbe"], "--set", "nodes=[2]", "--set", "workloads.allreduce=false")
+        shape("--clear", "--link", "eth0")
         shape("--link", "eth0", "--rate", SLOW, "--node", "bnode3")
         out["b3"] = root / "b3"
         sweep(out["b3"], *ALLREDUCE_ONLY)
@@ -241,6 +250,25 @@ def test_shaped_links_are_caught_at_every_level(runs, tmp_path):
     )
     for rate, bf, bn, af, an, ratio in table:
         print(f"{rate:>10} {bf:>3} of {bn:<3} ({bf / bn:4.0%})   {af:>3} of {an:<3} ({af / an:4.0%})   {ratio:.3f}")
+
+
+def test_a_slower_link_shows_as_exposed_communication_not_as_compute(runs):
+    """ResNet-18 under DDP on 2 nodes (docs/breakdown.md): over a 1 Gbit/s link the step's
+    exposed communication rises against the five unshaped runs, and the compute-only step (the
+    sync-free steps, which send nothing) stays where it was."""
+
+    def row(run):
+        t = pd.read_csv(run / "summary.csv")
+        return t[(t["workload"] == "synthetic") & (t["nodes"] == 2)].iloc[0]
+
+    base = pd.DataFrame([row(runs[f"u{k}"]) for k in range(1, 6)])
+    shaped = row(runs["gbe"])
+    cols = ["step_time_ms", "compute_time_ms", "slowest_compute_time_ms", "exposed_comm_fraction", "imbalance_fraction"]
+    print(f"\n2-node synthetic, unshaped u1..u5:\n{base[cols].to_string(index=False)}\nover {GBE}:\n{shaped[cols]}")
+    assert shaped["exposed_comm_fraction"] >= base["exposed_comm_fraction"].max() + 0.1
+    assert shaped["step_time_ms"] > 1.3 * base["step_time_ms"].median()
+    ratio = shaped["compute_time_ms"] / base["compute_time_ms"].median()
+    assert 0.7 < ratio < 1.3, ratio
 
 
 def test_a_failed_multi_node_job_fails_the_gate(runs, tmp_path):
