@@ -82,7 +82,7 @@ def check_training_args(args: argparse.Namespace, world_size: int | None) -> Non
 
 
 def per_gpu_batch(args: argparse.Namespace, world_size: int) -> tuple[int, str]:
-    """(images per rank per step, scaling mode)."""
+    """(images, or the transformer's sequences, per rank per step; scaling mode)."""
     if args.global_batch is None:
         return args.batch_size, "weak"
     if args.global_batch < world_size or args.global_batch % world_size:
@@ -129,6 +129,15 @@ def choose_amp(requested: str, device: torch.device) -> str:
     return "bf16" if torch.cuda.get_device_capability(device) >= (8, 0) else "fp16"
 
 
+def mixed_precision(amp: str, device: torch.device) -> tuple[Callable[[], Any], Any]:
+    """(a context manager for the forward pass, the loss scaler or None) for a chosen --amp."""
+    scaler = torch.amp.GradScaler("cuda") if amp == "fp16" else None
+    if amp == "off":
+        return contextlib.nullcontext, scaler
+    dtype = torch.bfloat16 if amp == "bf16" else torch.float16
+    return (lambda: torch.autocast(device.type, dtype=dtype)), scaler
+
+
 def build_trainer(args: argparse.Namespace, ctx: Context) -> Trainer:
     cuda = ctx.device.type == "cuda"
     amp = choose_amp(args.amp, ctx.device)
@@ -155,12 +164,7 @@ def build_trainer(args: argparse.Namespace, ctx: Context) -> Trainer:
     )
     runnable = torch.compile(ddp) if args.compile else ddp
     optimizer = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
-    scaler = torch.amp.GradScaler("cuda") if amp == "fp16" else None
-    if amp == "off":
-        autocast: Callable[[], Any] = contextlib.nullcontext
-    else:
-        dtype = torch.bfloat16 if amp == "bf16" else torch.float16
-        autocast = lambda: torch.autocast(ctx.device.type, dtype=dtype)  # noqa: E731
+    autocast, scaler = mixed_precision(amp, ctx.device)
     return Trainer(
         model=runnable,
         optimizer=optimizer,

@@ -36,7 +36,16 @@ from .catalog import AMPS
 from .common import OneLineParser, UsageError, add_common_args
 from .runtime import Context
 from .runtime import main as run_main
-from .training import breakdown, choose_amp, log_breakdown, sync, sync_free_steps, throughput
+from .training import (
+    breakdown,
+    choose_amp,
+    log_breakdown,
+    mixed_precision,
+    per_gpu_batch,
+    sync,
+    sync_free_steps,
+    throughput,
+)
 
 PARALLEL = ("ddp", "fsdp")
 
@@ -206,19 +215,7 @@ def check_args(args: argparse.Namespace, world_size: int | None) -> None:
     if args.parallel == "fsdp" and (args.device == "cpu" or not torch.cuda.is_available()):
         _fully_shard(torch.device("cpu"))  # refused here, before any rank starts, where it cannot run
     if args.global_batch is not None and world_size:
-        per_gpu(args, world_size)
-
-
-def per_gpu(args: argparse.Namespace, world_size: int) -> tuple[int, str]:
-    """(sequences per rank per step, scaling mode)."""
-    if args.global_batch is None:
-        return args.batch_size, "weak"
-    if args.global_batch < world_size or args.global_batch % world_size:
-        raise UsageError(
-            f"--global-batch {args.global_batch} is not divisible by the world size {world_size} "
-            f"into whole per-GPU batches"
-        )
-    return args.global_batch // world_size, "strong"
+        per_gpu_batch(args, world_size)
 
 
 def _fully_shard(device: torch.device) -> Callable[..., Any]:
@@ -267,7 +264,7 @@ def wrap(model: nn.Module, parallel: str, ctx: Context) -> tuple[nn.Module, Call
 
 def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
     world = ctx.launch.world_size
-    batch, scaling = per_gpu(args, world)
+    batch, scaling = per_gpu_batch(args, world)
     shape = shape_of(args)
     amp = choose_amp(args.amp, ctx.device)
     if amp == "fp16" and ctx.device.type != "cuda":
@@ -280,12 +277,7 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
     flops = flops_per_token(n_params, shape)
     runnable, no_sync = wrap(model, args.parallel, ctx)
     optimizer = torch.optim.AdamW(runnable.parameters(), lr=args.lr)
-    scaler = torch.amp.GradScaler("cuda") if amp == "fp16" else None
-    if amp == "off":
-        autocast: Callable[[], Any] = contextlib.nullcontext
-    else:
-        dtype = torch.bfloat16 if amp == "bf16" else torch.float16
-        autocast = lambda: torch.autocast(ctx.device.type, dtype=dtype)  # noqa: E731
+    autocast, scaler = mixed_precision(amp, ctx.device)
     gen = torch.Generator(device="cpu").manual_seed(args.seed + 1 + ctx.launch.rank)
     tokens = torch.randint(0, shape.vocab, (batch, shape.seq_len + 1), generator=gen).to(ctx.device)
     inputs, targets = tokens[:, :-1], tokens[:, 1:]

@@ -177,6 +177,8 @@ def real_run(tmp_path_factory):
         "--set",
         "workloads.synthetic.steps=4",
         "--set",
+        "workloads.synthetic.sync_free_steps=1",
+        "--set",
         "workloads.real=false",
         timeout=600,
     )

@@ -33,6 +33,10 @@ FAST = [
     "workloads.synthetic.steps=3",
     "--set",
     "workloads.real.steps=3",
+    "--set",
+    "workloads.synthetic.sync_free_steps=1",
+    "--set",
+    "workloads.real.sync_free_steps=1",
 ]
 
 

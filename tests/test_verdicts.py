@@ -310,7 +310,8 @@ timeout_s: 60
 workloads:
   allreduce: {min_bytes: 64K, max_bytes: 256K, step_factor: 4, iters: 6, warmup_iters: 2,
               link_bytes: 64K, link_iters: 1}
-  synthetic: {model: resnet18, image_size: 32, scaling: [weak], batch_size: 4, steps: 4, warmup_steps: 1, amp: "off"}
+  synthetic: {model: resnet18, image_size: 32, scaling: [weak], batch_size: 4, steps: 4, warmup_steps: 1, amp: "off",
+              sync_free_steps: 0}
 """)
     out = root / "run"
     bench("sweep", str(sweep), "--executor", "local", "--out", str(out), timeout=900)
