@@ -495,7 +495,10 @@ def _baseline(con: sqlite3.Connection, db: Path, found: list[Entry], kind: str, 
             pool.assign(_s=score).sort_values("_s", ascending=False, kind="stable").drop_duplicates("_key").index
         )
     elif kind == "median":  # K runs draw the band; with fewer, the newest run alone, judged within it
-        keep = ((nth < k) & (size >= k)) | ((nth == 0) & (size < k))
+        # (all of its replicates: its first alone against a run's pooled replicates tested one
+        # replicate's run-level noise against three's, and called a copy of itself slower)
+        newest = pool["_rank"] == by_key["_rank"].transform("min")
+        keep = ((nth < k) & (size >= k)) | (newest & (size < k))
     elif kind == "last":  # the newest run where the key is usable, with all its replicates
         keep = pool["_rank"] == by_key["_rank"].transform("min")
     else:
