@@ -1,8 +1,9 @@
 """Proofs that `bench regress` and `bench compare` give verdicts a CI gate can trust, on the
 Slurm testbed, with links shaped by `testbed shape` (tc tbf on both ends of a node's link):
 
-1. no false alarm: five unshaped runs of sweeps/testbed-regress.yaml in a history; a sixth,
-   regressed with the defaults (median:5, no --threshold), exits 0;
+1. no false alarm: five unshaped runs of sweeps/testbed-regress.yaml in a history; a sixth, of
+   three interleaved replicates (--repeat 3), regressed with the defaults (median:5, no
+   --threshold), exits 0;
 2. detection power: every node shaped to the rate that halves the unshaped multi-node busbw at
    4M (derived from the unshaped runs), then to 200mbit and a level in between: regress flags
    every multi-node all-reduce size whose band the shaped link cannot reach (a halving leaves
@@ -85,9 +86,14 @@ def runs(testbed, tmp_path_factory):
     shape("--clear")
     try:
         shape("--link", "eth1", "--rate", SLOW)
-        for k in range(1, 7):
+        for k in range(1, 6):
             out[f"u{k}"] = root / f"u{k}"
             sweep(out[f"u{k}"])
+        # The run under test measures each key three times, interleaved (--repeat 3), and is
+        # judged by their median: one run in a few here has a key at half speed, a mode of this
+        # 2-vCPU machine's scheduling that no band of five runs holds (docs/noise.md)
+        out["u6"] = root / "u6"
+        sweep(out["u6"], "--repeat", "3")
         unshaped = min(sorted(busbw_4m(out[f"u{k}"], n) for k in range(1, 6))[2] for n in (2, 4))
         # busbw is what each link carries (nccl-tests' bus factor), so a link at half of it
         # halves it: GB/s -> Mbit/s, halved. The lower of the node counts, so both are halved.
