@@ -421,14 +421,13 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
         "min": dist.ReduceOp.MIN,
     }[args.op]
     element = torch.empty((), dtype=dtype).element_size()
-    plan = {
-        c: message_sizes(args.min_bytes, args.max_bytes, args.step_factor, element, collective(c).chunks(world))
-        for c in _collectives(args.collective)
-        if world >= collective(c).min_ranks
-    }
+    plan = {}
     for c in _collectives(args.collective):
-        if c not in plan:
-            ctx.log(f"# collective {c}: needs {collective(c).min_ranks} ranks or more, skipped on {world}")
+        record = collective(c)
+        if world < record.min_ranks:
+            ctx.log(f"# collective {c}: needs {record.min_ranks} ranks or more, skipped on {world}")
+        else:
+            plan[c] = message_sizes(args.min_bytes, args.max_bytes, args.step_factor, element, record.chunks(world))
     if not plan:
         raise UsageError(f"--collective {args.collective}: nothing to measure on {world} rank(s)")
     max_count = max(max(s) for s in plan.values()) // element

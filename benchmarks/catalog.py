@@ -120,7 +120,9 @@ def _per_rank(n: int) -> int:
     return n
 
 
-def _triangle(n: int) -> int:
+def alltoallv_units(n: int) -> int:
+    """The equal units alltoallv's message of n ranks divides into: each rank's shares (share())
+    add up to n(n+1)/2 of them."""
     return n * (n + 1) // 2
 
 
@@ -212,7 +214,7 @@ def share(src: int, dst: int, n: int) -> int:
 
 
 def _alltoallv_buffers(inp: Any, out: Any, count: int, rank: int, n: int) -> Buffers:
-    unit = count // _triangle(n)
+    unit = count // alltoallv_units(n)
     sends = [share(rank, p, n) * unit for p in range(n)]
     receives = [share(p, rank, n) * unit for p in range(n)]
     return Buffers(inp[:count], out[:count], inp[:count], out[:count], (receives, sends))
@@ -280,7 +282,7 @@ def _exchanged(v: Values, count: int, rank: int, n: int, start: int, stop: int) 
 def _exchanged_unevenly(v: Values, count: int, rank: int, n: int, start: int, stop: int) -> Any:
     """alltoallv's output: from each rank p, in rank order, p's share for this rank, which sits in
     p's input after its shares for the ranks before this one."""
-    unit = count // _triangle(n)
+    unit = count // alltoallv_units(n)
     pieces = [(p, sum(share(p, q, n) for q in range(rank)) * unit, share(p, rank, n) * unit) for p in range(n)]
     return _assembled(v, pieces, start, stop)
 
@@ -338,8 +340,8 @@ COLLECTIVES = {
         ),
         Collective(
             name="alltoallv",
-            bus_factor=lambda n: 1 - 1 / _triangle(n),
-            parts=_triangle,
+            bus_factor=lambda n: 1 - 1 / alltoallv_units(n),
+            parts=alltoallv_units,
             reduces=False,
             buffers=_alltoallv_buffers,
             call=_alltoallv_call,

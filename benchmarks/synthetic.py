@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from typing import Any
 
 import torch
@@ -29,9 +28,9 @@ from .training import (
     check_training_args,
     log_breakdown,
     per_gpu_batch,
-    sync,
     sync_free_steps,
     throughput,
+    timed_steps,
     training_params,
 )
 
@@ -57,22 +56,12 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
         f"{args.image_size}px, amp {trainer.amp}, device {ctx.device.type}, backend {ctx.backend}"
     )
 
-    warmup_ms = []
-    for i in range(args.warmup_steps):
-        ctx.progress(f"warmup step {i + 1}")
-        t0 = time.perf_counter()
+    def step() -> None:
         trainer.step(images, labels)
-        sync(ctx)
-        warmup_ms.append((time.perf_counter() - t0) * 1e3)
-    step_s = []
-    for i in range(args.steps):
-        ctx.progress(f"step {i + 1}")
-        t0 = time.perf_counter()
-        trainer.step(images, labels)
-        sync(ctx)
-        step_s.append(time.perf_counter() - t0)
 
-    free_s = sync_free_steps(ctx, args.sync_free_steps, trainer.no_sync, lambda: trainer.step(images, labels))
+    warmup_ms = [s * 1e3 for s in timed_steps(ctx, "warmup step", args.warmup_steps, step)]
+    step_s = timed_steps(ctx, "step", args.steps, step)
+    free_s = sync_free_steps(ctx, args.sync_free_steps, trainer.no_sync, step)
 
     result = training_params(args, trainer, batch, scaling, world)
     result.update(throughput(ctx, batch, step_s))

@@ -122,6 +122,8 @@ def choose_amp(requested: str, device: torch.device) -> str:
     compute capability 8.0 and up (Ampere's Tensor Cores brought bf16: NVIDIA A100 Tensor Core GPU
     Architecture, 2020); fp16 with loss scaling before it (V100 is 7.0 and T4 7.5: their Tensor
     Cores take fp16, not bf16); off on CPU."""
+    if requested == "fp16" and device.type != "cuda":
+        raise UsageError("--amp fp16 needs CUDA; on CPU use --amp bf16 or off")
     if requested != "auto":
         return requested
     if device.type != "cuda":
@@ -141,8 +143,6 @@ def mixed_precision(amp: str, device: torch.device) -> tuple[Callable[[], Any], 
 def build_trainer(args: argparse.Namespace, ctx: Context) -> Trainer:
     cuda = ctx.device.type == "cuda"
     amp = choose_amp(args.amp, ctx.device)
-    if amp == "fp16" and not cuda:
-        raise UsageError("--amp fp16 needs CUDA; on CPU use --amp bf16 or off")
     channels_last = cuda if args.channels_last is None else args.channels_last
     memory_format = torch.channels_last if channels_last else torch.contiguous_format
     if cuda:
@@ -206,19 +206,31 @@ def throughput(ctx: Context, batch: int, step_s: list[float]) -> dict[str, Any]:
     }
 
 
+def timed_steps(ctx: Context, phase: str, count: int, step: Callable[[], Any]) -> list[float]:
+    """Seconds of each of `count` calls of `step`, each synchronised with the device and marked
+    in the rank's progress as "PHASE i" (for hang attribution)."""
+    out: list[float] = []
+    for i in range(count):
+        ctx.progress(f"{phase} {i + 1}")
+        t0 = time.perf_counter()
+        step()
+        sync(ctx)
+        out.append(time.perf_counter() - t0)
+    return out
+
+
 def sync_free_steps(ctx: Context, count: int, no_sync: Callable[[], Any], step: Callable[[], Any]) -> list[float]:
     """Seconds of `count` steps run with gradient synchronisation skipped (inside `no_sync()`),
     after one untimed; none when count is 0 (docs/breakdown.md)."""
-    out: list[float] = []
-    for i in range(count + 1 if count else 0):
-        ctx.progress(f"sync-free step {i}" if i else "sync-free warmup step")
-        t0 = time.perf_counter()
+
+    def free() -> None:
         with no_sync():
             step()
-        sync(ctx)
-        if i:
-            out.append(time.perf_counter() - t0)
-    return out
+
+    if not count:
+        return []
+    timed_steps(ctx, "sync-free warmup step", 1, free)
+    return timed_steps(ctx, "sync-free step", count, free)
 
 
 def breakdown(ctx: Context, step_ms: float, free_s: list[float], wait_ms: float = 0.0) -> dict[str, Any]:

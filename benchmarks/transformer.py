@@ -22,7 +22,6 @@ import argparse
 import contextlib
 import math
 import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -42,9 +41,9 @@ from .training import (
     log_breakdown,
     mixed_precision,
     per_gpu_batch,
-    sync,
     sync_free_steps,
     throughput,
+    timed_steps,
 )
 
 PARALLEL = ("ddp", "fsdp")
@@ -177,14 +176,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def shape_of(args: argparse.Namespace) -> Shape:
     base = PRESETS[args.preset]
-    shape = Shape(
+    return Shape(
         layers=args.layers or base.layers,
         width=args.width or base.width,
         heads=args.heads or base.heads,
         seq_len=args.seq_len or base.seq_len,
         vocab=args.vocab or base.vocab,
     )
-    return shape
 
 
 def check_args(args: argparse.Namespace, world_size: int | None) -> None:
@@ -210,12 +208,16 @@ def check_args(args: argparse.Namespace, world_size: int | None) -> None:
             raise UsageError(f"{flag} must be at least {low}, found {value}")
     if args.peak_tflops is not None and not (0 < args.peak_tflops < 1e6 and math.isfinite(args.peak_tflops)):
         raise UsageError(f"--peak-tflops must be a positive number of TFLOP/s, found {args.peak_tflops}")
-    if args.parallel == "fsdp" and args.amp == "fp16":
-        raise UsageError("--amp fp16 with --parallel fsdp needs a sharded gradient scaler; use --amp bf16")
+    _check_fsdp_amp(args.parallel, args.amp)
     if args.parallel == "fsdp" and (args.device == "cpu" or not torch.cuda.is_available()):
         _fully_shard(torch.device("cpu"))  # refused here, before any rank starts, where it cannot run
     if args.global_batch is not None and world_size:
         per_gpu_batch(args, world_size)
+
+
+def _check_fsdp_amp(parallel: str, amp: str) -> None:
+    if parallel == "fsdp" and amp == "fp16":
+        raise UsageError("--amp fp16 with --parallel fsdp needs a sharded gradient scaler; use --amp bf16")
 
 
 def _fully_shard(device: torch.device) -> Callable[..., Any]:
@@ -267,10 +269,7 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
     batch, scaling = per_gpu_batch(args, world)
     shape = shape_of(args)
     amp = choose_amp(args.amp, ctx.device)
-    if amp == "fp16" and ctx.device.type != "cuda":
-        raise UsageError("--amp fp16 needs CUDA; on CPU use --amp bf16 or off")
-    if amp == "fp16" and args.parallel == "fsdp":
-        raise UsageError("--amp fp16 with --parallel fsdp needs a sharded gradient scaler; use --amp bf16")
+    _check_fsdp_amp(args.parallel, amp)  # again: auto is fp16 on GPUs before compute capability 8.0
     torch.manual_seed(args.seed)  # every rank starts from the same weights
     model = Decoder(shape).to(ctx.device)
     n_params = counted_parameters(model)
@@ -295,24 +294,14 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
             loss.backward()
             optimizer.step()
 
-    def timed(phase: str, count: int) -> list[float]:
-        out = []
-        for i in range(count):
-            ctx.progress(f"{phase} {i + 1}")
-            t0 = time.perf_counter()
-            step()
-            sync(ctx)
-            out.append(time.perf_counter() - t0)
-        return out
-
     ctx.log(
         f"# transformer {args.parallel} {scaling} scaling: {shape.layers} layers, width {shape.width}, "
         f"{shape.heads} heads, {shape.seq_len} tokens x {batch} sequences per rank, vocabulary {shape.vocab}, "
         f"{n_params / 1e6:.1f}M parameters, {flops / 1e9:.3f} GFLOP per token, world size {world}, "
         f"amp {amp}, device {ctx.device.type}, backend {ctx.backend}"
     )
-    warmup_s = timed("warmup step", args.warmup_steps)
-    step_s = timed("step", args.steps)
+    warmup_s = timed_steps(ctx, "warmup step", args.warmup_steps, step)
+    step_s = timed_steps(ctx, "step", args.steps, step)
     free_s = sync_free_steps(ctx, args.sync_free_steps, no_sync, step)
 
     seq_tokens = batch * shape.seq_len

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.catalog import collective, share
+from benchmarks.catalog import alltoallv_units, collective, share
 from benchmarks.results import bounded_lines, open_regular
 
 DIR = "telemetry"  # jobs/<job>/telemetry/
@@ -465,7 +465,7 @@ def _sent_to_peers(name: str, size: int, rank: int, n: int) -> dict[int, float] 
     if name == "all_to_all":
         return {p: size / n for p in range(n) if p != rank}
     if name == "alltoallv":
-        unit = size / (n * (n + 1) / 2)
+        unit = size / alltoallv_units(n)
         return {p: share(rank, p, n) * unit for p in range(n) if p != rank}
     if name == "sendrecv":
         return {(rank + 1) % n: float(size)}
