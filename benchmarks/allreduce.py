@@ -32,12 +32,13 @@ import math
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from .catalog import COLLECTIVES, DTYPES, OPS, Buffers, Collective, collective
+from .catalog import COLLECTIVES, DTYPES, GROUPS, OPS, WORLD, Buffers, Collective, collective, node_groups
 from .common import (
     PER_RANK,
     OneLineParser,
@@ -140,6 +141,13 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"comma-separated collectives among {', '.join(COLLECTIVES)} (default all_reduce)",
     )
     p.add_argument(
+        "--groups",
+        default=",".join(GROUPS),
+        help="comma-separated groups each collective runs on: world (every rank), intra (each node's ranks, "
+        "all nodes at once), inter (one rank per node, every local rank's group at once); a group the job's "
+        f"layout does not have is skipped (default {','.join(GROUPS)})",
+    )
+    p.add_argument(
         "--out-of-place",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -167,8 +175,19 @@ def _collectives(text: str) -> list[str]:
     return names
 
 
+def _groups(text: str) -> list[str]:
+    names = [g.strip() for g in text.split(",") if g.strip()]
+    for name in names:
+        if name not in GROUPS:
+            raise UsageError(f"--groups {name!r} is not one of {', '.join(GROUPS)}")
+    if not names:
+        raise UsageError(f"--groups is empty; valid: {', '.join(GROUPS)}")
+    return list(dict.fromkeys(names))
+
+
 def check_args(args: argparse.Namespace, world_size: int | None) -> None:
     _collectives(args.collective)
+    _groups(args.groups)
     for flag, value, low in (
         ("--iters", args.iters, 1),
         ("--warmup-iters", args.warmup_iters, 0),
@@ -225,27 +244,92 @@ class CheckValues:
         return torch.cat(parts)
 
 
+class GroupCalls:
+    """torch.distributed's calls on one process group, for the catalog's call functions: they
+    name roots and peers by their rank in the group, which this translates to the global rank
+    that torch.distributed's `src`, `dst` and `peer` take (torch 2.3 and later)."""
+
+    isend, irecv = staticmethod(dist.isend), staticmethod(dist.irecv)
+    batch_isend_irecv = staticmethod(dist.batch_isend_irecv)
+
+    def __init__(self, group: Any, ranks: list[int]):
+        self.group, self.ranks = group, ranks
+
+    def P2POp(self, op: Any, tensor: torch.Tensor, peer: int) -> Any:
+        return dist.P2POp(op, tensor, self.ranks[peer], self.group)
+
+    def all_reduce(self, t: torch.Tensor, op: Any) -> Any:
+        return dist.all_reduce(t, op=op, group=self.group)
+
+    def broadcast(self, t: torch.Tensor, src: int) -> Any:
+        return dist.broadcast(t, src=self.ranks[src], group=self.group)
+
+    def reduce(self, t: torch.Tensor, dst: int, op: Any) -> Any:
+        return dist.reduce(t, dst=self.ranks[dst], op=op, group=self.group)
+
+    def all_gather_into_tensor(self, out: torch.Tensor, inp: torch.Tensor) -> Any:
+        return dist.all_gather_into_tensor(out, inp, group=self.group)
+
+    def reduce_scatter_tensor(self, out: torch.Tensor, inp: torch.Tensor, op: Any) -> Any:
+        return dist.reduce_scatter_tensor(out, inp, op=op, group=self.group)
+
+    def gather(self, t: torch.Tensor, gather_list: Any, dst: int) -> Any:
+        return dist.gather(t, gather_list=gather_list, dst=self.ranks[dst], group=self.group)
+
+    def scatter(self, t: torch.Tensor, scatter_list: Any, src: int) -> Any:
+        return dist.scatter(t, scatter_list=scatter_list, src=self.ranks[src], group=self.group)
+
+    def all_to_all_single(self, out: torch.Tensor, inp: torch.Tensor, **splits: Any) -> Any:
+        return dist.all_to_all_single(out, inp, group=self.group, **splits)
+
+
+@dataclass(frozen=True)
+class Group:
+    """The group a collective runs on, as this rank sees it: its kind (catalog.GROUPS), the
+    calls on it, this rank's place in it and its size, and every group of the kind (global ranks)."""
+
+    kind: str
+    calls: GroupCalls
+    rank: int
+    size: int
+    members: list[list[int]]
+
+
+def job_groups(kinds: list[str], ctx: Context) -> tuple[list[Group], dict[str, str]]:
+    """The groups of `kinds` this job's layout has, and why any other was left out. Every rank
+    must call it: creating a group is a collective call (dist.new_subgroups_by_enumeration)."""
+    world, rank = ctx.launch.world_size, ctx.launch.rank
+    everyone = list(range(world))
+    out, skipped = [], {}
+    if WORLD in kinds:
+        out.append(Group(WORLD, GroupCalls(None, everyone), rank, world, [everyone]))
+    subs: dict[str, list[list[int]]] = {}
+    if set(kinds) - {WORLD}:
+        node_of = [int(r[0]) for r in gather_rows([float(ctx.launch.node_rank)], ctx.device, world)]
+        subs, why = node_groups(node_of)
+        skipped = {k: v for k, v in why.items() if k in kinds}
+    for kind in kinds:
+        if kind in subs:
+            mine, _ = dist.new_subgroups_by_enumeration(subs[kind])
+            ranks = next(m for m in subs[kind] if rank in m)
+            out.append(Group(kind, GroupCalls(mine, ranks), ranks.index(rank), len(ranks), subs[kind]))
+    return out, skipped
+
+
 class CollectiveRun:
     """One collective at one message size: its buffers, calls and check."""
 
     def __init__(
-        self,
-        coll: Collective,
-        op: Any,
-        op_name: str,
-        count: int,
-        inp: torch.Tensor,
-        out: torch.Tensor,
-        rank: int,
-        n: int,
+        self, coll: Collective, op: Any, op_name: str, count: int, inp: torch.Tensor, out: torch.Tensor, group: Group
     ):
-        self.coll, self.op, self.count, self.rank, self.n = coll, op, count, rank, n
+        self.coll, self.op, self.count, self.group = coll, op, count, group
+        self.rank, self.n = group.rank, group.size  # ranks within the group, as the catalog counts them
         self.name = coll.name
-        self.buffers: Buffers = coll.buffers(inp, out, count, rank, n)
-        self.values = CheckValues(op_name, n, inp.device)
+        self.buffers: Buffers = coll.buffers(inp, out, count, self.rank, self.n)
+        self.values = CheckValues(op_name, self.n, inp.device)
 
     def call(self, in_place: bool) -> Callable[[], Any]:
-        return self.coll.call(dist, self.buffers, self.op, in_place)
+        return self.coll.call(self.group.calls, self.buffers, self.op, in_place)
 
     def fill(self, in_place: bool) -> None:
         """Zero the output, then write this rank's pattern into the input: an output slot the
@@ -399,7 +483,7 @@ def _measure_mode(
     return {
         "time_us": time_us,
         "algbw_gbps": algbw,
-        "busbw_gbps": algbw * coll.coll.bus_factor(world),
+        "busbw_gbps": algbw * coll.coll.bus_factor(coll.n),
         "wrong": wrong if args.check else None,
         "time_us_p10": stats["p10"],
         "time_us_median": stats["median"],
@@ -410,7 +494,7 @@ def _measure_mode(
 
 
 def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
-    world, rank = ctx.launch.world_size, ctx.launch.rank
+    world = ctx.launch.world_size
     dtype = getattr(torch, DTYPES[args.dtype])
     if args.op == "avg" and ctx.backend != "nccl":
         raise UsageError(f"--op avg is supported by nccl only, not {ctx.backend}; use sum")
@@ -421,24 +505,30 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
         "min": dist.ReduceOp.MIN,
     }[args.op]
     element = torch.empty((), dtype=dtype).element_size()
-    plan = {}
+    groups, skipped = job_groups(_groups(args.groups), ctx)
+    for why in dict.fromkeys(skipped.values()):
+        ctx.log(f"# {', '.join(k for k, w in skipped.items() if w == why)}: skipped, {why}")
+    plan: dict[tuple[str, str], tuple[Group, list[int]]] = {}
     for c in _collectives(args.collective):
         record = collective(c)
-        if world < record.min_ranks:
-            ctx.log(f"# collective {c}: needs {record.min_ranks} ranks or more, skipped on {world}")
-        else:
-            plan[c] = message_sizes(args.min_bytes, args.max_bytes, args.step_factor, element, record.chunks(world))
+        for g in groups:
+            if g.size < record.min_ranks:
+                ctx.log(f"# collective {c}: needs {record.min_ranks} ranks or more, skipped on {g.size}")
+            else:
+                sizes = message_sizes(args.min_bytes, args.max_bytes, args.step_factor, element, record.chunks(g.size))
+                plan[c, g.kind] = (g, sizes)
     if not plan:
         raise UsageError(f"--collective {args.collective}: nothing to measure on {world} rank(s)")
-    max_count = max(max(s) for s in plan.values()) // element
+    max_count = max(max(sizes) for _, sizes in plan.values()) // element
     inp = torch.empty(max_count, dtype=dtype, device=ctx.device)
     out = torch.empty(max_count, dtype=dtype, device=ctx.device)
 
     rows: list[dict[str, Any]] = []
     per_rank: list[dict[str, Any]] = []
-    for name, sizes in plan.items():
+    for (name, kind), (group, sizes) in plan.items():
+        spans = "" if kind == WORLD else f"  {len(group.members)} groups of {group.size} ranks"
         ctx.log(
-            f"# collective {name}  dtype {DTYPES[args.dtype]}  op {args.op}  world size {world}  "
+            f"# collective {name}  group {kind}{spans}  dtype {DTYPES[args.dtype]}  op {args.op}  world size {world}  "
             f"device {ctx.device.type}  backend {ctx.backend}  iters {args.iters}  warmup {args.warmup_iters}"
         )
         if collective(name).in_place:
@@ -451,25 +541,29 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
             f" {'time(us)':>10} {'algbw(GB/s)':>11} {'busbw(GB/s)':>11} {'#wrong':>6}"
         )
         for size in sizes:
-            ctx.progress(f"{name} {format_size(size)}")
+            ctx.progress(f"{name} {format_size(size)}" + ("" if kind == WORLD else f" {kind}"))
             count = size // element
-            coll = CollectiveRun(collective(name), op, args.op, count, inp, out, rank, world)
+            coll = CollectiveRun(collective(name), op, args.op, count, inp, out, group)
             row: dict[str, Any] = {
                 "collective": name,
+                "group": kind,
                 "size_bytes": size,
                 "count": count,
                 "dtype": DTYPES[args.dtype],
                 "op": args.op,
             }
             row.update(_measure_mode(coll, coll.coll.in_place, args, ctx, size))
-            per_rank.append({"collective": name, "size_bytes": size, "samples_us": row.pop("rank_samples_us")})
+            per_rank.append(
+                {"collective": name, "group": kind, "size_bytes": size, "samples_us": row.pop("rank_samples_us")}
+            )
             if args.out_of_place and coll.coll.in_place:
                 oop = _measure_mode(coll, False, args, ctx, size)
                 row.update({f"oop_{k}": v for k, v in oop.items() if k != "rank_samples_us"})
             rows.append(row)
             ctx.log(_format_row(row))
-        mine = [r["busbw_gbps"] for r in rows if r["collective"] == name]
-        ctx.log(f"# Avg bus bandwidth (in-place, {name}): {sum(mine) / len(mine):.4f} GB/s")
+        mine = [r["busbw_gbps"] for r in rows if (r["collective"], r["group"]) == (name, kind)]
+        where = "" if kind == WORLD else f", {kind}"
+        ctx.log(f"# Avg bus bandwidth (in-place, {name}{where}): {sum(mine) / len(mine):.4f} GB/s")
     links = None
     if args.link_bytes and world > 1:
         ctx.log(
@@ -488,7 +582,9 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
             "check_iters": args.check,
             "dtype": DTYPES[args.dtype],
             "op": args.op,
-            "collectives": list(plan),
+            "collectives": list(dict.fromkeys(name for name, _ in plan)),
+            # every group measured, by kind, in global ranks (the NIC accounting reads them)
+            "groups": {g.kind: g.members for g in groups if any(kind == g.kind for _, kind in plan)},
             "out_of_place": args.out_of_place,
             "link_bytes": args.link_bytes,
             "link_iters": args.link_iters,

@@ -13,13 +13,54 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-# The collective microbenchmark and the two DDP training workloads; `bench run WORKLOAD`.
+# The collective microbenchmark and the training workloads: ResNet under DDP on synthetic or
+# real images, and a decoder-only transformer under DDP or FSDP; `bench run WORKLOAD`.
 COLLECTIVE_WORKLOAD = "allreduce"
-TRAINING = ("synthetic", "real")
+TRAINING = ("synthetic", "real", "transformer")
 WORKLOADS = (COLLECTIVE_WORKLOAD, *TRAINING)
-# Runnable with `bench run` and torchrun, not yet a sweep's workload
-STANDALONE = ("transformer",)
+# What each training workload counts its throughput in: the summary's `<unit>_per_s` and
+# `<unit>_per_s_per_gpu` columns (images, or the transformer's tokens)
+UNITS = {"synthetic": "images", "real": "images", "transformer": "tokens"}
 SCALINGS = ("weak", "strong")
+
+# The transformer workload's parallelisms and model shapes (benchmarks/transformer.py)
+PARALLEL = ("ddp", "fsdp")
+
+
+@dataclass(frozen=True)
+class Shape:
+    layers: int
+    width: int
+    heads: int
+    seq_len: int
+    vocab: int
+
+
+def decoder_params(shape: Shape) -> int:
+    """N of benchmarks.transformer's Decoder, as `counted_parameters` counts it: per block, the
+    attention's qkv and output projections (4D^2), the MLP's D x 4D and 4D x D (8D^2) and two
+    LayerNorms (4D); the final LayerNorm (2D); the token embedding, tied to the output projection
+    (V x D); not the position table, a lookup. For estimates made without torch (harness.cost)."""
+    d = shape.width
+    return shape.layers * (12 * d * d + 4 * d) + 2 * d + shape.vocab * d
+
+
+def flops_per_token(n_params: int, shape: Shape) -> int:
+    """Training FLOPs per token: 6N (forward 2N, backward 4N) plus attention's 12·L·H·Q·T, where
+    H·Q is the width (PaLM, appendix B; docs/reference.md). Like PaLM, the causal mask's
+    skipped half is counted: the figure is the model's, not a kernel's."""
+    return 6 * n_params + 12 * shape.layers * shape.width * shape.seq_len
+
+
+# Presets. "small" runs on 2 CPU cores; the others are GPT-3's shapes (Brown et al. 2020,
+# table 2.1: 125M, 350M, 1.3B), with GPT-2's vocabulary padded to a multiple of 64.
+PRESETS = {
+    "small": Shape(layers=2, width=128, heads=4, seq_len=128, vocab=2048),
+    "125m": Shape(layers=12, width=768, heads=12, seq_len=2048, vocab=50304),
+    "350m": Shape(layers=24, width=1024, heads=16, seq_len=2048, vocab=50304),
+    "1.3b": Shape(layers=24, width=2048, heads=16, seq_len=2048, vocab=50304),
+}
+
 DEVICES = ("auto", "cuda", "cpu")
 BACKENDS = ("auto", "nccl", "gloo")
 AMPS = ("auto", "bf16", "fp16", "off")
@@ -32,6 +73,12 @@ BREAKDOWN = (
     "exposed_comm_fraction",
     "imbalance_fraction",
 )
+
+# Which ranks one call of a collective spans (docs/reference.md, "Groups"): every rank; the
+# ranks of one node, every node's group at once; or one rank per node, the ranks of one local
+# index across nodes, every local index's group at once: the two legs of a hierarchical collective.
+WORLD, INTRA, INTER = "world", "intra", "inter"
+GROUPS = (WORLD, INTRA, INTER)
 
 OPS = ("sum", "avg", "max", "min")
 # Every name `-d/--dtype` and a sweep's `dtype` take, to torch's name of the type: nccl-tests'
@@ -388,6 +435,30 @@ COLLECTIVES = {
         ),
     )
 }
+
+
+def node_groups(node_of: list[int]) -> tuple[dict[str, list[list[int]]], dict[str, str]]:
+    """The subgroups of ranks whose nodes are `node_of` (node of rank r at index r), by kind:
+    INTRA, each node's ranks; INTER, the i-th rank of each node, for every i. Both need two or
+    more nodes of two or more ranks each, one count on every node: on one node INTRA is the
+    world, with one rank per node INTER is. Returns (groups by kind, why each kind is left out)."""
+    nodes: dict[int, list[int]] = {}
+    for rank, node in enumerate(node_of):
+        nodes.setdefault(node, []).append(rank)
+    members = list(nodes.values())
+    counts = sorted({len(m) for m in members})
+    why = (
+        "one node: the world's ranks"
+        if len(members) < 2
+        else "one rank per node: the world's ranks"
+        if counts == [1]
+        else f"nodes hold {' or '.join(map(str, counts))} ranks, not one count"
+        if len(counts) > 1
+        else None
+    )
+    if why:
+        return {}, {INTRA: why, INTER: why}
+    return {INTRA: members, INTER: [list(column) for column in zip(*members)]}, {}
 
 
 def collective(name: str) -> Collective:

@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from .catalog import WORKLOADS
+
 # Bump when a field of the result JSON changes meaning or disappears.
 SCHEMA_VERSION = 1
 
@@ -190,6 +192,6 @@ def load_result(path: str | os.PathLike) -> dict[str, Any]:
     found = data.get("schema_version")
     if found != SCHEMA_VERSION:
         raise ResultError(f"{path}: schema_version required {SCHEMA_VERSION}, found {found!r}")
-    if data.get("workload") not in ("allreduce", "synthetic", "real"):
+    if data.get("workload") not in WORKLOADS:
         raise ResultError(f"{path}: unknown workload {data.get('workload')!r}")
     return data

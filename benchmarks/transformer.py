@@ -23,7 +23,6 @@ import contextlib
 import math
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -31,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from .catalog import AMPS
+from .catalog import AMPS, PARALLEL, PRESETS, Shape, flops_per_token
 from .common import OneLineParser, UsageError, add_common_args
 from .runtime import Context
 from .runtime import main as run_main
@@ -45,27 +44,6 @@ from .training import (
     throughput,
     timed_steps,
 )
-
-PARALLEL = ("ddp", "fsdp")
-
-
-@dataclass(frozen=True)
-class Shape:
-    layers: int
-    width: int
-    heads: int
-    seq_len: int
-    vocab: int
-
-
-# Presets. "small" runs on 2 CPU cores; the others are GPT-3's shapes (Brown et al. 2020,
-# table 2.1: 125M, 350M, 1.3B), with GPT-2's vocabulary padded to a multiple of 64.
-PRESETS = {
-    "small": Shape(layers=2, width=128, heads=4, seq_len=128, vocab=2048),
-    "125m": Shape(layers=12, width=768, heads=12, seq_len=2048, vocab=50304),
-    "350m": Shape(layers=24, width=1024, heads=16, seq_len=2048, vocab=50304),
-    "1.3b": Shape(layers=24, width=2048, heads=16, seq_len=2048, vocab=50304),
-}
 
 
 class Block(nn.Module):
@@ -111,13 +89,6 @@ def counted_parameters(model: Decoder) -> int:
     matmul), but the position table, a lookup that does no multiply-adds."""
     positions = {id(p) for p in model.positions.parameters()}
     return sum(p.numel() for p in model.parameters() if id(p) not in positions)
-
-
-def flops_per_token(n_params: int, shape: Shape) -> int:
-    """Training FLOPs per token: 6N (forward 2N, backward 4N) plus attention's 12·L·H·Q·T, where
-    H·Q is the width (PaLM, appendix B; docs/reference.md). Like PaLM, the causal mask's
-    skipped half is counted: the figure is the model's, not a kernel's."""
-    return 6 * n_params + 12 * shape.layers * shape.width * shape.seq_len
 
 
 def mfu(tokens_per_s_per_gpu: float, flops: int, peak_tflops: float | None) -> float | None:

@@ -2,7 +2,7 @@
 
     bench sweep [SWEEP.yaml] [--max-nodes N] [--repeat N] [--executor auto|local|slurm|submitit] [--out DIR] [--dry-run]
     bench sweep --resume DIR [--yes]
-    bench run allreduce|synthetic|real [workload flags]
+    bench run allreduce|synthetic|real|transformer [workload flags]
     bench collect DIR | bench plot DIR | bench status DIR
     bench compare DIR_A [DIR_B] [--across AXIS=A,B]
     bench history add|list|plot|changes|check|remove
@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from benchmarks.catalog import STANDALONE, WORKLOADS
+from benchmarks.catalog import WORKLOADS
 from benchmarks.common import OneLineParser
 from benchmarks.results import atomic_write_bytes
 from harness import inside, outputs, sweep, transport
@@ -586,7 +586,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_sweep)
 
     r = sub.add_parser("run", help="run one workload (see `bench run WORKLOAD --help`)", add_help=False)
-    r.add_argument("workload", choices=(*WORKLOADS, *STANDALONE))
+    r.add_argument("workload", choices=WORKLOADS)
     r.add_argument("workload_args", nargs=argparse.REMAINDER)
     r.set_defaults(func=cmd_run)
 
@@ -719,7 +719,7 @@ def main(argv: list[str] | None = None) -> int:
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
     # `bench run WORKLOAD ...` hands everything after the workload to it, --help included.
-    if len(argv) >= 2 and argv[0] == "run" and argv[1] in (*WORKLOADS, *STANDALONE):
+    if len(argv) >= 2 and argv[0] == "run" and argv[1] in WORKLOADS:
         return cmd_run(argparse.Namespace(workload=argv[1], workload_args=argv[2:]))
     args = build_parser().parse_args(argv)
     try:

@@ -8,7 +8,8 @@ file is skipped with a warning naming it.
 
 Scaling arithmetic, per configuration (workload, scaling mode, launcher, NCCL set, backend,
 device, model), against the row with the smallest world size:
-    speedup    = images_per_s / images_per_s at the smallest world size
+    speedup    = images_per_s / images_per_s at the smallest world size (tokens_per_s for the
+                 transformer)
     efficiency = speedup / (world size / smallest world size)
 For weak scaling the efficiency equals per-GPU throughput over the baseline's per-GPU
 throughput; for strong scaling it is speedup over ideal speedup.
@@ -33,7 +34,7 @@ from itertools import repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.catalog import BREAKDOWN, COLLECTIVE_WORKLOAD
+from benchmarks.catalog import BREAKDOWN, COLLECTIVE_WORKLOAD, INTER, INTRA, UNITS, WORLD
 from benchmarks.common import redacted
 from benchmarks.results import ResultError, load_result, open_regular
 from harness import inside, telemetry, transport
@@ -50,6 +51,17 @@ if TYPE_CHECKING:
 
     from harness.plan import Job, WorkloadRun
 
+# The transformer's figures (benchmarks/transformer.py; docs/reference.md, "FLOPs per token and
+# MFU"): throughput in tokens, the model's size and FLOPs, and MFU against a stated peak
+TRANSFORMER_COLUMNS = (
+    "tokens_per_s",
+    "tokens_per_s_per_gpu",
+    "n_params",
+    "flops_per_token",
+    "achieved_tflops_per_gpu",
+    "mfu",
+    "peak_tflops_per_gpu",
+)
 # The columns of summary.csv, in order. Units are in the names.
 COLUMNS = [
     "job",
@@ -57,6 +69,7 @@ COLUMNS = [
     "workload",
     "scaling",
     "collective",
+    "group",
     "nodes",
     "gpus_per_node",
     "world_size",
@@ -81,6 +94,7 @@ COLUMNS = [
     "oop_wrong",
     "images_per_s",
     "images_per_s_per_gpu",
+    *TRANSFORMER_COLUMNS,
     "step_time_ms",
     "step_time_ms_p10",
     "step_time_ms_p90",
@@ -116,14 +130,16 @@ COLUMNS = [
 # 4: what makes two rows comparable (params, settings, settings_hash), the replicate (repeat)
 # and the count of usable samples behind each row (n_samples).
 # The transport columns (transport.COLUMNS), the peak columns (PEAK_COLUMNS), the NIC
-# cross-check (NIC_COLUMNS) and the step's breakdown (catalog.BREAKDOWN) came later within 4: a
-# summary without them reads as null there (to_frame), so histories of older runs stay usable.
+# cross-check (NIC_COLUMNS), the step's breakdown (catalog.BREAKDOWN), the group and the
+# transformer's columns came later within 4: a summary without them reads as null there
+# (upgraded, to_frame; the group as "world"), so histories of older runs stay usable.
 SUMMARY_VERSION = 4
 # busbw against what the profile says the links carry (docs/expected.md)
 PEAK_COLUMNS = ("busbw_peak_gbps", "busbw_pct_peak")
 # the collectives' bytes against the NIC counters (docs/telemetry.md): the worst node's ratio, and
 # what was found, in words
 NIC_COLUMNS = ("nic_bytes_ratio", "nic_check")
+LATER_COLUMNS = (*transport.COLUMNS, *PEAK_COLUMNS, *NIC_COLUMNS, *BREAKDOWN, *TRANSFORMER_COLUMNS)
 _VERSION_KEY = b"bench_summary_version"
 ENVIRONMENT_KEY = b"bench_environment"
 STRAGGLERS_KEY = b"bench_stragglers"
@@ -150,6 +166,7 @@ _row_getter = itemgetter(*_ROW_FIELDS)
 _TRAINING_FIELDS = (
     "images_per_s",
     "images_per_s_per_gpu",
+    *TRANSFORMER_COLUMNS[:-2],  # mfu and its peak: set in _add_result
     "step_time_ms",
     "step_time_ms_p10",
     "step_time_ms_p90",
@@ -165,8 +182,10 @@ def _warn(message: str) -> None:
     print(f"bench: warning: {message}", file=sys.stderr)
 
 
-SAMPLE_KEYS = ["job", "workload", "scaling", "collective", "size_bytes", "metric"]
+SAMPLE_KEYS = ["job", "workload", "scaling", "collective", "group", "size_bytes", "metric"]
 INT_COLUMNS = {
+    "n_params",
+    "flops_per_token",
     "nodes",
     "gpus_per_node",
     "world_size",
@@ -186,6 +205,7 @@ TEXT_COLUMNS = {
     "workload",
     "scaling",
     "collective",
+    "group",
     "launcher",
     "backend",
     "device",
@@ -222,6 +242,7 @@ COMPARED_PARAMS = {
     COLLECTIVE_WORKLOAD: ("dtype", "op"),
     "synthetic": TRAINING_PARAMS,
     "real": TRAINING_PARAMS + ("workers", "data_set"),
+    "transformer": ("model", "layers", "width", "heads", "seq_len", "vocab", "parallel", "amp"),
 }
 
 
@@ -317,6 +338,28 @@ def _arrow_type(name: str) -> pa.DataType:
     return pa.string() if name in TEXT_COLUMNS else pa.int64() if name in INT_COLUMNS else pa.float64()
 
 
+def upgraded(table: pa.Table) -> pa.Table:
+    """A summary or samples table collected by an earlier bench of SUMMARY_VERSION, with the
+    columns that came later within it, as collect writes them now: the `group` column
+    (docs/reference.md, "Groups"), "world" on collective rows and null (summary) or "" (samples)
+    on the others; and the summary's LATER_COLUMNS, null."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if "workload" not in table.column_names:
+        return table
+    samples = "values" in table.column_names
+    if "group" not in table.column_names:
+        coll = pc.equal(table.column("workload"), COLLECTIVE_WORKLOAD)
+        column = pc.if_else(coll, pa.scalar(WORLD), pa.scalar("" if samples else None, pa.string()))
+        at = table.column_names.index("collective") + 1 if "collective" in table.column_names else table.num_columns
+        table = table.add_column(at, pa.field("group", pa.string()), column)
+    for name in () if samples else LATER_COLUMNS:
+        if name not in table.column_names:
+            table = table.append_column(name, pa.nulls(table.num_rows, type=_arrow_type(name)))
+    return table
+
+
 def run_facts(table: pa.Table) -> tuple[dict[str, Any], list[Straggler]]:
     """(environment, stragglers) recorded in a summary's metadata by `collect`."""
     meta = table.schema.metadata or {}
@@ -339,7 +382,7 @@ def to_frame(table: pa.Table) -> pd.DataFrame:
     import pyarrow as pa
 
     mapping = {pa.string(): pd.StringDtype(), pa.int64(): pd.Int64Dtype()}
-    for name in (*transport.COLUMNS, *PEAK_COLUMNS, *NIC_COLUMNS, *BREAKDOWN):
+    for name in LATER_COLUMNS:
         if name not in table.column_names:
             table = table.append_column(name, pa.nulls(table.num_rows, type=_arrow_type(name)))
     return table.to_pandas(types_mapper=mapping.get)
@@ -388,7 +431,16 @@ def _collect(run: RunDir, warn: Callable[[str], None]) -> tuple[pa.Table, pa.Tab
             "nccl_config": job.nccl_config,
             "repeat": job.repeat,
             **settings_columns(job.nccl_env),
-            "_peak": hardware.peak_busbw_gbps(job.nodes, job.gpus_per_node) if hardware else None,
+            # by group (not a column: training rows have no busbw): the world's and the inter-node
+            # groups' links are the network, a node's own group's the links inside it
+            "_peaks": {
+                WORLD: hardware.peak_busbw_gbps(job.nodes, job.gpus_per_node),
+                INTER: hardware.peak_busbw_gbps(job.nodes, job.gpus_per_node),
+                INTRA: hardware.peak_busbw_gbps(1, job.gpus_per_node),
+            }
+            if hardware
+            else {},
+            "_peak_tflops": hardware.peak_tflops_per_gpu if hardware else None,
         }
         tele = (
             telemetry.read(run.job_dir(job), warn)
@@ -493,27 +545,41 @@ def _add_result(out: _Builder, head: dict[str, Any], result: dict[str, Any]) -> 
         rows = [r if all(f in r for f in _ROW_FIELDS) else {**_ROW_DEFAULTS, **r} for r in rows]
         per_row = dict(zip(_ROW_FIELDS, map(list, zip(*map(_row_getter, rows)))))
         per_row["collective"] = [r["collective"] for r in rows]
+        per_row["group"] = [r.get("group", WORLD) for r in rows]  # results before groups: the world's
         per_row["size_bytes"] = [int(r["size_bytes"]) for r in rows]
         keys = [
-            (job, workload, scaling, c, size, "time_us")
-            for c, size in zip(per_row["collective"], per_row["size_bytes"])
+            (job, workload, scaling, c, g, size, "time_us")
+            for c, g, size in zip(per_row["collective"], per_row["group"], per_row["size_bytes"])
         ]
         samples = _checked_samples([r["samples_us"] for r in rows])
-        peak = head["_peak"]  # the job's (not a column: training rows have no busbw)
-        if peak:
-            per_row["busbw_peak_gbps"] = [peak] * len(rows)
-            per_row["busbw_pct_peak"] = [None if b is None else 100.0 * b / peak for b in per_row["busbw_gbps"]]
+        peaks = [head["_peaks"].get(g) for g in per_row["group"]]
+        if any(peaks):
+            per_row["busbw_peak_gbps"] = peaks
+            per_row["busbw_pct_peak"] = [
+                None if b is None or not p else 100.0 * b / p for b, p in zip(per_row["busbw_gbps"], peaks)
+            ]
         out.add(len(rows), head, per_row, keys, samples)
     else:
-        if float(result["images_per_s"]) <= 0:
-            raise ValueError(f"images_per_s is {result['images_per_s']}")
+        rate = f"{UNITS[workload]}_per_s"
+        if float(result[rate]) <= 0:
+            raise ValueError(f"{rate} is {result[rate]}")
         samples = _checked_samples([result["samples"]["step_time_ms"]])
         row = {**head, "model": result["params"]["model"], **{f: result.get(f) for f in _TRAINING_FIELDS}}
-        out.add(1, row, keys=[(job, workload, scaling, "", 0, "step_time_ms")], values=samples)
+        if workload == "transformer":
+            row.update(_mfu(result, head["_peak_tflops"]))
+        out.add(1, row, keys=[(job, workload, scaling, "", "", 0, "step_time_ms")], values=samples)
 
 
 # What a sample may be in a result file: a number, or null where it was not finite (json_safe).
 _SAMPLE_TYPES = frozenset({float, int, type(None)})
+
+
+def _mfu(result: dict[str, Any], stated: float | None) -> dict[str, float | None]:
+    """MFU and the peak it is against: the run's own --peak-tflops where it was given one, else
+    the cluster profile's hardware figure, else none (never a guessed peak)."""
+    peak = result["params"].get("peak_tflops") or stated
+    achieved = float(result["achieved_tflops_per_gpu"])
+    return {"mfu": achieved / peak if peak else None, "peak_tflops_per_gpu": peak or None}
 
 
 def _checked_samples(lists: list[Any]) -> list[list[float]]:
@@ -546,7 +612,7 @@ def compared_params(workload: str, result: dict[str, Any]) -> str:
     if workload == COLLECTIVE_WORKLOAD:
         values = {"dtype": params["dtype"], "op": params["op"]}
     else:
-        values = {k: params[k] for k in TRAINING_PARAMS if k in params}
+        values = {k: params[k] for k in COMPARED_PARAMS[workload] if k in params}
         # the batch the scaling mode holds fixed: per GPU for weak scaling, over all GPUs for strong
         fixed = "global_batch" if result.get("scaling") == "strong" else "batch_size"
         values[fixed] = result[fixed]
@@ -580,18 +646,18 @@ def add_scaling(columns: dict[str, list]) -> None:
     speedup: list[float | None] = [None] * n
     efficiency: list[float | None] = [None] * n
     groups: dict[tuple, list[int]] = {}
+    rates: dict[int, float] = {}  # images/s, or the transformer's tokens/s
     for i in range(n):
-        if (
-            columns["workload"][i] != COLLECTIVE_WORKLOAD
-            and columns["status"][i] == COMPLETED
-            and columns["images_per_s"][i] is not None
-        ):
+        unit = UNITS.get(columns["workload"][i])
+        rate = columns[f"{unit}_per_s"][i] if unit else None
+        if columns["status"][i] == COMPLETED and rate is not None:
+            rates[i] = float(rate)
             groups.setdefault(tuple(columns[k][i] for k in SCALING_KEYS), []).append(i)
     for members in groups.values():
         base = min(members, key=lambda i: (columns["world_size"][i], columns["nodes"][i]))
-        base_ips, base_world = float(columns["images_per_s"][base]), columns["world_size"][base]
+        base_world = columns["world_size"][base]
         for i in members:
-            speedup[i] = float(columns["images_per_s"][i]) / base_ips
+            speedup[i] = rates[i] / rates[base]
             efficiency[i] = speedup[i] / (columns["world_size"][i] / base_world)
     columns["speedup"], columns["efficiency"] = speedup, efficiency
 

@@ -15,7 +15,18 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from benchmarks.catalog import COLLECTIVE_WORKLOAD, collective
+from benchmarks.catalog import (
+    COLLECTIVE_WORKLOAD,
+    INTER,
+    INTRA,
+    PRESETS,
+    WORLD,
+    Shape,
+    collective,
+    decoder_params,
+    flops_per_token,
+    node_groups,
+)
 from harness.executors.slurm.profile import ClusterProfile
 from harness.plan import Job, WorkloadRun
 
@@ -39,6 +50,13 @@ MODEL_GFLOPS = {
     "wide_resnet50_2": 11.40,
     "wide_resnet101_2": 22.75,
 }
+# The transformer's achieved FLOP/s per rank. A GPU: 40% of its peak dense TFLOP/s (the profile's
+# hardware.peak_tflops_per_gpu, else an A100's 312 in bf16, 156 in TF32), torchtitan's MFU for
+# Llama-3 8B on H100s (docs/reference.md). One CPU rank on one thread: the small preset measured
+# on this project's 2-core machine, 0.0065 TFLOP/s (1,500 tokens/s at 4.33 MFLOP per token).
+TRANSFORMER_MFU = 0.4
+A100_TFLOPS = {"cuda-amp": 312.0, "cuda-fp32": 156.0}
+CPU_TFLOPS = 0.0065
 # busbw per GPU where the profile states no hardware: an InfiniBand NDR400 NIC per GPU (46 GB/s)
 # across nodes, 8x A100 NVLink inside one (230 GB/s); gloo over TCP about 0.11 GB/s on 1 GbE
 # (docs/reference.md). A collective also pays a latency per call.
@@ -83,13 +101,19 @@ def _collective_s(job: Job, run: WorkloadRun, device: str, profile: ClusterProfi
     calls = int(a["-n"]) + int(a["-w"]) + int(a["-c"])
     sizes = [lo * factor**k for k in range(int(math.log(hi / lo, factor) + 1e-9) + 1)]
     hardware = profile.hardware if profile else None
-    peak = hardware.peak_busbw_gbps(job.nodes, job.gpus_per_node) if hardware else None
-    busbw = (peak or BUSBW_GBPS[(device, job.nodes > 1)]) * 1e9
-    n = job.world_size
+    groups, _ = node_groups([node for node in range(job.nodes) for _ in range(job.gpus_per_node)])
+    # (ranks in the group, whether it spans nodes) of each group measured (catalog.node_groups)
+    spans = {WORLD: (job.world_size, job.nodes > 1), INTRA: (job.gpus_per_node, False), INTER: (job.nodes, True)}
     total = 0.0
-    for name in a["--collective"].split(","):
-        per_call = sum(LATENCY_S[device] + s * collective(name).bus_factor(n) / busbw for s in sizes) if n > 1 else 0.0
-        total += calls * per_call
+    for kind in a.get("--groups", WORLD).split(","):
+        if kind != WORLD and kind not in groups:
+            continue
+        n, across = spans[kind]
+        peak = hardware.peak_busbw_gbps(job.nodes if across else 1, job.gpus_per_node) if hardware else None
+        busbw = (peak or BUSBW_GBPS[(device, across)]) * 1e9
+        for name in a["--collective"].split(","):
+            if n > 1:
+                total += calls * sum(LATENCY_S[device] + s * collective(name).bus_factor(n) / busbw for s in sizes)
     return total
 
 
@@ -113,12 +137,43 @@ def _images_per_s(job: Job, run: WorkloadRun, device: str, profile: ClusterProfi
     return rate, f"{model} at {size} px, {rate:,.0f} img/s {where}"
 
 
+def _tokens_per_s(job: Job, run: WorkloadRun, device: str, profile: ClusterProfile | None) -> tuple[float, str]:
+    """The transformer's rate of one rank in tokens/s, and where it came from."""
+    for ref in profile.reference if profile else ():
+        if (
+            ref.workload == run.workload
+            and ref.tokens_per_s
+            and ref.nodes == job.nodes
+            and ref.gpus_per_node in (None, job.gpus_per_node)
+            and ref.scaling in (None, run.scaling)
+        ):
+            return ref.tokens_per_s / job.world_size, "the profile's reference figures where they apply"
+    a = _args(run)
+    base = PRESETS[a.get("--preset", "small")]
+    shape = Shape(**{k: int(a.get(f"--{k.replace('_', '-')}", getattr(base, k))) for k in vars(base)})
+    flops = flops_per_token(decoder_params(shape), shape)
+    if device == "cpu":
+        tflops, where = CPU_TFLOPS, "per CPU rank of one thread"
+    else:
+        amp = a.get("--amp", "auto") != "off"
+        stated = profile.hardware.peak_tflops_per_gpu if profile and profile.hardware else None
+        peak = stated or A100_TFLOPS["cuda-amp" if amp else "cuda-fp32"]
+        tflops = TRANSFORMER_MFU * peak
+        where = f"per GPU ({TRANSFORMER_MFU:.0%} MFU of {peak:g} TFLOP/s{'' if stated else ', an A100'})"
+    rate = tflops * 1e12 / flops
+    return rate, f"a decoder of {decoder_params(shape) / 1e6:.1f}M parameters, {rate:,.0f} tokens/s {where}"
+
+
 def _training_s(job: Job, run: WorkloadRun, device: str, profile: ClusterProfile | None) -> tuple[float, str]:
     a = _args(run)
     steps = int(a["--steps"]) + int(a.get("--warmup-steps", "0"))
     free = int(a.get("--sync-free-steps", "0"))
     steps += free + 1 if free else 0  # and one untimed (docs/breakdown.md)
     batch = int(a["--batch-size"]) if run.scaling == "weak" else int(a["--global-batch"]) // job.world_size
+    if run.workload == "transformer":  # a batch of sequences, counted in tokens
+        rate, source = _tokens_per_s(job, run, device, profile)
+        base = PRESETS[a.get("--preset", "small")]
+        return steps * batch * int(a.get("--seq-len", base.seq_len)) / rate, source
     rate, source = _images_per_s(job, run, device, profile)
     return steps * batch / rate, source
 

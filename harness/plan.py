@@ -179,9 +179,8 @@ def _runs(sweep: Sweep) -> tuple[WorkloadRun, ...]:
     runs = []
     if w.allreduce is not None:
         runs.append(WorkloadRun(COLLECTIVE_WORKLOAD, "", tuple(w.allreduce.args())))
-    for name, spec in (("synthetic", w.synthetic), ("real", w.real)):
-        if spec is not None:
-            runs.extend(WorkloadRun(name, s, tuple(spec.args(s))) for s in spec.scaling)
+    for name, spec in w.training():
+        runs.extend(WorkloadRun(name, s, tuple(spec.args(s))) for s in spec.scaling)
     return tuple(runs)
 
 
@@ -209,8 +208,8 @@ def expand(sweep: Sweep) -> list[Job]:
                 for nccl_name in sweep.nccl
                 if sweep.selects(nodes, gpus, launcher, nccl_name)
             ]
-            for training in (sweep.workloads.synthetic, sweep.workloads.real) if kept else ():
-                batch = training.global_batch if training is not None and "strong" in training.scaling else None
+            for _, training in sweep.workloads.training() if kept else ():
+                batch = training.global_batch if "strong" in training.scaling else None
                 if batch is not None and (batch < world or batch % world):
                     raise PlanError(
                         f"global_batch {batch} is not divisible by the world size "

@@ -19,7 +19,19 @@ from typing import Any
 
 import yaml
 
-from benchmarks.catalog import AMPS, BACKENDS, COLLECTIVES, DEVICES, DTYPES, OPS, SCALINGS
+from benchmarks.catalog import (
+    AMPS,
+    BACKENDS,
+    COLLECTIVES,
+    DEVICES,
+    DTYPES,
+    GROUPS,
+    OPS,
+    PARALLEL,
+    PRESETS,
+    SCALINGS,
+    WORKLOADS,
+)
 from benchmarks.common import looks_secret, parse_size, secret_name
 from harness.errors import SpecError
 
@@ -111,6 +123,9 @@ class AllreduceSpec:
     dtype: str = "float"
     op: str = "sum"
     collectives: tuple[str, ...] = ("all_reduce",)
+    # each collective over every rank, each node's ranks, and one rank per node (docs/reference.md,
+    # "Groups"); a group a job's layout lacks is skipped
+    groups: tuple[str, ...] = GROUPS
     out_of_place: bool = True
     link_bytes: int = field(default=4 * 1024**2, metadata={"size": True, "zero": True})  # pairwise probe, 0: off
     link_iters: int = 5
@@ -132,6 +147,10 @@ class AllreduceSpec:
             raise FieldError("collectives", f"is empty; valid: {', '.join(COLLECTIVES)}")
         for c in self.collectives:
             _choice("collectives", c, COLLECTIVES)
+        if not self.groups:
+            raise FieldError("groups", f"is empty; valid: {', '.join(GROUPS)}")
+        for g in self.groups:
+            _choice("groups", g, GROUPS)
 
     def args(self) -> list[str]:
         return [
@@ -153,12 +172,30 @@ class AllreduceSpec:
             self.op,
             "--collective",
             ",".join(self.collectives),
+            "--groups",
+            ",".join(self.groups),
             "--out-of-place" if self.out_of_place else "--no-out-of-place",
             "--link-bytes",
             str(self.link_bytes),
             "--link-iters",
             str(self.link_iters),
         ]
+
+
+def _scalings(scaling: tuple[str, ...], global_batch: int | None, items: str) -> None:
+    if not scaling or len(set(scaling)) != len(scaling):
+        raise FieldError("scaling", f"needs distinct values among {', '.join(SCALINGS)}")
+    for s in scaling:
+        _choice("scaling", s, SCALINGS)
+    if "strong" in scaling:
+        if global_batch is None:
+            raise FieldError("global_batch", f"strong scaling needs global_batch ({items} per step over all GPUs)")
+        _within("global_batch", global_batch, 1, MAX_BATCH)
+
+
+def _batch_args(scaling: str, batch_size: int, global_batch: int | None) -> list[str]:
+    """Weak scaling holds the batch per GPU, strong scaling the batch over all GPUs."""
+    return ["--global-batch", str(global_batch)] if scaling == "strong" else ["--batch-size", str(batch_size)]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -190,14 +227,7 @@ class TrainingSpec:
         _within("sync_free_steps", self.sync_free_steps, 0, MAX_COUNT)
         _choice("amp", self.amp, AMPS)
         _within("bucket_cap_mb", self.bucket_cap_mb, 0.001, 65536)
-        if not self.scaling or len(set(self.scaling)) != len(self.scaling):
-            raise FieldError("scaling", f"needs distinct values among {', '.join(SCALINGS)}")
-        for s in self.scaling:
-            _choice("scaling", s, SCALINGS)
-        if "strong" in self.scaling:
-            if self.global_batch is None:
-                raise FieldError("global_batch", "strong scaling needs global_batch (images per step over all GPUs)")
-            _within("global_batch", self.global_batch, 1, MAX_BATCH)
+        _scalings(self.scaling, self.global_batch, "images")
 
     def args(self, scaling: str) -> list[str]:
         out = [
@@ -218,11 +248,7 @@ class TrainingSpec:
             "--sync-free-steps",
             str(self.sync_free_steps),
         ]
-        out += (
-            ["--global-batch", str(self.global_batch)]
-            if scaling == "strong"
-            else ["--batch-size", str(self.batch_size)]
-        )
+        out += _batch_args(scaling, self.batch_size, self.global_batch)
         if self.channels_last is not None:
             out.append("--channels-last" if self.channels_last else "--no-channels-last")
         if self.compile:
@@ -263,14 +289,85 @@ class RealSpec(TrainingSpec):
 
 
 @dataclass(frozen=True, kw_only=True)
+class TransformerSpec:
+    """The decoder-only transformer on synthetic tokens, under DDP or FSDP2 (benchmarks/transformer.py):
+    a preset's shape, any of whose dimensions the fields below may override."""
+
+    preset: str = "small"
+    layers: int | None = None
+    width: int | None = None
+    heads: int | None = None
+    seq_len: int | None = None
+    vocab: int | None = None
+    parallel: str = "ddp"
+    scaling: tuple[str, ...] = ("weak",)
+    batch_size: int = 4  # sequences per rank, weak scaling
+    global_batch: int | None = None  # sequences over all ranks, strong scaling
+    steps: int = 10
+    warmup_steps: int = 3
+    sync_free_steps: int = 3  # steps with gradient synchronisation skipped (docs/breakdown.md)
+    amp: str = "auto"
+
+    def __post_init__(self) -> None:
+        _choice("preset", self.preset, PRESETS)
+        _choice("parallel", self.parallel, PARALLEL)
+        base = PRESETS[self.preset]
+        for key, high in (
+            ("layers", 1024),
+            ("width", 1 << 16),
+            ("heads", 1024),
+            ("seq_len", 1 << 20),
+            ("vocab", 1 << 22),
+        ):
+            value = getattr(self, key)
+            if value is not None:
+                _within(key, value, 1, high)
+        width, heads = self.width or base.width, self.heads or base.heads
+        if width % heads:
+            raise FieldError("heads", f"{heads} does not divide the width {width}")
+        _within("batch_size", self.batch_size, 1, MAX_BATCH)
+        _within("steps", self.steps, 1, MAX_COUNT)
+        _within("warmup_steps", self.warmup_steps, 0, MAX_COUNT)
+        _within("sync_free_steps", self.sync_free_steps, 0, MAX_COUNT)
+        _choice("amp", self.amp, AMPS)
+        if self.parallel == "fsdp" and self.amp == "fp16":
+            raise FieldError("amp", "fp16 under fsdp needs a sharded gradient scaler; use bf16 (or auto)")
+        _scalings(self.scaling, self.global_batch, "sequences")
+
+    def args(self, scaling: str) -> list[str]:
+        out = ["--preset", self.preset, "--parallel", self.parallel]
+        for key in ("layers", "width", "heads", "seq_len", "vocab"):
+            value = getattr(self, key)
+            if value is not None:
+                out += [f"--{key.replace('_', '-')}", str(value)]
+        out += [
+            "--steps",
+            str(self.steps),
+            "--warmup-steps",
+            str(self.warmup_steps),
+            "--sync-free-steps",
+            str(self.sync_free_steps),
+            "--amp",
+            self.amp,
+        ]
+        return out + _batch_args(scaling, self.batch_size, self.global_batch)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Workloads:
     allreduce: AllreduceSpec | None = None
     synthetic: TrainingSpec | None = None
     real: RealSpec | None = None
+    transformer: TransformerSpec | None = None
 
     def __post_init__(self) -> None:
-        if self.allreduce is None and self.synthetic is None and self.real is None:
-            raise FieldError("", "names no workload; valid: allreduce, synthetic, real")
+        if self.training() == () and self.allreduce is None:
+            raise FieldError("", f"names no workload; valid: {', '.join(WORKLOADS)}")
+
+    def training(self) -> tuple[tuple[str, TrainingSpec | TransformerSpec], ...]:
+        """(name, spec) of each training workload the sweep runs, in the catalog's order."""
+        specs = {"synthetic": self.synthetic, "real": self.real, "transformer": self.transformer}
+        return tuple((name, spec) for name, spec in specs.items() if spec is not None)
 
 
 # The matrix's axes as include/exclude rules and `--only` name them: one value per job.
@@ -734,7 +831,9 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
     node = data
     for i, key in enumerate(keys[:-1]):
         child = node.get(key)
-        if child is None and key in node:  # a section left empty (`real:`) is still a section
+        # a section left empty (`real:`) is still a section; and a workload the sweep leaves out
+        # is one --set adds (`workloads.transformer.steps=6`), with its defaults for the rest
+        if child is None and (key in node or (keys[:i] == ["workloads"] and key in WORKLOADS)):
             child = node[key] = {}
         if not isinstance(child, dict):
             raise SpecError(f"--set {path}: {'.'.join(keys[: i + 1])} is not a section of this sweep")

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.catalog import alltoallv_units, collective, share
+from benchmarks.catalog import WORLD, alltoallv_units, collective, share
 from benchmarks.results import bounded_lines, open_regular
 
 DIR = "telemetry"  # jobs/<job>/telemetry/
@@ -478,7 +478,8 @@ ACCOUNTED = ("all_reduce", "all_to_all", "alltoallv", "sendrecv")
 def cross_node_bytes(result: Mapping[str, Any]) -> dict[str, int] | str:
     """Bytes the ranks of each host sent to ranks on other hosts during a collective result, or
     why that cannot be told. Each call of each row sends what _sent_to_peers says; a byte counts
-    where its peer is on another host. The link probe sends each other rank --link-bytes per
+    where its peer is on another host; a row of a group (params["groups"]) counts every group of
+    its kind, each rank's peers in its own group. The link probe sends each other rank --link-bytes per
     pass. Barriers and the gathered timings are left out: a few KB."""
     params = result["params"]
     names = list(params.get("collectives") or ())
@@ -492,14 +493,21 @@ def cross_node_bytes(result: Mapping[str, Any]) -> dict[str, int] | str:
     once = params["warmup_iters"] + params["iters"] + params["check_iters"]
     probe = (params["link_iters"] + 1) * params["link_bytes"] if params.get("link_bytes") else 0
     sent_by = dict.fromkeys(hosts, 0.0)
+    groups = params.get("groups") or {}
+    for kind, members in groups.items():
+        flat = [r for m in members for r in m]
+        if sorted(flat) != list(range(n)) or not all(type(r) is int for r in flat):
+            return f"its {kind} groups {members!r:.60} do not divide the ranks 0..{n - 1} among them"
     for row in result["rows"]:
         name = row["collective"]
         # out of place too where the collective has an in-place form (benchmarks/allreduce.py)
         calls = once * (2 if params["out_of_place"] and collective(name).in_place else 1)
-        for rank, host in enumerate(hosts):
-            for peer, nbytes in (_sent_to_peers(name, row["size_bytes"], rank, n) or {}).items():
-                if hosts[peer] != host:
-                    sent_by[host] += calls * nbytes
+        # each group of the row's kind at once, its ranks counted within it (catalog.node_groups)
+        for members in groups.get(row.get("group", WORLD)) or [list(range(n))]:
+            for i, rank in enumerate(members):
+                for j, nbytes in (_sent_to_peers(name, row["size_bytes"], i, len(members)) or {}).items():
+                    if hosts[members[j]] != hosts[rank]:
+                        sent_by[hosts[rank]] += calls * nbytes
     for host in hosts:
         sent_by[host] += probe * sum(1 for peer in hosts if peer != host)
     return {h: round(b) for h, b in sent_by.items()}

@@ -66,3 +66,21 @@ def test_image_sets_with_different_seeds_do_not_share_a_directory(tmp_path):
     first = sorted((a / "class_000").iterdir())[0].read_bytes()
     assert first != sorted((b / "class_000").iterdir())[0].read_bytes()
     assert ensure_imagefolder(tmp_path, classes=1, per_class=2, size=16, seed=0) == a
+
+
+@pytest.mark.parametrize(
+    ("node_of", "groups", "why"),
+    [
+        # 2 nodes x 2 ranks, node-major as torchrun numbers them
+        ([0, 0, 1, 1], {"intra": [[0, 1], [2, 3]], "inter": [[0, 2], [1, 3]]}, None),
+        # ranks of a node need not be contiguous (srun's cyclic distribution)
+        ([0, 1, 0, 1, 0, 1], {"intra": [[0, 2, 4], [1, 3, 5]], "inter": [[0, 1], [2, 3], [4, 5]]}, None),
+        ([0, 0, 0, 0], {}, "one node: the world's ranks"),
+        ([0, 1, 2], {}, "one rank per node: the world's ranks"),
+        ([0, 0, 1, 1, 1], {}, "nodes hold 2 or 3 ranks, not one count"),
+    ],
+)
+def test_node_groups(node_of, groups, why):
+    got, skipped = catalog.node_groups(node_of)
+    assert got == groups
+    assert skipped == ({} if why is None else {"intra": why, "inter": why})

@@ -93,6 +93,19 @@ def test_straggler_rule_needs_most_passes_and_three_nodes():
     assert stragglers.judge("j", ["h1", "h2"], two) == []  # which end is slow? cannot say
 
 
+def test_a_rank_that_waited_for_its_partners_to_start_is_not_a_straggler():
+    """h2's rank left each round's barrier first, so its own clock also ran while it waited for
+    its partner to start (1.3 ms on top of the 1 ms exchange); its partners' clocks did not. A
+    pair's time is the lesser of its two ends': every node reads 1 ms, nobody is named. The
+    slow link of h3 shows on both ends of each of its pairs, and is named."""
+    hosts = ["h1", "h2", "h3", "h4"]
+    partners = [[3, 2, 1], [2, 3, 0], [1, 0, 3], [0, 1, 2]]
+    waited = [[[2_300.0 if r == 1 else 1_000.0] * 4 for _ in partners[r]] for r in range(4)]
+    assert stragglers.judge("j", hosts, {"partners": partners, "time_us": waited, "iters": 4}) == []
+    slow = [[[3_000.0 if 2 in (r, p) else 1_000.0] * 4 for p in partners[r]] for r in range(4)]
+    assert [s.host for s in stragglers.judge("j", hosts, {"partners": partners, "time_us": slow, "iters": 4})] == ["h3"]
+
+
 def test_pair_schedule_meets_every_pair_once():
     from benchmarks.allreduce import pair_partner, pair_rounds
 
@@ -137,6 +150,25 @@ def test_a_run_against_itself_changes_nothing(real_run, tmp_path):
     assert "## No significant change: 5" in (tmp_path / "c.md").read_text()
     for png in ("compare_busbw.png", "compare_scaling.png"):
         Image.open(tmp_path / "plots" / png).verify()
+
+
+def test_a_summary_collected_before_groups_and_the_transformer_compares_key_for_key(real_run, tmp_path):
+    """A summary of the same layout version written before the `group` column and the
+    transformer's columns existed (and its samples without `group`): its collective rows read as
+    the world's, its other new columns as null, and it meets today's summary key for key."""
+    from harness.collect import TRANSFORMER_COLUMNS
+
+    old = tmp_path / "old"
+    shutil.copytree(real_run, old)
+    summary = pq.read_table(old / "summary.parquet")
+    pq.write_table(summary.drop(["group", *TRANSFORMER_COLUMNS]), old / "summary.parquet")
+    samples = pq.read_table(old / "samples.parquet")
+    pq.write_table(samples.drop(["group"]), old / "samples.parquet")
+    r = bench("compare", str(old), str(real_run), "--csv", str(tmp_path / "c.csv"))
+    assert "0 failed, 0 slower, 0 cannot judge, 0 faster, 5 no significant change, of 5 compared" in r.stdout
+    side = load_run(old)
+    coll = side.rows[side.rows["workload"] == "allreduce"]
+    assert set(coll["group"]) == {"world"} and side.rows["tokens_per_s"].isna().all()
 
 
 def test_a_slower_copy_is_slower_and_worst_first(real_run, tmp_path):

@@ -71,15 +71,25 @@ def test_busbw_as_a_percentage_of_the_stated_peak(run, tmp_path):
     copy = _with_profile(run, tmp_path, hw)
     t = pd.read_csv(copy / "summary.csv")
     coll = t[t["workload"] == "allreduce"]
-    # by hand: 2 nodes x 2 GPUs share 2.5 GB/s per node, 1.25 each; one node has 4 GB/s per GPU
-    peaks = dict(zip(coll["nodes"], coll["busbw_peak_gbps"]))
-    assert peaks == {1: 4.0, 2: 1.25}
-    expected = [100 * b / (1.25 if n == 2 else 4.0) for n, b in zip(coll["nodes"], coll["busbw_gbps"])]
+    # by hand: 2 nodes x 2 GPUs share 2.5 GB/s per node, 1.25 each, over every rank and over one
+    # rank per node; one node's ranks, alone or as the intra-node group of 2 nodes, 4 GB/s per GPU
+    peaks = dict(zip(zip(coll["nodes"], coll["group"]), coll["busbw_peak_gbps"]))
+    assert peaks == {(1, "world"): 4.0, (2, "world"): 1.25, (2, "inter"): 1.25, (2, "intra"): 4.0}
+    expected = [
+        100 * b / (1.25 if n == 2 and g != "intra" else 4.0)
+        for n, g, b in zip(coll["nodes"], coll["group"], coll["busbw_gbps"])
+    ]
     assert coll["busbw_pct_peak"].tolist() == pytest.approx(expected)
     assert t[t["workload"] != "allreduce"]["busbw_pct_peak"].isna().all()
     bench("plot", str(copy))
     points = pd.read_csv(copy / "plots" / "allreduce_busbw.csv")
-    assert sorted(points[points["metric"] == "busbw_peak_gbps"]["y"]) == [1.25, 4.0]
+    peak_points = points[points["metric"] == "busbw_peak_gbps"]
+    assert sorted(zip(peak_points["collective"], peak_points["y"])) == [
+        ("all_reduce", 1.25),
+        ("all_reduce", 4.0),
+        ("all_reduce inter", 1.25),
+        ("all_reduce intra", 4.0),
+    ]
     html = tmp_path / "r.html"
     bench("report", str(copy), "--out", str(html))
     assert "% of peak" in html.read_text()
@@ -97,7 +107,9 @@ def _reference(run, tmp_path, factor_1, factor_2, extra=""):
     t = pd.read_csv(run / "summary.csv")
     at = {
         int(n): float(b)
-        for n, b in t[(t["workload"] == "allreduce") & (t["size_bytes"] == 256 * 1024)][["nodes", "busbw_gbps"]].values
+        for n, b in t[(t["workload"] == "allreduce") & (t["size_bytes"] == 256 * 1024) & (t["group"] == "world")][
+            ["nodes", "busbw_gbps"]
+        ].values
     }
     return _with_profile(
         run,

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from benchmarks import allreduce
-from benchmarks.allreduce import CollectiveRun, bus_factor, message_sizes
-from benchmarks.catalog import COLLECTIVES
+from benchmarks.allreduce import CollectiveRun, Group, GroupCalls, bus_factor, message_sizes
+from benchmarks.catalog import COLLECTIVES, WORLD
 from benchmarks.common import UsageError, captured_variables, detect_launch, format_size, parse_size, percentile
 from harness.collect import COLUMNS, add_scaling
 
@@ -76,7 +76,8 @@ ROOTED = ("reduce", "gather")  # only the root has an output to check
 
 def _rank_of_3(name: str, rank: int = 1) -> CollectiveRun:
     count = 3 * 40
-    return CollectiveRun(COLLECTIVES[name], None, "sum", count, torch.empty(count), torch.empty(count), rank=rank, n=3)
+    group = Group(WORLD, GroupCalls(None, [0, 1, 2]), rank, 3, [[0, 1, 2]])
+    return CollectiveRun(COLLECTIVES[name], None, "sum", count, torch.empty(count), torch.empty(count), group)
 
 
 def _checked_rank_of_3(name: str) -> CollectiveRun:

@@ -32,7 +32,13 @@ def test_default_sweep_expands_to_the_full_matrix():
     assert jobs[0].name == "n1-g1-torchrun-default"
     assert jobs[1].name == "n1-g1-srun-default"
     assert jobs[-1].name == "n8-g8-srun-socket"
-    assert {r.key for r in jobs[0].runs} == {"allreduce", "synthetic-weak", "synthetic-strong", "real-weak"}
+    assert {r.key for r in jobs[0].runs} == {
+        "allreduce",
+        "synthetic-weak",
+        "synthetic-strong",
+        "real-weak",
+        "transformer-weak",
+    }
     ib = next(j for j in jobs if j.nccl_config == "ib")
     assert dict(ib.nccl_env) == {"NCCL_IB_DISABLE": "0", "NCCL_NET_GDR_LEVEL": "5"}
 

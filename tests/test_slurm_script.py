@@ -98,7 +98,7 @@ def test_every_step_runs_in_the_container_with_bench_s_variables(tmp_path, engin
         }
         exported = {n for n in exported if not n.startswith("APPTAINERENV_")}
         steps = [line for line in text.splitlines() if line.startswith("run_step ")]
-        assert len(steps) == 4
+        assert len(steps) == 5  # allreduce, synthetic weak and strong, real weak, transformer weak
         for step in steps:
             if engine == "pyxis":
                 assert "--container-image='nvcr.io#nvidia/pytorch:24.05-py3'" in step
@@ -352,7 +352,7 @@ def test_a_profile_with_every_site_key_passes_a_dry_run(tmp_path):
     d = _directives(text)
     assert d["--time"] == "00:45:00" and d["--exclude"] == "gpu[001-004,010]" and d["--nodelist"] == "gpu[020-021]"
     steps = [line for line in text.splitlines() if line.startswith("run_step ")]
-    assert len(steps) == 4 and all(
+    assert len(steps) == 5 and all(
         "--kill-on-bad-exit=1 --mpi=pmix --cpu-bind=cores --network=single python3 -m benchmarks." in s for s in steps
     )
     assert "source /shared/venvs/bench/bin/activate\n" in text
@@ -391,14 +391,24 @@ def test_the_cost_of_the_default_sweep_on_the_example_profile():
     # untimed) of 64 images (weak, synthetic and real) and of 256 / 16 (strong); the collectives:
     # 28 sizes from 8 B to 1 GiB, 26 calls each, every call 30 us plus size x its bus factor over
     # 400/8 = 50 GB/s (the profile's network per GPU): all_reduce 2(16-1)/16; all_gather,
-    # reduce_scatter and all_to_all (16-1)/16.
+    # reduce_scatter and all_to_all (16-1)/16. Then each node's 8 ranks over NVLink's 450 GB/s
+    # per GPU (factors 2 x 7/8 and 7/8), and the 2 ranks of each local index across nodes over
+    # the network's 50 (factors 1 and 1/2). The transformer, a fifth step: the 1.3b preset's
+    # N = 24 x (12 x 2048^2 + 4 x 2048) + 2 x 2048 + 50,304 x 2048 = 1,311,182,848 parameters and
+    # 6N + 12 x 24 x 2048 x 2048 = 9,075,056,640 FLOPs per token, at 40% of the profile's stated
+    # 989 TFLOP/s: 29 steps (5 warmup, 20 measured, 3 sync-free and one untimed) of 2 x 2048 tokens.
     job = next(j for j in jobs if j.name == "n2-g8-torchrun-default")
     sizes = [8 * 2**k for k in range(28)]
     allreduce = 26 * sum(30e-6 + s * 2 * 15 / 16 / 50e9 for s in sizes)
     others = 3 * 26 * sum(30e-6 + s * 15 / 16 / 50e9 for s in sizes)
-    by_hand = 4 * 30 + 64 * 64 / 2470 * 2 + 64 * 16 / 2470 + allreduce + others
+    intra = 26 * sum(30e-6 + s * 2 * 7 / 8 / 450e9 for s in sizes) + 3 * 26 * sum(
+        30e-6 + s * 7 / 8 / 450e9 for s in sizes
+    )
+    inter = 26 * sum(30e-6 + s * 1 / 50e9 for s in sizes) + 3 * 26 * sum(30e-6 + s / 2 / 50e9 for s in sizes)
+    transformer = 30 + 29 * 2 * 2048 / (0.4 * 989e12 / 9_075_056_640)
+    by_hand = 4 * 30 + 64 * 64 / 2470 * 2 + 64 * 16 / 2470 + allreduce + others + intra + inter + transformer
     seconds, _ = cost.job_seconds(job, profile)
-    assert seconds == pytest.approx(by_hand, rel=1e-9) and 129 < by_hand < 130
+    assert seconds == pytest.approx(by_hand, rel=1e-9) and 165 < by_hand < 166
     # The profile's reference (8 GPUs, 1 node, 16,000 img/s weak) sets that job's rate instead.
     one = next(j for j in jobs if j.name == "n1-g8-torchrun-default")
     seconds, sources = cost.job_seconds(one, profile)
@@ -406,7 +416,7 @@ def test_the_cost_of_the_default_sweep_on_the_example_profile():
     # NVLink: the profile's 450 GB/s per GPU
     inside = 26 * sum(30e-6 + s * 2 * 7 / 8 / 450e9 for s in sizes)
     inside += 3 * 26 * sum(30e-6 + s * 7 / 8 / 450e9 for s in sizes)
-    assert seconds == pytest.approx(4 * 30 + weak + 64 * 64 / 2470 + 64 * 32 / 2470 + inside, rel=1e-9)
+    assert seconds == pytest.approx(4 * 30 + weak + 64 * 64 / 2470 + 64 * 32 / 2470 + inside + transformer, rel=1e-9)
     assert "the profile's reference figures where they apply" in sources
     # A time limit caps every job's estimate.
     capped = cost.estimate([dataclasses.replace(job, time_limit_min=1)], profile)

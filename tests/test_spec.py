@@ -82,6 +82,15 @@ def test_set_overrides_scalars_and_lists(tmp_path):
     assert sweep.workloads.allreduce.max_bytes == 64 * 1024**2
 
 
+def test_set_adds_a_workload_the_sweep_leaves_out_with_its_defaults(tmp_path):
+    """The quickstart's sweep leaves the transformer out (sweeps/local.yaml says why); one --set
+    puts it in, its other fields at their defaults."""
+    sweep = load_sweep(SWEEPS / "local.yaml", overrides=("workloads.transformer.steps=6",))
+    assert sweep.workloads.transformer is not None and sweep.workloads.transformer.steps == 6
+    assert sweep.workloads.transformer.preset == "small" and sweep.workloads.transformer.parallel == "ddp"
+    assert load_sweep(SWEEPS / "local.yaml").workloads.transformer is None
+
+
 BAD = [
     # (override or YAML replacement, words the one-line error must contain)
     ("bogus=1", ["bogus", "unknown key", "valid:", "gpus_per_node"]),
@@ -107,7 +116,8 @@ BAD = [
     ("backend=mpi", ["backend", "mpi", "nccl, gloo"]),
     ("time_limit_min=0", ["time_limit_min", "between 0.1 and"]),
     ("max_nodes=0", ["max_nodes", "between 1 and"]),
-    ("workloads.real.workers=1", ["workloads.real", "not a section"]),
+    ("workloads.reel.workers=1", ["workloads.reel", "not a section"]),
+    ("workloads.allreduce.iters.x=1", ["workloads.allreduce.iters", "not a section"]),
     ("name", ["KEY=VALUE"]),
 ]
 

@@ -149,6 +149,7 @@ def test_the_dry_run_records_what_submitit_is_given(site, tmp_path):
         "synthetic-weak",
         "synthetic-strong",
         "real-weak",
+        "transformer-weak",
     ]
     assert json.loads((out / "plan.json").read_text())["executor"] == "submitit"
 

@@ -286,3 +286,23 @@ def test_infiniband_port_counters_are_read_in_bytes(tmp_path):
     a = {"ib": {"mlx5_0:1": [0, 0, 100, 0]}, "net": {"eth0": [0, 0, 10, 0]}}
     b = {"ib": {"mlx5_0:1": [0, 0, 8100, 0]}, "net": {"eth0": [0, 0, 30, 0]}}
     assert telemetry.sent(a, b, ["mlx5_0:1", "eth0"]) == 8020 and telemetry.sent(a, b, ["ib0"]) is None
+
+
+def test_cross_node_bytes_of_each_group_worked_by_hand():
+    """The same 2 nodes x 2 ranks and 28 calls a size, all_reduce rows of 4 MiB on each group.
+    intra, ranks [0, 1] and [2, 3]: a ring inside each node, nothing crosses a NIC. inter, ranks
+    [0, 2] and [1, 3] at once: each rank sends 2(2-1)/2 x 4 MiB = 4 MiB a call to its partner on
+    the other node, two ranks a node: 28 x 2 x 4 MiB = 234,881,024 bytes more per node. Groups
+    that do not divide the ranks between them are refused, not counted."""
+    result = all_reduce_result(["a", "a", "b", "b"], [2**20, 4 * 2**20], ["eth0", "lo"])
+    base = telemetry.cross_node_bytes(result)["a"]
+    groups = {"world": [[0, 1, 2, 3]], "intra": [[0, 1], [2, 3]], "inter": [[0, 2], [1, 3]]}
+    for group, more in (("intra", 0), ("inter", 234_881_024)):
+        grouped = {
+            **result,
+            "params": {**result["params"], "groups": groups},
+            "rows": [*result["rows"], {"collective": "all_reduce", "group": group, "size_bytes": 4 * 2**20}],
+        }
+        assert telemetry.cross_node_bytes(grouped) == {"a": base + more, "b": base + more}, group
+    bad = {**result, "params": {**result["params"], "groups": {"inter": [[0, 2], [1, 1]]}}}
+    assert "inter groups [[0, 2], [1, 1]] do not divide the ranks 0..3" in telemetry.cross_node_bytes(bad)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from conftest import bench, read_json
 
+from benchmarks.catalog import PRESETS, decoder_params
 from benchmarks.transformer import Decoder, Shape, counted_parameters, flops_per_token, mfu
 
 # One small shape, counted by hand. Per block: qkv 3D^2 and the output projection D^2, the MLP's
@@ -23,6 +24,14 @@ def test_flops_per_token_against_a_hand_count():
     assert counted_parameters(model) == 26_944
     assert sum(p.numel() for p in model.parameters()) == 26_944 + 16 * 32  # with the position table
     assert flops_per_token(26_944, SMALL) == 173_952
+    assert decoder_params(SMALL) == 26_944  # the count the cost estimate makes without torch
+
+
+def test_the_torch_free_count_agrees_with_the_model_for_the_small_preset_and_a_preset_by_hand():
+    assert decoder_params(PRESETS["small"]) == counted_parameters(Decoder(PRESETS["small"]))
+    # GPT-3 125M's shape (12 x 768, GPT-2's vocabulary padded to 50,304): 85.0M in the blocks,
+    # 38.6M in the tied embedding, 123.6M in all
+    assert decoder_params(PRESETS["125m"]) == 12 * (12 * 768**2 + 4 * 768) + 2 * 768 + 50_304 * 768 == 123_606_528
 
 
 def test_mfu_against_a_hand_computation_and_null_without_a_peak():
@@ -84,3 +93,90 @@ def test_without_a_peak_mfu_is_null_and_without_sync_free_steps_no_breakdown(tmp
 def test_bad_input_is_one_line_and_exit_2(args, words):
     r = bench("run", "transformer", *args, check=False)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and words in r.stderr, r.describe()
+
+
+@pytest.fixture(scope="module")
+def sweep_run(tmp_path_factory):
+    """The transformer as a sweep's workload, run as a user runs a sweep: 1 and 2 emulated nodes
+    of one gloo rank, FSDP2, weak and strong scaling, the small shape counted by hand above."""
+    root = tmp_path_factory.mktemp("transformer")
+    sweep = root / "s.yaml"
+    sweep.write_text(
+        "name: t\ndevice: cpu\nbackend: gloo\nnodes: [1, 2]\ngpus_per_node: [1]\nlaunchers: [torchrun]\n"
+        "env: {OMP_NUM_THREADS: '1'}\ntimeout_s: 60\nworkloads:\n  transformer: {layers: 2, width: 32, heads: 4,"
+        " seq_len: 16, vocab: 64, parallel: fsdp, scaling: [weak, strong], batch_size: 2, global_batch: 4,"
+        " steps: 3, warmup_steps: 1, sync_free_steps: 1}\n"
+    )
+    out = root / "run"
+    r = bench("sweep", str(sweep), "--executor", "local", "--out", str(out), timeout=600)
+    return out, r
+
+
+@pytest.mark.slow
+def test_a_sweep_s_transformer_rows_scale_by_tokens(sweep_run):
+    out, r = sweep_run
+    assert "Transformer throughput" in r.stdout
+    import pandas as pd
+
+    t = pd.read_csv(out / "summary.csv")
+    assert (t["workload"] == "transformer").all() and (t["status"] == "COMPLETED").all()
+    assert set(zip(t["scaling"], t["nodes"])) == {("weak", 1), ("weak", 2), ("strong", 1), ("strong", 2)}
+    assert (t["n_params"] == 26_944).all() and (t["flops_per_token"] == 173_952).all()
+    assert (t["tokens_per_s"] > 0).all() and t["images_per_s"].isna().all()
+    assert t["mfu"].isna().all() and t["peak_tflops_per_gpu"].isna().all()  # no peak stated, none guessed
+    # weak: 2 x 16 tokens per rank per step; strong: 4 sequences over the world
+    assert sorted(t["global_batch"]) == [2, 4, 4, 4]
+    # speedup and efficiency from tokens/s against the one-node row of each scaling mode
+    for _, rows in t.groupby("scaling"):
+        base = rows[rows["nodes"] == 1].iloc[0]
+        two = rows[rows["nodes"] == 2].iloc[0]
+        assert two["speedup"] == pytest.approx(two["tokens_per_s"] / base["tokens_per_s"], rel=1e-6)
+        assert two["efficiency"] == pytest.approx(two["speedup"] / 2, rel=1e-6)
+    # the breakdown of each step, as for ResNet
+    assert (t["compute_time_ms"] > 0).all() and t["exposed_comm_fraction"].between(0, 1).all()
+    points = pd.read_csv(out / "plots" / "transformer_weak_scaling.csv")
+    per_gpu = points[points["metric"] == "tokens_per_s_per_gpu"]
+    weak = t[t["scaling"] == "weak"]
+    assert sorted(zip(per_gpu["x"], per_gpu["y"].round(3))) == sorted(
+        zip(weak["nodes"], weak["tokens_per_s_per_gpu"].round(3))
+    )
+    assert (out / "plots" / "transformer_strong_scaling.png").exists()
+    assert not (out / "plots" / "weak_scaling.png").exists()  # no workload counts images
+
+
+@pytest.mark.slow
+def test_mfu_against_the_profile_s_stated_peak_and_the_report_and_comparison(sweep_run, tmp_path):
+    import dataclasses
+    import json
+    import shutil
+
+    import pandas as pd
+
+    from harness.executors.slurm.profile import load_profile
+
+    out, _ = sweep_run
+    copy = tmp_path / "run"
+    shutil.copytree(out, copy)
+    (tmp_path / "p.yaml").write_text(
+        "name: lab\nhardware: {peak_tflops_per_gpu: 0.5}\nreference:\n"
+        "  - {workload: transformer, scaling: weak, nodes: 2, tokens_per_s: 1.0, tolerance: 0.1}\n"
+        "  - {workload: transformer, scaling: strong, nodes: 2, tokens_per_s: 1000000000, tolerance: 0.1}\n"
+    )
+    plan = json.loads((copy / "plan.json").read_text())
+    plan["cluster"] = dataclasses.asdict(load_profile(tmp_path / "p.yaml"))
+    (copy / "plan.json").write_text(json.dumps(plan))
+    bench("collect", str(copy))
+    t = pd.read_csv(copy / "summary.csv")
+    # by hand: achieved TFLOP/s per GPU = tokens/s per GPU x 173,952 FLOPs / 1e12, over 0.5
+    assert t["mfu"].tolist() == pytest.approx((t["tokens_per_s_per_gpu"] * 173_952 / 1e12 / 0.5).tolist(), rel=1e-5)
+    assert (t["peak_tflops_per_gpu"] == 0.5).all()
+    bench("report", str(copy), "--out", str(tmp_path / "r.html"))
+    html = (tmp_path / "r.html").read_text()
+    assert "<h3>Transformer</h3>" in html and "TFLOP/s per GPU" in html and "MFU" in html
+    c = bench("compare", str(out), str(copy), "--csv", str(tmp_path / "c.csv"))
+    assert "of 4 compared" in c.stdout
+    assert set(pd.read_csv(tmp_path / "c.csv")["metric"]) == {"tokens_per_s"}
+    # references in tokens/s: one met by far, one a CPU cannot reach, which fails the gate
+    g = bench("regress", str(copy), "--baseline", "reference", "--out", str(tmp_path / "rg"), check=False)
+    assert g.returncode == 1, g.describe()
+    assert "1 regression, 0 failed keys, 0 cannot judge, 1 improvement, 0 unchanged of 2 compared" in g.stderr

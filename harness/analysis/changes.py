@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from benchmarks.catalog import COLLECTIVE_WORKLOAD
 from harness.analysis import history
 from harness.analysis.compare import METRICS, key_texts
 
@@ -138,7 +137,7 @@ def series(db: Path, cluster: str, metrics: tuple[str, ...]) -> tuple[list[Entry
     for i, df in enumerate(history.usable_rows(db, found)):
         for name in metrics:
             metric = METRICS[name]
-            rows = df[(df["workload"] == COLLECTIVE_WORKLOAD) == metric.allreduce]
+            rows = df[df["workload"].isin(metric.workloads)]
             rows = rows[rows[name].to_numpy(dtype=float, na_value=np.nan) > 0]
             if not len(rows):
                 continue

@@ -38,11 +38,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.catalog import COLLECTIVE_WORKLOAD, TRAINING
+from benchmarks.catalog import COLLECTIVE_WORKLOAD, TRAINING, UNITS, WORLD
 from benchmarks.common import format_size
 from benchmarks.results import open_regular
 from harness.analysis import stats
-from harness.collect import SUMMARY_VERSION, run_facts, summary_version, to_frame
+from harness.collect import SUMMARY_VERSION, run_facts, summary_version, to_frame, upgraded
 from harness.errors import DataError, one_line
 from harness.rundir import COMPLETED, RunDir, RunDirError
 
@@ -56,9 +56,9 @@ if TYPE_CHECKING:
     from harness.analysis.stats import Counts, Mask, Texts, Values
     from harness.analysis.stragglers import Straggler
 
-KEYS = ["workload", "collective", "scaling", "nodes", "gpus_per_node", "launcher", "nccl_config", "size_bytes"]
-CONFIG = [k for k in KEYS if k not in ("collective", "size_bytes")]  # a key without its message
-SAMPLE_JOIN = ["job", "workload", "scaling", "collective", "size_bytes"]
+KEYS = ["workload", "collective", "group", "scaling", "nodes", "gpus_per_node", "launcher", "nccl_config", "size_bytes"]
+CONFIG = [k for k in KEYS if k not in ("collective", "group", "size_bytes")]  # a key without its message
+SAMPLE_JOIN = ["job", "workload", "scaling", "collective", "group", "size_bytes"]
 # Axes that `--across` compares inside one run: the configurations a sweep lays side by side.
 AXES = ("nccl_config", "launcher")
 FAILED, SLOWER, UNJUDGED, SAME, FASTER = "failed", "slower", "cannot judge", "no significant change", "faster"
@@ -73,25 +73,34 @@ MIN_RUNS = 5
 @dataclass(frozen=True)
 class Metric:
     name: str
-    allreduce: bool  # a collective metric, else a training one
+    workloads: tuple[str, ...]  # the workloads whose rows have it
     higher_is_better: bool
     samples: str  # the samples.parquet metric behind it (always a time)
     label: str
     zero_for_one_rank: bool = False  # busbw: one rank moves nothing over a bus
 
+    @property
+    def allreduce(self) -> bool:
+        """A collective metric, else a training one."""
+        return self.workloads == (COLLECTIVE_WORKLOAD,)
 
+
+_COLL, _IMAGES = (COLLECTIVE_WORKLOAD,), tuple(w for w in TRAINING if UNITS[w] == "images")
 METRICS = {
     m.name: m
     for m in (
-        Metric("busbw_gbps", True, True, "time_us", "busbw GB/s", zero_for_one_rank=True),
-        Metric("algbw_gbps", True, True, "time_us", "algbw GB/s"),
-        Metric("time_us", True, False, "time_us", "time us"),
-        Metric("images_per_s", False, True, "step_time_ms", "images/s"),
-        Metric("images_per_s_per_gpu", False, True, "step_time_ms", "images/s per GPU"),
-        Metric("step_time_ms", False, False, "step_time_ms", "step ms"),
+        Metric("busbw_gbps", _COLL, True, "time_us", "busbw GB/s", zero_for_one_rank=True),
+        Metric("algbw_gbps", _COLL, True, "time_us", "algbw GB/s"),
+        Metric("time_us", _COLL, False, "time_us", "time us"),
+        Metric("images_per_s", _IMAGES, True, "step_time_ms", "images/s"),
+        Metric("images_per_s_per_gpu", _IMAGES, True, "step_time_ms", "images/s per GPU"),
+        Metric("tokens_per_s", ("transformer",), True, "step_time_ms", "tokens/s"),
+        Metric("tokens_per_s_per_gpu", ("transformer",), True, "step_time_ms", "tokens/s per GPU"),
+        Metric("step_time_ms", TRAINING, False, "step_time_ms", "step ms"),
     )
 }
-DEFAULT_METRICS = ("busbw_gbps", "images_per_s")
+# busbw for the collectives, and each training workload's throughput
+DEFAULT_METRICS = ("busbw_gbps", "images_per_s", "tokens_per_s")
 LIKE = ["params", "settings", "settings_hash"]  # what makes two rows comparable
 REQUIRED = ["job", "status", *KEYS, *METRICS, "hosts", "reason", "repeat", "n_samples", *LIKE]
 # What each side's jobs ran over (docs/transport.md): a verdict between two transports says so.
@@ -246,11 +255,12 @@ def read_tables(run: RunDir) -> tuple[pa.Table, pa.Table | None]:
         summary = _parquet(files["summary_parquet"])
     except (OSError, pa.ArrowException) as exc:
         raise DataError(f"{run.summary_parquet}: unreadable ({one_line(str(exc))})") from None
+    summary = upgraded(summary)
     check_summary(summary, str(run.summary_parquet))
     samples = None
     if files["samples_parquet"].exists():
         try:
-            samples = _parquet(files["samples_parquet"])
+            samples = upgraded(_parquet(files["samples_parquet"]))
         except (OSError, pa.ArrowException) as exc:
             raise DataError(f"{run.samples_parquet}: unreadable ({one_line(str(exc))})") from None
         check_samples(samples, str(run.samples_parquet))
@@ -332,9 +342,10 @@ def _failed_replicates(rows: pd.DataFrame, failed: pd.DataFrame) -> tuple[npt.ND
 
 def key_frame(summary: pa.Table) -> pd.DataFrame:
     """A summary Arrow table as a DataFrame of the columns comparisons read, its keys made
-    joinable: no collective or scaling is "", no size is 0 (nulls never match in a join)."""
+    joinable: no collective, group or scaling is "", no size is 0 (nulls never match in a join)."""
     df = to_frame(summary.select([c for c in (*REQUIRED, *SEEN) if c in summary.column_names]))
     df["collective"] = df["collective"].fillna("")
+    df["group"] = df["group"].fillna("")
     df["scaling"] = df["scaling"].fillna("")
     df["size_bytes"] = df["size_bytes"].fillna(0)
     return df
@@ -366,6 +377,7 @@ def _samples_by_row(samples: pa.Table, rows: pd.DataFrame) -> dict[str, tuple[Va
 
     sdf = samples.drop(["values"]).to_pandas()
     sdf["collective"] = sdf["collective"].fillna("")
+    sdf["group"] = sdf["group"].fillna("")
     sdf["scaling"] = sdf["scaling"].fillna("")
     sdf["_pos"] = np.arange(len(sdf))
     values = samples.column("values")
@@ -558,8 +570,7 @@ def _transport_notes(m: pd.DataFrame, note: Texts) -> Texts:
 
 
 def _metric_rows(rows: pd.DataFrame, metric: Metric) -> pd.DataFrame:
-    is_coll = rows["workload"] == COLLECTIVE_WORKLOAD
-    sub = rows[is_coll if metric.allreduce else rows["workload"].isin(TRAINING)]
+    sub = rows[rows["workload"].isin(metric.workloads)]
     return sub.assign(_i=sub.index.to_numpy())
 
 
@@ -800,17 +811,23 @@ def records(df: pd.DataFrame) -> list[dict[str, Any]]:
     return [dict(zip(cols, values)) for values in zip(*arrays)]
 
 
+def measured(df: pd.DataFrame) -> pd.Series:
+    """What each collective row measured, in words: its collective, and its group where that is
+    not the world ('all_reduce', 'all_reduce intra'; docs/reference.md, "Groups")."""
+    names = df["collective"].astype(str)
+    if "group" not in df.columns:
+        return names
+    group = df["group"].astype(str)
+    return names + group.radd(" ").where(~group.isin(["", WORLD, "<NA>", "None", "nan"]), "")
+
+
 def key_texts(df: pd.DataFrame, sizes: bool = True) -> pd.Series:
-    """Each row's key in words, e.g. 'allreduce all_reduce 4M, 4x1, torchrun, default' or
-    'synthetic weak, 2x1, srun, ib', as one vectorised string operation; without `sizes`, its
-    configuration ('allreduce all_reduce, 4x1, torchrun, default')."""
+    """Each row's key in words, e.g. 'allreduce all_reduce 4M, 4x1, torchrun, default',
+    'allreduce all_reduce intra 4M, 2x4, torchrun, default' (a group other than the world's is
+    named) or 'synthetic weak, 2x1, srun, ib', as one vectorised string operation; without
+    `sizes`, its configuration ('allreduce all_reduce, 4x1, torchrun, default')."""
     coll = df["workload"] == COLLECTIVE_WORKLOAD
-    what = (
-        df["workload"].astype(str)
-        + " "
-        + df["collective"].astype(str).where(coll, "")
-        + df["scaling"].astype(str).where(~coll, "")
-    )
+    what = df["workload"].astype(str) + " " + measured(df).where(coll, "") + df["scaling"].astype(str).where(~coll, "")
     if sizes:
         names = {int(v): format_size(int(v)) for v in df["size_bytes"].unique()}
         what = what + df["size_bytes"].map(names).astype(str).radd(" ").where(coll, "")

@@ -32,7 +32,7 @@ from itertools import repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.catalog import COLLECTIVE_WORKLOAD
+from benchmarks.catalog import COLLECTIVE_WORKLOAD, UNITS
 from benchmarks.results import read_regular
 from harness.analysis.compare import (
     CONFIG,
@@ -48,7 +48,7 @@ from harness.analysis.compare import (
     read_tables,
     side_from_tables,
 )
-from harness.collect import run_facts, to_frame
+from harness.collect import run_facts, to_frame, upgraded
 from harness.errors import HistoryError
 from harness.rundir import COMPLETED, RUN_FILE_LIMIT, RunDir
 
@@ -189,15 +189,17 @@ def _parquet(table: pa.Table) -> bytes:
 
 def _points(rows: pd.DataFrame) -> list[tuple[str, str, float]]:
     """The key figures of a run (completed rows): busbw at the largest size per collective,
-    node count, GPUs per node, launcher and settings set; images/s per GPU per training row."""
+    node count, GPUs per node, launcher and settings set; images/s (the transformer's tokens/s)
+    per GPU per training row."""
     out: list[tuple[str, str, float]] = []
     coll = rows[(rows["workload"] == COLLECTIVE_WORKLOAD) & (rows["busbw_gbps"] > 0)]
     if len(coll):
-        largest = coll.loc[coll.groupby(CONFIG + ["collective"])["size_bytes"].idxmax()]
+        largest = coll.loc[coll.groupby(CONFIG + ["collective", "group"])["size_bytes"].idxmax()]
         out += zip(key_texts(largest, sizes=False), repeat("busbw_gbps"), largest["busbw_gbps"].astype(float))
-    train = rows[(rows["workload"] != COLLECTIVE_WORKLOAD) & (rows["images_per_s_per_gpu"] > 0)]
-    metric = "images_per_s_per_gpu"
-    out += zip(key_texts(train, sizes=False), repeat(metric), train[metric].astype(float))
+    for unit in dict.fromkeys(UNITS.values()):
+        metric = f"{unit}_per_s_per_gpu"
+        train = rows[(rows["workload"] != COLLECTIVE_WORKLOAD) & (rows[metric] > 0)]
+        out += zip(key_texts(train, sizes=False), repeat(metric), train[metric].astype(float))
     return out
 
 
@@ -377,8 +379,8 @@ def _load(
         raise HistoryError(f"{damaged} (no stored summary){remedy}")
     summary_blob, samples_blob, env = found
     try:
-        summary = pq.read_table(io.BytesIO(summary_blob))
-        samples = pq.read_table(io.BytesIO(samples_blob)) if samples_blob else None
+        summary = upgraded(pq.read_table(io.BytesIO(summary_blob)))
+        samples = upgraded(pq.read_table(io.BytesIO(samples_blob))) if samples_blob else None
     except (OSError, TypeError, pa.ArrowException) as exc:
         raise HistoryError(f"{damaged} (its stored tables do not decode: {exc}){remedy}") from None
     try:
@@ -490,7 +492,9 @@ def _baseline(con: sqlite3.Connection, db: Path, found: list[Entry], kind: str, 
     nth, size = by_key.cumcount(), by_key["job"].transform("size")
     keep: npt.NDArray[np.bool_] | pd.Series
     if kind == "best":
-        score = pool["busbw_gbps"].where(pool["workload"] == COLLECTIVE_WORKLOAD, pool["images_per_s"])
+        score = pool["busbw_gbps"].where(
+            pool["workload"] == COLLECTIVE_WORKLOAD, pool["images_per_s"].fillna(pool["tokens_per_s"])
+        )
         keep = pool.index.isin(
             pool.assign(_s=score).sort_values("_s", ascending=False, kind="stable").drop_duplicates("_key").index
         )

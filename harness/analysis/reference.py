@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.catalog import COLLECTIVE_WORKLOAD
+from benchmarks.catalog import COLLECTIVE_WORKLOAD, WORLD
 from harness.analysis.compare import (
     FAILED,
     FASTER,
@@ -55,7 +55,11 @@ def _matches(frame: pd.DataFrame, ref: Reference) -> pd.Series:
         if value is not None:
             mask &= frame[key] == value
     if ref.workload == COLLECTIVE_WORKLOAD:
-        mask &= (frame["collective"] == (ref.collective or "all_reduce")) & (frame["size_bytes"] == ref.size)
+        mask &= (
+            (frame["collective"] == (ref.collective or "all_reduce"))
+            & (frame["group"] == (ref.group or WORLD))
+            & (frame["size_bytes"] == ref.size)
+        )
     return mask
 
 
@@ -97,6 +101,7 @@ def against_reference(run: Side, refs: tuple[Reference, ...], profile: str) -> C
             key = {
                 "workload": ref.workload,
                 "collective": ref.collective or "all_reduce" if ref.workload == COLLECTIVE_WORKLOAD else "",
+                "group": ref.group or WORLD if ref.workload == COLLECTIVE_WORKLOAD else "",
                 "scaling": ref.scaling or "",
                 "nodes": ref.nodes,
                 "gpus_per_node": ref.gpus_per_node or 0,

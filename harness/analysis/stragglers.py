@@ -5,8 +5,12 @@ one, so all ranks record the same times whichever node is slow. The all-reduce w
 probe can (benchmarks/allreduce.py, `_link_probe`): every pair of ranks exchanges a message
 on its own, so a slow node's link shows in every pair that includes it, and in no other.
 
-Per job, per pass of the probe, a node's score is the median time of its ranks' exchanges with
-ranks on other nodes; the pass's reference is the median of the node scores. A node is a
+Per job, per pass of the probe, a pair's time is the lesser of what its two ranks measured: each
+starts its clock when it leaves the barrier before the round, and the one that left first also
+counts the time it waited for its partner to start, which says nothing of the link (on shaped
+links the barrier's own messages queue behind the last round's data, tens of milliseconds). A
+node's score is the median time of the pairs between its ranks and ranks on other nodes; the
+pass's reference is the median of the node scores. A node is a
 straggler when its score exceeds the reference by more than SLOWER (20%) in at least MOST
 (3 in 4) of the passes. It takes three nodes to tell which end of a slow pair is slow, so
 jobs of fewer nodes are not judged.
@@ -56,13 +60,18 @@ def judge(job: str, hosts: list[str], links: dict[str, Any]) -> list[Straggler]:
     flagged: dict[str, list[float]] = {h: [] for h in nodes}
     judged = 0
     for it in range(passes):
-        per_node: dict[str, list[float]] = {h: [] for h in nodes}
+        pairs: dict[tuple[int, int], float] = {}
         for rank, (peers, rounds) in enumerate(zip(partners, times)):
             for peer, samples in zip(peers, rounds):
                 t = samples[it] if samples and it < len(samples) else None
                 if peer is None or t is None or hosts[peer] == hosts[rank]:
                     continue
-                per_node[hosts[rank]].append(t)
+                key = (min(rank, peer), max(rank, peer))
+                pairs[key] = min(t, pairs.get(key, t))
+        per_node: dict[str, list[float]] = {h: [] for h in nodes}
+        for (a, b), t in pairs.items():
+            per_node[hosts[a]].append(t)
+            per_node[hosts[b]].append(t)
         scores = {h: statistics.median(v) for h, v in per_node.items() if v}
         if len(scores) < MIN_NODES:
             continue

@@ -26,10 +26,22 @@ HELP = {
     "time_us": "collective time per call, microseconds",
     "images_per_s": "training throughput of the whole job, images/s",
     "images_per_s_per_gpu": "training throughput per GPU, images/s",
+    "tokens_per_s": "transformer training throughput of the whole job, tokens/s",
+    "tokens_per_s_per_gpu": "transformer training throughput per GPU, tokens/s",
     "step_time_ms": "training step time, milliseconds",
 }
 # The matrix point: every key column, as labels (compare.KEYS), and what says where it ran.
-POINT = ("workload", "collective", "scaling", "size_bytes", "nodes", "gpus_per_node", "launcher", "nccl_config")
+POINT = (
+    "workload",
+    "collective",
+    "group",
+    "scaling",
+    "size_bytes",
+    "nodes",
+    "gpus_per_node",
+    "launcher",
+    "nccl_config",
+)
 PREFIX = "bench_"
 
 
@@ -39,17 +51,13 @@ def series(side: Side) -> list[tuple[dict[str, str], dict[str, float], bool]]:
     out = []
     for frame, completed in ((side.rows, True), (side.others, False)):
         for row in frame.to_dict("records") if frame is not None else ():
-            labels = {k: _label(row[k]) for k in POINT if _label(row[k])}
+            labels = {k: _label(row.get(k)) for k in POINT if _label(row.get(k))}
             figures = {}
             if completed:
                 for name in HELP:
                     value = row.get(name)
                     metric = METRICS[name]
-                    if (
-                        value is None
-                        or not math.isfinite(float(value))
-                        or metric.allreduce != (row["workload"] == "allreduce")
-                    ):
+                    if value is None or not math.isfinite(float(value)) or row["workload"] not in metric.workloads:
                         continue
                     if metric.zero_for_one_rank and row["nodes"] * row["gpus_per_node"] == 1:
                         continue  # one rank moves nothing over a bus

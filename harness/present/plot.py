@@ -2,6 +2,8 @@
 
     plots/weak_scaling.png     images/s per GPU, efficiency against 1 GPU and against 1 node, vs nodes
     plots/strong_scaling.png   speedup and efficiency vs nodes, ideal lines
+    plots/transformer_weak_scaling.png, transformer_strong_scaling.png
+                               the same for the transformer, in tokens/s
     plots/allreduce_busbw.png  busbw vs message size (log2), one line per node count
     plots/step_breakdown.png   where each training job's step went (docs/breakdown.md)
 
@@ -17,9 +19,10 @@ from pathlib import Path, PurePosixPath
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.catalog import COLLECTIVE_WORKLOAD, TRAINING
+from benchmarks.catalog import COLLECTIVE_WORKLOAD, TRAINING, UNITS
 from benchmarks.common import format_size
 from harness import inside, telemetry
+from harness.analysis.compare import measured
 from harness.rundir import COMPLETED, RunDir
 
 if TYPE_CHECKING:
@@ -94,24 +97,27 @@ def _nodes_axis(ax: Axes, sub: pd.DataFrame) -> None:
     ax.set_xlabel("nodes (world size)")
 
 
-def efficiency_per_node(df: pd.DataFrame) -> pd.Series:
+def efficiency_per_node(df: pd.DataFrame, per_gpu: str = "images_per_s_per_gpu") -> pd.Series:
     """Weak-scaling efficiency against one node of the same GPUs per node: images/s per GPU over
     that of the smallest node count of its own series. Efficiency against 1 GPU mixes the losses
     inside a node with those across nodes; this one shows the network's share alone."""
     keys = ["panel", "series", "repeat"] if "repeat" in df else ["panel", "series"]
-    first = df.sort_values("nodes").groupby(keys)["images_per_s_per_gpu"].transform("first")
-    return df["images_per_s_per_gpu"] / first
+    first = df.sort_values("nodes").groupby(keys)[per_gpu].transform("first")
+    return df[per_gpu] / first
 
 
-def scaling_figure(summary: pd.DataFrame, scaling: str) -> Made | None:
-    """(figure, points) for weak or strong scaling, or None when the run has no such rows."""
+def scaling_figure(summary: pd.DataFrame, scaling: str, unit: str = "images") -> Made | None:
+    """(figure, points) for weak or strong scaling of the training workloads that count their
+    throughput in `unit` (catalog.UNITS: images, or the transformer's tokens), or None when the
+    run has no such rows."""
     import pandas as pd
 
+    per_gpu = f"{unit}_per_s_per_gpu"
     df = summary[
-        summary["workload"].isin(TRAINING)
+        summary["workload"].isin([w for w in TRAINING if UNITS[w] == unit])
         & (summary["scaling"] == scaling)
         & (summary["status"] == COMPLETED)
-        & summary["images_per_s"].notna()
+        & summary[f"{unit}_per_s"].notna()
     ].copy()
     if df.empty:
         return None
@@ -119,12 +125,12 @@ def scaling_figure(summary: pd.DataFrame, scaling: str) -> Made | None:
     df["panel"] = _panel(df)
     df["series"] = [_series_label(w, int(g)) for w, g in zip(df["workload"], df["gpus_per_node"])]
     panels = sorted(df["panel"].unique())
-    for metric in ("images_per_s_per_gpu", "speedup"):
+    for metric in (per_gpu, "speedup"):
         _rate_band(df, metric, "step_time_ms")
     if scaling == "weak":
-        df["efficiency_per_node"] = efficiency_per_node(df)
+        df["efficiency_per_node"] = efficiency_per_node(df, per_gpu)
         metrics = [
-            ("images_per_s_per_gpu", "images/s per GPU (p10-p90 band)"),
+            (per_gpu, f"{unit}/s per GPU (p10-p90 band)"),
             ("efficiency", "efficiency against 1 GPU"),
             ("efficiency_per_node", "efficiency against 1 node\nof the same GPUs per node"),
         ]
@@ -132,6 +138,7 @@ def scaling_figure(summary: pd.DataFrame, scaling: str) -> Made | None:
     else:
         metrics = [("speedup", "speedup over the smallest world size"), ("efficiency", "strong-scaling efficiency")]
         title = "Strong scaling: fixed global batch"
+    name = f"{scaling}_scaling" if unit == "images" else f"transformer_{scaling}_scaling"
     fig, axes = plt.subplots(
         len(metrics),
         len(panels),
@@ -159,15 +166,14 @@ def scaling_figure(summary: pd.DataFrame, scaling: str) -> Made | None:
                 ax=ax,
                 legend=(r == 0 and c == len(panels) - 1),
             )
-            points += _band(ax, sub, "nodes", metric, palette, (f"{scaling}_scaling", panel))
-            points += _ideal(ax, sub, metric, palette, (f"{scaling}_scaling", panel))
+            points += _band(ax, sub, "nodes", metric, palette, (name, panel))
+            points += _ideal(ax, sub, metric, palette, (name, panel))
             _nodes_axis(ax, sub)
             ax.set_ylabel(label)
             if r == 0:
                 ax.set_title(panel)
             points += [
-                (f"{scaling}_scaling", panel, metric, s, int(x), float(y))
-                for s, x, y in zip(sub["series"], sub["nodes"], sub[metric])
+                (name, panel, metric, s, int(x), float(y)) for s, x, y in zip(sub["series"], sub["nodes"], sub[metric])
             ]
     if axes[0][-1].get_legend():
         sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1), title="workload, GPUs per node")
@@ -233,18 +239,16 @@ def _ideal(
     if metric.startswith("efficiency"):
         ax.axhline(1.0, color="0.4", linestyle="--", linewidth=1)
         return []
-    if metric != "speedup" and metric != "images_per_s_per_gpu":
+    per_gpu = metric.endswith("_per_s_per_gpu")
+    if metric != "speedup" and not per_gpu:
         return []
     ideal = (sub[metric] / sub["efficiency"]).astype(float)
     out = []
-    if metric == "images_per_s_per_gpu":
+    if per_gpu:
         # one baseline per workload (collect.SCALING_KEYS): a grey line each, named at its end
         for workload, level in sub.assign(ideal=ideal).groupby("workload")["ideal"].median().items():
             _level(ax, float(level), f"ideal: {workload}", "0.4")
-            out += [
-                (*where, "ideal_images_per_s_per_gpu", str(workload), int(n), float(level))
-                for n in sorted(set(sub["nodes"]))
-            ]
+            out += [(*where, f"ideal_{metric}", str(workload), int(n), float(level)) for n in sorted(set(sub["nodes"]))]
         return out
     for series, group in sub.assign(ideal=ideal).groupby("series"):
         g = group.sort_values("nodes")
@@ -294,6 +298,7 @@ def busbw_figure(summary: pd.DataFrame) -> Made | None:
         for n, g in zip(df["nodes"], df["gpus_per_node"])
     ]
     panels = sorted(df["panel"].unique())
+    df["collective"] = measured(df)  # one row of panels per collective and group
     collectives = sorted(df["collective"].unique())
     order = (df.drop_duplicates("series").sort_values(["nodes", "gpus_per_node"])["series"]).tolist()
     palette = dict(zip(order, sns.color_palette("viridis", n_colors=len(order))))
@@ -441,6 +446,8 @@ def draw_all(run: RunDir, summary: pd.DataFrame) -> list[Path]:
         [
             ("weak_scaling", lambda: scaling_figure(summary, "weak")),
             ("strong_scaling", lambda: scaling_figure(summary, "strong")),
+            ("transformer_weak_scaling", lambda: scaling_figure(summary, "weak", "tokens")),
+            ("transformer_strong_scaling", lambda: scaling_figure(summary, "strong", "tokens")),
             ("allreduce_busbw", lambda: busbw_figure(summary)),
             ("step_breakdown", lambda: breakdown_figure(summary)),
         ],
@@ -559,7 +566,7 @@ def compare_busbw_figure(a: pd.DataFrame, b: pd.DataFrame, labels: tuple[str, st
     if df.empty:
         return None
     plt, sns = _setup()
-    df["series"] = df["collective"].astype(str) + " · " + df["gpus_per_node"].astype(str) + " GPU/node · " + _panel(df)
+    df["series"] = measured(df) + " · " + df["gpus_per_node"].astype(str) + " GPU/node · " + _panel(df)
     _rate_band(df, "busbw_gbps", "time_us")
     nodes = sorted(df["nodes"].unique())
     styles = sorted(df["series"].unique())
@@ -588,23 +595,27 @@ def compare_scaling_figure(a: pd.DataFrame, b: pd.DataFrame, labels: tuple[str, 
     import pandas as pd
 
     df = _both(a, b, labels)
-    train = df[df["workload"].isin(TRAINING) & (df["images_per_s_per_gpu"] > 0)].copy()
-    coll = df[(df["workload"] == COLLECTIVE_WORKLOAD) & (df["busbw_gbps"] > 0)]
+    # each workload's throughput per GPU in its own unit (catalog.UNITS): images, or tokens
+    train = df[df["workload"].isin(TRAINING)].copy()
+    tokens = train["tokens_per_s_per_gpu"] if "tokens_per_s_per_gpu" in train else float("nan")
+    train["per_gpu"] = train["images_per_s_per_gpu"].where(train["workload"] != "transformer", tokens)
+    train = train[train["per_gpu"] > 0]
+    # the all-reduce over every rank, as the panel's title says: other collectives and groups
+    # would share its series
+    coll = df[
+        (df["workload"] == COLLECTIVE_WORKLOAD)
+        & (df["busbw_gbps"] > 0)
+        & (df["collective"] == "all_reduce")
+        & (measured(df) == "all_reduce")
+    ]
     if len(coll):
         coll = coll.loc[
-            coll.groupby(["run", "collective", "nodes", "gpus_per_node", "launcher", "nccl_config"])[
-                "size_bytes"
-            ].idxmax()
+            coll.groupby(["run", "nodes", "gpus_per_node", "launcher", "nccl_config"])["size_bytes"].idxmax()
         ].copy()
         _rate_band(coll, "busbw_gbps", "time_us")
-    _rate_band(train, "images_per_s_per_gpu", "step_time_ms")
+    _rate_band(train, "per_gpu", "step_time_ms")
     panels = [
-        (
-            f"{w} ({s})",
-            train[(train["workload"] == w) & (train["scaling"] == s)],
-            "images_per_s_per_gpu",
-            "images/s per GPU",
-        )
+        (f"{w} ({s})", train[(train["workload"] == w) & (train["scaling"] == s)], "per_gpu", f"{UNITS[w]}/s per GPU")
         for w, s in sorted(set(zip(train["workload"], train["scaling"])))
     ]
     if len(coll):

@@ -20,6 +20,7 @@ from harness.present.tables import (
     BREAKDOWN_HEAD,
     MISMATCH_HEADING,
     TRAINING_HEAD,
+    TRANSFORMER_HEAD,
     breakdown_rows,
     collective_table,
     fmt_interval,
@@ -28,6 +29,7 @@ from harness.present.tables import (
     headline,
     only_in_b,
     training_rows,
+    transformer_rows,
     transport_mismatches,
     warnings,
 )
@@ -122,11 +124,16 @@ def run_section(run: RunDir, side: Side) -> str:
             [
                 ("weak scaling", lambda: plot.scaling_figure(summary, "weak")),
                 ("strong scaling", lambda: plot.scaling_figure(summary, "strong")),
+                ("transformer: weak scaling", lambda: plot.scaling_figure(summary, "weak", "tokens")),
+                ("transformer: strong scaling", lambda: plot.scaling_figure(summary, "strong", "tokens")),
             ]
         )
     )
-    if len(train):
-        parts.append(_table(TRAINING_HEAD, training_rows(train), numeric={3, 4, 5, 6, 7, 8}))
+    if rows := training_rows(train):
+        parts.append(_table(TRAINING_HEAD, rows, numeric={3, 4, 5, 6, 7, 8}))
+    if rows := transformer_rows(train):
+        parts.append("<h3>Transformer</h3>")
+        parts.append(_table(TRANSFORMER_HEAD, rows, numeric=set(range(2, len(TRANSFORMER_HEAD))) - {3}))
     where = breakdown_rows(train)
     if where:
         parts.append("<h2>Where the step went</h2>")
@@ -142,7 +149,7 @@ def run_section(run: RunDir, side: Side) -> str:
     parts.append("<h2>Collectives</h2>")
     parts.append(_figures([("bus bandwidth vs message size", lambda: plot.busbw_figure(summary))]))
     if len(coll):
-        coll = coll.sort_values(["job", "collective", "size_bytes"])
+        coll = coll.sort_values(["job", "collective", "group", "size_bytes"])
         bucket = bucket_bytes(plan)
         few = compact(coll, bucket)
         columns, rows = collective_table(few)
@@ -201,7 +208,7 @@ def compact(coll: pd.DataFrame, bucket: int) -> pd.DataFrame:
     """Of each job's collective rows, those at its largest size and at the size nearest `bucket`
     (by ratio, as sizes grow by a factor)."""
     keep = []
-    for _, rows in coll.groupby(["job", "collective"], sort=False):
+    for _, rows in coll.groupby(["job", "collective", "group"], sort=False):
         sizes = rows["size_bytes"].astype(float)
         nearest = (sizes.map(math.log) - math.log(bucket)).abs().idxmin()
         keep += [nearest, sizes.idxmax()]

@@ -9,7 +9,7 @@ import io
 import math
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.catalog import COLLECTIVE_WORKLOAD
+from benchmarks.catalog import COLLECTIVE_WORKLOAD, UNITS
 from benchmarks.common import format_size
 from harness.analysis.compare import (
     BY_RUNS,
@@ -23,6 +23,7 @@ from harness.analysis.compare import (
     VERDICTS,
     Comparison,
     Side,
+    measured,
     records,
 )
 from harness.errors import one_line, shown
@@ -192,6 +193,20 @@ def table_csv(table: pd.DataFrame) -> bytes:
 
 
 TRAINING_HEAD = ["workload", "scaling", "job", "GPUs", "images/s", "per GPU", "step ms (p50)", "speedup", "efficiency"]
+# The transformer's: MFU only where a peak was stated (docs/reference.md, "FLOPs per token and MFU")
+TRANSFORMER_HEAD = [
+    "scaling",
+    "job",
+    "GPUs",
+    "model",
+    "tokens/s",
+    "per GPU",
+    "TFLOP/s per GPU",
+    "MFU",
+    "step ms (p50)",
+    "speedup",
+    "efficiency",
+]
 COLLECTIVE_HEAD = ["job", "collective", "size", "time us", "algbw GB/s", "busbw GB/s", "#wrong"]
 PEAK_HEAD = "% of peak"  # where the cluster profile states its link speeds (docs/expected.md)
 
@@ -232,7 +247,8 @@ def breakdown_rows(train: pd.DataFrame) -> list[list[str]]:
 
 
 def training_rows(train: pd.DataFrame) -> list[list[str]]:
-    """The training throughput table's cells (TRAINING_HEAD), one row per summary row."""
+    """The training throughput table's cells (TRAINING_HEAD), one row per summary row of the
+    workloads that count images."""
     return [
         [
             r["workload"],
@@ -246,6 +262,28 @@ def training_rows(train: pd.DataFrame) -> list[list[str]]:
             fmt_value(r["efficiency"], ".1%"),
         ]
         for r in records(train)
+        if UNITS.get(r["workload"]) == "images"
+    ]
+
+
+def transformer_rows(train: pd.DataFrame) -> list[list[str]]:
+    """The transformer table's cells (TRANSFORMER_HEAD), one row per transformer row."""
+    return [
+        [
+            r["scaling"],
+            r["job"],
+            str(r["world_size"]),
+            r["model"],
+            fmt_value(r["tokens_per_s"], ",.0f"),
+            fmt_value(r["tokens_per_s_per_gpu"], ",.0f"),
+            fmt_value(r["achieved_tflops_per_gpu"], ".4g"),
+            fmt_value(r["mfu"], ".1%"),
+            fmt_value(r["step_time_ms"], ".1f"),
+            fmt_value(r["speedup"], ".2f"),
+            fmt_value(r["efficiency"], ".1%"),
+        ]
+        for r in records(train)
+        if r["workload"] == "transformer"
     ]
 
 
@@ -256,7 +294,7 @@ def collective_table(coll: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     rows = [
         [
             r["job"],
-            r["collective"],
+            r["_measured"],
             format_size(int(r["size_bytes"])),
             fmt_value(r["time_us"], ".1f"),
             fmt_value(r["algbw_gbps"], ".4f"),
@@ -264,7 +302,7 @@ def collective_table(coll: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
             *([fmt_value(r["busbw_pct_peak"], ".1f")] if peak else []),
             fmt_value(r["wrong"], ".0f"),
         ]
-        for r in records(coll)
+        for r in records(coll.assign(_measured=measured(coll)))
     ]
     return [*COLLECTIVE_HEAD[:6], *([PEAK_HEAD] if peak else []), COLLECTIVE_HEAD[6]], rows
 
@@ -404,16 +442,21 @@ def print_results(console: Console, summary: pd.DataFrame) -> None:
     train = ok[ok["workload"] != COLLECTIVE_WORKLOAD].sort_values(
         ["workload", "scaling", "launcher", "nccl_config", "world_size"]
     )
-    if not train.empty:
-        t = Table(title="Training throughput", title_justify="left")
-        for col in TRAINING_HEAD:
-            t.add_column(col, justify="left" if col in ("workload", "scaling", "job") else "right")
-        for row in training_rows(train):
+    for title, head, rows in (
+        ("Training throughput", TRAINING_HEAD, training_rows(train)),
+        ("Transformer throughput", TRANSFORMER_HEAD, transformer_rows(train)),
+    ):
+        if not rows:
+            continue
+        t = Table(title=title, title_justify="left")
+        for col in head:
+            t.add_column(col, justify="left" if col in ("workload", "scaling", "job", "model") else "right")
+        for row in rows:
             t.add_row(*map(shown, row))
         console.print(t)
     coll = ok[ok["workload"] == COLLECTIVE_WORKLOAD]
     if not coll.empty:
-        largest = coll.loc[coll.groupby(["job", "collective"])["size_bytes"].idxmax()]
+        largest = coll.loc[coll.groupby(["job", "collective", "group"])["size_bytes"].idxmax()]
         t = Table(title="Collectives at the largest message size", title_justify="left")
         head, rows = collective_table(largest)
         for col in head:

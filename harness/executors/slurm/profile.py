@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks.catalog import COLLECTIVE_WORKLOAD, COLLECTIVES, WORKLOADS
+from benchmarks.catalog import COLLECTIVE_WORKLOAD, COLLECTIVES, GROUPS, UNITS, WORKLOADS
 from harness.errors import SpecError
 from harness.spec import NAME_RE, FieldError, build, check_env, check_passthrough, check_time, read_mapping, safe_text
 
@@ -168,16 +168,22 @@ def _sbatch_value(key: str, value: str | None) -> None:
 class Hardware:
     """What a cluster's links can carry, as its owner states it (docs/expected.md): the node's
     network in GB/s (NICs x rate: 8 x NDR400 at 50 GB/s is 400), and the bandwidth inside a node
-    per GPU (NVLink, or whatever joins the node's GPUs)."""
+    per GPU (NVLink, or whatever joins the node's GPUs); and a GPU's peak dense TFLOP/s at the
+    training precision, which the transformer's MFU is taken against (docs/reference.md)."""
 
     network_gbps_per_node: float | None = None
     intra_node_gbps_per_gpu: float | None = None
+    peak_tflops_per_gpu: float | None = None
 
     def __post_init__(self) -> None:
-        for key in ("network_gbps_per_node", "intra_node_gbps_per_gpu"):
+        for key, unit in (
+            ("network_gbps_per_node", "GB/s"),
+            ("intra_node_gbps_per_gpu", "GB/s"),
+            ("peak_tflops_per_gpu", "TFLOP/s"),
+        ):
             value = getattr(self, key)
             if value is not None and not (math.isfinite(value) and 0 < value <= 1e6):
-                raise FieldError(key, f"must be a positive number of GB/s (at most 1e6), found {value!r}")
+                raise FieldError(key, f"must be a positive number of {unit} (at most 1e6), found {value!r}")
 
     def peak_busbw_gbps(self, nodes: int, gpus_per_node: int) -> float | None:
         """The bus bandwidth a job's links allow, comparable with busbw (nccl-tests' bus factor
@@ -201,28 +207,34 @@ class Reference:
     nodes: int
     gpus_per_node: int | None = None
     collective: str | None = None  # allreduce only; all_reduce when left out
+    group: str | None = None  # allreduce only; world (every rank) when left out (docs/reference.md)
     size: int | None = field(default=None, metadata={"size": True})  # allreduce only
     scaling: str | None = None  # training only
     launcher: str | None = None
     nccl_config: str | None = None
     busbw_gbps: float | None = None  # allreduce
     images_per_s: float | None = None  # synthetic, real
+    tokens_per_s: float | None = None  # transformer
     tolerance: float = 0.1  # a run below value x (1 - tolerance) fails
 
     def __post_init__(self) -> None:
         if self.workload not in WORKLOADS:
             raise FieldError("workload", f"{self.workload!r} is not valid; valid: {', '.join(WORKLOADS)}")
         collective = self.workload == COLLECTIVE_WORKLOAD
-        metric, other = ("busbw_gbps", "images_per_s") if collective else ("images_per_s", "busbw_gbps")
+        metric = self.metric
         value = getattr(self, metric)
         if value is None or not (math.isfinite(value) and value > 0):
             raise FieldError(metric, f"a {self.workload} reference needs a positive {metric}, found {value!r}")
-        if getattr(self, other) is not None:
-            raise FieldError(other, f"is not a figure of {self.workload}; give {metric}")
+        for other in ("busbw_gbps", "images_per_s", "tokens_per_s"):
+            if other != metric and getattr(self, other) is not None:
+                raise FieldError(other, f"is not a figure of {self.workload}; give {metric}")
         if collective and self.size is None:
             raise FieldError("size", "an allreduce reference needs the message size, e.g. 1G")
-        if not collective and (self.size is not None or self.collective is not None):
-            raise FieldError("size" if self.size is not None else "collective", f"is not a key of {self.workload}")
+        for key in ("size", "collective", "group"):
+            if not collective and getattr(self, key) is not None:
+                raise FieldError(key, f"is not a key of {self.workload}")
+        if self.group is not None and self.group not in GROUPS:
+            raise FieldError("group", f"{self.group!r} is not valid; valid: {', '.join(GROUPS)}")
         if self.collective is not None and self.collective not in COLLECTIVES:
             raise FieldError("collective", f"{self.collective!r} is not valid; valid: {', '.join(COLLECTIVES)}")
         if self.scaling is not None and (collective or self.scaling not in ("weak", "strong")):
@@ -238,7 +250,8 @@ class Reference:
 
     @property
     def metric(self) -> str:
-        return "busbw_gbps" if self.workload == COLLECTIVE_WORKLOAD else "images_per_s"
+        """busbw for the collectives, else the workload's throughput (catalog.UNITS)."""
+        return "busbw_gbps" if self.workload == COLLECTIVE_WORKLOAD else f"{UNITS[self.workload]}_per_s"
 
     @property
     def value(self) -> float:
