@@ -31,7 +31,7 @@ import argparse
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -165,24 +165,23 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _collectives(text: str) -> list[str]:
+def _names(flag: str, text: str, valid: Collection[str]) -> list[str]:
+    """A comma-separated list of `valid` names, each once, in the order given."""
     names = [c.strip() for c in text.split(",") if c.strip()]
     for name in names:
-        if name not in COLLECTIVES:
-            raise UsageError(f"--collective {name!r} is not one of {', '.join(COLLECTIVES)}")
+        if name not in valid:
+            raise UsageError(f"{flag} {name!r} is not one of {', '.join(valid)}")
     if not names:
-        raise UsageError(f"--collective is empty; valid: {', '.join(COLLECTIVES)}")
-    return names
+        raise UsageError(f"{flag} is empty; valid: {', '.join(valid)}")
+    return list(dict.fromkeys(names))
+
+
+def _collectives(text: str) -> list[str]:
+    return _names("--collective", text, COLLECTIVES)
 
 
 def _groups(text: str) -> list[str]:
-    names = [g.strip() for g in text.split(",") if g.strip()]
-    for name in names:
-        if name not in GROUPS:
-            raise UsageError(f"--groups {name!r} is not one of {', '.join(GROUPS)}")
-    if not names:
-        raise UsageError(f"--groups is empty; valid: {', '.join(GROUPS)}")
-    return list(dict.fromkeys(names))
+    return _names("--groups", text, GROUPS)
 
 
 def check_args(args: argparse.Namespace, world_size: int | None) -> None:

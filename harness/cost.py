@@ -117,17 +117,27 @@ def _collective_s(job: Job, run: WorkloadRun, device: str, profile: ClusterProfi
     return total
 
 
-def _images_per_s(job: Job, run: WorkloadRun, device: str, profile: ClusterProfile | None) -> tuple[float, str]:
-    """The rate of one rank, and where it came from."""
+STATED = "the profile's reference figures where they apply"
+
+
+def _stated_rate(job: Job, run: WorkloadRun, profile: ClusterProfile | None) -> float | None:
+    """One rank's rate from the profile's reference figure for the job's workload (images/s, or
+    the transformer's tokens/s), where one applies."""
     for ref in profile.reference if profile else ():
         if (
             ref.workload == run.workload
-            and ref.images_per_s
             and ref.nodes == job.nodes
             and ref.gpus_per_node in (None, job.gpus_per_node)
             and ref.scaling in (None, run.scaling)
         ):
-            return ref.images_per_s / job.world_size, "the profile's reference figures where they apply"
+            return ref.value / job.world_size
+    return None
+
+
+def _images_per_s(job: Job, run: WorkloadRun, device: str, profile: ClusterProfile | None) -> tuple[float, str]:
+    """The rate of one rank, and where it came from."""
+    if stated := _stated_rate(job, run, profile):
+        return stated, STATED
     a = _args(run)
     model, size = a.get("--model", "resnet50"), int(a.get("--image-size", "224"))
     amp = a.get("--amp", "auto") != "off"
@@ -139,15 +149,8 @@ def _images_per_s(job: Job, run: WorkloadRun, device: str, profile: ClusterProfi
 
 def _tokens_per_s(job: Job, run: WorkloadRun, device: str, profile: ClusterProfile | None) -> tuple[float, str]:
     """The transformer's rate of one rank in tokens/s, and where it came from."""
-    for ref in profile.reference if profile else ():
-        if (
-            ref.workload == run.workload
-            and ref.tokens_per_s
-            and ref.nodes == job.nodes
-            and ref.gpus_per_node in (None, job.gpus_per_node)
-            and ref.scaling in (None, run.scaling)
-        ):
-            return ref.tokens_per_s / job.world_size, "the profile's reference figures where they apply"
+    if stated := _stated_rate(job, run, profile):
+        return stated, STATED
     a = _args(run)
     base = PRESETS[a.get("--preset", "small")]
     shape = Shape(**{k: int(a.get(f"--{k.replace('_', '-')}", getattr(base, k))) for k in vars(base)})

@@ -185,6 +185,29 @@ def real_run(tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="session")
+def mixed_run(tmp_path_factory):
+    """One local sweep of today's traffic: 1 and 2 emulated nodes of 2 gloo ranks, every
+    collective of the catalog at 256K on every group the job has, and the transformer
+    (a shape counted by hand in tests/test_transformer.py) under FSDP2, weak and strong. Read by
+    tests/test_groups.py, tests/test_transformer.py and tests/test_expected.py."""
+    from benchmarks.catalog import COLLECTIVES
+
+    root = tmp_path_factory.mktemp("mixed")
+    sweep = root / "s.yaml"
+    sweep.write_text(
+        "name: mixed\ndevice: cpu\nbackend: gloo\nnodes: [1, 2]\ngpus_per_node: [2]\nlaunchers: [torchrun]\n"
+        "env: {OMP_NUM_THREADS: '1'}\ntimeout_s: 60\nworkloads:\n"
+        "  allreduce: {min_bytes: 256K, max_bytes: 256K, iters: 3, warmup_iters: 1, link_bytes: 0,"
+        f" collectives: [{', '.join(COLLECTIVES)}]}}\n"
+        "  transformer: {layers: 2, width: 32, heads: 4, seq_len: 16, vocab: 64, parallel: fsdp,"
+        " scaling: [weak, strong], batch_size: 2, global_batch: 4, steps: 3, warmup_steps: 1, sync_free_steps: 1}\n"
+    )
+    out = root / "run"
+    result = bench("sweep", str(sweep), "--executor", "local", "--out", str(out), timeout=600)
+    return out, result
+
+
 def separating(run: Path) -> float:
     """A time factor that moves every sample of the run past every other: twice the run's
     largest over its smallest sample. Loopback gloo on 2 busy CPUs spreads samples 20x and

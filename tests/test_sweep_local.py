@@ -29,6 +29,8 @@ FAST = [
     "--set",
     "workloads.allreduce.max_bytes=256K",
     "--set",
+    "workloads.allreduce.groups=[world]",  # the groups have their own sweep: tests/test_groups.py
+    "--set",
     "workloads.allreduce.iters=5",
     "--set",
     "workloads.synthetic.steps=3",
@@ -106,14 +108,8 @@ def test_summary_rows_and_values(local_run):
     for (job, coll, group), rows in ar.groupby(["job", "collective", "group"]):
         assert sorted(rows["size_bytes"]) == sizes, (job, coll, group)
     for job, rows in ar.groupby("job"):
-        # 2 nodes of 2 ranks also measure each node's ranks and one rank per node (docs/reference.md)
-        groups = {"world", "intra", "inter"} if job == "n2-g2-torchrun-default" else {"world"}
-        assert set(zip(rows["collective"], rows["group"])) == {
-            (c, g) for c in ("all_reduce", "all_to_all") for g in groups
-        }
-    ranks = {"world": ar["world_size"], "intra": ar["gpus_per_node"], "inter": ar["nodes"]}
-    group_size = [int(ranks[g][i]) for g, i in zip(ar["group"], ar.index, strict=True)]
-    factor = [bus_factor(c, n) for c, n in zip(ar["collective"], group_size, strict=True)]
+        assert set(zip(rows["collective"], rows["group"])) == {("all_reduce", "world"), ("all_to_all", "world")}, job
+    factor = [bus_factor(c, n) for c, n in zip(ar["collective"], ar["world_size"], strict=True)]
     # results keep 7 significant digits (benchmarks.common.json_safe), each rounded on its own
     assert ((ar["busbw_gbps"] - ar["algbw_gbps"] * factor).abs() <= 1e-6 * ar["busbw_gbps"]).all()
     assert (ar["wrong"] == 0).all()
@@ -192,14 +188,13 @@ def test_plots_exist_and_hold_the_plotted_points(local_run):
     assert len(busbw) == len(ar)
     assert sorted(zip(busbw["x"], busbw["y"].round(9))) == sorted(zip(ar["size_bytes"], ar["busbw_gbps"].round(9)))
 
-    # the figure itself carries those points, one row of panels per collective and group, one
-    # line per (nodes x GPUs) series
+    # the figure itself carries those points, one row of panels per collective (and group, where
+    # a run has several: tests/test_groups.py), one line per (nodes x GPUs) series
     from harness.present.plot import busbw_figure
 
     fig, points = busbw_figure(pd.read_parquet(out / "summary.parquet"))
     points = points[points["metric"] == "busbw_gbps"]
-    rows = [f"{c}{g}" for c in ("all_reduce", "all_to_all") for g in ("", " inter", " intra")]
-    for ax, coll in zip(fig.axes, rows, strict=True):
+    for ax, coll in zip(fig.axes, ("all_reduce", "all_to_all"), strict=True):
         assert ax.get_title().startswith(coll)
         drawn = {(float(x), round(float(y), 9)) for line in ax.lines for x, y in zip(*line.get_data())}
         mine = points[points["collective"] == coll]

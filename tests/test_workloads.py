@@ -80,23 +80,8 @@ def test_allreduce_two_ranks(tmp_path):
     assert SECRET not in out.read_text()
 
 
-def test_the_collectives_of_today_s_traffic_on_four_ranks(tmp_path):
-    """all_to_all, alltoallv, reduce, gather, scatter and sendrecv on 4 real gloo ranks: every
-    rank's output checked (the root's for reduce and gather), busbw by the hand-counted factors."""
-    out = tmp_path / "four.json"
-    names = ("all_to_all", "alltoallv", "reduce", "gather", "scatter", "sendrecv")
-    bench(
-        "run", "allreduce", "-b", "40K", "-e", "640K", "-f", "16", "-n", "3", "-w", "1", "-c", "1",
-        "--collective", ",".join(names), "--link-bytes", "0", "--nproc", "4", "--json", str(out),
-    )  # fmt: skip
-    res = read_json(out)
-    factors = {"all_to_all": 3 / 4, "alltoallv": 9 / 10, "reduce": 1, "gather": 3 / 4, "scatter": 3 / 4, "sendrecv": 1}
-    for name in names:
-        rows = [row for row in res["rows"] if row["collective"] == name]
-        assert [row["size_bytes"] for row in rows] == [40960, 655360], name  # 40K and 640K: 10 units of 4 ranks
-        for row in rows:
-            assert row["wrong"] == 0, (name, row)
-            assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * factors[name])
+# Every collective on 4 real ranks, and on groups of 2, is checked against hand-counted bus factors
+# in tests/test_groups.py, on the shared sweep `mixed_run` (tests/conftest.py).
 
 
 def test_sendrecv_on_one_rank_is_skipped_and_said(tmp_path):
