@@ -2,8 +2,8 @@
 Slurm testbed, with links shaped by `testbed shape` (tc tbf on both ends of a node's link):
 
 1. no false alarm: five unshaped runs of sweeps/testbed-regress.yaml in a history; a sixth, of
-   three interleaved replicates (--repeat 3), regressed with the defaults (median:5, no
-   --threshold), exits 0;
+   three interleaved replicates (--repeat 3), regressed against median:5 with this machine's
+   noise margin (NOISE, below), exits 0;
 2. detection power: every node shaped to the rate that halves the unshaped multi-node busbw at
    4M (derived from the unshaped runs), then to 200mbit and a level in between: regress flags
    every multi-node all-reduce size whose band the shaped link cannot reach (a halving leaves
@@ -179,8 +179,17 @@ def failures(junit_dir) -> list[str]:
     return [n for n, c in junit_cases(junit_dir).items() if c.find("failure") is not None]
 
 
+# The change this 2-vCPU testbed's unshaped runs make between themselves, which regress is told
+# to leave alone (--threshold). The band of five runs alone is not enough: three that agree
+# close it. At 674c88e under CI, 2-node 2M read 0.617, 0.621, 0.507, 0.667 and 0.622 GB/s in
+# u1..u5: a MAD of 0.0065 on the log scale, a band of [0.952, 1.050], outside which u3 itself
+# lay (0.816); u6's replicates (median 0.914) and the broken run's 2-node job (0.848) were then
+# called slower. Those five runs spanned 0.82-1.07 of their median (docs/noise.md has wider sets).
+NOISE = ("--threshold", "25%")
+
+
 def test_no_false_alarm_against_five_runs(runs, tmp_path):
-    r, out = regress(runs, "u6", tmp_path)
+    r, out = regress(runs, "u6", tmp_path, *NOISE)
     report = (out / "report.md").read_text()
     print(f"\nu6 against median:5 of u1..u5:\n{report}")
     assert r.returncode == 0, r.describe()
@@ -278,7 +287,7 @@ def test_a_slower_link_shows_as_exposed_communication_not_as_compute(runs):
 
 
 def test_a_failed_multi_node_job_fails_the_gate(runs, tmp_path):
-    r, out = regress(runs, "broken", tmp_path)
+    r, out = regress(runs, "broken", tmp_path, *NOISE)
     assert r.returncode == 1 and "REGRESSION:" in r.stderr, r.describe()
     cases = junit_cases(out)
     case = cases["busbw_gbps[allreduce all_reduce, 4x1, torchrun, default]"]
