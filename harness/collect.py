@@ -346,10 +346,8 @@ def upgraded(table: pa.Table) -> pa.Table:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if "workload" not in table.column_names:
-        return table
     samples = "values" in table.column_names
-    if "group" not in table.column_names:
+    if "group" not in table.column_names and "workload" in table.column_names:
         coll = pc.equal(table.column("workload"), COLLECTIVE_WORKLOAD)
         column = pc.if_else(coll, pa.scalar(WORLD), pa.scalar("" if samples else None, pa.string()))
         at = table.column_names.index("collective") + 1 if "collective" in table.column_names else table.num_columns
@@ -382,10 +380,7 @@ def to_frame(table: pa.Table) -> pd.DataFrame:
     import pyarrow as pa
 
     mapping = {pa.string(): pd.StringDtype(), pa.int64(): pd.Int64Dtype()}
-    for name in LATER_COLUMNS:
-        if name not in table.column_names:
-            table = table.append_column(name, pa.nulls(table.num_rows, type=_arrow_type(name)))
-    return table.to_pandas(types_mapper=mapping.get)
+    return upgraded(table).to_pandas(types_mapper=mapping.get)
 
 
 @contextlib.contextmanager
