@@ -18,6 +18,9 @@ from typing import Any, Protocol
 COLLECTIVE_WORKLOAD = "allreduce"
 TRAINING = ("synthetic", "real", "transformer")
 WORKLOADS = (COLLECTIVE_WORKLOAD, *TRAINING)
+# Probes of one node's parts that no sweep runs: the node check's matmul (`bench run gemm`,
+# `bench nodes`)
+PROBES = ("gemm",)
 # What each training workload counts its throughput in: the summary's `<unit>_per_s` and
 # `<unit>_per_s_per_gpu` columns (images, or the transformer's tokens)
 UNITS = {"synthetic": "images", "real": "images", "transformer": "tokens"}

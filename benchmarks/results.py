@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from .catalog import WORKLOADS
+from .catalog import PROBES, WORKLOADS
 
 # Bump when a field of the result JSON changes meaning or disappears.
 SCHEMA_VERSION = 1
@@ -192,6 +192,6 @@ def load_result(path: str | os.PathLike) -> dict[str, Any]:
     found = data.get("schema_version")
     if found != SCHEMA_VERSION:
         raise ResultError(f"{path}: schema_version required {SCHEMA_VERSION}, found {found!r}")
-    if data.get("workload") not in WORKLOADS:
+    if data.get("workload") not in (*WORKLOADS, *PROBES):
         raise ResultError(f"{path}: unknown workload {data.get('workload')!r}")
     return data

@@ -2,7 +2,8 @@
 
     bench sweep [SWEEP.yaml] [--max-nodes N] [--repeat N] [--executor auto|local|slurm|submitit] [--out DIR] [--dry-run]
     bench sweep --resume DIR [--yes]
-    bench run allreduce|synthetic|real|transformer [workload flags]
+    bench run allreduce|synthetic|real|transformer|gemm [workload flags]
+    bench nodes [--cluster PROFILE] [--nodelist HOSTLIST | --nodes N] [--partners K] [--json]
     bench collect DIR | bench plot DIR | bench status DIR
     bench compare DIR_A [DIR_B] [--across AXIS=A,B]
     bench history add|list|plot|changes|check|remove
@@ -12,7 +13,8 @@
     bench export DIR --format openmetrics|influx [--out FILE]
 
 User mistakes end with one line on stderr and exit status 2; a sweep with failed jobs exits 1;
-regress exits 1 on a regression or failed key and 3 on a key it cannot judge.
+regress exits 1 on a regression or failed key and 3 on a key it cannot judge; nodes exits 1
+when it names a node or link and 3 when part of the check could not be judged.
 """
 
 from __future__ import annotations
@@ -28,12 +30,12 @@ import shutil
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
-from benchmarks.catalog import WORKLOADS
-from benchmarks.common import OneLineParser
+from benchmarks.catalog import PROBES, WORKLOADS
+from benchmarks.common import OneLineParser, parse_size
 from benchmarks.results import atomic_write_bytes
-from harness import inside, outputs, sweep, transport
+from harness import inside, nodes, outputs, sweep, transport
 from harness.analysis import changes, history, reference
 from harness.analysis.compare import (
     AXES,
@@ -54,6 +56,7 @@ from harness.analysis.history import BASELINE_HELP, DEFAULT_BASELINE
 from harness.collect import collect, read_summary, write_summary
 from harness.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, BenchError, DataError, UsageError, one_line, shown
 from harness.executors.slurm.profile import load_profile
+from harness.nodesteps import check_options
 from harness.present import export, report
 from harness.present.plot import draw_all, draw_compare, history_figure
 from harness.present.regress import summary_line, write_all
@@ -72,10 +75,14 @@ EXIT_UNJUDGED = 3  # bench regress: nothing regressed, but some key could not be
 
 
 def _console() -> Console:
+    return _console_to(sys.stdout)
+
+
+def _console_to(stream: TextIO) -> Console:
     from rich.console import Console
 
     # A pipe or log file gets wide lines rather than rich's 80-column default.
-    return Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    return Console(file=stream, highlight=False, width=None if stream.isatty() else 160)
 
 
 def _positive_int(text: str) -> int:
@@ -152,6 +159,65 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         )
     out = Path(args.out) if args.out else sweep.default_run_dir(spec, _results_root())
     return sweep.start(spec, sweep_path, name, profile, out, console, dry_run=args.dry_run, yes=args.yes)
+
+
+def cmd_nodes(args: argparse.Namespace) -> int:
+    from harness.nodecheck import Options
+
+    name, why = sweep.choose_executor(args.executor)
+    console = _console()
+    if not args.json:
+        console.print(f"executor: {name} ({why})")
+    if name == "submitit":
+        raise UsageError("--executor submitit: the node check runs through sbatch; use --executor slurm")
+    batch = name == "slurm"
+    if batch and not args.dry_run and not shutil.which("sbatch"):
+        raise UsageError("--executor slurm: sbatch not found on PATH; run where Slurm's client commands are")
+    if args.cluster and not batch:
+        raise UsageError(f"--cluster describes a Slurm cluster; it needs --executor slurm, not {name}")
+    cluster = args.cluster or (_env_path("BENCH_CLUSTER") if batch else None)
+    if batch and cluster is None:
+        raise UsageError(
+            "the node check on Slurm needs the cluster's profile: --cluster FILE or BENCH_CLUSTER=FILE "
+            "(start from sweeps/clusters/example.yaml); to emulate nodes on this machine, --executor local"
+        )
+    profile = load_profile(cluster) if cluster else None
+    try:
+        size = parse_size(args.bytes)
+        threshold = parse_threshold(args.threshold)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    options = Options(
+        gpus_per_node=args.gpus_per_node,
+        device=args.device,
+        backend=args.backend,
+        bytes=size,
+        iters=args.iters,
+        gemm_size=args.gemm_size,
+        partners=args.partners,
+        concurrency=args.concurrency or (1 if name == "local" else None),
+        step_timeout_s=args.step_timeout,
+    )
+    try:
+        check_options(options)
+    except ValueError as exc:
+        raise UsageError(f"--{str(exc).split(' ', 1)[0].replace('_', '-')}: {exc}") from None
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out = Path(args.out) if args.out else _results_root() / f"nodes-{stamp}"
+    return nodes.start(
+        executor=name,
+        profile=profile,
+        options=options,
+        threshold=threshold,
+        count=args.nodes,
+        nodelist=args.nodelist,
+        time_limit_min=args.time_limit,
+        out=out,
+        console=_console() if not args.json else _console_to(sys.stderr),
+        yes=args.yes,
+        dry_run=args.dry_run,
+        as_json=args.json,
+    )
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
@@ -586,7 +652,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_sweep)
 
     r = sub.add_parser("run", help="run one workload (see `bench run WORKLOAD --help`)", add_help=False)
-    r.add_argument("workload", choices=WORKLOADS)
+    r.add_argument("workload", choices=(*WORKLOADS, *PROBES))
     r.add_argument("workload_args", nargs=argparse.REMAINDER)
     r.set_defaults(func=cmd_run)
 
@@ -702,6 +768,56 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--json", action="store_true", help="one JSON object per LOG; a fact the log does not state is null")
     t.set_defaults(func=cmd_transport)
 
+    n = sub.add_parser(
+        "nodes", help="check every node and every pair of nodes, and name the ones to drain (docs/nodes.md)"
+    )
+    n.add_argument("--executor", choices=("auto", "local", "slurm", "submitit"), default="auto")
+    n.add_argument("--cluster", metavar="PROFILE", help="cluster profile YAML (default $BENCH_CLUSTER)")
+    n.add_argument(
+        "--nodelist",
+        metavar="HOSTLIST",
+        help="the nodes to check, in Slurm's hostlist syntax (default: the profile's partition's usable nodes)",
+    )
+    n.add_argument("--nodes", type=_positive_int, metavar="N", help="emulated nodes of the local executor (default 4)")
+    n.add_argument("--gpus-per-node", type=_positive_int, default=1, metavar="G", help="ranks per node (default 1)")
+    n.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    n.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto")
+    n.add_argument(
+        "--bytes", default="64M", metavar="SIZE", help="message of the all-reduce and the exchange (default 64M)"
+    )
+    n.add_argument("--iters", type=_positive_int, default=20, help="timed calls of each collective (default 20)")
+    n.add_argument(
+        "--gemm-size", type=int, default=0, metavar="N", help="matmul side (default 8192 on GPUs, 1024 on CPUs)"
+    )
+    n.add_argument(
+        "--partners",
+        type=_positive_int,
+        metavar="K",
+        help="test each node against K others (the first K rounds) rather than every pair: K rounds, not N-1",
+    )
+    n.add_argument(
+        "--concurrency",
+        type=_positive_int,
+        metavar="K",
+        help="steps of a round at once (default: all on Slurm; 1 locally, where emulated nodes share the CPUs)",
+    )
+    n.add_argument(
+        "--threshold",
+        default="10%",
+        help="the least shortfall against the median node (or, for a link, its nodes) that names it (default 10%%)",
+    )
+    n.add_argument(
+        "--step-timeout", type=float, default=120.0, metavar="S", help="a step running longer fails (default 120)"
+    )
+    n.add_argument(
+        "--time-limit", type=float, metavar="MIN", help="the Slurm job's limit (default: rounds x step timeout + 5)"
+    )
+    n.add_argument("--out", help="run directory (default nodes-<timestamp> in $BENCH_RESULTS, else in results/)")
+    n.add_argument("--json", action="store_true", help="print the verdict as JSON on stdout (the rest on stderr)")
+    n.add_argument("--yes", action="store_true", help="submit without asking, whatever the node-hours")
+    n.add_argument("--dry-run", action="store_true", help="write the job's scripts, submit nothing")
+    n.set_defaults(func=cmd_nodes)
+
     for name, func, text in (
         ("collect", cmd_collect, "rebuild summary.parquet/csv from the job results"),
         ("plot", cmd_plot, "redraw the plots from the summary"),
@@ -719,7 +835,7 @@ def main(argv: list[str] | None = None) -> int:
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
     # `bench run WORKLOAD ...` hands everything after the workload to it, --help included.
-    if len(argv) >= 2 and argv[0] == "run" and argv[1] in WORKLOADS:
+    if len(argv) >= 2 and argv[0] == "run" and argv[1] in (*WORKLOADS, *PROBES):
         return cmd_run(argparse.Namespace(workload=argv[1], workload_args=argv[2:]))
     args = build_parser().parse_args(argv)
     try:

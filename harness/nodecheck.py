@@ -1,18 +1,27 @@
-"""Planning the cluster-wide node and link check: which pairs of nodes meet in which round, and
-the names of nodes in Slurm's hostlist syntax.
+"""The cluster-wide node and link check (`bench nodes`), pure: its plan of steps in rounds, the
+figures read from the steps' results, and the verdict that names nodes and links to drain
+(docs/nodes.md).
 
-Every pair of N nodes is tested in N - 1 rounds (N even; N rounds when odd, one node idle in
-each), each round a set of disjoint pairs that run at once: the circle method of a round-robin
-tournament, the schedule `benchmarks/allreduce.py`'s link probe follows between ranks. Node N - 1
-(N when odd: a phantom whose partner sits out) stays put; in round r it meets node r, and node
-r + k meets node r - k (mod N - 1) for k = 1 .. N/2 - 1. So the check takes O(N) rounds, not
-O(N^2) jobs.
+Every node is first measured alone (a matmul on each of its devices, and with two or more
+ranks per node an all-reduce among them). Then every pair of nodes runs a two-node all-reduce
+and a point-to-point exchange, in N - 1 rounds (N even; N when odd, one node idle in each) of
+disjoint pairs that run at once: the circle method of a round-robin tournament, the schedule
+`benchmarks/allreduce.py`'s link probe follows between ranks. Node N - 1 (N when odd: a phantom
+whose partner sits out) stays put; in round r it meets node r, and node r + k meets node
+r - k (mod N - 1) for k = 1 .. N/2 - 1. So the check takes O(N) rounds, not O(N^2) jobs; with
+`partners` = K only the first K rounds run, and each node meets K others.
 """
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Iterable
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from benchmarks.common import format_size
 
 
 def rounds(n: int) -> list[list[tuple[int, int]]]:
@@ -72,3 +81,353 @@ def _spans(numbers: list[int]) -> list[tuple[int, int]]:
         else:
             spans.append((v, v))
     return spans
+
+
+# --------------------------------------------------------------------------- the plan
+
+NODE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # what a node's name may hold (Slurm and DNS)
+# A hostlist as a user gives it and an #SBATCH line can carry: names, brackets, ranges, commas
+HOSTLIST_RE = re.compile(r"[A-Za-z0-9._\[\],-]{1,4096}")
+STEPS_DIR = "steps"  # in the check's job directory: each step's result and log
+
+
+@dataclass(frozen=True)
+class Options:
+    """What every step of a check runs with; plan.json keeps it."""
+
+    gpus_per_node: int = 1
+    device: str = "auto"
+    backend: str = "auto"
+    bytes: int = 64 * 2**20  # the all-reduce's and the exchange's message
+    iters: int = 20  # timed calls of each, after 5 warmup calls
+    gemm_size: int = 0  # 0: the workload's default for the device
+    gemm_iters: int = 20
+    partners: int | None = None  # None: every pair; K: the first K rounds only
+    # Steps of a round at once (None: all). Emulated nodes that share one machine's CPUs, as the
+    # local executor's and the testbed's do, measure each other's load when run at once.
+    concurrency: int | None = None
+    step_timeout_s: float = 300.0  # a step still running this long is ended and counted failed
+    timeout_s: float = 120.0  # the process group's timeout inside each step
+
+
+@dataclass(frozen=True)
+class Step:
+    """One launch of the check: a workload on one node, or on two."""
+
+    name: str  # gemm-3, intra-3, pair-3-5: indices into the node list, so a safe file name
+    nodes: tuple[int, ...]
+    module: str
+    args: tuple[str, ...]
+
+    @property
+    def result(self) -> str:
+        return f"{STEPS_DIR}/{self.name}.json"
+
+    @property
+    def log(self) -> str:
+        return f"{STEPS_DIR}/{self.name}.log"
+
+
+def pair_rounds(n: int, partners: int | None) -> list[list[tuple[int, int]]]:
+    """The rounds of pairs the check runs: all of them, or the first `partners`."""
+    every = rounds(n)
+    return every if partners is None else every[:partners]
+
+
+def schedule(n: int, o: Options, folder: str) -> list[list[Step]]:
+    """The check's rounds of steps, each round's steps on disjoint nodes, run at once: every
+    node's matmul, then (two or more ranks per node) every node's all-reduce, then the pairs.
+    Result paths are under `folder`, relative to where the steps run."""
+    common = (f"--device={o.device}", f"--backend={o.backend}", f"--timeout={o.timeout_s:g}")
+
+    def out(name: str) -> tuple[str, ...]:
+        return ("--json", f"{folder}/{STEPS_DIR}/{name}.json")
+
+    def collective(name: str, collectives: str, groups: str) -> tuple[str, ...]:
+        size = format_size(o.bytes).replace(" ", "")
+        return (
+            f"--collective={collectives}",
+            f"--groups={groups}",
+            f"--min-bytes={size}",
+            f"--max-bytes={size}",
+            f"--iters={o.iters}",
+            "--warmup-iters=5",
+            "--check=1",
+            "--no-out-of-place",
+            "--link-bytes=0",
+            *common,
+            *out(name),
+        )
+
+    gemm = (f"--size={o.gemm_size}", f"--iters={o.gemm_iters}", *common)
+    plan = [[Step(f"gemm-{i}", (i,), "benchmarks.gemm", (*gemm, *out(f"gemm-{i}"))) for i in range(n)]]
+    if o.gpus_per_node > 1:
+        plan.append(
+            [
+                Step(f"intra-{i}", (i,), "benchmarks.allreduce", collective(f"intra-{i}", "all_reduce", "world"))
+                for i in range(n)
+            ]
+        )
+    # The exchange runs on the inter group where a node has several ranks: each rank with its
+    # peer on the other node, every rail at once; with one rank per node the world is that pair.
+    groups = "world,inter" if o.gpus_per_node > 1 else "world"
+    for pairs in pair_rounds(n, o.partners):
+        plan.append(
+            [
+                Step(
+                    f"pair-{a}-{b}",
+                    (a, b),
+                    "benchmarks.allreduce",
+                    collective(f"pair-{a}-{b}", "all_reduce,sendrecv", groups),
+                )
+                for a, b in pairs
+            ]
+        )
+    return plan
+
+
+# --------------------------------------------------------------------------- figures
+
+# What the check measures: (label, unit, on one node or a pair). Higher is better for each.
+METRICS = {
+    "gemm_tflops": ("matmul, slowest device", "TFLOP/s", "node"),
+    "intra_busbw_gbps": ("all-reduce inside the node, busbw", "GB/s", "node"),
+    "busbw_gbps": ("two-node all-reduce, busbw", "GB/s", "pair"),
+    "p2p_gbps": ("point-to-point exchange, per rank", "GB/s", "pair"),
+}
+
+
+class FigureError(ValueError):
+    """A step's result that does not hold the figure it should."""
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise FigureError(f"{where}: not a non-negative number ({value!r})")
+    return float(value)
+
+
+def _median_busbw(result: Mapping[str, Any], collective: str, group: str, where: str) -> float:
+    """busbw at the check's size from the median call's time (one slow call does not move it),
+    or FigureError when the row is missing or any call returned a wrong element."""
+    rows = result.get("rows")
+    if not isinstance(rows, list):
+        raise FigureError(f"{where}: no rows")
+    for row in rows:
+        if isinstance(row, dict) and row.get("collective") == collective and row.get("group") == group:
+            wrong = _number(row.get("wrong"), f"{where}: {collective} wrong")
+            if wrong:
+                raise FigureError(f"{where}: {collective} returned {wrong:.0f} wrong element(s)")
+            busbw = _number(row.get("busbw_gbps"), f"{where}: {collective} busbw_gbps")
+            mean, median = (_number(row.get(k), f"{where}: {collective} {k}") for k in ("time_us", "time_us_median"))
+            return busbw * mean / median if median > 0 else busbw
+    raise FigureError(f"{where}: no {collective} row on the {group} group")
+
+
+def step_figures(step: Step, result: Mapping[str, Any]) -> dict[str, float]:
+    """The figures one step's result gives, by metric; FigureError when it does not hold them."""
+    where = step.name
+    if step.module == "benchmarks.gemm":
+        values = result.get("tflops_per_rank")
+        if not isinstance(values, list) or not values:
+            raise FigureError(f"{where}: no tflops_per_rank")
+        return {"gemm_tflops": min(_number(v, f"{where}: tflops_per_rank") for v in values)}
+    if step.name.startswith("intra-"):
+        return {"intra_busbw_gbps": _median_busbw(result, "all_reduce", "world", where)}
+    groups = (result.get("params") or {}).get("groups") or {}
+    p2p_group = "inter" if "inter" in groups else "world"
+    return {
+        "busbw_gbps": _median_busbw(result, "all_reduce", "world", where),
+        "p2p_gbps": _median_busbw(result, "sendrecv", p2p_group, where),
+    }
+
+
+# --------------------------------------------------------------------------- the verdict
+
+# The population rule, as the regress band's (harness/analysis/stats.py): centre the median,
+# spread 1.4826 x the MAD (a normal sigma); a figure is low when it lies below the centre by
+# more than SPREADS spreads and by more than the threshold.
+SPREADS = 3.0
+MAD_SIGMA = 1.4826
+MIN_NODES = 3  # it takes three nodes to tell which end of a slow pair is slow
+EXPECTED_SHARE = 0.5  # below half the stated hardware's figure is named, whatever the population
+
+
+@dataclass(frozen=True)
+class Population:
+    centre: float
+    spread: float
+    low: float  # below this a figure is named
+
+    @classmethod
+    def of(cls, values: Iterable[float], threshold: float, noise: float = 0.0) -> Population:
+        """`noise`: a floor under the spread, as a fraction of the centre (the pairs' own noise,
+        `pair_noise`), for the few values whose MAD is near zero when three happen to agree."""
+        values = list(values)
+        centre = statistics.median(values)
+        spread = max(MAD_SIGMA * statistics.median(abs(v - centre) for v in values), noise * centre)
+        return cls(centre, spread, centre - max(threshold * centre, SPREADS * spread))
+
+
+def pair_noise(ratios: Iterable[float]) -> float:
+    """The relative spread of single pairs' figures: 1.4826 MAD of each pair's figure over the
+    lesser score of its two nodes, over the median of those ratios. A slow node's pairs keep a
+    ratio near 1 (its own score is as low), so it does not inflate the figure; a slow link is one
+    value of many, which the MAD ignores."""
+    values = list(ratios)
+    if len(values) < MIN_NODES:
+        return 0.0
+    centre = statistics.median(values)
+    return MAD_SIGMA * statistics.median(abs(v - centre) for v in values) / centre if centre > 0 else 0.0
+
+
+@dataclass
+class Finding:
+    """A node or a link named, and why, one reason per figure."""
+
+    nodes: tuple[str, ...]  # one name, or the pair
+    reasons: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Verdict:
+    names: list[str]
+    node_figures: dict[str, dict[str, float | None]]  # metric -> node -> figure (None: failed)
+    node_scores: dict[str, dict[str, float]]  # pair metric -> node -> median over its partners
+    pair_figures: dict[str, dict[tuple[str, str], float | None]]  # metric -> pair -> figure
+    populations: dict[str, Population]
+    nodes: list[Finding]
+    links: list[Finding]
+    cluster: list[str]  # findings of the whole population: below the stated hardware
+    unjudged: list[str]  # what the check could not judge, and why
+
+    @property
+    def drain(self) -> str:
+        """The named nodes in Slurm's hostlist syntax, empty when none."""
+        return hostlist(n for f in self.nodes for n in f.nodes)
+
+    @property
+    def named(self) -> bool:
+        return bool(self.nodes or self.links or self.cluster)
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def _ratios(
+    by_pair: Mapping[tuple[str, str], float | None], score: Mapping[str, float]
+) -> dict[tuple[str, str], float]:
+    """Each measured pair's figure over the lesser score of its two nodes."""
+    return {(a, b): v / low for (a, b), v in by_pair.items() if v is not None and (low := min(score[a], score[b])) > 0}
+
+
+def judge(
+    names: list[str],
+    node_figures: dict[str, dict[str, float | None]],
+    pair_figures: dict[str, dict[tuple[str, str], float | None]],
+    threshold: float,
+    expected: Mapping[str, float | None],
+    failures: Mapping[str, str] | None = None,
+) -> Verdict:
+    """Name the nodes and links to drain (docs/nodes.md).
+
+    `node_figures[metric][node]` and `pair_figures[metric][(a, b)]` are the steps' figures,
+    None where the step failed (`failures` says why, by node or by "a b"). A node is named when
+    its own step failed, when its figure (a pair metric: the median over its partners, a failed
+    pair counting 0) lies low against the population of nodes, or when it is below
+    EXPECTED_SHARE of the stated hardware while the population is not. A pair whose two nodes
+    are not named is named as a link when it failed, or when its figure lies low against the
+    population of pairs' figures each divided by the lesser score of its two nodes."""
+    failures = failures or {}
+    findings: dict[str, Finding] = {}
+    cluster: list[str] = []
+    unjudged: list[str] = []
+    populations: dict[str, Population] = {}
+    scores: dict[str, dict[str, float]] = {}
+
+    def name(node: str, why: str) -> None:
+        findings.setdefault(node, Finding((node,))).reasons.append(why)
+
+    def against(metric: str, values: dict[str, float], noise: float = 0.0) -> None:
+        label, unit, _ = METRICS[metric]
+        if len(values) >= MIN_NODES:
+            pop = populations[metric] = Population.of(values.values(), threshold, noise)
+            for node, v in values.items():
+                if v < pop.low:
+                    below = 1 - v / pop.centre if pop.centre else 0.0
+                    name(node, f"{label} {_fmt(v)} {unit}, {below:.0%} below the median node's {_fmt(pop.centre)}")
+        else:
+            unjudged.append(f"{label}: {len(values)} node(s) measured; the population takes {MIN_NODES}")
+        want = expected.get(metric)
+        if want:
+            floor = EXPECTED_SHARE * want
+            centre = statistics.median(values.values()) if values else None
+            if centre is not None and centre < floor:
+                cluster.append(
+                    f"{label}: the median node's {_fmt(centre)} {unit} is below {EXPECTED_SHARE:.0%} of the "
+                    f"stated hardware's {_fmt(want)}: a setting every node shares, not one node"
+                )
+            else:
+                for node, v in values.items():
+                    if v < floor:
+                        name(node, f"{label} {_fmt(v)} {unit}, below {EXPECTED_SHARE:.0%} of the stated {_fmt(want)}")
+
+    for metric, figures in node_figures.items():
+        label = METRICS[metric][0]
+        for node, v in figures.items():
+            if v is None:
+                name(node, f"{label} failed: {failures.get(node, 'no result')}")
+        against(metric, {n: v for n, v in figures.items() if v is not None})
+
+    noises: dict[str, float] = {}
+    for metric, by_pair in pair_figures.items():
+        per_node: dict[str, list[float]] = {}
+        for (a, b), v in by_pair.items():
+            for node in (a, b):
+                per_node.setdefault(node, []).append(0.0 if v is None else v)
+        score = scores[metric] = {n: statistics.median(vs) for n, vs in per_node.items()}
+        noises[metric] = pair_noise(_ratios(by_pair, score).values())
+        against(metric, score, noises[metric])
+        failed = [n for n, vs in per_node.items() if vs.count(0.0) > len(vs) / 2]
+        for node in failed:
+            if node not in findings:
+                name(node, f"{METRICS[metric][0]}: most of its pairs failed")
+
+    links: dict[tuple[str, str], Finding] = {}
+    for metric, by_pair in pair_figures.items():
+        label, unit, _ = METRICS[metric]
+        score = scores[metric]
+        healthy = {p: v for p, v in by_pair.items() if p[0] not in findings and p[1] not in findings}
+        for (a, b), v in healthy.items():
+            if v is None:
+                links.setdefault((a, b), Finding((a, b))).reasons.append(
+                    f"{label} failed: {failures.get(f'{a} {b}', 'no result')}"
+                )
+        ratios = _ratios(healthy, score)
+        if len({n for p in ratios for n in p}) < MIN_NODES + 1 or len(ratios) < MIN_NODES:
+            if ratios:
+                unjudged.append(f"{label} of single links: {len(ratios)} pair(s) of healthy nodes; it takes 4 nodes")
+            continue
+        pop = Population.of(ratios.values(), threshold, noises[metric])
+        populations[f"{metric}/link"] = pop
+        for (a, b), r in ratios.items():
+            if r < pop.low:
+                v = healthy[(a, b)]
+                assert v is not None
+                links.setdefault((a, b), Finding((a, b))).reasons.append(
+                    f"{label} {_fmt(v)} {unit}, {1 - r:.0%} below the lesser of its nodes' medians "
+                    f"({_fmt(min(score[a], score[b]))})"
+                )
+    order = {n: i for i, n in enumerate(names)}
+    return Verdict(
+        names=names,
+        node_figures=node_figures,
+        node_scores=scores,
+        pair_figures=pair_figures,
+        populations=populations,
+        nodes=sorted(findings.values(), key=lambda f: order.get(f.nodes[0], 0)),
+        links=sorted(links.values(), key=lambda f: tuple(order.get(n, 0) for n in f.nodes)),
+        cluster=cluster,
+        unjudged=unjudged,
+    )

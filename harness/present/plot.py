@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD, TRAINING, UNITS
 from benchmarks.common import format_size
-from harness import inside, telemetry
+from harness import inside, nodecheck, telemetry
 from harness.analysis.compare import measured
 from harness.rundir import COMPLETED, RunDir
 
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
+    from harness.nodecheck import Verdict
     from harness.telemetry import Telemetry
 
     Made = tuple[Figure, pd.DataFrame]  # a figure and the points it draws
@@ -711,3 +712,52 @@ def history_figure(points: pd.DataFrame, cluster: str) -> tuple[bytes, bytes]:
         return png_bytes(fig), pd.DataFrame(points_out, columns=POINT_COLUMNS).to_csv(index=False).encode()
     finally:
         plt.close(fig)
+
+
+def draw_heatmap(root: Path, v: Verdict) -> Path | None:
+    """ROOT/heatmap.png and ROOT/heatmap.csv of a node check's verdict, or None without pairs."""
+    made = heatmap_figure(v)
+    return None if made is None else _save(*made, root, "heatmap")
+
+
+def heatmap_figure(v: Verdict) -> Made | None:
+    """The node check's pair matrix, one panel per pair metric: each cell a pair's figure,
+    white where its step failed, the diagonal empty; named nodes' labels in red and named links'
+    cells outlined (docs/nodes.md)."""
+    import numpy as np
+    import pandas as pd
+
+    plt, _ = _setup()
+    metrics = [m for m, figs in v.pair_figures.items() if figs]
+    if not metrics:
+        return None
+    n = len(v.names)
+    index = {name: i for i, name in enumerate(v.names)}
+    side = min(14.0, 2.5 + 0.35 * n)
+    fig, axes = plt.subplots(1, len(metrics), figsize=(side * len(metrics), side * 0.85), squeeze=False)
+    named = {f.nodes[0] for f in v.nodes}
+    points = []
+    for ax, metric in zip(axes[0], metrics, strict=True):
+        label, unit, _ = nodecheck.METRICS[metric]
+        grid = np.full((n, n), np.nan)
+        for (a, b), value in v.pair_figures[metric].items():
+            grid[index[a], index[b]] = grid[index[b], index[a]] = np.nan if value is None else value
+            points.append(("heatmap", label, metric, f"{a} {b}", a, b, value))
+        cmap = plt.get_cmap("viridis").copy()
+        cmap.set_bad("white")
+        image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=0)
+        fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label=unit)
+        ax.set_title(label)
+        ax.set_xticks(range(n), v.names, rotation=90, fontsize=8)
+        ax.set_yticks(range(n), v.names, fontsize=8)
+        ax.grid(False)
+        for tick in [*ax.get_xticklabels(), *ax.get_yticklabels()]:
+            if tick.get_text() in named:
+                tick.set_color("red")
+        for f in v.links:
+            i, j = index[f.nodes[0]], index[f.nodes[1]]
+            for r, c in ((i, j), (j, i)):
+                ax.add_patch(plt.Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2))
+    fig.tight_layout()
+    frame = pd.DataFrame(points, columns=["plot", "panel", "metric", "series", "node_a", "node_b", "value"])
+    return fig, frame

@@ -1,0 +1,136 @@
+"""The node check on Slurm (docs/nodes.md): one job of every node checked, whose batch shell runs
+the check's driver (`python -m harness.nodesteps`), which starts each step as an srun step on
+its one or two nodes through the step script rendered here. One allocation for the whole check,
+so it waits in the queue once and its rounds follow one another without gaps.
+
+Rendering is pure, as script.py's: node names never reach either script's text. The user's
+hostlist goes on an #SBATCH line, held to Slurm's hostlist characters (nodecheck.HOSTLIST_RE);
+the step script takes the step's nodes, port and workload as arguments and only ever expands
+them inside double quotes.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from harness.executors.slurm.executor import SCRIPT, SlurmExecutor
+from harness.executors.slurm.profile import ClusterProfile
+from harness.executors.slurm.script import (
+    _quote,
+    env_prefix,
+    environment_lines,
+    format_time_limit,
+    in_container,
+    interpreter,
+    restart_lines,
+    sbatch_directives,
+    tasks_and_cpus,
+)
+from harness.nodecheck import HOSTLIST_RE, schedule
+from harness.nodesteps import RECORD, STEP_SCRIPT, Plan
+from harness.plan import Job, WorkloadRun
+from harness.rundir import RunDir
+
+NAME = "nodes"  # the check's job: jobs/nodes in its run directory
+SLACK_MIN = 5.0  # the job's time limit beyond its rounds at the step timeout each
+
+
+def check_job(plan: Plan, time_limit_min: float | None = None) -> Job:
+    """The check as one job of the Slurm executor: every node, one task per rank (srun), and
+    one "workload", the driver, whose result file is the steps' record (steps.json)."""
+    o = plan.options
+    rounds = len(schedule(plan.nodes, o, f"jobs/{NAME}"))
+    limit = time_limit_min or rounds * o.step_timeout_s / 60 + SLACK_MIN
+    return Job(
+        name=NAME,
+        config_hash="nodecheck",
+        nodes=plan.nodes,
+        gpus_per_node=o.gpus_per_node,
+        launcher="srun",
+        nccl_config="default",
+        nccl_env=(),
+        env=(),
+        device=o.device,
+        backend=o.backend,
+        time_limit_min=limit,
+        runs=(WorkloadRun(RECORD.removesuffix(".json"), "", ()),),
+        sample_s=0.0,
+    )
+
+
+def render_check_script(job: Job, profile: ClusterProfile, plan: Plan) -> str:
+    """The check's sbatch script: pure."""
+    if plan.nodelist is not None and not HOSTLIST_RE.fullmatch(plan.nodelist):
+        raise ValueError(f"nodelist {plan.nodelist!r} is not a Slurm hostlist")
+    python = shlex.quote(interpreter(profile))
+    lines = [
+        "#!/bin/bash",
+        f"# bench node check: {job.nodes} nodes x {job.gpus_per_node} rank(s), cluster profile {profile.name}",
+        "# Every node alone, then every pair in rounds of disjoint pairs, each step an srun step on its",
+        "# nodes (docs/nodes.md). Submitted from the run directory, which relative paths are relative to.",
+        *(f"#SBATCH {d}" for d in sbatch_directives(job, profile)),
+        *([f"#SBATCH --nodelist={plan.nodelist}"] if plan.nodelist else []),
+        "",
+        "set -euo pipefail",
+        *restart_lines(job),
+    ]
+    setup, _, _ = environment_lines(job, profile)
+    lines += setup
+    lines += ["", f"{python} -m harness.nodesteps jobs/{NAME}"]
+    return "\n".join(lines) + "\n"
+
+
+def render_step_script(job: Job, profile: ClusterProfile, plan: Plan) -> str:
+    """The script of one step: `step.sh NODES NNODES PORT MODULE [ARG...]`: pure."""
+    _, env, passed = environment_lines(job, profile)
+    names = [*env, *passed, "MASTER_ADDR", "MASTER_PORT"]
+    container, inner = in_container(profile, names)
+    python = _quote(profile.container.python) if profile.container else _quote(interpreter(profile))
+    python = f"{inner} {python}" if inner else python
+    tasks, cpus = tasks_and_cpus(job, profile)
+    step_limit = format_time_limit(plan.options.step_timeout_s / 60)
+    prefix = env_prefix(profile)
+    srun = " ".join(
+        [
+            'srun --nodes="$nnodes" --nodelist="$nodes"',
+            f"--ntasks-per-node={tasks} --cpus-per-task={cpus} --kill-on-bad-exit=1 --time={step_limit}",
+            *(_quote(o) for o in profile.srun_options),
+            *container,
+        ]
+    )
+    return (
+        "\n".join(
+            [
+                "#!/bin/bash",
+                "# One step of bench's node check, run by harness/nodesteps.py from the run directory:",
+                "#   step.sh NODES NNODES PORT MODULE [ARG...]",
+                "# The rendezvous is the step's first node; Slurm ends the step at the step timeout.",
+                "set -euo pipefail",
+                "nodes=$1 nnodes=$2 port=$3 module=$4",
+                "shift 4",
+                'case "$nnodes:$port" in',
+                '  *[!0-9:]*|:*|*:) echo "bench: step.sh: NNODES and PORT must be numbers" >&2; exit 2 ;;',
+                "esac",
+                "MASTER_ADDR=${nodes%%,*}",
+                "MASTER_PORT=$port",
+                "export MASTER_ADDR MASTER_PORT"
+                + (f' {prefix}MASTER_ADDR="$MASTER_ADDR" {prefix}MASTER_PORT="$MASTER_PORT"' if prefix else ""),
+                f'exec {srun} {python} -m "$module" "$@"',
+            ]
+        )
+        + "\n"
+    )
+
+
+class NodesExecutor(SlurmExecutor):
+    """The Slurm executor, submitting and tracking the check's one job."""
+
+    def __init__(self, run: RunDir, timeout_s: float, profile: ClusterProfile, plan: Plan):
+        super().__init__(run, timeout_s, profile)
+        self.plan = plan
+
+    def job_files(self, job: Job) -> dict[str, str]:
+        return {
+            SCRIPT: render_check_script(job, self.profile, self.plan),
+            STEP_SCRIPT: render_step_script(job, self.profile, self.plan),
+        }

@@ -1,0 +1,178 @@
+"""`bench nodes`: check every node and every link of a partition (or of emulated nodes on this
+machine), then name what to drain (docs/nodes.md). Plan the check into a new run directory,
+run it (one Slurm job, or the local driver), judge, write the verdict's files and print it.
+
+The exit status: 0 when nothing is named, 1 when a node, a link or the whole population is
+named, 3 when nothing is named but part of the check could not be judged (fail closed: a check
+that did not run says so), 2 for bad input, 130 when interrupted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from harness import nodecheck
+from harness.cost import Cost
+from harness.errors import SlurmError, UsageError, shown
+from harness.executors.slurm.nodes import NAME, NodesExecutor, check_job
+from harness.executors.slurm.profile import ClusterProfile
+from harness.nodecheck import HOSTLIST_RE, NODE_NAME_RE, Options
+from harness.nodesteps import Driver, LocalLauncher, Plan
+from harness.present import nodes as present
+from harness.rundir import COMPLETED, RunDir
+from harness.sweep import claim, confirm, execute, locked
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+EXIT_NAMED = 1
+EXIT_UNJUDGED = 3
+# Node states that cannot join the check's allocation (sinfo(1), NODE STATE CODES).
+UNUSABLE = ("down", "drain", "drng", "fail", "failg", "maint", "resv", "boot", "futr", "inval", "npc", "powered", "pow")
+_CALL_TIMEOUT_S = 60
+
+
+def _call(command: list[str]) -> str:
+    try:
+        p = subprocess.run(command, capture_output=True, text=True, timeout=_CALL_TIMEOUT_S, check=False)
+    except FileNotFoundError:
+        raise UsageError(f"{command[0]} not found on PATH; the Slurm executor needs Slurm's client commands") from None
+    except subprocess.TimeoutExpired:
+        raise SlurmError(f"{command[0]} gave no answer in {_CALL_TIMEOUT_S} s") from None
+    if p.returncode != 0:
+        raise UsageError(f"{' '.join(command)}: {(p.stderr or p.stdout).strip() or f'exit status {p.returncode}'}")
+    return p.stdout
+
+
+def expand(nodelist: str) -> list[str]:
+    """The names of a hostlist, as Slurm expands them (`scontrol show hostnames`)."""
+    if not HOSTLIST_RE.fullmatch(nodelist):
+        raise UsageError(f"--nodelist {nodelist!r} is not a Slurm hostlist (names, [ranges], commas)")
+    names = _call(["scontrol", "show", "hostnames", nodelist]).split()
+    bad = [n for n in names if not NODE_NAME_RE.fullmatch(n)]
+    if bad:
+        raise UsageError(f"--nodelist: node name {bad[0]!r} is not one bench can pass on (letters, digits, . _ -)")
+    return list(dict.fromkeys(names))
+
+
+def partition_nodes(profile: ClusterProfile) -> list[str]:
+    """The nodes of the profile's partition (Slurm's default partition when it names none) that
+    can join an allocation: not down, drained, failing, in maintenance or reserved."""
+    command = ["sinfo", "-h", "-N", "-o", "%N|%t", *(["-p", profile.partition] if profile.partition else [])]
+    names = []
+    for line in _call(command).splitlines():
+        name, _, state = line.strip().partition("|")
+        if name and not state.rstrip("*~#!%$@^-").lower().startswith(UNUSABLE) and NODE_NAME_RE.fullmatch(name):
+            names.append(name)
+    return list(dict.fromkeys(names))
+
+
+def start(
+    *,
+    executor: str,
+    profile: ClusterProfile | None,
+    options: Options,
+    threshold: float,
+    count: int | None,
+    nodelist: str | None,
+    time_limit_min: float | None,
+    out: Path,
+    console: Console,
+    yes: bool,
+    dry_run: bool,
+    as_json: bool,
+) -> int:
+    if executor == "local":
+        if nodelist:
+            raise UsageError("--nodelist names Slurm nodes; the local executor emulates --nodes N on this machine")
+        names = [f"local{i}" for i in range(count or 4)]
+    else:
+        names = expand(nodelist) if nodelist else partition_nodes(profile or ClusterProfile(name="default"))
+        if count is not None:
+            raise UsageError("--nodes counts emulated nodes of the local executor; on Slurm give --nodelist")
+        where = f"--nodelist {nodelist}" if nodelist else f"partition {profile.partition if profile else '(default)'}"
+        if not names:
+            raise UsageError(f"{where}: no node that can join an allocation")
+        nodelist = nodecheck.hostlist(names)
+    if len(names) < 2:
+        raise UsageError(f"the check needs at least 2 nodes, found {len(names)}: {', '.join(names)}")
+    if options.partners is not None and options.partners >= len(names) - 1 + len(names) % 2:
+        options = dataclasses.replace(options, partners=None)  # as many as every pair
+    plan = Plan(
+        executor,
+        options,
+        threshold,
+        len(names),
+        nodelist,
+        dataclasses.asdict(profile) if profile and executor != "local" else None,
+    )
+    rounds = nodecheck.schedule(len(names), options, f"jobs/{NAME}")
+    steps = sum(len(r) for r in rounds)
+    console.print(
+        f"node check: {len(names)} nodes x {options.gpus_per_node} rank(s), {steps} steps in {len(rounds)} rounds"
+        + (f" ({options.partners} partners per node)" if options.partners else " (every pair)"),
+        markup=False,
+    )
+    run, _ = claim(out)
+    with locked(run):
+        plan.write(run.path)
+        if executor == "local":
+            try:
+                Driver(run.path, f"jobs/{NAME}", names, options, LocalLauncher(run.path, options)).drive(
+                    lambda line: console.print(line, markup=False)
+                )
+            except KeyboardInterrupt:
+                console.print(f"\ninterrupted: the steps were ended; {run.path} keeps what ran", markup=False)
+                return 130
+        else:
+            assert profile is not None
+            job = check_job(plan, time_limit_min)
+            exe = NodesExecutor(run, options.timeout_s, profile, plan)
+            run.write_job_files([(job.name, exe.job_files(job))])
+            node_hours = len(names) * job.time_limit_min / 60
+            cost = Cost(1, job.time_limit_min, node_hours, node_hours * options.gpus_per_node, node_hours, 0, ())
+            confirm(cost, profile, console, dry_run=dry_run, yes=yes)
+            if dry_run:
+                console.print(
+                    f"dry run: nothing submitted; the job's scripts are in {run.path}/jobs/{NAME}/", markup=False
+                )
+                return 0
+            table = run.read_table([job])
+            try:
+                execute(run, exe, [job], table, console)
+            except KeyboardInterrupt:
+                console.print(f"\ninterrupted ({exe.interrupt_note}): {run.path}", markup=False)
+                return 130
+            rec = table[job.name]
+            if rec.state != COMPLETED:
+                console.print(f"[red]the check's job ended {rec.state}[/]: {shown(rec.reason or '')}", soft_wrap=True)
+                if not (run.path / f"jobs/{NAME}/steps.json").exists():
+                    return EXIT_UNJUDGED
+        return report(run, plan, profile, console, as_json)
+
+
+def report(run: RunDir, plan: Plan, profile: ClusterProfile | None, console: Console, as_json: bool) -> int:
+    """Judge the check in `run`, write its files, print the verdict; the exit status."""
+    verdict, record = present.verdict(run.path, plan, profile)
+    present.write_outputs(run.path, verdict, record, plan)
+    if as_json:
+        json.dump(present.as_json(verdict, record, plan), sys.stdout, indent=2)
+        print()
+    else:
+        present.print_verdict(console, verdict, record)
+        if verdict.drain:
+            console.print(f"[red]drain:[/] {verdict.drain}", soft_wrap=True)
+            console.print(
+                f"  scontrol update nodename={verdict.drain} state=drain reason='bench nodes: {run.path.name}'",
+                markup=False,
+                soft_wrap=True,
+            )
+        console.print(f"results: {run.path} (verdict.json, nodes.csv, pairs.csv, heatmap.png, drain.txt)", markup=False)
+    if verdict.named:
+        return EXIT_NAMED
+    return EXIT_UNJUDGED if verdict.unjudged else 0

@@ -1,0 +1,383 @@
+"""Running the node check's steps (harness/nodecheck.py), round after round, each round's steps
+at once: inside one Slurm allocation of every node, where each step is an srun step on its one
+or two nodes (`python -m harness.nodesteps DIR`, which the check's batch script runs), or on
+this machine, where each emulated node is a torchrun agent as in the local executor.
+
+A step that fails or outlives the step timeout is recorded and the check goes on: a dead node
+fails its steps, and the verdict names it, rather than ending the check. After each round the
+record of every step (`steps.json` in the check's folder) is replaced atomically, with the
+round's wall time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from benchmarks.catalog import BACKENDS, DEVICES
+from benchmarks.results import RESULT_LIMIT, atomic_write_json, load_result, read_regular
+from harness import nodecheck
+from harness.executors.local import _die_with_parent, _kill, free_port
+from harness.logs import error_line, tail
+from harness.nodecheck import HOSTLIST_RE, NODE_NAME_RE, Options, Step
+from harness.rundir import CANCELLED, COMPLETED, FAILED, TIMEOUT, now
+
+PLAN = "check.json"  # in the run directory: what `bench nodes` asked for
+PLAN_VERSION = 1
+EXECUTORS = ("local", "slurm", "submitit")
+RECORD = "steps.json"
+RECORD_VERSION = 1
+STEP_SCRIPT = "step.sh"  # the srun line of a step, rendered by harness/executors/slurm/nodes.py
+_POLL_S = 0.2
+_GRACE_S = 30.0  # past the step timeout before the driver ends a step Slurm's --time did not
+
+
+@dataclass
+class Running:
+    step: Step
+    procs: list[subprocess.Popen]
+    log: BinaryIO
+    started: float
+
+
+class Launcher:
+    """Starts one step's processes, from the run directory."""
+
+    def start(self, step: Step, names: Sequence[str], index: int, log: BinaryIO) -> list[subprocess.Popen]:
+        raise NotImplementedError
+
+
+class LocalLauncher(Launcher):
+    """Each node of a step is a torchrun agent on this machine (harness/executors/local.py)."""
+
+    def __init__(self, run: Path, options: Options):
+        self.run, self.options = run, options
+
+    def start(self, step: Step, names: Sequence[str], index: int, log: BinaryIO) -> list[subprocess.Popen]:
+        port = free_port()
+        procs = []
+        for k, node in enumerate(step.nodes):
+            command = [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                f"--nnodes={len(step.nodes)}",
+                f"--nproc-per-node={self.options.gpus_per_node}",
+                "--rdzv-backend=c10d",
+                f"--rdzv-endpoint=127.0.0.1:{port}",
+                f"--rdzv-id={step.name}",
+                f"--rdzv-conf=is_host={'true' if k == 0 else 'false'}",
+                "--max-restarts=0",
+                "--local-addr=127.0.0.1",
+                "-m",
+                step.module,
+                *step.args,
+            ]
+            env = {**os.environ, "BENCH_LAUNCHER": "local-torchrun", "BENCH_NODE": names[node]}
+            procs.append(_popen(command, self.run, env, log))
+        return procs
+
+
+class SrunLauncher(Launcher):
+    """Each step is an srun step of the allocation on its nodes, through the rendered step
+    script: `bash step.sh NODES NNODES PORT MODULE ARGS...`, its values as arguments, never
+    as shell text. The rendezvous port is derived from the job id and the step's index, so
+    steps that follow one another on a node do not meet a port still in TIME_WAIT."""
+
+    def __init__(self, run: Path, folder: str, job_id: int):
+        self.run, self.script, self.job_id = run, f"{folder}/{STEP_SCRIPT}", job_id
+
+    def start(self, step: Step, names: Sequence[str], index: int, log: BinaryIO) -> list[subprocess.Popen]:
+        port = 20000 + (self.job_id % 20000 + index) % 40000
+        nodes = ",".join(names[i] for i in step.nodes)
+        command = ["bash", self.script, nodes, str(len(step.nodes)), str(port), step.module, *step.args]
+        return [_popen(command, self.run, dict(os.environ), log)]
+
+
+def _popen(command: list[str], cwd: Path, env: dict[str, str], log: BinaryIO) -> subprocess.Popen:
+    # A session of its own, so that a step is ended with its whole process group.
+    return subprocess.Popen(
+        command,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=_die_with_parent,  # noqa: PLW1509
+    )
+
+
+class Driver:
+    """Runs a check's rounds and keeps its record (see the module's docstring)."""
+
+    def __init__(self, run: Path, folder: str, names: list[str], options: Options, launcher: Launcher):
+        self.run, self.folder, self.names, self.options, self.launcher = run, folder, names, options, launcher
+        self.plan = nodecheck.schedule(len(names), options, folder)
+        self.steps: dict[str, dict[str, Any]] = {}
+        self.round_s: list[float] = []
+
+    def save(self) -> None:
+        atomic_write_json(
+            self.run / self.folder / RECORD,
+            {
+                "format_version": RECORD_VERSION,
+                "hosts": self.names,
+                "rounds": [[s.name for s in r] for r in self.plan],
+                "round_s": self.round_s,
+                "steps": self.steps,
+            },
+        )
+
+    def drive(self, progress: Callable[[str], None] = lambda line: None) -> None:
+        (self.run / self.folder / nodecheck.STEPS_DIR).mkdir(parents=True, exist_ok=True)
+        self.save()
+        index = 0
+        for k, steps in enumerate(self.plan):
+            start = time.monotonic()
+            width = self.options.concurrency or len(steps)
+            for batch in range(0, len(steps), width):
+                index = self._run(steps[batch : batch + width], index)
+            self.round_s.append(round(time.monotonic() - start, 3))
+            self.save()
+            failed = [s.name for s in steps if self.steps[s.name]["state"] != COMPLETED]
+            progress(
+                f"round {k + 1} of {len(self.plan)}: {len(steps)} step(s) in {self.round_s[-1]:.1f} s"
+                + (f", failed: {' '.join(failed)}" if failed else "")
+            )
+
+    def _run(self, steps: list[Step], index: int) -> int:
+        """Run `steps` at once to their end; the next step's index."""
+        running: list[Running] = []
+        try:
+            for step in steps:
+                with contextlib.suppress(FileNotFoundError):  # an earlier attempt's (a requeued job)
+                    (self.run / self.folder / step.result).unlink()
+                log = open(self.run / self.folder / step.log, "ab", buffering=0)  # noqa: SIM115
+                nodes = [self.names[i] for i in step.nodes]
+                self.steps[step.name] = {"state": "RUNNING", "started": now(), "nodes": nodes}
+                running.append(Running(step, self.launcher.start(step, self.names, index, log), log, time.monotonic()))
+                index += 1
+            self._wait(running)
+        except BaseException:
+            for r in running:
+                _kill(r.procs)
+                if self.steps[r.step.name]["state"] == "RUNNING":
+                    self._record(r, CANCELLED, None, "interrupted")
+            self.save()
+            raise
+        finally:
+            for r in running:
+                r.log.close()
+        return index
+
+    def _wait(self, running: list[Running]) -> None:
+        limit = self.options.step_timeout_s
+        left = list(running)
+        while left:
+            for r in list(left):
+                codes = [p.poll() for p in r.procs]
+                if any(c not in (None, 0) for c in codes) and any(c is None for c in codes):
+                    # one agent failed: the others are ended rather than left to their timeout
+                    _kill(r.procs)
+                    codes = [p.returncode for p in r.procs]
+                if all(c is not None for c in codes):
+                    left.remove(r)
+                    bad = [c for c in codes if c != 0]
+                    result = self.run / self.folder / r.step.result
+                    if not bad and result.exists():
+                        self._record(r, COMPLETED, 0, None)
+                    else:
+                        why = error_line(tail(self.run / self.folder / r.step.log, lines=400))
+                        code = bad[0] if bad else 0
+                        self._record(r, FAILED, code, why or f"exit status {code}" + ("" if bad else ", no result"))
+                elif time.monotonic() - r.started > limit + (
+                    0 if isinstance(self.launcher, LocalLauncher) else _GRACE_S
+                ):
+                    left.remove(r)
+                    _kill(r.procs)
+                    self._record(r, TIMEOUT, None, f"still running after the step timeout of {limit:g} s")
+            time.sleep(_POLL_S)
+
+    def _record(self, r: Running, state: str, code: int | None, reason: str | None) -> None:
+        self.steps[r.step.name].update(
+            state=state, exit_code=code, elapsed_s=round(time.monotonic() - r.started, 3), reason=reason
+        )
+
+
+def read_record(folder: Path) -> dict[str, Any]:
+    """A check's steps.json, checked for the shape this module writes (a run directory is
+    untrusted data); ValueError says what is wrong."""
+    path = folder / RECORD
+    data = load_json(path)
+    if data.get("format_version") != RECORD_VERSION:
+        raise ValueError(f"{path}: format_version required {RECORD_VERSION}, found {data.get('format_version')!r}")
+    hosts, steps = data.get("hosts"), data.get("steps")
+    if not isinstance(hosts, list) or not all(isinstance(h, str) and NODE_NAME_RE.fullmatch(h) for h in hosts):
+        raise ValueError(f"{path}: hosts must be a list of node names")
+    if len(set(hosts)) != len(hosts):
+        raise ValueError(f"{path}: hosts names a node twice")
+    if not isinstance(steps, dict) or not all(isinstance(v, dict) for v in steps.values()):
+        raise ValueError(f"{path}: steps must be an object of step records")
+    rs = data.get("round_s", [])
+    if not isinstance(rs, list) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in rs):
+        raise ValueError(f"{path}: round_s must be a list of seconds")
+    return data
+
+
+def load_json(path: Path) -> dict[str, Any]:
+    """A JSON object read from a regular file of bounded size; ValueError otherwise."""
+    try:
+        data = json.loads(read_regular(path, RESULT_LIMIT))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"{path}: not readable JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a JSON object")
+    return data
+
+
+def step_result(folder: Path, step: Step) -> dict[str, Any]:
+    return load_result(folder / step.result)
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a check was asked for, as check.json keeps it."""
+
+    executor: str
+    options: Options
+    threshold: float  # the smallest shortfall against the population that names (docs/nodes.md)
+    nodes: int  # how many: the emulated nodes (local) or the allocation's
+    nodelist: str | None = None  # Slurm's hostlist of the nodes, when the user named them
+    cluster: dict[str, Any] | None = None  # the cluster profile, as the sweep's plan keeps it
+
+    def write(self, run: Path) -> None:
+        atomic_write_json(run / PLAN, {"format_version": PLAN_VERSION, **dataclasses.asdict(self)})
+
+
+# Each option's type and range; a plan read back is held to them (a run directory is untrusted).
+_RANGES: dict[str, tuple[type, float, float]] = {
+    "gpus_per_node": (int, 1, 64),
+    "bytes": (int, 4, 2**34),
+    "iters": (int, 1, 10_000),
+    "gemm_size": (int, 0, 65536),
+    "gemm_iters": (int, 1, 10_000),
+    "partners": (int, 1, 100_000),
+    "concurrency": (int, 1, 100_000),
+    "step_timeout_s": (float, 1, 86400),
+    "timeout_s": (float, 1, 86400),
+}
+
+
+def check_options(o: Options) -> None:
+    """ValueError naming the option and its valid range when one is out of it."""
+    for key, (kind, low, high) in _RANGES.items():
+        value = getattr(o, key)
+        if key in ("partners", "concurrency") and value is None:
+            continue
+        ok = isinstance(value, (int, float) if kind is float else int) and not isinstance(value, bool)
+        if not ok or not (low <= value <= high) or (isinstance(value, float) and not math.isfinite(value)):
+            raise ValueError(
+                f"{key} must be {'an integer' if kind is int else 'a number'} from {low:g} to {high:g}, found {value!r}"
+            )
+    if o.device not in DEVICES:
+        raise ValueError(f"device must be one of {', '.join(DEVICES)}, found {o.device!r}")
+    if o.backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, found {o.backend!r}")
+
+
+def load_plan(run: Path) -> Plan:
+    """check.json of a run directory, every value checked; ValueError says which is wrong."""
+    path = run / PLAN
+    data = load_json(path)
+    if data.get("format_version") != PLAN_VERSION:
+        raise ValueError(f"{path}: format_version required {PLAN_VERSION}, found {data.get('format_version')!r}")
+    try:
+        raw = data["options"]
+        if not isinstance(raw, dict) or set(raw) - {f.name for f in dataclasses.fields(Options)}:
+            raise ValueError("options: not an object of the check's options")
+        options = Options(**raw)
+        check_options(options)
+        executor, threshold, nodes = data["executor"], data["threshold"], data["nodes"]
+        if executor not in EXECUTORS:
+            raise ValueError(f"executor must be one of {', '.join(EXECUTORS)}, found {executor!r}")
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold < 1:
+            raise ValueError(f"threshold must be a fraction from 0 to below 1, found {threshold!r}")
+        if isinstance(nodes, bool) or not isinstance(nodes, int) or not 1 <= nodes <= 100_000:
+            raise ValueError(f"nodes must be an integer from 1 to 100000, found {nodes!r}")
+        nodelist, cluster = data.get("nodelist"), data.get("cluster")
+        if nodelist is not None and not (isinstance(nodelist, str) and HOSTLIST_RE.fullmatch(nodelist)):
+            raise ValueError(f"nodelist must be a Slurm hostlist, found {nodelist!r}")
+        if cluster is not None and not isinstance(cluster, dict):
+            raise ValueError("cluster must be an object")
+    except KeyError as exc:
+        raise ValueError(f"{path}: {exc.args[0]} is missing") from None
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    return Plan(executor, options, float(threshold), nodes, nodelist, cluster)
+
+
+# --------------------------------------------------------------------------- inside the allocation
+
+_HOSTNAMES_TIMEOUT_S = 60
+
+
+def allocation_hosts(env: dict[str, str]) -> list[str]:
+    """The allocation's nodes in order, from `scontrol show hostnames` of SLURM_JOB_NODELIST."""
+    nodelist = env.get("SLURM_JOB_NODELIST", "")
+    p = subprocess.run(
+        ["scontrol", "show", "hostnames", nodelist],
+        capture_output=True,
+        text=True,
+        timeout=_HOSTNAMES_TIMEOUT_S,
+        check=False,
+    )
+    names = p.stdout.split()
+    if p.returncode != 0 or not names:
+        raise RuntimeError(f"scontrol show hostnames {nodelist!r} failed: {p.stderr.strip() or p.returncode}")
+    bad = [n for n in names if not NODE_NAME_RE.fullmatch(n)]
+    if bad:
+        raise RuntimeError(f"node name {bad[0]!r} is not one bench can pass on (letters, digits, . _ -)")
+    return names
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m harness.nodesteps FOLDER`, from the run directory inside the check's Slurm job."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) != 1 or not re.fullmatch(r"[A-Za-z0-9_./-]+", argv[0]):
+        print("usage: python -m harness.nodesteps FOLDER (the check's job folder, relative)", file=sys.stderr)
+        return 2
+    folder = argv[0]
+    run = Path.cwd()
+    try:
+        options = load_plan(run).options
+        names = allocation_hosts(dict(os.environ))
+        job_id = int(os.environ.get("SLURM_JOB_ID", "0"))
+    except (ValueError, RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        print(f"bench nodes: {exc}", file=sys.stderr)
+        return 1
+    driver = Driver(run, folder, names, options, SrunLauncher(run, folder, job_id))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # scancel: end the steps, keep the record
+    with contextlib.suppress(SystemExit):
+        driver.drive(lambda line: print(f"{now()} {line}", flush=True))
+        return 0
+    return 143
+
+
+if __name__ == "__main__":
+    sys.exit(main())

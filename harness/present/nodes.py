@@ -1,0 +1,185 @@
+"""A node check's run directory in, its verdict out: the figures of every step, the nodes and
+links named, and the files an admin reads or a script takes (docs/nodes.md):
+
+    verdict.json   everything below, for a script (`bench nodes --json` prints it)
+    nodes.csv      one row per node: each figure, and why it is named
+    pairs.csv      one row per pair: each figure, its state, and why it is named
+    heatmap.png    the pair matrix of each pair figure, with heatmap.csv, its points
+    drain.txt      the nodes to drain in Slurm's hostlist syntax, empty when none
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from harness import inside, nodecheck
+from harness.errors import DataError
+from harness.executors.slurm.profile import ClusterProfile
+from harness.nodecheck import METRICS, FigureError, Verdict, judge
+from harness.nodesteps import Plan, read_record, step_result
+from harness.present.plot import draw_heatmap
+from harness.rundir import COMPLETED
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+FOLDER = "jobs/nodes"  # the check's job directory in its run directory
+FILES = ("verdict.json", "nodes.csv", "pairs.csv", "heatmap.png", "heatmap.csv", "drain.txt")
+
+
+def expected(profile: ClusterProfile | None, gpus_per_node: int) -> dict[str, float | None]:
+    """The stated hardware's figure of each metric (docs/expected.md), None where not stated:
+    the matmul against a device's peak TFLOP/s, the node's all-reduce against the per-GPU
+    intra-node bandwidth, and a pair's all-reduce and exchange against each rank's share of
+    the node's network."""
+    hw = profile.hardware if profile else None
+    if hw is None:
+        return {}
+    return {
+        "gemm_tflops": hw.peak_tflops_per_gpu,
+        "intra_busbw_gbps": hw.peak_busbw_gbps(1, gpus_per_node),
+        "busbw_gbps": hw.peak_busbw_gbps(2, gpus_per_node),
+        "p2p_gbps": hw.peak_busbw_gbps(2, gpus_per_node),
+    }
+
+
+def verdict(run: Path, plan: Plan, profile: ClusterProfile | None) -> tuple[Verdict, dict[str, Any]]:
+    """The verdict of the check in `run`, and its record (steps.json)."""
+    folder = run / FOLDER
+    try:
+        record = read_record(folder)
+    except ValueError as exc:
+        raise DataError(str(exc)) from None
+    names: list[str] = record["hosts"]
+    steps: dict[str, dict[str, Any]] = record["steps"]
+    node_figs: dict[str, dict[str, float | None]] = {}
+    pair_figs: dict[str, dict[tuple[str, str], float | None]] = {}
+    failures: dict[str, str] = {}
+    never = 0
+    for round_ in nodecheck.schedule(len(names), plan.options, FOLDER):
+        for step in round_:
+            rec = steps.get(step.name)
+            if not isinstance(rec, dict) or rec.get("state") in (None, "RUNNING"):
+                never += 1
+                continue
+            nodes = tuple(names[i] for i in step.nodes)
+            figures: dict[str, float] | None = None
+            why = str(rec.get("reason") or rec.get("state"))
+            if rec.get("state") == COMPLETED:
+                try:
+                    figures = nodecheck.step_figures(step, step_result(folder, step))
+                except (FigureError, ValueError) as exc:
+                    why = str(exc)
+            if step.module == "benchmarks.gemm":
+                metrics = ["gemm_tflops"]
+            elif len(nodes) == 1:
+                metrics = ["intra_busbw_gbps"]
+            else:
+                metrics = ["busbw_gbps", "p2p_gbps"]
+            for metric in metrics:
+                value = None if figures is None else figures[metric]
+                if len(nodes) == 1:
+                    node_figs.setdefault(metric, {})[nodes[0]] = value
+                else:
+                    pair_figs.setdefault(metric, {})[(nodes[0], nodes[1])] = value
+            if figures is None:
+                failures[" ".join(nodes)] = f"{step.name} {why}"
+    v = judge(names, node_figs, pair_figs, plan.threshold, expected(profile, plan.options.gpus_per_node), failures)
+    if never:
+        v.unjudged.append(f"{never} step(s) never ran (the check was cut short): their nodes and pairs are not judged")
+    return v, record
+
+
+def as_json(v: Verdict, record: dict[str, Any], plan: Plan) -> dict[str, Any]:
+    def pair_key(p: tuple[str, str]) -> str:
+        return f"{p[0]} {p[1]}"
+
+    return {
+        "clean": not v.named and not v.unjudged,
+        "drain": v.drain,
+        "nodes_named": [{"node": f.nodes[0], "reasons": f.reasons} for f in v.nodes],
+        "links_named": [{"nodes": list(f.nodes), "reasons": f.reasons} for f in v.links],
+        "cluster": v.cluster,
+        "not_judged": v.unjudged,
+        "hosts": v.names,
+        "node_figures": v.node_figures,
+        "node_scores": v.node_scores,
+        "pair_figures": {m: {pair_key(p): x for p, x in figs.items()} for m, figs in v.pair_figures.items()},
+        "populations": {m: vars(p) for m, p in v.populations.items()},
+        "units": {m: unit for m, (_, unit, _) in METRICS.items()},
+        "threshold": plan.threshold,
+        "rounds": len(record["rounds"]),
+        "round_s": record["round_s"],
+        "steps": {k: {f: s.get(f) for f in ("state", "elapsed_s", "reason")} for k, s in record["steps"].items()},
+    }
+
+
+def _csv(rows: list[list[Any]]) -> bytes:
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows(rows)
+    return buf.getvalue().encode()
+
+
+def write_outputs(run: Path, v: Verdict, record: dict[str, Any], plan: Plan) -> list[Path]:
+    """The files of the module's docstring, each replaced atomically in `run`."""
+    named = {f.nodes[0]: "; ".join(f.reasons) for f in v.nodes}
+    node_metrics = list(v.node_figures) + list(v.node_scores)
+    rows: list[list[Any]] = [["node", *node_metrics, "named"]]
+    for node in v.names:
+        figs = [v.node_figures[m].get(node) for m in v.node_figures] + [
+            v.node_scores[m].get(node) for m in v.node_scores
+        ]
+        rows.append([node, *("" if x is None else f"{x:.6g}" for x in figs), named.get(node, "")])
+    links = {f.nodes: "; ".join(f.reasons) for f in v.links}
+    pair_rows: list[list[Any]] = [["node_a", "node_b", *v.pair_figures, "named"]]
+    pairs = sorted(
+        {p for figs in v.pair_figures.values() for p in figs}, key=lambda p: (v.names.index(p[0]), v.names.index(p[1]))
+    )
+    for p in pairs:
+        values = [v.pair_figures[m].get(p) for m in v.pair_figures]
+        pair_rows.append([*p, *("failed" if x is None else f"{x:.6g}" for x in values), links.get(p, "")])
+    out = [
+        inside.write(run, "verdict.json", (json.dumps(as_json(v, record, plan), indent=2) + "\n").encode()),
+        inside.write(run, "nodes.csv", _csv(rows)),
+        inside.write(run, "pairs.csv", _csv(pair_rows)),
+        inside.write(run, "drain.txt", (v.drain + "\n").encode() if v.drain else b""),
+    ]
+    heatmap = draw_heatmap(run, v)
+    return out if heatmap is None else [*out, heatmap]
+
+
+def print_verdict(console: Console, v: Verdict, record: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    table = Table(title="Nodes", title_justify="left")
+    table.add_column("NODE")
+    for m in [*v.node_figures, *v.node_scores]:
+        label, unit, scope = METRICS[m]
+        table.add_column(f"{label} ({unit})" + (", median of its pairs" if scope == "pair" else ""), justify="right")
+    table.add_column("VERDICT")
+    named = {f.nodes[0]: f for f in v.nodes}
+    for node in v.names:
+        figs = [v.node_figures[m].get(node) for m in v.node_figures] + [
+            v.node_scores[m].get(node) for m in v.node_scores
+        ]
+        cells = ["failed" if x is None else f"{x:.4g}" for x in figs]
+        verdict_cell = "[red]drain[/]: " + "; ".join(named[node].reasons) if node in named else "ok"
+        table.add_row(node, *cells, verdict_cell)
+    console.print(table)
+    for f in v.links:
+        console.print(f"[red]link {f.nodes[0]} - {f.nodes[1]}[/]: {'; '.join(f.reasons)}", soft_wrap=True)
+    for line in v.cluster:
+        console.print(f"[red]every node[/]: {line}", soft_wrap=True)
+    for line in v.unjudged:
+        console.print(f"[yellow]not judged[/]: {line}", soft_wrap=True)
+    steps = record["steps"]
+    failed = sum(s.get("state") != COMPLETED for s in steps.values())
+    console.print(
+        f"{len(steps)} steps in {len(record['rounds'])} rounds, {sum(record['round_s']):.1f} s"
+        + (f", {failed} failed" if failed else ""),
+        markup=False,
+    )
