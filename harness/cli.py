@@ -184,7 +184,8 @@ def cmd_nodes(args: argparse.Namespace) -> int:
     profile = load_profile(cluster) if cluster else None
     try:
         size = parse_size(args.bytes)
-        threshold = parse_threshold(args.threshold)
+        # Emulated nodes are one machine: what tells them apart is its noise (docs/nodes.md).
+        threshold = parse_threshold(args.threshold or ("50%" if name == "local" else "10%"))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     options = Options(
@@ -195,7 +196,8 @@ def cmd_nodes(args: argparse.Namespace) -> int:
         iters=args.iters,
         gemm_size=args.gemm_size,
         partners=args.partners,
-        concurrency=args.concurrency or (1 if name == "local" else None),
+        gemm=args.device != "cpu" if args.gemm is None else args.gemm,
+        concurrency=args.concurrency or (1 if name == "local" else profile.max_running_jobs if profile else None),
         step_timeout_s=args.step_timeout,
     )
     try:
@@ -799,12 +801,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--concurrency",
         type=_positive_int,
         metavar="K",
-        help="steps of a round at once (default: all on Slurm; 1 locally, where emulated nodes share the CPUs)",
+        help="steps of a round at once (default: all on Slurm, or the profile's max_running_jobs; 1 locally, "
+        "where emulated nodes share the CPUs)",
+    )
+    n.add_argument(
+        "--gemm",
+        action=argparse.BooleanOptionalAction,
+        help="each node's matmul throughput (default on, off with --device cpu)",
     )
     n.add_argument(
         "--threshold",
-        default="10%",
-        help="the least shortfall against the median node (or, for a link, its nodes) that names it (default 10%%)",
+        help="the least shortfall against the other nodes' median (for a link, its nodes') that names it "
+        "(default 10%%; 50%% locally, where the emulated nodes are one machine)",
     )
     n.add_argument(
         "--step-timeout", type=float, default=120.0, metavar="S", help="a step running longer fails (default 120)"

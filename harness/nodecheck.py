@@ -100,6 +100,7 @@ class Options:
     backend: str = "auto"
     bytes: int = 64 * 2**20  # the all-reduce's and the exchange's message
     iters: int = 20  # timed calls of each, after 5 warmup calls
+    gemm: bool = True  # each node's matmul (where GPUs exist: not with device cpu)
     gemm_size: int = 0  # 0: the workload's default for the device
     gemm_iters: int = 20
     partners: int | None = None  # None: every pair; K: the first K rounds only
@@ -136,7 +137,8 @@ def pair_rounds(n: int, partners: int | None) -> list[list[tuple[int, int]]]:
 
 def schedule(n: int, o: Options, folder: str) -> list[list[Step]]:
     """The check's rounds of steps, each round's steps on disjoint nodes, run at once: every
-    node's matmul, then (two or more ranks per node) every node's all-reduce, then the pairs.
+    node's matmul (unless `o.gemm` is off), then (two or more ranks per node) every node's
+    all-reduce, then the pairs.
     Result paths are under `folder`, relative to where the steps run."""
     common = (f"--device={o.device}", f"--backend={o.backend}", f"--timeout={o.timeout_s:g}")
 
@@ -160,7 +162,9 @@ def schedule(n: int, o: Options, folder: str) -> list[list[Step]]:
         )
 
     gemm = (f"--size={o.gemm_size}", f"--iters={o.gemm_iters}", *common)
-    plan = [[Step(f"gemm-{i}", (i,), "benchmarks.gemm", (*gemm, *out(f"gemm-{i}"))) for i in range(n)]]
+    plan = (
+        [[Step(f"gemm-{i}", (i,), "benchmarks.gemm", (*gemm, *out(f"gemm-{i}"))) for i in range(n)]] if o.gemm else []
+    )
     if o.gpus_per_node > 1:
         plan.append(
             [
@@ -335,11 +339,24 @@ def judge(
     `node_figures[metric][node]` and `pair_figures[metric][(a, b)]` are the steps' figures,
     None where the step failed (`failures` says why, by node or by "a b"). A node is named when
     its own step failed, when its figure (a pair metric: the median over its partners, a failed
-    pair counting 0) lies low against the population of nodes, or when it is below
+    pair counting 0) lies low against the population of the other nodes, or when it is below
     EXPECTED_SHARE of the stated hardware while the population is not. A pair whose two nodes
     are not named is named as a link when it failed, or when its figure lies low against the
-    population of pairs' figures each divided by the lesser score of its two nodes."""
+    population of pairs' figures each divided by the lesser score of its two nodes. When most
+    figures failed, the check failed, not the nodes: nothing is named, and it says why."""
     failures = failures or {}
+    every = [
+        *(v for by in node_figures.values() for v in by.values()),
+        *(v for by in pair_figures.values() for v in by.values()),
+    ]
+    lost = sum(v is None for v in every)
+    if lost > len(every) / 2:
+        first = next(iter(failures.values()), "no result")
+        why = (
+            f"{lost} of {len(every)} figures failed (first: {first}): the check itself failed, its setup, "
+            "profile or software, not a node; nothing is named"
+        )
+        return Verdict(names, node_figures, {}, pair_figures, {}, [], [], [], [why])
     findings: dict[str, Finding] = {}
     cluster: list[str] = []
     unjudged: list[str] = []
@@ -350,13 +367,19 @@ def judge(
         findings.setdefault(node, Finding((node,))).reasons.append(why)
 
     def against(metric: str, values: dict[str, float], noise: float = 0.0) -> None:
+        """Name the nodes whose figure lies low against the other nodes' (each node is left out
+        of its own population, so that with few nodes a slow one does not widen the spread it
+        is judged by), and against the stated hardware."""
         label, unit, _ = METRICS[metric]
         if len(values) >= MIN_NODES:
-            pop = populations[metric] = Population.of(values.values(), threshold, noise)
+            populations[metric] = Population.of(values.values(), threshold, noise)
             for node, v in values.items():
+                pop = Population.of((x for n, x in values.items() if n != node), threshold, noise)
                 if v < pop.low:
                     below = 1 - v / pop.centre if pop.centre else 0.0
-                    name(node, f"{label} {_fmt(v)} {unit}, {below:.0%} below the median node's {_fmt(pop.centre)}")
+                    name(
+                        node, f"{label} {_fmt(v)} {unit}, {below:.0%} below the other nodes' median {_fmt(pop.centre)}"
+                    )
         else:
             unjudged.append(f"{label}: {len(values)} node(s) measured; the population takes {MIN_NODES}")
         want = expected.get(metric)

@@ -45,7 +45,8 @@ def _call(command: list[str]) -> str:
     except subprocess.TimeoutExpired:
         raise SlurmError(f"{command[0]} gave no answer in {_CALL_TIMEOUT_S} s") from None
     if p.returncode != 0:
-        raise UsageError(f"{' '.join(command)}: {(p.stderr or p.stdout).strip() or f'exit status {p.returncode}'}")
+        said = [line.strip() for line in (p.stderr or p.stdout).splitlines() if line.strip()]
+        raise UsageError(f"{' '.join(command)}: {said[-1] if said else f'exit status {p.returncode}'}")
     return p.stdout
 
 

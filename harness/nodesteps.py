@@ -200,7 +200,9 @@ class Driver:
                     if not bad and result.exists():
                         self._record(r, COMPLETED, 0, None)
                     else:
-                        why = error_line(tail(self.run / self.folder / r.step.log, lines=400))
+                        text = tail(self.run / self.folder / r.step.log, lines=400)
+                        lines = [line for line in text.splitlines() if line.strip()]
+                        why = error_line(text) or (lines[-1].strip() if lines else None)
                         code = bad[0] if bad else 0
                         self._record(r, FAILED, code, why or f"exit status {code}" + ("" if bad else ", no result"))
                 elif time.monotonic() - r.started > limit + (
@@ -295,6 +297,8 @@ def check_options(o: Options) -> None:
             raise ValueError(
                 f"{key} must be {'an integer' if kind is int else 'a number'} from {low:g} to {high:g}, found {value!r}"
             )
+    if not isinstance(o.gemm, bool):
+        raise ValueError(f"gemm must be true or false, found {o.gemm!r}")
     if o.device not in DEVICES:
         raise ValueError(f"device must be one of {', '.join(DEVICES)}, found {o.device!r}")
     if o.backend not in BACKENDS:

@@ -92,7 +92,7 @@ def render_step_script(job: Job, profile: ClusterProfile, plan: Plan) -> str:
     prefix = env_prefix(profile)
     srun = " ".join(
         [
-            'srun --nodes="$nnodes" --nodelist="$nodes"',
+            'srun --nodes="$nnodes" --nodelist="$nodes" --ntasks="$ntasks"',
             f"--ntasks-per-node={tasks} --cpus-per-task={cpus} --kill-on-bad-exit=1 --time={step_limit}",
             *(_quote(o) for o in profile.srun_options),
             *container,
@@ -113,6 +113,8 @@ def render_step_script(job: Job, profile: ClusterProfile, plan: Plan) -> str:
                 "esac",
                 "MASTER_ADDR=${nodes%%,*}",
                 "MASTER_PORT=$port",
+                "# --ntasks itself: the batch shell's SLURM_NTASKS (every node's) would otherwise be srun's.",
+                f"ntasks=$((10#$nnodes * {tasks}))",
                 "export MASTER_ADDR MASTER_PORT"
                 + (f' {prefix}MASTER_ADDR="$MASTER_ADDR" {prefix}MASTER_PORT="$MASTER_PORT"' if prefix else ""),
                 f'exec {srun} {python} -m "$module" "$@"',
