@@ -196,6 +196,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
         iters=args.iters,
         gemm_size=args.gemm_size,
         partners=args.partners,
+        reference=tuple(nodes.expand(args.reference)) if args.reference else (),
         gemm=args.device != "cpu" if args.gemm is None else args.gemm,
         concurrency=args.concurrency or (1 if name == "local" else profile.max_running_jobs if profile else None),
         step_timeout_s=args.step_timeout,
@@ -795,7 +796,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--partners",
         type=_positive_int,
         metavar="K",
-        help="test each node against K others (the first K rounds) rather than every pair: K rounds, not N-1",
+        help="test each node against K others (the first K rounds; K at least 3, so that a slow link is not "
+        "taken for a slow node) rather than every pair: K rounds, not N-1",
+    )
+    n.add_argument(
+        "--reference",
+        metavar="HOSTLIST",
+        help="known-good nodes: they meet each other, then every other node meets one of them; "
+        "R-1 + (N-R)/R rounds for R of them",
     )
     n.add_argument(
         "--concurrency",

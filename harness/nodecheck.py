@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,6 +104,7 @@ class Options:
     gemm_size: int = 0  # 0: the workload's default for the device
     gemm_iters: int = 20
     partners: int | None = None  # None: every pair; K: the first K rounds only
+    reference: tuple[str, ...] = ()  # nodes every other node is measured against, one each
     # Steps of a round at once (None: all). Emulated nodes that share one machine's CPUs, as the
     # local executor's and the testbed's do, measure each other's load when run at once.
     concurrency: int | None = None
@@ -129,65 +130,98 @@ class Step:
         return f"{STEPS_DIR}/{self.name}.log"
 
 
-def pair_rounds(n: int, partners: int | None) -> list[list[tuple[int, int]]]:
-    """The rounds of pairs the check runs: all of them, or the first `partners`."""
+def pair_rounds(n: int, partners: int | None = None, reference: Sequence[int] = ()) -> list[list[tuple[int, int]]]:
+    """The rounds of pairs the check runs: every pair; the first `partners` rounds, in which
+    each node meets that many others; or, with reference nodes, every pair of them, then each
+    other node with one of them, each reference in one pair per round: R - 1 + ceil((N - R) / R)
+    rounds for R references (docs/nodes.md)."""
+    if reference:
+        refs = list(reference)
+        out = [
+            [(refs[a], refs[b]) if refs[a] < refs[b] else (refs[b], refs[a]) for a, b in r] for r in rounds(len(refs))
+        ]
+        others = [i for i in range(n) if i not in set(refs)]
+        for start in range(0, len(others), len(refs)):
+            out.append([(min(r, i), max(r, i)) for r, i in zip(refs, others[start : start + len(refs)])])
+        return out
     every = rounds(n)
     return every if partners is None else every[:partners]
 
 
-def schedule(n: int, o: Options, folder: str) -> list[list[Step]]:
-    """The check's rounds of steps, each round's steps on disjoint nodes, run at once: every
-    node's matmul (unless `o.gemm` is off), then (two or more ranks per node) every node's
-    all-reduce, then the pairs.
-    Result paths are under `folder`, relative to where the steps run."""
-    common = (f"--device={o.device}", f"--backend={o.backend}", f"--timeout={o.timeout_s:g}")
+def reference_indices(names: Sequence[str], o: Options) -> list[int]:
+    """The indices of the reference nodes among `names`; ValueError for one not among them."""
+    missing = [r for r in o.reference if r not in names]
+    if missing:
+        raise ValueError(f"reference node {missing[0]} is not among the nodes checked")
+    return [names.index(r) for r in o.reference]
 
-    def out(name: str) -> tuple[str, ...]:
-        return ("--json", f"{folder}/{STEPS_DIR}/{name}.json")
 
-    def collective(name: str, collectives: str, groups: str) -> tuple[str, ...]:
-        size = format_size(o.bytes).replace(" ", "")
-        return (
-            f"--collective={collectives}",
-            f"--groups={groups}",
-            f"--min-bytes={size}",
-            f"--max-bytes={size}",
-            f"--iters={o.iters}",
-            "--warmup-iters=5",
-            "--check=1",
-            "--no-out-of-place",
-            "--link-bytes=0",
-            *common,
-            *out(name),
-        )
+def round_count(n: int, o: Options) -> int:
+    """How many rounds `schedule` gives for `n` nodes, counted rather than planned."""
 
-    gemm = (f"--size={o.gemm_size}", f"--iters={o.gemm_iters}", *common)
-    plan = (
-        [[Step(f"gemm-{i}", (i,), "benchmarks.gemm", (*gemm, *out(f"gemm-{i}"))) for i in range(n)]] if o.gemm else []
-    )
+    def tournament(k: int) -> int:
+        return 0 if k < 2 else k - 1 + k % 2
+
+    r = len(o.reference)
+    if r:
+        pairs = tournament(r) + -(-(n - r) // r)
+    else:
+        pairs = tournament(n) if o.partners is None else min(o.partners, tournament(n))
+    return int(o.gemm) + int(o.gpus_per_node > 1) + pairs
+
+
+# A round: what its steps run ("gemm", "intra" or "pair") and the nodes of each step, by index.
+Round = tuple[str, list[tuple[int, ...]]]
+
+
+def schedule(names: Sequence[str], o: Options) -> list[Round]:
+    """The check's rounds, each round's steps on disjoint nodes, run at once: every node's
+    matmul (unless `o.gemm` is off), then (two or more ranks per node) every node's all-reduce,
+    then the pairs. Only indices: a round's steps are made when it runs (`steps`), so that the
+    plan of 2,048 nodes (2 million steps) costs what its pairs cost."""
+    n = len(names)
+    out: list[Round] = [("gemm", [(i,) for i in range(n)])] if o.gemm else []
     if o.gpus_per_node > 1:
-        plan.append(
-            [
-                Step(f"intra-{i}", (i,), "benchmarks.allreduce", collective(f"intra-{i}", "all_reduce", "world"))
-                for i in range(n)
-            ]
-        )
-    # The exchange runs on the inter group where a node has several ranks: each rank with its
-    # peer on the other node, every rail at once; with one rank per node the world is that pair.
-    groups = "world,inter" if o.gpus_per_node > 1 else "world"
-    for pairs in pair_rounds(n, o.partners):
-        plan.append(
-            [
-                Step(
-                    f"pair-{a}-{b}",
-                    (a, b),
-                    "benchmarks.allreduce",
-                    collective(f"pair-{a}-{b}", "all_reduce,sendrecv", groups),
-                )
-                for a, b in pairs
-            ]
-        )
-    return plan
+        out.append(("intra", [(i,) for i in range(n)]))
+    out += [("pair", list(pairs)) for pairs in pair_rounds(n, o.partners, reference_indices(names, o))]
+    return out
+
+
+def steps(round_: Round, o: Options, folder: str) -> list[Step]:
+    """A round's steps, their results under `folder`, relative to where the steps run."""
+    kind, members = round_
+    common = (f"--device={o.device}", f"--backend={o.backend}", f"--timeout={o.timeout_s:g}")
+    if kind == "gemm":
+        gemm = (f"--size={o.gemm_size}", f"--iters={o.gemm_iters}", *common)
+        return [Step(f"gemm-{i}", (i,), "benchmarks.gemm", (*gemm, *_json(folder, f"gemm-{i}"))) for (i,) in members]
+    size = format_size(o.bytes).replace(" ", "")
+    if kind == "intra":
+        collectives, groups = "all_reduce", "world"
+    else:
+        # The exchange runs on the inter group where a node has several ranks: each rank with
+        # its peer on the other node, every rail at once; with one rank per node, the world.
+        collectives, groups = "all_reduce,sendrecv", "world,inter" if o.gpus_per_node > 1 else "world"
+    args = (
+        f"--collective={collectives}",
+        f"--groups={groups}",
+        f"--min-bytes={size}",
+        f"--max-bytes={size}",
+        f"--iters={o.iters}",
+        "--warmup-iters=5",
+        "--check=1",
+        "--no-out-of-place",
+        "--link-bytes=0",
+        *common,
+    )
+    out = []
+    for nodes in members:
+        name = f"{kind}-{'-'.join(map(str, nodes))}"
+        out.append(Step(name, nodes, "benchmarks.allreduce", (*args, *_json(folder, name))))
+    return out
+
+
+def _json(folder: str, name: str) -> tuple[str, str]:
+    return ("--json", f"{folder}/{STEPS_DIR}/{name}.json")
 
 
 # --------------------------------------------------------------------------- figures

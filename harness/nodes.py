@@ -104,6 +104,8 @@ def start(
         raise UsageError(f"the check needs at least 2 nodes, found {len(names)}: {', '.join(names)}")
     if options.partners is not None and options.partners >= len(names) - 1 + len(names) % 2:
         options = dataclasses.replace(options, partners=None)  # as many as every pair
+    if options.reference and executor == "local":
+        raise UsageError("--reference names Slurm nodes; the local executor's nodes are local0..localN-1")
     plan = Plan(
         executor,
         options,
@@ -112,11 +114,20 @@ def start(
         nodelist,
         dataclasses.asdict(profile) if profile and executor != "local" else None,
     )
-    rounds = nodecheck.schedule(len(names), options, f"jobs/{NAME}")
-    steps = sum(len(r) for r in rounds)
+    try:
+        rounds = nodecheck.schedule(names, options)
+    except ValueError as exc:
+        raise UsageError(f"--reference: {exc}") from None
+    steps = sum(len(members) for _, members in rounds)
     console.print(
         f"node check: {len(names)} nodes x {options.gpus_per_node} rank(s), {steps} steps in {len(rounds)} rounds"
-        + (f" ({options.partners} partners per node)" if options.partners else " (every pair)"),
+        + (
+            f" ({options.partners} partners per node)"
+            if options.partners
+            else f" (each node against one of {len(options.reference)} reference nodes)"
+            if options.reference
+            else " (every pair)"
+        ),
         markup=False,
     )
     run, _ = claim(out)

@@ -38,6 +38,7 @@ PLAN = "check.json"  # in the run directory: what `bench nodes` asked for
 PLAN_VERSION = 1
 EXECUTORS = ("local", "slurm", "submitit")
 RECORD = "steps.json"
+ROUNDS_DIR = "rounds"  # in the check's folder: <k>.json, the steps of round k
 RECORD_VERSION = 1
 STEP_SCRIPT = "step.sh"  # the srun line of a step, rendered by harness/executors/slurm/nodes.py
 _POLL_S = 0.2
@@ -125,33 +126,38 @@ class Driver:
 
     def __init__(self, run: Path, folder: str, names: list[str], options: Options, launcher: Launcher):
         self.run, self.folder, self.names, self.options, self.launcher = run, folder, names, options, launcher
-        self.plan = nodecheck.schedule(len(names), options, folder)
-        self.steps: dict[str, dict[str, Any]] = {}
+        self.plan = nodecheck.schedule(names, options)
+        self.steps: dict[str, dict[str, Any]] = {}  # the running round's
         self.round_s: list[float] = []
 
-    def save(self) -> None:
-        atomic_write_json(
-            self.run / self.folder / RECORD,
-            {
-                "format_version": RECORD_VERSION,
-                "hosts": self.names,
-                "rounds": [[s.name for s in r] for r in self.plan],
-                "round_s": self.round_s,
-                "steps": self.steps,
-            },
-        )
+    def save(self, k: int | None = None) -> None:
+        """The record: round `k`'s steps (rounds/<k>.json), then steps.json, which says how many
+        rounds ended and how long each took; each file replaced atomically."""
+        folder = self.run / self.folder
+        if k is not None:
+            atomic_write_json(folder / ROUNDS_DIR / f"{k}.json", self.steps)
+        summary = {"format_version": RECORD_VERSION, "hosts": self.names, "rounds": len(self.plan)}
+        atomic_write_json(folder / RECORD, {**summary, "round_s": self.round_s, "ran": len(self.round_s)})
 
     def drive(self, progress: Callable[[str], None] = lambda line: None) -> None:
-        (self.run / self.folder / nodecheck.STEPS_DIR).mkdir(parents=True, exist_ok=True)
+        for sub in (nodecheck.STEPS_DIR, ROUNDS_DIR):
+            (self.run / self.folder / sub).mkdir(parents=True, exist_ok=True)
         self.save()
         index = 0
-        for k, steps in enumerate(self.plan):
+        for k, round_ in enumerate(self.plan):
+            steps = nodecheck.steps(round_, self.options, self.folder)
+            self.steps = {}
             start = time.monotonic()
             width = self.options.concurrency or len(steps)
-            for batch in range(0, len(steps), width):
-                index = self._run(steps[batch : batch + width], index)
+            try:
+                for batch in range(0, len(steps), width):
+                    index = self._run(steps[batch : batch + width], index)
+            except BaseException:
+                self.round_s.append(round(time.monotonic() - start, 3))
+                self.save(k)
+                raise
             self.round_s.append(round(time.monotonic() - start, 3))
-            self.save()
+            self.save(k)
             failed = [s.name for s in steps if self.steps[s.name]["state"] != COMPLETED]
             progress(
                 f"round {k + 1} of {len(self.plan)}: {len(steps)} step(s) in {self.round_s[-1]:.1f} s"
@@ -166,8 +172,7 @@ class Driver:
                 with contextlib.suppress(FileNotFoundError):  # an earlier attempt's (a requeued job)
                     (self.run / self.folder / step.result).unlink()
                 log = open(self.run / self.folder / step.log, "ab", buffering=0)  # noqa: SIM115
-                nodes = [self.names[i] for i in step.nodes]
-                self.steps[step.name] = {"state": "RUNNING", "started": now(), "nodes": nodes}
+                self.steps[step.name] = {"state": "RUNNING", "started": now()}
                 running.append(Running(step, self.launcher.start(step, self.names, index, log), log, time.monotonic()))
                 index += 1
             self._wait(running)
@@ -176,7 +181,6 @@ class Driver:
                 _kill(r.procs)
                 if self.steps[r.step.name]["state"] == "RUNNING":
                     self._record(r, CANCELLED, None, "interrupted")
-            self.save()
             raise
         finally:
             for r in running:
@@ -220,23 +224,34 @@ class Driver:
 
 
 def read_record(folder: Path) -> dict[str, Any]:
-    """A check's steps.json, checked for the shape this module writes (a run directory is
-    untrusted data); ValueError says what is wrong."""
+    """A check's record, checked for the shape this module writes (a run directory is untrusted
+    data): steps.json, with "steps", every round's step records that ran, merged; ValueError
+    says what is wrong."""
     path = folder / RECORD
     data = load_json(path)
     if data.get("format_version") != RECORD_VERSION:
         raise ValueError(f"{path}: format_version required {RECORD_VERSION}, found {data.get('format_version')!r}")
-    hosts, steps = data.get("hosts"), data.get("steps")
+    hosts, rounds, ran, rs = data.get("hosts"), data.get("rounds"), data.get("ran"), data.get("round_s")
     if not isinstance(hosts, list) or not all(isinstance(h, str) and NODE_NAME_RE.fullmatch(h) for h in hosts):
         raise ValueError(f"{path}: hosts must be a list of node names")
     if len(set(hosts)) != len(hosts):
         raise ValueError(f"{path}: hosts names a node twice")
-    if not isinstance(steps, dict) or not all(isinstance(v, dict) for v in steps.values()):
-        raise ValueError(f"{path}: steps must be an object of step records")
-    rs = data.get("round_s", [])
-    if not isinstance(rs, list) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in rs):
-        raise ValueError(f"{path}: round_s must be a list of seconds")
-    return data
+    for key, value in (("rounds", rounds), ("ran", ran)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10**6:
+            raise ValueError(f"{path}: {key} must be a count of rounds, found {value!r}")
+    if not isinstance(rs, list) or len(rs) != ran or not all(_seconds(v) for v in rs):
+        raise ValueError(f"{path}: round_s must be the seconds of each round that ran")
+    steps: dict[str, Any] = {}
+    for k in range(ran):
+        part = load_json(folder / ROUNDS_DIR / f"{k}.json")
+        if not all(isinstance(v, dict) for v in part.values()):
+            raise ValueError(f"{folder / ROUNDS_DIR / f'{k}.json'}: not an object of step records")
+        steps.update(part)
+    return {**data, "steps": steps}
+
+
+def _seconds(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
 
 
 def load_json(path: Path) -> dict[str, Any]:
@@ -279,7 +294,7 @@ _RANGES: dict[str, tuple[type, float, float]] = {
     "iters": (int, 1, 10_000),
     "gemm_size": (int, 0, 65536),
     "gemm_iters": (int, 1, 10_000),
-    "partners": (int, 1, 100_000),
+    "partners": (int, 3, 100_000),
     "concurrency": (int, 1, 100_000),
     "step_timeout_s": (float, 1, 86400),
     "timeout_s": (float, 1, 86400),
@@ -297,6 +312,12 @@ def check_options(o: Options) -> None:
             raise ValueError(
                 f"{key} must be {'an integer' if kind is int else 'a number'} from {low:g} to {high:g}, found {value!r}"
             )
+    if not isinstance(o.reference, tuple) or not all(
+        isinstance(r, str) and NODE_NAME_RE.fullmatch(r) for r in o.reference
+    ):
+        raise ValueError(f"reference must be node names, found {o.reference!r}")
+    if o.reference and o.partners is not None:
+        raise ValueError("reference and partners are two ways of choosing pairs; give one")
     if not isinstance(o.gemm, bool):
         raise ValueError(f"gemm must be true or false, found {o.gemm!r}")
     if o.device not in DEVICES:
@@ -315,7 +336,8 @@ def load_plan(run: Path) -> Plan:
         raw = data["options"]
         if not isinstance(raw, dict) or set(raw) - {f.name for f in dataclasses.fields(Options)}:
             raise ValueError("options: not an object of the check's options")
-        options = Options(**raw)
+        reference = raw.get("reference", [])
+        options = Options(**{**raw, "reference": tuple(reference) if isinstance(reference, list) else reference})
         check_options(options)
         executor, threshold, nodes = data["executor"], data["threshold"], data["nodes"]
         if executor not in EXECUTORS:

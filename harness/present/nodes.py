@@ -60,8 +60,12 @@ def verdict(run: Path, plan: Plan, profile: ClusterProfile | None) -> tuple[Verd
     pair_figs: dict[str, dict[tuple[str, str], float | None]] = {}
     failures: dict[str, str] = {}
     never = 0
-    for round_ in nodecheck.schedule(len(names), plan.options, FOLDER):
-        for step in round_:
+    try:
+        plan_rounds = nodecheck.schedule(names, plan.options)
+    except ValueError as exc:
+        raise DataError(f"{folder / 'steps.json'}: {exc}") from None
+    for round_ in plan_rounds:
+        for step in nodecheck.steps(round_, plan.options, FOLDER):
             rec = steps.get(step.name)
             if not isinstance(rec, dict) or rec.get("state") in (None, "RUNNING"):
                 never += 1
@@ -112,7 +116,7 @@ def as_json(v: Verdict, record: dict[str, Any], plan: Plan) -> dict[str, Any]:
         "populations": {m: vars(p) for m, p in v.populations.items()},
         "units": {m: unit for m, (_, unit, _) in METRICS.items()},
         "threshold": plan.threshold,
-        "rounds": len(record["rounds"]),
+        "rounds": record["rounds"],
         "round_s": record["round_s"],
         "steps": {k: {f: s.get(f) for f in ("state", "elapsed_s", "reason")} for k, s in record["steps"].items()},
     }
@@ -179,7 +183,7 @@ def print_verdict(console: Console, v: Verdict, record: dict[str, Any]) -> None:
     steps = record["steps"]
     failed = sum(s.get("state") != COMPLETED for s in steps.values())
     console.print(
-        f"{len(steps)} steps in {len(record['rounds'])} rounds, {sum(record['round_s']):.1f} s"
+        f"{len(steps)} steps in {record['ran']} of {record['rounds']} rounds, {sum(record['round_s']):.1f} s"
         + (f", {failed} failed" if failed else ""),
         markup=False,
     )

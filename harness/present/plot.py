@@ -721,9 +721,9 @@ def draw_heatmap(root: Path, v: Verdict) -> Path | None:
 
 
 def heatmap_figure(v: Verdict) -> Made | None:
-    """The node check's pair matrix, one panel per pair metric: each cell a pair's figure,
-    white where its step failed, the diagonal empty; named nodes' labels in red and named links'
-    cells outlined (docs/nodes.md)."""
+    """The node check's pair matrix, one panel per pair metric: each cell a pair's figure (its
+    value written in it up to 16 nodes), white where its step failed or a pair was not measured,
+    the diagonal empty; named nodes' labels in red and named links' cells outlined (docs/nodes.md)."""
     import numpy as np
     import pandas as pd
 
@@ -754,6 +754,11 @@ def heatmap_figure(v: Verdict) -> Made | None:
         for tick in [*ax.get_xticklabels(), *ax.get_yticklabels()]:
             if tick.get_text() in named:
                 tick.set_color("red")
+        if n <= 16:  # few enough cells to read each figure, and to say which failed
+            for (a, b), value in v.pair_figures[metric].items():
+                text = "failed" if value is None else f"{value:.3g}"
+                for r, c in ((index[a], index[b]), (index[b], index[a])):
+                    ax.text(c, r, text, ha="center", va="center", fontsize=7, color="red" if value is None else "grey")
         for f in v.links:
             i, j = index[f.nodes[0]], index[f.nodes[1]]
             for r, c in ((i, j), (j, i)):

@@ -26,7 +26,7 @@ from harness.executors.slurm.script import (
     sbatch_directives,
     tasks_and_cpus,
 )
-from harness.nodecheck import HOSTLIST_RE, schedule
+from harness.nodecheck import HOSTLIST_RE, round_count
 from harness.nodesteps import RECORD, STEP_SCRIPT, Plan
 from harness.plan import Job, WorkloadRun
 from harness.rundir import RunDir
@@ -39,7 +39,7 @@ def check_job(plan: Plan, time_limit_min: float | None = None) -> Job:
     """The check as one job of the Slurm executor: every node, one task per rank (srun), and
     one "workload", the driver, whose result file is the steps' record (steps.json)."""
     o = plan.options
-    rounds = len(schedule(plan.nodes, o, f"jobs/{NAME}"))
+    rounds = round_count(plan.nodes, o)
     limit = time_limit_min or rounds * o.step_timeout_s / 60 + SLACK_MIN
     return Job(
         name=NAME,
