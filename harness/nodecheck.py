@@ -377,20 +377,9 @@ def judge(
     EXPECTED_SHARE of the stated hardware while the population is not. A pair whose two nodes
     are not named is named as a link when it failed, or when its figure lies low against the
     population of pairs' figures each divided by the lesser score of its two nodes. When most
-    figures failed, the check failed, not the nodes: nothing is named, and it says why."""
+    figures of a metric failed, the check failed, not the nodes: nothing is named by that
+    metric, and it says why."""
     failures = failures or {}
-    every = [
-        *(v for by in node_figures.values() for v in by.values()),
-        *(v for by in pair_figures.values() for v in by.values()),
-    ]
-    lost = sum(v is None for v in every)
-    if lost > len(every) / 2:
-        first = next(iter(failures.values()), "no result")
-        why = (
-            f"{lost} of {len(every)} figures failed (first: {first}): the check itself failed, its setup, "
-            "profile or software, not a node; nothing is named"
-        )
-        return Verdict(names, node_figures, {}, pair_figures, {}, [], [], [], [why])
     findings: dict[str, Finding] = {}
     cluster: list[str] = []
     unjudged: list[str] = []
@@ -430,14 +419,30 @@ def judge(
                     if v < floor:
                         name(node, f"{label} {_fmt(v)} {unit}, below {EXPECTED_SHARE:.0%} of the stated {_fmt(want)}")
 
+    def systemic(metric: str, figures: Mapping[Any, float | None], what: str) -> bool:
+        """Most figures of a metric failed: the check's setup, not the nodes; nothing named by it."""
+        lost = [k for k, v in figures.items() if v is None]
+        if len(lost) <= len(figures) / 2:
+            return False
+        key = lost[0] if isinstance(lost[0], str) else " ".join(lost[0])
+        unjudged.append(
+            f"{METRICS[metric][0]}: {len(lost)} of {len(figures)} {what} failed (first: "
+            f"{failures.get(key, 'no result')}): the check's setup, profile or software, not a node; "
+            "nothing is named by it"
+        )
+        return True
+
     for metric, figures in node_figures.items():
         label = METRICS[metric][0]
+        if systemic(metric, figures, "nodes"):
+            continue
         for node, v in figures.items():
             if v is None:
                 name(node, f"{label} failed: {failures.get(node, 'no result')}")
         against(metric, {n: v for n, v in figures.items() if v is not None})
 
     noises: dict[str, float] = {}
+    pair_figures = {m: by for m, by in pair_figures.items() if not systemic(m, by, "pairs")}
     for metric, by_pair in pair_figures.items():
         per_node: dict[str, list[float]] = {}
         for (a, b), v in by_pair.items():
