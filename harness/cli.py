@@ -164,6 +164,22 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def cmd_nodes(args: argparse.Namespace) -> int:
     from harness.nodecheck import Options
 
+    if args.report:
+        given = [
+            f for f, v in (("--nodelist", args.nodelist), ("--nodes", args.nodes), ("--cluster", args.cluster)) if v
+        ]
+        if given or args.out or args.dry_run:
+            extra = ", ".join(given) or "--out or --dry-run"
+            raise UsageError(
+                f"--report DIR judges the check in DIR again; it takes --threshold and --json, not {extra}"
+            )
+        try:
+            threshold = parse_threshold(args.threshold) if args.threshold else None
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        return nodes.judge_again(
+            Path(args.report), threshold, _console_to(sys.stderr if args.json else sys.stdout), args.json
+        )
     name, why = sweep.choose_executor(args.executor)
     console = _console()
     if not args.json:
@@ -832,6 +848,11 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--json", action="store_true", help="print the verdict as JSON on stdout (the rest on stderr)")
     n.add_argument("--yes", action="store_true", help="submit without asking, whatever the node-hours")
     n.add_argument("--dry-run", action="store_true", help="write the job's scripts, submit nothing")
+    n.add_argument(
+        "--report",
+        metavar="DIR",
+        help="judge the check in DIR again (with --threshold, if given) and rewrite its verdict's files",
+    )
     n.set_defaults(func=cmd_nodes)
 
     for name, func, text in (

@@ -356,7 +356,7 @@ def _fmt(value: float) -> str:
 def _ratios(
     by_pair: Mapping[tuple[str, str], float | None], score: Mapping[str, float]
 ) -> dict[tuple[str, str], float]:
-    """Each measured pair's figure over the lesser score of its two nodes."""
+    """Each measured pair's figure over the lesser score of its two nodes (both scored)."""
     return {(a, b): v / low for (a, b), v in by_pair.items() if v is not None and (low := min(score[a], score[b])) > 0}
 
 
@@ -444,17 +444,24 @@ def judge(
     noises: dict[str, float] = {}
     pair_figures = {m: by for m, by in pair_figures.items() if not systemic(m, by, "pairs")}
     for metric, by_pair in pair_figures.items():
-        per_node: dict[str, list[float]] = {}
-        for (a, b), v in by_pair.items():
-            for node in (a, b):
-                per_node.setdefault(node, []).append(0.0 if v is None else v)
-        score = scores[metric] = {n: statistics.median(vs) for n, vs in per_node.items()}
+        per_node: dict[str, list[tuple[tuple[str, str], float | None]]] = {}
+        for pair, v in by_pair.items():
+            for node in pair:
+                per_node.setdefault(node, []).append((pair, v))
+        # A node most of whose pairs failed is named for that, and left out of the population,
+        # where its zeros would widen the spread the others are judged by.
+        for node, measured in per_node.items():
+            lost = [p for p, v in measured if v is None]
+            if len(lost) > len(measured) / 2:
+                first = failures.get(" ".join(lost[0]), "no result")
+                name(node, f"{METRICS[metric][0]}: {len(lost)} of {len(measured)} pairs failed (first: {first})")
+        score = scores[metric] = {
+            n: statistics.median(0.0 if v is None else v for _, v in measured)
+            for n, measured in per_node.items()
+            if sum(v is None for _, v in measured) <= len(measured) / 2
+        }
         noises[metric] = pair_noise(_ratios(by_pair, score).values())
         against(metric, score, noises[metric])
-        failed = [n for n, vs in per_node.items() if vs.count(0.0) > len(vs) / 2]
-        for node in failed:
-            if node not in findings:
-                name(node, f"{METRICS[metric][0]}: most of its pairs failed")
 
     links: dict[tuple[str, str], Finding] = {}
     for metric, by_pair in pair_figures.items():

@@ -18,13 +18,14 @@ from typing import TYPE_CHECKING
 
 from harness import nodecheck
 from harness.cost import Cost
-from harness.errors import SlurmError, UsageError, shown
+from harness.errors import RunDirError, SlurmError, UsageError, shown
 from harness.executors.slurm.nodes import NAME, NodesExecutor, check_job
 from harness.executors.slurm.profile import ClusterProfile
 from harness.nodecheck import HOSTLIST_RE, NODE_NAME_RE, Options
-from harness.nodesteps import Driver, LocalLauncher, Plan
+from harness.nodesteps import PLAN, Driver, LocalLauncher, Plan, load_plan
 from harness.present import nodes as present
 from harness.rundir import COMPLETED, RunDir
+from harness.spec import FieldError, build
 from harness.sweep import claim, confirm, execute, locked
 
 if TYPE_CHECKING:
@@ -165,6 +166,26 @@ def start(
                 console.print(f"[red]the check's job ended {rec.state}[/]: {shown(rec.reason or '')}", soft_wrap=True)
                 if not (run.path / f"jobs/{NAME}/steps.json").exists():
                     return EXIT_UNJUDGED
+        return report(run, plan, profile, console, as_json)
+
+
+def judge_again(path: Path, threshold: float | None, console: Console, as_json: bool) -> int:
+    """`bench nodes --report DIR`: the verdict of a check that ran, with its plan's threshold or
+    `threshold`; the plan, record and results are read as untrusted data."""
+    run = RunDir(path)
+    if not (path / PLAN).is_file():
+        raise RunDirError(f"{path}: no {PLAN}; not the run directory of a node check")
+    try:
+        plan = load_plan(path)
+    except ValueError as exc:
+        raise RunDirError(str(exc)) from None
+    if threshold is not None:
+        plan = dataclasses.replace(plan, threshold=threshold)
+    try:
+        profile = build(ClusterProfile, plan.cluster, "cluster") if plan.cluster else None
+    except FieldError as exc:
+        raise RunDirError(f"{path / PLAN}: cluster.{exc.key}: {exc}") from None
+    with locked(run):
         return report(run, plan, profile, console, as_json)
 
 

@@ -41,7 +41,7 @@ RECORD = "steps.json"
 ROUNDS_DIR = "rounds"  # in the check's folder: <k>.json, the steps of round k
 RECORD_VERSION = 1
 STEP_SCRIPT = "step.sh"  # the srun line of a step, rendered by harness/executors/slurm/nodes.py
-_POLL_S = 0.2
+_POLL_S = 0.05
 _GRACE_S = 30.0  # past the step timeout before the driver ends a step Slurm's --time did not
 
 
@@ -93,7 +93,7 @@ class LocalLauncher(Launcher):
 
 class SrunLauncher(Launcher):
     """Each step is an srun step of the allocation on its nodes, through the rendered step
-    script: `bash step.sh NODES NNODES PORT MODULE ARGS...`, its values as arguments, never
+    script: `bash step.sh NAME NODES NNODES PORT MODULE ARGS...`, its values as arguments, never
     as shell text. The rendezvous port is derived from the job id and the step's index, so
     steps that follow one another on a node do not meet a port still in TIME_WAIT."""
 
@@ -103,7 +103,7 @@ class SrunLauncher(Launcher):
     def start(self, step: Step, names: Sequence[str], index: int, log: BinaryIO) -> list[subprocess.Popen]:
         port = 20000 + (self.job_id % 20000 + index) % 40000
         nodes = ",".join(names[i] for i in step.nodes)
-        command = ["bash", self.script, nodes, str(len(step.nodes)), str(port), step.module, *step.args]
+        command = ["bash", self.script, step.name, nodes, str(len(step.nodes)), str(port), step.module, *step.args]
         return [_popen(command, self.run, dict(os.environ), log)]
 
 

@@ -5,6 +5,7 @@ skip with the reason; under CI (CI=true) they must run, and a skip fails."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -14,6 +15,7 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -404,6 +406,26 @@ def testbed():
         yield SLURM_ENV
     finally:  # also after a failed `up`: never leave daemons and namespaces behind
         run([str(TESTBED), "down"], timeout=300)
+
+
+def shape(*args: str) -> None:
+    """`testbed shape ARGS`: tc on the emulated nodes' links."""
+    run([str(TESTBED), "shape", *args])
+
+
+@contextlib.contextmanager
+def no_eth0_on(node: str) -> Iterator[None]:
+    """The node's eth0 renamed, as on a node whose image names its NIC otherwise: the profile's
+    GLOO_SOCKET_IFNAME=eth0 then fails there, and only there."""
+    run(["ip", "-n", node, "link", "set", "eth0", "down"])
+    run(["ip", "-n", node, "link", "set", "eth0", "name", "ethX"])
+    run(["ip", "-n", node, "link", "set", "ethX", "up"])
+    try:
+        yield
+    finally:
+        run(["ip", "-n", node, "link", "set", "ethX", "down"])
+        run(["ip", "-n", node, "link", "set", "ethX", "name", "eth0"])
+        run(["ip", "-n", node, "link", "set", "eth0", "up"])
 
 
 def slurm(*cmd: str, **kw) -> Result:

@@ -209,6 +209,9 @@ def test_a_node_whose_pairs_failed_is_named_and_the_check_goes_on():
     failures = {" ".join(p): "pair step exited 1: no interface eth0" for p in failed}
     v = judge(names(4), {}, pairs_of(UNSHAPED, failed), 0.5, {}, failures)
     assert [f.nodes for f in v.nodes] == [("bnode4",)] and v.links == []
+    why = "3 of 3 pairs failed (first: pair step exited 1: no interface eth0)"
+    assert v.nodes[0].reasons == [f"two-node all-reduce, busbw: {why}", f"point-to-point exchange, per rank: {why}"]
+    assert "bnode4" not in v.node_scores["p2p_gbps"]
 
 
 def test_a_check_whose_steps_mostly_failed_names_nothing():

@@ -26,7 +26,6 @@ figures each proof measured are printed (pytest -s shows them)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import re
@@ -35,7 +34,7 @@ import xml.etree.ElementTree as ET
 
 import pandas as pd
 import pytest
-from conftest import SWEEPS, TESTBED, bench, run, slurm_sweep
+from conftest import SWEEPS, bench, no_eth0_on, shape, slurm_sweep
 
 pytestmark = pytest.mark.slow
 
@@ -51,25 +50,6 @@ BUSBW = ("--metric", "busbw_gbps")  # the runs above judged on what they measure
 def sweep(out, *args, sweep_file=SWEEP, ok: bool = True) -> None:
     r = slurm_sweep(sweep_file, out, *args)
     assert r.returncode == (0 if ok else 1), r.describe()
-
-
-def shape(*args: str) -> None:
-    run([str(TESTBED), "shape", *args])
-
-
-@contextlib.contextmanager
-def no_eth0_on(node: str):
-    """The node's eth0 renamed, as on a node whose image names its NIC otherwise: the profile's
-    GLOO_SOCKET_IFNAME=eth0 then fails there, and only there."""
-    run(["ip", "-n", node, "link", "set", "eth0", "down"])
-    run(["ip", "-n", node, "link", "set", "eth0", "name", "ethX"])
-    run(["ip", "-n", node, "link", "set", "ethX", "up"])
-    try:
-        yield
-    finally:
-        run(["ip", "-n", node, "link", "set", "ethX", "down"])
-        run(["ip", "-n", node, "link", "set", "ethX", "name", "eth0"])
-        run(["ip", "-n", node, "link", "set", "eth0", "up"])
 
 
 def busbw_4m(path, nodes: int) -> float:

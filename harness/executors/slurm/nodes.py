@@ -81,7 +81,8 @@ def render_check_script(job: Job, profile: ClusterProfile, plan: Plan) -> str:
 
 
 def render_step_script(job: Job, profile: ClusterProfile, plan: Plan) -> str:
-    """The script of one step: `step.sh NODES NNODES PORT MODULE [ARG...]`: pure."""
+    """The script of one step: `step.sh NAME NODES NNODES PORT MODULE [ARG...]`: pure. The step
+    is named as the check names it (pair-3-5), which sacct shows."""
     _, env, passed = environment_lines(job, profile)
     names = [*env, *passed, "MASTER_ADDR", "MASTER_PORT"]
     container, inner = in_container(profile, names)
@@ -92,7 +93,7 @@ def render_step_script(job: Job, profile: ClusterProfile, plan: Plan) -> str:
     prefix = env_prefix(profile)
     srun = " ".join(
         [
-            'srun --nodes="$nnodes" --nodelist="$nodes" --ntasks="$ntasks"',
+            'srun --job-name="$name" --nodes="$nnodes" --nodelist="$nodes" --ntasks="$ntasks"',
             f"--ntasks-per-node={tasks} --cpus-per-task={cpus} --kill-on-bad-exit=1 --time={step_limit}",
             *(_quote(o) for o in profile.srun_options),
             *container,
@@ -103,13 +104,16 @@ def render_step_script(job: Job, profile: ClusterProfile, plan: Plan) -> str:
             [
                 "#!/bin/bash",
                 "# One step of bench's node check, run by harness/nodesteps.py from the run directory:",
-                "#   step.sh NODES NNODES PORT MODULE [ARG...]",
+                "#   step.sh NAME NODES NNODES PORT MODULE [ARG...]",
                 "# The rendezvous is the step's first node; Slurm ends the step at the step timeout.",
                 "set -euo pipefail",
-                "nodes=$1 nnodes=$2 port=$3 module=$4",
-                "shift 4",
+                "name=$1 nodes=$2 nnodes=$3 port=$4 module=$5",
+                "shift 5",
                 'case "$nnodes:$port" in',
                 '  *[!0-9:]*|:*|*:) echo "bench: step.sh: NNODES and PORT must be numbers" >&2; exit 2 ;;',
+                "esac",
+                'case "$name" in',
+                '  ""|*[!a-z0-9-]*) echo "bench: step.sh: NAME must be letters, digits and -" >&2; exit 2 ;;',
                 "esac",
                 "MASTER_ADDR=${nodes%%,*}",
                 "MASTER_PORT=$port",

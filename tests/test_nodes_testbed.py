@@ -1,0 +1,150 @@
+"""The node check (`bench nodes`) on the Slurm testbed, brought up with 8 nodes for this module:
+
+1. 8 nodes and 4 nodes, nothing shaped: nothing named, exit 0; the 8 are one Slurm job of 28
+   pair steps in 7 rounds.
+2. bnode3's link shaped (`testbed shape --node bnode3`): bnode3 named and no other, exit 1, the
+   drain list `bnode3`.
+3. Only the traffic between bnode5 and bnode6 shaped (`testbed shape --node bnode5 --peer
+   bnode6`): that link named, neither node, exit 1, nothing to drain.
+4. bnode4 without the interface the profile names (its steps fail): bnode4 named, and the
+   check ran every other step.
+
+Every check runs 1 gloo rank per node (device cpu, so no matmul) at 4M, 20 calls. The emulated
+nodes share this machine's 2 cores, so the profile's max_running_jobs (1) runs one step at a
+time, and the checks give the threshold this testbed's noise margin, 50%: unshaped, one pair's
+figure has read 32% below its nodes' (tests/test_nodecheck.py); shaped to 1gbit a node's or a
+link's read 84-97% below.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from conftest import NODES, SLURM_ENV, SWEEPS, TESTBED, bench, no_eth0_on, read_json, run, sacct_rows, shape
+
+PROFILE = SWEEPS / "clusters" / "testbed.yaml"
+CHECK = ("nodes", "--executor", "slurm", "--cluster", str(PROFILE), "--device", "cpu", "--bytes", "4M")
+CHECK += ("--iters", "20", "--threshold", "50%", "--yes")
+RATE = "1gbit"  # an eighth of gloo's 0.7-0.9 GB/s here
+
+
+@pytest.fixture(scope="module")
+def eight(testbed):
+    """The session's testbed again with 8 nodes; as it was (NODES) afterwards."""
+    run([str(TESTBED), "down"], timeout=300)
+    try:
+        run([str(TESTBED), "up", "--nodes", "8"], timeout=900)
+        yield testbed
+    finally:
+        run([str(TESTBED), "down"], timeout=300)
+        run([str(TESTBED), "up", "--nodes", str(NODES)], timeout=900)
+
+
+@pytest.fixture(scope="module")
+def checks(eight, tmp_path_factory):
+    root = tmp_path_factory.mktemp("nodes")
+    out = {}
+
+    def check(name, *args):
+        start = time.monotonic()
+        r = bench(*CHECK, "--out", str(root / name), *args, check=False, timeout=900, env=eight)
+        out[name] = (r, root / name, time.monotonic() - start)
+        print(f"\n{name}: exit {r.returncode} in {out[name][2]:.1f} s\n{r.stdout[-3000:]}")
+
+    shape("--clear")
+    check("eight")
+    check("four", "--nodelist", "bnode[1-4]")
+    shape("--rate", RATE, "--node", "bnode3")
+    try:
+        check("slow_node", "--nodelist", "bnode[1-4]")
+    finally:
+        shape("--clear")
+    shape("--rate", RATE, "--node", "bnode5", "--peer", "bnode6")
+    try:
+        check("slow_link", "--nodelist", "bnode[5-8]", "--json")
+    finally:
+        shape("--clear")
+    with no_eth0_on("bnode4"):
+        check("broken", "--nodelist", "bnode[1-4]")
+    return out
+
+
+def verdict(path):
+    return read_json(path / "verdict.json")
+
+
+@pytest.mark.parametrize("name", ["eight", "four"])
+def test_nothing_shaped_names_nothing(checks, name):
+    r, path, _ = checks[name]
+    assert r.returncode == 0, r.describe()
+    v = verdict(path)
+    assert v["clean"] and v["nodes_named"] == v["links_named"] == [] and v["drain"] == ""
+    assert (path / "drain.txt").read_text() == ""
+    n = 8 if name == "eight" else 4
+    assert v["hosts"] == [f"bnode{k}" for k in range(1, n + 1)]
+    assert len(v["pair_figures"]["busbw_gbps"]) == n * (n - 1) // 2
+    assert all(x > 0.1 for x in v["pair_figures"]["p2p_gbps"].values())
+
+
+def test_eight_nodes_are_one_job_of_28_pair_steps_in_7_rounds(checks):
+    _, path, took = checks["eight"]
+    jobs = read_json(path / "jobs.json")["jobs"]
+    assert list(jobs) == ["nodes"] and jobs["nodes"]["state"] == "COMPLETED"
+    job_id = jobs["nodes"]["job_id"]
+    assert sacct_rows("-j", job_id)[job_id][2] == "8"  # one job of all 8 nodes
+    steps = run(["sacct", "-P", "-n", "-j", job_id, "--format=JobID,JobName,NNodes,State"], env=SLURM_ENV).stdout
+    pair_steps = [line for line in steps.splitlines() if line.split("|")[1].startswith("pair-")]
+    assert all(line.split("|")[2] == "2" for line in pair_steps)
+    assert len(pair_steps) == 28 and all(line.endswith("|COMPLETED") for line in pair_steps), steps
+    v = verdict(path)
+    assert v["rounds"] == len(v["round_s"]) == 7
+    assert len(v["steps"]) == 28 and {s["state"] for s in v["steps"].values()} == {"COMPLETED"}
+    print(
+        f"\n8 nodes: 1 job, 28 pairs in 7 rounds of 4, one step at a time: {sum(v['round_s']):.1f} s "
+        f"in the job, {took:.1f} s from submission; rounds {v['round_s']}"
+    )
+
+
+def test_a_slow_node_is_named_and_drained_alone(checks):
+    r, path, _ = checks["slow_node"]
+    assert r.returncode == 1, r.describe()
+    v = verdict(path)
+    assert [n["node"] for n in v["nodes_named"]] == ["bnode3"] and v["links_named"] == []
+    assert v["drain"] == "bnode3" and (path / "drain.txt").read_text() == "bnode3\n"
+    assert "drain: bnode3" in r.stdout
+    scores = v["node_scores"]["p2p_gbps"]
+    assert scores["bnode3"] < 0.2 * min(scores[n] for n in ("bnode1", "bnode2", "bnode4"))
+
+
+def test_a_slow_link_is_named_and_neither_node(checks):
+    r, path, _ = checks["slow_link"]
+    assert r.returncode == 1, r.describe()
+    printed = json.loads(r.stdout)  # --json: the verdict alone on stdout
+    assert printed == verdict(path)
+    assert printed["nodes_named"] == [] and printed["drain"] == ""
+    assert [n["nodes"] for n in printed["links_named"]] == [["bnode5", "bnode6"]]
+    figures = printed["pair_figures"]["p2p_gbps"]
+    others = [x for p, x in figures.items() if p != "bnode5 bnode6"]
+    assert figures["bnode5 bnode6"] < 0.2 * min(others)
+    assert (path / "heatmap.png").stat().st_size > 0
+    cells = (path / "heatmap.csv").read_text().splitlines()
+    assert len(cells) == 1 + 2 * 6  # two panels of 6 pairs
+
+
+def test_a_node_whose_steps_fail_is_named_and_the_check_goes_on(checks):
+    r, path, _ = checks["broken"]
+    assert r.returncode == 1, r.describe()
+    v = verdict(path)
+    assert [n["node"] for n in v["nodes_named"]] == ["bnode4"] and v["drain"] == "bnode4"
+    states = {name: s["state"] for name, s in v["steps"].items()}
+    assert states == {
+        "pair-0-3": "FAILED",
+        "pair-1-2": "COMPLETED",
+        "pair-1-3": "FAILED",
+        "pair-0-2": "COMPLETED",
+        "pair-2-3": "FAILED",
+        "pair-0-1": "COMPLETED",
+    }
+    assert "eth0" in v["steps"]["pair-0-3"]["reason"]
