@@ -56,6 +56,7 @@ from harness.analysis.history import BASELINE_HELP, DEFAULT_BASELINE
 from harness.collect import collect, read_summary, write_summary
 from harness.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, BenchError, DataError, UsageError, one_line, shown
 from harness.executors.slurm.profile import load_profile
+from harness.nodecheck import Options
 from harness.nodesteps import check_options
 from harness.present import export, report
 from harness.present.plot import draw_all, draw_compare, history_figure
@@ -162,8 +163,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_nodes(args: argparse.Namespace) -> int:
-    from harness.nodecheck import Options
-
     if args.report:
         given = [
             f for f, v in (("--nodelist", args.nodelist), ("--nodes", args.nodes), ("--cluster", args.cluster)) if v
@@ -184,13 +183,11 @@ def cmd_nodes(args: argparse.Namespace) -> int:
     console = _console()
     if not args.json:
         console.print(f"executor: {name} ({why})")
-    if name == "submitit":
-        raise UsageError("--executor submitit: the node check runs through sbatch; use --executor slurm")
-    batch = name == "slurm"
+    batch = name in ("slurm", "submitit")
     if batch and not args.dry_run and not shutil.which("sbatch"):
-        raise UsageError("--executor slurm: sbatch not found on PATH; run where Slurm's client commands are")
+        raise UsageError(f"--executor {name}: sbatch not found on PATH; run where Slurm's client commands are")
     if args.cluster and not batch:
-        raise UsageError(f"--cluster describes a Slurm cluster; it needs --executor slurm, not {name}")
+        raise UsageError(f"--cluster describes a Slurm cluster; it needs --executor slurm or submitit, not {name}")
     cluster = args.cluster or (_env_path("BENCH_CLUSTER") if batch else None)
     if batch and cluster is None:
         raise UsageError(
@@ -198,6 +195,10 @@ def cmd_nodes(args: argparse.Namespace) -> int:
             "(start from sweeps/clusters/example.yaml); to emulate nodes on this machine, --executor local"
         )
     profile = load_profile(cluster) if cluster else None
+    if name == "submitit" and profile is not None and cluster is not None:
+        from harness.executors.slurm.via_submitit import check_profile
+
+        check_profile(profile, cluster)
     try:
         size = parse_size(args.bytes)
         # Emulated nodes are one machine: what tells them apart is its noise (docs/nodes.md).
@@ -839,7 +840,11 @@ def build_parser() -> argparse.ArgumentParser:
         "(default 10%%; 50%% locally, where the emulated nodes are one machine)",
     )
     n.add_argument(
-        "--step-timeout", type=float, default=120.0, metavar="S", help="a step running longer fails (default 120)"
+        "--step-timeout",
+        type=float,
+        default=Options.step_timeout_s,
+        metavar="S",
+        help=f"a step running longer fails (default {Options.step_timeout_s:g})",
     )
     n.add_argument(
         "--time-limit", type=float, metavar="MIN", help="the Slurm job's limit (default: rounds x step timeout + 5)"

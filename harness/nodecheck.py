@@ -108,7 +108,7 @@ class Options:
     # Steps of a round at once (None: all). Emulated nodes that share one machine's CPUs, as the
     # local executor's and the testbed's do, measure each other's load when run at once.
     concurrency: int | None = None
-    step_timeout_s: float = 300.0  # a step still running this long is ended and counted failed
+    step_timeout_s: float = 120.0  # a step still running this long is ended and counted failed
     timeout_s: float = 120.0  # the process group's timeout inside each step
 
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from harness import nodecheck
 from harness.cost import Cost
 from harness.errors import RunDirError, SlurmError, UsageError, shown
-from harness.executors.slurm.nodes import NAME, NodesExecutor, check_job
+from harness.executors.slurm.nodes import NAME, NodesExecutor, NodesSubmitit, check_job
 from harness.executors.slurm.profile import ClusterProfile
 from harness.nodecheck import HOSTLIST_RE, NODE_NAME_RE, Options
 from harness.nodesteps import PLAN, Driver, LocalLauncher, Plan, load_plan
@@ -145,7 +145,8 @@ def start(
         else:
             assert profile is not None
             job = check_job(plan, time_limit_min)
-            exe = NodesExecutor(run, options.timeout_s, profile, plan)
+            kind = NodesSubmitit if executor == "submitit" else NodesExecutor
+            exe = kind(run, options.timeout_s, profile, plan)
             run.write_job_files([(job.name, exe.job_files(job))])
             node_hours = len(names) * job.time_limit_min / 60
             cost = Cost(1, job.time_limit_min, node_hours, node_hours * options.gpus_per_node, node_hours, 0, ())

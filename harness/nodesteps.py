@@ -405,5 +405,15 @@ def main(argv: list[str] | None = None) -> int:
     return 143
 
 
+def in_submitit_task(folder: str) -> None:
+    """What each task of the check's submitit job calls: the first runs the driver (`main`) and
+    fails the job when it fails; the others have nothing to do."""
+    if os.environ.get("SLURM_PROCID") != "0":
+        return
+    status = main([folder])
+    if status:
+        raise RuntimeError(f"bench nodes: the check's driver ended with status {status}")
+
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,7 +1,7 @@
 """The node check (`bench nodes`) on the Slurm testbed, brought up with 8 nodes for this module:
 
-1. 8 nodes and 4 nodes, nothing shaped: nothing named, exit 0; the 8 are one Slurm job of 28
-   pair steps in 7 rounds.
+1. 8 nodes (through sbatch) and 4 nodes (through submitit), nothing shaped: nothing named,
+   exit 0; the 8 are one Slurm job of 28 pair steps in 7 rounds.
 2. bnode3's link shaped (`testbed shape --node bnode3`): bnode3 named and no other, exit 1, the
    drain list `bnode3`.
 3. Only the traffic between bnode5 and bnode6 shaped (`testbed shape --node bnode5 --peer
@@ -55,7 +55,7 @@ def checks(eight, tmp_path_factory):
 
     shape("--clear")
     check("eight")
-    check("four", "--nodelist", "bnode[1-4]")
+    check("four", "--nodelist", "bnode[1-4]", "--executor", "submitit")
     shape("--rate", RATE, "--node", "bnode3")
     try:
         check("slow_node", "--nodelist", "bnode[1-4]")
@@ -86,6 +86,8 @@ def test_nothing_shaped_names_nothing(checks, name):
     assert v["hosts"] == [f"bnode{k}" for k in range(1, n + 1)]
     assert len(v["pair_figures"]["busbw_gbps"]) == n * (n - 1) // 2
     assert all(x > 0.1 for x in v["pair_figures"]["p2p_gbps"].values())
+    submitted = sorted(p.name for p in (path / "jobs/nodes/submitit").glob("*_submitted.pkl"))
+    assert len(submitted) == (1 if name == "four" else 0), submitted  # the executor each went through
 
 
 def test_eight_nodes_are_one_job_of_28_pair_steps_in_7_rounds(checks):

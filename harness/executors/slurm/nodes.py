@@ -12,10 +12,13 @@ them inside double quotes.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
+from typing import Any
 
 from harness.executors.slurm.executor import SCRIPT, SlurmExecutor
 from harness.executors.slurm.profile import ClusterProfile
 from harness.executors.slurm.script import (
+    SIGNAL_LEAD_S,
     _quote,
     env_prefix,
     environment_lines,
@@ -26,8 +29,9 @@ from harness.executors.slurm.script import (
     sbatch_directives,
     tasks_and_cpus,
 )
+from harness.executors.slurm.via_submitit import SubmititExecutor
 from harness.nodecheck import HOSTLIST_RE, round_count
-from harness.nodesteps import RECORD, STEP_SCRIPT, Plan
+from harness.nodesteps import RECORD, STEP_SCRIPT, Plan, in_submitit_task
 from harness.plan import Job, WorkloadRun
 from harness.rundir import RunDir
 
@@ -76,13 +80,28 @@ def render_check_script(job: Job, profile: ClusterProfile, plan: Plan) -> str:
     ]
     setup, _, _ = environment_lines(job, profile)
     lines += setup
-    lines += ["", f"{python} -m harness.nodesteps jobs/{NAME}"]
+    lines += [
+        "",
+        f"# Near the time limit Slurm sends USR2 (--signal=B:USR2@{SIGNAL_LEAD_S}), which would end bash; the note",
+        "# says so, and the driver keeps its record until Slurm ends it (TIMEOUT). bash runs a trap",
+        "# only once the foreground command ends, so the driver runs in the background.",
+        f"trap 'echo \"$(date -Is) time limit near\" >> jobs/{NAME}/time-limit.txt' USR2",
+        f"{python} -m harness.nodesteps jobs/{NAME} &",
+        "driver=$!",
+        "while true; do",
+        '  rc=0; wait "$driver" || rc=$?',
+        '  [ "$rc" -eq 0 ] || ! kill -0 "$driver" 2>/dev/null && break  # still running: the trap woke us',
+        "done",
+        'exit "$rc"',
+    ]
     return "\n".join(lines) + "\n"
 
 
-def render_step_script(job: Job, profile: ClusterProfile, plan: Plan) -> str:
+def render_step_script(job: Job, profile: ClusterProfile, plan: Plan, overlap: bool = False) -> str:
     """The script of one step: `step.sh NAME NODES NNODES PORT MODULE [ARG...]`: pure. The step
-    is named as the check names it (pair-3-5), which sacct shows."""
+    is named as the check names it (pair-3-5), which sacct shows. `overlap`: the driver runs
+    inside a step that holds every CPU of the job (submitit's), which the check's steps share
+    (srun --overlap, Slurm 22.05)."""
     _, env, passed = environment_lines(job, profile)
     names = [*env, *passed, "MASTER_ADDR", "MASTER_PORT"]
     container, inner = in_container(profile, names)
@@ -95,6 +114,7 @@ def render_step_script(job: Job, profile: ClusterProfile, plan: Plan) -> str:
         [
             'srun --job-name="$name" --nodes="$nnodes" --nodelist="$nodes" --ntasks="$ntasks"',
             f"--ntasks-per-node={tasks} --cpus-per-task={cpus} --kill-on-bad-exit=1 --time={step_limit}",
+            *(["--overlap"] if overlap else []),
             *(_quote(o) for o in profile.srun_options),
             *container,
         ]
@@ -126,6 +146,21 @@ def render_step_script(job: Job, profile: ClusterProfile, plan: Plan) -> str:
         )
         + "\n"
     )
+
+
+class NodesSubmitit(SubmititExecutor):
+    """The submitit executor, submitting the check's one job: every task calls
+    `nodesteps.in_submitit_task`, whose first runs the driver (docs/submitit.md)."""
+
+    def __init__(self, run: RunDir, timeout_s: float, profile: ClusterProfile, plan: Plan):
+        super().__init__(run, timeout_s, profile)
+        self.plan = plan
+
+    def payload(self, job: Job) -> tuple[Callable[[Any], None], Any]:
+        return in_submitit_task, f"jobs/{NAME}"
+
+    def job_files(self, job: Job) -> dict[str, str]:
+        return {**super().job_files(job), STEP_SCRIPT: render_step_script(job, self.profile, self.plan, overlap=True)}
 
 
 class NodesExecutor(SlurmExecutor):

@@ -124,12 +124,21 @@ class SubmititExecutor(SlurmExecutor):
         _, env, passed = environment_lines(job, self.profile, executor="submitit")
         return {*env, *passed}
 
+    def parameters(self, job: Job) -> dict[str, Any]:
+        """What AutoExecutor.update_parameters gets for `job`."""
+        return parameters(job, self.profile, self.run.path.resolve())
+
+    def payload(self, job: Job) -> tuple[Callable[[Any], None], Any]:
+        """The function each task of `job` calls, and its argument, pickled by submitit."""
+        return submitit_task.run, task(job, self.timeout_s, self._given(job))
+
     def job_files(self, job: Job) -> dict[str, str]:
         """The parameters and the task bench hands submitit, for a person to read before submitting."""
+        argument = self.payload(job)[1]
         record = {
-            "parameters": parameters(job, self.profile, self.run.path.resolve()),
+            "parameters": self.parameters(job),
             "python": interpreter(self.profile),
-            "task": dataclasses.asdict(task(job, self.timeout_s, self._given(job))),
+            "task": argument if isinstance(argument, str) else dataclasses.asdict(argument),
         }
         return {PARAMETERS: json.dumps(record, indent=2) + "\n"}
 
@@ -172,7 +181,7 @@ class SubmititExecutor(SlurmExecutor):
             executor = submitit.AutoExecutor(folder=folder, cluster="slurm", slurm_python=python)
         except RuntimeError as exc:  # submitit's Slurm executor wants srun on PATH
             raise SlurmError(f"submitit cannot submit from here: {exc}", exit_status=2) from None
-        params = parameters(job, self.profile, self.run.path.resolve())
+        params = self.parameters(job)
         if after:
             params["slurm_additional_parameters"]["dependency"] = f"afterany:{after}"
         executor.update_parameters(**params)
@@ -189,7 +198,7 @@ class SubmititExecutor(SlurmExecutor):
         stderr = io.StringIO()  # submitit prints sbatch's complaint; bench says it in the job's row
         try:
             with contextlib.redirect_stderr(stderr):
-                submitted = executor.submit(submitit_task.run, task(job, self.timeout_s, self._given(job)))
+                submitted = executor.submit(*self.payload(job))
         except submitit.core.utils.FailedJobError as exc:
             code = getattr(exc.__cause__, "returncode", 1)
             if code == 124:

@@ -1,0 +1,228 @@
+"""`bench nodes` off the testbed (which tests/test_nodes_testbed.py uses): a check of emulated
+nodes on this machine with real torchrun ranks, its files, judging it again, a run directory
+of a check as untrusted data, the Slurm job's two scripts (the step script run by bash, with a
+stand-in srun that records its arguments, against hostile values), and the matmul probe."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import HOSTILE_VALUES, SWEEPS, bench, read_json
+
+from harness.executors.slurm.nodes import check_job, render_check_script, render_step_script
+from harness.executors.slurm.profile import load_profile
+from harness.nodecheck import Options
+from harness.nodesteps import Plan
+
+PROFILE = SWEEPS / "clusters" / "testbed.yaml"
+
+
+@pytest.fixture(scope="module")
+def local_check(tmp_path_factory):
+    """Three emulated nodes of one gloo rank: 3 pairs in 3 rounds, one step at a time."""
+    out = tmp_path_factory.mktemp("nodes") / "check"
+    r = bench(
+        "nodes",
+        "--executor",
+        "local",
+        "--nodes",
+        "3",
+        "--no-gemm",
+        "--bytes",
+        "256K",
+        "--iters",
+        "5",
+        "--json",
+        "--out",
+        str(out),
+        check=False,
+        timeout=300,
+    )
+    return r, out
+
+
+def test_a_local_check_runs_real_ranks_on_each_pair(local_check):
+    r, out = local_check
+    printed = json.loads(r.stdout)  # --json: the verdict alone on stdout, the rest on stderr
+    assert printed == read_json(out / "verdict.json")
+    assert "round 3 of 3: 1 step(s)" in r.stderr
+    # 3 nodes: links cannot be told from nodes, so the check says what it could not judge (3),
+    # unless it named something (1); never clean (0)
+    assert r.returncode == (1 if printed["nodes_named"] or printed["links_named"] else 3), r.describe()
+    assert printed["hosts"] == ["local0", "local1", "local2"] and printed["rounds"] == 3
+    assert {s["state"] for s in printed["steps"].values()} == {"COMPLETED"} and len(printed["steps"]) == 3
+    for metric in ("busbw_gbps", "p2p_gbps"):
+        figures = printed["pair_figures"][metric]
+        assert set(figures) == {"local0 local1", "local0 local2", "local1 local2"}
+        assert all(x > 0 for x in figures.values())
+    # each figure is the step's own result, from its median call
+    result = read_json(out / "jobs/nodes/steps/pair-0-1.json")
+    row = next(x for x in result["rows"] if x["collective"] == "sendrecv")
+    assert result["world_size"] == 2 and result["nodes"] == 2 and result["params"]["min_bytes"] == 256 * 1024
+    assert printed["pair_figures"]["p2p_gbps"]["local0 local1"] == pytest.approx(
+        row["busbw_gbps"] * row["time_us"] / row["time_us_median"]
+    )
+    assert (out / "jobs/nodes/steps/pair-0-1.log").read_text().count("# collective") == 2
+    for name in ("nodes.csv", "pairs.csv", "heatmap.png", "heatmap.csv", "drain.txt", "check.json"):
+        assert (out / name).is_file(), name
+    assert (out / "pairs.csv").read_text().splitlines()[0] == "node_a,node_b,busbw_gbps,p2p_gbps,named"
+
+
+def test_a_check_is_judged_again_with_another_threshold(local_check, tmp_path):
+    _, out = local_check
+    copy = tmp_path / "check"
+    shutil.copytree(out, copy)
+    r = bench("nodes", "--report", str(copy), "--threshold", "0%", "--json", check=False)
+    v = json.loads(r.stdout)
+    assert v["threshold"] == 0.0 and r.returncode in (1, 3)
+    # at 0% every figure below the others' median is named: the file says who, and exit 1 with it
+    assert (r.returncode == 1) == bool(v["nodes_named"] or v["links_named"])
+    assert (copy / "drain.txt").read_text().strip() == v["drain"]
+
+
+def _tamper(tmp_path: Path, source: Path, rel: str, edit) -> Path:
+    copy = tmp_path / "check"
+    shutil.copytree(source, copy)
+    path = copy / rel
+    path.write_text(edit(path.read_text()))
+    return copy
+
+
+@pytest.mark.parametrize(
+    ("rel", "edit", "words"),
+    [
+        ("check.json", lambda t: t.replace('"threshold": 0.5', '"threshold": 7'), "threshold must be a fraction"),
+        ("check.json", lambda t: t.replace('"iters": 5', '"iters": "5; id"'), "iters must be an integer"),
+        ("check.json", lambda t: t.replace('"gpus_per_node"', '"gpus"'), "options: not an object of the check"),
+        ("check.json", lambda t: t.replace('"nodes": 3', '"nodes": true'), "nodes must be an integer"),
+        ("check.json", lambda t: "[1, 2]", "not a JSON object"),
+        ("jobs/nodes/steps.json", lambda t: t.replace('"local1"', '"$(id)"'), "hosts must be a list of node names"),
+        ("jobs/nodes/steps.json", lambda t: t.replace('"local1"', '"local0"'), "hosts names a node twice"),
+        ("jobs/nodes/steps.json", lambda t: t.replace('"ran": 3', '"ran": 9'), "round_s must be the seconds"),
+        ("jobs/nodes/rounds/1.json", lambda t: "{", "not readable JSON"),
+    ],
+)
+def test_a_tampered_check_is_one_line_and_exit_2(local_check, tmp_path, rel, edit, words):
+    copy = _tamper(tmp_path, local_check[1], rel, edit)
+    before = (copy / "verdict.json").read_bytes()
+    r = bench("nodes", "--report", str(copy), check=False)
+    assert r.returncode == 2, r.describe()
+    assert r.stdout == "" and len(r.stderr.splitlines()) == 1 and words in r.stderr, r.stderr
+    assert (copy / "verdict.json").read_bytes() == before  # nothing rewritten
+
+
+def test_a_step_result_that_is_not_a_result_fails_that_step_only(local_check, tmp_path):
+    copy = _tamper(
+        tmp_path, local_check[1], "jobs/nodes/steps/pair-0-1.json", lambda t: t.replace('"wrong": 0', '"wrong": 7', 1)
+    )
+    v = json.loads(bench("nodes", "--report", str(copy), "--json", check=False).stdout)
+    assert v["pair_figures"]["busbw_gbps"]["local0 local1"] is None
+    assert v["pair_figures"]["busbw_gbps"]["local1 local2"] > 0
+
+
+@pytest.mark.parametrize("bad", ["a;b", "$(id)", "bnode[1-4] x", "n`id`"])
+def test_a_hostile_nodelist_is_refused_before_anything_runs(tmp_path, bad):
+    out = tmp_path / "out"
+    r = bench(
+        "nodes",
+        "--executor",
+        "slurm",
+        "--cluster",
+        str(PROFILE),
+        "--nodelist",
+        bad,
+        "--dry-run",
+        "--out",
+        str(out),
+        check=False,
+    )
+    assert r.returncode == 2 and "is not a Slurm hostlist" in r.stderr and len(r.stderr.splitlines()) == 1, r.describe()
+    assert not out.exists()
+
+
+# --------------------------------------------------------------------------- the Slurm job's scripts
+
+
+def _plan(**kw) -> Plan:
+    return Plan("slurm", Options(gemm=False, bytes=4 << 20), 0.1, 4, "bnode[1-4]", **kw)
+
+
+def test_the_check_is_one_job_of_every_node_running_the_driver():
+    profile = load_profile(PROFILE)
+    plan = _plan()
+    job = check_job(plan)
+    script = render_check_script(job, profile, plan)
+    assert "#SBATCH --nodes=4\n" in script and "#SBATCH --nodelist=bnode[1-4]\n" in script
+    assert "#SBATCH --job-name=bench-nodes\n" in script and "#SBATCH --time=00:11:00\n" in script  # 3 rounds x 2 + 5
+    assert " -m harness.nodesteps jobs/nodes &\n" in script and script.rstrip().endswith('exit "$rc"')
+    assert "export GLOO_SOCKET_IFNAME=eth0" in script
+    with pytest.raises(ValueError, match="not a Slurm hostlist"):
+        render_check_script(job, profile, Plan("slurm", plan.options, 0.1, 4, "a;b"))
+
+
+@pytest.fixture
+def fake_srun(tmp_path):
+    """An srun on PATH that writes its arguments and MASTER_ADDR/PORT as JSON, one file per call."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    srun = bin_dir / "srun"
+    srun.write_text(
+        "#!/usr/bin/env python3\nimport json, os, sys\n"
+        f"json.dump({{'argv': sys.argv[1:], 'addr': os.environ['MASTER_ADDR'], 'port': os.environ['MASTER_PORT']}}, "
+        f"open({str(tmp_path / 'srun.json')!r}, 'w'))\n"
+    )
+    srun.chmod(srun.stat().st_mode | stat.S_IEXEC)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}, tmp_path / "srun.json"
+
+
+def _step(tmp_path, env, *args):
+    script = tmp_path / "step.sh"
+    plan = _plan()
+    script.write_text(render_step_script(check_job(plan), load_profile(PROFILE), plan))
+    return subprocess.run(["bash", str(script), *args], env=env, capture_output=True, text=True, cwd=tmp_path)
+
+
+def test_a_step_is_an_srun_step_on_its_nodes(tmp_path, fake_srun):
+    env, record = fake_srun
+    p = _step(tmp_path, env, "pair-0-3", "bnode1,bnode4", "2", "21234", "benchmarks.allreduce", "--iters=20")
+    assert p.returncode == 0, p.stderr
+    got = json.loads(record.read_text())
+    assert got["addr"] == "bnode1" and got["port"] == "21234"
+    argv = got["argv"]
+    assert argv[:4] == ["--job-name=pair-0-3", "--nodes=2", "--nodelist=bnode1,bnode4", "--ntasks=2"]
+    assert "--time=00:02:00" in argv and "--kill-on-bad-exit=1" in argv
+    assert argv[-3:] == ["-m", "benchmarks.allreduce", "--iters=20"]
+
+
+@pytest.mark.parametrize("value", HOSTILE_VALUES)
+def test_hostile_values_reach_srun_as_words_or_are_refused(tmp_path, fake_srun, value):
+    env, record = fake_srun
+    p = _step(tmp_path, env, "pair-0-1", value, "2", "21234", "benchmarks.allreduce", value)
+    assert p.returncode == 0, p.stderr
+    argv = json.loads(record.read_text())["argv"]
+    assert f"--nodelist={value}" in argv and argv[-1] == value  # one word each, never run
+    for name, nnodes, port in ((value, "2", "1"), ("pair-0-1", value, "1"), ("pair-0-1", "2", value)):
+        record.unlink(missing_ok=True)
+        p = _step(tmp_path, env, name, "bnode1,bnode2", nnodes, port, "benchmarks.allreduce")
+        assert p.returncode == 2 and "bench: step.sh:" in p.stderr and not record.exists(), (name, nnodes, port)
+
+
+# --------------------------------------------------------------------------- the matmul probe
+
+
+def test_gemm_measures_every_rank(tmp_path):
+    out = tmp_path / "gemm.json"
+    bench("run", "gemm", "--nproc", "2", "--size", "256", "--iters", "3", "--json", str(out), timeout=120)
+    result = read_json(out)
+    assert result["workload"] == "gemm" and result["world_size"] == 2
+    assert result["params"] == {"size": 256, "dtype": "float32", "iters": 3}
+    assert len(result["tflops_per_rank"]) == 2 and all(x > 0 for x in result["tflops_per_rank"])
+    assert result["tflops_min"] == min(result["tflops_per_rank"])
+    r = bench("run", "gemm", "--size", "-1", check=False)
+    assert r.returncode == 2 and "--size must be at least 0" in r.stderr
