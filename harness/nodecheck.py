@@ -262,6 +262,13 @@ def _median_busbw(result: Mapping[str, Any], collective: str, group: str, where:
     raise FigureError(f"{where}: no {collective} row on the {group} group")
 
 
+def step_metrics(step: Step) -> tuple[str, ...]:
+    """The metrics a step measures."""
+    if step.module == "benchmarks.gemm":
+        return ("gemm_tflops",)
+    return ("intra_busbw_gbps",) if len(step.nodes) == 1 else ("busbw_gbps", "p2p_gbps")
+
+
 def step_figures(step: Step, result: Mapping[str, Any]) -> dict[str, float]:
     """The figures one step's result gives, by metric; FigureError when it does not hold them."""
     where = step.name

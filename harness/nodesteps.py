@@ -265,8 +265,56 @@ def load_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def step_result(folder: Path, step: Step) -> dict[str, Any]:
-    return load_result(folder / step.result)
+FOLDER = "jobs/nodes"  # the check's job directory in its run directory
+
+
+@dataclass
+class Figures:
+    """What a check's steps measured, as `nodecheck.judge` takes it."""
+
+    names: list[str]
+    nodes: dict[str, dict[str, float | None]]  # metric -> node -> figure, None: its step failed
+    pairs: dict[str, dict[tuple[str, str], float | None]]  # metric -> (a, b) -> figure
+    failures: dict[str, str]  # "a" or "a b" -> why its step has no figure
+    never: int  # steps the record has no end for: the check was cut short
+    record: dict[str, Any]
+
+
+def gather(run: Path, plan: Plan) -> Figures:
+    """Every step's figures from the check in `run`: its record and each completed step's
+    result, read as untrusted data; ValueError for a record that cannot be read. A result that
+    does not hold its figures fails its step only."""
+    folder = run / FOLDER
+    record = read_record(folder)
+    names: list[str] = record["hosts"]
+    out = Figures(names, {}, {}, {}, 0, record)
+    try:
+        rounds = nodecheck.schedule(names, plan.options)
+    except ValueError as exc:
+        raise ValueError(f"{folder / RECORD}: {exc}") from None
+    for round_ in rounds:
+        for step in nodecheck.steps(round_, plan.options, FOLDER):
+            rec = record["steps"].get(step.name)
+            if rec is None or rec.get("state") in (None, "RUNNING"):
+                out.never += 1
+                continue
+            nodes = tuple(names[i] for i in step.nodes)
+            figures: dict[str, float] | None = None
+            why = str(rec.get("reason") or rec.get("state"))
+            if rec.get("state") == COMPLETED:
+                try:
+                    figures = nodecheck.step_figures(step, load_result(folder / step.result))
+                except ValueError as exc:  # FigureError and ResultError are ValueErrors
+                    why = str(exc)
+            for metric in nodecheck.step_metrics(step):
+                value = None if figures is None else figures[metric]
+                if len(nodes) == 1:
+                    out.nodes.setdefault(metric, {})[nodes[0]] = value
+                else:
+                    out.pairs.setdefault(metric, {})[(nodes[0], nodes[1])] = value
+            if figures is None:
+                out.failures[" ".join(nodes)] = f"{step.name} {why}"
+    return out
 
 
 # --------------------------------------------------------------------------- the plan

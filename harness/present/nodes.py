@@ -16,18 +16,17 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness import inside, nodecheck
+from harness import inside
 from harness.errors import DataError
 from harness.executors.slurm.profile import ClusterProfile
-from harness.nodecheck import METRICS, FigureError, Verdict, judge
-from harness.nodesteps import Plan, read_record, step_result
+from harness.nodecheck import METRICS, Verdict, judge
+from harness.nodesteps import Plan, gather
 from harness.present.plot import draw_heatmap
 from harness.rundir import COMPLETED
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-FOLDER = "jobs/nodes"  # the check's job directory in its run directory
 FILES = ("verdict.json", "nodes.csv", "pairs.csv", "heatmap.png", "heatmap.csv", "drain.txt")
 
 
@@ -49,53 +48,17 @@ def expected(profile: ClusterProfile | None, gpus_per_node: int) -> dict[str, fl
 
 def verdict(run: Path, plan: Plan, profile: ClusterProfile | None) -> tuple[Verdict, dict[str, Any]]:
     """The verdict of the check in `run`, and its record (steps.json)."""
-    folder = run / FOLDER
     try:
-        record = read_record(folder)
+        f = gather(run, plan)
     except ValueError as exc:
         raise DataError(str(exc)) from None
-    names: list[str] = record["hosts"]
-    steps: dict[str, dict[str, Any]] = record["steps"]
-    node_figs: dict[str, dict[str, float | None]] = {}
-    pair_figs: dict[str, dict[tuple[str, str], float | None]] = {}
-    failures: dict[str, str] = {}
-    never = 0
-    try:
-        plan_rounds = nodecheck.schedule(names, plan.options)
-    except ValueError as exc:
-        raise DataError(f"{folder / 'steps.json'}: {exc}") from None
-    for round_ in plan_rounds:
-        for step in nodecheck.steps(round_, plan.options, FOLDER):
-            rec = steps.get(step.name)
-            if not isinstance(rec, dict) or rec.get("state") in (None, "RUNNING"):
-                never += 1
-                continue
-            nodes = tuple(names[i] for i in step.nodes)
-            figures: dict[str, float] | None = None
-            why = str(rec.get("reason") or rec.get("state"))
-            if rec.get("state") == COMPLETED:
-                try:
-                    figures = nodecheck.step_figures(step, step_result(folder, step))
-                except (FigureError, ValueError) as exc:
-                    why = str(exc)
-            if step.module == "benchmarks.gemm":
-                metrics = ["gemm_tflops"]
-            elif len(nodes) == 1:
-                metrics = ["intra_busbw_gbps"]
-            else:
-                metrics = ["busbw_gbps", "p2p_gbps"]
-            for metric in metrics:
-                value = None if figures is None else figures[metric]
-                if len(nodes) == 1:
-                    node_figs.setdefault(metric, {})[nodes[0]] = value
-                else:
-                    pair_figs.setdefault(metric, {})[(nodes[0], nodes[1])] = value
-            if figures is None:
-                failures[" ".join(nodes)] = f"{step.name} {why}"
-    v = judge(names, node_figs, pair_figs, plan.threshold, expected(profile, plan.options.gpus_per_node), failures)
-    if never:
-        v.unjudged.append(f"{never} step(s) never ran (the check was cut short): their nodes and pairs are not judged")
-    return v, record
+    expect = expected(profile, plan.options.gpus_per_node)
+    v = judge(f.names, f.nodes, f.pairs, plan.threshold, expect, f.failures)
+    if f.never:
+        v.unjudged.append(
+            f"{f.never} step(s) never ran (the check was cut short): their nodes and pairs are not judged"
+        )
+    return v, f.record
 
 
 def as_json(v: Verdict, record: dict[str, Any], plan: Plan) -> dict[str, Any]:
