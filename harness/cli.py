@@ -36,7 +36,7 @@ from benchmarks.catalog import PROBES, WORKLOADS
 from benchmarks.common import OneLineParser, parse_size
 from benchmarks.results import atomic_write_bytes
 from harness import inside, nodes, outputs, sweep, transport
-from harness.analysis import changes, history, reference
+from harness.analysis import changes, history, nodehistory, reference
 from harness.analysis.compare import (
     AXES,
     BY_SAMPLES,
@@ -419,7 +419,14 @@ def cmd_history(args: argparse.Namespace) -> int:
             if args.action == "add"
             else "history remove needs the run id: bench history remove ID"
         )
-    if args.action == "add":
+    if args.action == "add" and nodehistory.is_check(Path(args.dir)):
+        check = nodehistory.add(db, Path(args.dir), args.cluster, args.label, nodes.named(Path(args.dir)))
+        print(
+            f"added the node check {args.dir} to {db} as node check {check.id} of cluster {check.cluster}"
+            f"{f' (label {check.label})' if check.label else ''}: {check.nodes} nodes"
+            + (f", named {check.named}" if check.named else "")
+        )
+    elif args.action == "add":
         added = history.add(db, args.dir, args.cluster, args.label)
         e = added.entry
         print(
@@ -435,6 +442,10 @@ def cmd_history(args: argparse.Namespace) -> int:
     elif args.action == "remove":
         if not args.dir.isdigit():
             raise UsageError(f"history remove {args.dir!r}: give the run's id, a number from `bench history list`")
+        if args.nodes:
+            n = nodehistory.remove(db, int(args.dir))
+            print(f"removed node check {n.id} of cluster {n.cluster} (added from {n.path}) from {db}")
+            return 0
         e = history.remove(db, int(args.dir))
         print(f"removed run {e.id} of cluster {e.cluster} ({e.label or 'no label'}, added from {e.path}) from {db}")
     elif args.action == "check":
@@ -467,6 +478,29 @@ def cmd_history(args: argparse.Namespace) -> int:
             )
         console.print(t)
         console.print(f"{len(found)} run{'s' if len(found) != 1 else ''}")
+        checks = nodehistory.entries(db, args.cluster)
+        if checks:
+            t = Table(title="Node checks (bench nodes)", title_justify="left")
+            for col in ("id", "cluster", "label", "ran", "added", "nodes", "named", "path"):
+                t.add_column(col)
+            for c in checks:
+                t.add_row(
+                    str(c.id),
+                    shown(c.cluster),
+                    shown(c.label or "-"),
+                    c.created,
+                    c.added,
+                    str(c.nodes),
+                    shown(c.named or "-"),
+                    shown(c.path),
+                )
+            console.print(t)
+    elif args.action == "changes" and args.nodes:
+        threshold = _threshold(args.threshold)
+        checks, values = nodehistory.series(db, args.cluster)
+        result = changes.steps_in(checks, values, threshold)
+        text = changes.render(result, args.cluster, threshold, nodehistory.metric_label)
+        console.print(text.replace(" runs;", " node checks;", 1), markup=False)
     elif args.action == "changes":
         threshold = _threshold(args.threshold)
         console.print(
@@ -732,6 +766,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="metric whose series to search for change points (history changes; repeatable)",
     )
     h.add_argument("--threshold", default="5%", help="smallest step history changes reports (default 5%%)")
+    h.add_argument(
+        "--nodes",
+        action="store_true",
+        help="node checks (`bench nodes`): history changes searches each node's and pair's figures; "
+        "history remove takes a node check's id",
+    )
     h.set_defaults(func=cmd_history)
 
     g = sub.add_parser(

@@ -190,6 +190,19 @@ def judge_again(path: Path, threshold: float | None, console: Console, as_json: 
         return report(run, plan, profile, console, as_json)
 
 
+def named(path: Path) -> str:
+    """What the check in `path` names, in a line: the drain list, then each link."""
+    try:
+        plan = load_plan(path)
+        profile = build(ClusterProfile, plan.cluster, "cluster") if plan.cluster else None
+    except (ValueError, FieldError) as exc:
+        raise RunDirError(f"{path / PLAN}: {exc}") from None
+    v, _ = present.verdict(path, plan, profile)
+    return "; ".join(
+        [*([f"drain {v.drain}"] if v.drain else []), *(f"link {a}-{b}" for a, b in (f.nodes for f in v.links))]
+    )
+
+
 def report(run: RunDir, plan: Plan, profile: ClusterProfile | None, console: Console, as_json: bool) -> int:
     """Judge the check in `run`, write its files, print the verdict; the exit status."""
     verdict, record = present.verdict(run.path, plan, profile)

@@ -226,3 +226,52 @@ def test_gemm_measures_every_rank(tmp_path):
     assert result["tflops_min"] == min(result["tflops_per_rank"])
     r = bench("run", "gemm", "--size", "-1", check=False)
     assert r.returncode == 2 and "--size must be at least 0" in r.stderr
+
+
+# --------------------------------------------------------------------------- the history
+
+
+def _night(source: Path, dest: Path, k: int, slow: float) -> Path:
+    """A copy of a real check as another night's: its rounds' times differ (so it is a check of
+    its own), and the all-reduce of every pair with local1 reads `slow` times what it read."""
+    shutil.copytree(source, dest)
+    record = dest / "jobs/nodes/steps.json"
+    data = json.loads(record.read_text())
+    data["round_s"] = [s + k for s in data["round_s"]]
+    record.write_text(json.dumps(data))
+    for path in (dest / "jobs/nodes/steps").glob("pair-*.json"):
+        if "1" in path.stem.split("-")[1:] and not path.name.endswith(".ranks.json"):
+            result = json.loads(path.read_text())
+            for row in result["rows"]:
+                if row["collective"] == "all_reduce":
+                    row["busbw_gbps"] *= slow
+            path.write_text(json.dumps(result))
+    return dest
+
+
+def test_a_node_that_degrades_is_a_change_point_of_the_history(local_check, tmp_path):
+    db = tmp_path / "history.sqlite"
+    for k in range(8):
+        night = _night(local_check[1], tmp_path / f"n{k}", k, 1.0 if k < 4 else 0.4)
+        r = bench("history", "add", str(night), "--cluster", "lab", "--db", str(db), "--label", f"night{k}")
+        assert f"as node check {k + 1} of cluster lab (label night{k}): 3 nodes" in r.stdout
+    again = bench("history", "add", str(tmp_path / "n0"), "--cluster", "lab", "--db", str(db), check=False)
+    assert again.returncode == 2 and "already in the history as node check 1" in again.stderr
+    r = bench("history", "changes", "--nodes", "--cluster", "lab", "--db", str(db))
+    found = {
+        line.split(": ")[1].removeprefix("two-node all-reduce, busbw "): line
+        for line in r.stdout.splitlines()
+        if line.startswith("run ")
+    }
+    assert all(line.startswith("run 5 (night4)") for line in found.values()), r.stdout
+    # local1 and its two pairs dropped by 60% at the fifth night; with 2 partners a node's median
+    # is their mean, so local0's and local2's by less; nothing else moved (no exchange figure)
+    for key in ("node local1", "pair local0 local1", "pair local1 local2"):
+        assert "(-60.0%" in found.pop(key), r.stdout
+    assert set(found) <= {"node local0", "node local2"}, r.stdout
+    assert all(-60 < float(line.split("(")[-1].split("%")[0]) < 0 for line in found.values()), r.stdout
+    assert "8 node checks" in r.stdout
+    listed = bench("history", "list", "--db", str(db)).stdout
+    assert "Node checks (bench nodes)" in listed and "night7" in listed
+    removed = bench("history", "remove", "8", "--nodes", "--db", str(db))
+    assert "removed node check 8 of cluster lab" in removed.stdout

@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from harness.analysis import history
 from harness.analysis.compare import METRICS, key_texts
@@ -45,6 +46,17 @@ ALPHA = 0.05
 PERMUTATIONS = 499
 MIN_SEGMENT = 3
 _CHUNK = 4_000_000  # distance-matrix entries held at once over the shuffles
+
+
+class Dated(Protocol):
+    """A stored run or node check, as a change point names it."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def label(self) -> str | None: ...
+    @property
+    def created(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -153,9 +165,15 @@ def series(db: Path, cluster: str, metrics: tuple[str, ...]) -> tuple[list[Entry
 def changes(db: Path, cluster: str, metrics: tuple[str, ...], threshold: float = 0.05) -> tuple[list[Change], int, int]:
     """(the steps of at least `threshold` found in every key's series, oldest first; series
     searched; runs)."""
+    found, values = series(db, cluster, metrics)
+    return steps_in(found, values, threshold)
+
+
+def steps_in(found: Sequence[Dated], values: pd.DataFrame, threshold: float) -> tuple[list[Change], int, int]:
+    """The change points of every (metric, key) series of `values` (columns metric, key, entry,
+    value: the index into `found` of the run each value is from) of at least `threshold`."""
     import numpy as np
 
-    found, values = series(db, cluster, metrics)
     out = []
     searched = 0
     for (metric, key), group in values.groupby(["metric", "key"], sort=True):
@@ -183,7 +201,11 @@ def changes(db: Path, cluster: str, metrics: tuple[str, ...], threshold: float =
     return out, searched, len(found)
 
 
-def render(result: tuple[list[Change], int, int], cluster: str, threshold: float) -> str:
+def render(
+    result: tuple[list[Change], int, int], cluster: str, threshold: float, label: Callable[[str], str] | None = None
+) -> str:
+    """The search's lines; `label` names a metric (compare's labels by default)."""
+    label = label or (lambda metric: METRICS[metric].label)
     found, searched, runs = result
     head = (
         f"change points in {searched} series of cluster {cluster} ({runs} runs; E-divisive means, "
@@ -197,7 +219,6 @@ def render(result: tuple[list[Change], int, int], cluster: str, threshold: float
     lines = [head]
     for c in found:
         lines.append(
-            f"{c.run}: {METRICS[c.metric].label} {c.key}: {c.before:.4g} -> {c.after:.4g} "
-            f"({c.change:+.1%}, p {c.p_value:.3f})"
+            f"{c.run}: {label(c.metric)} {c.key}: {c.before:.4g} -> {c.after:.4g} ({c.change:+.1%}, p {c.p_value:.3f})"
         )
     return "\n".join(lines)

@@ -166,7 +166,7 @@ def _sqlite_error(db: Path, exc: sqlite3.DatabaseError, run: Entry | None = None
 
 
 @contextmanager
-def _session(db: Path, create: bool = False) -> Iterator[sqlite3.Connection]:
+def session(db: Path, create: bool = False) -> Iterator[sqlite3.Connection]:
     """A connection whose SQLite errors become one-line HistoryErrors."""
     with closing(_connect(db, create)) as con:
         try:
@@ -245,7 +245,7 @@ def add(db: Path, path: str | Path, cluster: str, label: str | None = None) -> A
     sblob = _parquet(samples) if samples is not None else None
     fp = fingerprint(run)
     created = plan.get("created") or ""
-    with _session(db, create=True) as con:
+    with session(db, create=True) as con:
         con.execute("BEGIN IMMEDIATE")
         try:
             if not con.execute("SELECT 1 FROM sqlite_master WHERE name = 'runs'").fetchone():
@@ -286,7 +286,7 @@ def add(db: Path, path: str | Path, cluster: str, label: str | None = None) -> A
 
 
 def entries(db: Path, cluster: str | None = None) -> list[Entry]:
-    with _session(db) as con:
+    with session(db) as con:
         cur = con.execute(
             _ENTRY + " WHERE cluster = ? ORDER BY created, id"
             if cluster
@@ -299,7 +299,7 @@ def entries(db: Path, cluster: str | None = None) -> list[Entry]:
 def usable_rows(db: Path, found: list[Entry]) -> Iterator[pd.DataFrame]:
     """Each entry's usable rows (completed, with a time and samples a baseline may use), in
     key_frame's columns, read one entry at a time."""
-    with _session(db) as con:
+    with session(db) as con:
         for entry in found:
             summary, _, _ = _load(con, db, entry, with_samples=False)
             df = key_frame(summary)
@@ -310,7 +310,7 @@ def points(db: Path, cluster: str) -> pd.DataFrame:
     """DataFrame of (id, label, created, series, metric, value) for every run of a cluster."""
     import pandas as pd
 
-    with _session(db) as con:
+    with session(db) as con:
         df = pd.read_sql_query(
             "SELECT r.id, r.label, r.created, p.series, p.metric, p.value FROM runs r JOIN points p "
             "ON p.run_id = r.id WHERE r.cluster = ? ORDER BY r.created, r.id",
@@ -323,7 +323,7 @@ def points(db: Path, cluster: str) -> pd.DataFrame:
 
 def remove(db: Path, run_id: int) -> Entry:
     """Delete one run and everything stored with it, damaged or not."""
-    with _session(db) as con:
+    with session(db) as con:
         row = con.execute(_ENTRY + " WHERE id = ?", (run_id,)).fetchone()
         if not row:
             raise HistoryError(f"{db}: no run {run_id} in the history; `bench history list` shows the ids")
@@ -343,7 +343,7 @@ def check(db: Path) -> tuple[int, list[str]]:
     """(entries checked, one line per problem): SQLite's own integrity check, then every entry
     read as a comparison would read it."""
     problems = []
-    with _session(db) as con:
+    with session(db) as con:
         verdict = [r[0] for r in con.execute("PRAGMA integrity_check")]
         if verdict != ["ok"]:
             problems.append(f"{db}: SQLite integrity check: {'; '.join(verdict[:5])}")
@@ -430,7 +430,7 @@ def baseline(db: Path, cluster: str, how: str = DEFAULT_BASELINE, exclude: str |
     `exclude`: the fingerprint of the run under test, never its own baseline."""
     kind, k = parse_baseline(how)
     label = how.partition(":")[2] if kind == "label" else None
-    with _session(db) as con:
+    with session(db) as con:
         q = (
             _ENTRY
             + " WHERE cluster = ?"

@@ -1,0 +1,186 @@
+"""Node checks in the history database (docs/nodes.md), beside the runs of sweeps:
+
+    node_checks    one row per added check: cluster, label, when it ran, its nodes, what it named
+    node_figures   its figures: per node ("node bnode3") its matmul, its all-reduce and, of each
+                   pair figure, the median over its partners; per pair ("pair bnode3 bnode5")
+                   each pair figure; a failed step's figure is NULL
+
+`bench history changes --nodes` searches each (metric, node or pair) series for change points
+as it does a sweep's keys, so a node that degrades over weeks is seen. The tables are created
+beside the runs' when the first check is added (an older bench reads the database as before);
+a check is identified by a hash of its plan and record, so adding it twice is refused.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import sqlite3
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from benchmarks.results import read_regular
+from harness.analysis.history import DB_VERSION, SCHEMA, session
+from harness.errors import HistoryError, RunDirError
+from harness.nodecheck import METRICS
+from harness.nodesteps import FOLDER, PLAN, RECORD, gather, load_plan
+from harness.rundir import RUN_FILE_LIMIT
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+NODE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS node_checks (
+    id INTEGER PRIMARY KEY,
+    fingerprint TEXT NOT NULL UNIQUE,
+    cluster TEXT NOT NULL,
+    label TEXT,
+    path TEXT NOT NULL,
+    created TEXT NOT NULL,
+    added TEXT NOT NULL,
+    nodes INTEGER NOT NULL,
+    named TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS node_checks_by_cluster ON node_checks (cluster, created);
+CREATE TABLE IF NOT EXISTS node_figures (
+    check_id INTEGER NOT NULL REFERENCES node_checks (id),
+    series TEXT NOT NULL,
+    metric TEXT NOT NULL,
+    value REAL
+);
+CREATE INDEX IF NOT EXISTS node_figures_by_check ON node_figures (check_id);
+"""
+
+
+@dataclass(frozen=True)
+class NodeEntry:
+    id: int
+    cluster: str
+    label: str | None
+    path: str
+    created: str
+    added: str
+    nodes: int
+    named: str  # the drain list and the links named, when it was added
+
+
+_ENTRY = "SELECT id, cluster, label, path, created, added, nodes, named FROM node_checks"
+
+
+def is_check(path: Path) -> bool:
+    """Whether `path` holds a node check (check.json) rather than a sweep (plan.json)."""
+    return (path / PLAN).is_file() and not (path / "plan.json").exists()
+
+
+def figures(path: Path) -> tuple[int, list[tuple[str, str, float | None]]]:
+    """(nodes, (series, metric, value) of every figure) of the check in `path`."""
+    try:
+        plan = load_plan(path)
+        f = gather(path, plan)
+    except ValueError as exc:
+        raise RunDirError(str(exc)) from None
+    rows: list[tuple[str, str, float | None]] = []
+    for metric, by_node in f.nodes.items():
+        rows += [(f"node {n}", metric, v) for n, v in by_node.items()]
+    for metric, by_pair in f.pairs.items():
+        per_node: dict[str, list[float]] = {}
+        for (a, b), v in by_pair.items():
+            rows.append((f"pair {a} {b}", metric, v))
+            for n in (a, b):
+                per_node.setdefault(n, []).append(0.0 if v is None else v)
+        rows += [(f"node {n}", metric, statistics.median(vs)) for n, vs in per_node.items()]
+    return len(f.names), rows
+
+
+def add(db: Path, path: Path, cluster: str, label: str | None, named: str) -> NodeEntry:
+    """Store the check in `path`, everything read and checked before the one transaction."""
+    nodes, rows = figures(path)
+    digest = hashlib.sha256()
+    for part in (path / PLAN, path / FOLDER / RECORD):
+        digest.update(read_regular(part, RUN_FILE_LIMIT))
+    fp = digest.hexdigest()
+    created = _created(path)
+    with session(db, create=True) as con:
+        con.execute("BEGIN IMMEDIATE")
+        try:
+            if not con.execute("SELECT 1 FROM sqlite_master WHERE name = 'runs'").fetchone():
+                for statement in filter(str.strip, SCHEMA.split(";")):
+                    con.execute(statement)
+                con.execute("INSERT INTO meta VALUES ('version', ?)", (str(DB_VERSION),))
+            for statement in filter(str.strip, NODE_SCHEMA.split(";")):
+                con.execute(statement)
+            dup = con.execute("SELECT id, path FROM node_checks WHERE fingerprint = ?", (fp,)).fetchone()
+            if dup:
+                raise HistoryError(f"{path}: already in the history as node check {dup[0]} (added from {dup[1]})")
+            cur = con.execute(
+                "INSERT INTO node_checks (fingerprint, cluster, label, path, created, added, nodes, named) "
+                "VALUES (?, ?, ?, ?, ?, datetime('now'), ?, ?)",
+                (fp, cluster, label, str(path.resolve()), created, nodes, named),
+            )
+            check_id = cur.lastrowid
+            con.executemany("INSERT INTO node_figures VALUES (?, ?, ?, ?)", [(check_id, *r) for r in rows])
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        return NodeEntry(*con.execute(_ENTRY + " WHERE id = ?", (check_id,)).fetchone())
+
+
+def _created(path: Path) -> str:
+    """When the check ran: its record's time, as the file system keeps it (ISO 8601, UTC)."""
+    stamp = (path / FOLDER / RECORD).stat().st_mtime
+    return dt.datetime.fromtimestamp(stamp, dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _has_tables(con: sqlite3.Connection) -> bool:
+    return bool(con.execute("SELECT 1 FROM sqlite_master WHERE name = 'node_checks'").fetchone())
+
+
+def entries(db: Path, cluster: str | None = None) -> list[NodeEntry]:
+    with session(db) as con:
+        if not _has_tables(con):
+            return []
+        where, args = (" WHERE cluster = ?", (cluster,)) if cluster else ("", ())
+        return [NodeEntry(*r) for r in con.execute(_ENTRY + where + " ORDER BY created, id", args)]
+
+
+def remove(db: Path, check_id: int) -> NodeEntry:
+    with session(db) as con:
+        row = con.execute(_ENTRY + " WHERE id = ?", (check_id,)).fetchone() if _has_tables(con) else None
+        if not row:
+            raise HistoryError(f"{db}: no node check {check_id}; `bench history list` shows the ids")
+        con.execute("BEGIN IMMEDIATE")
+        try:
+            con.execute("DELETE FROM node_figures WHERE check_id = ?", (check_id,))
+            con.execute("DELETE FROM node_checks WHERE id = ?", (check_id,))
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        return NodeEntry(*row)
+
+
+def series(db: Path, cluster: str) -> tuple[list[NodeEntry], pd.DataFrame]:
+    """(the cluster's checks oldest first, DataFrame of metric, key, entry, value): each
+    measured figure of each node and pair, by the index of its check in the list."""
+    import pandas as pd
+
+    found = entries(db, cluster)
+    if not found:
+        raise HistoryError(f"{db}: no node check of cluster {cluster!r}; add one with `bench history add DIR`")
+    index = {e.id: i for i, e in enumerate(found)}
+    with session(db) as con:
+        rows = con.execute(
+            "SELECT check_id, series, metric, value FROM node_figures WHERE value > 0 AND check_id IN "
+            "(SELECT id FROM node_checks WHERE cluster = ?)",
+            (cluster,),
+        ).fetchall()
+    frame = pd.DataFrame(rows, columns=["check", "key", "metric", "value"])
+    frame["entry"] = frame["check"].map(index)
+    return found, frame[frame["metric"].isin(list(METRICS))][["metric", "key", "entry", "value"]]
+
+
+def metric_label(metric: str) -> str:
+    return METRICS[metric][0]
