@@ -460,6 +460,25 @@ def cmd_history(args: argparse.Namespace) -> int:
     elif args.action == "list":
         from rich.table import Table
 
+        # The node checks first: the last line counts the runs, which recipes/nightly.sh reads.
+        checks = nodehistory.entries(db, args.cluster)
+        if checks:
+            t = Table(title="Node checks (bench nodes)", title_justify="left")
+            for col in ("id", "cluster", "label", "ran", "added", "nodes", "named", "path"):
+                t.add_column(col)
+            for c in checks:
+                t.add_row(
+                    str(c.id),
+                    shown(c.cluster),
+                    shown(c.label or "-"),
+                    c.created,
+                    c.added,
+                    str(c.nodes),
+                    shown(c.named or "-"),
+                    shown(c.path),
+                )
+            console.print(t)
+            console.print(f"{len(checks)} node check{'s' if len(checks) != 1 else ''}")
         found = history.entries(db, args.cluster)
         t = Table(title=f"Runs in {shown(str(db))}", title_justify="left")
         for col in ("id", "cluster", "label", "sweep", "ran", "added", "keys", "failed rows", "path"):
@@ -478,23 +497,6 @@ def cmd_history(args: argparse.Namespace) -> int:
             )
         console.print(t)
         console.print(f"{len(found)} run{'s' if len(found) != 1 else ''}")
-        checks = nodehistory.entries(db, args.cluster)
-        if checks:
-            t = Table(title="Node checks (bench nodes)", title_justify="left")
-            for col in ("id", "cluster", "label", "ran", "added", "nodes", "named", "path"):
-                t.add_column(col)
-            for c in checks:
-                t.add_row(
-                    str(c.id),
-                    shown(c.cluster),
-                    shown(c.label or "-"),
-                    c.created,
-                    c.added,
-                    str(c.nodes),
-                    shown(c.named or "-"),
-                    shown(c.path),
-                )
-            console.print(t)
     elif args.action == "changes" and args.nodes:
         threshold = _threshold(args.threshold)
         checks, values = nodehistory.series(db, args.cluster)

@@ -273,5 +273,6 @@ def test_a_node_that_degrades_is_a_change_point_of_the_history(local_check, tmp_
     assert "8 node checks" in r.stdout
     listed = bench("history", "list", "--db", str(db)).stdout
     assert "Node checks (bench nodes)" in listed and "night7" in listed
+    assert listed.strip().splitlines()[-1] == "0 runs"  # the line recipes/nightly.sh reads
     removed = bench("history", "remove", "8", "--nodes", "--db", str(db))
     assert "removed node check 8 of cluster lab" in removed.stdout

@@ -149,4 +149,4 @@ def test_a_node_whose_steps_fail_is_named_and_the_check_goes_on(checks):
         "pair-2-3": "FAILED",
         "pair-0-1": "COMPLETED",
     }
-    assert "eth0" in v["steps"]["pair-0-3"]["reason"]
+    assert "Unable to find address for: eth0" in v["steps"]["pair-0-3"]["reason"]

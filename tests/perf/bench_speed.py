@@ -248,3 +248,30 @@ def test_history_of_1000_runs(benchmark, history_1000, tmp_path, command):
         str(db),
     ] + (["--out", str(tmp_path / "r")] if command[0] == "regress" else [])
     benchmark.pedantic(lambda: subprocess.run(cmd, stdout=subprocess.DEVNULL), rounds=5, iterations=1)
+
+
+def test_plan_the_node_check_of_2048_nodes(benchmark):
+    """`bench nodes`' plan of 2,048 nodes: 2,047 rounds of 1,024 pairs (target under 1 s)."""
+    from harness.nodecheck import Options, schedule
+
+    names = [f"gpu{i:04d}" for i in range(2048)]
+    plan = benchmark.pedantic(schedule, args=(names, Options()), rounds=5, iterations=1)
+    assert len(plan) == 2048 and sum(len(m) for _, m in plan) == 2048 + 2048 * 2047 // 2
+
+
+def test_judge_the_node_check_of_512_nodes(benchmark):
+    """The verdict on 512 nodes: 130,816 pairs of two figures, one slow node and one slow link."""
+    import itertools
+    import random
+
+    from harness.nodecheck import judge
+
+    rng = random.Random(0)
+    names = [f"gpu{i:03d}" for i in range(512)]
+    pairs = {}
+    for a, b in itertools.combinations(names, 2):
+        slow = 0.1 if "gpu007" in (a, b) or (a, b) == ("gpu100", "gpu200") else 1.0
+        pairs[(a, b)] = 45.0 * slow * rng.uniform(0.97, 1.03)
+    figures = {"busbw_gbps": pairs, "p2p_gbps": dict(pairs)}
+    v = benchmark.pedantic(judge, args=(names, {}, figures, 0.1, {}), rounds=3, iterations=1)
+    assert v.drain == "gpu007" and [f.nodes for f in v.links] == [("gpu100", "gpu200")]
