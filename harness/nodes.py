@@ -13,6 +13,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,6 +37,31 @@ EXIT_UNJUDGED = 3
 # Node states that cannot join the check's allocation (sinfo(1), NODE STATE CODES).
 UNUSABLE = ("down", "drain", "drng", "fail", "failg", "maint", "resv", "boot", "futr", "inval", "npc", "powered", "pow")
 _CALL_TIMEOUT_S = 60
+
+
+ROUND_S = 2.9  # a round's seconds on the testbed (docs/nodes.md, "Scale"); a GPU cluster's take longer
+
+
+@dataclass(frozen=True)
+class CheckCost(Cost):
+    """What the check's one job can cost, as `bench sweep` shows a sweep's (docs/cost.md)."""
+
+    nodes: int = 0
+    rounds: int = 0
+
+    @classmethod
+    def of(cls, nodes: int, rounds: int, o: Options, limit_min: float) -> CheckCost:
+        bound = nodes * limit_min / 60
+        least = nodes * rounds * ROUND_S / 3600
+        return cls(1, limit_min, bound, bound * o.gpus_per_node, least, least * o.gpus_per_node, (), nodes, rounds)
+
+    def lines(self) -> list[str]:
+        return [
+            f"cost: 1 job of {self.nodes} nodes, at most {self.bound_node_hours:,.1f} node-hours "
+            f"({self.bound_gpu_hours:,.1f} GPU-hours) if it runs to its {self.time_limit_min:g}-min time limit",
+            f"  {self.rounds} rounds: {self.estimate_node_hours:,.2f} node-hours at the testbed's {ROUND_S:g} s a "
+            "round, the least a round takes (docs/nodes.md)",
+        ]
 
 
 def _call(command: list[str]) -> str:
@@ -148,9 +174,13 @@ def start(
             kind = NodesSubmitit if executor == "submitit" else NodesExecutor
             exe = kind(run, options.timeout_s, profile, plan)
             run.write_job_files([(job.name, exe.job_files(job))])
-            node_hours = len(names) * job.time_limit_min / 60
-            cost = Cost(1, job.time_limit_min, node_hours, node_hours * options.gpus_per_node, node_hours, 0, ())
-            confirm(cost, profile, console, dry_run=dry_run, yes=yes)
+            confirm(
+                CheckCost.of(len(names), len(rounds), options, job.time_limit_min),
+                profile,
+                console,
+                dry_run=dry_run,
+                yes=yes,
+            )
             if dry_run:
                 console.print(
                     f"dry run: nothing submitted; the job's scripts are in {run.path}/jobs/{NAME}/", markup=False

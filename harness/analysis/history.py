@@ -175,6 +175,17 @@ def session(db: Path, create: bool = False) -> Iterator[sqlite3.Connection]:
             raise _sqlite_error(db, exc) from None
 
 
+def create_tables(con: sqlite3.Connection, schema: str = "") -> None:
+    """In a transaction: the history's tables where the database has none yet, then `schema`'s
+    (statements that create only what is missing: CREATE ... IF NOT EXISTS)."""
+    if not con.execute("SELECT 1 FROM sqlite_master WHERE name = 'runs'").fetchone():
+        for statement in filter(str.strip, SCHEMA.split(";")):
+            con.execute(statement)
+        con.execute("INSERT INTO meta VALUES ('version', ?)", (str(DB_VERSION),))
+    for statement in filter(str.strip, schema.split(";")):
+        con.execute(statement)
+
+
 def fingerprint(run: RunDir) -> str:
     return hashlib.sha256(read_regular(run.plan_file, RUN_FILE_LIMIT)).hexdigest()
 
@@ -248,10 +259,7 @@ def add(db: Path, path: str | Path, cluster: str, label: str | None = None) -> A
     with session(db, create=True) as con:
         con.execute("BEGIN IMMEDIATE")
         try:
-            if not con.execute("SELECT 1 FROM sqlite_master WHERE name = 'runs'").fetchone():
-                for statement in filter(str.strip, SCHEMA.split(";")):
-                    con.execute(statement)
-                con.execute("INSERT INTO meta VALUES ('version', ?)", (str(DB_VERSION),))
+            create_tables(con)
             dup = con.execute("SELECT id, cluster, label, path FROM runs WHERE fingerprint = ?", (fp,)).fetchone()
             if dup:
                 raise HistoryError(

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from benchmarks.results import read_regular
-from harness.analysis.history import DB_VERSION, SCHEMA, session
+from harness.analysis.history import create_tables, session
 from harness.errors import HistoryError, RunDirError
 from harness.nodecheck import METRICS
 from harness.nodesteps import FOLDER, PLAN, RECORD, gather, load_plan
@@ -105,12 +105,7 @@ def add(db: Path, path: Path, cluster: str, label: str | None, named: str) -> No
     with session(db, create=True) as con:
         con.execute("BEGIN IMMEDIATE")
         try:
-            if not con.execute("SELECT 1 FROM sqlite_master WHERE name = 'runs'").fetchone():
-                for statement in filter(str.strip, SCHEMA.split(";")):
-                    con.execute(statement)
-                con.execute("INSERT INTO meta VALUES ('version', ?)", (str(DB_VERSION),))
-            for statement in filter(str.strip, NODE_SCHEMA.split(";")):
-                con.execute(statement)
+            create_tables(con, NODE_SCHEMA)
             dup = con.execute("SELECT id, path FROM node_checks WHERE fingerprint = ?", (fp,)).fetchone()
             if dup:
                 raise HistoryError(f"{path}: already in the history as node check {dup[0]} (added from {dup[1]})")

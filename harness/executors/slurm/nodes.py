@@ -25,8 +25,7 @@ from harness.executors.slurm.script import (
     format_time_limit,
     in_container,
     interpreter,
-    restart_lines,
-    sbatch_directives,
+    script_head,
     tasks_and_cpus,
 )
 from harness.executors.slurm.via_submitit import SubmititExecutor
@@ -67,19 +66,13 @@ def render_check_script(job: Job, profile: ClusterProfile, plan: Plan) -> str:
     if plan.nodelist is not None and not HOSTLIST_RE.fullmatch(plan.nodelist):
         raise ValueError(f"nodelist {plan.nodelist!r} is not a Slurm hostlist")
     python = shlex.quote(interpreter(profile))
-    lines = [
-        "#!/bin/bash",
+    comments = [
         f"# bench node check: {job.nodes} nodes x {job.gpus_per_node} rank(s), cluster profile {profile.name}",
         "# Every node alone, then every pair in rounds of disjoint pairs, each step an srun step on its",
         "# nodes (docs/nodes.md). Submitted from the run directory, which relative paths are relative to.",
-        *(f"#SBATCH {d}" for d in sbatch_directives(job, profile)),
-        *([f"#SBATCH --nodelist={plan.nodelist}"] if plan.nodelist else []),
-        "",
-        "set -euo pipefail",
-        *restart_lines(job),
     ]
-    setup, _, _ = environment_lines(job, profile)
-    lines += setup
+    nodelist = [f"--nodelist={plan.nodelist}"] if plan.nodelist else []
+    lines, _, _ = script_head(job, profile, comments, nodelist)
     lines += [
         "",
         f"# Near the time limit Slurm sends USR2 (--signal=B:USR2@{SIGNAL_LEAD_S}), which would end bash; the note",

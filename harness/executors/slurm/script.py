@@ -346,26 +346,38 @@ def environment_lines(
     return lines, env, passed
 
 
+def script_head(
+    job: Job, profile: ClusterProfile, comments: Iterable[str], directives: Iterable[str] = ()
+) -> tuple[list[str], dict[str, str], list[str]]:
+    """The start every job script shares: bash, the comments, the #SBATCH lines (the job's, then
+    `directives`), strict mode, the clean-up of a requeued run and the environment; (the lines,
+    the variables they export, the names passed through), as environment_lines gives them."""
+    lines = [
+        "#!/bin/bash",
+        *comments,
+        *(f"#SBATCH {d}" for d in (*sbatch_directives(job, profile), *directives)),
+        "",
+        "set -euo pipefail",
+        *restart_lines(job),
+    ]
+    setup, env, passed = environment_lines(job, profile)
+    return lines + setup, env, passed
+
+
 def render_script(job: Job, profile: ClusterProfile, timeout_s: float) -> str:
     """The sbatch script of `job`: pure, the same inputs always give the same text."""
     q = shlex.quote
     python = q(interpreter(profile))
     c = profile.container
-    lines = [
-        "#!/bin/bash",
+    comments = [
         f"# bench job {job.name} (config {job.config_hash}), cluster profile {profile.name}",
         f"# matrix point: {job.nodes} node(s) x {job.gpus_per_node} GPU(s) per node = world size {job.world_size},"
         f" launcher {job.launcher}, NCCL set {job.nccl_config}",
         f"# workloads, in turn: {' '.join(r.key for r in job.runs)}",
         *([f"# each workload step runs in the {c.engine} image {c.image} (docs/containers.md)"] if c else []),
         "# Submitted from the run directory, which relative paths below are relative to.",
-        *(f"#SBATCH {d}" for d in sbatch_directives(job, profile)),
-        "",
-        "set -euo pipefail",
-        *restart_lines(job),
     ]
-    setup, env, passed = environment_lines(job, profile)
-    lines += setup
+    lines, env, passed = script_head(job, profile, comments)
     lines += [
         "",
         f"# Near the time limit Slurm sends USR2 (--signal=B:USR2@{SIGNAL_LEAD_S}); the note says which step",
