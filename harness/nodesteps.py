@@ -4,9 +4,9 @@ or two nodes (`python -m harness.nodesteps DIR`, which the check's batch script 
 this machine, where each emulated node is a torchrun agent as in the local executor.
 
 A step that fails or outlives the step timeout is recorded and the check goes on: a dead node
-fails its steps, and the verdict names it, rather than ending the check. After each round the
-record of every step (`steps.json` in the check's folder) is replaced atomically, with the
-round's wall time.
+fails its steps, and the verdict names it, rather than ending the check. After each round its
+steps' record (`rounds/K.json` in the check's folder) and then `steps.json` (the nodes, the
+rounds that ran and each one's seconds) are replaced atomically (docs/nodes.md, "The record").
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any, BinaryIO
 from benchmarks.catalog import BACKENDS, DEVICES
 from benchmarks.results import RESULT_LIMIT, atomic_write_json, load_result, read_regular
 from harness import nodecheck
-from harness.executors.local import _die_with_parent, _kill, free_port
+from harness.executors.local import die_with_parent, free_port, kill_groups
 from harness.logs import error_line, tail
 from harness.nodecheck import HOSTLIST_RE, NODE_NAME_RE, Options, Step
 from harness.rundir import CANCELLED, COMPLETED, FAILED, TIMEOUT, now
@@ -55,6 +55,8 @@ class Running:
 
 class Launcher:
     """Starts one step's processes, from the run directory."""
+
+    grace_s = 0.0  # past the step timeout before the driver ends a step
 
     def start(self, step: Step, names: Sequence[str], index: int, log: BinaryIO) -> list[subprocess.Popen]:
         raise NotImplementedError
@@ -97,6 +99,8 @@ class SrunLauncher(Launcher):
     as shell text. The rendezvous port is derived from the job id and the step's index, so
     steps that follow one another on a node do not meet a port still in TIME_WAIT."""
 
+    grace_s = _GRACE_S  # srun's --time ends the step first, as Slurm's clock sees it
+
     def __init__(self, run: Path, folder: str, job_id: int):
         self.run, self.script, self.job_id = run, f"{folder}/{STEP_SCRIPT}", job_id
 
@@ -117,7 +121,7 @@ def _popen(command: list[str], cwd: Path, env: dict[str, str], log: BinaryIO) ->
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
-        preexec_fn=_die_with_parent,  # noqa: PLW1509
+        preexec_fn=die_with_parent,  # noqa: PLW1509
     )
 
 
@@ -178,7 +182,7 @@ class Driver:
             self._wait(running)
         except BaseException:
             for r in running:
-                _kill(r.procs)
+                kill_groups(r.procs)
                 if self.steps[r.step.name]["state"] == "RUNNING":
                     self._record(r, CANCELLED, None, "interrupted")
             raise
@@ -195,7 +199,7 @@ class Driver:
                 codes = [p.poll() for p in r.procs]
                 if any(c not in (None, 0) for c in codes) and any(c is None for c in codes):
                     # one agent failed: the others are ended rather than left to their timeout
-                    _kill(r.procs)
+                    kill_groups(r.procs)
                     codes = [p.returncode for p in r.procs]
                 if all(c is not None for c in codes):
                     left.remove(r)
@@ -209,11 +213,9 @@ class Driver:
                         why = error_line(text) or (lines[-1].strip() if lines else None)
                         code = bad[0] if bad else 0
                         self._record(r, FAILED, code, why or f"exit status {code}" + ("" if bad else ", no result"))
-                elif time.monotonic() - r.started > limit + (
-                    0 if isinstance(self.launcher, LocalLauncher) else _GRACE_S
-                ):
+                elif time.monotonic() - r.started > limit + self.launcher.grace_s:
                     left.remove(r)
-                    _kill(r.procs)
+                    kill_groups(r.procs)
                     self._record(r, TIMEOUT, None, f"still running after the step timeout of {limit:g} s")
             time.sleep(_POLL_S)
 

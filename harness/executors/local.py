@@ -78,14 +78,14 @@ def gpus_for(job: Job, gpus: list[str] | None) -> tuple[list[str] | None, str | 
     return None, None
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child before exec: receive SIGTERM when the harness dies, even by SIGKILL, so no
     agent outlives it (Linux prctl PR_SET_PDEATHSIG; elsewhere nothing)."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
 
 
-def _kill(procs: list[subprocess.Popen]) -> None:
+def kill_groups(procs: list[subprocess.Popen]) -> None:
     """Terminate each agent's whole process group (agent and workers), then kill what is left."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         alive = [p for p in procs if p.poll() is None]
@@ -115,14 +115,14 @@ def sampler(folder: Path, interval_s: float, log: BinaryIO) -> Iterator[None]:
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,  # Ctrl-C reaches the harness only, which then stops the sampler
-        preexec_fn=_die_with_parent,  # noqa: PLW1509
+        preexec_fn=die_with_parent,  # noqa: PLW1509
     )
     try:
         first = telemetry.host_file(folder, socket.gethostname())
         telemetry.wait_for_first_sample(first, alive=lambda: proc.poll() is None)
         yield
     finally:
-        _kill([proc])  # its session too: nvidia-smi dmon, where it runs
+        kill_groups([proc])  # its session too: nvidia-smi dmon, where it runs
 
 
 class LocalExecutor(Executor):
@@ -269,7 +269,7 @@ class LocalExecutor(Executor):
     ) -> tuple[str, int | None, str | None]:
         """A workload that stopped making progress: name who held it (docs/hangs.md), then end it."""
         why, ranks = hangs.diagnose(progress_dir, run.key, job.world_size)
-        _kill(procs)  # SIGKILL ends a stopped process too
+        kill_groups(procs)  # SIGKILL ends a stopped process too
         hangs.record(self.run.job_dir(job), run.key, job.stall_s, why, ranks)
         log.write(f"# {now()} {run.key}: no progress for {job.stall_s:g} s: {why}\n".encode())
         return FAILED, None, f"{run.key} made no progress for {job.stall_s:g} s: {why}"
@@ -295,7 +295,7 @@ class LocalExecutor(Executor):
                         stderr=subprocess.STDOUT,
                         start_new_session=True,
                         # only prctl(PR_SET_PDEATHSIG) runs in the child, which is async-signal-safe
-                        preexec_fn=_die_with_parent,  # noqa: PLW1509
+                        preexec_fn=die_with_parent,  # noqa: PLW1509
                     )
                 )
             failed_at = None
@@ -308,21 +308,21 @@ class LocalExecutor(Executor):
                 if failed_at is None and any(c not in (None, 0) for c in codes):
                     failed_at = time.monotonic()
                 if failed_at is not None and time.monotonic() - failed_at > _FAILURE_GRACE_S:
-                    _kill(procs)
+                    kill_groups(procs)
                     break
                 if failed_at is None and time.monotonic() > next_look:
                     next_look = time.monotonic() + _STALL_LOOK_S
                     if hangs.stalled(hangs.read_ranks(progress_dir, run.key), job.world_size, started, job.stall_s):
                         return self._hung(job, run, procs, progress_dir, log)
                 if time.monotonic() > deadline:
-                    _kill(procs)
+                    kill_groups(procs)
                     log.write(
                         f"# {now()} {run.key}: killed at the job's time limit of {job.time_limit_min:g} min\n".encode()
                     )
                     return TIMEOUT, None, f"{run.key} exceeded the time limit of {job.time_limit_min:g} min"
                 time.sleep(_POLL_S)
         except BaseException:
-            _kill(procs)
+            kill_groups(procs)
             raise
         codes = [p.returncode for p in procs]
         bad = [c for c in codes if c != 0]
