@@ -221,7 +221,9 @@ def cmd_nodes(args: argparse.Namespace) -> int:
     try:
         check_options(options)
     except ValueError as exc:
-        raise UsageError(f"--{str(exc).split(' ', 1)[0].replace('_', '-')}: {exc}") from None
+        key = str(exc).split(" ", 1)[0]
+        flag = {"step_timeout_s": "--step-timeout"}.get(key, f"--{key.replace('_', '-')}")
+        raise UsageError(f"{flag}: {exc}") from None
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = Path(args.out) if args.out else _results_root() / f"nodes-{stamp}"
     return nodes.start(

@@ -449,8 +449,8 @@ def judge(
         against(metric, {n: v for n, v in figures.items() if v is not None})
 
     noises: dict[str, float] = {}
-    pair_figures = {m: by for m, by in pair_figures.items() if not systemic(m, by, "pairs")}
-    for metric, by_pair in pair_figures.items():
+    judged = {m: by for m, by in pair_figures.items() if not systemic(m, by, "pairs")}
+    for metric, by_pair in judged.items():
         per_node: dict[str, list[tuple[tuple[str, str], float | None]]] = {}
         for pair, v in by_pair.items():
             for node in pair:
@@ -471,7 +471,7 @@ def judge(
         against(metric, score, noises[metric])
 
     links: dict[tuple[str, str], Finding] = {}
-    for metric, by_pair in pair_figures.items():
+    for metric, by_pair in judged.items():
         label, unit, _ = METRICS[metric]
         score = scores[metric]
         healthy = {p: v for p, v in by_pair.items() if p[0] not in findings and p[1] not in findings}

@@ -401,6 +401,31 @@ CASES = [
         "plot-truncated-summary", lambda t, r: ["plot", str(_truncated_summary(r, t))], "summary.parquet", "unreadable"
     ),
     Case("plot-no-summary", lambda t, r: ["plot", str(_no_summary(r, t))], "bench collect"),
+    # ---- nodes
+    Case(
+        "nodes-bytes", lambda t, r: ["nodes", "--executor", "local", "--bytes", "12Q", "--out", str(t / "out")], "12Q"
+    ),
+    Case("nodes-threshold", lambda t, r: ["nodes", "--executor", "local", "--threshold", "150%"], "--threshold"),
+    Case(
+        "nodes-partners",
+        lambda t, r: ["nodes", "--executor", "local", "--nodes", "8", "--partners", "2"],
+        "--partners",
+        "from 3",
+    ),
+    Case("nodes-step-timeout", lambda t, r: ["nodes", "--executor", "local", "--step-timeout", "0"], "--step-timeout"),
+    Case("nodes-one-node", lambda t, r: ["nodes", "--executor", "local", "--nodes", "1"], "at least 2 nodes"),
+    Case("nodes-nodelist-local", lambda t, r: ["nodes", "--executor", "local", "--nodelist", "n1"], "--nodelist"),
+    Case("nodes-cluster-local", lambda t, r: ["nodes", "--executor", "local", "--cluster", "c.yaml"], "--cluster"),
+    Case(
+        "nodes-hostile-nodelist",
+        lambda t, r: (
+            ["nodes", "--executor", "slurm", "--cluster", str(SWEEPS / "clusters" / "testbed.yaml")]
+            + ["--nodelist", "a;$(id)", "--dry-run", "--out", str(t / "out")]
+        ),
+        "not a Slurm hostlist",
+    ),
+    Case("nodes-report-not-a-check", lambda t, r: ["nodes", "--report", str(r)], "check.json", "not the run directory"),
+    Case("nodes-report-and-out", lambda t, r: ["nodes", "--report", str(r), "--out", str(t / "out")], "--report"),
     # ---- export
     Case("export-not-a-run", lambda t, r: ["export", str(t), "--format", "influx"], "plan.json"),
     Case("export-cluster", lambda t, r: ["export", str(r), "--format", "influx", "--cluster", "a b"], "--cluster"),

@@ -225,6 +225,7 @@ def test_a_check_whose_steps_mostly_failed_names_nothing():
     failures = {"bnode1": "gemm-0 exit 1", "bnode1 bnode2": "pair-0-1 exit 1"}
     v = judge(names(4), nodes, pairs_of(UNSHAPED, PAIRS4), 0.5, {}, failures)
     assert v.nodes == [] and v.links == [] and not v.drain and len(v.unjudged) == 3
+    assert v.pair_figures == pairs_of(UNSHAPED, PAIRS4)  # every figure is still shown
     assert "6 of 6 pairs failed (first: pair-0-1 exit 1)" in v.unjudged[1]
 
 
