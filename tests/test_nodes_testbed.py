@@ -1,7 +1,8 @@
 """The node check (`bench nodes`) on the Slurm testbed, brought up with 8 nodes for this module:
 
-1. 8 nodes (through sbatch) and 4 nodes (through submitit), nothing shaped: nothing named,
-   exit 0; the 8 are one Slurm job of 28 pair steps in 7 rounds.
+1. 8 nodes (through sbatch) and 4 nodes of 2 ranks (through submitit: each node's all-reduce,
+   then the exchange on the inter group), nothing shaped: nothing named, exit 0; the 8 are one
+   Slurm job of 28 pair steps in 7 rounds.
 2. bnode3's link shaped (`testbed shape --node bnode3`): bnode3 named and no other, exit 1, the
    drain list `bnode3`.
 3. Only the traffic between bnode5 and bnode6 shaped (`testbed shape --node bnode5 --peer
@@ -55,7 +56,7 @@ def checks(eight, tmp_path_factory):
 
     shape("--clear")
     check("eight")
-    check("four", "--nodelist", "bnode[1-4]", "--executor", "submitit")
+    check("four", "--nodelist", "bnode[1-4]", "--executor", "submitit", "--gpus-per-node", "2")
     shape("--rate", RATE, "--node", "bnode3")
     try:
         check("slow_node", "--nodelist", "bnode[1-4]")
@@ -88,6 +89,11 @@ def test_nothing_shaped_names_nothing(checks, name):
     assert all(x > 0.1 for x in v["pair_figures"]["p2p_gbps"].values())
     submitted = sorted(p.name for p in (path / "jobs/nodes/submitit").glob("*_submitted.pkl"))
     assert len(submitted) == (1 if name == "four" else 0), submitted  # the executor each went through
+    if name == "four":  # 2 ranks per node: the node's own all-reduce, and the pairs' 4 ranks
+        assert sorted(v["node_figures"]["intra_busbw_gbps"]) == v["hosts"]
+        assert all(x > 0.1 for x in v["node_figures"]["intra_busbw_gbps"].values())
+        result = read_json(path / "jobs/nodes/steps/pair-0-3.json")
+        assert result["world_size"] == 4 and sorted(result["params"]["groups"]) == ["inter", "world"]
 
 
 def test_eight_nodes_are_one_job_of_28_pair_steps_in_7_rounds(checks):
