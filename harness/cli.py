@@ -63,7 +63,7 @@ from harness.present.plot import draw_all, draw_compare, history_figure
 from harness.present.regress import summary_line, write_all
 from harness.present.tables import markdown, print_comparison, print_jobs, run_mismatches, table_csv
 from harness.rundir import COMPLETED, FINAL_STATES, RunDir
-from harness.spec import MATRIX_AXES, NAME_RE, load_sweep
+from harness.spec import MATRIX_AXES, NAME_RE, FieldError, check_time, load_sweep
 from harness.sweep import in_use, locked
 
 if TYPE_CHECKING:
@@ -224,6 +224,11 @@ def cmd_nodes(args: argparse.Namespace) -> int:
         key = str(exc).split(" ", 1)[0]
         flag = {"step_timeout_s": "--step-timeout"}.get(key, f"--{key.replace('_', '-')}")
         raise UsageError(f"{flag}: {exc}") from None
+    if args.time_limit is not None:
+        try:
+            check_time("time_limit_min", args.time_limit, "--time-limit")
+        except FieldError as exc:
+            raise UsageError(f"--time-limit {exc}") from None
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = Path(args.out) if args.out else _results_root() / f"nodes-{stamp}"
     return nodes.start(

@@ -413,6 +413,7 @@ CASES = [
         "from 3",
     ),
     Case("nodes-step-timeout", lambda t, r: ["nodes", "--executor", "local", "--step-timeout", "0"], "--step-timeout"),
+    Case("nodes-time-limit", lambda t, r: ["nodes", "--executor", "local", "--time-limit", "-5"], "--time-limit"),
     Case("nodes-one-node", lambda t, r: ["nodes", "--executor", "local", "--nodes", "1"], "at least 2 nodes"),
     Case("nodes-nodelist-local", lambda t, r: ["nodes", "--executor", "local", "--nodelist", "n1"], "--nodelist"),
     Case("nodes-cluster-local", lambda t, r: ["nodes", "--executor", "local", "--cluster", "c.yaml"], "--cluster"),
