@@ -71,6 +71,12 @@ if TYPE_CHECKING:
 
 
 SWEEPS_DIR = Path(__file__).resolve().parent.parent / "sweeps"
+RUN_HELP = f"""usage: bench run WORKLOAD [workload flags]
+
+Run one workload on this machine (--nproc N ranks), or as a rank of a launch it is in (torchrun, srun).
+
+WORKLOAD: {", ".join((*WORKLOADS, *PROBES))}
+`bench run WORKLOAD --help` lists a workload's flags."""
 EXIT_REGRESSION = 1  # bench regress: a key regressed or failed
 EXIT_UNJUDGED = 3  # bench regress: nothing regressed, but some key could not be judged
 
@@ -925,7 +931,11 @@ def main(argv: list[str] | None = None) -> int:
     for stream in (sys.stdout, sys.stderr):  # a path with undecodable bytes is printed, not fatal
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
-    # `bench run WORKLOAD ...` hands everything after the workload to it, --help included.
+    # `bench run WORKLOAD ...` hands everything after the workload to it, --help included; the
+    # run subcommand has no --help of its own, so `bench run --help` is answered here.
+    if argv[:1] == ["run"] and argv[1:] in (["-h"], ["--help"]):
+        print(RUN_HELP)
+        return 0
     if len(argv) >= 2 and argv[0] == "run" and argv[1] in (*WORKLOADS, *PROBES):
         return cmd_run(argparse.Namespace(workload=argv[1], workload_args=argv[2:]))
     args = build_parser().parse_args(argv)

@@ -615,6 +615,12 @@ def test_the_corpus_covers_every_subcommand():
     assert commands <= covered, commands - covered
 
 
+def test_bench_run_help_lists_the_workloads(capsys):
+    assert main(["run", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: bench run WORKLOAD") and "allreduce, synthetic, real, transformer, gemm" in out
+
+
 def test_bench_run_says_why_a_launch_is_unusable():
     """RANK 5 of a world of 2: no rank is trustworthy, so the process says why (it was silent)."""
     r = bench(
