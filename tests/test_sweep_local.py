@@ -92,9 +92,10 @@ def test_sweep_completes_every_job(local_run):
         "n2-g1-torchrun-default",
         "n2-g2-torchrun-default",
     ]
-    for rec in table.values():
+    for name, rec in table.items():
         assert rec["state"] == "COMPLETED" and rec["exit_code"] == 0 and rec["attempts"] == 1
         assert set(rec["runs"].values()) == {"COMPLETED"}
+        assert rec["job_id"].startswith("local-") and rec["job_id"].endswith(f"-{name}-1")  # unique to the job
     assert f"summary: {out}/summary.csv" in r.stdout
 
 

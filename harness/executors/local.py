@@ -207,7 +207,8 @@ class LocalExecutor(Executor):
         self.record_commands(job)
         self.run.clear_results(job)
         rec.new_attempt(RUNNING)
-        rec.accepted(f"local-{os.getpid()}-{rec.attempts + 1}", state=RUNNING)
+        # The harness's pid, the job and its attempt: an id of its own for every job of the sweep
+        rec.accepted(f"local-{os.getpid()}-{job.name}-{rec.attempts + 1}", state=RUNNING)
         rec.started = now()
         changed(rec)
         start = time.monotonic()
