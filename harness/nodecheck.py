@@ -29,7 +29,7 @@ def rounds(n: int) -> list[list[tuple[int, int]]]:
     (low, high); every pair of nodes meets in exactly one round."""
     if n < 2:
         return []
-    m = n - 1 + n % 2  # the nodes that rotate; the fixed one is m, a phantom when n is odd
+    m = tournament(n)  # the nodes that rotate, as many as rounds; the fixed one is m, a phantom when n is odd
     half = (m + 1) // 2
     out = []
     for r in range(m):
@@ -156,12 +156,13 @@ def reference_indices(names: Sequence[str], o: Options) -> list[int]:
     return [names.index(r) for r in o.reference]
 
 
+def tournament(n: int) -> int:
+    """How many rounds `rounds(n)` has: n - 1, or n when odd (a phantom's partner sits out)."""
+    return 0 if n < 2 else n - 1 + n % 2
+
+
 def round_count(n: int, o: Options) -> int:
     """How many rounds `schedule` gives for `n` nodes, counted rather than planned."""
-
-    def tournament(k: int) -> int:
-        return 0 if k < 2 else k - 1 + k % 2
-
     r = len(o.reference)
     if r:
         pairs = tournament(r) + -(-(n - r) // r)
@@ -272,12 +273,13 @@ def step_metrics(step: Step) -> tuple[str, ...]:
 def step_figures(step: Step, result: Mapping[str, Any]) -> dict[str, float]:
     """The figures one step's result gives, by metric; FigureError when it does not hold them."""
     where = step.name
-    if step.module == "benchmarks.gemm":
+    metrics = step_metrics(step)
+    if metrics == ("gemm_tflops",):
         values = result.get("tflops_per_rank")
         if not isinstance(values, list) or not values:
             raise FigureError(f"{where}: no tflops_per_rank")
         return {"gemm_tflops": min(_number(v, f"{where}: tflops_per_rank") for v in values)}
-    if step.name.startswith("intra-"):
+    if metrics == ("intra_busbw_gbps",):
         return {"intra_busbw_gbps": _median_busbw(result, "all_reduce", "world", where)}
     groups = (result.get("params") or {}).get("groups") or {}
     p2p_group = "inter" if "inter" in groups else "world"
@@ -298,6 +300,12 @@ MIN_NODES = 3  # it takes three nodes to tell which end of a slow pair is slow
 EXPECTED_SHARE = 0.5  # below half the stated hardware's figure is named, whatever the population
 
 
+def _robust(values: list[float]) -> tuple[float, float]:
+    """(median, 1.4826 x MAD): the centre and the spread, in the units of the values."""
+    centre = statistics.median(values)
+    return centre, MAD_SIGMA * statistics.median(abs(v - centre) for v in values)
+
+
 @dataclass(frozen=True)
 class Population:
     centre: float
@@ -308,9 +316,8 @@ class Population:
     def of(cls, values: Iterable[float], threshold: float, noise: float = 0.0) -> Population:
         """`noise`: a floor under the spread, as a fraction of the centre (the pairs' own noise,
         `pair_noise`), for the few values whose MAD is near zero when three happen to agree."""
-        values = list(values)
-        centre = statistics.median(values)
-        spread = max(MAD_SIGMA * statistics.median(abs(v - centre) for v in values), noise * centre)
+        centre, mad = _robust(list(values))
+        spread = max(mad, noise * centre)
         return cls(centre, spread, centre - max(threshold * centre, SPREADS * spread))
 
 
@@ -322,8 +329,8 @@ def pair_noise(ratios: Iterable[float]) -> float:
     values = list(ratios)
     if len(values) < MIN_NODES:
         return 0.0
-    centre = statistics.median(values)
-    return MAD_SIGMA * statistics.median(abs(v - centre) for v in values) / centre if centre > 0 else 0.0
+    centre, spread = _robust(values)
+    return spread / centre if centre > 0 else 0.0
 
 
 @dataclass
@@ -457,16 +464,14 @@ def judge(
                 per_node.setdefault(node, []).append((pair, v))
         # A node most of whose pairs failed is named for that, and left out of the population,
         # where its zeros would widen the spread the others are judged by.
+        score = scores[metric] = {}
         for node, measured in per_node.items():
             lost = [p for p, v in measured if v is None]
             if len(lost) > len(measured) / 2:
                 first = failures.get(" ".join(lost[0]), "no result")
                 name(node, f"{METRICS[metric][0]}: {len(lost)} of {len(measured)} pairs failed (first: {first})")
-        score = scores[metric] = {
-            n: statistics.median(0.0 if v is None else v for _, v in measured)
-            for n, measured in per_node.items()
-            if sum(v is None for _, v in measured) <= len(measured) / 2
-        }
+            else:
+                score[node] = statistics.median(0.0 if v is None else v for _, v in measured)
         noises[metric] = pair_noise(_ratios(by_pair, score).values())
         against(metric, score, noises[metric])
 

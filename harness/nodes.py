@@ -129,7 +129,7 @@ def start(
         nodelist = nodecheck.hostlist(names)
     if len(names) < 2:
         raise UsageError(f"the check needs at least 2 nodes, found {len(names)}: {', '.join(names)}")
-    if options.partners is not None and options.partners >= len(names) - 1 + len(names) % 2:
+    if options.partners is not None and options.partners >= nodecheck.tournament(len(names)):
         options = dataclasses.replace(options, partners=None)  # as many as every pair
     if options.reference and executor == "local":
         raise UsageError("--reference names Slurm nodes; the local executor's nodes are local0..localN-1")
