@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING
 from harness import nodecheck
 from harness.cost import Cost
 from harness.errors import RunDirError, SlurmError, UsageError, shown
-from harness.executors.slurm.nodes import NAME, NodesExecutor, NodesSubmitit, check_job
+from harness.executors.slurm.nodes import NodesExecutor, NodesSubmitit, check_job
 from harness.executors.slurm.profile import ClusterProfile
 from harness.nodecheck import HOSTLIST_RE, NODE_NAME_RE, Options
-from harness.nodesteps import PLAN, Driver, LocalLauncher, Plan, load_plan
+from harness.nodesteps import FOLDER, PLAN, RECORD, Driver, LocalLauncher, Plan, hostnames, load_plan
 from harness.present import nodes as present
 from harness.rundir import COMPLETED, RunDir
 from harness.spec import FieldError, build
@@ -81,11 +81,10 @@ def expand(nodelist: str) -> list[str]:
     """The names of a hostlist, as Slurm expands them (`scontrol show hostnames`)."""
     if not HOSTLIST_RE.fullmatch(nodelist):
         raise UsageError(f"--nodelist {nodelist!r} is not a Slurm hostlist (names, [ranges], commas)")
-    names = _call(["scontrol", "show", "hostnames", nodelist]).split()
-    bad = [n for n in names if not NODE_NAME_RE.fullmatch(n)]
-    if bad:
-        raise UsageError(f"--nodelist: node name {bad[0]!r} is not one bench can pass on (letters, digits, . _ -)")
-    return list(dict.fromkeys(names))
+    try:
+        return list(dict.fromkeys(hostnames(nodelist)))
+    except RuntimeError as exc:
+        raise UsageError(f"--nodelist: {exc}") from None
 
 
 def partition_nodes(profile: ClusterProfile) -> list[str]:
@@ -162,7 +161,7 @@ def start(
         plan.write(run.path)
         if executor == "local":
             try:
-                Driver(run.path, f"jobs/{NAME}", names, options, LocalLauncher(run.path, options)).drive(
+                Driver(run.path, FOLDER, names, options, LocalLauncher(run.path, options)).drive(
                     lambda line: console.print(line, markup=False)
                 )
             except KeyboardInterrupt:
@@ -183,7 +182,7 @@ def start(
             )
             if dry_run:
                 console.print(
-                    f"dry run: nothing submitted; the job's scripts are in {run.path}/jobs/{NAME}/", markup=False
+                    f"dry run: nothing submitted; the job's scripts are in {run.path}/{FOLDER}/", markup=False
                 )
                 return 0
             table = run.read_table([job])
@@ -195,7 +194,7 @@ def start(
             rec = table[job.name]
             if rec.state != COMPLETED:
                 console.print(f"[red]the check's job ended {rec.state}[/]: {shown(rec.reason or '')}", soft_wrap=True)
-                if not (run.path / f"jobs/{NAME}/steps.json").exists():
+                if not (run.path / FOLDER / RECORD).exists():
                     return EXIT_UNJUDGED
         return report(run, plan, profile, console, as_json)
 

@@ -35,6 +35,8 @@ from harness.nodecheck import HOSTLIST_RE, NODE_NAME_RE, Options, Step
 from harness.rundir import CANCELLED, COMPLETED, FAILED, TIMEOUT, now
 
 PLAN = "check.json"  # in the run directory: what `bench nodes` asked for
+JOB = "nodes"  # the check's job, in the run directory's jobs/
+FOLDER = f"jobs/{JOB}"  # its folder: the Slurm job's files, the record and the steps' results
 PLAN_VERSION = 1
 EXECUTORS = ("local", "slurm", "submitit")
 RECORD = "steps.json"
@@ -267,9 +269,6 @@ def load_json(path: Path) -> dict[str, Any]:
     return data
 
 
-FOLDER = "jobs/nodes"  # the check's job directory in its run directory
-
-
 @dataclass
 class Figures:
     """What a check's steps measured, as `nodecheck.judge` takes it."""
@@ -413,19 +412,25 @@ def load_plan(run: Path) -> Plan:
 _HOSTNAMES_TIMEOUT_S = 60
 
 
-def allocation_hosts(env: dict[str, str]) -> list[str]:
-    """The allocation's nodes in order, from `scontrol show hostnames` of SLURM_JOB_NODELIST."""
-    nodelist = env.get("SLURM_JOB_NODELIST", "")
-    p = subprocess.run(
-        ["scontrol", "show", "hostnames", nodelist],
-        capture_output=True,
-        text=True,
-        timeout=_HOSTNAMES_TIMEOUT_S,
-        check=False,
-    )
+def hostnames(nodelist: str) -> list[str]:
+    """The names of a Slurm hostlist in order, as `scontrol show hostnames` expands them, each a
+    name bench can pass on; RuntimeError says why not (scontrol missing, failing, a bad name)."""
+    try:
+        p = subprocess.run(
+            ["scontrol", "show", "hostnames", nodelist],
+            capture_output=True,
+            text=True,
+            timeout=_HOSTNAMES_TIMEOUT_S,
+            check=False,
+        )
+    except FileNotFoundError:
+        raise RuntimeError("scontrol not found on PATH; the check needs Slurm's client commands") from None
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"scontrol gave no answer in {_HOSTNAMES_TIMEOUT_S} s") from None
     names = p.stdout.split()
     if p.returncode != 0 or not names:
-        raise RuntimeError(f"scontrol show hostnames {nodelist!r} failed: {p.stderr.strip() or p.returncode}")
+        said = [line.strip() for line in p.stderr.splitlines() if line.strip()]
+        raise RuntimeError(f"scontrol show hostnames {nodelist}: {said[-1] if said else f'exit status {p.returncode}'}")
     bad = [n for n in names if not NODE_NAME_RE.fullmatch(n)]
     if bad:
         raise RuntimeError(f"node name {bad[0]!r} is not one bench can pass on (letters, digits, . _ -)")
@@ -442,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
     run = Path.cwd()
     try:
         options = load_plan(run).options
-        names = allocation_hosts(dict(os.environ))
+        names = hostnames(os.environ.get("SLURM_JOB_NODELIST", ""))
         job_id = int(os.environ.get("SLURM_JOB_ID", "0"))
     except (ValueError, RuntimeError, OSError, subprocess.SubprocessError) as exc:
         print(f"bench nodes: {exc}", file=sys.stderr)

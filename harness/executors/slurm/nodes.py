@@ -30,11 +30,10 @@ from harness.executors.slurm.script import (
 )
 from harness.executors.slurm.via_submitit import SubmititExecutor
 from harness.nodecheck import HOSTLIST_RE, round_count
-from harness.nodesteps import RECORD, STEP_SCRIPT, Plan, in_submitit_task
+from harness.nodesteps import FOLDER, JOB, RECORD, STEP_SCRIPT, Plan, in_submitit_task
 from harness.plan import Job, WorkloadRun
 from harness.rundir import RunDir
 
-NAME = "nodes"  # the check's job: jobs/nodes in its run directory
 SLACK_MIN = 5.0  # the job's time limit beyond its rounds at the step timeout each
 
 
@@ -45,7 +44,7 @@ def check_job(plan: Plan, time_limit_min: float | None = None) -> Job:
     rounds = round_count(plan.nodes, o)
     limit = time_limit_min or rounds * o.step_timeout_s / 60 + SLACK_MIN
     return Job(
-        name=NAME,
+        name=JOB,
         config_hash="nodecheck",
         nodes=plan.nodes,
         gpus_per_node=o.gpus_per_node,
@@ -78,8 +77,8 @@ def render_check_script(job: Job, profile: ClusterProfile, plan: Plan) -> str:
         f"# Near the time limit Slurm sends USR2 (--signal=B:USR2@{SIGNAL_LEAD_S}), which would end bash; the note",
         "# says so, and the driver keeps its record until Slurm ends it (TIMEOUT). bash runs a trap",
         "# only once the foreground command ends, so the driver runs in the background.",
-        f"trap 'echo \"$(date -Is) time limit near\" >> jobs/{NAME}/time-limit.txt' USR2",
-        f"{python} -m harness.nodesteps jobs/{NAME} &",
+        f"trap 'echo \"$(date -Is) time limit near\" >> {FOLDER}/time-limit.txt' USR2",
+        f"{python} -m harness.nodesteps {FOLDER} &",
         "driver=$!",
         "while true; do",
         '  rc=0; wait "$driver" || rc=$?',
@@ -150,7 +149,7 @@ class NodesSubmitit(SubmititExecutor):
         self.plan = plan
 
     def payload(self, job: Job) -> tuple[Callable[[Any], None], Any]:
-        return in_submitit_task, f"jobs/{NAME}"
+        return in_submitit_task, FOLDER
 
     def job_files(self, job: Job) -> dict[str, str]:
         return {**super().job_files(job), STEP_SCRIPT: render_step_script(job, self.profile, self.plan, overlap=True)}
