@@ -433,7 +433,7 @@ def cmd_history(args: argparse.Namespace) -> int:
             else "history remove needs the run id: bench history remove ID"
         )
     if args.action == "add" and nodehistory.is_check(Path(args.dir)):
-        check = nodehistory.add(db, Path(args.dir), args.cluster, args.label, nodes.named(Path(args.dir)))
+        check = nodehistory.add(db, Path(args.dir), args.cluster, args.label, nodes.verdict_of(Path(args.dir)))
         print(
             f"added the node check {args.dir} to {db} as node check {check.id} of cluster {check.cluster}"
             f"{f' (label {check.label})' if check.label else ''}: {check.nodes} nodes"

@@ -22,7 +22,7 @@ from harness.cost import Cost
 from harness.errors import RunDirError, SlurmError, UsageError, shown
 from harness.executors.slurm.nodes import NodesExecutor, NodesSubmitit, check_job
 from harness.executors.slurm.profile import ClusterProfile
-from harness.nodecheck import HOSTLIST_RE, NODE_NAME_RE, Options
+from harness.nodecheck import HOSTLIST_RE, NODE_NAME_RE, Options, Verdict
 from harness.nodesteps import FOLDER, PLAN, RECORD, Driver, LocalLauncher, Plan, hostnames, load_plan
 from harness.present import nodes as present
 from harness.rundir import COMPLETED, RunDir
@@ -199,37 +199,35 @@ def start(
         return report(run, plan, profile, console, as_json)
 
 
-def judge_again(path: Path, threshold: float | None, console: Console, as_json: bool) -> int:
-    """`bench nodes --report DIR`: the verdict of a check that ran, with its plan's threshold or
-    `threshold`; the plan, record and results are read as untrusted data."""
-    run = RunDir(path)
+def checked(path: Path) -> tuple[Plan, ClusterProfile | None]:
+    """The plan of the check in `path` and the cluster profile it recorded, every value
+    checked (a run directory is untrusted data); RunDirError says what is wrong."""
     if not (path / PLAN).is_file():
         raise RunDirError(f"{path}: no {PLAN}; not the run directory of a node check")
     try:
         plan = load_plan(path)
+        return plan, build(ClusterProfile, plan.cluster, "cluster") if plan.cluster else None
     except ValueError as exc:
         raise RunDirError(str(exc)) from None
-    if threshold is not None:
-        plan = dataclasses.replace(plan, threshold=threshold)
-    try:
-        profile = build(ClusterProfile, plan.cluster, "cluster") if plan.cluster else None
     except FieldError as exc:
         raise RunDirError(f"{path / PLAN}: cluster.{exc.key}: {exc}") from None
+
+
+def judge_again(path: Path, threshold: float | None, console: Console, as_json: bool) -> int:
+    """`bench nodes --report DIR`: the verdict of a check that ran, with its plan's threshold or
+    `threshold`; the plan, record and results are read as untrusted data."""
+    plan, profile = checked(path)
+    if threshold is not None:
+        plan = dataclasses.replace(plan, threshold=threshold)
+    run = RunDir(path)
     with locked(run):
         return report(run, plan, profile, console, as_json)
 
 
-def named(path: Path) -> str:
-    """What the check in `path` names, in a line: the drain list, then each link."""
-    try:
-        plan = load_plan(path)
-        profile = build(ClusterProfile, plan.cluster, "cluster") if plan.cluster else None
-    except (ValueError, FieldError) as exc:
-        raise RunDirError(f"{path / PLAN}: {exc}") from None
-    v, _ = present.verdict(path, plan, profile)
-    return "; ".join(
-        [*([f"drain {v.drain}"] if v.drain else []), *(f"link {a}-{b}" for a, b in (f.nodes for f in v.links))]
-    )
+def verdict_of(path: Path) -> Verdict:
+    """The verdict of the check in `path`, as its plan judges it (`bench history add`)."""
+    plan, profile = checked(path)
+    return present.verdict(path, plan, profile)[0]
 
 
 def report(run: RunDir, plan: Plan, profile: ClusterProfile | None, console: Console, as_json: bool) -> int:

@@ -175,6 +175,19 @@ def session(db: Path, create: bool = False) -> Iterator[sqlite3.Connection]:
             raise _sqlite_error(db, exc) from None
 
 
+@contextmanager
+def transaction(con: sqlite3.Connection) -> Iterator[None]:
+    """One write transaction, taken at once (BEGIN IMMEDIATE): committed when the block ends,
+    rolled back when anything is raised in it, Ctrl-C included."""
+    con.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+
+
 def create_tables(con: sqlite3.Connection, schema: str = "") -> None:
     """In a transaction: the history's tables where the database has none yet, then `schema`'s
     (statements that create only what is missing: CREATE ... IF NOT EXISTS)."""
@@ -257,8 +270,7 @@ def add(db: Path, path: str | Path, cluster: str, label: str | None = None) -> A
     fp = fingerprint(run)
     created = plan.get("created") or ""
     with session(db, create=True) as con:
-        con.execute("BEGIN IMMEDIATE")
-        try:
+        with transaction(con):
             create_tables(con)
             dup = con.execute("SELECT id, cluster, label, path FROM runs WHERE fingerprint = ?", (fp,)).fetchone()
             if dup:
@@ -285,10 +297,6 @@ def add(db: Path, path: str | Path, cluster: str, label: str | None = None) -> A
             run_id = cur.lastrowid
             con.execute("INSERT INTO data VALUES (?, ?, ?)", (run_id, blob, sblob))
             con.executemany("INSERT INTO points VALUES (?, ?, ?, ?)", [(run_id, *p) for p in points])
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
         entry = Entry(*con.execute(_ENTRY + " WHERE id = ?", (run_id,)).fetchone())
     return Added(entry, [f"{j} {s}" for j, s in zip(not_done["job"], not_done["status"])])
 
@@ -335,15 +343,10 @@ def remove(db: Path, run_id: int) -> Entry:
         row = con.execute(_ENTRY + " WHERE id = ?", (run_id,)).fetchone()
         if not row:
             raise HistoryError(f"{db}: no run {run_id} in the history; `bench history list` shows the ids")
-        con.execute("BEGIN IMMEDIATE")
-        try:
+        with transaction(con):
             for table in ("points", "data"):
                 con.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
             con.execute("DELETE FROM runs WHERE id = ?", (run_id,))
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
         return Entry(*row)
 
 

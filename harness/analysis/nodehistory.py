@@ -16,16 +16,15 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import sqlite3
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from benchmarks.results import read_regular
-from harness.analysis.history import create_tables, session
-from harness.errors import HistoryError, RunDirError
-from harness.nodecheck import METRICS
-from harness.nodesteps import FOLDER, PLAN, RECORD, gather, load_plan
+from harness.analysis.history import create_tables, session, transaction
+from harness.errors import HistoryError
+from harness.nodecheck import METRICS, Verdict
+from harness.nodesteps import FOLDER, PLAN, RECORD
 from harness.rundir import RUN_FILE_LIMIT
 
 if TYPE_CHECKING:
@@ -74,37 +73,30 @@ def is_check(path: Path) -> bool:
     return (path / PLAN).is_file() and not (path / "plan.json").exists()
 
 
-def figures(path: Path) -> tuple[int, list[tuple[str, str, float | None]]]:
-    """(nodes, (series, metric, value) of every figure) of the check in `path`."""
-    try:
-        plan = load_plan(path)
-        f = gather(path, plan)
-    except ValueError as exc:
-        raise RunDirError(str(exc)) from None
-    rows: list[tuple[str, str, float | None]] = []
-    for metric, by_node in f.nodes.items():
-        rows += [(f"node {n}", metric, v) for n, v in by_node.items()]
-    for metric, by_pair in f.pairs.items():
-        per_node: dict[str, list[float]] = {}
-        for (a, b), v in by_pair.items():
-            rows.append((f"pair {a} {b}", metric, v))
-            for n in (a, b):
-                per_node.setdefault(n, []).append(0.0 if v is None else v)
-        rows += [(f"node {n}", metric, statistics.median(vs)) for n, vs in per_node.items()]
-    return len(f.names), rows
+def rows(v: Verdict) -> list[tuple[str, str, float | None]]:
+    """(series, metric, value) of every figure of a check's verdict: per node its own figures
+    and its score (median over its partners) of each pair figure, per pair each pair figure."""
+    out: list[tuple[str, str, float | None]] = []
+    for by_node in (v.node_figures, v.node_scores):
+        for metric, figures in by_node.items():
+            out += [(f"node {n}", metric, x) for n, x in figures.items()]
+    for metric, by_pair in v.pair_figures.items():
+        out += [(f"pair {a} {b}", metric, x) for (a, b), x in by_pair.items()]
+    return out
 
 
-def add(db: Path, path: Path, cluster: str, label: str | None, named: str) -> NodeEntry:
-    """Store the check in `path`, everything read and checked before the one transaction."""
-    nodes, rows = figures(path)
+def add(db: Path, path: Path, cluster: str, label: str | None, v: Verdict) -> NodeEntry:
+    """Store the check in `path`, judged as `v`: its figures, and what it named."""
+    named = "; ".join(
+        [*([f"drain {v.drain}"] if v.drain else []), *(f"link {a}-{b}" for a, b in (f.nodes for f in v.links))]
+    )
     digest = hashlib.sha256()
     for part in (path / PLAN, path / FOLDER / RECORD):
         digest.update(read_regular(part, RUN_FILE_LIMIT))
     fp = digest.hexdigest()
     created = _created(path)
     with session(db, create=True) as con:
-        con.execute("BEGIN IMMEDIATE")
-        try:
+        with transaction(con):
             create_tables(con, NODE_SCHEMA)
             dup = con.execute("SELECT id, path FROM node_checks WHERE fingerprint = ?", (fp,)).fetchone()
             if dup:
@@ -112,14 +104,10 @@ def add(db: Path, path: Path, cluster: str, label: str | None, named: str) -> No
             cur = con.execute(
                 "INSERT INTO node_checks (fingerprint, cluster, label, path, created, added, nodes, named) "
                 "VALUES (?, ?, ?, ?, ?, datetime('now'), ?, ?)",
-                (fp, cluster, label, str(path.resolve()), created, nodes, named),
+                (fp, cluster, label, str(path.resolve()), created, len(v.names), named),
             )
             check_id = cur.lastrowid
-            con.executemany("INSERT INTO node_figures VALUES (?, ?, ?, ?)", [(check_id, *r) for r in rows])
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
+            con.executemany("INSERT INTO node_figures VALUES (?, ?, ?, ?)", [(check_id, *r) for r in rows(v)])
         return NodeEntry(*con.execute(_ENTRY + " WHERE id = ?", (check_id,)).fetchone())
 
 
@@ -146,14 +134,9 @@ def remove(db: Path, check_id: int) -> NodeEntry:
         row = con.execute(_ENTRY + " WHERE id = ?", (check_id,)).fetchone() if _has_tables(con) else None
         if not row:
             raise HistoryError(f"{db}: no node check {check_id}; `bench history list` shows the ids")
-        con.execute("BEGIN IMMEDIATE")
-        try:
+        with transaction(con):
             con.execute("DELETE FROM node_figures WHERE check_id = ?", (check_id,))
             con.execute("DELETE FROM node_checks WHERE id = ?", (check_id,))
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
         return NodeEntry(*row)
 
 
