@@ -55,7 +55,7 @@ from harness.analysis.compare import (
 from harness.analysis.history import BASELINE_HELP, DEFAULT_BASELINE
 from harness.collect import collect, read_summary, write_summary
 from harness.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, BenchError, DataError, UsageError, one_line, shown
-from harness.executors.slurm.profile import load_profile
+from harness.executors.slurm.profile import ClusterProfile, load_profile
 from harness.nodecheck import Options
 from harness.nodesteps import check_options
 from harness.present import export, report
@@ -114,6 +114,37 @@ def cmd_run(args: argparse.Namespace) -> int:
     return module.main(args.workload_args)
 
 
+def _executor(
+    args: argparse.Namespace, console: Console, *, profile_on_dry_run: bool
+) -> tuple[str, ClusterProfile | None]:
+    """(the executor, the cluster profile) of `bench sweep` or `bench nodes`, said on the
+    console's first line and checked: sbatch on PATH for a batch executor (a dry run writes the
+    job's files only), --cluster only with one, and the profile it needs (on a dry run too, with
+    `profile_on_dry_run`), which submitit must be able to carry."""
+    name, why = sweep.choose_executor(args.executor)
+    console.print(f"executor: {name} ({why})")
+    batch = name in ("slurm", "submitit")
+    if batch and not args.dry_run and not shutil.which("sbatch"):
+        raise UsageError(
+            f"--executor {name}: sbatch not found on PATH; run where Slurm's client commands are, "
+            "or write the job scripts only with --dry-run"
+        )
+    if args.cluster and not batch:
+        raise UsageError(f"--cluster describes a Slurm cluster; it needs --executor slurm or submitit, not {name}")
+    cluster = args.cluster or (_env_path("BENCH_CLUSTER") if batch else None)
+    if batch and cluster is None and (profile_on_dry_run or not args.dry_run):
+        raise UsageError(
+            f"the {name} executor ({why}) needs the cluster's profile: --cluster FILE or BENCH_CLUSTER=FILE "
+            "(start from sweeps/clusters/example.yaml); to run on this machine instead, --executor local"
+        )
+    profile = load_profile(cluster) if cluster else None
+    if name == "submitit" and profile is not None and cluster is not None:
+        from harness.executors.slurm.via_submitit import check_profile
+
+        check_profile(profile, cluster)
+    return name, profile
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     console = _console()
     if args.resume:
@@ -134,27 +165,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             )
         return sweep.resume(RunDir(args.resume), console, yes=args.yes)
 
-    name, why = sweep.choose_executor(args.executor)
-    console.print(f"executor: {name} ({why})")
-    batch = name in ("slurm", "submitit")
-    if batch and not args.dry_run and not shutil.which("sbatch"):
-        raise UsageError(
-            f"--executor {name}: sbatch not found on PATH; run where Slurm's client commands are, "
-            "or write the job scripts only with --dry-run"
-        )
-    if args.cluster and not batch:
-        raise UsageError(f"--cluster describes a Slurm cluster; it needs --executor slurm or submitit, not {name}")
-    cluster = args.cluster or (_env_path("BENCH_CLUSTER") if batch else None)
-    if batch and cluster is None and not args.dry_run:
-        raise UsageError(
-            f"the {name} executor ({why}) needs the cluster's profile: --cluster FILE or BENCH_CLUSTER=FILE "
-            "(start from sweeps/clusters/example.yaml); to run on this machine instead, --executor local"
-        )
-    profile = load_profile(cluster) if cluster else None
-    if name == "submitit" and profile is not None and cluster is not None:
-        from harness.executors.slurm.via_submitit import check_profile
-
-        check_profile(profile, cluster)
+    name, profile = _executor(args, console, profile_on_dry_run=False)
     sweep_path = Path(args.sweep) if args.sweep else _default_sweep(name)
     spec = load_sweep(
         sweep_path, max_nodes=args.max_nodes, repeat=args.repeat, overrides=tuple(args.overrides), only=tuple(args.only)
@@ -169,6 +180,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_nodes(args: argparse.Namespace) -> int:
+    # With --json the verdict alone goes to stdout, and the rest to stderr.
+    console = _console_to(sys.stderr if args.json else sys.stdout)
     if args.report:
         given = [
             f for f, v in (("--nodelist", args.nodelist), ("--nodes", args.nodes), ("--cluster", args.cluster)) if v
@@ -182,29 +195,9 @@ def cmd_nodes(args: argparse.Namespace) -> int:
             threshold = parse_threshold(args.threshold) if args.threshold else None
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-        return nodes.judge_again(
-            Path(args.report), threshold, _console_to(sys.stderr if args.json else sys.stdout), args.json
-        )
-    name, why = sweep.choose_executor(args.executor)
-    console = _console()
-    if not args.json:
-        console.print(f"executor: {name} ({why})")
-    batch = name in ("slurm", "submitit")
-    if batch and not args.dry_run and not shutil.which("sbatch"):
-        raise UsageError(f"--executor {name}: sbatch not found on PATH; run where Slurm's client commands are")
-    if args.cluster and not batch:
-        raise UsageError(f"--cluster describes a Slurm cluster; it needs --executor slurm or submitit, not {name}")
-    cluster = args.cluster or (_env_path("BENCH_CLUSTER") if batch else None)
-    if batch and cluster is None:
-        raise UsageError(
-            "the node check on Slurm needs the cluster's profile: --cluster FILE or BENCH_CLUSTER=FILE "
-            "(start from sweeps/clusters/example.yaml); to emulate nodes on this machine, --executor local"
-        )
-    profile = load_profile(cluster) if cluster else None
-    if name == "submitit" and profile is not None and cluster is not None:
-        from harness.executors.slurm.via_submitit import check_profile
-
-        check_profile(profile, cluster)
+        return nodes.judge_again(Path(args.report), threshold, console, args.json)
+    # The check's nodes come from the profile's partition, so a dry run needs it too.
+    name, profile = _executor(args, console, profile_on_dry_run=True)
     try:
         size = parse_size(args.bytes)
         # Emulated nodes are one machine: what tells them apart is its noise (docs/nodes.md).
@@ -246,7 +239,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
         nodelist=args.nodelist,
         time_limit_min=args.time_limit,
         out=out,
-        console=_console() if not args.json else _console_to(sys.stderr),
+        console=console,
         yes=args.yes,
         dry_run=args.dry_run,
         as_json=args.json,
