@@ -362,6 +362,17 @@ class Verdict:
     def named(self) -> bool:
         return bool(self.nodes or self.links or self.cluster)
 
+    @property
+    def node_metrics(self) -> list[str]:
+        """The metrics of a node's row: its own figures, then its scores of the pair figures."""
+        return [*self.node_figures, *self.node_scores]
+
+    def node_row(self, node: str) -> list[float | None]:
+        """The node's value of each of `node_metrics`, None where it has none (its step failed)."""
+        return [self.node_figures[m].get(node) for m in self.node_figures] + [
+            self.node_scores[m].get(node) for m in self.node_scores
+        ]
+
 
 def _fmt(value: float) -> str:
     return f"{value:.4g}"

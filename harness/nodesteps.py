@@ -29,7 +29,7 @@ from typing import Any, BinaryIO
 from benchmarks.catalog import BACKENDS, DEVICES
 from benchmarks.results import RESULT_LIMIT, atomic_write_json, load_result, read_regular
 from harness import nodecheck
-from harness.executors.local import die_with_parent, free_port, kill_groups
+from harness.executors.local import agent_command, die_with_parent, free_port, kill_groups
 from harness.logs import error_line, tail
 from harness.nodecheck import HOSTLIST_RE, NODE_NAME_RE, Options, Step
 from harness.rundir import CANCELLED, COMPLETED, FAILED, TIMEOUT, now
@@ -74,22 +74,8 @@ class LocalLauncher(Launcher):
         port = free_port()
         procs = []
         for k, node in enumerate(step.nodes):
-            command = [
-                sys.executable,
-                "-m",
-                "torch.distributed.run",
-                f"--nnodes={len(step.nodes)}",
-                f"--nproc-per-node={self.options.gpus_per_node}",
-                "--rdzv-backend=c10d",
-                f"--rdzv-endpoint=127.0.0.1:{port}",
-                f"--rdzv-id={step.name}",
-                f"--rdzv-conf=is_host={'true' if k == 0 else 'false'}",
-                "--max-restarts=0",
-                "--local-addr=127.0.0.1",
-                "-m",
-                step.module,
-                *step.args,
-            ]
+            nnodes, nproc = len(step.nodes), self.options.gpus_per_node
+            command = agent_command(nnodes, nproc, k, port, step.name, step.module, step.args)
             env = {**os.environ, "BENCH_LAUNCHER": "local-torchrun", "BENCH_NODE": names[node]}
             procs.append(_popen(command, self.run, env, log))
         return procs

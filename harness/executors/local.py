@@ -24,7 +24,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -98,6 +98,31 @@ def kill_groups(procs: list[subprocess.Popen]) -> None:
                 p.wait(timeout=max(0.0, deadline - time.monotonic()))
 
 
+def agent_command(
+    nnodes: int, nproc: int, node: int, port: int | str, rdzv_id: str, module: str, args: Iterable[str]
+) -> list[str]:
+    """The torchrun agent of emulated node `node` of `nnodes`, meeting the others at
+    127.0.0.1:`port`, with `nproc` workers of `module`."""
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={nnodes}",
+        f"--nproc-per-node={nproc}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=127.0.0.1:{port}",
+        f"--rdzv-id={rdzv_id}",
+        # Say which agent hosts the rendezvous store rather than leave all of them,
+        # sharing one hostname, to race for the port.
+        f"--rdzv-conf=is_host={'true' if node == 0 else 'false'}",
+        "--max-restarts=0",
+        "--local-addr=127.0.0.1",
+        "-m",
+        module,
+        *args,
+    ]
+
+
 @contextlib.contextmanager
 def sampler(folder: Path, interval_s: float, log: BinaryIO) -> Iterator[None]:
     """This machine's telemetry sampler for the life of one job (docs/telemetry.md); its last
@@ -130,24 +155,8 @@ class LocalExecutor(Executor):
     interrupt_note = "the running job was stopped and recorded CANCELLED"
 
     def agent_command(self, job: Job, run: WorkloadRun, node: int, port: int | str) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            f"--nnodes={job.nodes}",
-            f"--nproc-per-node={job.gpus_per_node}",
-            "--rdzv-backend=c10d",
-            f"--rdzv-endpoint=127.0.0.1:{port}",
-            f"--rdzv-id={job.name}-{run.key}",
-            # Say which agent hosts the rendezvous store rather than leave all of them,
-            # sharing one hostname, to race for the port.
-            f"--rdzv-conf=is_host={'true' if node == 0 else 'false'}",
-            "--max-restarts=0",
-            "--local-addr=127.0.0.1",
-            "-m",
-            run.module,
-            *job.run_args(run, self.timeout_s),
-        ]
+        args = job.run_args(run, self.timeout_s)
+        return agent_command(job.nodes, job.gpus_per_node, node, port, f"{job.name}-{run.key}", run.module, args)
 
     def agent_env(self, job: Job, run: WorkloadRun, node: int, gpus: list[str] | None) -> dict[str, str]:
         env = dict(os.environ)

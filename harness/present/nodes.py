@@ -27,8 +27,6 @@ from harness.rundir import COMPLETED
 if TYPE_CHECKING:
     from rich.console import Console
 
-FILES = ("verdict.json", "nodes.csv", "pairs.csv", "heatmap.png", "heatmap.csv", "drain.txt")
-
 
 def expected(profile: ClusterProfile | None, gpus_per_node: int) -> dict[str, float | None]:
     """The stated hardware's figure of each metric (docs/expected.md), None where not stated:
@@ -94,13 +92,9 @@ def _csv(rows: list[list[Any]]) -> bytes:
 def write_outputs(run: Path, v: Verdict, record: dict[str, Any], plan: Plan) -> list[Path]:
     """The files of the module's docstring, each replaced atomically in `run`."""
     named = {f.nodes[0]: "; ".join(f.reasons) for f in v.nodes}
-    node_metrics = list(v.node_figures) + list(v.node_scores)
-    rows: list[list[Any]] = [["node", *node_metrics, "named"]]
+    rows: list[list[Any]] = [["node", *v.node_metrics, "named"]]
     for node in v.names:
-        figs = [v.node_figures[m].get(node) for m in v.node_figures] + [
-            v.node_scores[m].get(node) for m in v.node_scores
-        ]
-        rows.append([node, *("" if x is None else f"{x:.6g}" for x in figs), named.get(node, "")])
+        rows.append([node, *("" if x is None else f"{x:.6g}" for x in v.node_row(node)), named.get(node, "")])
     links = {f.nodes: "; ".join(f.reasons) for f in v.links}
     pair_rows: list[list[Any]] = [["node_a", "node_b", *v.pair_figures, "named"]]
     pairs = sorted(
@@ -124,16 +118,13 @@ def print_verdict(console: Console, v: Verdict, record: dict[str, Any]) -> None:
 
     table = Table(title="Nodes", title_justify="left")
     table.add_column("NODE")
-    for m in [*v.node_figures, *v.node_scores]:
+    for m in v.node_metrics:
         label, unit, scope = METRICS[m]
         table.add_column(f"{label} ({unit})" + (", median of its pairs" if scope == "pair" else ""), justify="right")
     table.add_column("VERDICT")
     named = {f.nodes[0]: f for f in v.nodes}
     for node in v.names:
-        figs = [v.node_figures[m].get(node) for m in v.node_figures] + [
-            v.node_scores[m].get(node) for m in v.node_scores
-        ]
-        cells = ["failed" if x is None else f"{x:.4g}" for x in figs]
+        cells = ["failed" if x is None else f"{x:.4g}" for x in v.node_row(node)]
         verdict_cell = "[red]drain[/]: " + "; ".join(named[node].reasons) if node in named else "ok"
         table.add_row(node, *cells, verdict_cell)
     console.print(table)

@@ -23,9 +23,9 @@ from harness.executors.slurm.script import (
     env_prefix,
     environment_lines,
     format_time_limit,
-    in_container,
     interpreter,
     script_head,
+    step_python,
     tasks_and_cpus,
 )
 from harness.executors.slurm.via_submitit import SubmititExecutor
@@ -96,9 +96,7 @@ def render_step_script(job: Job, profile: ClusterProfile, plan: Plan, overlap: b
     (srun --overlap, Slurm 22.05)."""
     _, env, passed = environment_lines(job, profile)
     names = [*env, *passed, "MASTER_ADDR", "MASTER_PORT"]
-    container, inner = in_container(profile, names)
-    python = _quote(profile.container.python) if profile.container else _quote(interpreter(profile))
-    python = f"{inner} {python}" if inner else python
+    container, python = step_python(profile, names)
     tasks, cpus = tasks_and_cpus(job, profile)
     step_limit = format_time_limit(plan.options.step_timeout_s / 60)
     prefix = env_prefix(profile)

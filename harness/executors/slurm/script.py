@@ -257,6 +257,14 @@ def exports(items: Iterable[tuple[str, str]], profile: ClusterProfile) -> list[s
     return [f"export {k}={q(v)}" + (f" {prefix}{k}={q(v)}" if prefix else "") for k, v in items]
 
 
+def step_python(profile: ClusterProfile, names: Iterable[str] = ()) -> tuple[list[str], str]:
+    """(srun's container options, the Python a step runs, shell-quoted): the image's, started
+    through the container's prefix (in_container), or the compute nodes' interpreter."""
+    container, inner = in_container(profile, names)
+    python = _quote(profile.container.python) if profile.container else _quote(interpreter(profile))
+    return container, f"{inner} {python}" if inner else python
+
+
 def step_command(
     job: Job, run: WorkloadRun, profile: ClusterProfile, timeout_s: float, names: Iterable[str] = ()
 ) -> str:
@@ -264,9 +272,7 @@ def step_command(
     `names` are the variables exported for it, which a container must keep (in_container)."""
     q = _quote
     args = " ".join(q(a) for a in job.run_args(run, timeout_s))
-    container, inner = in_container(profile, names)
-    python = q(profile.container.python) if profile.container else q(interpreter(profile))
-    python = f"{inner} {python}" if inner else python
+    container, python = step_python(profile, names)
     tasks_per_node, cpus = tasks_and_cpus(job, profile)
     # --kill-on-bad-exit: when one rank dies the others stop too, rather than wait in a collective
     # until the process-group timeout (KillOnBadExit defaults to 0, docs/reference.md).
