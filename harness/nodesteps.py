@@ -29,7 +29,7 @@ from typing import Any, BinaryIO
 from benchmarks.catalog import BACKENDS, DEVICES
 from benchmarks.results import RESULT_LIMIT, atomic_write_json, load_result, read_regular
 from harness import nodecheck
-from harness.executors.local import agent_command, die_with_parent, free_port, kill_groups
+from harness.executors.local import TAG, agent_command, die_with_parent, free_port, kill_groups, new_tag
 from harness.logs import error_line, tail
 from harness.nodecheck import HOSTLIST_RE, NODE_NAME_RE, Options, Step
 from harness.rundir import CANCELLED, COMPLETED, FAILED, TIMEOUT, now
@@ -53,6 +53,7 @@ class Running:
     procs: list[subprocess.Popen]
     log: BinaryIO
     started: float
+    tag: str  # in the environment of the step's local processes (local.TAG)
 
 
 class Launcher:
@@ -60,7 +61,7 @@ class Launcher:
 
     grace_s = 0.0  # past the step timeout before the driver ends a step
 
-    def start(self, step: Step, names: Sequence[str], index: int, log: BinaryIO) -> list[subprocess.Popen]:
+    def start(self, step: Step, names: Sequence[str], index: int, log: BinaryIO, tag: str) -> list[subprocess.Popen]:
         raise NotImplementedError
 
 
@@ -70,13 +71,13 @@ class LocalLauncher(Launcher):
     def __init__(self, run: Path, options: Options):
         self.run, self.options = run, options
 
-    def start(self, step: Step, names: Sequence[str], index: int, log: BinaryIO) -> list[subprocess.Popen]:
+    def start(self, step: Step, names: Sequence[str], index: int, log: BinaryIO, tag: str) -> list[subprocess.Popen]:
         port = free_port()
         procs = []
         for k, node in enumerate(step.nodes):
             nnodes, nproc = len(step.nodes), self.options.gpus_per_node
             command = agent_command(nnodes, nproc, k, port, step.name, step.module, step.args)
-            env = {**os.environ, "BENCH_LAUNCHER": "local-torchrun", "BENCH_NODE": names[node]}
+            env = {**os.environ, "BENCH_LAUNCHER": "local-torchrun", "BENCH_NODE": names[node], TAG: tag}
             procs.append(_popen(command, self.run, env, log))
         return procs
 
@@ -92,7 +93,8 @@ class SrunLauncher(Launcher):
     def __init__(self, run: Path, folder: str, job_id: int):
         self.run, self.script, self.job_id = run, f"{folder}/{STEP_SCRIPT}", job_id
 
-    def start(self, step: Step, names: Sequence[str], index: int, log: BinaryIO) -> list[subprocess.Popen]:
+    def start(self, step: Step, names: Sequence[str], index: int, log: BinaryIO, tag: str) -> list[subprocess.Popen]:
+        # srun's processes are left untagged: on a node, its tasks are Slurm's to end
         port = 20000 + (self.job_id % 20000 + index) % 40000
         nodes = ",".join(names[i] for i in step.nodes)
         command = ["bash", self.script, step.name, nodes, str(len(step.nodes)), str(port), step.module, *step.args]
@@ -165,12 +167,14 @@ class Driver:
                     (self.run / self.folder / step.result).unlink()
                 log = open(self.run / self.folder / step.log, "ab", buffering=0)  # noqa: SIM115
                 self.steps[step.name] = {"state": "RUNNING", "started": now()}
-                running.append(Running(step, self.launcher.start(step, self.names, index, log), log, time.monotonic()))
+                tag = new_tag()
+                procs = self.launcher.start(step, self.names, index, log, tag)
+                running.append(Running(step, procs, log, time.monotonic(), tag))
                 index += 1
             self._wait(running)
         except BaseException:
             for r in running:
-                kill_groups(r.procs)
+                kill_groups(r.procs, r.tag)
                 if self.steps[r.step.name]["state"] == "RUNNING":
                     self._record(r, CANCELLED, None, "interrupted")
             raise
@@ -187,7 +191,7 @@ class Driver:
                 codes = [p.poll() for p in r.procs]
                 if any(c not in (None, 0) for c in codes) and any(c is None for c in codes):
                     # one agent failed: the others are ended rather than left to their timeout
-                    kill_groups(r.procs)
+                    kill_groups(r.procs, r.tag)
                     codes = [p.returncode for p in r.procs]
                 if all(c is not None for c in codes):
                     left.remove(r)
@@ -203,7 +207,7 @@ class Driver:
                         self._record(r, FAILED, code, why or f"exit status {code}" + ("" if bad else ", no result"))
                 elif time.monotonic() - r.started > limit + self.launcher.grace_s:
                     left.remove(r)
-                    kill_groups(r.procs)
+                    kill_groups(r.procs, r.tag)
                     self._record(r, TIMEOUT, None, f"still running after the step timeout of {limit:g} s")
             time.sleep(_POLL_S)
 

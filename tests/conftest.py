@@ -145,6 +145,21 @@ def slurm_sweep(sweep_file: Path, out: Path, *args: str, timeout: float = 1200) 
     )
 
 
+def left_in(run: Path) -> list[str]:
+    """The processes, other than this one, that run in the run directory `run`, whatever their
+    process group or session: the local executor starts every agent there, and their workers
+    inherit it. A job's own run directory, so another test's processes under xdist are not
+    counted."""
+    left = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):  # gone meanwhile, a zombie, or not readable
+            if int(pid) != os.getpid() and Path(f"/proc/{pid}/cwd").resolve() == run.resolve():
+                command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                left.append(f"{pid} ({state}) {command}")
+    return left
+
+
 def read_json(path: str | Path) -> dict:
     return json.loads(Path(path).read_text())
 

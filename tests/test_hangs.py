@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import bench, stall_sweep, start_sweep, stop_a_rank
+from conftest import bench, left_in, stall_sweep, start_sweep, stop_a_rank
 
 from harness import hangs
 from harness.hangs import Rank
@@ -77,6 +77,8 @@ def test_a_stopped_rank_of_a_local_job_is_named(tmp_path):
     assert took is not None, output
     print(f"\n{output}\nended {took:.1f} s after the SIGSTOP")
     assert sweep_proc.returncode == 1, output
+    # torchrun's workers run in sessions of their own: the stopped rank is ended with the rest
+    assert left_in(out) == []
     hang = json.loads((out / "jobs" / "n2-g1-torchrun-default" / "hang-allreduce.json").read_text())
     host = os.uname().nodename
     assert hang["reason"].startswith(f"rank 1 on {host} is stopped (state T) in all_reduce"), hang

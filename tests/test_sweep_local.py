@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import ROOT, bench, read_json, run
+from conftest import ROOT, bench, left_in, read_json, run
 from PIL import Image
 
 from benchmarks.allreduce import bus_factor
@@ -60,19 +60,6 @@ def small_sweep(tmp_path: Path, body: str, name: str = "t") -> Path:
 
 def rec_nodes(job_name: str) -> int:
     return int(job_name.split("-")[0][1:])
-
-
-def agents_running(marker: str, run: Path) -> list[str]:
-    """The processes whose command line holds `marker` and that run in the run directory `run`
-    (the local executor starts each job there): a job of the same name in another test's run,
-    beside this one under xdist, is not this run's."""
-    out = subprocess.run(["pgrep", "-af", marker], capture_output=True, text=True).stdout
-    mine = []
-    for line in out.splitlines():
-        with contextlib.suppress(OSError):  # gone meanwhile: not running
-            if "pgrep" not in line and Path(f"/proc/{line.split()[0]}/cwd").resolve() == run.resolve():
-                mine.append(line)
-    return mine
 
 
 @pytest.fixture(scope="module")
@@ -282,7 +269,7 @@ def test_a_job_past_its_time_limit_is_killed_and_recorded_timeout(tmp_path):
     rec = read_json(out / "jobs.json")["jobs"]["n2-g1-torchrun-default"]
     assert rec["state"] == "TIMEOUT" and "time limit" in rec["reason"]
     assert 15 <= rec["elapsed_s"] < 60
-    assert not agents_running("rdzv-id=n2-g1-torchrun-default", out)
+    assert left_in(out) == []  # no agent or worker of the job is left
 
 
 def test_ctrl_c_leaves_a_consistent_run_that_resumes_without_rerunning(tmp_path):
@@ -337,7 +324,7 @@ def test_ctrl_c_leaves_a_consistent_run_that_resumes_without_rerunning(tmp_path)
     assert jobs["n1-g1-torchrun-default"]["state"] == "COMPLETED"
     assert jobs["n1-g2-torchrun-default"]["state"] == "CANCELLED"
     assert jobs["n2-g2-torchrun-default"]["state"] == "PENDING"
-    assert not agents_running("rdzv-id=n1-g2-torchrun-default", out)
+    assert left_in(out) == []
 
     r = bench("sweep", "--resume", str(out), timeout=300)
     assert "resuming" in r.stdout and "3 of 4 jobs to run" in r.stdout

@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -39,6 +40,9 @@ from harness.rundir import CANCELLED, COMPLETED, FAILED, RUNNING, TIMEOUT, JobRe
 _FAILURE_GRACE_S = 20.0
 _STALL_LOOK_S = 1.0  # how often the ranks' progress files are read
 _POLL_S = 0.1
+# Set in the environment of a job's agents, and so of their workers: how every process of the
+# job is found and ended, whatever process group or session it is in (kill_groups).
+TAG = "BENCH_PROCESS_TAG"
 
 
 def free_port() -> int:
@@ -85,8 +89,11 @@ def die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
 
 
-def kill_groups(procs: list[subprocess.Popen]) -> None:
-    """Terminate each agent's whole process group (agent and workers), then kill what is left."""
+def kill_groups(procs: list[subprocess.Popen], tag: str | None = None) -> None:
+    """Terminate each agent's whole process group, then kill what is left; then kill every
+    process that carries `tag` (see `tagged`): torchrun starts each worker in a session of its
+    own, so a worker that ignores or cannot take SIGTERM (stopped, hung in a call) outlives its
+    agent's group."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         alive = [p for p in procs if p.poll() is None]
         for p in alive:
@@ -96,6 +103,41 @@ def kill_groups(procs: list[subprocess.Popen]) -> None:
         for p in alive:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=max(0.0, deadline - time.monotonic()))
+    if tag is not None:
+        kill_tagged(tag)
+
+
+def new_tag() -> str:
+    """A value of TAG for one set of agents: this harness's pid and a random part."""
+    return f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+
+
+def tagged(tag: str) -> list[int]:
+    """The processes whose environment holds TAG=`tag`: the agents given it and every process
+    they start, which inherit it (torchrun passes its environment on to its workers). Read from
+    /proc/PID/environ (Linux); elsewhere none are found, and the process groups are all that is
+    ended. A zombie's environment reads empty: it is gone already."""
+    entry = f"\0{TAG}={tag}\0".encode()
+    found = []
+    with contextlib.suppress(OSError):
+        for pid in os.listdir("/proc"):
+            if pid.isdigit():
+                # gone meanwhile, or not ours to read
+                with contextlib.suppress(OSError), open(f"/proc/{pid}/environ", "rb") as f:
+                    if entry in b"\0" + f.read():
+                        found.append(int(pid))
+    return found
+
+
+def kill_tagged(tag: str, wait_s: float = 5.0) -> None:
+    """SIGKILL, which ends a stopped process too, every process tagged `tag`, and wait for them
+    to go."""
+    deadline = time.monotonic() + wait_s
+    while (pids := tagged(tag)) and time.monotonic() < deadline:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
 
 
 def agent_command(
@@ -275,11 +317,11 @@ class LocalExecutor(Executor):
         changed(rec)
 
     def _hung(
-        self, job: Job, run: WorkloadRun, procs: list[subprocess.Popen], progress_dir: Path, log: BinaryIO
+        self, job: Job, run: WorkloadRun, procs: list[subprocess.Popen], tag: str, progress_dir: Path, log: BinaryIO
     ) -> tuple[str, int | None, str | None]:
         """A workload that stopped making progress: name who held it (docs/hangs.md), then end it."""
         why, ranks = hangs.diagnose(progress_dir, run.key, job.world_size)
-        kill_groups(procs)  # SIGKILL ends a stopped process too
+        kill_groups(procs, tag)
         hangs.record(self.run.job_dir(job), run.key, job.stall_s, why, ranks)
         log.write(f"# {now()} {run.key}: no progress for {job.stall_s:g} s: {why}\n".encode())
         return FAILED, None, f"{run.key} made no progress for {job.stall_s:g} s: {why}"
@@ -291,6 +333,7 @@ class LocalExecutor(Executor):
         log_start = log.tell()
         log.write(f"# {now()} {run.key}: {job.nodes} agent(s) on 127.0.0.1:{port}\n".encode())
         procs: list[subprocess.Popen] = []
+        tag = new_tag()
         try:
             for node in range(job.nodes):
                 # A session of its own: Ctrl-C in the terminal reaches the harness only, which
@@ -299,7 +342,7 @@ class LocalExecutor(Executor):
                     subprocess.Popen(
                         self.agent_command(job, run, node, port),
                         cwd=self.run.path,
-                        env=self.agent_env(job, run, node, gpus),
+                        env={**self.agent_env(job, run, node, gpus), TAG: tag},
                         stdin=subprocess.DEVNULL,
                         stdout=log,
                         stderr=subprocess.STDOUT,
@@ -318,22 +361,23 @@ class LocalExecutor(Executor):
                 if failed_at is None and any(c not in (None, 0) for c in codes):
                     failed_at = time.monotonic()
                 if failed_at is not None and time.monotonic() - failed_at > _FAILURE_GRACE_S:
-                    kill_groups(procs)
+                    kill_groups(procs, tag)
                     break
                 if failed_at is None and time.monotonic() > next_look:
                     next_look = time.monotonic() + _STALL_LOOK_S
                     if hangs.stalled(hangs.read_ranks(progress_dir, run.key), job.world_size, started, job.stall_s):
-                        return self._hung(job, run, procs, progress_dir, log)
+                        return self._hung(job, run, procs, tag, progress_dir, log)
                 if time.monotonic() > deadline:
-                    kill_groups(procs)
+                    kill_groups(procs, tag)
                     log.write(
                         f"# {now()} {run.key}: killed at the job's time limit of {job.time_limit_min:g} min\n".encode()
                     )
                     return TIMEOUT, None, f"{run.key} exceeded the time limit of {job.time_limit_min:g} min"
                 time.sleep(_POLL_S)
         except BaseException:
-            kill_groups(procs)
+            kill_groups(procs, tag)
             raise
+        kill_tagged(tag)  # a worker its agent left behind, though every agent exited
         codes = [p.returncode for p in procs]
         bad = [c for c in codes if c != 0]
         if bad:
