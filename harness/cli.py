@@ -44,6 +44,7 @@ from harness.analysis.compare import (
     FAILED,
     METRICS,
     MIN_RUNS,
+    PROVISIONAL_MARGIN,
     SLOWER,
     UNJUDGED,
     Side,
@@ -293,9 +294,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- compare, history, regress, report
 
 
-def _threshold(text: str) -> float:
+def _threshold(text: str, option: str = "--threshold") -> float:
     try:
-        return parse_threshold(text)
+        return parse_threshold(text, option)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
@@ -560,6 +561,7 @@ def cmd_regress(args: argparse.Namespace) -> int:
             threshold,
             min_runs=k if kind == "median" else MIN_RUNS,
             allow_mismatch=args.allow_mismatch,
+            margin=_threshold(args.provisional_margin, "--provisional-margin"),
         )
         where = f"{base.label} ({args.cluster})"
     console = _console()
@@ -569,7 +571,8 @@ def cmd_regress(args: argparse.Namespace) -> int:
         if few:
             console.print(
                 f"{few} of {len(cmp.table)} keys have fewer than {k} usable runs in the history: judged "
-                f"against the newest usable run by the within-run test instead of the band",
+                f"provisionally, against the median of the runs it has by the within-run test instead "
+                f"of the band, and slower only beyond the provisional margin of {cmp.margin:.0%}",
                 soft_wrap=True,
             )
     paths = write_all(
@@ -806,6 +809,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--benchmark-json",
         action="store_true",
         help="also write benchmark.json in pytest-benchmark's format (large for big sweeps)",
+    )
+    g.add_argument(
+        "--provisional-margin",
+        metavar="PCT",
+        default=f"{PROVISIONAL_MARGIN:.0%}",
+        help="while the history holds fewer runs of a key than the band needs (a gate's first nights), "
+        "a change must pass this too to count; 0%% leaves --threshold alone "
+        f"(default {PROVISIONAL_MARGIN * 100:.0f}%%, docs/noise.md)",
     )
     analysis(g)
     g.set_defaults(func=cmd_regress)

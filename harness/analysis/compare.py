@@ -19,7 +19,9 @@ The noise test, per key (stats.py says how):
                    replicates from `bench sweep --repeat`), B's value must lie outside the band
                    those runs draw
     within a run   otherwise, the Mann-Whitney test on the per-iteration samples must be
-                   significant and its interval must exclude 1
+                   significant and its interval must exclude 1; with a `margin` (bench
+                   regress: the provisional margin of the first nights, docs/noise.md), the
+                   change must also pass it, since that test cannot see run-to-run noise
 
 Two rows are comparable only when the workload parameters that decide what a figure measures
 are equal (collect.COMPARED_PARAMS) and their settings sets hold the same variables (by content,
@@ -68,6 +70,11 @@ BY_RUNS, BY_SAMPLES = "between runs", "within run"
 REFERENCE = "reference"  # judged against a cluster profile's stated figure (analysis/reference.py)
 ABSENT = "absent"  # status_b of a key B never planned
 MIN_RUNS = 5
+# What a change must pass while A has fewer than MIN_RUNS runs of a key (bench regress): above
+# the largest fall measured between two unshaped runs of one key where the link sets the time
+# (35%), below a halving (docs/noise.md, "With fewer than K runs").
+PROVISIONAL_MARGIN = 0.40
+HELD = "inside the provisional margin"  # in the note of a change that margin held
 
 
 @dataclass(frozen=True)
@@ -192,6 +199,7 @@ class Comparison:
     mismatches: list[str] = field(default_factory=list)  # the differing parameters, one line per kind
     allow_mismatch: bool = False
     across: tuple[str, str, str] | None = None  # (axis, A's value, B's value)
+    margin: float = 0.0  # what a change judged within a run must also pass (compare's `margin`)
 
     def counts(self) -> dict[str, int]:
         v = self.table["verdict"]
@@ -206,7 +214,8 @@ class Comparison:
         if REFERENCE in used:
             return "against the cluster profile's reference figures: below value x (1 - tolerance) is slower"
         if BY_SAMPLES in used or not used:
-            parts.append(f"within a run (otherwise): {stats.METHOD}, α = {stats.ALPHA}")
+            beyond = f"; provisional: a change must pass {self.margin:.0%}" if self.margin > self.threshold else ""
+            parts.append(f"within a run (otherwise): {stats.METHOD}, α = {stats.ALPHA}{beyond}")
         return "; ".join(parts)
 
 
@@ -419,15 +428,15 @@ def env_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
 # --------------------------------------------------------------------------- comparing
 
 
-def parse_threshold(text: str) -> float:
+def parse_threshold(text: str, option: str = "--threshold") -> float:
     """'5%' or '0.05' -> 0.05."""
     t = text.strip()
     try:
         value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
     except ValueError:
-        raise ValueError(f"--threshold {text!r} is not a percentage like 5%") from None
+        raise ValueError(f"{option} {text!r} is not a percentage like 5%") from None
     if not 0 <= value < 1 or math.isnan(value):
-        raise ValueError(f"--threshold {text!r} must be at least 0% and below 100%")
+        raise ValueError(f"{option} {text!r} must be at least 0% and below 100%")
     return value
 
 
@@ -452,9 +461,12 @@ def compare(
     min_runs: int = MIN_RUNS,
     allow_mismatch: bool = False,
     across: tuple[str, str, str] | None = None,
+    margin: float = 0.0,
 ) -> Comparison:
     """The comparison of B against A. With `across` = (axis, x, y), A's rows of axis value x
-    against B's rows of value y (A and B may be the same run)."""
+    against B's rows of value y (A and B may be the same run). A key judged within a run (A has
+    fewer than `min_runs` runs of it) is slower or faster only when its change also passes
+    `margin`: the provisional verdict of a gate's first nights."""
     import numpy as np
     import pandas as pd
 
@@ -508,6 +520,7 @@ def compare(
             stats.band_limits(centre, spread, floor),
             allow_mismatch,
             ignore_settings,
+            margin,
         )
         if len(judged):
             parts.append(judged)
@@ -548,6 +561,7 @@ def compare(
         mismatches,
         allow_mismatch,
         across,
+        margin,
     )
 
 
@@ -618,9 +632,11 @@ def _judge(
     limits: tuple[Values, Values],
     allow_mismatch: bool,
     ignore_settings: bool,
+    margin: float = 0.0,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Verdicts for keys both sides completed, and the rows whose parameters differ. `by_runs`
-    marks the rows judged between runs, within the band `limits` (low, high values)."""
+    marks the rows judged between runs, within the band `limits` (low, high values); the others
+    must pass `margin` too."""
     import numpy as np
 
     name = metric.name
@@ -645,11 +661,28 @@ def _judge(
     low, high = shift.low, shift.high
     ci_low, ci_high = (low, high) if metric.higher_is_better else (1 / high, 1 / low)
     significant = shift.p_value < stats.ALPHA
+    gate = np.where(by_runs, threshold, max(threshold, margin))
     with np.errstate(invalid="ignore"):
-        slower = np.where(by_runs, worse, significant & (high < 1)) & (perf < 1 - threshold)
-        faster = np.where(by_runs, better, significant & (low > 1)) & (perf > 1 + threshold)
+        slower = np.where(by_runs, worse, significant & (high < 1)) & (perf < 1 - gate)
+        faster = np.where(by_runs, better, significant & (low > 1)) & (perf > 1 + gate)
+        # changes the within-run test calls slower or faster, held by the provisional margin
+        held = ~by_runs & significant & ((high < 1) & (perf < 1 - threshold) | (low > 1) & (perf > 1 + threshold))
     verdict = np.where(slower, SLOWER, np.where(faster, FASTER, SAME)).astype(object)
     note = np.full(len(m), "", dtype=object)
+    held &= ~slower & ~faster
+    if held.any():
+        note = np.where(
+            held,
+            np.asarray(
+                [
+                    f"{p - 1:+.0%} is {HELD} of {margin:.0%}, which holds while A "
+                    f"has fewer runs of the key than a band needs ({k})"
+                    for p, k in zip(perf, runs_a)
+                ],
+                dtype=object,
+            ),
+            note,
+        )
     differ = m["params_a"].to_numpy(dtype=object) != m["params_b"].to_numpy(dtype=object)
     if not ignore_settings:
         differ |= m["settings_hash_a"].to_numpy(dtype=object) != m["settings_hash_b"].to_numpy(dtype=object)

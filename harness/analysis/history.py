@@ -431,8 +431,8 @@ def baseline(db: Path, cluster: str, how: str = DEFAULT_BASELINE, exclude: str |
 
     median:K  per key, the values of the K most recent runs where the key is usable (a run
               with replicates gives several); the comparison judges B against the band they
-              draw. A key with fewer than K is taken from the newest run where it is usable,
-              and judged by the within-run test, as `last`
+              draw. A key with fewer than K takes all of them, and is judged by the within-run
+              test on their pooled samples, provisionally (compare's `margin`)
     last      per key, the newest run where the key is usable
     best      per key, the run with the best value (busbw, images/s)
     label:L   the most recent run labelled L
@@ -500,7 +500,7 @@ def _baseline(con: sqlite3.Connection, db: Path, found: list[Entry], kind: str, 
         raise HistoryError(f"{db}: no run to draw a baseline from")
     pool = pd.concat(frames, ignore_index=True).sort_values(["_rank", "repeat"], kind="stable")
     by_key = pool.groupby("_key", sort=False)
-    nth, size = by_key.cumcount(), by_key["job"].transform("size")
+    nth = by_key.cumcount()
     keep: npt.NDArray[np.bool_] | pd.Series
     if kind == "best":
         score = pool["busbw_gbps"].where(
@@ -509,11 +509,10 @@ def _baseline(con: sqlite3.Connection, db: Path, found: list[Entry], kind: str, 
         keep = pool.index.isin(
             pool.assign(_s=score).sort_values("_s", ascending=False, kind="stable").drop_duplicates("_key").index
         )
-    elif kind == "median":  # K runs draw the band; with fewer, the newest run alone, judged within it
-        # (all of its replicates: its first alone against a run's pooled replicates tested one
-        # replicate's run-level noise against three's, and called a copy of itself slower)
-        newest = pool["_rank"] == by_key["_rank"].transform("min")
-        keep = ((nth < k) & (size >= k)) | (newest & (size < k))
+    elif kind == "median":  # K runs draw the band; with fewer, all of them, judged provisionally:
+        # their median against the run's value, their samples pooled for the within-run test
+        # (docs/noise.md, "With fewer than K runs")
+        keep = nth < k
     elif kind == "last":  # the newest run where the key is usable, with all its replicates
         keep = pool["_rank"] == by_key["_rank"].transform("min")
     else:

@@ -15,6 +15,7 @@ from harness.analysis.compare import (
     BY_RUNS,
     FAILED,
     FASTER,
+    HELD,
     METRICS,
     REFERENCE,
     SAME,
@@ -142,6 +143,9 @@ def markdown(cmp: Comparison, title: str, include_same: bool = False) -> str:
         if len(sub):
             lines += _md_table(sub) + [""]
     same = t[t["verdict"] == SAME]
+    held = same[same["note"].fillna("").str.contains(HELD, regex=False)]
+    if len(held):  # listed: the changes a gate's first nights do not count, and how near they came
+        lines += [f"## Held by the provisional margin: {len(held)}", ""] + _md_table(held) + [""]
     lines += [f"## No significant change: {len(same)}", ""]
     if include_same and len(same):
         lines += _md_table(same) + [""]
