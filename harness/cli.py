@@ -71,7 +71,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 
-SWEEPS_DIR = Path(__file__).resolve().parent.parent / "sweeps"
+SWEEPS_DIR = Path(__file__).resolve().parent / "sweeps"  # package data; the repository's sweeps/ links here
 RUN_HELP = f"""usage: bench run WORKLOAD [workload flags]
 
 Run one workload on this machine (--nproc N ranks), or as a rank of a launch it is in (torchrun, srun).

@@ -117,3 +117,18 @@ def test_tests_that_share_a_sweep_run_on_one_worker(tmp_path):
     assert "16 passed" in out, out
     workers = {m.group(1) for m in re.finditer(r"\[(gw\d)\] .* PASSED tests/test_sharing.py::test_reads_the", out)}
     assert len(list(builds.iterdir())) == 1 and len(workers) == 1, out
+
+
+def test_one_python_floor():
+    """The README, pyproject's requires-python, and the versions ruff and mypy hold the code to
+    name one floor."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    floor = re.fullmatch(r">=(3\.\d+)", project["project"]["requires-python"])
+    assert floor, project["project"]["requires-python"]
+    version = floor.group(1)
+    assert project["tool"]["ruff"]["target-version"] == "py" + version.replace(".", "")
+    assert project["tool"]["mypy"]["python_version"] == version
+    readme = (ROOT / "README.md").read_text()
+    assert set(re.findall(r"Python (3\.\d+)\+", readme)) == {version}

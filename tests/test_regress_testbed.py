@@ -352,5 +352,5 @@ def test_a_damaged_history_entry_is_named_and_removed(runs, tmp_path):
     assert len(r.stderr.strip().splitlines()) == 1
     bench("history", "remove", "3", "--db", str(db))
     r = bench(*args, check=False)
-    # four runs left: fewer than median:5 asks, so the keys are judged within the newest run
+    # four runs left: fewer than median:5 asks, so the keys are judged provisionally against their median
     assert r.returncode in (0, 1) and "keys have fewer than 5 usable runs" in r.stdout, r.describe()

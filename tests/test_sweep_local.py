@@ -4,7 +4,6 @@ hostile values that must stay inert."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import signal
