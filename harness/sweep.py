@@ -11,6 +11,7 @@ import fcntl
 import os
 import re
 import shutil
+import socket
 import stat
 import sys
 from collections.abc import Iterator
@@ -80,10 +81,29 @@ def start(
     with locked(run):  # held from before the first file is written to the end of the sweep
         create_run(sweep, str(sweep_file), executor, jobs, created)
         print_plan(console, sweep_file, jobs, run)
+        if executor_name == "local":
+            console.print(on_this_machine(jobs), style="bold", markup=False, soft_wrap=True)
         if dry_run:
             console.print(f"dry run: nothing started; plan written to {run.plan_file}")
             return 0
         return run_and_report(run, executor, jobs, run.read_table(jobs), console)
+
+
+def on_this_machine(jobs: list[Job]) -> str:
+    """The plan's line for the local executor: where the jobs run, and how many ranks the
+    largest puts on this machine's cores, so that a sweep meant for Slurm (sbatch missing, a
+    module not loaded) is seen before it starts on a login node."""
+    big = max(jobs, key=lambda j: j.world_size)
+    gpus = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return (
+        f"local: all {len(jobs)} jobs run on this machine ({socket.gethostname()}), one after another; the "
+        f"largest, {big.name}, puts {big.world_size} ranks ({big.nodes} emulated node(s) x {big.gpus_per_node}) "
+        f"on its {os.cpu_count()} CPU cores"
+        + (f" and GPUs {gpus}" if gpus else "")
+        + (", more ranks than cores" if big.world_size > (os.cpu_count() or 1) else "")
+        + ". For a Slurm cluster, "
+        "run where sbatch is on PATH, or give --executor slurm"
+    )
 
 
 def resume(run: RunDir, console: Console, yes: bool = False) -> int:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import os
 import re
+import socket
 
 import pytest
 from conftest import SWEEPS, bench
@@ -167,3 +169,17 @@ def test_a_run_directory_from_before_the_format_versions_is_read(tmp_path):
     r = bench("status", str(out))
     assert f"0 of {len(table)} jobs COMPLETED" in r.stdout, r.describe()
     assert RunDir(out).read_table(run.jobs()).keys() == table.keys()
+
+
+def test_a_local_plan_says_it_runs_here_and_how_many_ranks(tmp_path):
+    """`--executor auto` without sbatch is the local executor: the plan's header says in one line
+    that every job runs on this machine, and how many ranks the largest puts on its cores."""
+    out = tmp_path / "run"
+    r = bench("sweep", "--max-nodes", "8", "--dry-run", "--out", str(out), env={**os.environ, "PATH": str(tmp_path)})
+    text = " ".join(r.stdout.split())
+    assert "executor: local (no sbatch on PATH)" in text, r.describe()
+    host = socket.gethostname()
+    assert (
+        f"local: all 16 jobs run on this machine ({host}), one after another; the largest, n8-g2-torchrun-default, puts 16 ranks (8 emulated node(s) x 2) on its {os.cpu_count()} CPU cores, more ranks than cores"
+        in text
+    ), text
