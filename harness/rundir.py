@@ -50,6 +50,9 @@ PENDING, RUNNING, COMPLETED, FAILED, TIMEOUT, CANCELLED = (
 # A Slurm job the harness is handing to sbatch: if the harness dies now, resume looks the job up
 # in Slurm (by name and working directory) before it submits anything again.
 SUBMITTING = "SUBMITTING"
+# What `bench status` shows for a PENDING row without a job id: never handed to Slurm (or, locally,
+# never started). jobs.json keeps PENDING with a null id, so PENDING on screen means queued.
+NOT_SUBMITTED = "NOT_SUBMITTED"
 FINAL_STATES = frozenset(
     {COMPLETED, FAILED, TIMEOUT, CANCELLED, "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
 )
@@ -126,6 +129,11 @@ class JobRecord:
     cpu_efficiency: float | None = None  # of the allocated CPUs over the elapsed time
     mem_bytes: int | None = None
     mem_efficiency: float | None = None  # of the allocated memory
+
+    @property
+    def shown_state(self) -> str:
+        """The state as a person reads it: NOT_SUBMITTED for a pending job with no id yet."""
+        return NOT_SUBMITTED if self.state == PENDING and self.job_id is None else self.state
 
     # Every change of state goes through one of these, so each executor changes rows alike.
 

@@ -323,6 +323,9 @@ def test_ctrl_c_leaves_a_consistent_run_that_resumes_without_rerunning(tmp_path)
     assert jobs["n1-g1-torchrun-default"]["state"] == "COMPLETED"
     assert jobs["n1-g2-torchrun-default"]["state"] == "CANCELLED"
     assert jobs["n2-g2-torchrun-default"]["state"] == "PENDING"
+    # on screen, a job that never started is not "PENDING", which reads as queued in Slurm
+    rows = {line.split()[1]: line for line in bench("status", str(out)).stdout.splitlines() if "-torchrun-" in line}
+    assert "NOT_SUBMITTED" in rows["n2-g2-torchrun-default"] and "CANCELLED" in rows["n1-g2-torchrun-default"], rows
     assert left_in(out) == []
 
     r = bench("sweep", "--resume", str(out), timeout=300)

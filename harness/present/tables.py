@@ -417,11 +417,12 @@ def print_jobs(console: Console, table: dict[str, JobRecord], title: str) -> Non
     t.add_column("workloads")
     for rec in table.values():
         style = "green" if rec.state == COMPLETED else ("yellow" if rec.state in (PENDING, RUNNING) else "red")
+        state = rec.shown_state  # PENDING means queued in Slurm; a job never submitted says so
         used = (_used(rec.cpu_s, rec.cpu_efficiency, "s"), _used(rec.mem_bytes, rec.mem_efficiency, "B"))
         t.add_row(  # a job table is data (jobs.json): every text cell is shown, never obeyed
             shown(rec.name),
             shown(rec.job_id or "-"),
-            f"[{style}]{shown(rec.state)}[/]",
+            f"[{style}]{shown(state)}[/]",
             "-" if rec.exit_code is None else str(rec.exit_code),
             "-" if rec.elapsed_s is None else f"{rec.elapsed_s:.1f} s",
             str(rec.nodes),
