@@ -522,6 +522,12 @@ CASES = [
         "positive number of GB/s",
     ),
     Case(
+        "profile-hardware-in-gbits",  # 8 x 400 Gb/s written as Gbit/s: refused, never 8x the truth
+        lambda t, r: _slurm_dry(t, "name: x\nhardware: {network_gbps_per_node: 3200}\n"),
+        "hardware.network_gbps_per_node",
+        "reads like Gbit/s, which is 400 GB/s; give 400",
+    ),
+    Case(
         "profile-reference-without-figure",
         lambda t, r: _slurm_dry(t, "name: x\nreference:\n  - {workload: allreduce, size: 1G, nodes: 2}\n"),
         "reference[0].busbw_gbps",

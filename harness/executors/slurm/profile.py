@@ -164,6 +164,16 @@ def _sbatch_value(key: str, value: str | None) -> None:
         raise FieldError(key, f"{value!r} cannot go on an #SBATCH line; use letters, digits and {allowed}")
 
 
+# The GB/s keys' largest plausible values, about what the fastest parts carry today, so that a
+# figure in Gbit/s (8 x 400 Gb/s NICs written 3200) is refused, not taken as 8 times the truth.
+# ConnectX-8 runs 800 Gb/s a port (NVIDIA's ConnectX-8 SuperNIC datasheet); NVLink 5 carries
+# 1,800 GB/s a GPU, both directions (NVIDIA's Blackwell architecture technical brief).
+_GBYTES = (
+    ("network_gbps_per_node", 1000, "8 NICs at 800 Gb/s carry (800 GB/s)"),
+    ("intra_node_gbps_per_gpu", 2000, "NVLink 5 carries per GPU (1,800 GB/s)"),
+)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Hardware:
     """What a cluster's links can carry, as its owner states it (docs/expected.md): the node's
@@ -184,6 +194,14 @@ class Hardware:
             value = getattr(self, key)
             if value is not None and not (math.isfinite(value) and 0 < value <= 1e6):
                 raise FieldError(key, f"must be a positive number of {unit} (at most 1e6), found {value!r}")
+        for key, most, fastest in _GBYTES:
+            value = getattr(self, key)
+            if value is not None and value > most:
+                raise FieldError(
+                    key,
+                    f"is in GB/s (gigabytes), and {value:g} GB/s is more than {fastest}: it reads like Gbit/s, "
+                    f"which is {value / 8:g} GB/s; give {value / 8:g}",
+                )
 
     def peak_busbw_gbps(self, nodes: int, gpus_per_node: int) -> float | None:
         """The bus bandwidth a job's links allow, comparable with busbw (nccl-tests' bus factor
