@@ -372,6 +372,9 @@ class Workloads:
 
 # The matrix's axes as include/exclude rules and `--only` name them: one value per job.
 MATRIX_AXES = ("nodes", "gpus_per_node", "launcher", "nccl")
+# The summary and `bench compare --across` call the settings axis nccl_config: either name works
+# in either place.
+AXIS_ALIASES = {"nccl_config": "nccl"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -923,6 +926,7 @@ def only_rule(sweep: Sweep, selections: tuple[str, ...]) -> MatrixRule:
     chosen: dict[str, tuple[Any, ...]] = {}
     for text in selections:
         axis, sep, raw = (part.strip() for part in text.partition("="))
+        axis = AXIS_ALIASES.get(axis, axis)
         if not sep or axis not in MATRIX_AXES:
             raise SpecError(f"--only {text!r}: expected AXIS=V1,V2 with AXIS one of {', '.join(MATRIX_AXES)}")
         present = {

@@ -12,6 +12,7 @@ import socket
 import pytest
 from conftest import SWEEPS, bench
 
+from harness.analysis.compare import parse_across
 from harness.errors import SpecError
 from harness.plan import Job, PlanError, expand
 from harness.rundir import PLAN_VERSION, RunDir
@@ -86,6 +87,9 @@ def test_include_and_exclude_rules_and_only_select_points_of_the_matrix(tmp_path
     # --only cuts on top of the rules; values outside the sweep are errors, not empty selections
     got = _points(tmp_path, "exclude: [{nodes: 1, nccl: ib}]", "nccl=ib", "nodes=1,2")
     assert got == {p for p in every if p[3] == "ib" and p[0] == 2}
+    # the summary's and `compare --across`'s name of the settings axis is the same axis here
+    assert _points(tmp_path, "", "nccl_config=ib") == _points(tmp_path, "", "nccl=ib")
+    assert parse_across("nccl=ib,socket") == parse_across("nccl_config=ib,socket") == ("nccl_config", "ib", "socket")
     for only, words in (
         ("nodes=8", "--only nodes: '8' is not among the sweep's nodes: 1, 2, 4"),
         ("nccl=socket", "'socket' is not among the sweep's nccl: default, ib"),

@@ -441,15 +441,17 @@ def parse_threshold(text: str, option: str = "--threshold") -> float:
 
 
 def parse_across(text: str) -> tuple[str, str, str]:
-    """'nccl_config=ib,socket' -> ('nccl_config', 'ib', 'socket')."""
+    """'nccl_config=ib,socket' -> ('nccl_config', 'ib', 'socket'); 'nccl', the sweep's name of
+    the axis (`bench sweep --only nccl=...`), is the same axis."""
     axis, _, values = text.partition("=")
+    axis = "nccl_config" if axis.strip() == "nccl" else axis.strip()
     parts = [p.strip() for p in values.split(",")]
-    if axis.strip() not in AXES or len(parts) != 2 or not all(parts) or parts[0] == parts[1]:
+    if axis not in AXES or len(parts) != 2 or not all(parts) or parts[0] == parts[1]:
         raise ValueError(
-            f"--across {text!r} is not valid; give AXIS=A,B with AXIS one of {', '.join(AXES)} and two "
+            f"--across {text!r} is not valid; give AXIS=A,B with AXIS one of {', '.join(AXES)} (or nccl) and two "
             f"different values, e.g. nccl_config=ib,socket"
         )
-    return axis.strip(), parts[0], parts[1]
+    return axis, parts[0], parts[1]
 
 
 def compare(
