@@ -634,7 +634,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     if not isinstance(cluster, str) or not NAME_RE.fullmatch(cluster):
         raise UsageError(f"--cluster {cluster!r}: not a valid name; use letters, digits, '_', '.', '-' (at most 64)")
     side = load_run(args.dir)
-    labels = {"cluster": cluster, "run": run.path.resolve().name}
+    labels = {"cluster": cluster}  # bounded: the run's name is no label (docs/export.md)
     if args.format == "openmetrics":
         text = export.openmetrics(side, labels)
     else:
@@ -645,7 +645,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             when = None
         if when is None:
             raise DataError(f"{run.plan_file}: no valid 'created' time, which the line protocol's timestamp needs")
-        text = export.influx(side, labels, when)
+        text = export.influx(side, labels, when, run.path.resolve().name)
     if out is None:
         sys.stdout.write(text)
     else:

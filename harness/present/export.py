@@ -2,8 +2,9 @@
 
 `bench export DIR --format openmetrics` writes the OpenMetrics text format, which node_exporter's
 textfile collector reads from a `*.prom` file. `--format influx` writes InfluxDB's line protocol.
-Both hold one series per key of the matrix, labelled with the cluster, the matrix point and the
-run. A key's value is the median over the run's replicates, as `bench compare` reads it. A key
+Both hold one series per key of the matrix, labelled with the cluster and the matrix point: a
+bounded set, the same series night after night (a label per run would start new series every
+night). The line protocol carries the run's name as a field. A key's value is the median over the run's replicates, as `bench compare` reads it. A key
 that did not complete has no figure; it has `bench_completed 0`, which is what an alert watches.
 """
 
@@ -151,10 +152,17 @@ def _tag(text: str) -> str:
     return re.sub(r"([,= ])", r"\\\1", text)
 
 
-def influx(side: Side, run_labels: dict[str, str], when: dt.datetime) -> str:
-    """InfluxDB line protocol: one line per key, measurement `bench`, the run and the matrix
-    point as tags (sorted, as InfluxDB stores them), the figures and `completed` as fields, at
-    the run's start in nanoseconds."""
+def _string_field(text: str) -> str:
+    """A string field value in line protocol: double-quoted, with backslash and double quote
+    escaped (InfluxDB's line protocol reference, "Special characters")."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def influx(side: Side, run_labels: dict[str, str], when: dt.datetime, run: str | None = None) -> str:
+    """InfluxDB line protocol: one line per key, measurement `bench`, the cluster and the matrix
+    point as tags (sorted, as InfluxDB stores them), the figures, `completed` and the run's name
+    (`run`, a field: not indexed, no new series each night) as fields, at the run's start in
+    nanoseconds."""
     try:
         utc = when.astimezone(dt.timezone.utc)
     except (OverflowError, ValueError):  # a naive time at the ends of datetime's range
@@ -170,5 +178,7 @@ def influx(side: Side, run_labels: dict[str, str], when: dt.datetime) -> str:
         named = _checked({**run_labels, **labels}, "the line protocol")
         tags = ",".join(f"{_tag(k)}={_tag(v)}" for k, v in sorted(named.items()))
         fields = [*(f"{k}={_number(v)}" for k, v in figures.items()), f"completed={'true' if done else 'false'}"]
+        if run is not None:
+            fields.append(f"run={_string_field(_checked({'run': run}, 'the line protocol')['run'])}")
         out.append(f"{MEASUREMENT},{tags} {','.join(fields)} {stamp}")
     return "".join(line + "\n" for line in out)
