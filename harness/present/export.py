@@ -4,8 +4,9 @@
 textfile collector reads from a `*.prom` file. `--format influx` writes InfluxDB's line protocol.
 Both hold one series per key of the matrix, labelled with the cluster and the matrix point: a
 bounded set, the same series night after night (a label per run would start new series every
-night). The line protocol carries the run's name as a field. A key's value is the median over the run's replicates, as `bench compare` reads it. A key
-that did not complete has no figure; it has `bench_completed 0`, which is what an alert watches.
+night). The line protocol carries the run's name as a field. A key's value is the median over
+the run's replicates, as `bench compare` reads it. A key that did not complete has no figure; it
+has `bench_completed 0`, which is what an alert watches.
 """
 
 from __future__ import annotations
