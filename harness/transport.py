@@ -30,6 +30,9 @@ _LINE = re.compile(
 )
 # Older releases print the version once, bare, on rank 0's stdout; newer ones log it per rank.
 _VERSION = re.compile(r"NCCL version (?P<v>\d+\.\d+\.\d+)")
+# A job on gloo says so: bench's workloads print "backend gloo" in their header, torch names
+# ProcessGroupGloo in its errors. Such a log has no NCCL lines because it has no NCCL.
+_GLOO = re.compile(r"\bbackend[ =:]+gloo\b|ProcessGroupGloo", re.IGNORECASE)
 _PLUGIN_NONE = re.compile(r"NET/Plugin ?: (?:No plugin found|Could not find|Plugin load .* returned)")
 _PLUGIN_LOADED = re.compile(r"NET/Plugin ?: Loaded net plugin (?P<name>.+?)(?: \(v\d+\))?$")
 _PLUGIN_PATH = re.compile(r"Plugin Path : (?P<path>\S+)")
@@ -302,18 +305,34 @@ def read_log(path: Path) -> dict[str, Any]:
     else:
         raise UsageError(f"{path}: no such file or directory (give an NCCL log, or a directory of them)")
     ranks: list[dict[str, Any]] = []
+    gloo = False
+
+    def watched(lines: Iterable[str]) -> Iterable[str]:
+        nonlocal gloo
+        for line in lines:
+            gloo = gloo or bool(_GLOO.search(line))
+            yield line
+
     try:
         for f in files:
             with open_regular(f) as lines:
-                ranks += [r.facts() for r in parse_nccl(bounded_lines(lines))]
+                ranks += [r.facts() for r in parse_nccl(watched(bounded_lines(lines)))]
     except OSError as exc:
         raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    return {"log": str(path), **combine(ranks)}
+    facts = {"log": str(path), **combine(ranks)}
+    if not ranks and gloo:
+        facts["backend"] = "gloo"
+    return facts
 
 
 def describe(facts: Mapping[str, Any]) -> list[str]:
     """A log's facts as lines for the terminal; facts with no evidence say so."""
     head = f"{facts['log']}: {facts['ranks']} rank(s) on {len(facts['hosts'])} host(s)"
+    if not facts["ranks"] and facts.get("backend") == "gloo":
+        return [
+            f"{facts['log']}: a gloo job's log: gloo reports no transport, and NCCL did not run; "
+            f"bench transport reads NCCL's logs (a job on backend nccl with NCCL_DEBUG=INFO)"
+        ]
     if not facts["ranks"]:
         return [f"{facts['log']}: no NCCL lines (was NCCL_DEBUG=INFO set?)"]
     width = max(map(len, FACTS))

@@ -210,6 +210,25 @@ def test_bench_transport_json_and_text():
     assert "link_layer       (not in the log)" in text
 
 
+def test_a_gloo_job_s_log_is_named_as_such(tmp_path):
+    """bench's workloads print their backend in their header (benchmarks/allreduce.py, as a local
+    job's log.txt holds it): a gloo job's log is said to be one, not asked about NCCL_DEBUG."""
+    gloo = tmp_path / "log.txt"
+    gloo.write_text(
+        "# collective all_reduce  group world  dtype float32  op sum  world size 2  device cpu  backend gloo  "
+        "iters 10  warmup 3\n"
+    )
+    text = " ".join(bench("transport", str(gloo)).stdout.split())
+    assert (
+        "a gloo job's log: gloo reports no transport, and NCCL did not run" in text
+        and "NCCL_DEBUG=INFO set?" not in text
+    )
+    assert json.loads(bench("transport", str(gloo), "--json").stdout)[0]["backend"] == "gloo"
+    other = tmp_path / "other.txt"
+    other.write_text("# collective all_reduce  world size 2  device cuda  backend nccl\n")
+    assert "no NCCL lines (was NCCL_DEBUG=INFO set?)" in bench("transport", str(other)).stdout
+
+
 def test_bench_transport_refuses_a_missing_log(tmp_path):
     r = bench("transport", str(tmp_path / "nope.log"), check=False)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.describe()
