@@ -416,3 +416,41 @@ def test_numbers_no_nccl_prints_are_read_as_none_not_carried_on():
     (rank,) = transport.parse_nccl([line, "node1:1:1 [0] NCCL INFO Channel 12345678901234567890/02 :    0   1"])
     assert rank.facts()["nccl_channels"] is None and rank.facts()["nvls_channels"] == 2
     assert transport.columns([rank.facts()])["nccl_channels"] is None
+
+
+def test_the_collective_tables_show_what_nccl_ran_over():
+    """An IB set and a socket set side by side: the report's and the terminal's collective tables
+    carry net, its devices and GDR where the logs said; a run whose logs said nothing (gloo) has
+    no such columns."""
+    import pandas as pd
+
+    from harness.present.tables import collective_table
+
+    base = {"collective": "all_reduce", "group": "world", "size_bytes": 2**20, "time_us": 100.0, "algbw_gbps": 10.0}
+    coll = pd.DataFrame(
+        [
+            {
+                **base,
+                "job": "n2-g8-torchrun-ib",
+                "busbw_gbps": 20.0,
+                "wrong": 0,
+                "net": "IB",
+                "net_devices": "mlx5_0:1,mlx5_1:1",
+                "gdr": True,
+            },
+            {
+                **base,
+                "job": "n2-g8-torchrun-socket",
+                "busbw_gbps": 2.0,
+                "wrong": 0,
+                "net": "Socket",
+                "net_devices": "eth0",
+                "gdr": None,
+            },
+        ]
+    )
+    head, rows = collective_table(coll)
+    assert head[-3:] == ["net", "net devices", "GDR"]
+    assert [r[-3:] for r in rows] == [["IB", "mlx5_0:1,mlx5_1:1", "yes"], ["Socket", "eth0", "-"]]
+    head, _ = collective_table(coll.assign(net=None, net_devices=None, gdr=None))
+    assert head[-1] == "#wrong"

@@ -113,7 +113,23 @@ def run_section(run: RunDir, side: Side) -> str:
     if side.stragglers:
         parts.append("<ul>" + "".join(f"<li>{_e(s.line())}</li>" for s in side.stragglers) + "</ul>")
     else:
-        parts.append(f"<p>None: no node was {_e(stragglers.RULE)}.</p>")
+        judged = sorted(
+            set(
+                summary.loc[
+                    (summary["status"] == COMPLETED)
+                    & (summary["workload"] == COLLECTIVE_WORKLOAD)
+                    & (summary["nodes"] >= stragglers.MIN_NODES),
+                    "job",
+                ]
+            )
+        )
+        if judged:
+            parts.append(f"<p>None in {len(judged)} job(s) judged: no node was {_e(stragglers.RULE)}.</p>")
+        else:  # "none" would claim a check that never ran
+            parts.append(
+                f"<p>Not judged: no all-reduce job of {stragglers.MIN_NODES} or more nodes completed, and it "
+                f"takes {stragglers.MIN_NODES} nodes to tell which end of a slow pair is slow.</p>"
+            )
     ok = summary[summary["status"] == COMPLETED]
     train = ok[ok["workload"] != COLLECTIVE_WORKLOAD].sort_values(
         ["workload", "scaling", "launcher", "nccl_config", "world_size"]

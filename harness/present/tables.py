@@ -213,6 +213,8 @@ TRANSFORMER_HEAD = [
 ]
 COLLECTIVE_HEAD = ["job", "collective", "size", "time us", "algbw GB/s", "busbw GB/s", "#wrong"]
 PEAK_HEAD = "% of peak"  # where the cluster profile states its link speeds (docs/expected.md)
+# The summary's transport columns the collective tables show, and their heads (docs/transport.md)
+TRANSPORT_HEAD = {"net": "net", "net_devices": "net devices", "gdr": "GDR"}
 
 
 BREAKDOWN_HEAD = [
@@ -293,8 +295,12 @@ def transformer_rows(train: pd.DataFrame) -> list[list[str]]:
 
 def collective_table(coll: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     """The collective table's head and cells, one row per summary row; busbw as % of the
-    links' peak too, where the profile stated it for any row."""
+    links' peak too, where the profile stated it for any row; and what NCCL ran over (net, its
+    devices, GPUDirect RDMA; docs/transport.md), where any row's log said, since a comparison of
+    IB and sockets is about exactly that."""
     peak = "busbw_pct_peak" in coll and bool(coll["busbw_pct_peak"].notna().any())
+    facts = [c for c in TRANSPORT_HEAD if c in coll and bool(coll[c].notna().any())]
+    coll = coll.assign(**{c: coll[c].astype(object).where(coll[c].notna(), None) for c in facts})
     rows = [
         [
             r["job"],
@@ -305,10 +311,19 @@ def collective_table(coll: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
             fmt_value(r["busbw_gbps"], ".4f"),
             *([fmt_value(r["busbw_pct_peak"], ".1f")] if peak else []),
             fmt_value(r["wrong"], ".0f"),
+            *(_fact(r[c]) for c in facts),
         ]
         for r in records(coll.assign(_measured=measured(coll)))
     ]
-    return [*COLLECTIVE_HEAD[:6], *([PEAK_HEAD] if peak else []), COLLECTIVE_HEAD[6]], rows
+    head = [*COLLECTIVE_HEAD[:6], *([PEAK_HEAD] if peak else []), COLLECTIVE_HEAD[6]]
+    return [*head, *(TRANSPORT_HEAD[c] for c in facts)], rows
+
+
+def _fact(value: object) -> str:
+    if value is None:
+        return "-"
+    text = str(value)  # a bool, or numpy's, from the summary's gdr column
+    return {"True": "yes", "False": "no"}.get(text, text)
 
 
 # --------------------------------------------------------------------------- terminal
