@@ -14,7 +14,14 @@ import pandas as pd
 import pytest
 
 from harness.collect import add_scaling
-from harness.present.plot import STEP_PARTS, breakdown_figure, busbw_figure, compare_scaling_figure, scaling_figure
+from harness.present.plot import (
+    STEP_PARTS,
+    breakdown_figure,
+    busbw_figure,
+    compare_scaling_figure,
+    latency_figure,
+    scaling_figure,
+)
 
 NODES = (1, 2, 4)
 
@@ -85,6 +92,28 @@ def test_weak_scaling_has_both_efficiencies_nodes_on_x_and_one_grey_ideal():
     assert labels == ["1\n(1, 2 GPUs)", "2\n(2, 4 GPUs)", "4\n(4, 8 GPUs)"]
 
 
+def test_ideal_names_close_together_are_legible_and_inside_the_image():
+    """Two workloads whose ideals differ by 2%: their names sit one above the other, neither over
+    the other nor cut off by the panel (they once printed on one spot at the frame's edge)."""
+    df = training("weak")
+    two = pd.concat([df, df.assign(workload="real", images_per_s_per_gpu=df["images_per_s_per_gpu"] * 1.02)])
+    columns = {k: two[k].tolist() for k in two.columns if k not in ("speedup", "efficiency")}
+    add_scaling(columns)
+    fig, _ = scaling_figure(pd.DataFrame(columns), "weak")
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    names = [t for t in ax.texts if t.get_text().startswith("ideal: ")]
+    assert sorted(t.get_text() for t in names) == ["ideal: real", "ideal: synthetic"]
+    boxes = [t.get_window_extent(renderer) for t in names]
+    assert not boxes[0].overlaps(boxes[1]), boxes
+    frame = ax.get_window_extent(renderer)
+    assert all(frame.y0 <= b.y0 and b.y1 <= frame.y1 and frame.x0 <= b.x0 and b.x1 <= frame.x1 for b in boxes), (
+        boxes,
+        frame,
+    )
+
+
 def test_strong_scaling_ideals_keep_one_colour_each():
     """Each series' ideal speedup is world / base world at its own node counts: one line per
     series, in that series' colour over its whole length (an ideal shared on a world-size axis
@@ -143,6 +172,20 @@ def test_busbw_leaves_out_one_rank_and_bands_from_the_times():
     assert by[("busbw_gbps_p90", "2 nodes x 1 GPU", 2**20)] == pytest.approx(1.0 * 100 / 80)
     drawn = {round(float(y), 9) for line in fig.axes[0].get_lines() for y in line.get_ydata()}
     assert 0.0 not in drawn and 1.0 in drawn
+    # log axes both ways: small messages are orders of magnitude below large ones, not a line at 0
+    assert (fig.axes[0].get_xscale(), fig.axes[0].get_yscale()) == ("log", "log")
+
+
+def test_the_latency_plot_draws_each_call_s_time_against_size_on_log_axes():
+    summary = collectives()
+    fig, points = latency_figure(summary)
+    assert (fig.axes[0].get_xscale(), fig.axes[0].get_yscale()) == ("log", "log")
+    assert "time per call" in fig.axes[0].get_ylabel()
+    drawn = points[points["metric"] == "time_us"]
+    rows = summary[(summary["nodes"] * summary["gpus_per_node"] > 1) & (summary["status"] == "COMPLETED")]
+    assert sorted(zip(drawn["x"], drawn["y"])) == sorted(zip(rows["size_bytes"], rows["time_us"].astype(float)))
+    lines = sorted((x, y) for line in fig.axes[0].get_lines() for x, y in zip(line.get_xdata(), line.get_ydata()))
+    assert lines == sorted(zip(drawn["x"].astype(float), drawn["y"]))
 
 
 def two_runs() -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -247,8 +290,14 @@ def test_comparison_plots_draw_each_run_s_p10_p90_band_from_its_pooled_samples()
     ax = fig.axes[0]
     lines = {line.get_label(): line.get_color() for line in ax.get_lines()}
     line_colours = {mcolors.to_hex(c) for c in lines.values()}
-    fills = [mcolors.to_hex(c.get_facecolor()[0][:3]) for c in ax.collections if len(c.get_paths())]
-    assert len(fills) == 2 and set(fills) <= line_colours and fills[0] != fills[1]
+    # one size per panel: each band is a bar at it, drawn, in its run's colour (a fill over one x
+    # has no width: it stretched the y range and showed nothing)
+    bars = [c for c in ax.collections if len(c.get_paths())]
+    colours = [mcolors.to_hex(c.get_edgecolor()[0][:3]) for c in bars]
+    assert len(bars) == 2 and set(colours) <= line_colours and colours[0] != colours[1]
+    assert all(p.get_extents().height > 0 for c in bars for p in c.get_paths())
+    low, high = ax.get_ylim()
+    assert low <= by[("busbw_gbps_p10", "B")] and high >= by[("busbw_gbps_p90", "A")]
 
 
 def test_the_step_breakdown_stacks_each_job_s_parts_in_the_bars_it_draws():
@@ -280,3 +329,32 @@ def test_the_step_breakdown_stacks_each_job_s_parts_in_the_bars_it_draws():
         assert heights == pytest.approx([by[(part, j)] for j in jobs]), part
     # and nothing to draw without the breakdown
     assert breakdown_figure(df.assign(compute_time_ms=None)) is None
+
+
+def test_a_comparison_panel_is_no_narrower_than_its_legend():
+    """Long settings-set names make a long legend beside the last panel: the figure makes room for
+    it rather than squeeze the panel (it was once narrower than its legend)."""
+    from harness.present.plot import compare_busbw_figure
+
+    rows = pd.DataFrame(
+        {
+            "workload": ["allreduce"] * 4,
+            "scaling": [""] * 4,
+            "collective": ["all_reduce"] * 4,
+            "size_bytes": [2**20, 2**22, 2**20, 2**22],
+            "nodes": [2, 2, 2, 2],
+            "gpus_per_node": [8] * 4,
+            "launcher": ["torchrun"] * 4,
+            "nccl_config": ["infiniband_with_gpudirect_rdma"] * 2 + ["tcp_sockets_over_the_frontend"] * 2,
+            "busbw_gbps": [10.0, 20.0, 1.0, 2.0],
+            "time_us": [100.0, 200.0, 1000.0, 2000.0],
+        }
+    )
+    fig, _ = compare_busbw_figure(
+        rows, rows.assign(busbw_gbps=rows["busbw_gbps"] * 0.9), ("nightly-20261124", "nightly-20261125")
+    )
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    ax = fig.axes[-1]
+    legend = ax.get_legend().get_window_extent(renderer)
+    assert ax.get_window_extent(renderer).width >= legend.width, (ax.get_window_extent(renderer), legend)

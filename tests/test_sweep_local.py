@@ -158,7 +158,7 @@ def test_each_job_was_sampled_while_its_workloads_ran(local_run):
 def test_plots_exist_and_hold_the_plotted_points(local_run):
     out, _ = local_run
     df = pd.read_csv(out / "summary.csv")
-    for name in ("weak_scaling", "strong_scaling", "allreduce_busbw", "step_breakdown"):
+    for name in ("weak_scaling", "strong_scaling", "allreduce_busbw", "allreduce_time", "step_breakdown"):
         with Image.open(out / "plots" / f"{name}.png") as img:
             img.verify()
         with Image.open(out / "plots" / f"{name}.png") as img:

@@ -4,7 +4,8 @@
     plots/strong_scaling.png   speedup and efficiency vs nodes, ideal lines
     plots/transformer_weak_scaling.png, transformer_strong_scaling.png
                                the same for the transformer, in tokens/s
-    plots/allreduce_busbw.png  busbw vs message size (log2), one line per node count
+    plots/allreduce_busbw.png  busbw vs message size, log-log, one line per node count
+    plots/allreduce_time.png   time per call vs message size, log-log: the latency end
     plots/step_breakdown.png   where each training job's step went (docs/breakdown.md)
 
 Facets: one column per (launcher, NCCL set) where a run has several; the busbw plot has one
@@ -199,8 +200,8 @@ def _band(
     palette: dict[object, tuple[float, float, float]],
     where: tuple[str, ...],
 ) -> list[tuple[Any, ...]]:
-    """Each series' p10-p90 band over `x`, shaded in its colour, and its points, where the frame
-    has `<metric>_p10/_p90`."""
+    """Each series' p10-p90 band over `x`, shaded in its colour (a bar where it has one x), and
+    its points, where the frame has `<metric>_p10/_p90`."""
     if f"{metric}_p10" not in sub:
         return []
     out: list[tuple[Any, ...]] = []
@@ -208,25 +209,37 @@ def _band(
         g = group.sort_values(x).dropna(subset=[f"{metric}_p10", f"{metric}_p90"])
         if g.empty:
             continue
-        ax.fill_between(
-            g[x].astype(float).tolist(),
-            g[f"{metric}_p10"].astype(float).tolist(),
-            g[f"{metric}_p90"].astype(float).tolist(),
-            color=palette[series],
-            alpha=0.18,
-            linewidth=0,
-        )
+        xs, lo, hi = (g[c].astype(float).tolist() for c in (x, f"{metric}_p10", f"{metric}_p90"))
+        if len(g) == 1:  # a band over one x has no width: a bar, seen, rather than a stretched y range
+            ax.vlines(xs, lo, hi, colors=[palette[series]], alpha=0.35, linewidth=6)
+        else:
+            ax.fill_between(xs, lo, hi, color=palette[series], alpha=0.18, linewidth=0)
         for q in ("p10", "p90"):
             out += [(*where, f"{metric}_{q}", str(series), int(v), float(y)) for v, y in zip(g[x], g[f"{metric}_{q}"])]
     return out
 
 
-def _level(ax: Axes, y: float, text: str, color: object) -> None:
-    """A dashed horizontal line, named at the panel's right edge."""
+def _level(ax: Axes, y: float, text: str, color: object, nth: int = 0) -> None:
+    """A dashed horizontal line, named at the panel's right edge. The `nth` name of a panel sits
+    a line of text higher than the one before, so that levels close together (two workloads'
+    ideals) do not print over each other; the y range keeps room above the top one, so that no
+    name is cut off by the frame."""
     ax.axhline(y, color=color, linestyle="--", linewidth=1)
     ax.annotate(
-        text, (1, y), xycoords=("axes fraction", "data"), ha="right", va="bottom", fontsize="small", color=color
+        text,
+        (1, y),
+        xycoords=("axes fraction", "data"),
+        xytext=(-3, 2 + 11 * nth),
+        textcoords="offset points",
+        ha="right",
+        va="bottom",
+        fontsize="small",
+        color=color,
+        annotation_clip=False,
     )
+    low, high = ax.get_ylim()
+    if ax.get_yscale() == "linear" and y > 0 and high < y * (1.12 + 0.06 * nth):
+        ax.set_ylim(low, y * (1.12 + 0.06 * nth))
 
 
 def _ideal(
@@ -247,8 +260,9 @@ def _ideal(
     out = []
     if per_gpu:
         # one baseline per workload (collect.SCALING_KEYS): a grey line each, named at its end
-        for workload, level in sub.assign(ideal=ideal).groupby("workload")["ideal"].median().items():
-            _level(ax, float(level), f"ideal: {workload}", "0.4")
+        levels = sub.assign(ideal=ideal).groupby("workload")["ideal"].median().sort_values()
+        for nth, (workload, level) in enumerate(levels.items()):
+            _level(ax, float(level), f"ideal: {workload}", "0.4", nth)
             out += [(*where, f"ideal_{metric}", str(workload), int(n), float(level)) for n in sorted(set(sub["nodes"]))]
         return out
     for series, group in sub.assign(ideal=ideal).groupby("series"):
@@ -274,26 +288,47 @@ def _peak_lines(
         return []
     peaks = sub[sub["busbw_peak_gbps"].notna()].drop_duplicates("series")
     out = []
-    for series, peak in zip(peaks["series"], peaks["busbw_peak_gbps"]):
-        _level(ax, float(peak), f"peak {float(peak):g}", palette[series])
+    for nth, (series, peak) in enumerate(zip(peaks["series"], peaks["busbw_peak_gbps"])):
+        _level(ax, float(peak), f"peak {float(peak):g}", palette[series], nth)
         out.append((*where, "busbw_peak_gbps", str(series), int(sub["size_bytes"].max()), float(peak)))
     return out
 
 
 def busbw_figure(summary: pd.DataFrame) -> Made | None:
+    """busbw against message size, both axes logarithmic: 8 B moves a million times less than
+    8 MB, and a linear axis draws the small sizes as a flat line at 0."""
+    return _collective_figure(summary, "busbw_gbps")
+
+
+def latency_figure(summary: pd.DataFrame) -> Made | None:
+    """The time of one call against message size, log-log: the latency end, which the busbw plot
+    cannot show (nccl-tests prints both columns)."""
+    return _collective_figure(summary, "time_us")
+
+
+# What each collective plot draws: its file's name, the axis label, the title
+_COLLECTIVE_PLOTS = {
+    "busbw_gbps": ("allreduce_busbw", "bus bandwidth (GB/s, 1e9, log)", "Collective bus bandwidth vs message size"),
+    "time_us": ("allreduce_time", "time per call (µs, log)", "Collective time per call vs message size"),
+}
+
+
+def _collective_figure(summary: pd.DataFrame, metric: str) -> Made | None:
     import pandas as pd
 
+    name, ylabel, title = _COLLECTIVE_PLOTS[metric]
     df = summary[
         (summary["workload"] == COLLECTIVE_WORKLOAD)
         & (summary["status"] == COMPLETED)
-        & summary["busbw_gbps"].notna()
+        & (summary[metric] > 0)
         & (summary["nodes"] * summary["gpus_per_node"] > 1)  # one rank moves nothing over a bus
     ].copy()
     if df.empty:
         return None
     plt, sns = _setup()
     df["panel"] = _panel(df)
-    _rate_band(df, "busbw_gbps", "time_us")
+    if metric == "busbw_gbps":
+        _rate_band(df, "busbw_gbps", "time_us")
     df["series"] = [
         f"{int(n)} node{'s' if n != 1 else ''} x {int(g)} GPU{'s' if g != 1 else ''}"
         for n, g in zip(df["nodes"], df["gpus_per_node"])
@@ -317,7 +352,7 @@ def busbw_figure(summary: pd.DataFrame) -> Made | None:
             sns.lineplot(
                 data=sub,
                 x="size_bytes",
-                y="busbw_gbps",
+                y=metric,
                 hue="series",
                 hue_order=order,
                 palette=palette,
@@ -327,20 +362,22 @@ def busbw_figure(summary: pd.DataFrame) -> Made | None:
                 ax=ax,
                 legend=(r == 0 and c == len(panels) - 1),
             )
-            points += _band(ax, sub, "size_bytes", "busbw_gbps", palette, ("allreduce_busbw", coll, panel))
+            points += _band(ax, sub, "size_bytes", metric, palette, (name, coll, panel))
             _log2_axis(ax, sub["size_bytes"], format_size)
+            ax.set_yscale("log")
             ax.tick_params(axis="x", labelrotation=45)
             ax.set_xlabel("message size (bytes, K/M/G = 2^10/2^20/2^30)")
-            ax.set_ylabel("bus bandwidth (GB/s, 1e9)")
+            ax.set_ylabel(ylabel)
             ax.set_title(f"{coll} · {panel}")
             points += [
-                ("allreduce_busbw", coll, panel, "busbw_gbps", s, int(x), float(y))
-                for s, x, y in zip(sub["series"], sub["size_bytes"], sub["busbw_gbps"])
+                (name, coll, panel, metric, s, int(x), float(y))
+                for s, x, y in zip(sub["series"], sub["size_bytes"], sub[metric])
             ]
-            points += _peak_lines(ax, sub, palette, ("allreduce_busbw", coll, panel))
+            if metric == "busbw_gbps":
+                points += _peak_lines(ax, sub, palette, (name, coll, panel))
     if axes[0][-1].get_legend():
         sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1), title="nodes x GPUs per node")
-    fig.suptitle("Collective bus bandwidth vs message size (in-place where torch has it, worst rank; band: p10-p90)")
+    fig.suptitle(f"{title} (in-place where torch has it, worst rank; band: p10-p90)")
     fig.tight_layout()
     return fig, pd.DataFrame(points, columns=["plot", "collective", *POINT_COLUMNS[1:]])
 
@@ -450,6 +487,7 @@ def draw_all(run: RunDir, summary: pd.DataFrame) -> list[Path]:
             ("transformer_weak_scaling", lambda: scaling_figure(summary, "weak", "tokens")),
             ("transformer_strong_scaling", lambda: scaling_figure(summary, "strong", "tokens")),
             ("allreduce_busbw", lambda: busbw_figure(summary)),
+            ("allreduce_time", lambda: latency_figure(summary)),
             ("step_breakdown", lambda: breakdown_figure(summary)),
         ],
     )
@@ -504,6 +542,30 @@ def timeline_figure(job: str, tele: Telemetry) -> Made | None:
 
 
 # --------------------------------------------------------------------------- two runs
+
+
+def _fit_legend(fig: Figure, ax: Axes) -> None:
+    """Lay the figure out, then widen it until the panel `ax` is no narrower than the legend
+    beside it (a legend of long settings-set names once dwarfed its panel). Measured, not
+    guessed: each pass draws the figure and scales its width by what is missing."""
+    import warnings
+
+    with warnings.catch_warnings():  # a legend wider than the panels cannot be laid out until widened
+        warnings.filterwarnings("ignore", "Tight layout not applied")
+        fig.tight_layout()
+    legend = ax.get_legend()
+    if legend is None:
+        return
+    for _ in range(4):
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+        want, have = legend.get_window_extent(renderer).width, ax.get_window_extent(renderer).width
+        if have >= want:
+            return
+        fig.set_figwidth(fig.get_figwidth() * (1 + (want - max(have, 1.0)) / max(have, 1.0) * 1.1))
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Tight layout not applied")
+            fig.tight_layout()
 
 
 def _both(a: pd.DataFrame, b: pd.DataFrame, labels: tuple[str, str]) -> pd.DataFrame:
@@ -586,7 +648,7 @@ def compare_busbw_figure(a: pd.DataFrame, b: pd.DataFrame, labels: tuple[str, st
     if axes[0][-1].get_legend():
         sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1))
     fig.suptitle(f"Bus bandwidth: {labels[0]} vs {labels[1]}")
-    fig.tight_layout()
+    _fit_legend(fig, axes[0][-1])
     return fig, pd.DataFrame(points, columns=POINT_COLUMNS)
 
 
@@ -624,13 +686,13 @@ def compare_scaling_figure(a: pd.DataFrame, b: pd.DataFrame, labels: tuple[str, 
     if not panels:
         return None
     plt, sns = _setup()
-    fig, axes = plt.subplots(1, len(panels), figsize=(max(7.0, 5.0 * len(panels)), 4.2), squeeze=False)
-    points = []
 
     def series(rows: pd.DataFrame) -> pd.Series:
         return rows["gpus_per_node"].astype(str) + " GPU/node · " + _panel(rows)
 
     styles = sorted({s for _, rows, _, _ in panels for s in series(rows)})
+    fig, axes = plt.subplots(1, len(panels), figsize=(max(7.0, 5.0 * len(panels)), 4.2), squeeze=False)
+    points = []
     for c, (title, rows, metric, ylabel) in enumerate(panels):
         ax = axes[0][c]
         sub = rows.assign(series=series(rows)).sort_values("nodes")
@@ -643,7 +705,7 @@ def compare_scaling_figure(a: pd.DataFrame, b: pd.DataFrame, labels: tuple[str, 
     if axes[0][-1].get_legend():
         sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1))
     fig.suptitle(f"Scaling: {labels[0]} vs {labels[1]}")
-    fig.tight_layout()
+    _fit_legend(fig, axes[0][-1])
     return fig, pd.DataFrame(points, columns=POINT_COLUMNS)
 
 

@@ -163,7 +163,14 @@ def run_section(run: RunDir, side: Side) -> str:
         parts.append(_table(BREAKDOWN_HEAD, where, numeric={3, 4, 5, 6, 7, 8, 9}))
     coll = ok[ok["workload"] == COLLECTIVE_WORKLOAD]
     parts.append("<h2>Collectives</h2>")
-    parts.append(_figures([("bus bandwidth vs message size", lambda: plot.busbw_figure(summary))]))
+    parts.append(
+        _figures(
+            [
+                ("bus bandwidth vs message size", lambda: plot.busbw_figure(summary)),
+                ("time per call vs message size", lambda: plot.latency_figure(summary)),
+            ]
+        )
+    )
     if len(coll):
         coll = coll.sort_values(["job", "collective", "group", "size_bytes"])
         bucket = bucket_bytes(plan)
