@@ -11,6 +11,11 @@ import sys
 import pytest
 from conftest import ROOT, run
 
+# Proofs without the testbed, marked by hand: too long for the default tier (CONTRIBUTING.md)
+LOCAL_PROOFS = (
+    "tests/test_nightly_testbed.py::test_three_unshaped_nights_pass_on_the_local_executor",
+    "tests/test_packaging.py::test_a_wheel_in_a_fresh_venv_runs_the_shipped_sweeps",
+)
 TESTBED_MODULES = sorted(p.name for p in (ROOT / "tests").glob("test_*testbed*.py")) + ["test_sweep_slurm.py"]
 
 
@@ -24,8 +29,11 @@ def test_the_default_tier_leaves_out_every_proof_but_the_smoke():
     default, proof, testbed = collected(), collected("-m", "proof"), collected("-m", "testbed")
     smoke = "tests/test_smoke_testbed.py::test_a_small_sweep_runs_through_the_slurm_executor"
     assert [t for t in default if t in testbed] == [smoke]
-    assert sorted(proof) == sorted(set(testbed) - {smoke})
-    assert {t.split("::")[0] for t in proof} == {f"tests/{m}" for m in TESTBED_MODULES if "smoke" not in m}
+    assert sorted(proof) == sorted((set(testbed) - {smoke}) | set(LOCAL_PROOFS))
+    assert not set(LOCAL_PROOFS) & set(default)
+    assert {t.split("::")[0] for t in proof} == {f"tests/{m}" for m in TESTBED_MODULES if "smoke" not in m} | {
+        "tests/test_packaging.py"
+    }
     assert proof[-1] == "tests/test_testbed.py::test_down_leaves_the_machine_as_found"
 
 
