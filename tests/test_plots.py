@@ -100,18 +100,43 @@ def test_ideal_names_close_together_are_legible_and_inside_the_image():
     columns = {k: two[k].tolist() for k in two.columns if k not in ("speedup", "efficiency")}
     add_scaling(columns)
     fig, _ = scaling_figure(pd.DataFrame(columns), "weak")
+    assert legible_names(fig, "ideal: ") == ["ideal: real", "ideal: synthetic"]
+
+
+def legible_names(fig, prefix: str) -> list[str]:
+    """The names of the first panel's levels that start with `prefix`, once each is checked to
+    be drawn over no other and inside the panel's frame."""
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     ax = fig.axes[0]
-    names = [t for t in ax.texts if t.get_text().startswith("ideal: ")]
-    assert sorted(t.get_text() for t in names) == ["ideal: real", "ideal: synthetic"]
+    names = [t for t in ax.texts if t.get_text().startswith(prefix)]
     boxes = [t.get_window_extent(renderer) for t in names]
-    assert not boxes[0].overlaps(boxes[1]), boxes
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1 :]), boxes
     frame = ax.get_window_extent(renderer)
     assert all(frame.y0 <= b.y0 and b.y1 <= frame.y1 and frame.x0 <= b.x0 and b.x1 <= frame.x1 for b in boxes), (
         boxes,
         frame,
     )
+    return sorted(t.get_text() for t in names)
+
+
+def test_peak_names_near_and_far_are_legible_and_inside_the_panel():
+    """The stated peaks of one node (NVLink, 150 GB/s) and of 2 and 4 nodes (the network, 25 and
+    22 GB/s) over busbw near 1 GB/s: one name per peak, series of one peak share it, and no name
+    prints over another or outside the panel (stacked by their order, the top one was cut off
+    by the frame)."""
+    two = collectives()
+    summary = pd.concat([two, two[two["nodes"] == 2].assign(nodes=4, world_size=4)], ignore_index=True)
+    peak = {1: 150.0, 2: 25.0, 4: 22.0}
+    summary["busbw_peak_gbps"] = [peak[n] for n in summary["nodes"]]
+    fig, points = busbw_figure(summary)
+    assert legible_names(fig, "peak ") == ["peak 150", "peak 22", "peak 25"]
+    peaks = points[points["metric"] == "busbw_peak_gbps"]
+    assert sorted(zip(peaks["series"], peaks["y"])) == [
+        ("1 node x 2 GPUs", 150.0),
+        ("2 nodes x 1 GPU", 25.0),
+        ("4 nodes x 1 GPU", 22.0),
+    ]
 
 
 def test_strong_scaling_ideals_keep_one_colour_each():
@@ -174,6 +199,19 @@ def test_busbw_leaves_out_one_rank_and_bands_from_the_times():
     assert 0.0 not in drawn and 1.0 in drawn
     # log axes both ways: small messages are orders of magnitude below large ones, not a line at 0
     assert (fig.axes[0].get_xscale(), fig.axes[0].get_yscale()) == ("log", "log")
+    assert y_labels(fig) == ["0.8", "0.9", "1"]
+
+
+def y_labels(fig) -> list[str]:
+    """The y tick labels a reader sees on the first panel: drawn, and inside its range. Each must
+    read as a number: a log axis's own labels are mathtext, which the plots turn off (a label
+    from a run directory is text), and they were drawn as `$\\mathdefault{10^{0}}$`."""
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    low, high = ax.get_ylim()
+    shown = [t.get_text() for t, v in zip(ax.get_yticklabels(), ax.get_yticks()) if low <= v <= high]
+    assert len(shown) >= 2 and all(float(s.replace(",", "")) > 0 for s in shown), shown
+    return shown
 
 
 def test_the_latency_plot_draws_each_call_s_time_against_size_on_log_axes():
@@ -181,6 +219,7 @@ def test_the_latency_plot_draws_each_call_s_time_against_size_on_log_axes():
     fig, points = latency_figure(summary)
     assert (fig.axes[0].get_xscale(), fig.axes[0].get_yscale()) == ("log", "log")
     assert "time per call" in fig.axes[0].get_ylabel()
+    assert y_labels(fig) == ["80", "90", "100"]
     drawn = points[points["metric"] == "time_us"]
     rows = summary[(summary["nodes"] * summary["gpus_per_node"] > 1) & (summary["status"] == "COMPLETED")]
     assert sorted(zip(drawn["x"], drawn["y"])) == sorted(zip(rows["size_bytes"], rows["time_us"].astype(float)))
@@ -358,3 +397,5 @@ def test_a_comparison_panel_is_no_narrower_than_its_legend():
     ax = fig.axes[-1]
     legend = ax.get_legend().get_window_extent(renderer)
     assert ax.get_window_extent(renderer).width >= legend.width, (ax.get_window_extent(renderer), legend)
+    # busbw from 0.9 to 20 GB/s: two decades, labelled in 1-2-5 steps
+    assert y_labels(fig) == ["1", "2", "5", "10", "20"]

@@ -15,6 +15,7 @@ row per collective. Only rows with status COMPLETED are drawn.
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 from types import ModuleType
@@ -71,6 +72,23 @@ def _log2_axis(ax: Axes, values: Iterable[float], formatter: Callable[[int], str
     ax.xaxis.set_major_locator(FixedLocator(ticks))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: formatter(round(v))))
+
+
+def _log_y(ax: Axes) -> None:
+    """A logarithmic y axis labelled in plain numbers (0.2, 1, 50, 2,000). matplotlib's own log
+    labels are mathtext, which `text.parse_math = False` (_setup) prints as the raw
+    `$\\mathdefault{10^{0}}$`. Call it once the axis's artists are drawn: the labels' steps
+    follow the range, 1-2-5 within three decades, since one or two powers of ten say little."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    if ax.get_yscale() != "log":
+        ax.set_yscale("log")
+    low, high = ax.get_ylim()
+    decades = math.log10(high / low) if 0 < low < high else 0.0
+    subs = tuple(range(1, 10)) if decades <= 1 else (1, 2, 5) if decades <= 3 else (1,)
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=[float(s) for s in subs]))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 10 else f"{v:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
 
 
 def _save(fig: Figure, points: pd.DataFrame, root: Path, rel: str) -> Path:
@@ -181,6 +199,7 @@ def scaling_figure(summary: pd.DataFrame, scaling: str, unit: str = "images") ->
         sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1), title="workload, GPUs per node")
     fig.suptitle(f"{title} (dashed: ideal)")
     fig.tight_layout()
+    _settle_names(fig)
     return fig, pd.DataFrame(points, columns=POINT_COLUMNS)
 
 
@@ -219,27 +238,67 @@ def _band(
     return out
 
 
-def _level(ax: Axes, y: float, text: str, color: object, nth: int = 0) -> None:
-    """A dashed horizontal line, named at the panel's right edge. The `nth` name of a panel sits
-    a line of text higher than the one before, so that levels close together (two workloads'
-    ideals) do not print over each other; the y range keeps room above the top one, so that no
-    name is cut off by the frame."""
+LEVEL_NAME = "level name"  # the gid of a level's name (_level), which _settle_names places
+
+
+def _level(ax: Axes, y: float, text: str, color: object) -> None:
+    """A dashed horizontal line, named just above it at the panel's right edge. The figure's
+    names are placed once it is laid out (_settle_names)."""
     ax.axhline(y, color=color, linestyle="--", linewidth=1)
     ax.annotate(
         text,
         (1, y),
         xycoords=("axes fraction", "data"),
-        xytext=(-3, 2 + 11 * nth),
+        xytext=(-3, 2),
         textcoords="offset points",
         ha="right",
         va="bottom",
         fontsize="small",
         color=color,
         annotation_clip=False,
+        gid=LEVEL_NAME,
     )
-    low, high = ax.get_ylim()
-    if ax.get_yscale() == "linear" and y > 0 and high < y * (1.12 + 0.06 * nth):
-        ax.set_ylim(low, y * (1.12 + 0.06 * nth))
+
+
+def _settle_names(fig: Figure) -> None:
+    """Place every panel's level names, measured on the laid-out figure: from the lowest level
+    up, a name that would print over the one below it moves up above it, and the y range grows
+    until the top name is inside the panel. (Stacked by their order alone, names close together
+    were legible, but a name far from the one below it still climbed, onto the next level's; a
+    range raised by a guessed part of the panel left the top name cut off by the frame.) Each
+    pass draws the figure; a raised range moves the levels closer, so it measures again."""
+    from matplotlib.text import Annotation
+
+    for _ in range(4):
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+        settled = True
+        for ax in fig.axes:
+            levels = (n for n in ax.texts if isinstance(n, Annotation) and n.get_gid() == LEVEL_NAME)
+            names = sorted(levels, key=lambda n: n.xy[1])
+            if not names:
+                continue
+            floor = -math.inf
+            for name in names:
+                box = name.get_window_extent(renderer)
+                if box.y0 < floor:
+                    x, up = name.xyann
+                    name.xyann = (x, up + (floor - box.y0) * 72 / fig.dpi)  # pixels to points
+                    box = box.translated(0, floor - box.y0)
+                floor = box.y1 + 1
+            frame = ax.get_window_extent(renderer)
+            if floor - 1 > frame.y1 + 0.5:  # the top name is cut off: the range grows by what is missing
+                settled = False
+                top = names[-1]
+                above = floor - 1 - ax.transData.transform((0, top.xy[1]))[1]  # the name's top over its level
+                part = min(0.9, (frame.height - above) / frame.height)  # where the level may sit
+                low, y = ax.get_ylim()[0], top.xy[1]
+                if ax.get_yscale() == "log" and 0 < low < y:
+                    ax.set_ylim(low, low * (y / low) ** (1 / part))
+                elif ax.get_yscale() != "log":
+                    ax.set_ylim(low, low + (y - low) / part)
+        if settled:
+            return
 
 
 def _ideal(
@@ -261,8 +320,8 @@ def _ideal(
     if per_gpu:
         # one baseline per workload (collect.SCALING_KEYS): a grey line each, named at its end
         levels = sub.assign(ideal=ideal).groupby("workload")["ideal"].median().sort_values()
-        for nth, (workload, level) in enumerate(levels.items()):
-            _level(ax, float(level), f"ideal: {workload}", "0.4", nth)
+        for workload, level in levels.items():
+            _level(ax, float(level), f"ideal: {workload}", "0.4")
             out += [(*where, f"ideal_{metric}", str(workload), int(n), float(level)) for n in sorted(set(sub["nodes"]))]
         return out
     for series, group in sub.assign(ideal=ideal).groupby("series"):
@@ -283,15 +342,21 @@ def _peak_lines(
     ax: Axes, sub: pd.DataFrame, palette: dict[object, tuple[float, float, float]], where: tuple[str, str, str]
 ) -> list[tuple[str, str, str, str, str, int, float]]:
     """A dashed line at each series' peak busbw, where the cluster profile states its link
-    speeds (docs/expected.md), and its points: one per series, at the largest size."""
+    speeds (docs/expected.md), and its points: one per series, at the largest size. Series of
+    one peak share its line and name, grey when they are several (three series at 25 GB/s named
+    three times stacked their names into the next level's); the lowest level is named first, so
+    that each name above it stacks upward, away from the ones below."""
     if "busbw_peak_gbps" not in sub:
         return []
     peaks = sub[sub["busbw_peak_gbps"].notna()].drop_duplicates("series")
-    out = []
-    for nth, (series, peak) in enumerate(zip(peaks["series"], peaks["busbw_peak_gbps"])):
-        _level(ax, float(peak), f"peak {float(peak):g}", palette[series], nth)
-        out.append((*where, "busbw_peak_gbps", str(series), int(sub["size_bytes"].max()), float(peak)))
-    return out
+    for peak, series in peaks.groupby("busbw_peak_gbps")["series"]:
+        color = palette[series.iloc[0]] if len(series) == 1 else "0.4"
+        _level(ax, float(peak), f"peak {float(peak):g}", color)
+    largest = int(sub["size_bytes"].max())
+    return [
+        (*where, "busbw_peak_gbps", str(series), largest, float(peak))
+        for series, peak in zip(peaks["series"], peaks["busbw_peak_gbps"])
+    ]
 
 
 def busbw_figure(summary: pd.DataFrame) -> Made | None:
@@ -362,9 +427,9 @@ def _collective_figure(summary: pd.DataFrame, metric: str) -> Made | None:
                 ax=ax,
                 legend=(r == 0 and c == len(panels) - 1),
             )
+            ax.set_yscale("log")  # before the peak's level, which makes room for its name
             points += _band(ax, sub, "size_bytes", metric, palette, (name, coll, panel))
             _log2_axis(ax, sub["size_bytes"], format_size)
-            ax.set_yscale("log")
             ax.tick_params(axis="x", labelrotation=45)
             ax.set_xlabel("message size (bytes, K/M/G = 2^10/2^20/2^30)")
             ax.set_ylabel(ylabel)
@@ -375,10 +440,12 @@ def _collective_figure(summary: pd.DataFrame, metric: str) -> Made | None:
             ]
             if metric == "busbw_gbps":
                 points += _peak_lines(ax, sub, palette, (name, coll, panel))
+            _log_y(ax)
     if axes[0][-1].get_legend():
         sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1), title="nodes x GPUs per node")
     fig.suptitle(f"{title} (in-place where torch has it, worst rank; band: p10-p90)")
     fig.tight_layout()
+    _settle_names(fig)
     return fig, pd.DataFrame(points, columns=["plot", "collective", *POINT_COLUMNS[1:]])
 
 
@@ -641,9 +708,10 @@ def compare_busbw_figure(a: pd.DataFrame, b: pd.DataFrame, labels: tuple[str, st
         where = ("compare_busbw", f"{int(n)} nodes")
         points += _two_runs(sns, ax, sub, "size_bytes", "busbw_gbps", labels, (c == len(nodes) - 1), styles, where)
         _log2_axis(ax, sub["size_bytes"], format_size)
+        _log_y(ax)
         ax.tick_params(axis="x", labelrotation=45)
         ax.set_xlabel("message size")
-        ax.set_ylabel("bus bandwidth (GB/s)")
+        ax.set_ylabel("bus bandwidth (GB/s, log)")
         ax.set_title(f"{int(n)} node{'s' if n != 1 else ''}")
     if axes[0][-1].get_legend():
         sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1))
