@@ -269,6 +269,8 @@ def _settle_names(fig: Figure) -> None:
     pass draws the figure; a raised range moves the levels closer, so it measures again."""
     from matplotlib.text import Annotation
 
+    if not any(n.get_gid() == LEVEL_NAME for ax in fig.axes for n in ax.texts):
+        return  # nothing to place: no drawing
     for _ in range(4):
         fig.canvas.draw()
         renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
