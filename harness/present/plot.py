@@ -293,7 +293,7 @@ def _settle_names(fig: Figure) -> None:
                 settled = False
                 top = names[-1]
                 above = floor - 1 - ax.transData.transform((0, top.xy[1]))[1]  # the name's top over its level
-                part = min(0.9, (frame.height - above) / frame.height)  # where the level may sit
+                part = min(0.9, max(0.1, (frame.height - above) / frame.height))  # where the level may sit
                 low, y = ax.get_ylim()[0], top.xy[1]
                 if ax.get_yscale() == "log" and 0 < low < y:
                     ax.set_ylim(low, low * (y / low) ** (1 / part))
