@@ -64,14 +64,13 @@ from harness.present.plot import draw_all, draw_compare, history_figure
 from harness.present.regress import summary_line, write_all
 from harness.present.tables import markdown, print_comparison, print_jobs, run_mismatches, table_csv
 from harness.rundir import COMPLETED, FINAL_STATES, RunDir
-from harness.spec import MATRIX_AXES, NAME_RE, FieldError, check_time, load_sweep
+from harness.spec import MATRIX_AXES, NAME_RE, SHIPPED, FieldError, check_time, load_sweep
 from harness.sweep import in_use, locked
 
 if TYPE_CHECKING:
     from rich.console import Console
 
 
-SWEEPS_DIR = Path(__file__).resolve().parent / "sweeps"  # package data; the repository's sweeps/ links here
 RUN_HELP = f"""usage: bench run WORKLOAD [workload flags]
 
 Run one workload on this machine (--nproc N ranks), or as a rank of a launch it is in (torchrun, srun).
@@ -104,7 +103,7 @@ def _positive_int(text: str) -> int:
 
 
 def _default_sweep(executor: str) -> Path:
-    return SWEEPS_DIR / ("local.yaml" if executor == "local" else "default.yaml")
+    return SHIPPED / ("local.yaml" if executor == "local" else "default.yaml")
 
 
 # --------------------------------------------------------------------------- commands

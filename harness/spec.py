@@ -845,6 +845,8 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
 
 
 MAX_FILE_BYTES = 1024**2  # a sweep or profile is a page of YAML
+# The sweeps and cluster profiles bench ships (package data); the repository's sweeps/ links here
+SHIPPED = Path(__file__).resolve().parent / "sweeps"
 MAX_DEPTH = 32  # sections nest four deep; 32 is room for any hand-written file
 MAX_NODES = 100_000  # scalars, lists and mappings after aliases are expanded
 
@@ -895,13 +897,24 @@ def load_yaml(text: str) -> Any:
         loader.dispose()
 
 
+def _shipped(path: Path, exc: OSError) -> str:
+    """Where bench ships a missing `sweeps/...` file, which the README names relative to the
+    repository: outside a checkout (a wheel's install) there is no sweeps/ there. '' for any
+    other file."""
+    parts = Path(path).parts
+    if not isinstance(exc, FileNotFoundError) or len(parts) < 2 or parts[0] != "sweeps":
+        return ""
+    there = SHIPPED.joinpath(*parts[1:])
+    return f"; bench ships {Path(path)} as {there}" if there.is_file() else ""
+
+
 def read_mapping(path: Path, what: str) -> dict[str, Any]:
     """The top-level mapping of a YAML file, or a one-line SpecError naming the file."""
     try:
         with open(path, "rb") as f:
             raw = f.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
-        raise SpecError(f"{path}: cannot read {what} file ({exc.strerror or exc})") from None
+        raise SpecError(f"{path}: cannot read {what} file ({exc.strerror or exc}){_shipped(path, exc)}") from None
     if len(raw) > MAX_FILE_BYTES:
         raise SpecError(f"{path}: larger than {MAX_FILE_BYTES // 1024} KiB; a {what} file is a page of YAML")
     try:

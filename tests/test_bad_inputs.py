@@ -150,6 +150,18 @@ CASES = [
     Case("sweep-too-large", lambda t, r: _dry(t, str(_file(t, "s.yaml", "#" * (1024**2 + 10)))), "larger than"),
     Case("sweep-is-a-directory", lambda t, r: _dry(t, str(t)), "cannot read sweep file"),
     Case("sweep-missing", lambda t, r: _dry(t, str(t / "nope.yaml")), "cannot read sweep file"),
+    # the README's sweeps/... outside a checkout (the corpus runs in an empty directory)
+    Case(
+        "sweep-shipped",
+        lambda t, r: _dry(t, "sweeps/testbed.yaml"),
+        "sweeps/testbed.yaml: cannot read sweep file",
+        f"bench ships sweeps/testbed.yaml as {SWEEPS.resolve() / 'testbed.yaml'}",
+    ),
+    Case(
+        "profile-shipped",
+        lambda t, r: ["sweep", "--dry-run", "--executor", "slurm", "--cluster", "sweeps/clusters/example.yaml"],
+        f"bench ships sweeps/clusters/example.yaml as {SWEEPS.resolve() / 'clusters' / 'example.yaml'}",
+    ),
     # submitit writes the run directory's path on #SBATCH lines, where Slurm reads '#' and blanks
     Case("sweep-submitit-directive-path", _submitit_out, "#SBATCH", "' '", "'#'", "--out"),
     Case("sweep-top-level-list", lambda t, r: _dry(t, str(_file(t, "s.yaml", "- a\n"))), "mapping"),
