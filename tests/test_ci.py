@@ -19,14 +19,33 @@ LOCAL_PROOFS = (
 TESTBED_MODULES = sorted(p.name for p in (ROOT / "tests").glob("test_*testbed*.py")) + ["test_sweep_slurm.py"]
 
 
-def collected(*args: str) -> list[str]:
-    """The test ids `pytest ARGS` would run, one process, nothing run."""
-    out = run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0", *args], cwd=ROOT).stdout
-    return [line for line in out.splitlines() if "::" in line]
+# A plugin for one collection of every test: its id and its tier markers, in the order pytest
+# would run them (after the suite's own reordering)
+TIER_MARKS = """
+def pytest_collection_finish(session):
+    for item in session.items:
+        marks = {m.name for m in item.iter_markers()} & {"proof", "testbed"}
+        print("TIER", item.nodeid, ",".join(sorted(marks)) or "-")
+"""
 
 
-def test_the_default_tier_leaves_out_every_proof_but_the_smoke():
-    default, proof, testbed = collected(), collected("-m", "proof"), collected("-m", "testbed")
+def tiers(tmp_path) -> list[tuple[str, set[str]]]:
+    """Every test id with its tier markers, from one `pytest --collect-only` of all of them
+    (`-m ""` lifts the default tier's `-m 'not proof'`): `-m proof` would select those marked
+    proof, in this order, and the default tier those not. One process, not one per tier."""
+    (tmp_path / "tier_marks.py").write_text(TIER_MARKS)
+    command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0", "-m", "", "-p", "tier_marks"]
+    out = run(command, cwd=ROOT, env={"PYTHONPATH": str(tmp_path)}).stdout
+    found = [line[len("TIER ") :].rsplit(" ", 1) for line in out.splitlines() if line.startswith("TIER ")]
+    return [(test, set(marks.split(",")) - {"-"}) for test, marks in found]
+
+
+def test_the_default_tier_leaves_out_every_proof_but_the_smoke(tmp_path):
+    found = tiers(tmp_path)
+    default = [t for t, marks in found if "proof" not in marks]
+    proof = [t for t, marks in found if "proof" in marks]
+    testbed = [t for t, marks in found if "testbed" in marks]
+    assert len(default) > 700 and len(proof) > 50, (len(default), len(proof))
     smoke = "tests/test_smoke_testbed.py::test_a_small_sweep_runs_through_the_slurm_executor"
     assert [t for t in default if t in testbed] == [smoke]
     assert sorted(proof) == sorted((set(testbed) - {smoke}) | set(LOCAL_PROOFS))
