@@ -15,6 +15,9 @@ from conftest import ROOT, run
 LOCAL_PROOFS = (
     "tests/test_nightly_testbed.py::test_three_unshaped_nights_pass_on_the_local_executor",
     "tests/test_packaging.py::test_a_wheel_in_a_fresh_venv_runs_the_shipped_sweeps",
+    "tests/test_sweep_local.py::test_a_failing_workload_fails_its_job_and_the_sweep_goes_on",
+    "tests/test_sweep_local.py::test_a_job_past_its_time_limit_is_killed_and_recorded_timeout",
+    "tests/test_sweep_local.py::test_ctrl_c_leaves_a_consistent_run_that_resumes_without_rerunning",
 )
 TESTBED_MODULES = sorted(p.name for p in (ROOT / "tests").glob("test_*testbed*.py")) + ["test_sweep_slurm.py"]
 
@@ -51,7 +54,7 @@ def test_the_default_tier_leaves_out_every_proof_but_the_smoke(tmp_path):
     assert sorted(proof) == sorted((set(testbed) - {smoke}) | set(LOCAL_PROOFS))
     assert not set(LOCAL_PROOFS) & set(default)
     assert {t.split("::")[0] for t in proof} == {f"tests/{m}" for m in TESTBED_MODULES if "smoke" not in m} | {
-        "tests/test_packaging.py"
+        t.split("::")[0] for t in LOCAL_PROOFS
     }
     assert proof[-1] == "tests/test_testbed.py::test_down_leaves_the_machine_as_found"
 

@@ -15,8 +15,8 @@ from collect_interrupt import interrupt_points
 
 
 @pytest.mark.slow
-def test_collect_interrupted_at_twelve_points(tmp_path):
-    rows = interrupt_points(tmp_path / "run", n_jobs=1000, points=12)
+def test_collect_interrupted_at_eight_points(tmp_path):
+    rows = interrupt_points(tmp_path / "run", n_jobs=400, points=8)
     assert all(r["set"] in ("old", "new") for r in rows), rows
     assert all(not r["after_next_collect"] for r in rows), rows
     for r in rows:
