@@ -135,7 +135,8 @@ def _executor(
     if batch and cluster is None and (profile_on_dry_run or not args.dry_run):
         raise UsageError(
             f"the {name} executor ({why}) needs the cluster's profile: --cluster FILE or BENCH_CLUSTER=FILE "
-            "(start from sweeps/clusters/example.yaml); to run on this machine instead, --executor local"
+            f"(start from a copy of {SHIPPED / 'clusters' / 'example.yaml'}); to run on this machine instead, "
+            "--executor local"
         )
     profile = load_profile(cluster) if cluster else None
     if name == "submitit" and profile is not None and cluster is not None:

@@ -158,6 +158,12 @@ CASES = [
         f"bench ships sweeps/testbed.yaml as {SWEEPS.resolve() / 'testbed.yaml'}",
     ),
     Case(
+        "sweep-slurm-without-profile",
+        lambda t, r: ["sweep", "--executor", "slurm", "--out", str(t / "out")],
+        "needs the cluster's profile: --cluster FILE or BENCH_CLUSTER=FILE",
+        f"start from a copy of {SWEEPS.resolve() / 'clusters' / 'example.yaml'}",  # there outside a checkout too
+    ),
+    Case(
         "profile-shipped",
         lambda t, r: ["sweep", "--dry-run", "--executor", "slurm", "--cluster", "sweeps/clusters/example.yaml"],
         f"bench ships sweeps/clusters/example.yaml as {SWEEPS.resolve() / 'clusters' / 'example.yaml'}",
@@ -610,6 +616,7 @@ def _db_with(run: Path, tmp: Path) -> list[str]:
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_a_bad_input_gives_one_line_and_exit_2(case, real_run, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("BENCH_CLUSTER", raising=False)  # the cases name their profiles
     argv = case.setup(tmp_path, real_run)
     capsys.readouterr()
     before = snapshot(tmp_path)

@@ -90,6 +90,7 @@ def test_without_a_profile_or_a_yes_nothing_is_submitted(testbed, tmp_path, file
     )
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.describe()
     assert "needs the cluster's profile: --cluster FILE or BENCH_CLUSTER=FILE" in r.stderr
+    assert f"start from a copy of {SWEEPS.resolve() / 'clusters' / 'example.yaml'}" in r.stderr
     # BENCH_CLUSTER names it; the profile asks above 0 node-hours, and no terminal can answer
     r = bench("sweep", str(sweep), "--out", str(out), env={**SLURM_ENV, "BENCH_CLUSTER": str(site)}, check=False)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.describe()
