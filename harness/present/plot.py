@@ -345,9 +345,8 @@ def _peak_lines(
 ) -> list[tuple[str, str, str, str, str, int, float]]:
     """A dashed line at each series' peak busbw, where the cluster profile states its link
     speeds (docs/expected.md), and its points: one per series, at the largest size. Series of
-    one peak share its line and name, grey when they are several (three series at 25 GB/s named
-    three times stacked their names into the next level's); the lowest level is named first, so
-    that each name above it stacks upward, away from the ones below."""
+    one peak share its line and name, grey when they are several (three series at 25 GB/s once
+    printed three names, one over another)."""
     if "busbw_peak_gbps" not in sub:
         return []
     peaks = sub[sub["busbw_peak_gbps"].notna()].drop_duplicates("series")
