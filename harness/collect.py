@@ -34,7 +34,7 @@ from itertools import repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.catalog import BREAKDOWN, COLLECTIVE_WORKLOAD, INTER, INTRA, UNITS, WORLD
+from benchmarks.catalog import BREAKDOWN, COLLECTIVE_WORKLOAD, UNITS, WORLD
 from benchmarks.common import redacted
 from benchmarks.results import ResultError, load_result, open_regular
 from harness import inside, telemetry, transport
@@ -426,15 +426,9 @@ def _collect(run: RunDir, warn: Callable[[str], None]) -> tuple[pa.Table, pa.Tab
             "nccl_config": job.nccl_config,
             "repeat": job.repeat,
             **settings_columns(job.nccl_env),
-            # by group (not a column: training rows have no busbw): the world's and the inter-node
-            # groups' links are the network, a node's own group's the links inside it
-            "_peaks": {
-                WORLD: hardware.peak_busbw_gbps(job.nodes, job.gpus_per_node),
-                INTER: hardware.peak_busbw_gbps(job.nodes, job.gpus_per_node),
-                INTRA: hardware.peak_busbw_gbps(1, job.gpus_per_node),
-            }
-            if hardware
-            else {},
+            # the stated hardware, which gives each collective row's peak by its group and
+            # collective (harness/peak.py); not a column
+            "_hardware": hardware,
             "_peak_tflops": hardware.peak_tflops_per_gpu if hardware else None,
         }
         tele = (
@@ -547,7 +541,15 @@ def _add_result(out: _Builder, head: dict[str, Any], result: dict[str, Any]) -> 
             for c, g, size in zip(per_row["collective"], per_row["group"], per_row["size_bytes"])
         ]
         samples = _checked_samples([r["samples_us"] for r in rows])
-        peaks = [head["_peaks"].get(g) for g in per_row["group"]]
+        hw: Hardware | None = head["_hardware"]
+        peaks = (
+            [
+                hw.peak_busbw_gbps(head["nodes"], head["gpus_per_node"], g, c)
+                for g, c in zip(per_row["group"], per_row["collective"])
+            ]
+            if hw
+            else []
+        )
         if any(peaks):
             per_row["busbw_peak_gbps"] = peaks
             per_row["busbw_pct_peak"] = [

@@ -27,7 +27,7 @@ from benchmarks.catalog import (
     flops_per_token,
     node_groups,
 )
-from harness.executors.slurm.profile import ClusterProfile
+from harness.executors.slurm.profile import ClusterProfile, Hardware
 from harness.plan import Job, WorkloadRun
 
 # Launching one workload step: srun or torchrun, importing torch, the rendezvous, CUDA and NCCL
@@ -57,10 +57,12 @@ MODEL_GFLOPS = {
 TRANSFORMER_MFU = 0.4
 A100_TFLOPS = {"cuda-amp": 312.0, "cuda-fp32": 156.0}
 CPU_TFLOPS = 0.0065
-# busbw per GPU where the profile states no hardware: an InfiniBand NDR400 NIC per GPU (46 GB/s)
-# across nodes, 8x A100 NVLink inside one (230 GB/s); gloo over TCP about 0.11 GB/s on 1 GbE
+# The links where the profile states no hardware (docs/cost.md): 8 NDR400 NICs a node at the
+# 46 GB/s NVIDIA measures of one, and 8x A100 over NVLink inside a node (230 GB/s busbw), whose
+# peak each collective's model gives (harness/peak.py); gloo over TCP about 0.11 GB/s on 1 GbE
 # (docs/reference.md). A collective also pays a latency per call.
-BUSBW_GBPS = {("cuda", True): 46.0, ("cuda", False): 230.0, ("cpu", True): 0.11, ("cpu", False): 0.11}
+ASSUMED = Hardware(network_gbps_per_node=8 * 46.0, nics_per_node=8, intra_node_gbps_per_gpu=230.0)
+CPU_BUSBW_GBPS = 0.11
 LATENCY_S = {"cuda": 30e-6, "cpu": 300e-6}
 
 
@@ -102,18 +104,21 @@ def _collective_s(job: Job, run: WorkloadRun, device: str, profile: ClusterProfi
     sizes = [lo * factor**k for k in range(int(math.log(hi / lo, factor) + 1e-9) + 1)]
     hardware = profile.hardware if profile else None
     groups, _ = node_groups([node for node in range(job.nodes) for _ in range(job.gpus_per_node)])
-    # (ranks in the group, whether it spans nodes) of each group measured (catalog.node_groups)
-    spans = {WORLD: (job.world_size, job.nodes > 1), INTRA: (job.gpus_per_node, False), INTER: (job.nodes, True)}
+    # ranks in each group measured (catalog.node_groups)
+    ranks = {WORLD: job.world_size, INTRA: job.gpus_per_node, INTER: job.nodes}
     total = 0.0
     for kind in a.get("--groups", WORLD).split(","):
         if kind != WORLD and kind not in groups:
             continue
-        n, across = spans[kind]
-        peak = hardware.peak_busbw_gbps(job.nodes if across else 1, job.gpus_per_node) if hardware else None
-        busbw = (peak or BUSBW_GBPS[(device, across)]) * 1e9
+        n = ranks[kind]
         for name in a["--collective"].split(","):
-            if n > 1:
-                total += calls * sum(LATENCY_S[device] + s * collective(name).bus_factor(n) / busbw for s in sizes)
+            if n < 2:
+                continue
+            shape = (job.nodes, job.gpus_per_node, kind, name)
+            stated = hardware.peak_busbw_gbps(*shape) if hardware else None
+            assumed = CPU_BUSBW_GBPS if device == "cpu" else ASSUMED.peak_busbw_gbps(*shape)
+            busbw = (stated or assumed or CPU_BUSBW_GBPS) * 1e9
+            total += calls * sum(LATENCY_S[device] + s * collective(name).bus_factor(n) / busbw for s in sizes)
     return total
 
 

@@ -199,9 +199,7 @@ def steps(round_: Round, o: Options, folder: str) -> list[Step]:
     if kind == "intra":
         collectives, groups = "all_reduce", "world"
     else:
-        # The exchange runs on the inter group where a node has several ranks: each rank with
-        # its peer on the other node, every rail at once; with one rank per node, the world.
-        collectives, groups = "all_reduce,sendrecv", "world,inter" if o.gpus_per_node > 1 else "world"
+        collectives, groups = "all_reduce,sendrecv", ",".join(dict.fromkeys(("world", exchange_group(o.gpus_per_node))))
     args = (
         f"--collective={collectives}",
         f"--groups={groups}",
@@ -261,6 +259,12 @@ def _median_busbw(result: Mapping[str, Any], collective: str, group: str, where:
             mean, median = (_number(row.get(k), f"{where}: {collective} {k}") for k in ("time_us", "time_us_median"))
             return busbw * mean / median if median > 0 else busbw
     raise FigureError(f"{where}: no {collective} row on the {group} group")
+
+
+def exchange_group(gpus_per_node: int) -> str:
+    """The group a pair's exchange runs on: the inter group where a node has several ranks, each
+    rank with its peer on the other node, every rail at once; with one rank per node, the world."""
+    return "inter" if gpus_per_node > 1 else "world"
 
 
 def step_metrics(step: Step) -> tuple[str, ...]:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from harness import inside
 from harness.errors import DataError
 from harness.executors.slurm.profile import ClusterProfile
-from harness.nodecheck import METRICS, Verdict, judge
+from harness.nodecheck import METRICS, Verdict, exchange_group, judge
 from harness.nodesteps import Plan, gather
 from harness.present.plot import draw_heatmap
 from harness.rundir import COMPLETED
@@ -30,9 +30,10 @@ if TYPE_CHECKING:
 
 def expected(profile: ClusterProfile | None, gpus_per_node: int) -> dict[str, float | None]:
     """The stated hardware's figure of each metric (docs/expected.md), None where not stated:
-    the matmul against a device's peak TFLOP/s, the node's all-reduce against the per-GPU
-    intra-node bandwidth, and a pair's all-reduce and exchange against each rank's share of
-    the node's network."""
+    the matmul against a device's peak TFLOP/s, and each step's collective against the peak of
+    its layout (harness/peak.py): the node's all-reduce inside the node, a pair's all-reduce
+    over both nodes' ranks (every NIC the ranks reach), and a pair's exchange on one rank's
+    share of its node's NICs (the inter group's, where a node has several ranks)."""
     hw = profile.hardware if profile else None
     if hw is None:
         return {}
@@ -40,7 +41,7 @@ def expected(profile: ClusterProfile | None, gpus_per_node: int) -> dict[str, fl
         "gemm_tflops": hw.peak_tflops_per_gpu,
         "intra_busbw_gbps": hw.peak_busbw_gbps(1, gpus_per_node),
         "busbw_gbps": hw.peak_busbw_gbps(2, gpus_per_node),
-        "p2p_gbps": hw.peak_busbw_gbps(2, gpus_per_node),
+        "p2p_gbps": hw.peak_busbw_gbps(2, gpus_per_node, exchange_group(gpus_per_node), "sendrecv"),
     }
 
 

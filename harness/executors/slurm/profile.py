@@ -17,7 +17,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks.catalog import COLLECTIVE_WORKLOAD, COLLECTIVES, GROUPS, UNITS, WORKLOADS
+from benchmarks.catalog import COLLECTIVE_WORKLOAD, COLLECTIVES, GROUPS, UNITS, WORKLOADS, WORLD
+from harness import peak
 from harness.errors import SpecError
 from harness.spec import NAME_RE, FieldError, build, check_env, check_passthrough, check_time, read_mapping, safe_text
 
@@ -177,11 +178,14 @@ _GBYTES = (
 @dataclass(frozen=True, kw_only=True)
 class Hardware:
     """What a cluster's links can carry, as its owner states it (docs/expected.md): the node's
-    network in GB/s (NICs x rate: 8 x NDR400 at 50 GB/s is 400), and the bandwidth inside a node
-    per GPU (NVLink, or whatever joins the node's GPUs); and a GPU's peak dense TFLOP/s at the
-    training precision, which the transformer's MFU is taken against (docs/reference.md)."""
+    network in GB/s (NICs x rate: 8 x NDR400 at 50 GB/s is 400) and how many NICs carry it, and
+    the bandwidth inside a node per GPU (NVLink, or whatever joins the node's GPUs); and a GPU's
+    peak dense TFLOP/s at the training precision, which the transformer's MFU is taken against
+    (docs/reference.md)."""
 
     network_gbps_per_node: float | None = None
+    # NCCL runs a ring per NIC, so what a job reaches depends on how many NICs its ranks reach
+    nics_per_node: int | None = None
     intra_node_gbps_per_gpu: float | None = None
     peak_tflops_per_gpu: float | None = None
 
@@ -202,17 +206,32 @@ class Hardware:
                     f"is in GB/s (gigabytes), and {value:g} GB/s is more than {fastest}: it reads like Gbit/s, "
                     f"which is {value / 8:g} GB/s; give {value / 8:g}",
                 )
+        nics = self.nics_per_node
+        if nics is not None and (isinstance(nics, bool) or not isinstance(nics, int) or not 1 <= nics <= 64):
+            raise FieldError("nics_per_node", f"must be a whole number of NICs from 1 to 64, found {nics!r}")
+        if (nics is None) != (self.network_gbps_per_node is None):
+            raise FieldError(
+                "nics_per_node",
+                "network_gbps_per_node and nics_per_node go together: the node's NICs x their rate in GB/s, "
+                "and how many NICs that is (400 and 8 for 8 x NDR400), since NCCL runs a ring on each NIC "
+                "(docs/expected.md)",
+            )
 
-    def peak_busbw_gbps(self, nodes: int, gpus_per_node: int) -> float | None:
-        """The bus bandwidth a job's links allow, comparable with busbw (nccl-tests' bus factor
-        makes busbw what each rank's link carries): across nodes each GPU's share of its node's
-        network, inside one node the per-GPU intra-node figure; None for one rank or when the
-        figure is not stated."""
-        if nodes > 1:
-            return None if self.network_gbps_per_node is None else self.network_gbps_per_node / gpus_per_node
-        if gpus_per_node > 1:
-            return self.intra_node_gbps_per_gpu
-        return None
+    def peak_busbw_gbps(
+        self, nodes: int, gpus_per_node: int, group: str = WORLD, collective: str = "all_reduce"
+    ) -> float | None:
+        """The busbw a job's links allow for `collective` over `group`, comparable with busbw
+        (harness/peak.py, docs/expected.md); None for one rank, or when the link it is bounded
+        by is not stated."""
+        return peak.peak_busbw_gbps(
+            name=collective,
+            group=group,
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            network_gbps_per_node=self.network_gbps_per_node,
+            nics_per_node=self.nics_per_node,
+            intra_node_gbps_per_gpu=self.intra_node_gbps_per_gpu,
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
