@@ -68,14 +68,19 @@ DEVICES = ("auto", "cuda", "cpu")
 BACKENDS = ("auto", "nccl", "gloo")
 AMPS = ("auto", "bf16", "fp16", "off")
 
-# Where a training step went (docs/breakdown.md): result fields, and summary columns
+# Where a training step went (docs/breakdown.md): result fields, and summary columns. The four
+# fractions add up to the step: compute + imbalance + data wait + exposed communication = 1.
 BREAKDOWN = (
     "compute_time_ms",
     "slowest_compute_time_ms",
     "exposed_comm_ms",
-    "exposed_comm_fraction",
+    "compute_fraction",
     "imbalance_fraction",
+    "step_data_wait_fraction",
+    "exposed_comm_fraction",
+    "breakdown_note",  # why the breakdown was not judged, or null
 )
+BREAKDOWN_FRACTIONS = ("compute_fraction", "imbalance_fraction", "step_data_wait_fraction", "exposed_comm_fraction")
 
 # Which ranks one call of a collective spans (docs/reference.md, "Groups"): every rank; the
 # ranks of one node, every node's group at once; or one rank per node, the ranks of one local

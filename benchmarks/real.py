@@ -33,10 +33,10 @@ from .training import (
     breakdown,
     build_trainer,
     check_training_args,
+    interleaved,
     log_breakdown,
     per_gpu_batch,
     sync,
-    sync_free_steps,
     throughput,
     training_params,
 )
@@ -149,9 +149,11 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
     warmup_ms: list[float] = []
     total_s: list[float] = []
     wait_s: list[float] = []
-    for step in range(args.warmup_steps + args.steps):
-        warm = step < args.warmup_steps
-        ctx.progress(f"warmup step {step + 1}" if warm else f"step {step - args.warmup_steps + 1}")
+    last: list[Any] = []  # the batch of the last step, on the device
+
+    def one_step(phase: str) -> tuple[float, float]:
+        """(seconds in all, seconds waiting for data) of one step on the next batch."""
+        ctx.progress(phase)
         t0 = time.perf_counter()
         images, labels = next_batch()
         images = images.to(ctx.device, non_blocking=True, memory_format=trainer.memory_format)
@@ -160,15 +162,19 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
         t1 = time.perf_counter()
         trainer.step(images, labels)
         sync(ctx)
-        t2 = time.perf_counter()
-        if step < args.warmup_steps:
-            warmup_ms.append((t2 - t0) * 1e3)
-        else:
-            total_s.append(t2 - t0)
-            wait_s.append(t1 - t0)
+        last[:] = [images, labels]
+        return time.perf_counter() - t0, t1 - t0
 
-    # compute only: the last batch again, already on the device, so no data wait either
-    free_s = sync_free_steps(ctx, args.sync_free_steps, trainer.no_sync, lambda: trainer.step(images, labels))
+    for i in range(args.warmup_steps):
+        warmup_ms.append(one_step(f"warmup step {i + 1}")[0] * 1e3)
+
+    def measured(i: int) -> None:
+        total, wait = one_step(f"step {i + 1}")
+        total_s.append(total)
+        wait_s.append(wait)
+
+    # compute only: the last step's batch again, already on the device, so no data wait either
+    free_s = interleaved(ctx, args.steps, args.sync_free_steps, trainer.no_sync, measured, lambda: trainer.step(*last))
 
     result = training_params(args, trainer, batch, scaling, world)
     result.update(throughput(ctx, batch, total_s))

@@ -27,8 +27,8 @@ from .training import (
     build_trainer,
     check_training_args,
     log_breakdown,
+    measured_steps,
     per_gpu_batch,
-    sync_free_steps,
     throughput,
     timed_steps,
     training_params,
@@ -60,8 +60,7 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
         trainer.step(images, labels)
 
     warmup_ms = [s * 1e3 for s in timed_steps(ctx, "warmup step", args.warmup_steps, step)]
-    step_s = timed_steps(ctx, "step", args.steps, step)
-    free_s = sync_free_steps(ctx, args.sync_free_steps, trainer.no_sync, step)
+    step_s, free_s = measured_steps(ctx, args.steps, args.sync_free_steps, trainer.no_sync, step)
 
     result = training_params(args, trainer, batch, scaling, world)
     result.update(throughput(ctx, batch, step_s))

@@ -58,8 +58,9 @@ def add_training_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--sync-free-steps",
         type=int,
-        default=3,
-        help="steps timed with DDP's gradient all-reduce skipped, after one untimed (default 3, 0 for none)",
+        default=10,
+        help="steps timed with DDP's gradient all-reduce skipped, among the measured ones, after one untimed "
+        "(default 10, 0 for none)",
     )
     add_common_args(p)
 
@@ -206,31 +207,69 @@ def throughput(ctx: Context, batch: int, step_s: list[float]) -> dict[str, Any]:
     }
 
 
+def timed(ctx: Context, phase: str, step: Callable[[], Any]) -> float:
+    """Seconds of one call of `step`, synchronised with the device, marked in the rank's
+    progress as `phase` (for hang attribution)."""
+    ctx.progress(phase)
+    t0 = time.perf_counter()
+    step()
+    sync(ctx)
+    return time.perf_counter() - t0
+
+
 def timed_steps(ctx: Context, phase: str, count: int, step: Callable[[], Any]) -> list[float]:
-    """Seconds of each of `count` calls of `step`, each synchronised with the device and marked
-    in the rank's progress as "PHASE i" (for hang attribution)."""
+    """Seconds of each of `count` calls of `step`, each timed as "PHASE i"."""
+    return [timed(ctx, f"{phase} {i + 1}", step) for i in range(count)]
+
+
+def schedule(steps: int, free: int) -> list[bool]:
+    """The order of `steps` measured and `free` sync-free steps, True where a sync-free one runs:
+    spread evenly through the measured ones (Bresenham's rule, rounded to the nearest), so that
+    noise, warm-up and clocks fall on both sides alike (docs/breakdown.md). The same on every
+    rank: the measured steps' collectives must line up."""
+    total, half = steps + free, 2 * (steps + free)
+    return [((2 * j + 2) * free + total) // half > (2 * j * free + total) // half for j in range(total)]
+
+
+def interleaved(
+    ctx: Context,
+    steps: int,
+    free: int,
+    no_sync: Callable[[], Any],
+    measured: Callable[[int], None],
+    compute: Callable[[], Any],
+) -> list[float]:
+    """Run measured(i) for each of `steps` measured steps (it times and records itself), with
+    `free` steps of `compute` run inside `no_sync()`, gradient synchronisation skipped, placed
+    among them by schedule(), after one untimed; the sync-free steps' seconds (docs/breakdown.md).
+    With one rank, which synchronises nothing, there are none: breakdown() needs none there."""
+
+    def sync_free() -> None:
+        with no_sync():
+            compute()
+
+    free = free if ctx.launch.world_size > 1 else 0
     out: list[float] = []
-    for i in range(count):
-        ctx.progress(f"{phase} {i + 1}")
-        t0 = time.perf_counter()
-        step()
-        sync(ctx)
-        out.append(time.perf_counter() - t0)
+    if free:
+        timed(ctx, "sync-free warmup step", sync_free)
+    done = 0
+    for is_free in schedule(steps, free):
+        if is_free:
+            out.append(timed(ctx, f"sync-free step {len(out) + 1}", sync_free))
+        else:
+            measured(done)
+            done += 1
     return out
 
 
-def sync_free_steps(ctx: Context, count: int, no_sync: Callable[[], Any], step: Callable[[], Any]) -> list[float]:
-    """Seconds of `count` steps run with gradient synchronisation skipped (inside `no_sync()`),
-    after one untimed; none when count is 0 (docs/breakdown.md)."""
-
-    def free() -> None:
-        with no_sync():
-            step()
-
-    if not count:
-        return []
-    timed_steps(ctx, "sync-free warmup step", 1, free)
-    return timed_steps(ctx, "sync-free step", count, free)
+def measured_steps(
+    ctx: Context, steps: int, free: int, no_sync: Callable[[], Any], step: Callable[[], Any]
+) -> tuple[list[float], list[float]]:
+    """(the measured steps' seconds, the sync-free steps' seconds) of a workload whose measured
+    step and compute-only step are the same call (interleaved())."""
+    step_s: list[float] = []
+    free_s = interleaved(ctx, steps, free, no_sync, lambda i: step_s.append(timed(ctx, f"step {i + 1}", step)), step)
+    return step_s, free_s
 
 
 def breakdown(ctx: Context, step_ms: float, free_s: list[float], wait_ms: float = 0.0) -> dict[str, Any]:
@@ -242,27 +281,47 @@ def breakdown(ctx: Context, step_ms: float, free_s: list[float], wait_ms: float 
     compute_time_ms: the median rank's median sync-free step; slowest_compute_time_ms: the
     slowest rank's. A synchronised step waits for the slowest rank, so the rank imbalance is
     slowest - median, and the exposed communication is what the step took beyond the data wait
-    and the slowest rank's compute, never below 0. Both as fractions of the step."""
-    if not free_s:
+    and the slowest rank's compute. The four parts, as fractions of the step, add up to 1.
+    One rank communicates and waits for no other: its step less its data wait is its compute,
+    with no sync-free step needed. A compute-only step longer than the step itself is noise the
+    steps could not average out: the breakdown is then not judged, never a negative share."""
+    if ctx.launch.world_size == 1:
+        compute = slowest = step_ms - wait_ms
+    elif not free_s:
         return dict.fromkeys(BREAKDOWN)
-    mine = spread([s * 1e3 for s in free_s])["median"]
-    per_rank = [r[0] for r in gather_rows([mine], ctx.device, ctx.launch.world_size)]
-    compute = spread(per_rank)["median"]
-    slowest = max(per_rank)
-    exposed = max(0.0, step_ms - wait_ms - slowest)
+    else:
+        mine = spread([s * 1e3 for s in free_s])["median"]
+        per_rank = [r[0] for r in gather_rows([mine], ctx.device, ctx.launch.world_size)]
+        compute, slowest = spread(per_rank)["median"], max(per_rank)
+    exposed = step_ms - wait_ms - slowest
+    measured = {"compute_time_ms": compute, "slowest_compute_time_ms": slowest}
+    if exposed < 0 or step_ms <= 0:
+        with_wait = f", {wait_ms:.1f} ms of data wait," if wait_ms else ""
+        return {
+            **dict.fromkeys(BREAKDOWN),
+            **measured,
+            "breakdown_note": (
+                f"not judged (noise): the slowest rank's compute-only step, {slowest:.1f} ms{with_wait} "
+                f"is longer than the step, {step_ms:.1f} ms"
+            ),
+        }
     return {
-        "compute_time_ms": compute,
-        "slowest_compute_time_ms": slowest,
+        **measured,
         "exposed_comm_ms": exposed,
-        "exposed_comm_fraction": exposed / step_ms,
+        "compute_fraction": compute / step_ms,
         "imbalance_fraction": (slowest - compute) / step_ms,
+        "step_data_wait_fraction": wait_ms / step_ms,
+        "exposed_comm_fraction": exposed / step_ms,
+        "breakdown_note": None,
     }
 
 
 def log_breakdown(ctx: Context, result: dict[str, Any]) -> None:
-    if result["compute_time_ms"] is not None:
+    if result["breakdown_note"]:
+        ctx.log(f"# step breakdown {result['breakdown_note']}")
+    elif result["compute_time_ms"] is not None:
         ctx.log(
-            f"# sync-free step {result['compute_time_ms']:.1f} ms (median rank; slowest "
+            f"# compute-only step {result['compute_time_ms']:.1f} ms (median rank; slowest "
             f"{result['slowest_compute_time_ms']:.1f}): exposed communication "
             f"{result['exposed_comm_fraction']:.1%}, rank imbalance {result['imbalance_fraction']:.1%} of the step"
         )

@@ -11,9 +11,10 @@ A GPT-style model: token embedding tied to the output projection, learned positi
 blocks of causal self-attention and a 4x MLP (GELU), no biases in the linear layers.
 Reports tokens_per_s over all ranks and per GPU, flops_per_token = 6N + 12·L·D·T (PaLM,
 Chowdhery et al. 2022, appendix B; docs/reference.md), achieved TFLOP/s per GPU and mfu,
-that over --peak-tflops (null without it: never a guessed peak). Then --sync-free-steps steps
-with gradient synchronisation skipped give the compute-only step and the ranks' spread, from
-which the step's exposed communication and rank imbalance (docs/breakdown.md).
+that over --peak-tflops (null without it: never a guessed peak). --sync-free-steps steps with
+gradient synchronisation skipped, spread among the measured ones, give the compute-only step and
+the ranks' spread, from which the step's exposed communication and rank imbalance
+(docs/breakdown.md).
 """
 
 from __future__ import annotations
@@ -38,9 +39,9 @@ from .training import (
     breakdown,
     choose_amp,
     log_breakdown,
+    measured_steps,
     mixed_precision,
     per_gpu_batch,
-    sync_free_steps,
     throughput,
     timed_steps,
 )
@@ -124,8 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument(
         "--sync-free-steps",
         type=int,
-        default=3,
-        help="steps timed with gradient synchronisation skipped, after one untimed (default 3, 0 for none)",
+        default=5,
+        help="steps timed with gradient synchronisation skipped, among the measured ones, after one untimed "
+        "(default 5, 0 for none)",
     )
     t.add_argument(
         "--amp",
@@ -272,8 +274,7 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
         f"amp {amp}, device {ctx.device.type}, backend {ctx.backend}"
     )
     warmup_s = timed_steps(ctx, "warmup step", args.warmup_steps, step)
-    step_s = timed_steps(ctx, "step", args.steps, step)
-    free_s = sync_free_steps(ctx, args.sync_free_steps, no_sync, step)
+    step_s, free_s = measured_steps(ctx, args.steps, args.sync_free_steps, no_sync, step)
 
     seq_tokens = batch * shape.seq_len
     result: dict[str, Any] = {

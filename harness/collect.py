@@ -201,6 +201,7 @@ INT_COLUMNS = {
 }
 TEXT_COLUMNS = {
     "job",
+    "breakdown_note",
     "config_hash",
     "workload",
     "scaling",

@@ -176,7 +176,7 @@ def _training_s(job: Job, run: WorkloadRun, device: str, profile: ClusterProfile
     a = _args(run)
     steps = int(a["--steps"]) + int(a.get("--warmup-steps", "0"))
     free = int(a.get("--sync-free-steps", "0"))
-    steps += free + 1 if free else 0  # and one untimed (docs/breakdown.md)
+    steps += free + 1 if free and job.world_size > 1 else 0  # and one untimed; one rank runs none (docs/breakdown.md)
     batch = int(a["--batch-size"]) if run.scaling == "weak" else int(a["--global-batch"]) // job.world_size
     if run.workload == "transformer":  # a batch of sequences, counted in tokens
         rate, source = _tokens_per_s(job, run, device, profile)

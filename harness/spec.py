@@ -215,7 +215,7 @@ class TrainingSpec:
     bucket_cap_mb: float = 25.0
     gradient_as_bucket_view: bool = True
     static_graph: bool = False
-    sync_free_steps: int = 3  # steps with DDP's all-reduce skipped, after one untimed (docs/breakdown.md)
+    sync_free_steps: int = 10  # steps with DDP's all-reduce skipped, among the measured (docs/breakdown.md)
 
     def __post_init__(self) -> None:
         if not MODEL_RE.fullmatch(self.model):
@@ -305,7 +305,7 @@ class TransformerSpec:
     global_batch: int | None = None  # sequences over all ranks, strong scaling
     steps: int = 10
     warmup_steps: int = 3
-    sync_free_steps: int = 3  # steps with gradient synchronisation skipped (docs/breakdown.md)
+    sync_free_steps: int = 5  # steps with gradient synchronisation skipped (docs/breakdown.md)
     amp: str = "auto"
 
     def __post_init__(self) -> None:

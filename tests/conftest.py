@@ -167,6 +167,29 @@ def read_json(path: str | Path) -> dict:
 # --------------------------------------------------------------------------- a real local run, and copies of it
 
 
+def check_breakdown(row, wait_ms: float | None = None) -> bool:
+    """A result's or summary row's step breakdown (docs/breakdown.md), checked: either judged,
+    its four shares each in [0, 1] and adding up to the step within what 7 kept digits allow,
+    the exposed part the step less the data wait (`wait_ms`, else the row's own share of it) and
+    the slowest rank's compute; or not judged, no share at all, because the slowest rank's
+    compute-only step and the wait were longer than the step. Whether it was judged."""
+    from benchmarks.catalog import BREAKDOWN_FRACTIONS
+
+    shares = [row[f] for f in BREAKDOWN_FRACTIONS]
+    step, slowest = row["step_time_ms"], row["slowest_compute_time_ms"]
+    if wait_ms is None:
+        wait_ms = (row["step_data_wait_fraction"] or 0.0) * step
+    assert 0 < row["compute_time_ms"] <= slowest
+    if row["breakdown_note"]:
+        assert row["breakdown_note"].startswith("not judged (noise)")
+        assert all(v is None or v != v for v in shares) and slowest + wait_ms > step * (1 - 1e-6)
+        return False
+    assert all(0 <= v <= 1 for v in shares), shares
+    assert sum(shares) == pytest.approx(1, abs=1e-5)
+    assert row["exposed_comm_ms"] == pytest.approx(step - wait_ms - slowest, rel=1e-5, abs=1e-3)
+    return True
+
+
 @pytest.fixture(scope="session")
 def real_run(tmp_path_factory):
     """One local sweep: 1 and 2 emulated nodes of 1 gloo rank, all-reduce and synthetic training."""

@@ -340,23 +340,21 @@ def test_comparison_plots_draw_each_run_s_p10_p90_band_from_its_pooled_samples()
 
 
 def test_the_step_breakdown_stacks_each_job_s_parts_in_the_bars_it_draws():
-    """Each job's step (docs/breakdown.md): compute = compute_time_ms / step, the fractions the
-    summary holds, data wait 0 where it is null, and the rest to 1. The 4-node, 2-GPU job: 64.8
-    images/s per GPU, a step of 1000 / 64.8 = 15.432 ms, compute 9 ms (0.5832), imbalance 0.05,
-    exposed 0.2, the rest 0.1668."""
+    """Each job's step (docs/breakdown.md): the four shares the summary holds, which add up to
+    the step, stacked; a row not judged (noise) is not drawn. The 4-node, 2-GPU job: compute
+    0.6, imbalance 0.05, data wait 0.15, exposed 0.2."""
     df = training("weak")
-    df["compute_time_ms"] = 9.0
+    df["compute_fraction"] = 0.6
     df["imbalance_fraction"] = 0.05
+    df["step_data_wait_fraction"] = 0.15
     df["exposed_comm_fraction"] = 0.2
-    df["data_wait_fraction"] = None
-    df.loc[df["job"] == "n1-g1", "compute_time_ms"] = None  # no sync-free steps: not drawn
+    df.loc[df["job"] == "n1-g1", "compute_fraction"] = None  # not judged: not drawn
     fig, points = breakdown_figure(df)
     by = {(r.metric, r.series): r.y for r in points.itertuples()}
     assert "n1-g1" not in set(points["series"])
-    assert by[("compute", "n4-g2")] == pytest.approx(0.5832)
-    assert by[("imbalance", "n4-g2")] == 0.05 and by[("exposed_comm", "n4-g2")] == 0.2
-    assert by[("data_wait", "n4-g2")] == 0.0
-    assert by[("rest", "n4-g2")] == pytest.approx(0.1668)
+    assert by[("compute_fraction", "n4-g2")] == 0.6
+    assert by[("imbalance_fraction", "n4-g2")] == 0.05 and by[("exposed_comm_fraction", "n4-g2")] == 0.2
+    assert by[("step_data_wait_fraction", "n4-g2")] == 0.15
     # the bars carry those heights, part by part, bottom to top, in order of nodes and GPUs
     (ax,) = fig.axes
     jobs = [t.get_text() for t in ax.get_xticklabels()]
@@ -367,7 +365,7 @@ def test_the_step_breakdown_stacks_each_job_s_parts_in_the_bars_it_draws():
         heights = [bars[k * len(jobs) + i].get_height() for i in range(len(jobs))]
         assert heights == pytest.approx([by[(part, j)] for j in jobs]), part
     # and nothing to draw without the breakdown
-    assert breakdown_figure(df.assign(compute_time_ms=None)) is None
+    assert breakdown_figure(df.assign(compute_fraction=None)) is None
 
 
 def test_a_comparison_panel_is_no_narrower_than_its_legend():

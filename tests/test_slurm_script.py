@@ -387,17 +387,17 @@ def test_the_cost_of_the_default_sweep_on_the_example_profile():
     c = cost.estimate(jobs, profile)
     assert (c.jobs, c.bound_node_hours, c.bound_gpu_hours) == (80, 172.0, 645.0)
     # One job by hand, n2-g8-torchrun-default: four steps of 30 s start-up; ResNet-50 at 224 px
-    # with AMP at 2,470 img/s per GPU, 64 steps (10 warmup, 50 measured, 3 sync-free and one
+    # with AMP at 2,470 img/s per GPU, 71 steps (10 warmup, 50 measured, 10 sync-free and one
     # untimed) of 64 images (weak, synthetic and real) and of 256 / 16 (strong); the collectives:
     # 28 sizes from 8 B to 1 GiB, 26 calls each, every call 30 us plus size x its bus factor over
     # its peak (docs/expected.md): the rings over the node's 8 NICs, 400 GB/s (all_reduce
     # 2(16-1)/16; all_gather and reduce_scatter (16-1)/16), all_to_all (15/16) at 93.75 GB/s (half
     # of each rank's S leaves the node, through its NIC's 50). Then each node's 8 ranks over
     # NVLink's 450 GB/s per GPU (factors 2 x 7/8 and 7/8), and the 2 ranks of each local index
-    # across nodes, each on its NIC's 50 (factors 1 and 1/2). The transformer, a fifth step: the 1.3b preset's
-    # N = 24 x (12 x 2048^2 + 4 x 2048) + 2 x 2048 + 50,304 x 2048 = 1,311,182,848 parameters and
+    # across nodes, each on its NIC's 50 (factors 1 and 1/2). The transformer, a fifth step: the
+    # 1.3b preset's N = 24 x (12 x 2048^2 + 4 x 2048) + 2 x 2048 + 50,304 x 2048 = 1,311,182,848 parameters and
     # 6N + 12 x 24 x 2048 x 2048 = 9,075,056,640 FLOPs per token, at 40% of the profile's stated
-    # 989 TFLOP/s: 29 steps (5 warmup, 20 measured, 3 sync-free and one untimed) of 2 x 2048 tokens.
+    # 989 TFLOP/s: 31 steps (5 warmup, 20 measured, 5 sync-free and one untimed) of 2 x 2048 tokens.
     job = next(j for j in jobs if j.name == "n2-g8-torchrun-default")
     sizes = [8 * 2**k for k in range(28)]
     allreduce = 26 * sum(30e-6 + s * 2 * 15 / 16 / 400e9 for s in sizes)
@@ -407,18 +407,18 @@ def test_the_cost_of_the_default_sweep_on_the_example_profile():
         30e-6 + s * 7 / 8 / 450e9 for s in sizes
     )
     inter = 26 * sum(30e-6 + s * 1 / 50e9 for s in sizes) + 3 * 26 * sum(30e-6 + s / 2 / 50e9 for s in sizes)
-    transformer = 30 + 29 * 2 * 2048 / (0.4 * 989e12 / 9_075_056_640)
-    by_hand = 4 * 30 + 64 * 64 / 2470 * 2 + 64 * 16 / 2470 + allreduce + others + intra + inter + transformer
+    transformer = 30 + 31 * 2 * 2048 / (0.4 * 989e12 / 9_075_056_640)
+    by_hand = 4 * 30 + 71 * 64 / 2470 * 2 + 71 * 16 / 2470 + allreduce + others + intra + inter + transformer
     seconds, _ = cost.job_seconds(job, profile)
     assert seconds == pytest.approx(by_hand, rel=1e-9) and 161 < by_hand < 162
     # The profile's reference (8 GPUs, 1 node, 16,000 img/s weak) sets that job's rate instead.
     one = next(j for j in jobs if j.name == "n1-g8-torchrun-default")
     seconds, sources = cost.job_seconds(one, profile)
-    weak = 64 * 64 / (16000 / 8)
+    weak = 71 * 64 / (16000 / 8)
     # NVLink: the profile's 450 GB/s per GPU
     inside = 26 * sum(30e-6 + s * 2 * 7 / 8 / 450e9 for s in sizes)
     inside += 3 * 26 * sum(30e-6 + s * 7 / 8 / 450e9 for s in sizes)
-    assert seconds == pytest.approx(4 * 30 + weak + 64 * 64 / 2470 + 64 * 32 / 2470 + inside + transformer, rel=1e-9)
+    assert seconds == pytest.approx(4 * 30 + weak + 71 * 64 / 2470 + 71 * 32 / 2470 + inside + transformer, rel=1e-9)
     assert "the profile's reference figures where they apply" in sources
     # A time limit caps every job's estimate.
     capped = cost.estimate([dataclasses.replace(job, time_limit_min=1)], profile)

@@ -21,7 +21,7 @@ from pathlib import Path, PurePosixPath
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.catalog import COLLECTIVE_WORKLOAD, TRAINING, UNITS
+from benchmarks.catalog import BREAKDOWN_FRACTIONS, COLLECTIVE_WORKLOAD, TRAINING, UNITS
 from benchmarks.common import format_size
 from harness import inside, nodecheck, telemetry
 from harness.analysis.compare import measured
@@ -450,42 +450,26 @@ def _collective_figure(summary: pd.DataFrame, metric: str) -> Made | None:
     return fig, pd.DataFrame(points, columns=["plot", "collective", *POINT_COLUMNS[1:]])
 
 
-# The parts of a training step, bottom to top (docs/breakdown.md)
-STEP_PARTS = (
-    ("compute", "compute (median rank)"),
-    ("imbalance", "rank imbalance"),
-    ("data_wait", "waiting for data"),
-    ("exposed_comm", "exposed communication"),
-    ("rest", "the rest"),
+# The parts of a training step, bottom to top (docs/breakdown.md): the summary's fractions,
+# which add up to the step
+STEP_PARTS = tuple(
+    zip(
+        BREAKDOWN_FRACTIONS,
+        ("compute (median rank)", "rank imbalance", "waiting for data", "exposed communication"),
+        strict=True,
+    )
 )
-
-
-def step_parts(df: pd.DataFrame) -> pd.DataFrame:
-    """Each training row's step as fractions (docs/breakdown.md): the median rank's compute, the
-    rank imbalance, the data wait (data_wait_fraction, the real workload's), the exposed
-    communication, and the rest, what none of them accounts for (never below 0)."""
-    import pandas as pd
-
-    parts = pd.DataFrame(index=df.index)
-    parts["compute"] = df["compute_time_ms"] / df["step_time_ms"]
-    parts["imbalance"] = df["imbalance_fraction"]
-    parts["data_wait"] = df["data_wait_fraction"].fillna(0.0)
-    parts["exposed_comm"] = df["exposed_comm_fraction"]
-    parts["rest"] = (1 - parts.sum(axis=1)).clip(lower=0.0)
-    return parts.astype(float)
 
 
 def breakdown_figure(summary: pd.DataFrame) -> Made | None:
     """(figure, points): where each training job's step went, one stacked bar per job, jobs in
     order of nodes and GPUs per node, one panel per workload and scaling mode, the job's
-    scaling efficiency above its bar; None when no row has the breakdown."""
+    scaling efficiency above its bar; None when no row has the breakdown (a row whose breakdown
+    was not judged has none)."""
     import pandas as pd
 
     df = summary[
-        summary["workload"].isin(TRAINING)
-        & (summary["status"] == COMPLETED)
-        & summary["compute_time_ms"].notna()
-        & summary["step_time_ms"].notna()
+        summary["workload"].isin(TRAINING) & (summary["status"] == COMPLETED) & summary["compute_fraction"].notna()
     ].copy()
     if df.empty:
         return None
@@ -493,7 +477,6 @@ def breakdown_figure(summary: pd.DataFrame) -> Made | None:
     df["panel"] = df["workload"].astype(str) + " · " + df["scaling"].astype(str)
     df = df.sort_values(["panel", "nodes", "gpus_per_node", "launcher", "nccl_config", "job"])
     panels = list(dict.fromkeys(df["panel"]))
-    parts = step_parts(df)
     colours = sns.color_palette("colorblind", len(STEP_PARTS))
     width = max((df["panel"] == p).sum() for p in panels)
     fig, axes = plt.subplots(1, len(panels), figsize=(max(7.0, (1.2 + 0.6 * width) * len(panels)), 5.2), squeeze=False)
@@ -503,7 +486,7 @@ def breakdown_figure(summary: pd.DataFrame) -> Made | None:
         x = range(len(rows))
         bottom = [0.0] * len(rows)
         for (part, label), colour in zip(STEP_PARTS, colours, strict=True):
-            heights = parts.loc[rows.index, part].tolist()
+            heights = rows[part].astype(float).tolist()
             ax.bar(x, heights, bottom=bottom, color=colour, label=label, width=0.7)
             bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
             points += [

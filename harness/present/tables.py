@@ -233,7 +233,16 @@ BREAKDOWN_HEAD = [
 
 def breakdown_rows(train: pd.DataFrame) -> list[list[str]]:
     """Where each training row's step went (BREAKDOWN_HEAD; docs/breakdown.md), for the rows
-    that ran sync-free steps."""
+    that measured a compute-only step; "not judged (noise)" across the shares of a row whose
+    compute-only step was longer than its step."""
+
+    def shares(r: dict[str, Any]) -> list[str]:
+        if r["breakdown_note"]:
+            return ["not judged (noise)", "", ""]
+        return [
+            fmt_value(r[f], ".1%") for f in ("exposed_comm_fraction", "imbalance_fraction", "step_data_wait_fraction")
+        ]
+
     return [
         [
             r["workload"],
@@ -242,9 +251,7 @@ def breakdown_rows(train: pd.DataFrame) -> list[list[str]]:
             str(r["world_size"]),
             fmt_value(r["step_time_ms"], ".1f"),
             fmt_value(r["compute_time_ms"], ".1f"),
-            fmt_value(r["exposed_comm_fraction"], ".1%"),
-            fmt_value(r["imbalance_fraction"], ".1%"),
-            fmt_value(r["data_wait_fraction"], ".1%"),
+            *shares(r),
             fmt_value(r["efficiency"], ".1%"),
         ]
         for r in records(train)
