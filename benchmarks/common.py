@@ -19,6 +19,14 @@ from typing import Any
 
 from .catalog import BACKENDS, DEVICES
 
+# The distribution bench is installed as (pyproject.toml), whose version every result records.
+DISTRIBUTION = "bench-scaling"
+# How bench measures, as a number that changes whenever the same cluster would give a different
+# figure (docs/provenance.md lists each change): results, plans, summaries and the history
+# record it, and compare and regress refuse to judge across two of them unless told to. 1 is
+# every run before the number was recorded.
+MEASUREMENT_RULES = 2
+
 
 class UsageError(Exception):
     """A mistake of the user's (flag, environment variable, data path): one line, exit status 2."""

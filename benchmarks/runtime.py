@@ -26,6 +26,8 @@ import torch.distributed as dist
 
 from . import links
 from .common import (
+    DISTRIBUTION,
+    MEASUREMENT_RULES,
     PER_RANK,
     Launch,
     UsageError,
@@ -149,6 +151,8 @@ def capture_environment(launch: Launch, device: torch.device, backend: str) -> d
         "cpu_count": os.cpu_count(),
         "torch": torch.__version__,
         "torchvision": _version("torchvision"),
+        "bench_version": _version(DISTRIBUTION),  # None where benchmarks/ is mounted, not installed
+        "measurement_rules": MEASUREMENT_RULES,
         "cuda": torch.version.cuda,
         "nccl": None,
         "gpu_driver": None,

@@ -30,12 +30,12 @@ import shutil
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from benchmarks.catalog import PROBES, WORKLOADS
 from benchmarks.common import OneLineParser, parse_size
 from benchmarks.results import atomic_write_bytes
-from harness import inside, nodes, outputs, sweep, transport
+from harness import inside, nodes, outputs, provenance, sweep, transport
 from harness.analysis import changes, history, nodehistory, reference
 from harness.analysis.compare import (
     AXES,
@@ -373,6 +373,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         threshold,
         min_runs=_min_runs(args.min_runs),
         allow_mismatch=args.allow_mismatch,
+        allow_rules_change=args.allow_rules_change,
         across=across,
     )
     if args.labels and a is b:
@@ -561,6 +562,7 @@ def cmd_regress(args: argparse.Namespace) -> int:
             threshold,
             min_runs=k if kind == "median" else MIN_RUNS,
             allow_mismatch=args.allow_mismatch,
+            allow_rules_change=args.allow_rules_change,
             margin=_threshold(args.provisional_margin, "--provisional-margin"),
         )
         where = f"{base.label} ({args.cluster})"
@@ -613,6 +615,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             _threshold(args.threshold),
             min_runs=_min_runs(args.min_runs),
             allow_mismatch=args.allow_mismatch,
+            allow_rules_change=args.allow_rules_change,
             across=across,
         )
     else:
@@ -669,8 +672,28 @@ def cmd_transport(args: argparse.Namespace) -> int:
 DB_HELP = "history database (default $BENCH_HISTORY, else history.sqlite in $BENCH_RESULTS or results/)"
 
 
+class _Version(argparse.Action):
+    """`bench --version`: which bench this is (docs/provenance.md), read only when asked, since
+    the commit takes a git call."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print bench's version, commit and measurement rules")
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option: Any = None) -> None:
+        import platform
+        from importlib import metadata
+
+        try:
+            torch = metadata.version("torch")
+        except metadata.PackageNotFoundError:
+            torch = "not installed"
+        print(f"bench {provenance.describe(provenance.record())}; Python {platform.python_version()}, torch {torch}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="bench", description="Scaling benchmarks for distributed PyTorch training.")
+    p.add_argument("--version", action=_Version)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     s = sub.add_parser("sweep", help="run (or --dry-run plan) a sweep of jobs")
@@ -734,6 +757,12 @@ def build_parser() -> argparse.ArgumentParser:
             "--allow-mismatch",
             action="store_true",
             help="compare keys whose workload parameters or settings differ (every output says so)",
+        )
+        c.add_argument(
+            "--allow-rules-change",
+            action="store_true",
+            help="judge runs measured under different measurement rules of bench (docs/provenance.md; "
+            "every output says so)",
         )
 
     def pairwise(c: argparse.ArgumentParser) -> None:

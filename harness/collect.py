@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from benchmarks.catalog import BREAKDOWN, COLLECTIVE_WORKLOAD, UNITS, WORLD
 from benchmarks.common import redacted
 from benchmarks.results import ResultError, load_result, open_regular
-from harness import inside, telemetry, transport
+from harness import inside, provenance, telemetry, transport
 from harness.analysis import stragglers
 from harness.analysis.stragglers import Straggler
 from harness.errors import RunDirError, one_line
@@ -143,7 +143,7 @@ LATER_COLUMNS = (*transport.COLUMNS, *PEAK_COLUMNS, *NIC_COLUMNS, *BREAKDOWN, *T
 _VERSION_KEY = b"bench_summary_version"
 ENVIRONMENT_KEY = b"bench_environment"
 STRAGGLERS_KEY = b"bench_stragglers"
-_ENV_FIELDS = ("nccl", "torch", "cuda", "gpu_driver", "backend", "python")
+_ENV_FIELDS = ("nccl", "torch", "cuda", "gpu_driver", "backend", "python", "bench_version", "measurement_rules")
 SCALING_KEYS = ["workload", "scaling", "launcher", "backend", "device", "nccl_config", "model", "repeat"]
 MISSING = "MISSING"  # the job completed but its result file is absent or unusable
 
@@ -266,8 +266,14 @@ class _Environments:
         self.hosts.update(env.get("hosts", []))
         self.largest = max(self.largest, nodes)
 
-    def result(self) -> dict[str, Any]:
+    def result(self, planned: Any = None) -> dict[str, Any]:
+        """The fields seen, and what plan.json says of the bench that planned the run
+        (docs/provenance.md): `bench` in words, its rules among the measurement rules; results
+        and plans made before either was recorded count as rules 1."""
+        measured = self.seen["measurement_rules"] or ({"1"} if self.largest else set())
+        self.seen["measurement_rules"] = measured | {str(provenance.rules(planned))}
         out: dict[str, Any] = {k: sorted(v) for k, v in self.seen.items()}
+        out["bench"] = [provenance.describe(planned)]
         out["hosts"] = sorted(self.hosts)
         out["largest_job_nodes"] = [str(self.largest)] if self.largest else []
         return out
@@ -491,7 +497,7 @@ def _collect(run: RunDir, warn: Callable[[str], None]) -> tuple[pa.Table, pa.Tab
                     slow += stragglers.judge_file(job.name, path.parent / ranks_file, warn)
     add_scaling(out.columns)
     slow.sort(key=lambda s: -s.slower)
-    return out.table(envs.result(), [asdict(s) for s in slow]), out.samples()
+    return out.table(envs.result(plan.get("bench")), [asdict(s) for s in slow]), out.samples()
 
 
 def _hardware(cluster: Any, warn: Callable[[str], None]) -> Hardware | None:

@@ -29,7 +29,7 @@ from typing import Any
 
 from benchmarks.catalog import BACKENDS, COLLECTIVE_WORKLOAD, DEVICES, SCALINGS, TRAINING
 from benchmarks.results import read_regular
-from harness import inside
+from harness import inside, provenance
 from harness.errors import RunDirError, one_line
 from harness.plan import Job
 from harness.spec import LAUNCHERS, SET_NAME_RE, FieldError, check_env, check_env_name, check_time
@@ -317,6 +317,7 @@ class RunDir:
         plan = {
             "plan_version": PLAN_VERSION,
             "created": now(),
+            "bench": provenance.record(),  # which bench planned the run (docs/provenance.md)
             "sweep_file": sweep_file,
             "executor": executor,
             "cluster": cluster,

@@ -114,6 +114,8 @@ REQUIRED = ["job", "status", *KEYS, *METRICS, "hosts", "reason", "repeat", "n_sa
 SEEN = ["net", "net_devices"]
 # What makes two runs incomparable by accident (pyperf checks its metadata the same way).
 CHECKED_ENV = {
+    "bench": "bench",  # docs/provenance.md: a change in bench can look like one in the cluster
+    "bench_version": "bench that measured",
     "gpu": "GPU model",
     "nccl": "NCCL",
     "torch": "torch",
@@ -416,6 +418,28 @@ def load_run(path: str | Path, label: str | None = None) -> Side:
     return side_from_tables(summary, samples, label or run.path.name, str(run.path), environment, found)
 
 
+def measurement_rules(environment: dict[str, Any]) -> list[str]:
+    """The measurement rules a side's runs were measured under (docs/provenance.md); 1 for a
+    summary made before they were recorded."""
+    return [str(r) for r in environment.get("measurement_rules") or ["1"]]
+
+
+def check_rules(a: Side, b: Side, allowed: bool) -> str | None:
+    """A DataError when A and B were measured under different measurement rules, unless
+    `allowed`; then the line that says they were, else None."""
+    ra, rb = measurement_rules(a.environment), measurement_rules(b.environment)
+    if len(set(ra) | set(rb)) < 2:
+        return None
+    said = f"measurement rules: {', '.join(ra)} vs {', '.join(rb)}"
+    if not allowed:
+        raise DataError(
+            f"{a.source} was measured under bench's measurement rules {', '.join(ra)} and {b.source} under "
+            f"{', '.join(rb)} (docs/provenance.md says what changed): a difference may be bench's, not the "
+            "cluster's; judge anyway with --allow-rules-change"
+        )
+    return f"{said}, judged anyway (--allow-rules-change)"
+
+
 def env_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     diffs = []
     for key, name in CHECKED_ENV.items():
@@ -464,6 +488,7 @@ def compare(
     allow_mismatch: bool = False,
     across: tuple[str, str, str] | None = None,
     margin: float = 0.0,
+    allow_rules_change: bool = False,
 ) -> Comparison:
     """The comparison of B against A. With `across` = (axis, x, y), A's rows of axis value x
     against B's rows of value y (A and B may be the same run). A key judged within a run (A has
@@ -472,6 +497,7 @@ def compare(
     import numpy as np
     import pandas as pd
 
+    rules = check_rules(a, b, allow_rules_change)
     if across:
         axis, x, y = across
         for side, value in ((a, x), (b, y)):
@@ -557,7 +583,7 @@ def compare(
         b,
         table,
         _new_keys(b, a),
-        [] if same_run else env_differences(a.environment, b.environment),
+        ([rules] if rules else []) + ([] if same_run else env_differences(a.environment, b.environment)),
         threshold,
         min_runs,
         mismatches,

@@ -485,9 +485,11 @@ def _baseline(con: sqlite3.Connection, db: Path, found: list[Entry], kind: str, 
     frames: list[pd.DataFrame] = []
     expected: pd.DataFrame | None = None
     environment: dict[str, Any] = {}
+    environments: dict[int, dict[str, Any]] = {}
     wanted = np.zeros(0, dtype=np.uint64)  # set from the newest run, read first
     for rank, entry in enumerate(found):
         summary, _, env = _load(con, db, entry, with_samples=False)
+        environments[entry.id] = env
         df = key_frame(summary)
         df["_key"] = _key_hash(df)
         if expected is None:  # the newest run says which keys are expected
@@ -538,6 +540,11 @@ def _baseline(con: sqlite3.Connection, db: Path, found: list[Entry], kind: str, 
             jobs = pa.compute.binary_join_element_wise(pa.scalar(f"{entry_id}/"), s.column("job"), "")
             samples.append(s.set_column(s.column_names.index("job"), "job", jobs))
     used = [by_id[i] for i in sorted(set(chosen["_entry"]))]
+    # the rules and benches of every run the baseline draws on, not the newest's alone: one run
+    # of other rules among them makes the comparison one across rules (docs/provenance.md)
+    for key, default in (("measurement_rules", ["1"]), ("bench", [])):
+        seen = {str(v) for e in used for v in environments[e.id].get(key) or default}
+        environment = {**environment, key: sorted(seen)} if seen else environment
     source = "history " + (
         f"run {used[0].id} ({used[0].path})" if len(used) == 1 else f"runs {', '.join(str(e.id) for e in used)}"
     )
