@@ -186,6 +186,26 @@ def test_a_slower_copy_is_slower_and_worst_first(real_run, tmp_path):
     assert "after against before" in r.stdout
 
 
+def test_the_ratio_comes_from_the_estimator_its_interval_does(real_run, tmp_path):
+    """B's samples a quarter quicker while its summary's figures (from mean times) stay as
+    they were: B/A is the samples' Hodges-Lehmann ratio, 1.25, inside its CI, never the
+    summary's 1.0 beside an interval that excludes it (compare once printed B/A 1.559 beside
+    [1.038, 1.117])."""
+    quick = tmp_path / "quick"
+    shutil.copytree(real_run, quick)
+    samples = pq.read_table(quick / "samples.parquet")
+    values = pa.array([[v * 0.8 for v in row] for row in samples.column("values").to_pylist()])
+    pq.write_table(
+        samples.set_column(samples.column_names.index("values"), "values", values), quick / "samples.parquet"
+    )
+    cmp = compare(load_run(real_run), load_run(quick))
+    within = cmp.table[cmp.table["test"] == "within run"]
+    assert len(within) == 5
+    assert within["ratio"].to_numpy() == pytest.approx(1.25)
+    assert ((within["ci_low"] <= within["ratio"]) & (within["ratio"] <= within["ci_high"])).all()
+    assert "B/A the Hodges-Lehmann estimate of the samples' ratio" in cmp.method
+
+
 def test_keys_in_one_run_only(real_run, tmp_path):
     """A key B lacks is a failed row (absent); a key only B has is listed as new."""
     other = copy_run(real_run, tmp_path / "other")

@@ -28,8 +28,10 @@ are equal (collect.COMPARED_PARAMS) and their settings sets hold the same variab
 not by name). Where they differ the key cannot be judged, unless the user asks to compare anyway,
 and then every output says so.
 
-Ratios are of the metric as the summary states it (busbw from the average time, nccl-tests'
-way). A verdict speaks of performance: a time that went up is "slower".
+A and B are the metric as the summary states it (busbw from the average time, nccl-tests' way).
+B/A comes from the estimator its interval does: within a run, the Hodges-Lehmann estimate of the
+per-iteration samples' ratio, with its 95% CI; between runs, B over A's value, with A's band. A
+verdict speaks of performance: a time that went up is "slower".
 """
 
 from __future__ import annotations
@@ -671,9 +673,6 @@ def _judge(
     ia, ib = m["_i_a"].to_numpy(dtype=np.int64), m["_i_b"].to_numpy(dtype=np.int64)
     value_a = m[f"{name}_a"].to_numpy(dtype=float)
     value_b = m[f"{name}_b"].to_numpy(dtype=float)
-    with np.errstate(all="ignore"):
-        ratio = value_b / value_a
-    perf = ratio if metric.higher_is_better else 1 / ratio
     # between runs: B's value against the band of A's per-run values
     runs_a = a.runs[name][1][ia]
     lo, hi = limits
@@ -686,6 +685,13 @@ def _judge(
     testable = stats.can_reject(ca, cb)
     need = ~by_runs & testable
     shift = stats.rate_shift(sa, sb, np.where(need, ca, 0), np.where(need, cb, 0))
+    # B/A from the estimator its interval comes from: within a run the samples' Hodges-Lehmann
+    # ratio beside its CI (the summary's figures, from mean times, can differ: 1.559 once stood
+    # beside [1.038, 1.117]); between runs B over A's value, the centre of A's band
+    within = need & np.isfinite(shift.ratio)
+    with np.errstate(all="ignore"):
+        ratio = np.where(within, shift.ratio if metric.higher_is_better else 1 / shift.ratio, value_b / value_a)
+    perf = ratio if metric.higher_is_better else 1 / ratio
     low, high = shift.low, shift.high
     ci_low, ci_high = (low, high) if metric.higher_is_better else (1 / high, 1 / low)
     significant = shift.p_value < stats.ALPHA

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     Texts = npt.NDArray[np.object_]  # a text per row (a verdict's note)
 
 ALPHA = 0.05
-METHOD = "Mann-Whitney U test; 95% CI of the Hodges-Lehmann ratio estimate"
+METHOD = "Mann-Whitney U test; B/A the Hodges-Lehmann estimate of the samples' ratio, with its 95% CI"
 _CHUNK_PAIRS = 4_000_000  # pairwise differences held at once: 32 MB
 
 
@@ -151,8 +151,8 @@ POOL_MIN = 3
 _MAD_SIGMA = 1.4826
 _SMALL_K = {2: 1.196, 3: 1.495, 4: 1.363, 5: 1.206, 6: 1.200, 7: 1.140, 8: 1.129, 9: 1.107}
 BAND_METHOD = (
-    f"B outside median ± {BAND_C:g} spreads of A's per-run values (log scale; spread 1.4826·MAD, "
-    f"at least the median spread of the keys compared)"
+    f"B/A against A's value; B outside median ± {BAND_C:g} spreads of A's per-run values (log scale; "
+    f"spread 1.4826·MAD, at least the median spread of the keys compared)"
 )
 
 

@@ -184,7 +184,7 @@ def _testcases(t: pd.DataFrame, strict: bool) -> tuple[list[str], list[str]]:
         + _fmt(t["a"], "%.4g")
         + " -> "
         + _fmt(t["b"], "%.4g")
-        + ", B/A "
+        + pd.Series(np.where(by_runs, ", B/A ", ", B/A (Hodges-Lehmann of the samples) "), index=t.index)
         + _fmt(t["ratio"], "%.3f")
         + ", "
         + pd.Series(interval, index=t.index)
