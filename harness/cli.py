@@ -244,6 +244,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
         yes=args.yes,
         dry_run=args.dry_run,
         as_json=args.json,
+        db=_db(args),
     )
 
 
@@ -881,6 +882,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     n.add_argument("--executor", choices=("auto", "local", "slurm", "submitit"), default="auto")
     n.add_argument("--cluster", metavar="PROFILE", help="cluster profile YAML (default $BENCH_CLUSTER)")
+    n.add_argument("--db", help=DB_HELP + "; the estimate takes the last check of the profile's cluster")
     n.add_argument(
         "--nodelist",
         metavar="HOSTLIST",

@@ -14,6 +14,7 @@ r - k (mod N - 1) for k = 1 .. N/2 - 1. So the check takes O(N) rounds, not O(N^
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import statistics
@@ -70,6 +71,64 @@ def hostlist(names: Iterable[str]) -> str:
         text = ",".join(f"{a:0{width}d}" if a == b else f"{a:0{width}d}-{b:0{width}d}" for a, b in spans)
         out.append(f"{prefix}{text}" if len(numbers) == 1 else f"{prefix}[{text}]")
     return ",".join(out + plain)
+
+
+# More names than a hostlist may expand to: a typing slip (n[1-99999999]) is refused, not expanded.
+MAX_HOSTS = 100_000
+_RANGE = re.compile(r"(\d+)(?:-(\d+))?")
+
+
+def expand_hostlist(text: str, limit: int = MAX_HOSTS) -> list[str]:
+    """The names of a Slurm hostlist in order, as `scontrol show hostnames` expands them
+    (checked against `scontrol show hostnames` of Slurm 22.05.8 for every case of
+    tests/test_nodecheck.py), without Slurm: terms apart at the commas outside brackets; in a
+    bracket, numbers and ranges apart at commas, each range as wide as its lower bound is written
+    (gpu[008-010]: gpu008, gpu009, gpu010; n[9-10]: n9, n10); several brackets in one term, their
+    product in order. ValueError says what is wrong."""
+    terms, depth, start = [], 0, 0
+    for i, c in enumerate(text):
+        if c == "[":
+            depth += 1
+        elif c == "]":
+            depth -= 1
+        if depth not in (0, 1):
+            raise ValueError(f"{text!r}: brackets do not pair")
+        if c == "," and depth == 0:
+            terms.append(text[start:i])
+            start = i + 1
+    if depth:
+        raise ValueError(f"{text!r}: brackets do not pair")
+    terms.append(text[start:])
+    names: list[str] = []
+    for term in filter(None, terms):  # Slurm skips an empty one (a,,b)
+        parts = re.split(r"\[([^\]]*)\]", term)  # literal, bracket, literal, bracket, ..., literal
+        if len(parts) > 1 and parts[-1]:  # Slurm 22.05: "Invalid hostlist: n[2-3]ib"
+            raise ValueError(f"{text!r}: {parts[-1]!r} follows a bracket, which Slurm does not accept")
+        choices = [[p] if i % 2 == 0 else _numbers(p, text) for i, p in enumerate(parts)]
+        count = math.prod(len(c) for c in choices)
+        if len(names) + count > limit:
+            raise ValueError(f"{text!r}: more than {limit:,} names")
+        names += ["".join(p) for p in itertools.product(*choices)]
+    if not names:
+        raise ValueError(f"{text!r}: no node name")
+    bad = next((n for n in names if not NODE_NAME_RE.fullmatch(n)), None)
+    if bad is not None:
+        raise ValueError(f"node name {bad!r} is not one bench can pass on (letters, digits, . _ -)")
+    return names
+
+
+def _numbers(bracket: str, text: str) -> list[str]:
+    """A bracket's numbers as text, each range at the width of its lower bound."""
+    out: list[str] = []
+    for item in bracket.split(","):
+        m = _RANGE.fullmatch(item)
+        if m is None or (m[2] is not None and int(m[2]) < int(m[1])):
+            raise ValueError(f"{text!r}: [{bracket}] holds {item!r}, not a number or a range lo-hi")
+        low, high = int(m[1]), int(m[2] if m[2] is not None else m[1])
+        if high - low >= MAX_HOSTS:
+            raise ValueError(f"{text!r}: more than {MAX_HOSTS:,} names")
+        out += [f"{v:0{len(m[1])}d}" for v in range(low, high + 1)]
+    return out
 
 
 def _spans(numbers: list[int]) -> list[tuple[int, int]]:

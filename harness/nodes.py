@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness import nodecheck
+from harness.analysis import nodehistory
 from harness.cost import Cost
-from harness.errors import RunDirError, SlurmError, UsageError, shown
+from harness.errors import HistoryError, RunDirError, SlurmError, UsageError, shown
 from harness.executors.slurm.nodes import NodesExecutor, NodesSubmitit, check_job
 from harness.executors.slurm.profile import ClusterProfile
 from harness.nodecheck import HOSTLIST_RE, NODE_NAME_RE, Options, Verdict
-from harness.nodesteps import FOLDER, PLAN, RECORD, Driver, LocalLauncher, Plan, hostnames, load_plan
+from harness.nodesteps import FOLDER, PLAN, RECORD, Driver, LocalLauncher, Plan, load_plan
 from harness.present import nodes as present
 from harness.rundir import COMPLETED, RunDir
 from harness.spec import FieldError, build
@@ -39,29 +40,56 @@ UNUSABLE = ("down", "drain", "drng", "fail", "failg", "maint", "resv", "boot", "
 _CALL_TIMEOUT_S = 60
 
 
-ROUND_S = 2.9  # a round's seconds on the testbed (docs/nodes.md, "Scale"); a GPU cluster's take longer
-
-
 @dataclass(frozen=True)
 class CheckCost(Cost):
-    """What the check's one job can cost, as `bench sweep` shows a sweep's (docs/cost.md)."""
+    """What the check's one job can cost, as `bench sweep` shows a sweep's (docs/cost.md): the
+    bound, and the rounds at a round's seconds where some source states them."""
 
     nodes: int = 0
     rounds: int = 0
+    round_s: float | None = None
+    source: str = ""  # where round_s came from
 
     @classmethod
-    def of(cls, nodes: int, rounds: int, o: Options, limit_min: float) -> CheckCost:
+    def of(cls, nodes: int, rounds: int, o: Options, limit_min: float, round_s: float | None, source: str) -> CheckCost:
         bound = nodes * limit_min / 60
-        least = nodes * rounds * ROUND_S / 3600
-        return cls(1, limit_min, bound, bound * o.gpus_per_node, least, least * o.gpus_per_node, (), nodes, rounds)
+        least = nodes * rounds * (round_s or 0.0) / 3600
+        gpus = o.gpus_per_node
+        return cls(1, limit_min, bound, bound * gpus, least, least * gpus, (), nodes, rounds, round_s, source)
 
     def lines(self) -> list[str]:
-        return [
+        head = (
             f"cost: 1 job of {self.nodes} nodes, at most {self.bound_node_hours:,.1f} node-hours "
-            f"({self.bound_gpu_hours:,.1f} GPU-hours) if it runs to its {self.time_limit_min:g}-min time limit",
-            f"  {self.rounds} rounds: {self.estimate_node_hours:,.2f} node-hours at the testbed's {ROUND_S:g} s a "
-            "round, the least a round takes (docs/nodes.md)",
+            f"({self.bound_gpu_hours:,.1f} GPU-hours) if it runs to its {self.time_limit_min:g}-min time limit"
+        )
+        if self.round_s is None:
+            return [
+                head,
+                f"  {self.rounds} rounds: no estimate of their time; state node_check_round_s in the profile, or "
+                'add a check of this cluster to the history (docs/nodes.md, "Cost")',
+            ]
+        hours = self.rounds * self.round_s / 3600
+        return [
+            head,
+            f"  {self.rounds} rounds: {hours:,.2f} h, {self.estimate_node_hours:,.1f} node-hours, "
+            f"at {self.round_s:g} s a round ({self.source})",
         ]
+
+
+def round_time(profile: ClusterProfile | None, db: Path | None) -> tuple[float | None, str]:
+    """(seconds a round takes, where that came from): the profile's node_check_round_s, else the
+    median round of the newest check of the profile's cluster in the history, else none."""
+    if profile and profile.node_check_round_s:
+        return profile.node_check_round_s, "the profile's node_check_round_s"
+    if profile and db:
+        try:
+            last = nodehistory.last_round_s(db, profile.name)
+        except HistoryError as exc:
+            return None, f"the history is unreadable: {exc}"
+        if last:
+            seconds, entry = last
+            return seconds, f"the median round of node check {entry.id} of {profile.name} in {db}, {entry.created}"
+    return None, ""
 
 
 def _call(command: list[str]) -> str:
@@ -78,12 +106,13 @@ def _call(command: list[str]) -> str:
 
 
 def expand(nodelist: str) -> list[str]:
-    """The names of a hostlist, as Slurm expands them (`scontrol show hostnames`)."""
+    """The names of a hostlist, as Slurm expands them (`scontrol show hostnames`), without Slurm:
+    a dry run plans a check off the cluster."""
     if not HOSTLIST_RE.fullmatch(nodelist):
         raise UsageError(f"--nodelist {nodelist!r} is not a Slurm hostlist (names, [ranges], commas)")
     try:
-        return list(dict.fromkeys(hostnames(nodelist)))
-    except RuntimeError as exc:
+        return list(dict.fromkeys(nodecheck.expand_hostlist(nodelist)))
+    except ValueError as exc:
         raise UsageError(f"--nodelist: {exc}") from None
 
 
@@ -113,6 +142,7 @@ def start(
     yes: bool,
     dry_run: bool,
     as_json: bool,
+    db: Path | None = None,
 ) -> int:
     if executor == "local":
         if nodelist:
@@ -174,7 +204,7 @@ def start(
             exe = kind(run, options.timeout_s, profile, plan)
             run.write_job_files([(job.name, exe.job_files(job))])
             confirm(
-                CheckCost.of(len(names), len(rounds), options, job.time_limit_min),
+                CheckCost.of(len(names), len(rounds), options, job.time_limit_min, *round_time(profile, db)),
                 profile,
                 console,
                 dry_run=dry_run,

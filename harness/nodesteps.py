@@ -399,33 +399,6 @@ def load_plan(run: Path) -> Plan:
 
 # --------------------------------------------------------------------------- inside the allocation
 
-_HOSTNAMES_TIMEOUT_S = 60
-
-
-def hostnames(nodelist: str) -> list[str]:
-    """The names of a Slurm hostlist in order, as `scontrol show hostnames` expands them, each a
-    name bench can pass on; RuntimeError says why not (scontrol missing, failing, a bad name)."""
-    try:
-        p = subprocess.run(
-            ["scontrol", "show", "hostnames", nodelist],
-            capture_output=True,
-            text=True,
-            timeout=_HOSTNAMES_TIMEOUT_S,
-            check=False,
-        )
-    except FileNotFoundError:
-        raise RuntimeError("scontrol not found on PATH; the check needs Slurm's client commands") from None
-    except subprocess.TimeoutExpired:
-        raise RuntimeError(f"scontrol gave no answer in {_HOSTNAMES_TIMEOUT_S} s") from None
-    names = p.stdout.split()
-    if p.returncode != 0 or not names:
-        said = [line.strip() for line in p.stderr.splitlines() if line.strip()]
-        raise RuntimeError(f"scontrol show hostnames {nodelist}: {said[-1] if said else f'exit status {p.returncode}'}")
-    bad = [n for n in names if not NODE_NAME_RE.fullmatch(n)]
-    if bad:
-        raise RuntimeError(f"node name {bad[0]!r} is not one bench can pass on (letters, digits, . _ -)")
-    return names
-
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m harness.nodesteps FOLDER`, from the run directory inside the check's Slurm job."""
@@ -437,9 +410,9 @@ def main(argv: list[str] | None = None) -> int:
     run = Path.cwd()
     try:
         options = load_plan(run).options
-        names = hostnames(os.environ.get("SLURM_JOB_NODELIST", ""))
+        names = nodecheck.expand_hostlist(os.environ.get("SLURM_JOB_NODELIST", ""))
         job_id = int(os.environ.get("SLURM_JOB_ID", "0"))
-    except (ValueError, RuntimeError, OSError, subprocess.SubprocessError) as exc:
+    except (ValueError, OSError) as exc:
         print(f"bench nodes: {exc}", file=sys.stderr)
         return 1
     driver = Driver(run, folder, names, options, SrunLauncher(run, folder, job_id))

@@ -5,10 +5,22 @@ the figures read from their results, and the verdict on figures measured on the 
 from __future__ import annotations
 
 import itertools
+import re
 
 import pytest
 
-from harness.nodecheck import FigureError, Options, hostlist, judge, round_count, rounds, schedule, step_figures, steps
+from harness.nodecheck import (
+    FigureError,
+    Options,
+    expand_hostlist,
+    hostlist,
+    judge,
+    round_count,
+    rounds,
+    schedule,
+    step_figures,
+    steps,
+)
 
 
 @pytest.mark.parametrize("n", [*range(2, 18), 64, 65])
@@ -52,6 +64,46 @@ def test_rounds_of_nothing():
 )
 def test_hostlist_as_slurm_writes_it(names, text):
     assert hostlist(names) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "names"),
+    # each as `scontrol show hostnames TEXT` printed it (Slurm 22.05.8, Debian 12)
+    [
+        ("bnode[3,7]", ["bnode3", "bnode7"]),
+        ("gpu[001-004,010]", ["gpu001", "gpu002", "gpu003", "gpu004", "gpu010"]),
+        ("node[9-11]", ["node9", "node10", "node11"]),
+        ("gpu[099-100]", ["gpu099", "gpu100"]),
+        ("n[8-10]", ["n8", "n9", "n10"]),
+        ("rack1-n[2-3],login", ["rack1-n2", "rack1-n3", "login"]),
+        ("a[1-2]b[1-2]", ["a1b1", "a1b2", "a2b1", "a2b2"]),
+        ("a[1-2]-b[1-2]", ["a1-b1", "a1-b2", "a2-b1", "a2-b2"]),
+        ("gpu[001-003],cpu[1-2]", ["gpu001", "gpu002", "gpu003", "cpu1", "cpu2"]),
+        ("a,,b", ["a", "b"]),
+        ("n[1,1,2]", ["n1", "n1", "n2"]),
+    ],
+)
+def test_a_hostlist_expands_as_slurm_expands_it(text, names):
+    assert expand_hostlist(text) == names
+
+
+def test_a_hostlist_of_64_nodes_and_what_is_refused():
+    assert expand_hostlist("gpu[001-064]") == [f"gpu{i:03d}" for i in range(1, 65)]
+    assert len(expand_hostlist("n[08-100]")) == 93 and expand_hostlist("n[08-100]")[:3] == ["n08", "n09", "n10"]
+    # Slurm refuses the first three ("Invalid range", "Invalid hostlist"); bench refuses unpaired
+    # brackets, where Slurm prints what no node is called (x[1- gives "x]"), and a typing slip
+    for text, why in (
+        ("x[3-1]", "not a number or a range"),
+        ("n[]", "not a number or a range"),
+        ("n[2-3]ib", "follows a bracket"),
+        ("x[1-", "brackets do not pair"),
+        ("n1-3]", "brackets do not pair"),
+        ("n[1-99999999]", "more than 100,000 names"),
+        (",", "no node name"),
+        ("n[1-2]$(id)", "follows a bracket"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(why)):
+            expand_hostlist(text)
 
 
 # --------------------------------------------------------------------------- the check's plan

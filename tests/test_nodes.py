@@ -9,7 +9,9 @@ import json
 import os
 import shutil
 import stat
+import statistics
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -149,6 +151,37 @@ def test_a_hostile_nodelist_is_refused_before_anything_runs(tmp_path, bad):
     )
     assert r.returncode == 2 and "is not a Slurm hostlist" in r.stderr and len(r.stderr.splitlines()) == 1, r.describe()
     assert not out.exists()
+
+
+def _dry_check(tmp_path: Path, profile: str, name: str, *args: str):
+    """`bench nodes --dry-run` of 64 Slurm nodes named by a hostlist, with no Slurm command on
+    PATH: what an admin sees off the cluster."""
+    (tmp_path / "p.yaml").write_text(profile)
+    return bench(
+        "nodes", "--executor", "slurm", "--cluster", str(tmp_path / "p.yaml"), "--nodelist", "gpu[001-064]",
+        "--dry-run", "--out", str(tmp_path / name), *args,
+        env={**os.environ, "PATH": str(Path(sys.executable).parent)},
+    )  # fmt: skip
+
+
+def test_a_dry_run_plans_and_prices_a_check_off_the_cluster(local_check, tmp_path):
+    """The estimate's round time: the profile's, else the cluster's last check in the history,
+    else none, said so (docs/nodes.md, "Cost"); the hostlist expanded without scontrol."""
+    db = tmp_path / "history.sqlite"
+    none = _dry_check(tmp_path, "name: lab\n", "a", "--db", str(db))
+    assert "64 nodes x 1 rank(s), 2080 steps in 64 rounds" in none.stdout, none.describe()
+    assert "64 rounds: no estimate of their time" in none.stdout and not db.exists()
+    assert json.loads((tmp_path / "a" / "check.json").read_text())["nodelist"] == "gpu[001-064]"
+    stated = _dry_check(tmp_path, "name: lab\nnode_check_round_s: 30\n", "b", "--db", str(db))
+    # by hand: 64 rounds x 30 s = 0.53 h, over 64 nodes 34.1 node-hours
+    assert "64 rounds: 0.53 h, 34.1 node-hours, at 30 s a round (the profile's node_check_round_s)" in stated.stdout
+    bench("history", "add", str(local_check[1]), "--cluster", "lab", "--db", str(db))
+    record = json.loads((local_check[1] / "jobs/nodes/steps.json").read_text())
+    median = statistics.median(record["round_s"])
+    last = _dry_check(tmp_path, "name: lab\n", "c", "--db", str(db))
+    assert f"at {median:g} s a round (the median round of node check 1 of lab in {db}" in last.stdout, last.describe()
+    other = _dry_check(tmp_path, "name: elsewhere\n", "d", "--db", str(db))
+    assert "no estimate of their time" in other.stdout  # another cluster's check says nothing of this one
 
 
 # --------------------------------------------------------------------------- the Slurm job's scripts

@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import sqlite3
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,7 +25,7 @@ from benchmarks.results import read_regular
 from harness.analysis.history import create_tables, session, transaction
 from harness.errors import HistoryError
 from harness.nodecheck import METRICS, Verdict
-from harness.nodesteps import FOLDER, PLAN, RECORD
+from harness.nodesteps import FOLDER, PLAN, RECORD, read_record
 from harness.rundir import RUN_FILE_LIMIT
 
 if TYPE_CHECKING:
@@ -73,6 +74,11 @@ def is_check(path: Path) -> bool:
     return (path / PLAN).is_file() and not (path / "plan.json").exists()
 
 
+# The check's own row among its figures: the median seconds of its rounds, which the next check's
+# estimate takes (`bench nodes`, docs/nodes.md "Cost"); not a metric, so no change is searched in it.
+ROUND_S = ("check", "round_s")
+
+
 def rows(v: Verdict) -> list[tuple[str, str, float | None]]:
     """(series, metric, value) of every figure of a check's verdict: per node its own figures
     and its score (median over its partners) of each pair figure, per pair each pair figure."""
@@ -95,6 +101,7 @@ def add(db: Path, path: Path, cluster: str, label: str | None, v: Verdict) -> No
         digest.update(read_regular(part, RUN_FILE_LIMIT))
     fp = digest.hexdigest()
     created = _created(path)
+    round_s = _median_round_s(path)
     with session(db, create=True) as con:
         with transaction(con):
             create_tables(con, NODE_SCHEMA)
@@ -107,8 +114,37 @@ def add(db: Path, path: Path, cluster: str, label: str | None, v: Verdict) -> No
                 (fp, cluster, label, str(path.resolve()), created, len(v.names), named),
             )
             check_id = cur.lastrowid
-            con.executemany("INSERT INTO node_figures VALUES (?, ?, ?, ?)", [(check_id, *r) for r in rows(v)])
+            figures = rows(v) + [(*ROUND_S, round_s)] if round_s else rows(v)
+            con.executemany("INSERT INTO node_figures VALUES (?, ?, ?, ?)", [(check_id, *r) for r in figures])
         return NodeEntry(*con.execute(_ENTRY + " WHERE id = ?", (check_id,)).fetchone())
+
+
+def _median_round_s(path: Path) -> float | None:
+    """The median seconds of a check's rounds that ran, from its record; None without one."""
+    try:
+        seconds = read_record(path / FOLDER)["round_s"]
+    except ValueError:
+        return None
+    return float(statistics.median(seconds)) if seconds else None
+
+
+def last_round_s(db: Path, cluster: str) -> tuple[float, NodeEntry] | None:
+    """The median round of the newest check of `cluster` that recorded one, and that check;
+    None when the history holds none (or does not exist: nothing is created to say so)."""
+    if not db.is_file():
+        return None
+    with session(db) as con:
+        if not _has_tables(con):
+            return None
+        row = con.execute(
+            "SELECT f.value, c.id FROM node_figures f JOIN node_checks c ON c.id = f.check_id "
+            "WHERE c.cluster = ? AND f.series = ? AND f.metric = ? AND f.value > 0 "
+            "ORDER BY c.created DESC, c.id DESC LIMIT 1",
+            (cluster, *ROUND_S),
+        ).fetchone()
+        if row is None:
+            return None
+        return float(row[0]), NodeEntry(*con.execute(_ENTRY + " WHERE id = ?", (row[1],)).fetchone())
 
 
 def _created(path: Path) -> str:

@@ -424,6 +424,9 @@ class ClusterProfile:
     poll_min_s: float = 2.0
     poll_max_s: float = 30.0
     hardware: Hardware | None = None  # stated link speeds: busbw is then also a % of peak
+    # Seconds one round of `bench nodes` takes here, for its estimate (docs/nodes.md, "Cost");
+    # without it, the cluster's last check in the history says, else there is no estimate.
+    node_check_round_s: float | None = None
     reference: tuple[Reference, ...] = ()  # expected figures: `bench regress --baseline reference`
 
     def __post_init__(self) -> None:
@@ -463,6 +466,9 @@ class ClusterProfile:
                 )
         if self.time_limit_min is not None:
             check_time("time_limit_min", self.time_limit_min)
+        round_s = self.node_check_round_s
+        if round_s is not None and not (math.isfinite(round_s) and 0 < round_s <= 86400):
+            raise FieldError("node_check_round_s", f"must be seconds above 0, at most 86400, found {round_s!r}")
         if not 0 <= self.confirm_above_node_hours <= 1e9:
             raise FieldError(
                 "confirm_above_node_hours", f"must be 0 (always ask) or more, found {self.confirm_above_node_hours:g}"
