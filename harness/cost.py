@@ -34,7 +34,8 @@ from harness.plan import Job, WorkloadRun
 # initialisation and building the model (docs/cost.md). CPU jobs skip CUDA and NCCL.
 START_S = {"cuda": 30.0, "cpu": 10.0}
 # One GPU training ResNet-50 at 224 px: NVIDIA's DeepLearningExamples, DGX A100 80GB, 2,470 img/s
-# with AMP and 938 in TF32 (docs/reference.md). One CPU rank on one thread: the testbed's
+# with AMP and 938 in TF32 (docs/reference.md); another GPU's, where the profile states its peak,
+# by the ratio of the two peaks (docs/cost.md). One CPU rank on one thread: the testbed's
 # ResNet-18 at 64 px, 76-93 img/s, scaled to ResNet-50 at 224 px by the ratio of their FLOPs.
 RESNET50_IMAGES_PER_S = {"cuda-amp": 2470.0, "cuda-fp32": 938.0, "cpu": 80.0 * 1.81 / 4.09 * (64 / 224) ** 2}
 # GFLOPs of one 224 px forward pass, torchvision's model documentation: the rate of another
@@ -148,7 +149,18 @@ def _images_per_s(job: Job, run: WorkloadRun, device: str, profile: ClusterProfi
     amp = a.get("--amp", "auto") != "off"
     base = RESNET50_IMAGES_PER_S["cpu" if device == "cpu" else ("cuda-amp" if amp else "cuda-fp32")]
     rate = base * MODEL_GFLOPS["resnet50"] / MODEL_GFLOPS.get(model, MODEL_GFLOPS["resnet50"]) * (224 / size) ** 2
-    where = "per CPU rank of one thread" if device == "cpu" else f"per GPU (A100, {'AMP' if amp else 'TF32'})"
+    stated = profile.hardware.peak_tflops_per_gpu if profile and profile.hardware else None
+    if device == "cpu":
+        where = "per CPU rank of one thread"
+    elif stated:
+        # the A100's figure scaled by the GPUs' dense peaks, the profile's over an A100's (bf16)
+        rate *= stated / A100_TFLOPS["cuda-amp"]
+        where = (
+            f"per GPU: an A100's {'AMP' if amp else 'TF32'} figure x {stated:g} / {A100_TFLOPS['cuda-amp']:g} "
+            "TFLOP/s, the profile's peak over an A100's"
+        )
+    else:
+        where = f"per GPU of an A100 ({'AMP' if amp else 'TF32'}): the profile states no peak_tflops_per_gpu"
     return rate, f"{model} at {size} px, {rate:,.0f} img/s {where}"
 
 

@@ -387,7 +387,8 @@ def test_the_cost_of_the_default_sweep_on_the_example_profile():
     c = cost.estimate(jobs, profile)
     assert (c.jobs, c.bound_node_hours, c.bound_gpu_hours) == (80, 172.0, 645.0)
     # One job by hand, n2-g8-torchrun-default: four steps of 30 s start-up; ResNet-50 at 224 px
-    # with AMP at 2,470 img/s per GPU, 71 steps (10 warmup, 50 measured, 10 sync-free and one
+    # with AMP at an A100's 2,470 img/s per GPU x 989 / 312, the profile's peak over an A100's
+    # (7,829.5 img/s), 71 steps (10 warmup, 50 measured, 10 sync-free and one
     # untimed) of 64 images (weak, synthetic and real) and of 256 / 16 (strong); the collectives:
     # 28 sizes from 8 B to 1 GiB, 26 calls each, every call 30 us plus size x its bus factor over
     # its peak (docs/expected.md): the rings over the node's 8 NICs, 400 GB/s (all_reduce
@@ -408,9 +409,14 @@ def test_the_cost_of_the_default_sweep_on_the_example_profile():
     )
     inter = 26 * sum(30e-6 + s * 1 / 50e9 for s in sizes) + 3 * 26 * sum(30e-6 + s / 2 / 50e9 for s in sizes)
     transformer = 30 + 31 * 2 * 2048 / (0.4 * 989e12 / 9_075_056_640)
-    by_hand = 4 * 30 + 71 * 64 / 2470 * 2 + 71 * 16 / 2470 + allreduce + others + intra + inter + transformer
-    seconds, _ = cost.job_seconds(job, profile)
-    assert seconds == pytest.approx(by_hand, rel=1e-9) and 161 < by_hand < 162
+    gpu = 2470 * 989 / 312
+    by_hand = 4 * 30 + 71 * 64 / gpu * 2 + 71 * 16 / gpu + allreduce + others + intra + inter + transformer
+    seconds, sources = cost.job_seconds(job, profile)
+    assert seconds == pytest.approx(by_hand, rel=1e-9) and 158 < by_hand < 159
+    assert "resnet50 at 224 px, 7,830 img/s per GPU: an A100's AMP figure x 989 / 312 TFLOP/s" in " ".join(sources)
+    # without a stated peak, the figure says which GPU it is for
+    _, plain = cost.job_seconds(job, dataclasses.replace(profile, hardware=None))
+    assert "2,470 img/s per GPU of an A100 (AMP): the profile states no peak_tflops_per_gpu" in " ".join(plain)
     # The profile's reference (8 GPUs, 1 node, 16,000 img/s weak) sets that job's rate instead.
     one = next(j for j in jobs if j.name == "n1-g8-torchrun-default")
     seconds, sources = cost.job_seconds(one, profile)
@@ -418,7 +424,7 @@ def test_the_cost_of_the_default_sweep_on_the_example_profile():
     # NVLink: the profile's 450 GB/s per GPU
     inside = 26 * sum(30e-6 + s * 2 * 7 / 8 / 450e9 for s in sizes)
     inside += 3 * 26 * sum(30e-6 + s * 7 / 8 / 450e9 for s in sizes)
-    assert seconds == pytest.approx(4 * 30 + weak + 71 * 64 / 2470 + 71 * 32 / 2470 + inside + transformer, rel=1e-9)
+    assert seconds == pytest.approx(4 * 30 + weak + 71 * 64 / gpu + 71 * 32 / gpu + inside + transformer, rel=1e-9)
     assert "the profile's reference figures where they apply" in sources
     # A time limit caps every job's estimate.
     capped = cost.estimate([dataclasses.replace(job, time_limit_min=1)], profile)
