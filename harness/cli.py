@@ -56,6 +56,7 @@ from harness.analysis.compare import (
 from harness.analysis.history import BASELINE_HELP, DEFAULT_BASELINE
 from harness.collect import collect, read_summary, write_summary
 from harness.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, BenchError, DataError, UsageError, one_line, shown
+from harness.executors.slurm.executor import python_check
 from harness.executors.slurm.profile import ClusterProfile, load_profile
 from harness.nodecheck import Options
 from harness.nodesteps import check_options
@@ -139,6 +140,8 @@ def _executor(
             "--executor local"
         )
     profile = load_profile(cluster) if cluster else None
+    if batch and args.dry_run and profile is not None and (problem := python_check(profile)):
+        console.print(f"warning: {problem}", markup=False, soft_wrap=True)
     if name == "submitit" and profile is not None and cluster is not None:
         from harness.executors.slurm.via_submitit import check_profile
 

@@ -129,6 +129,48 @@ def test_every_step_runs_in_the_container_with_bench_s_variables(tmp_path, engin
         )
 
 
+def test_pyxis_imports_the_image_once_a_job_outside_the_step_limits(tmp_path):
+    """docs/containers.md: one srun imports the image on every node before the first timed step
+    (the hang watcher's stall limit and a node check step's --time never see the pull); every
+    step names the same container, of this job alone, and the job removes it on its way out.
+    bash runs the script's lines with srun and enroot standing in, each printing its argv."""
+    from harness.executors.slurm.nodes import check_job, render_check_script, render_step_script
+    from harness.nodecheck import Options
+    from harness.nodesteps import Plan
+
+    profile = container_profile(tmp_path, "pyxis")
+    text = render_script(default_jobs(max_nodes=2)[-1], profile, 600)
+    lines = text.splitlines()
+    imports = [i for i, line in enumerate(lines) if line.startswith("srun ") and line.endswith(" true")]
+    steps = [i for i, line in enumerate(lines) if line.startswith("run_step ")]
+    assert len(imports) == 1 and imports[0] < steps[0]
+    assert all('--container-name=bench-"$SLURM_JOB_ID"' in lines[i] for i in [*imports, *steps])
+    script = tmp_path / "job.sh"
+    script.write_text(
+        'srun() { echo "srun $*" >> said.txt; }\nset -e\nSLURM_JOB_ID=4242 SLURM_NNODES=2\n'
+        "stop_sampler() { echo stopped >> said.txt; }\n"
+        + "\n".join(lines[imports[0] : imports[0] + 5])
+        + '\nrun_step() { shift; "$@"; }\n'
+        + lines[steps[0]]
+        + "\n"
+    )
+    run(["bash", str(script)], cwd=tmp_path)
+    said = (tmp_path / "said.txt").read_text().splitlines()
+    assert said[0].startswith("srun --nodes=2 --ntasks-per-node=1 --container-image=nvcr.io#nvidia/pytorch:24.05-py3")
+    assert said[0].endswith("--container-name=bench-4242 --no-container-mount-home true")
+    assert "--container-name=bench-4242" in said[1].split()  # the step starts the imported container
+    assert said[2:] == ["stopped", "srun --nodes=2 --ntasks-per-node=1 enroot remove -f pyxis_bench-4242"]
+    # the node check: imported before the driver starts its steps, each step naming it
+    plan = Plan("slurm", Options(gemm=False), 0.1, 4, "bnode[1-4]")
+    job = check_job(plan)
+    check = render_check_script(job, profile, plan)
+    assert check.index("--container-name=bench-") < check.index("-m harness.nodesteps")
+    assert '--container-name=bench-"$SLURM_JOB_ID"' in render_step_script(job, profile, plan)
+    # Apptainer's image is a file: nothing to import, nothing named
+    apptainer = render_script(default_jobs(max_nodes=2)[-1], container_profile(tmp_path, "apptainer"), 600)
+    assert "--container-name" not in apptainer and "remove_container" not in apptainer
+
+
 def test_without_a_code_path_bench_s_workloads_are_mounted_read_only(tmp_path):
     profile = container_profile(tmp_path, "apptainer")
     profile = dataclasses.replace(profile, container=dataclasses.replace(profile.container, code=None))
@@ -476,6 +518,37 @@ def test_a_failing_step_fails_the_script_with_its_status(tmp_path):
     script = _trap_harness(tmp_path, "run_step allreduce bash -c 'exit 3'\necho not reached\n")
     r = run(["bash", str(script)], cwd=tmp_path, check=False)
     assert r.returncode == 3 and "not reached" not in r.stdout
+
+
+@pytest.mark.parametrize(
+    ("profile", "said"),
+    [
+        # the system's Python, which has no bench: nothing of bench's would run on the nodes
+        (
+            "python: /usr/bin/python3\n",
+            "warning: the profile's python /usr/bin/python3 cannot import bench (ModuleNotFoundError: No module "
+            "named 'harness'): the hang watcher, the telemetry sampler and the node check's driver will not run, "
+            "nor any workload",
+        ),
+        (
+            "python: /nonexistent/bin/python\n",
+            "warning: the profile's python '/nonexistent/bin/python' is not an executable here",
+        ),
+        (
+            "setup: ['source \"$HOME/venvs/bench/bin/activate\"']\n",
+            "warning: the nodes' Python (python3) is what the profile's setup and modules leave there, not checked",
+        ),
+        (f"python: {sys.executable}\n", None),  # bench's own: it imports bench, nothing to say
+    ],
+)
+def test_a_dry_run_looks_at_the_nodes_python(tmp_path, profile, said):
+    (tmp_path / "p.yaml").write_text("name: lab\n" + profile)
+    r = bench(
+        "sweep", str(SWEEPS / "testbed.yaml"), "--executor", "slurm", "--cluster", str(tmp_path / "p.yaml"),
+        "--dry-run", "--out", str(tmp_path / "run"),
+    )  # fmt: skip
+    warned = [line for line in r.stdout.splitlines() if "python" in line.lower() and line.startswith("warning")]
+    assert warned == ([] if said is None else [warned[0]]) and (said is None or warned[0].startswith(said)), r.stdout
 
 
 def test_cli_slurm_dry_run_writes_every_script(tmp_path):

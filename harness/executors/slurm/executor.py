@@ -29,6 +29,7 @@ import datetime as dt
 import os
 import pwd
 import re
+import shutil
 import signal
 import subprocess
 import threading
@@ -42,7 +43,7 @@ from harness import hangs
 from harness.errors import SlurmError
 from harness.executors.base import Executor
 from harness.executors.slurm.profile import DEFAULT_PROFILE, ClusterProfile
-from harness.executors.slurm.script import format_time_limit, render_script
+from harness.executors.slurm.script import format_time_limit, interpreter, render_script
 from harness.logs import error_line, tail
 from harness.plan import Job
 from harness.rundir import (
@@ -104,6 +105,50 @@ UNRUNNABLE_GRACE_S = 30.0
 # How long a job may be out of the queue without a final state in sacct before the harness
 # stops waiting for it (slurmdbd down, or accounting far behind).
 ACCOUNTING_GRACE_S = 300.0
+
+
+# What runs on the nodes with the profile's Python, beside the workloads (docs/containers.md,
+# "What stays on the host"): the modules each imports, and what is lost without them.
+HOST_MODULES = ("harness.hangs", "harness.telemetry", "harness.nodesteps", "benchmarks.runtime")
+_IMPORT_TIMEOUT_S = 60
+
+
+def python_check(profile: ClusterProfile) -> str | None:
+    """A dry run's look at the Python the nodes run (script.interpreter): where it can be found
+    here (an absolute path, or a name with no setup lines to change what it means), whether it
+    imports bench; one line of what will not run when it does not, of what was not checked when
+    setup lines decide it on the nodes, else None."""
+    python = interpreter(profile)
+    if not os.path.isabs(python) and (profile.setup or profile.modules):
+        return (
+            f"the nodes' Python ({python}) is what the profile's setup and modules leave there, not checked here: "
+            f"on a node, after them, `{python} -c 'import harness, benchmarks'` must work, or the hang watcher, "
+            "the telemetry sampler and the node check's driver will not run"
+        )
+    found = python if os.path.isabs(python) else shutil.which(python)
+    lost = "the hang watcher, the telemetry sampler and the node check's driver will not run" + (
+        "" if profile.container else ", nor any workload"
+    )
+    if not found or not os.access(found, os.X_OK):
+        return (
+            f"the profile's python {python!r} is not an executable here; if the nodes see what this host does, {lost}"
+        )
+    code = f"import {', '.join(HOST_MODULES)}"
+    try:
+        done = subprocess.run(
+            [found, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=_IMPORT_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+            cwd="/",  # not this directory, which may hold bench's source: a node's is the run directory
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"the profile's python {found} did not start here ({exc}); {lost}"
+    if done.returncode:
+        said = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+        return f"the profile's python {found} cannot import bench ({said[-1] if said else done.returncode}): {lost}"
+    return None
 
 
 class NoAnswer(SlurmError):

@@ -20,6 +20,7 @@ from harness.executors.slurm.profile import ClusterProfile
 from harness.executors.slurm.script import (
     SIGNAL_LEAD_S,
     _quote,
+    container_import_lines,
     env_prefix,
     environment_lines,
     format_time_limit,
@@ -72,6 +73,7 @@ def render_check_script(job: Job, profile: ClusterProfile, plan: Plan) -> str:
     ]
     nodelist = [f"--nodelist={plan.nodelist}"] if plan.nodelist else []
     lines, _, _ = script_head(job, profile, comments, nodelist)
+    lines += container_import_lines(profile)
     lines += [
         "",
         f"# Near the time limit Slurm sends USR2 (--signal=B:USR2@{SIGNAL_LEAD_S}), which would end bash; the note",

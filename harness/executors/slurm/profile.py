@@ -308,6 +308,7 @@ MOUNT_FLAGS = ("ro", "rw")
 RESERVED_CONTAINER_OPTIONS = {
     "pyxis": (
         "--container-image",
+        "--container-name",
         "--container-mounts",
         "--container-workdir",
         "--container-mount-home",

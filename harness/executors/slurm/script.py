@@ -174,6 +174,44 @@ def bench_code() -> Path:
     return Path(benchmarks.__file__).resolve().parent
 
 
+# pyxis keeps a named container on each node: the image is imported once, by the job's first
+# step (container_import_lines), and every later step starts the container that one left (pyxis
+# README, --container-name: "If a container with this name already exists, the existing container
+# is used and the import is skipped"). Named for the job alone: pyxis's default container_scope,
+# global (its config.c), keeps named containers across jobs, and another job's, perhaps of
+# another image, must never be taken for this one's. In double quotes for the batch shell.
+CONTAINER_NAME = 'bench-"$SLURM_JOB_ID"'
+
+
+def container_import_lines(profile: ClusterProfile, on_exit: tuple[str, ...] = ()) -> list[str]:
+    """The pyxis image imported on every node of the job, before the first timed step and outside
+    every step's limits (docs/containers.md), and removed again on the way out; `on_exit`, what
+    else the EXIT trap must call (the one trap bash keeps). Nothing for Apptainer, whose .sif
+    is a file, or no container."""
+    c = profile.container
+    if c is None or c.engine != "pyxis":
+        return []
+    q = _quote
+    options = [
+        f"--container-image={q(c.image)}",
+        f"--container-name={CONTAINER_NAME}",
+        *([] if c.mount_home else ["--no-container-mount-home"]),
+        *(q(o) for o in c.options),
+    ]
+    every_node = 'srun --nodes="$SLURM_NNODES" --ntasks-per-node=1'
+    return [
+        "",
+        "# The image, imported once a node before the first timed step, outside every step's limits;",
+        "# each step then starts the named container this leaves, and the job removes it on its way",
+        "# out (pyxis keeps named containers across jobs by default; docs/containers.md).",
+        " ".join([every_node, *(q(o) for o in profile.srun_options), *options, "true"]),
+        "remove_container() {",
+        f'  {every_node} enroot remove -f "pyxis_bench-$SLURM_JOB_ID" >/dev/null 2>&1 || true',
+        "}",
+        f"trap '{'; '.join([*on_exit, 'remove_container'])}' EXIT",
+    ]
+
+
 def in_container(profile: ClusterProfile, names: Iterable[str]) -> tuple[list[str], str]:
     """(extra srun options, the command's prefix) that run a workload step in the profile's
     container (docs/containers.md). `names` are the variables bench exports for the step: an
@@ -195,6 +233,7 @@ def in_container(profile: ClusterProfile, names: Iterable[str]) -> tuple[list[st
     if c.engine == "pyxis":
         options = [
             f"--container-image={q(c.image)}",
+            f"--container-name={CONTAINER_NAME}",
             *([f"--container-mounts={','.join(binds)}"] if binds else []),
             f"--container-workdir={workdir}",
             *([] if c.mount_home else ["--no-container-mount-home"]),
@@ -415,6 +454,7 @@ def render_script(job: Job, profile: ClusterProfile, timeout_s: float) -> str:
     ]
     if job.sample_s:
         lines += sampler_lines(job, profile, python)
+    lines += container_import_lines(profile, ("stop_sampler",) if job.sample_s else ())
     given = {*env, *profile.env_passthrough, *job.passthrough}
     debug = job.debug_env(job.runs[0], given)
     per_step = [k for k in PER_STEP if debug.pop(k, None) is not None]
