@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from benchmarks.catalog import PROBES, WORKLOADS
 from benchmarks.common import OneLineParser, parse_size
 from benchmarks.results import atomic_write_bytes
-from harness import inside, nodes, outputs, provenance, sweep, transport
+from harness import accept, inside, nodes, outputs, provenance, sweep, transport
 from harness.analysis import changes, history, nodehistory, reference
 from harness.analysis.compare import (
     AXES,
@@ -247,6 +247,38 @@ def cmd_nodes(args: argparse.Namespace) -> int:
         yes=args.yes,
         dry_run=args.dry_run,
         as_json=args.json,
+        db=_db(args),
+    )
+
+
+def cmd_accept(args: argparse.Namespace) -> int:
+    console = _console()
+    name, profile = _executor(args, console, profile_on_dry_run=True)
+    assert profile is not None  # a batch executor has one (_executor)
+    try:
+        size = parse_size(args.bytes)
+        threshold = parse_threshold(args.threshold)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    gpus = args.gpus_per_node or max((r.gpus_per_node or 1 for r in profile.reference), default=1)
+    options = Options(gpus_per_node=gpus, bytes=size, iters=args.iters)
+    try:
+        check_options(options)
+    except ValueError as exc:
+        raise UsageError(f"--{str(exc).split(' ', 1)[0].replace('_', '-')}: {exc}") from None
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return accept.start(
+        executor=name,
+        profile=profile,
+        profile_path=args.cluster or os.environ.get("BENCH_CLUSTER", ""),
+        sweep_path=Path(args.sweep) if args.sweep else SHIPPED / "accept.yaml",
+        options=options,
+        threshold=threshold,
+        nodelist=args.nodelist,
+        count=None,
+        out=Path(args.out) if args.out else _results_root() / f"accept-{stamp}",
+        console=console,
+        yes=args.yes,
         db=_db(args),
     )
 
@@ -952,6 +984,35 @@ def build_parser() -> argparse.ArgumentParser:
         help="judge the check in DIR again (with --threshold, if given) and rewrite its verdict's files",
     )
     n.set_defaults(func=cmd_nodes)
+
+    a = sub.add_parser(
+        "accept",
+        help="after maintenance: the node check, the sweep the profile's references name, one verdict and a "
+        "report to sign (docs/accept.md)",
+    )
+    a.add_argument("--executor", choices=("auto", "slurm", "submitit"), default="auto")
+    a.add_argument(
+        "--cluster", metavar="PROFILE", help="cluster profile YAML, with reference: figures (default $BENCH_CLUSTER)"
+    )
+    a.add_argument("--nodelist", metavar="HOSTLIST", help="the nodes to check (default: the profile's partition's)")
+    a.add_argument(
+        "--sweep", help="the acceptance sweep, narrowed to the references' keys (default: bench's accept.yaml)"
+    )
+    a.add_argument(
+        "--gpus-per-node",
+        type=_positive_int,
+        metavar="G",
+        help="the node check's ranks per node (default: the most the references name, else 1)",
+    )
+    a.add_argument("--bytes", default="64M", metavar="SIZE", help="the node check's message (default 64M)")
+    a.add_argument("--iters", type=_positive_int, default=20, help="the node check's timed calls (default 20)")
+    a.add_argument("--threshold", default="10%", help="the node check's threshold (default 10%%)")
+    a.add_argument("--db", help=DB_HELP + "; the node check's estimate takes the cluster's last check")
+    a.add_argument(
+        "--out", help="directory of the acceptance (default accept-<timestamp> in $BENCH_RESULTS, else results/)"
+    )
+    a.add_argument("--yes", action="store_true", help="submit without asking, whatever the node-hours")
+    a.set_defaults(func=cmd_accept, dry_run=False)
 
     for name, func, text in (
         ("collect", cmd_collect, "rebuild summary.parquet/csv from the job results"),

@@ -208,12 +208,14 @@ def expand(sweep: Sweep) -> list[Job]:
                 for nccl_name in sweep.nccl
                 if sweep.selects(nodes, gpus, launcher, nccl_name)
             ]
-            for _, training in sweep.workloads.training() if kept else ():
+            for name, training in sweep.workloads.training() if kept else ():
                 batch = training.global_batch if "strong" in training.scaling else None
                 if batch is not None and (batch < world or batch % world):
                     raise PlanError(
                         f"global_batch {batch} is not divisible by the world size "
-                        f"{world} of {nodes} nodes x {gpus} GPUs; pick a multiple of every world size"
+                        f"{world} of {nodes} nodes x {gpus} GPUs; pick a multiple of every world size, or "
+                        f"scale weak only (--set workloads.{name}.scaling=[weak]; bench's "
+                        "sweeps/accept.yaml scales to any node count)"
                     )
             for launcher, nccl_name in kept:
                 nccl_env = tuple(sorted(sweep.nccl[nccl_name].items()))

@@ -3,8 +3,10 @@
 1. 8 nodes (through sbatch) and 4 nodes of 2 ranks (through submitit: each node's all-reduce,
    then the exchange on the inter group), nothing shaped: nothing named, exit 0; the 8 are one
    Slurm job of 28 pair steps in 7 rounds.
-2. bnode3's link shaped (`testbed shape --node bnode3`): bnode3 named and no other, exit 1, the
-   drain list `bnode3`.
+2. `bench accept` of bnode[1-4] against a reference of the 2-node all-reduce (docs/accept.md):
+   nothing shaped, the check clean and the reference met, exit 0 with a report; then bnode3's
+   link shaped (`testbed shape --node bnode3`): its check names bnode3 and no other, exit 1, the
+   drain list `bnode3`, and the sweep does not run. That check is this module's slow-node check.
 3. Only the traffic between bnode5 and bnode6 shaped (`testbed shape --node bnode5 --peer
    bnode6`): that link named, neither node, exit 1, nothing to drain.
 4. bnode4 without the interface the profile names (its steps fail): bnode4 named, and the
@@ -29,6 +31,11 @@ PROFILE = SWEEPS / "clusters" / "testbed.yaml"
 CHECK = ("nodes", "--executor", "slurm", "--cluster", str(PROFILE), "--device", "cpu", "--bytes", "4M")
 CHECK += ("--iters", "20", "--threshold", "50%", "--yes")
 RATE = "1gbit"  # an eighth of gloo's 0.7-0.9 GB/s here
+# The acceptance's reference: 2-node all-reduce at 4M, where unshaped gloo here reads 0.5-0.9 GB/s
+# (docs/noise.md) and a link shaped to 1gbit 0.12: at least 0.15 passes.
+ACCEPT_REFERENCE = (
+    "reference:\n  - {workload: allreduce, size: 4M, nodes: 2, gpus_per_node: 1, busbw_gbps: 0.3, tolerance: 0.5}\n"
+)
 
 
 @pytest.fixture(scope="module")
@@ -48,20 +55,37 @@ def checks(eight, tmp_path_factory):
     root = tmp_path_factory.mktemp("nodes")
     out = {}
 
-    def check(name, *args):
+    def check(name, *args, command=CHECK):
         start = time.monotonic()
-        r = bench(*CHECK, "--out", str(root / name), *args, check=False, timeout=900, env=eight)
+        r = bench(*command, "--out", str(root / name), *args, check=False, timeout=900, env=eight)
         out[name] = (r, root / name, time.monotonic() - start)
         print(f"\n{name}: exit {r.returncode} in {out[name][2]:.1f} s\n{r.stdout[-3000:]}")
 
     shape("--clear")
     check("eight")
     check("four", "--nodelist", "bnode[1-4]", "--executor", "submitit", "--gpus-per-node", "2")
+    # bench accept (docs/accept.md): its node check is this module's 4-node check, and with bnode3
+    # shaped, the slow-node check itself (what it found is read from ACCEPTED/nodes)
+    profile = root / "accept.yaml"
+    profile.write_text(PROFILE.read_text() + ACCEPT_REFERENCE)
+    accept = (
+        "accept",
+        "--executor",
+        "slurm",
+        "--cluster",
+        str(profile),
+        "--sweep",
+        str(SWEEPS / "testbed-accept.yaml"),
+    )
+    accept += ("--nodelist", "bnode[1-4]", "--bytes", "4M", "--threshold", "50%", "--yes")
+    check("accepted", *accept, command=())
     shape("--rate", RATE, "--node", "bnode3")
     try:
-        check("slow_node", "--nodelist", "bnode[1-4]")
+        check("not_accepted", *accept, command=())
     finally:
         shape("--clear")
+    r, path, took = out["not_accepted"]
+    out["slow_node"] = (r, path / "nodes", took)
     shape("--rate", RATE, "--node", "bnode5", "--peer", "bnode6")
     try:
         check("slow_link", "--nodelist", "bnode[5-8]", "--json")
@@ -124,6 +148,44 @@ def test_a_slow_node_is_named_and_drained_alone(checks):
     assert "drain: bnode3" in r.stdout
     scores = v["node_scores"]["p2p_gbps"]
     assert scores["bnode3"] < 0.2 * min(scores[n] for n in ("bnode1", "bnode2", "bnode4"))
+
+
+def test_an_acceptance_with_nothing_shaped_passes_with_a_report(checks):
+    """bench accept: the check names nothing, the sweep of the reference's key (one 2-node job of
+    all_reduce at 4M) completes and meets 0.15 GB/s: exit 0, and a report of it all."""
+    r, path, took = checks["accepted"]
+    assert r.returncode == 0, r.describe()
+    assert r.stdout.splitlines()[-2] == "bench accept: ACCEPTED", r.stdout[-2000:]
+    v = read_json(path / "verdict.json")
+    assert v["accepted"] and v["status"] == 0 and v["reasons"] == [] and v["sweep_ran"]
+    assert v["nodes"]["hosts"] == ["bnode1", "bnode2", "bnode3", "bnode4"] and v["nodes"]["clean"]
+    assert [j["state"] for j in v["jobs"]] == ["COMPLETED"]
+    (ref,) = v["references"]
+    assert ref["key"] == "allreduce all_reduce 4M, 2x1, torchrun, default" and ref["reference"] == 0.3
+    assert ref["measured"] >= 0.15 and ref["verdict"] in ("no significant change", "faster")
+    assert v["bench"]["measurement_rules"] == 2 and v["environment"]["backend"] == ["gloo"]
+    page = (path / "report.html").read_text()
+    assert "<b>ACCEPTED</b>" in page and "4: bnode[1-4]" in page and "every node and link passed" in page
+    assert "allreduce all_reduce 4M, 2x1, torchrun, default" in page and "Checked by" in page
+    assert (path / "regress" / "junit.xml").is_file()
+    print(f"\naccepted in {took:.1f} s: busbw {ref['measured']:.3f} GB/s against the reference's 0.3")
+
+
+def test_an_acceptance_with_a_slow_node_fails_and_names_it(checks):
+    """bnode3 shaped to 1gbit: the check names it, the sweep does not run, exit 1; the report
+    shows the node, why, and the drain line."""
+    r, path, _ = checks["not_accepted"]
+    assert r.returncode == 1, r.describe()
+    assert r.stdout.splitlines()[-2].startswith("bench accept: NOT ACCEPTED: the node check named bnode3")
+    v = read_json(path / "verdict.json")
+    assert not v["accepted"] and v["status"] == 1 and not v["sweep_ran"] and v["references"] == []
+    assert v["nodes"]["drain"] == "bnode3" and [n["node"] for n in v["nodes"]["nodes_named"]] == ["bnode3"]
+    assert not (path / "sweep").exists()
+    page = (path / "report.html").read_text()
+    assert (
+        "NOT ACCEPTED" in page and "scontrol update nodename=bnode3 state=drain reason=&#x27;bench accept&#x27;" in page
+    )
+    assert "<td>bnode3</td>" in page and "below the other nodes&#x27; median" in page
 
 
 def test_a_slow_link_is_named_and_neither_node(checks):

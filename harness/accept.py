@@ -1,0 +1,211 @@
+"""`bench accept`: after maintenance, one command and one verdict (docs/accept.md).
+
+1. The node check of every node and link (`bench nodes`), into DIR/nodes.
+2. When it names nothing: the acceptance sweep narrowed to the keys the cluster profile's
+   reference figures name (their workloads, node and GPU counts, collectives, groups, sizes and
+   scaling modes), into DIR/sweep.
+3. That sweep judged against the references (`bench regress --baseline reference`).
+
+The verdict (DIR/verdict.json, DIR/report.html, the terminal's last line) passes only when the
+check named nothing and judged everything, every job of the sweep completed, and every reference
+was met: fail closed, so a step that did not run is a failure, never a pass. Exit status 0 when
+accepted, 1 when a node, a link, a job or a reference failed, 3 when something could not be
+judged, 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from benchmarks.catalog import COLLECTIVE_WORKLOAD, TRAINING, WORLD
+from benchmarks.common import format_size
+from benchmarks.results import read_regular
+from harness import nodes, provenance, sweep
+from harness.analysis import reference
+from harness.analysis.compare import FAILED, SLOWER, UNJUDGED, Comparison, load_run
+from harness.errors import RunDirError, UsageError
+from harness.executors.slurm.profile import ClusterProfile, Reference
+from harness.nodecheck import Options
+from harness.present import accept as present
+from harness.present.regress import write_all
+from harness.rundir import COMPLETED, RUN_FILE_LIMIT, RunDir
+from harness.spec import load_sweep
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+EXIT_FAILED = 1
+EXIT_UNJUDGED = 3
+NODES_DIR, SWEEP_DIR = "nodes", "sweep"
+
+
+def narrowing(refs: tuple[Reference, ...]) -> tuple[str, ...]:
+    """The sweep overrides (`--set`) that keep the acceptance sweep to the keys `refs` name:
+    exactly their node counts, their GPU counts where every reference states one, their
+    workloads alone, and for the collectives their collectives, groups and the sizes from the
+    smallest to the largest named (the sweep's step between them: a size off that ladder is a
+    reference the run cannot judge, which fails the acceptance)."""
+    out = [f"nodes=[{', '.join(str(n) for n in sorted({r.nodes for r in refs}))}]"]
+    out.append(f"max_nodes={max(r.nodes for r in refs)}")
+    gpus = {r.gpus_per_node for r in refs}
+    if None not in gpus:
+        out.append(f"gpus_per_node=[{', '.join(str(g) for g in sorted(g for g in gpus if g))}]")
+    named = {r.workload for r in refs}
+    out += [f"workloads.{w}=false" for w in (COLLECTIVE_WORKLOAD, *TRAINING) if w not in named]
+    coll = [r for r in refs if r.workload == COLLECTIVE_WORKLOAD]
+    if coll:
+        collectives = sorted({r.collective or "all_reduce" for r in coll})
+        groups = sorted({r.group or WORLD for r in coll} | {WORLD})
+        sizes = [r.size for r in coll if r.size is not None]
+        out += [
+            f"workloads.allreduce.collectives=[{', '.join(collectives)}]",
+            f"workloads.allreduce.groups=[{', '.join(groups)}]",
+            f"workloads.allreduce.min_bytes={min(sizes)}",
+            f"workloads.allreduce.max_bytes={max(sizes)}",
+        ]
+    for w in TRAINING:
+        scalings = {r.scaling for r in refs if r.workload == w}
+        if scalings and None not in scalings:
+            out.append(f"workloads.{w}.scaling=[{', '.join(sorted(s for s in scalings if s))}]")
+    return tuple(out)
+
+
+@dataclass
+class Outcome:
+    """What each part of the acceptance found; `status` is the command's exit status."""
+
+    nodes_status: int
+    nodes_verdict: dict[str, Any]
+    sweep_status: int | None = None  # None: not run
+    jobs: list[tuple[str, str, str | None]] = field(default_factory=list)  # (job, state, reason)
+    comparison: Comparison | None = None
+    environment: dict[str, Any] = field(default_factory=dict)
+    reasons: list[str] = field(default_factory=list)  # why it did not pass, one line each
+    unjudged: bool = False
+
+    @property
+    def status(self) -> int:
+        if not self.reasons:
+            return 0
+        return EXIT_UNJUDGED if self.unjudged else EXIT_FAILED
+
+    def line(self) -> str:
+        return "ACCEPTED" if not self.reasons else f"NOT ACCEPTED: {'; '.join(self.reasons)}"
+
+
+def start(
+    *,
+    executor: str,
+    profile: ClusterProfile,
+    profile_path: str,
+    sweep_path: Path,
+    options: Options,
+    threshold: float,
+    nodelist: str | None,
+    count: int | None,
+    out: Path,
+    console: Console,
+    yes: bool,
+    db: Path | None,
+) -> int:
+    refs = profile.reference
+    if not refs:
+        raise UsageError(
+            f"{profile_path}: states no reference figures, which the acceptance sweep is judged against; add a "
+            'reference: block (docs/expected.md, "Reference figures")'
+        )
+    spec = load_sweep(sweep_path, overrides=narrowing(refs))
+    if spec.device != "auto" and options.device == "auto":
+        options = dataclasses.replace(options, device=spec.device, gemm=options.gemm and spec.device != "cpu")
+    if spec.backend != "auto" and options.backend == "auto":
+        options = dataclasses.replace(options, backend=spec.backend)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise RunDirError(f"{out}: exists and is not an empty directory; bench accept writes a new one")
+    out.mkdir(parents=True, exist_ok=True)
+    console.print(f"bench accept: {len(refs)} reference figure(s) of {profile.name}, into {out}", markup=False)
+    console.print("1. the node check", markup=False)
+    status = nodes.start(
+        executor=executor,
+        profile=profile,
+        options=options,
+        threshold=threshold,
+        count=count,
+        nodelist=nodelist,
+        time_limit_min=None,
+        out=out / NODES_DIR,
+        console=console,
+        yes=yes,
+        dry_run=False,
+        as_json=False,
+        db=db,
+    )
+    found = _node_verdict(out / NODES_DIR)
+    outcome = Outcome(status, found)
+    if status or not found:
+        outcome.unjudged = status == nodes.EXIT_UNJUDGED or not found
+        named = found.get("drain") or ", ".join(" ".join(link["nodes"]) for link in found.get("links_named", []))
+        outcome.reasons.append(
+            f"the node check named {named or 'the population'}"
+            if status == nodes.EXIT_NAMED
+            else "the node check could not judge every node and link"
+        )
+        outcome.reasons.append("the sweep did not run: drain what the check named, or mend it, and accept again")
+    else:
+        console.print(f"2. the acceptance sweep: {_keys(refs)}", markup=False)
+        outcome.sweep_status = sweep.start(spec, sweep_path, executor, profile, out / SWEEP_DIR, console, yes=yes)
+        _judge(outcome, out, refs, profile.name)
+    present.write(out, outcome, profile, provenance.record(), nodelist)
+    console.print(f"bench accept: {outcome.line()}", markup=False, soft_wrap=True)
+    console.print(f"report to sign: {out / present.REPORT} (verdict.json beside it)", markup=False)
+    return outcome.status
+
+
+def _node_verdict(path: Path) -> dict[str, Any]:
+    """The check's verdict.json, {} where the check wrote none (it did not run)."""
+    try:
+        data = json.loads(read_regular(path / "verdict.json", RUN_FILE_LIMIT))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _judge(outcome: Outcome, out: Path, refs: tuple[Reference, ...], name: str) -> None:
+    """The sweep's jobs and its rows against the references, into `outcome`."""
+    run = RunDir(out / SWEEP_DIR)
+    table = run.read_table(run.jobs())
+    outcome.jobs = [(r.name, r.state, r.reason) for r in table.values()]
+    lost = [j for j, state, _ in outcome.jobs if state != COMPLETED]
+    if lost:
+        outcome.reasons.append(f"{len(lost)} of {len(outcome.jobs)} sweep job(s) did not complete: {', '.join(lost)}")
+    try:
+        side = load_run(run.path)
+    except (RunDirError, ValueError) as exc:
+        outcome.reasons.append(f"the sweep has no summary to judge: {exc}")
+        outcome.unjudged = True
+        return
+    outcome.environment = side.environment
+    cmp = reference.against_reference(side, refs, name)
+    outcome.comparison = cmp
+    write_all(cmp, out, "regress", f"bench accept: {side.label} against the reference of {name}")
+    counts = cmp.counts()
+    if counts[SLOWER] or counts[FAILED]:
+        outcome.reasons.append(f"{counts[SLOWER] + counts[FAILED]} reference(s) not met")
+    if counts[UNJUDGED]:
+        outcome.reasons.append(f"{counts[UNJUDGED]} reference(s) could not be judged")
+        outcome.unjudged = not (counts[SLOWER] or counts[FAILED] or lost)
+
+
+def _keys(refs: tuple[Reference, ...]) -> str:
+    parts = []
+    for r in refs:
+        what = (
+            f"{r.collective or 'all_reduce'} {format_size(r.size or 0)}"
+            if r.workload == COLLECTIVE_WORKLOAD
+            else f"{r.workload} {r.scaling or ''}".strip()
+        )
+        parts.append(f"{what} on {r.nodes}x{r.gpus_per_node or '*'}")
+    return "; ".join(parts)

@@ -1,0 +1,52 @@
+"""`bench accept` (docs/accept.md) off the testbed: the acceptance sweep narrowed to the keys the
+profile's references name, and what is refused before anything runs. The acceptance itself runs
+on the Slurm testbed (tests/test_nodes_testbed.py)."""
+
+from __future__ import annotations
+
+from conftest import SWEEPS, bench
+
+from harness.accept import narrowing
+from harness.executors.slurm.profile import Reference
+from harness.plan import expand
+from harness.spec import load_sweep
+
+
+def test_the_sweep_is_narrowed_to_the_references_keys():
+    refs = (
+        Reference(workload="allreduce", size=4 << 20, nodes=2, gpus_per_node=8, busbw_gbps=370),
+        Reference(workload="allreduce", size=1 << 30, nodes=16, gpus_per_node=8, group="inter", busbw_gbps=46),
+        Reference(workload="synthetic", scaling="weak", nodes=1, gpus_per_node=8, images_per_s=16000),
+    )
+    sets = narrowing(refs)
+    assert sets == (
+        "nodes=[1, 2, 16]",
+        "max_nodes=16",
+        "gpus_per_node=[8]",
+        "workloads.real=false",
+        "workloads.transformer=false",
+        "workloads.allreduce.collectives=[all_reduce]",
+        "workloads.allreduce.groups=[inter, world]",
+        f"workloads.allreduce.min_bytes={4 << 20}",
+        f"workloads.allreduce.max_bytes={1 << 30}",
+        "workloads.synthetic.scaling=[weak]",
+    )
+    jobs = expand(load_sweep(SWEEPS / "accept.yaml", overrides=sets))
+    assert [(j.nodes, j.gpus_per_node) for j in jobs] == [(1, 8), (2, 8), (16, 8)]
+    args = " ".join(jobs[-1].runs[0].args)
+    assert "-b 4194304 -e 1073741824" in args and "--collective all_reduce" in args and "--groups inter,world" in args
+    assert [r.key for r in jobs[0].runs] == ["allreduce", "synthetic-weak"]
+
+
+def test_a_reference_with_no_gpu_count_leaves_the_sweep_s():
+    refs = (Reference(workload="allreduce", size=1 << 20, nodes=4, busbw_gbps=1),)
+    assert not any(s.startswith("gpus_per_node") for s in narrowing(refs))
+    assert "workloads.synthetic=false" in narrowing(refs)
+
+
+def test_a_profile_without_references_is_refused_before_anything_runs(tmp_path):
+    (tmp_path / "p.yaml").write_text("name: lab\n")
+    out = tmp_path / "acc"
+    r = bench("accept", "--executor", "slurm", "--cluster", str(tmp_path / "p.yaml"), "--out", str(out), check=False)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.describe()
+    assert f"{tmp_path / 'p.yaml'}: states no reference figures" in r.stderr and not out.exists()
