@@ -14,12 +14,12 @@ set -uo pipefail
 : "${BENCH_HISTORY:?the history database, kept from one night to the next}"
 : "${NAME:?the name of the cluster in the history}"
 SWEEP=${SWEEP:-}  # none: bench's own, shipped with it (sweeps/default.yaml on Slurm, local.yaml locally)
-MAX_NODES=${MAX_NODES:-8}
+MAX_NODES=${MAX_NODES:-}  # none: the sweep's own (8 in sweeps/default.yaml, 2 emulated in local.yaml)
 EXECUTOR=${EXECUTOR:-auto}  # auto: Slurm with BENCH_CLUSTER, the profile, where sbatch is on PATH
 read -ra regress_args <<< "${REGRESS_ARGS:-}"  # e.g. --threshold 10%
 run="$BENCH_RESULTS/nightly-$(date +%Y%m%d-%H%M%S)"
 
-bench sweep ${SWEEP:+"$SWEEP"} --max-nodes "$MAX_NODES" --executor "$EXECUTOR" --yes --out "$run"
+bench sweep ${SWEEP:+"$SWEEP"} ${MAX_NODES:+--max-nodes "$MAX_NODES"} --executor "$EXECUTOR" --yes --out "$run"
 swept=$?
 # 1 means some job did not complete: regress reports its keys as failed. Anything else stops here.
 if [ "$swept" -ne 0 ] && [ "$swept" -ne 1 ]; then
