@@ -20,6 +20,7 @@ when it names a node or link and 3 when part of the check could not be judged.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime as dt
 import importlib
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from benchmarks.catalog import PROBES, WORKLOADS
 from benchmarks.common import OneLineParser, parse_size
-from benchmarks.results import atomic_write_bytes
+from benchmarks.results import atomic_write_bytes, open_regular
 from harness import accept, inside, nodes, outputs, provenance, sweep, transport
 from harness.analysis import changes, history, nodehistory, reference
 from harness.analysis.compare import (
@@ -674,14 +675,18 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise UsageError(f"--cluster {cluster!r}: not a valid name; use letters, digits, '_', '.', '-' (at most 64)")
     side = load_run(args.dir)
     labels = {"cluster": cluster}  # bounded: the run's name is no label (docs/export.md)
+    created = plan.get("created")
+    try:
+        when = dt.datetime.fromisoformat(created) if isinstance(created, str) else None
+    except ValueError:
+        when = None
     if args.format == "openmetrics":
-        text = export.openmetrics(side, labels)
+        junit = run.path / "regress" / "junit.xml"  # where bench regress and the nightly recipe write it
+        head = ""
+        with contextlib.suppress(OSError), open_regular(junit) as f:  # none, or not a file: no verdict
+            head = f.read(4096).decode(errors="replace")
+        text = export.openmetrics(side, labels, when, export.regress_verdict(head))
     else:
-        created = plan.get("created")
-        try:
-            when = dt.datetime.fromisoformat(created) if isinstance(created, str) else None
-        except ValueError:
-            when = None
         if when is None:
             raise DataError(f"{run.plan_file}: no valid 'created' time, which the line protocol's timestamp needs")
         text = export.influx(side, labels, when, run.path.resolve().name)

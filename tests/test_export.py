@@ -11,7 +11,7 @@ import math
 
 import pandas as pd
 import pytest
-from conftest import bench, copy_run
+from conftest import bench, copy_run, planned_later, separating
 from line_protocol_parser import parse_line
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families as prometheus_families
@@ -63,6 +63,31 @@ def test_openmetrics_is_read_back_by_both_parsers_with_every_key(real_run, tmp_p
         completed = families["bench_completed"].samples
         assert len(completed) == len(load_run(real_run).rows) and {s.value for s in completed} == {1.0}
         assert any(s.labels["nodes"] == "1" and s.labels["workload"] == "allreduce" for s in completed)
+
+
+def test_openmetrics_carries_the_run_s_start_and_its_verdict(real_run, tmp_path):
+    """The run's start as a value (the textfile collector refuses sample timestamps), the verdict
+    of the regress that judged it (0, 1 or 3, as its exit status), and busbw's HELP, which names
+    every collective's bus factor, not all-reduce's alone."""
+    created = dt.datetime.fromisoformat(json.loads((real_run / "plan.json").read_text())["created"])
+    db = tmp_path / "history.sqlite"
+    bench("history", "add", str(real_run), "--cluster", "lab", "--db", str(db))
+    slow = planned_later(copy_run(real_run, tmp_path / "slow", time_factor=separating(real_run)))
+    judged = bench("regress", str(slow), "--cluster", "lab", "--db", str(db), check=False)
+    assert judged.returncode == 1, judged.describe()
+
+    def families(run):
+        text = bench("export", str(run), "--format", "openmetrics").stdout
+        return {f.name: f for f in openmetrics_families(text)}
+
+    plain, judged_run = families(real_run), families(slow)
+    (start,) = plain["bench_run_start_timestamp_seconds"].samples
+    assert start.value == created.timestamp() and start.labels == {"cluster": "local"}
+    assert "bench_verdict" not in plain  # never judged: no verdict, rather than a made-up 0
+    assert [s.value for s in judged_run["bench_verdict"].samples] == [1.0]
+    assert "collective label names (2(n-1)/n for all_reduce" in plain["bench_busbw_gbps"].documentation
+    assert export.regress_verdict('<testsuites name="bench regress" tests="4" failures="0" errors="2"') == 3
+    assert export.regress_verdict('<testsuites name="other" tests="4" failures="1" errors="0"') is None
 
 
 def test_influx_lines_carry_the_run_s_time_and_every_figure(real_run, tmp_path):

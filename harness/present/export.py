@@ -23,7 +23,8 @@ from harness.errors import DataError, one_line
 FORMATS = ("openmetrics", "influx")
 # The figures exported, with what they are (the summary's columns; README, "The summary").
 HELP = {
-    "busbw_gbps": "all-reduce bus bandwidth, GB/s (nccl-tests' busbw)",
+    "busbw_gbps": "collective bus bandwidth, GB/s: nccl-tests' busbw, algbw x the bus factor of the collective "
+    "the collective label names (2(n-1)/n for all_reduce, (n-1)/n for all_gather, 1 for broadcast, ...)",
     "algbw_gbps": "collective algorithm bandwidth, GB/s",
     "time_us": "collective time per call, microseconds",
     "images_per_s": "training throughput of the whole job, images/s",
@@ -107,9 +108,29 @@ def _om_escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def openmetrics(side: Side, run_labels: dict[str, str]) -> str:
-    """The OpenMetrics text of a run: a gauge family per figure, then bench_completed, then EOF.
-    No timestamps: node_exporter's textfile collector refuses samples that carry one."""
+# The verdict of `bench regress` on the run (its exit status's meaning), read back from the
+# junit.xml it wrote: bench's own first line, `<testsuites name="bench regress" tests=... ...>`.
+_JUNIT_COUNTS = re.compile(r'<testsuites name="bench regress" tests="(\d+)" failures="(\d+)" errors="(\d+)"')
+VERDICT_HELP = (
+    "bench regress's verdict on the run, as its exit status: 0 nothing regressed, 1 a key regressed or failed, "
+    "3 a key could not be judged"
+)
+
+
+def regress_verdict(junit_head: str) -> int | None:
+    """0, 1 or 3 from the head of a junit.xml `bench regress` wrote; None when it is not one."""
+    m = _JUNIT_COUNTS.search(junit_head)
+    if m is None:
+        return None
+    return 1 if int(m[2]) else 3 if int(m[3]) else 0
+
+
+def openmetrics(
+    side: Side, run_labels: dict[str, str], started: dt.datetime | None = None, verdict: int | None = None
+) -> str:
+    """The OpenMetrics text of a run: a gauge family per figure, bench_completed, the run's start
+    as bench_run_start_timestamp_seconds (a value: node_exporter's textfile collector refuses
+    samples that carry a timestamp), bench_verdict where the run was judged, then EOF."""
     rows = series(side)
     lines: list[str] = []
 
@@ -130,6 +151,10 @@ def openmetrics(side: Side, run_labels: dict[str, str]) -> str:
         "1 when the key completed in the run, 0 when its job failed, timed out or was cancelled",
         ((labels, 1.0 if done else 0.0) for labels, _, done in rows),
     )
+    if started is not None:
+        family("run_start_timestamp_seconds", "when the run was planned, Unix time", [({}, started.timestamp())])
+    if verdict is not None:
+        family("verdict", VERDICT_HELP, [({}, float(verdict))])
     return "\n".join([*lines, "# EOF"]) + "\n"
 
 
