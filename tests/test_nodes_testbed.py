@@ -78,10 +78,10 @@ def checks(eight, tmp_path_factory):
         str(SWEEPS / "testbed-accept.yaml"),
     )
     accept += ("--nodelist", "bnode[1-4]", "--bytes", "4M", "--threshold", "50%", "--yes")
-    check("accepted", *accept, command=())
+    check("accepted", *accept, command=("accept",))
     shape("--rate", RATE, "--node", "bnode3")
     try:
-        check("not_accepted", *accept, command=())
+        check("not_accepted", *accept, command=("accept",))
     finally:
         shape("--clear")
     r, path, took = out["not_accepted"]

@@ -8,6 +8,7 @@ different series) need no multi-GPU run."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pandas as pd
@@ -397,3 +398,79 @@ def test_a_comparison_panel_is_no_narrower_than_its_legend():
     assert ax.get_window_extent(renderer).width >= legend.width, (ax.get_window_extent(renderer), legend)
     # busbw from 0.9 to 20 GB/s: two decades, labelled in 1-2-5 steps
     assert y_labels(fig) == ["1", "2", "5", "10", "20"]
+
+
+def _title_clear_of_panels(fig) -> None:
+    """The figure's title lies above every drawn panel's top edge, titles included."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    title = fig.get_suptitle() and fig._suptitle.get_window_extent(renderer)
+    assert title is not None and fig.get_suptitle()
+    for ax in fig.axes:
+        if ax.get_visible():
+            assert ax.get_tightbbox(renderer).y1 <= title.y0 + 0.5, (ax.get_title(), ax.get_tightbbox(renderer), title)
+
+
+def test_six_collectives_of_one_configuration_are_a_grid_under_a_clear_title():
+    """One configuration's six collectives once made one column 2,718 px tall, its first panel
+    under the title: now rows of three, 8.4 inches in all, the title above them."""
+    names = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "sendrecv"]
+    summary = pd.concat([collectives().assign(collective=c) for c in names], ignore_index=True)
+    for make in (busbw_figure, latency_figure):
+        fig, _ = make(summary)
+        shown = [ax for ax in fig.axes if ax.get_visible() and ax.get_title()]
+        assert len(shown) == 6 and fig.get_size_inches()[1] == pytest.approx(2 * 4.2)
+        rows = {round(ax.get_position().y0, 3) for ax in shown}
+        assert len(rows) == 2  # two rows of three
+        _title_clear_of_panels(fig)
+    fig, _ = scaling_figure(training("weak"), "weak")
+    _title_clear_of_panels(fig)
+    fig, _ = breakdown_figure(
+        training("weak").assign(
+            compute_fraction=0.6, imbalance_fraction=0.1, step_data_wait_fraction=0.1, exposed_comm_fraction=0.2
+        )
+    )
+    _title_clear_of_panels(fig)
+
+
+def test_heatmap_figures_are_black_on_light_cells_and_white_on_dark_ones():
+    """Grey on viridis read poorly on both ends: each figure's ink now contrasts with its cell."""
+    from harness.nodecheck import judge
+    from harness.present.plot import heatmap_figure
+
+    names = [f"bnode{i}" for i in range(1, 5)]
+    pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1 :]]
+    figures = {"p2p_gbps": {p: (0.1 if "bnode1" in p else 1.0) for p in pairs}}
+    fig, _ = heatmap_figure(judge(names, {}, figures, 0.1, {}))
+    inks = {t.get_text(): t.get_color() for t in fig.axes[0].texts}
+    assert inks == {"0.1": "white", "1": "black"}  # viridis' dark purple low, its yellow high
+
+
+def test_history_labels_stand_upright_and_leave_the_panel_its_height():
+    """The history's rotated timestamps took half its figure (the timeline's percentages from 0:
+    tests/test_telemetry.py)."""
+    from harness.present.plot import history_made
+
+    runs = 30
+    points = pd.DataFrame(
+        {
+            "id": list(range(1, runs + 1)),
+            "label": [None] * runs,
+            "created": [f"2026-11-{1 + i % 28:02d}T03:00:00" for i in range(runs)],
+            "series": ["all_reduce 2x1"] * runs,
+            "metric": ["busbw_gbps"] * runs,
+            "value": [0.5 + 0.01 * i for i in range(runs)],
+        }
+    )
+    fig, _ = history_made(points, "lab")
+    fig.canvas.draw()
+    (ax,) = fig.axes
+    shown = [t for t in ax.get_xticklabels() if t.get_text()]
+    assert shown and all(t.get_rotation() == 0 for t in shown)
+    assert shown[0].get_text() == "2026-11-01\n03:00 #1"
+    renderer = fig.canvas.get_renderer()
+    widths = [t.get_window_extent(renderer) for t in shown]
+    assert all(a.x1 < b.x0 for a, b in itertools.pairwise(widths))  # none over its neighbour
+    # the labels take a sliver of the figure's height: rotated, they took a quarter and more
+    tallest = max(w.height for w in widths)
+    assert tallest < 0.1 * fig.get_figheight() * fig.dpi, (tallest, fig.get_figheight() * fig.dpi)

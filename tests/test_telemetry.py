@@ -129,7 +129,11 @@ def test_sampler_records_counters_gpus_and_its_end(tmp_path, fake_smi):
     # the report's timeline draws the GPUs dmon saw beside the node's CPU, over the workload
     made = plot.timeline_figure("j", tele)
     assert made is not None
-    _, points = made
+    fig, points = made
+    # a share reads from 0: a CPU 98.5-100% busy was once drawn across the whole panel
+    for ax in fig.axes:
+        if ax.get_ylabel().endswith("%"):
+            assert ax.get_ylim()[0] == 0 and ax.get_ylim()[1] >= 100, (ax.get_ylabel(), ax.get_ylim())
     gpu = points[points["metric"] == "GPU SM %"]
     assert sorted(gpu["series"]) == [f"{h.host} gpu{i}" for i in range(4)] and sorted(gpu["y"]) == [18, 18, 24, 25]
     # one point per known share: an interval without a tick (above) is a gap, not a point

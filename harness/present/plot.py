@@ -91,6 +91,25 @@ def _log_y(ax: Axes) -> None:
     ax.yaxis.set_minor_formatter(NullFormatter())
 
 
+# Panels a figure puts side by side before it starts a new row: three at 6 inches, 18 in all
+GRID_COLUMNS = 3
+TITLE_INCHES = 0.55  # above the panels, for the figure's title: tight_layout leaves it out
+
+
+def _titled(fig: Figure, text: str) -> None:
+    """The figure's title above its panels, never over the first (_layout)."""
+    fig.suptitle(text)
+    _layout(fig)
+
+
+def _layout(fig: Figure) -> None:
+    """tight_layout, leaving the title's height free at the top: it lays out the axes alone,
+    and put the first row of panels under a title it did not see."""
+    titled = fig.get_suptitle() if hasattr(fig, "get_suptitle") else getattr(fig, "_suptitle", None)
+    top = 1.0 - TITLE_INCHES / fig.get_figheight() if titled else 1.0
+    fig.tight_layout(rect=(0.0, 0.0, 1.0, top))
+
+
 def _save(fig: Figure, points: pd.DataFrame, root: Path, rel: str) -> Path:
     """ROOT/REL.png and its points as ROOT/REL.csv, neither through a link (harness/inside.py)."""
     inside.write(root, f"{rel}.csv", points.to_csv(index=False).encode())
@@ -197,8 +216,7 @@ def scaling_figure(summary: pd.DataFrame, scaling: str, unit: str = "images") ->
             ]
     if axes[0][-1].get_legend():
         sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1), title="workload, GPUs per node")
-    fig.suptitle(f"{title} (dashed: ideal)")
-    fig.tight_layout()
+    _titled(fig, f"{title} (dashed: ideal)")
     _settle_names(fig)
     return fig, pd.DataFrame(points, columns=POINT_COLUMNS)
 
@@ -404,48 +422,52 @@ def _collective_figure(summary: pd.DataFrame, metric: str) -> Made | None:
     collectives = sorted(df["collective"].unique())
     order = (df.drop_duplicates("series").sort_values(["nodes", "gpus_per_node"])["series"]).tolist()
     palette = dict(zip(order, sns.color_palette("viridis", n_colors=len(order))))
-    fig, axes = plt.subplots(
-        len(collectives), len(panels), figsize=(max(8.0, 6.0 * len(panels)), 4.2 * len(collectives)), squeeze=False
-    )
+    # one panel per collective and group, side by side: a row per collective with a column per
+    # configuration, or, of one configuration, the collectives in rows of up to GRID_COLUMNS
+    cells = [(coll, panel) for coll in collectives for panel in panels]
+    cols = len(panels) if len(panels) > 1 else min(GRID_COLUMNS, len(collectives))
+    rows = -(-len(cells) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(max(8.0, 6.0 * cols), 4.2 * rows), squeeze=False)
+    flat = list(axes.flat)
+    for ax in flat[len(cells) :]:
+        ax.set_visible(False)
     points = []
-    for r, coll in enumerate(collectives):
-        for c, panel in enumerate(panels):
-            ax = axes[r][c]
-            sub = df[(df["collective"] == coll) & (df["panel"] == panel)].sort_values("size_bytes")
-            if sub.empty:
-                ax.set_visible(False)
-                continue
-            sns.lineplot(
-                data=sub,
-                x="size_bytes",
-                y=metric,
-                hue="series",
-                hue_order=order,
-                palette=palette,
-                marker="o",
-                estimator=None,
-                sort=True,
-                ax=ax,
-                legend=(r == 0 and c == len(panels) - 1),
-            )
-            ax.set_yscale("log")  # before the peak's level, which makes room for its name
-            points += _band(ax, sub, "size_bytes", metric, palette, (name, coll, panel))
-            _log2_axis(ax, sub["size_bytes"], format_size)
-            ax.tick_params(axis="x", labelrotation=45)
-            ax.set_xlabel("message size (bytes, K/M/G = 2^10/2^20/2^30)")
-            ax.set_ylabel(ylabel)
-            ax.set_title(f"{coll} · {panel}")
-            points += [
-                (name, coll, panel, metric, s, int(x), float(y))
-                for s, x, y in zip(sub["series"], sub["size_bytes"], sub[metric])
-            ]
-            if metric == "busbw_gbps":
-                points += _peak_lines(ax, sub, palette, (name, coll, panel))
-            _log_y(ax)
+    for i, (coll, panel) in enumerate(cells):
+        ax = flat[i]
+        sub = df[(df["collective"] == coll) & (df["panel"] == panel)].sort_values("size_bytes")
+        if sub.empty:
+            ax.set_visible(False)
+            continue
+        sns.lineplot(
+            data=sub,
+            x="size_bytes",
+            y=metric,
+            hue="series",
+            hue_order=order,
+            palette=palette,
+            marker="o",
+            estimator=None,
+            sort=True,
+            ax=ax,
+            legend=i == cols - 1,
+        )
+        ax.set_yscale("log")  # before the peak's level, which makes room for its name
+        points += _band(ax, sub, "size_bytes", metric, palette, (name, coll, panel))
+        _log2_axis(ax, sub["size_bytes"], format_size)
+        ax.tick_params(axis="x", labelrotation=45)
+        ax.set_xlabel("message size (bytes, K/M/G = 2^10/2^20/2^30)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"{coll} · {panel}")
+        points += [
+            (name, coll, panel, metric, s, int(x), float(y))
+            for s, x, y in zip(sub["series"], sub["size_bytes"], sub[metric])
+        ]
+        if metric == "busbw_gbps":
+            points += _peak_lines(ax, sub, palette, (name, coll, panel))
+        _log_y(ax)
     if axes[0][-1].get_legend():
         sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1), title="nodes x GPUs per node")
-    fig.suptitle(f"{title} (in-place where torch has it, worst rank; band: p10-p90)")
-    fig.tight_layout()
+    _titled(fig, f"{title} (in-place where torch has it, worst rank; band: p10-p90)")
     _settle_names(fig)
     return fig, pd.DataFrame(points, columns=["plot", "collective", *POINT_COLUMNS[1:]])
 
@@ -501,8 +523,7 @@ def breakdown_figure(summary: pd.DataFrame) -> Made | None:
         ax.set_ylabel("share of the step (median step, slowest rank)")
         ax.set_title(panel, fontsize=10)
     axes[0][-1].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, title="step part")
-    fig.suptitle("Where each training step went (figures above the bars: scaling efficiency)")
-    fig.tight_layout()
+    _titled(fig, "Where each training step went (figures above the bars: scaling efficiency)")
     return fig, pd.DataFrame(points, columns=POINT_COLUMNS)
 
 
@@ -577,6 +598,8 @@ def timeline_figure(job: str, tele: Telemetry) -> Made | None:
         many = sub["series"].nunique() > 8
         sns.lineplot(data=sub, x="x", y="y", hue="series", ax=ax, legend=not many, linewidth=1.2)
         ax.set_ylabel(metric)
+        if metric.endswith("%"):  # a share reads against all of it: 0 to 100, not 98.5 to 100
+            ax.set_ylim(0, max(100.0, float(sub["y"].max()) * 1.02))
         if not many and ax.get_legend() is not None:
             ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1))
         for k, (key, (start, end)) in enumerate(sorted(tele.phases.items(), key=lambda p: p[1][0])):
@@ -585,8 +608,7 @@ def timeline_figure(job: str, tele: Telemetry) -> Made | None:
             if ax is axes[0, 0]:
                 ax.text(start - t0, 1.01, key, transform=ax.get_xaxis_transform(), fontsize="small", va="bottom")
     axes[-1, 0].set_xlabel("seconds since the first sample")
-    fig.suptitle(f"{job}: each node while its workloads ran", y=1.0 + 0.04 / len(metrics))
-    fig.tight_layout()
+    _titled(fig, f"{job}: each node while its workloads ran")
     points.insert(0, "panel", job)
     points.insert(0, "plot", "timeline")
     return fig, points[POINT_COLUMNS]
@@ -603,7 +625,7 @@ def _fit_legend(fig: Figure, ax: Axes) -> None:
 
     with warnings.catch_warnings():  # a legend wider than the panels cannot be laid out until widened
         warnings.filterwarnings("ignore", "Tight layout not applied")
-        fig.tight_layout()
+        _layout(fig)
     legend = ax.get_legend()
     if legend is None:
         return
@@ -616,7 +638,7 @@ def _fit_legend(fig: Figure, ax: Axes) -> None:
         fig.set_figwidth(fig.get_figwidth() * (1 + (want - max(have, 1.0)) / max(have, 1.0) * 1.1))
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", "Tight layout not applied")
-            fig.tight_layout()
+            _layout(fig)
 
 
 def _both(a: pd.DataFrame, b: pd.DataFrame, labels: tuple[str, str]) -> pd.DataFrame:
@@ -781,9 +803,28 @@ def draw_compare(out: Path, a: pd.DataFrame, b: pd.DataFrame, labels: tuple[str,
     )
 
 
+HISTORY_LABEL_INCHES = 1.0  # the width a history tick's label takes at 8 points
+
+
+def _run_label(run: str) -> str:
+    """'2026-11-26 10:30 #12' as two short lines: '2026-11-26' over '10:30 #12'."""
+    day, _, rest = run.partition(" ")
+    return f"{day}\n{rest}" if rest else run
+
+
 def history_figure(points: pd.DataFrame, cluster: str) -> tuple[bytes, bytes]:
-    """(PNG, CSV of its points) of a cluster's key figures over time: busbw at the largest
-    message size per configuration, and images/s per GPU per training workload (history.points)."""
+    """(PNG, CSV of its points) of a cluster's key figures over time (history_made)."""
+    plt, _ = _setup()
+    fig, frame = history_made(points, cluster)
+    try:
+        return png_bytes(fig), frame.to_csv(index=False).encode()
+    finally:
+        plt.close(fig)
+
+
+def history_made(points: pd.DataFrame, cluster: str) -> Made:
+    """(figure, points) of a cluster's key figures over time: busbw at the largest message size
+    per configuration, and images/s per GPU per training workload (history.points)."""
     import pandas as pd
 
     plt, sns = _setup()
@@ -807,11 +848,12 @@ def history_figure(points: pd.DataFrame, cluster: str) -> tuple[bytes, bytes]:
         ax = axes[r][0]
         sub = df[df["metric"] == metric].assign(x=lambda d: d["run"].map(pos))
         sns.lineplot(data=sub, x="x", y="value", hue="series", marker="o", estimator=None, sort=True, ax=ax)
+        # upright labels of two short lines (the day, the time and id), every `step`-th run's, so
+        # that each has its width: rotated full timestamps once took half the figure's height
+        step = max(1, math.ceil(HISTORY_LABEL_INCHES / (fig.get_figwidth() / max(len(order), 1))))
         ax.set_xticks(range(len(order)))
         ax.set_xticklabels(
-            order if len(order) <= 40 else [o if i % (len(order) // 40 + 1) == 0 else "" for i, o in enumerate(order)],
-            rotation=60,
-            ha="right",
+            [_run_label(o) if i % step == 0 else "" for i, o in enumerate(order)], rotation=0, fontsize=8
         )
         ax.set_xlabel("run (when it was planned, history id)")
         ax.set_ylabel(label)
@@ -820,12 +862,17 @@ def history_figure(points: pd.DataFrame, cluster: str) -> tuple[bytes, bytes]:
         points_out += [
             ("history", cluster, metric, s, int(x), float(y)) for s, x, y in zip(sub["series"], sub["x"], sub["value"])
         ]
-    fig.suptitle(f"History of {cluster}")
-    fig.tight_layout()
-    try:
-        return png_bytes(fig), pd.DataFrame(points_out, columns=POINT_COLUMNS).to_csv(index=False).encode()
-    finally:
-        plt.close(fig)
+    _titled(fig, f"History of {cluster}")
+    return fig, pd.DataFrame(points_out, columns=POINT_COLUMNS)
+
+
+def _ink(rgba: tuple[float, ...]) -> str:
+    """Black on a light cell, white on a dark one: by the cell's relative luminance (WCAG 2.1,
+    "relative luminance", with sRGB's linearisation), whichever contrasts more with it."""
+    linear = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in rgba[:3]]
+    luminance = 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+    # contrast with black (L + 0.05) / 0.05 against white's 1.05 / (L + 0.05): equal at L = 0.179
+    return "black" if luminance > 0.179 else "white"
 
 
 def draw_heatmap(root: Path, v: Verdict) -> Path | None:
@@ -871,8 +918,9 @@ def heatmap_figure(v: Verdict) -> Made | None:
         if n <= 16:  # few enough cells to read each figure, and to say which failed
             for (a, b), value in v.pair_figures[metric].items():
                 text = "failed" if value is None else f"{value:.3g}"
+                ink = "red" if value is None else _ink(cmap(image.norm(value)))
                 for r, c in ((index[a], index[b]), (index[b], index[a])):
-                    ax.text(c, r, text, ha="center", va="center", fontsize=7, color="red" if value is None else "grey")
+                    ax.text(c, r, text, ha="center", va="center", fontsize=7, color=ink)
         for f in v.links:
             i, j = index[f.nodes[0]], index[f.nodes[1]]
             for r, c in ((i, j), (j, i)):
