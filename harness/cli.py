@@ -222,12 +222,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
         concurrency=args.concurrency or (1 if name == "local" else profile.max_running_jobs if profile else None),
         step_timeout_s=args.step_timeout,
     )
-    try:
-        check_options(options)
-    except ValueError as exc:
-        key = str(exc).split(" ", 1)[0]
-        flag = {"step_timeout_s": "--step-timeout"}.get(key, f"--{key.replace('_', '-')}")
-        raise UsageError(f"{flag}: {exc}") from None
+    _check_options(options)
     if args.time_limit is not None:
         try:
             check_time("time_limit_min", args.time_limit, "--time-limit")
@@ -252,6 +247,16 @@ def cmd_nodes(args: argparse.Namespace) -> int:
     )
 
 
+def _check_options(options: Options) -> None:
+    """The node check's options, checked; a bad one is a UsageError naming its flag."""
+    try:
+        check_options(options)
+    except ValueError as exc:
+        key = str(exc).split(" ", 1)[0]
+        flag = {"step_timeout_s": "--step-timeout"}.get(key, f"--{key.replace('_', '-')}")
+        raise UsageError(f"{flag}: {exc}") from None
+
+
 def cmd_accept(args: argparse.Namespace) -> int:
     console = _console()
     name, profile = _executor(args, console, profile_on_dry_run=True)
@@ -263,10 +268,7 @@ def cmd_accept(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     gpus = args.gpus_per_node or max((r.gpus_per_node or 1 for r in profile.reference), default=1)
     options = Options(gpus_per_node=gpus, bytes=size, iters=args.iters)
-    try:
-        check_options(options)
-    except ValueError as exc:
-        raise UsageError(f"--{str(exc).split(' ', 1)[0].replace('_', '-')}: {exc}") from None
+    _check_options(options)
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     return accept.start(
         executor=name,

@@ -178,10 +178,12 @@ def check_breakdown(row, wait_ms: float | None = None) -> bool:
     shares = [row[f] for f in BREAKDOWN_FRACTIONS]
     step, slowest = row["step_time_ms"], row["slowest_compute_time_ms"]
     if wait_ms is None:
-        wait_ms = (row["step_data_wait_fraction"] or 0.0) * step
+        share = row["step_data_wait_fraction"]
+        wait_ms = (share if share == share and share is not None else 0.0) * step  # NaN: not judged
     assert 0 < row["compute_time_ms"] <= slowest
-    if row["breakdown_note"]:
-        assert row["breakdown_note"].startswith("not judged (noise)")
+    note = row["breakdown_note"]
+    if isinstance(note, str) and note:  # a CSV's empty cell reads as NaN, not ""
+        assert note.startswith("not judged (noise)")
         assert all(v is None or v != v for v in shares) and slowest + wait_ms > step * (1 - 1e-6)
         return False
     assert all(0 <= v <= 1 for v in shares), shares

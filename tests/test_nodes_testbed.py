@@ -68,15 +68,7 @@ def checks(eight, tmp_path_factory):
     # shaped, the slow-node check itself (what it found is read from ACCEPTED/nodes)
     profile = root / "accept.yaml"
     profile.write_text(PROFILE.read_text() + ACCEPT_REFERENCE)
-    accept = (
-        "accept",
-        "--executor",
-        "slurm",
-        "--cluster",
-        str(profile),
-        "--sweep",
-        str(SWEEPS / "testbed-accept.yaml"),
-    )
+    accept = ("--executor", "slurm", "--cluster", str(profile), "--sweep", str(SWEEPS / "testbed-accept.yaml"))
     accept += ("--nodelist", "bnode[1-4]", "--bytes", "4M", "--threshold", "50%", "--yes")
     check("accepted", *accept, command=("accept",))
     shape("--rate", RATE, "--node", "bnode3")

@@ -34,7 +34,7 @@ import xml.etree.ElementTree as ET
 
 import pandas as pd
 import pytest
-from conftest import SWEEPS, bench, no_eth0_on, shape, slurm_sweep
+from conftest import SWEEPS, bench, check_breakdown, no_eth0_on, shape, slurm_sweep
 
 pytestmark = pytest.mark.slow
 
@@ -260,6 +260,11 @@ def test_a_slower_link_shows_as_exposed_communication_not_as_compute(runs):
     shaped = row(runs["gbe"])
     cols = ["step_time_ms", "compute_time_ms", "slowest_compute_time_ms", "exposed_comm_fraction", "imbalance_fraction"]
     print(f"\n2-node synthetic, unshaped u1..u5:\n{base[cols].to_string(index=False)}\nover {GBE}:\n{shaped[cols]}")
+    # every row's four shares add up to its step, or it says it was not judged (docs/breakdown.md);
+    # the shaped run's is judged
+    judged = [check_breakdown(r) for r in base.to_dict("records")]
+    print(f"unshaped breakdowns judged: {sum(judged)} of {len(judged)}")
+    assert check_breakdown(shaped.to_dict())
     assert shaped["exposed_comm_fraction"] >= base["exposed_comm_fraction"].max() + 0.1
     assert shaped["step_time_ms"] > 1.3 * base["step_time_ms"].median()
     ratio = shaped["compute_time_ms"] / base["compute_time_ms"].median()
