@@ -27,18 +27,7 @@ from harness.analysis.compare import BY_SAMPLES, PROVISIONAL_MARGIN, SLOWER, com
 
 pytestmark = pytest.mark.slow
 TESTBED = ROOT / "tests" / "testbed" / "testbed"
-SWEEP = """name: nightly
-device: cpu
-backend: gloo
-nodes: [2]
-gpus_per_node: [1]
-launchers: [torchrun]
-env: {OMP_NUM_THREADS: "1"}
-time_limit_min: 10
-timeout_s: 120
-workloads:
-  allreduce: {min_bytes: 4M, max_bytes: 4M, iters: 5, warmup_iters: 1, link_bytes: 0}
-"""
+SWEEP = (SWEEPS / "testbed-nightly.yaml").read_text()  # the README's too
 
 
 def night(tmp_path: Path, sweep_text: str = SWEEP, **env_vars: str) -> tuple[int, str]:
