@@ -47,6 +47,15 @@ def _dry(tmp: Path, sweep: str, *more: str) -> list[str]:
     return ["sweep", sweep, "--dry-run", "--executor", "local", "--out", str(tmp / "out"), *more]
 
 
+# A profile `bench accept` takes: one reference figure (docs/accept.md)
+ACCEPTABLE = "name: lab\nreference:\n  - {workload: allreduce, size: 4M, nodes: 2, busbw_gbps: 1}\n"
+
+
+def _accept(tmp: Path, profile: str, *args: str) -> list[str]:
+    out = str(tmp / "acc")
+    return ["accept", "--executor", "slurm", "--cluster", str(_file(tmp, "c.yaml", profile)), "--out", out, *args]
+
+
 def _slurm_dry(tmp: Path, profile: str) -> list[str]:
     return [
         "sweep",
@@ -419,6 +428,16 @@ CASES = [
         "plot-truncated-summary", lambda t, r: ["plot", str(_truncated_summary(r, t))], "summary.parquet", "unreadable"
     ),
     Case("plot-no-summary", lambda t, r: ["plot", str(_no_summary(r, t))], "bench collect"),
+    # ---- accept (docs/accept.md): refused before anything runs
+    Case("accept-no-reference", lambda t, r: _accept(t, "name: lab\n"), "states no reference figures", "reference:"),
+    Case("accept-bytes", lambda t, r: _accept(t, ACCEPTABLE, "--bytes", "12Q"), "12Q"),
+    Case("accept-threshold", lambda t, r: _accept(t, ACCEPTABLE, "--threshold", "150%"), "--threshold"),
+    Case("accept-no-sweep", lambda t, r: _accept(t, ACCEPTABLE, "--sweep", str(t / "none.yaml")), "none.yaml"),
+    Case(
+        "accept-bad-reference",
+        lambda t, r: _accept(t, ACCEPTABLE.replace("size: 4M", "size: 12Q")),
+        "reference[0].size",
+    ),
     # ---- nodes
     Case(
         "nodes-bytes", lambda t, r: ["nodes", "--executor", "local", "--bytes", "12Q", "--out", str(t / "out")], "12Q"
