@@ -10,7 +10,7 @@ The verdict (DIR/verdict.json, DIR/report.html, the terminal's last line) passes
 check named nothing and judged everything, every job of the sweep completed, and every reference
 was met: fail closed, so a step that did not run is a failure, never a pass. Exit status 0 when
 accepted, 1 when a node, a link, a job or a reference failed, 3 when something could not be
-judged, 2 for bad input.
+judged, 2 for bad input, 130 when interrupted (what ran is kept, nothing is judged).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from benchmarks.results import read_regular
 from harness import nodes, provenance, sweep
 from harness.analysis import reference
 from harness.analysis.compare import FAILED, SLOWER, UNJUDGED, Comparison, load_run
-from harness.errors import RunDirError, UsageError
+from harness.errors import EXIT_INTERRUPTED, RunDirError, UsageError
 from harness.executors.slurm.profile import ClusterProfile, Reference
 from harness.nodecheck import Options
 from harness.present import accept as present
@@ -125,7 +125,6 @@ def start(
         options = dataclasses.replace(options, backend=spec.backend)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise RunDirError(f"{out}: exists and is not an empty directory; bench accept writes a new one")
-    out.mkdir(parents=True, exist_ok=True)
     console.print(f"bench accept: {len(refs)} reference figure(s) of {profile.name}, into {out}", markup=False)
     console.print("1. the node check", markup=False)
     status = nodes.start(
@@ -143,6 +142,8 @@ def start(
         as_json=False,
         db=db,
     )
+    if status == EXIT_INTERRUPTED:
+        return status  # Ctrl-C: what ran is kept in DIR/nodes, and nothing is judged
     found = _node_verdict(out / NODES_DIR)
     outcome = Outcome(status, found)
     if status or not found:
@@ -157,6 +158,8 @@ def start(
     else:
         console.print(f"2. the acceptance sweep: {_keys(refs)}", markup=False)
         outcome.sweep_status = sweep.start(spec, sweep_path, executor, profile, out / SWEEP_DIR, console, yes=yes)
+        if outcome.sweep_status == EXIT_INTERRUPTED:
+            return EXIT_INTERRUPTED
         _judge(outcome, out, refs, profile.name)
     present.write(out, outcome, profile, provenance.record(), nodelist)
     console.print(f"bench accept: {outcome.line()}", markup=False, soft_wrap=True)
