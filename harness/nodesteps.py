@@ -217,10 +217,10 @@ class Driver:
         )
 
 
-def read_record(folder: Path) -> dict[str, Any]:
+def read_record(folder: Path, with_rounds: bool = True) -> dict[str, Any]:
     """A check's record, checked for the shape this module writes (a run directory is untrusted
-    data): steps.json, with "steps", every round's step records that ran, merged; ValueError
-    says what is wrong."""
+    data): steps.json, with "steps", every round's step records that ran, merged (without
+    `with_rounds`, steps.json alone); ValueError says what is wrong."""
     path = folder / RECORD
     data = load_json(path)
     if data.get("format_version") != RECORD_VERSION:
@@ -235,6 +235,8 @@ def read_record(folder: Path) -> dict[str, Any]:
             raise ValueError(f"{path}: {key} must be a count of rounds, found {value!r}")
     if not isinstance(rs, list) or len(rs) != ran or not all(_seconds(v) for v in rs):
         raise ValueError(f"{path}: round_s must be the seconds of each round that ran")
+    if not with_rounds:
+        return data
     steps: dict[str, Any] = {}
     for k in range(ran):
         part = load_json(folder / ROUNDS_DIR / f"{k}.json")

@@ -120,9 +120,10 @@ def add(db: Path, path: Path, cluster: str, label: str | None, v: Verdict) -> No
 
 
 def _median_round_s(path: Path) -> float | None:
-    """The median seconds of a check's rounds that ran, from its record; None without one."""
+    """The median seconds of a check's rounds that ran, from its record (steps.json: the rounds'
+    step records, which the verdict has read, are not read again); None without one."""
     try:
-        seconds = read_record(path / FOLDER)["round_s"]
+        seconds = read_record(path / FOLDER, with_rounds=False)["round_s"]
     except ValueError:
         return None
     return float(statistics.median(seconds)) if seconds else None
