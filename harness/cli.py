@@ -37,7 +37,7 @@ from benchmarks.catalog import PROBES, WORKLOADS
 from benchmarks.common import OneLineParser, parse_size
 from benchmarks.results import atomic_write_bytes, open_regular
 from harness import accept, inside, nodes, outputs, provenance, sweep, transport
-from harness.analysis import changes, history, nodehistory, reference
+from harness.analysis import changes, gate, history, nodehistory, reference
 from harness.analysis.compare import (
     AXES,
     BY_SAMPLES,
@@ -460,40 +460,65 @@ def cmd_history(args: argparse.Namespace) -> int:
     db = _db(args)
     if args.action in ("add", "plot", "changes") and not args.cluster:
         raise UsageError(f"history {args.action} needs --cluster NAME")
-    if args.action in ("add", "remove") and not args.dir:
+    if args.action in ("add", "remove", "accept") and not args.dir:
         raise UsageError(
             "history add needs the run directory: bench history add DIR --cluster NAME"
             if args.action == "add"
-            else "history remove needs the run id: bench history remove ID"
+            else f"history {args.action} needs the run id: bench history {args.action} ID"
+            + (" --reason TEXT" if args.action == "accept" else "")
         )
+    if args.action == "accept" and not args.reason:
+        raise UsageError(
+            "history accept needs --reason TEXT: why this run's level is the cluster's new normal "
+            "(kept with it, and shown by history list)"
+        )
+    if args.count and args.action != "list":
+        raise UsageError("--count is for history list")
     if args.action == "add" and nodehistory.is_check(Path(args.dir)):
-        check = nodehistory.add(db, Path(args.dir), args.cluster, args.label, nodes.verdict_of(Path(args.dir)))
+        judged = nodes.verdict_of(Path(args.dir))
+        check = nodehistory.add(db, Path(args.dir), args.cluster, args.label, judged)
         print(
             f"added the node check {args.dir} to {db} as node check {check.id} of cluster {check.cluster}"
             f"{f' (label {check.label})' if check.label else ''}: {check.nodes} nodes"
             + (f", named {check.named}" if check.named else "")
         )
+        if judged.unjudged and not judged.named:  # kept as history, but not a clean check (docs/nodes.md)
+            return EXIT_UNJUDGED
     elif args.action == "add":
-        added = history.add(db, args.dir, args.cluster, args.label)
+        added = history.add(db, args.dir, args.cluster, args.label, Path(args.verdict) if args.verdict else None)
         e = added.entry
         print(
             f"added {args.dir} to {db} as run {e.id} of cluster {e.cluster}"
             f"{f' (label {e.label})' if e.label else ''}: {e.keys} keys, {e.rows} summary rows"
         )
+        v = added.verdict
+        if v is None:
+            print("note: no verdict of bench regress with it: stored as not judged")
+        elif v["verdict"] == gate.REJECTED:
+            what = "all its keys" if gate.WHOLE in v["rejected"] else f"its {len(v['rejected'])} rejected keys"
+            print(
+                f"note: it failed the gate ({v['baseline']}): {what} never serve as a baseline, unless "
+                f"`bench history accept {e.id} --reason TEXT` makes its level the new normal"
+            )
         if added.failed_jobs:
             some = ", ".join(added.failed_jobs[:5]) + (", ..." if len(added.failed_jobs) > 5 else "")
             print(
                 f"note: {len(added.failed_jobs)} job{'s' if len(added.failed_jobs) != 1 else ''} did not complete "
                 f"({some}); their {e.failed} rows are stored as failed and never serve as a baseline"
             )
+    elif args.action == "accept":
+        e = history.accept(db, _run_id(args.dir, "accept"), args.reason)
+        print(
+            f"accepted run {e.id} of cluster {e.cluster} ({e.label or 'no label'}, ran {e.created}) as its new "
+            f"normal: baselines begin at it"
+        )
     elif args.action == "remove":
-        if not args.dir.isdigit():
-            raise UsageError(f"history remove {args.dir!r}: give the run's id, a number from `bench history list`")
+        run_id = _run_id(args.dir, "remove")
         if args.nodes:
-            n = nodehistory.remove(db, int(args.dir))
+            n = nodehistory.remove(db, run_id)
             print(f"removed node check {n.id} of cluster {n.cluster} (added from {n.path}) from {db}")
             return 0
-        e = history.remove(db, int(args.dir))
+        e = history.remove(db, run_id)
         print(f"removed run {e.id} of cluster {e.cluster} ({e.label or 'no label'}, added from {e.path}) from {db}")
     elif args.action == "check":
         checked, problems = history.check(db)
@@ -504,10 +529,16 @@ def cmd_history(args: argparse.Namespace) -> int:
             + (f"{len(problems)} problem{'s' if len(problems) != 1 else ''}" if problems else "all readable")
         )
         return 1 if problems else 0
+    elif args.action == "list" and args.count:  # for scripts (recipes/nightly.sh): a number, or a failure
+        if not db.exists():
+            print(f"bench history: {db} does not exist yet: 0 runs", file=sys.stderr)
+            print(0)
+        else:
+            print(len(history.entries(db, args.cluster)))
     elif args.action == "list":
         from rich.table import Table
 
-        # The node checks first: the last line counts the runs, which recipes/nightly.sh reads.
+        # The node checks first, then the runs, the last line counting them.
         checks = nodehistory.entries(db, args.cluster)
         if checks:
             t = Table(title="Node checks (bench nodes)", title_justify="left")
@@ -527,8 +558,9 @@ def cmd_history(args: argparse.Namespace) -> int:
             console.print(t)
             console.print(f"{len(checks)} node check{'s' if len(checks) != 1 else ''}")
         found = history.entries(db, args.cluster)
+        gated = history.gate_verdicts(db, found)
         t = Table(title=f"Runs in {shown(str(db))}", title_justify="left")
-        for col in ("id", "cluster", "label", "sweep", "ran", "added", "keys", "failed rows", "path"):
+        for col in ("id", "cluster", "label", "sweep", "ran", "added", "keys", "failed rows", "gate", "path"):
             t.add_column(col)
         for e in found:
             t.add_row(
@@ -540,6 +572,7 @@ def cmd_history(args: argparse.Namespace) -> int:
                 e.added,
                 str(e.keys),
                 str(e.failed),
+                shown(_gate_cell(gated.get(e.id))),
                 shown(e.path),
             )
         console.print(t)
@@ -571,6 +604,22 @@ def cmd_history(args: argparse.Namespace) -> int:
             atomic_write_bytes(csv, points)
         print(f"wrote {out}" + (f" and {csv}" if csv is not None else ""))
     return 0
+
+
+def _run_id(text: str, action: str) -> int:
+    if not (text.isascii() and text.isdigit() and len(text) <= 18):
+        raise UsageError(f"history {action} {text[:40]!r}: give the run's id, a number from `bench history list`")
+    return int(text)
+
+
+def _gate_cell(verdict: tuple[str, int, str | None, str | None] | None) -> str:
+    """history list's gate column (analysis/gate.py)."""
+    if verdict is None:
+        return "-"
+    word, rejected, accepted, reason = verdict
+    if word == gate.REJECTED:
+        word = f"failed ({'whole run' if rejected < 0 else f'{rejected} keys'})"
+    return word + (f"; accepted {accepted}: {reason}" if accepted else "")
 
 
 def _file_safe(name: str) -> str:
@@ -616,15 +665,6 @@ def cmd_regress(args: argparse.Namespace) -> int:
                 f"of the band, and slower only beyond the provisional margin of {cmp.margin:.0%}",
                 soft_wrap=True,
             )
-    paths = write_all(
-        cmp,
-        named or Path(args.dir),
-        "" if named else "regress",
-        f"bench regress: {run.label} against {where}",
-        benchmark_json=args.benchmark_json,
-        strict=not args.allow_unjudged,
-    )
-    print("wrote " + ", ".join(str(p) for p in paths.values()))
     counts = cmp.counts()
     status = (
         EXIT_REGRESSION
@@ -633,6 +673,24 @@ def cmd_regress(args: argparse.Namespace) -> int:
         if counts[UNJUDGED] and not args.allow_unjudged
         else 0
     )
+    # the verdict history add stores with the run, so that what failed never becomes a baseline
+    verdict = gate.document(
+        cmp,
+        history.fingerprint(RunDir(args.dir)),
+        None if kind == reference.BASELINE else args.cluster,
+        args.baseline,
+        status,
+    )
+    paths = write_all(
+        cmp,
+        named or Path(args.dir),
+        "" if named else "regress",
+        f"bench regress: {run.label} against {where}",
+        benchmark_json=args.benchmark_json,
+        strict=not args.allow_unjudged,
+        verdict=gate.encode(verdict),
+    )
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
     word = {EXIT_REGRESSION: "REGRESSION: ", EXIT_UNJUDGED: "CANNOT JUDGE: ", 0: ""}[status]
     print(f"bench regress: {word}{summary_line(cmp)}", file=sys.stderr if status else sys.stdout)
     return status
@@ -836,11 +894,18 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_compare)
 
     h = sub.add_parser("history", help="store runs per cluster; list, plot, check, remove; find change points")
-    h.add_argument("action", choices=("add", "list", "plot", "changes", "check", "remove"))
-    h.add_argument("dir", nargs="?", metavar="DIR|ID", help="run directory (add) or run id (remove)")
+    h.add_argument("action", choices=("add", "list", "plot", "changes", "check", "remove", "accept"))
+    h.add_argument("dir", nargs="?", metavar="DIR|ID", help="run directory (add) or run id (remove, accept)")
     h.add_argument("--cluster", help="cluster name (required for add, plot and changes; a filter for list)")
     h.add_argument("--label", help="label of the run (history add), e.g. nccl-2.21 or after-ib-fix")
     h.add_argument("--db", help=DB_HELP)
+    h.add_argument(
+        "--verdict",
+        metavar="FILE",
+        help="the gate.json bench regress wrote for the run (history add; default DIR/regress/gate.json)",
+    )
+    h.add_argument("--reason", help="why the run's level is the new normal (history accept; required)")
+    h.add_argument("--count", action="store_true", help="history list: print only the number of runs, for scripts")
     h.add_argument("--out", help="image file (history plot; default beside the database)")
     h.add_argument(
         "--metric",

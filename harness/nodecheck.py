@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
+import shlex
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -297,9 +298,13 @@ class FigureError(ValueError):
     """A step's result that does not hold the figure it should."""
 
 
-def _number(value: Any, where: str) -> float:
+def _number(value: Any, where: str, positive: bool = False) -> float:
+    """A figure of a result; a rate or a time must be positive: a step that read 0 GB/s, or 0 s
+    a call, measured nothing, and fails rather than join a population of zeros."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise FigureError(f"{where}: not a non-negative number ({value!r})")
+    if positive and value == 0:
+        raise FigureError(f"{where}: 0, which is no measurement")
     return float(value)
 
 
@@ -314,9 +319,11 @@ def _median_busbw(result: Mapping[str, Any], collective: str, group: str, where:
             wrong = _number(row.get("wrong"), f"{where}: {collective} wrong")
             if wrong:
                 raise FigureError(f"{where}: {collective} returned {wrong:.0f} wrong element(s)")
-            busbw = _number(row.get("busbw_gbps"), f"{where}: {collective} busbw_gbps")
-            mean, median = (_number(row.get(k), f"{where}: {collective} {k}") for k in ("time_us", "time_us_median"))
-            return busbw * mean / median if median > 0 else busbw
+            busbw = _number(row.get("busbw_gbps"), f"{where}: {collective} busbw_gbps", positive=True)
+            mean, median = (
+                _number(row.get(k), f"{where}: {collective} {k}", positive=True) for k in ("time_us", "time_us_median")
+            )
+            return busbw * mean / median
     raise FigureError(f"{where}: no {collective} row on the {group} group")
 
 
@@ -326,11 +333,20 @@ def exchange_group(gpus_per_node: int) -> str:
     return "inter" if gpus_per_node > 1 else "world"
 
 
+# What each kind of round measures.
+KIND_METRICS = {"gemm": ("gemm_tflops",), "intra": ("intra_busbw_gbps",), "pair": ("busbw_gbps", "p2p_gbps")}
+
+
 def step_metrics(step: Step) -> tuple[str, ...]:
     """The metrics a step measures."""
-    if step.module == "benchmarks.gemm":
-        return ("gemm_tflops",)
-    return ("intra_busbw_gbps",) if len(step.nodes) == 1 else ("busbw_gbps", "p2p_gbps")
+    kind = "gemm" if step.module == "benchmarks.gemm" else "intra" if len(step.nodes) == 1 else "pair"
+    return KIND_METRICS[kind]
+
+
+def planned_metrics(o: Options) -> list[str]:
+    """The metrics a check's rounds measure (`schedule`'s kinds), counted rather than planned."""
+    kinds = [*(["gemm"] if o.gemm else []), *(["intra"] if o.gpus_per_node > 1 else []), "pair"]
+    return [m for kind in kinds for m in KIND_METRICS[kind]]
 
 
 def step_figures(step: Step, result: Mapping[str, Any]) -> dict[str, float]:
@@ -341,7 +357,7 @@ def step_figures(step: Step, result: Mapping[str, Any]) -> dict[str, float]:
         values = result.get("tflops_per_rank")
         if not isinstance(values, list) or not values:
             raise FigureError(f"{where}: no tflops_per_rank")
-        return {"gemm_tflops": min(_number(v, f"{where}: tflops_per_rank") for v in values)}
+        return {"gemm_tflops": min(_number(v, f"{where}: tflops_per_rank", positive=True) for v in values)}
     if metrics == ("intra_busbw_gbps",):
         return {"intra_busbw_gbps": _median_busbw(result, "all_reduce", "world", where)}
     groups = (result.get("params") or {}).get("groups") or {}
@@ -435,6 +451,12 @@ class Verdict:
         return [self.node_figures[m].get(node) for m in self.node_figures] + [
             self.node_scores[m].get(node) for m in self.node_scores
         ]
+
+
+def drain_command(hostlist: str, reason: str) -> str:
+    """The scontrol line an admin pastes to drain what a check named, every word quoted for a
+    shell: the reason holds a run directory's name, which is anyone's to choose."""
+    return shlex.join(["scontrol", "update", f"nodename={hostlist}", "state=drain", f"reason={reason}"])
 
 
 def _fmt(value: float) -> str:

@@ -189,6 +189,9 @@ def start(
     run, _ = claim(out)
     with locked(run):
         plan.write(run.path)
+        if executor == "local" and dry_run:  # a dry run never runs, on any executor
+            console.print(f"dry run: nothing ran; the check's plan is in {run.path / PLAN}", markup=False)
+            return 0
         if executor == "local":
             try:
                 Driver(run.path, FOLDER, names, options, LocalLauncher(run.path, options)).drive(
@@ -272,7 +275,7 @@ def report(run: RunDir, plan: Plan, profile: ClusterProfile | None, console: Con
         if verdict.drain:
             console.print(f"[red]drain:[/] {verdict.drain}", soft_wrap=True)
             console.print(
-                f"  scontrol update nodename={verdict.drain} state=drain reason='bench nodes: {run.path.name}'",
+                f"  {nodecheck.drain_command(verdict.drain, f'bench nodes: {run.path.name}')}",
                 markup=False,
                 soft_wrap=True,
             )

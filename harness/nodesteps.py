@@ -281,12 +281,23 @@ def gather(run: Path, plan: Plan) -> Figures:
     record = read_record(folder)
     names: list[str] = record["hosts"]
     out = Figures(names, {}, {}, {}, 0, record)
+    where = folder / RECORD
+    # the record must be of the check the plan asked for: a record that judged fewer nodes, or
+    # other rounds and steps, would pass what was never checked (docs/nodes.md, "Fail closed")
+    if len(names) != plan.nodes or len(names) < 2:
+        raise ValueError(f"{where}: hosts names {len(names)} node(s); the check's plan has {plan.nodes}")
     try:
         rounds = nodecheck.schedule(names, plan.options)
     except ValueError as exc:
-        raise ValueError(f"{folder / RECORD}: {exc}") from None
+        raise ValueError(f"{where}: {exc}") from None
+    if record["rounds"] != len(rounds) or record["ran"] > len(rounds):
+        raise ValueError(
+            f"{where}: {record['rounds']} rounds, {record['ran']} ran; the plan of {len(names)} nodes has {len(rounds)}"
+        )
+    planned = 0
     for round_ in rounds:
         for step in nodecheck.steps(round_, plan.options, FOLDER):
+            planned += 1
             rec = record["steps"].get(step.name)
             if rec is None or rec.get("state") in (None, "RUNNING"):
                 out.never += 1
@@ -307,6 +318,8 @@ def gather(run: Path, plan: Plan) -> Figures:
                     out.pairs.setdefault(metric, {})[(nodes[0], nodes[1])] = value
             if figures is None:
                 out.failures[" ".join(nodes)] = f"{step.name} {why}"
+    if len(record["steps"]) > planned - out.never:
+        raise ValueError(f"{where}: its rounds record {len(record['steps'])} steps; the plan has {planned}")
     return out
 
 

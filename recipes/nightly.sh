@@ -4,7 +4,9 @@
 # 0 nothing regressed, 1 a key regressed or failed, 3 some key could not be judged, 2 bad input.
 # The first run of a cluster has no baseline: it is added and passes, and the nights after it
 # are judged. Until the history holds 5 runs of a key, a key fails only beyond the provisional
-# margin of 40% (docs/noise.md); from then on, outside the band its last 5 runs draw. The
+# margin of 40% (docs/noise.md); from then on, outside the band its last 5 runs draw. A night
+# that failed is kept with its verdict and never joins a baseline, so a regression fails every
+# night until it is fixed or `bench history accept ID --reason TEXT` makes it the new normal. The
 # verdicts for the CI to publish are in <run>/regress/junit.xml, copied to $JUNIT when it is set.
 #
 #   BENCH_CLUSTER=/shared/bench/site.yaml BENCH_RESULTS=/shared/bench/results \
@@ -26,15 +28,22 @@ if [ "$swept" -ne 0 ] && [ "$swept" -ne 1 ]; then
   echo "nightly: bench sweep ended with status $swept; nothing judged" >&2
   exit "$swept"
 fi
-if bench history list --cluster "$NAME" 2>/dev/null | tail -n 1 | grep -qv '^0 runs$'; then
+# How many runs of this cluster the history holds, as a number; a history that cannot be read
+# stops the night, with bench's own line, rather than pass as a first night.
+runs=$(bench history list --cluster "$NAME" --count) || exit $?
+case $runs in ''|*[!0-9]*) echo "nightly: bench history list --count printed '$runs', not a number" >&2; exit 70;; esac
+judged=()
+if [ "$runs" -gt 0 ]; then
   bench regress "$run" --cluster "$NAME" --out "$run/regress" "${regress_args[@]}"
   verdict=$?
-  if [ -n "${JUNIT:-}" ] && [ -f "$run/regress/junit.xml" ]; then cp "$run/regress/junit.xml" "$JUNIT"; fi
+  # 0 passed, 1 regressed, 3 could not judge: added with its verdict (a night that failed never
+  # becomes a baseline). Anything else, bad input included, stays out of the history.
+  if [ "$verdict" -ne 0 ] && [ "$verdict" -ne 1 ] && [ "$verdict" -ne 3 ]; then exit "$verdict"; fi
+  if [ -n "${JUNIT:-}" ]; then cp "$run/regress/junit.xml" "$JUNIT" || exit $?; fi
+  judged=(--verdict "$run/regress/gate.json")
 else
   echo "nightly: the first run of $NAME in $BENCH_HISTORY becomes its baseline; nothing to judge yet"
   verdict=0
 fi
-if [ "$verdict" -ne 2 ]; then  # a run that could not be judged for bad input stays out of the history
-  bench history add "$run" --cluster "$NAME" --label nightly || exit $?
-fi
+bench history add "$run" --cluster "$NAME" --label nightly "${judged[@]}" || exit $?
 exit "$verdict"

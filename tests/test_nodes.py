@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import HOSTILE_VALUES, SWEEPS, bench, read_json
+from conftest import HOSTILE_VALUES, SWEEPS, bench, left_in, read_json
 
-from harness import nodes
+from harness import nodecheck, nodes
 from harness.analysis import nodehistory
 from harness.executors.slurm.nodes import check_job, render_check_script, render_step_script
 from harness.executors.slurm.profile import load_profile
@@ -90,6 +90,10 @@ def test_a_check_is_judged_again_with_another_threshold(local_check, tmp_path):
     assert v["pair_figures"] == before["pair_figures"]
 
 
+def _edit(text: str, **fields) -> str:
+    return json.dumps({**json.loads(text), **fields})
+
+
 def _tamper(tmp_path: Path, source: Path, rel: str, edit) -> Path:
     copy = tmp_path / "check"
     shutil.copytree(source, copy)
@@ -110,6 +114,11 @@ def _tamper(tmp_path: Path, source: Path, rel: str, edit) -> Path:
         ("jobs/nodes/steps.json", lambda t: t.replace('"local1"', '"local0"'), "hosts names a node twice"),
         ("jobs/nodes/steps.json", lambda t: t.replace('"ran": 1', '"ran": 9'), "round_s must be the seconds"),
         ("jobs/nodes/rounds/0.json", lambda t: "{", "not readable JSON"),
+        # a record that judged fewer nodes, or other rounds and steps, than its plan: never clean
+        ("jobs/nodes/steps.json", lambda t: _edit(t, hosts=[]), "hosts names 0 node(s); the check's plan has 2"),
+        ("jobs/nodes/steps.json", lambda t: _edit(t, hosts=["local0"]), "hosts names 1 node(s)"),
+        ("jobs/nodes/steps.json", lambda t: _edit(t, rounds=5), "5 rounds, 1 ran; the plan of 2 nodes has 1"),
+        ("jobs/nodes/rounds/0.json", lambda t: _edit(t, **{"pair-0-9": {}}), "its rounds record 2 steps"),
     ],
 )
 def test_a_tampered_check_is_one_line_and_exit_2(local_check, tmp_path, rel, edit, words):
@@ -131,6 +140,52 @@ def test_a_result_with_wrong_elements_fails_its_step(local_check, tmp_path):
     assert (
         "1 of 1 pairs failed (first: pair-0-1 pair-0-1: all_reduce returned 7 wrong element(s))" in v["not_judged"][0]
     )
+
+
+def test_a_pair_that_read_0_is_no_measurement(local_check, tmp_path):
+    """Every pair at 0 GB/s is a failed step, not a population of equal nodes: never clean."""
+    copy = _tamper(
+        tmp_path,
+        local_check[1],
+        "jobs/nodes/steps/pair-0-1.json",
+        lambda t: _edit(t, rows=[{**row, "busbw_gbps": 0} for row in json.loads(t)["rows"]]),
+    )
+    r = bench("nodes", "--report", str(copy), "--json", check=False)
+    v = json.loads(r.stdout)
+    assert r.returncode == 3 and not v["clean"] and v["pair_figures"]["busbw_gbps"]["local0 local1"] is None
+    assert "busbw_gbps: 0, which is no measurement" in " ".join(v["not_judged"]), v["not_judged"]
+
+
+def test_history_add_of_a_check_that_judged_nothing_is_not_clean(local_check, tmp_path):
+    """A check of 2 nodes judges no population: history add keeps it, says so, and exits 3."""
+    db = tmp_path / "h.sqlite"
+    r = bench("history", "add", str(local_check[1]), "--cluster", "lab", "--db", str(db), check=False)
+    assert r.returncode == 3 and "named not judged: " in r.stdout, r.describe()
+    assert nodehistory.entries(db)[0].named.startswith("not judged: ")
+
+
+def test_a_local_dry_run_runs_nothing(tmp_path):
+    """64 emulated nodes would start 2,080 steps (2,016 pairs); a dry run plans them and starts none."""
+    out = tmp_path / "dry"
+    r = bench("nodes", "--executor", "local", "--nodes", "64", "--dry-run", "--out", str(out), timeout=60)
+    assert "2080 steps in 64 rounds" in r.stdout and "dry run: nothing ran" in r.stdout, r.describe()
+    assert sorted(p.name for p in out.iterdir()) == [".lock", "check.json"] and left_in(out) == []
+
+
+@pytest.mark.parametrize("value", HOSTILE_VALUES + ["it's", "a\nb"])
+def test_the_drain_line_is_quoted_for_a_shell(tmp_path, value):
+    """The line an admin pastes, run by a real bash with scontrol a function printing its words:
+    the run directory's name arrives as one word, and nothing in it runs."""
+    line = nodecheck.drain_command("bnode[1-2,4]", f"bench nodes: check-{value}")
+    words = subprocess.run(
+        ["bash", "-c", 'scontrol() { printf "%s\\0" "$@"; }; ' + line],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=True,
+    ).stdout.split("\0")[:-1]
+    assert words == ["update", "nodename=bnode[1-2,4]", "state=drain", f"reason=bench nodes: check-{value}"]
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("bad", ["a;b", "$(id)", "bnode[1-4] x", "n`id`"])
@@ -175,7 +230,9 @@ def test_a_dry_run_plans_and_prices_a_check_off_the_cluster(local_check, tmp_pat
     stated = _dry_check(tmp_path, "name: lab\nnode_check_round_s: 30\n", "b", "--db", str(db))
     # by hand: 64 rounds x 30 s = 0.53 h, over 64 nodes 34.1 node-hours
     assert "64 rounds: 0.53 h, 34.1 node-hours, at 30 s a round (the profile's node_check_round_s)" in stated.stdout
-    bench("history", "add", str(local_check[1]), "--cluster", "lab", "--db", str(db))
+    assert (
+        bench("history", "add", str(local_check[1]), "--cluster", "lab", "--db", str(db), check=False).returncode == 3
+    )
     record = json.loads((local_check[1] / "jobs/nodes/steps.json").read_text())
     median = statistics.median(record["round_s"])
     last = _dry_check(tmp_path, "name: lab\n", "c", "--db", str(db))
@@ -288,10 +345,9 @@ def _night(source: Path, dest: Path, k: int, slow: float) -> Path:
 
 def test_a_link_that_degrades_is_a_change_point_of_the_history(local_check, tmp_path):
     db = tmp_path / "history.sqlite"
-    r = bench(
-        "history", "add", str(_night(local_check[1], tmp_path / "n0", 0, 1.0)), "--cluster", "lab", "--db", str(db)
-    )
-    assert "as node check 1 of cluster lab: 2 nodes" in r.stdout
+    first = _night(local_check[1], tmp_path / "n0", 0, 1.0)
+    r = bench("history", "add", str(first), "--cluster", "lab", "--db", str(db), check=False)
+    assert r.returncode == 3 and "as node check 1 of cluster lab: 2 nodes" in r.stdout  # 2 nodes: not judged
     for k in range(1, 8):  # in this process: what the command adds, without its start-up
         night = _night(local_check[1], tmp_path / f"n{k}", k, 1.0 if k < 4 else 0.4)
         check = nodehistory.add(db, night, "lab", f"night{k}", nodes.verdict_of(night))
@@ -311,6 +367,8 @@ def test_a_link_that_degrades_is_a_change_point_of_the_history(local_check, tmp_
     assert "8 node checks" in r.stdout
     listed = bench("history", "list", "--db", str(db)).stdout
     assert "Node checks (bench nodes)" in listed and "night7" in listed
-    assert listed.strip().splitlines()[-1] == "0 runs"  # the line recipes/nightly.sh reads
+    assert listed.strip().splitlines()[-1] == "0 runs"
+    counted = bench("history", "list", "--count", "--cluster", "lab", "--db", str(db)).stdout
+    assert counted == "0\n"  # what recipes/nightly.sh reads: node checks are no runs of a sweep
     removed = bench("history", "remove", "8", "--nodes", "--db", str(db))
     assert "removed node check 8 of cluster lab" in removed.stdout

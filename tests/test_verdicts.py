@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import bench, copy_run, planned_later, regress, separating
 
-from harness.analysis import changes, history, stats
+from harness.analysis import changes, gate, history, stats
 from harness.analysis.compare import FAILED, PROVISIONAL_MARGIN, UNJUDGED, compare, load_run
 
 FAILED_JOB = "n2-g1-torchrun-default"
@@ -262,9 +262,66 @@ def test_a_malformed_database_is_one_line(real_run, tmp_path, history_of):
 
 def test_history_remove_of_an_unknown_id(real_run, tmp_path, history_of):
     db = history_of(planned_later(copy_run(real_run, tmp_path / "a"), "0"))
-    for arg, want in (("7", "no run 7 in the history"), ("x", "give the run's id")):
-        r = bench("history", "remove", arg, "--db", str(db), check=False)
-        assert r.returncode == 2 and want in r.stderr, r.describe()
+    ids = (("7", "no run 7 in the history"), ("x", "give the run's id"), ("\u00b2", "give the run's id"))
+    for arg, want in (*ids, ("9" * 20, "give the run's id"), ("9" * 5000, "give the run's id")):
+        for action in ("remove", "accept"):
+            r = bench("history", action, arg, "--reason", "r", "--db", str(db), check=False)
+            assert r.returncode == 2 and want in r.stderr and len(r.stderr) < 300, r.describe()
+
+
+def test_a_failed_night_never_joins_a_baseline_until_accepted(real_run, tmp_path, history_of):
+    """Night 1 at 1.0, nights 2 and 3 at half its rates. Night 2 fails the gate and is added
+    with its verdict. Night 3 is judged against night 1 alone, not against the median of nights
+    1 and 2 (0.75: -33%, inside the provisional margin of 40%, which passed a persistent
+    regression on its second night); it fails until night 2 is accepted as the new normal."""
+    db = history_of(planned_later(copy_run(real_run, tmp_path / "n1"), "0"))
+    n2 = planned_later(copy_run(real_run, tmp_path / "n2", time_factor=2), "1")
+    n3 = planned_later(copy_run(real_run, tmp_path / "n3", time_factor=2), "9")
+    assert regress(n2, db, n2 / "regress").returncode == 1
+    added = bench("history", "add", str(n2), "--cluster", "lab", "--label", "nightly", "--db", str(db)).stdout
+    assert "it failed the gate (median:5)" in added and "bench history accept 2 --reason" in added, added
+    verdict = json.loads((n2 / "regress" / "gate.json").read_text())
+    assert verdict["run"] == history.fingerprint(history.RunDir(n2)) and verdict["verdict"] == "failed"
+    r = regress(n3, db, tmp_path / "o3")
+    assert r.returncode == 1 and "REGRESSION" in r.stderr, r.describe()
+    # night 3 is night 2's data: every key night 2 failed is judged against night 1 alone, as
+    # night 2's was, and fails again (which keys the within-run test can tell on loopback varies)
+    base = history.baseline(db, "lab", exclude=history.fingerprint(history.RunDir(n3)))
+    table = compare(base, load_run(n3), margin=PROVISIONAL_MARGIN).table
+    rejected = set(verdict["rejected"])
+    again = table[[k in rejected for k in gate.key_strings(table)]]
+    assert len(again) == len(rejected) > 0 and set(again["verdict"]) == {"slower"}, again
+    assert np.allclose(again["change"], -0.5) and set(again["runs_a"]) == {1}, again
+    listed = " ".join(bench("history", "list", "--db", str(db)).stdout.split())
+    assert re.search(r"failed \(\d+ keys\)", listed), listed
+    bench("history", "accept", "2", "--reason", "new switch firmware", "--db", str(db))
+    r = regress(n3, db, tmp_path / "o4")
+    assert r.returncode == 0, r.describe()
+    assert "history run 2 (" in (tmp_path / "o4" / "report.md").read_text()
+    word, keys, accepted, reason = history.gate_verdicts(db, history.entries(db))[2]
+    assert (word, keys, reason) == ("failed", len(rejected), "new switch firmware") and accepted
+    # a verdict of another run, or a damaged one, is refused before anything is written
+    other = planned_later(copy_run(real_run, tmp_path / "n5"), "95")
+    for verdict_text in ((n2 / "regress" / "gate.json").read_text(), "{"):
+        (other / "regress").mkdir(exist_ok=True)
+        (other / "regress" / "gate.json").write_text(verdict_text)
+        r = bench("history", "add", str(other), "--cluster", "lab", "--db", str(db), check=False)
+        assert r.returncode == 2 and "gate.json" in r.stderr and len(r.stderr.splitlines()) == 1, r.describe()
+    assert bench("history", "list", "--count", "--cluster", "lab", "--db", str(db)).stdout == "2\n"
+
+
+def test_history_list_count_fails_closed(real_run, tmp_path, history_of):
+    """What recipes/nightly.sh reads: a number, 0 before the first night, and a failure, never 0,
+    when the history cannot be read."""
+    missing = bench("history", "list", "--count", "--cluster", "lab", "--db", str(tmp_path / "none.sqlite"))
+    assert missing.stdout == "0\n" and "does not exist yet" in missing.stderr
+    db = history_of(planned_later(copy_run(real_run, tmp_path / "a"), "0"))
+    assert bench("history", "list", "--count", "--cluster", "lab", "--db", str(db)).stdout == "1\n"
+    assert bench("history", "list", "--count", "--cluster", "other", "--db", str(db)).stdout == "0\n"
+    with sqlite3.connect(db) as con:
+        con.execute("DROP TABLE runs")
+    r = bench("history", "list", "--count", "--cluster", "lab", "--db", str(db), check=False)
+    assert r.returncode == 2 and r.stdout == "" and "not a bench history" in r.stderr, r.describe()
 
 
 # --------------------------------------------------------------------------- like with like

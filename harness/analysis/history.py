@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD, UNITS
 from benchmarks.results import read_regular
+from harness.analysis import gate
 from harness.analysis.compare import (
     CONFIG,
     KEYS,
@@ -244,17 +245,23 @@ def _current_series(text: str) -> str:
 class Added:
     entry: Entry
     failed_jobs: list[str]  # "job STATE" of every job with a key that did not complete
+    verdict: dict[str, Any] | None  # the gate's (analysis/gate.py), None for a run never judged
 
 
-def add(db: Path, path: str | Path, cluster: str, label: str | None = None) -> Added:
-    """Store a run, failed keys and all; everything is checked before the one transaction
-    that writes it."""
-    for flag, text in (("--cluster", cluster), ("--label", label)):
-        if text is not None and (not text.strip() or len(text) > 200 or not text.isprintable()):
-            raise HistoryError(
-                f"{flag} {text!r}: give a name of 1 to 200 printable characters (no control "
-                f"characters, which reports and junit.xml cannot carry)"
-            )
+def check_name(flag: str, text: str | None) -> None:
+    if text is not None and (not text.strip() or len(text) > 200 or not text.isprintable()):
+        raise HistoryError(
+            f"{flag} {text!r}: give a name of 1 to 200 printable characters (no control "
+            f"characters, which reports and junit.xml cannot carry)"
+        )
+
+
+def add(db: Path, path: str | Path, cluster: str, label: str | None = None, verdict: Path | None = None) -> Added:
+    """Store a run, failed keys and all, with the gate's verdict on it: `verdict` (a gate.json
+    bench regress wrote), else the run's own regress/gate.json where there is one. Everything
+    is checked before the one transaction that writes it."""
+    check_name("--cluster", cluster)
+    check_name("--label", label)
     run = RunDir(path)
     summary, samples = read_tables(run)
     plan = run.read_plan()
@@ -268,10 +275,13 @@ def add(db: Path, path: str | Path, cluster: str, label: str | None = None) -> A
     blob = _parquet(kept)
     sblob = _parquet(samples) if samples is not None else None
     fp = fingerprint(run)
+    judged = gate.read(verdict or run.path / "regress" / gate.FILE, fp, cluster)
+    if verdict is not None and judged is None:
+        raise HistoryError(f"--verdict {verdict}: no such file; bench regress writes gate.json in its --out")
     created = plan.get("created") or ""
     with session(db, create=True) as con:
         with transaction(con):
-            create_tables(con)
+            create_tables(con, gate.SCHEMA if judged else "")
             dup = con.execute("SELECT id, cluster, label, path FROM runs WHERE fingerprint = ?", (fp,)).fetchone()
             if dup:
                 raise HistoryError(
@@ -294,11 +304,13 @@ def add(db: Path, path: str | Path, cluster: str, label: str | None = None) -> A
                     json.dumps(env),
                 ),
             )
-            run_id = cur.lastrowid
+            run_id = int(cur.lastrowid or 0)
             con.execute("INSERT INTO data VALUES (?, ?, ?)", (run_id, blob, sblob))
             con.executemany("INSERT INTO points VALUES (?, ?, ?, ?)", [(run_id, *p) for p in points])
+            if judged:
+                gate.store(con, run_id, judged)
         entry = Entry(*con.execute(_ENTRY + " WHERE id = ?", (run_id,)).fetchone())
-    return Added(entry, [f"{j} {s}" for j, s in zip(not_done["job"], not_done["status"])])
+    return Added(entry, [f"{j} {s}" for j, s in zip(not_done["job"], not_done["status"])], judged)
 
 
 def entries(db: Path, cluster: str | None = None) -> list[Entry]:
@@ -344,10 +356,30 @@ def remove(db: Path, run_id: int) -> Entry:
         if not row:
             raise HistoryError(f"{db}: no run {run_id} in the history; `bench history list` shows the ids")
         with transaction(con):
+            gate.remove(con, run_id)
             for table in ("points", "data"):
                 con.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
             con.execute("DELETE FROM runs WHERE id = ?", (run_id,))
         return Entry(*row)
+
+
+def accept(db: Path, run_id: int, reason: str) -> Entry:
+    """Accept a run's level as the cluster's new normal (analysis/gate.py): baselines begin at it."""
+    check_name("--reason", reason)
+    with session(db) as con:
+        row = con.execute(_ENTRY + " WHERE id = ?", (run_id,)).fetchone()
+        if not row:
+            raise HistoryError(f"{db}: no run {run_id} in the history; `bench history list` shows the ids")
+        with transaction(con):
+            create_tables(con, gate.SCHEMA)
+            gate.accept(con, run_id, reason)
+        return Entry(*row)
+
+
+def gate_verdicts(db: Path, found: list[Entry]) -> dict[int, tuple[str, int, str | None, str | None]]:
+    """The gate's verdict on each entry judged (analysis/gate.py)."""
+    with session(db) as con:
+        return gate.verdicts(con, [e.id for e in found])
 
 
 def check(db: Path) -> tuple[int, list[str]]:
@@ -451,6 +483,14 @@ def baseline(db: Path, cluster: str, how: str = DEFAULT_BASELINE, exclude: str |
         )
         params = [cluster] + ([exclude] if exclude else []) + ([label] if label else [])
         found = [Entry(*r) for r in con.execute(q, params)]
+        since = gate.accepted_since(con, cluster) if kind != "label" else None
+        if since is not None:  # an accepted run is the new normal: nothing before it serves
+            found = [e for e in found if (e.created, e.id) >= since]
+            if not found:
+                raise HistoryError(
+                    f"{db}: run {since[1]} of cluster {cluster!r} was accepted as its new normal, and the run "
+                    f"under test is the only one since; judge a later run against it"
+                )
         if (
             not found
             and exclude
@@ -487,6 +527,7 @@ def _baseline(con: sqlite3.Connection, db: Path, found: list[Entry], kind: str, 
     environment: dict[str, Any] = {}
     environments: dict[int, dict[str, Any]] = {}
     wanted = np.zeros(0, dtype=np.uint64)  # set from the newest run, read first
+    refused = gate.rejected(con, [e.id for e in found])  # what the gate failed, never a baseline
     for rank, entry in enumerate(found):
         summary, _, env = _load(con, db, entry, with_samples=False)
         environments[entry.id] = env
@@ -494,7 +535,10 @@ def _baseline(con: sqlite3.Connection, db: Path, found: list[Entry], kind: str, 
         df["_key"] = _key_hash(df)
         if expected is None:  # the newest run says which keys are expected
             expected, environment, wanted = df, env, np.unique(df["_key"].to_numpy())
-        usable = df[_usable_rows(df) & np.isin(df["_key"].to_numpy(), wanted)]
+        ok = _usable_rows(df) & np.isin(df["_key"].to_numpy(), wanted)
+        if entry.id in refused:
+            ok &= gate.kept(df, refused[entry.id])
+        usable = df[ok]
         frames.append(usable.assign(_rank=rank, _entry=entry.id))
         if kind in ("median", "last") and _enough(frames, wanted, k if kind == "median" else 1):
             break

@@ -94,7 +94,11 @@ def rows(v: Verdict) -> list[tuple[str, str, float | None]]:
 def add(db: Path, path: Path, cluster: str, label: str | None, v: Verdict) -> NodeEntry:
     """Store the check in `path`, judged as `v`: its figures, and what it named."""
     named = "; ".join(
-        [*([f"drain {v.drain}"] if v.drain else []), *(f"link {a}-{b}" for a, b in (f.nodes for f in v.links))]
+        [
+            *([f"drain {v.drain}"] if v.drain else []),
+            *(f"link {a}-{b}" for a, b in (f.nodes for f in v.links)),
+            *([f"not judged: {v.unjudged[0]}"] if v.unjudged else []),  # never stored as clean
+        ]
     )
     digest = hashlib.sha256()
     for part in (path / PLAN, path / FOLDER / RECORD):

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from benchmarks.results import read_regular
 from harness import inside, provenance
 from harness.analysis.compare import key_texts, records
-from harness.nodecheck import hostlist
+from harness.nodecheck import drain_command, hostlist
 from harness.present.report import STYLE, _e, _img, _table
 from harness.present.tables import fmt_value
 from harness.rundir import RUN_FILE_LIMIT, now
@@ -122,9 +122,7 @@ def render(out: Path, data: dict[str, Any]) -> str:
     ]
     if nodes["drain"]:
         parts.append(f"<p><b>{_e(nodes['drain'])}</b></p>")
-        parts.append(
-            "<pre>" + _e(f"scontrol update nodename={nodes['drain']} state=drain reason='bench accept'") + "</pre>"
-        )
+        parts.append("<pre>" + _e(drain_command(nodes["drain"], "bench accept")) + "</pre>")
     else:
         parts.append(
             "<p>Nothing" + ("" if nodes["clean"] else ": but the check did not judge everything (below)") + ".</p>"

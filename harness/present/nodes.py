@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from harness import inside
 from harness.errors import DataError
 from harness.executors.slurm.profile import ClusterProfile
-from harness.nodecheck import METRICS, Verdict, exchange_group, judge
+from harness.nodecheck import METRICS, Verdict, exchange_group, judge, planned_metrics
 from harness.nodesteps import Plan, gather
 from harness.present.plot import draw_heatmap
 from harness.rundir import COMPLETED
@@ -57,6 +57,9 @@ def verdict(run: Path, plan: Plan, profile: ClusterProfile | None) -> tuple[Verd
         v.unjudged.append(
             f"{f.never} step(s) never ran (the check was cut short): their nodes and pairs are not judged"
         )
+    for metric in planned_metrics(plan.options):  # a metric nothing measured was not judged: never clean
+        if not (f.nodes.get(metric) or f.pairs.get(metric)):
+            v.unjudged.append(f"{METRICS[metric][0]}: no step measured it")
     return v, f.record
 
 

@@ -6,6 +6,8 @@
                       regression or a failed key is a <failure> naming the job and its reason;
                       a key that cannot be judged is an <error> (a <skipped> with
                       --allow-unjudged)
+    gate.json         the verdict `bench history add` stores with the run: its status and the
+                      keys that regressed or failed (analysis/gate.py)
     benchmark.json    with --benchmark-json: the run's per-key statistics in pytest-benchmark's
                       format (seconds per iteration), for `pytest-benchmark compare`
 
@@ -53,7 +55,13 @@ if TYPE_CHECKING:
 
 
 def write_all(
-    cmp: Comparison, root: Path, folder: str, title: str, benchmark_json: bool = False, strict: bool = True
+    cmp: Comparison,
+    root: Path,
+    folder: str,
+    title: str,
+    benchmark_json: bool = False,
+    strict: bool = True,
+    verdict: bytes = b"",
 ) -> dict[str, Path]:
     """Write the outputs into ROOT/FOLDER: the run directory and `regress`, or the directory
     `--out` named and "". Nothing is written through a link below ROOT (harness/inside.py).
@@ -65,6 +73,8 @@ def write_all(
         "report": inside.write(root, into / "report.md", (markdown(cmp, title) + "\n").encode()),
         "junit": inside.write(root, into / "junit.xml", junit(cmp, strict).encode()),
     }
+    if verdict:  # gate.json (analysis/gate.py)
+        paths["verdict"] = inside.write(root, into / "gate.json", verdict)
     if benchmark_json:
         paths["benchmark"] = inside.write(root, into / "benchmark.json", pytest_benchmark(cmp.b))
     else:

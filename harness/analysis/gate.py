@@ -1,0 +1,217 @@
+"""The gate's verdict on a run, and what the history keeps of it (docs/noise.md, "A failed night
+never becomes a baseline").
+
+`bench regress` writes gate.json beside its report: the run it judged (its plan's fingerprint),
+the cluster and baseline it was judged against, its exit status, and the keys that regressed or
+failed. `bench history add` stores that verdict with the run:
+
+    gate_runs    one row per judged run: its status, the baseline, and when someone accepted it
+                 (`bench history accept RUN --reason R`) and why
+    gate_keys    the keys the gate rejected in it, each as the JSON list of its key columns
+
+A baseline never draws on a rejected key of a run that was not accepted, nor on any key of a run
+rejected whole (it failed for what it ran on, a transport mismatch, rather than for a key). So a
+regression keeps failing, night after night, until it is fixed or accepted. Accepting a run says
+that its level is the cluster's new normal: from then on, baselines draw on that run and the runs
+after it only. The tables are created beside the runs' when the first judged run is added; a
+history without them has no verdicts, and nothing is rejected.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from benchmarks.results import read_regular
+from harness.analysis.compare import FAILED, KEYS, SLOWER, Comparison
+from harness.errors import HistoryError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+    import pandas as pd
+
+FILE = "gate.json"
+FORMAT = 1
+FILE_LIMIT = 64 << 20  # bytes: a 100,000-key run whose every key regressed is about 12 MB
+PASSED, REJECTED, UNJUDGED = "passed", "failed", "cannot judge"
+WHOLE = "*"  # gate_keys' key of a run rejected whole
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS gate_runs (
+    run_id INTEGER PRIMARY KEY REFERENCES runs (id),
+    verdict TEXT NOT NULL,
+    status INTEGER NOT NULL,
+    baseline TEXT NOT NULL,
+    accepted TEXT,
+    reason TEXT
+);
+CREATE TABLE IF NOT EXISTS gate_keys (run_id INTEGER NOT NULL REFERENCES runs (id), key TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS gate_keys_by_run ON gate_keys (run_id);
+"""
+_INT_KEYS = frozenset({"nodes", "gpus_per_node", "size_bytes"})
+
+
+def key_strings(df: pd.DataFrame) -> list[str]:
+    """Each row's key as stored in gate_keys: the JSON list of its KEYS columns, numbers as
+    integers and missing texts as "" (as compare.key_frame makes them joinable)."""
+    cols: list[list[int] | list[str]] = []
+    for k in KEYS:
+        if k in _INT_KEYS:
+            cols.append([int(v) for v in df[k].fillna(0).to_numpy(dtype=float)])
+        else:
+            cols.append(["" if v is None or v != v else str(v) for v in df[k].astype(object)])
+    return [json.dumps(list(row), separators=(",", ":")) for row in zip(*cols)]
+
+
+def document(cmp: Comparison, run: str, cluster: str | None, baseline: str, status: int) -> dict[str, Any]:
+    """gate.json of a comparison by `bench regress` that ended with `status` (0, 1 or 3)."""
+    bad = cmp.table[cmp.table["verdict"].isin((SLOWER, FAILED)).to_numpy(dtype=bool)]
+    keys = sorted(set(key_strings(bad)))
+    return {
+        "bench_gate": FORMAT,
+        "run": run,
+        "cluster": cluster,
+        "baseline": baseline,
+        "status": status,
+        "verdict": PASSED if status == 0 else UNJUDGED if status == 3 else REJECTED,
+        # a run that failed with no key slower or failed failed for what it ran on (a transport
+        # mismatch): none of its keys can serve
+        "rejected": [WHOLE] if status == 1 and not keys else keys,
+    }
+
+
+def encode(doc: dict[str, Any]) -> bytes:
+    return (json.dumps(doc, indent=1) + "\n").encode()
+
+
+def read(path: Path, run: str, cluster: str) -> dict[str, Any] | None:
+    """The verdict in `path` (a run's gate.json), checked to be of this run and of this cluster's
+    history; None when there is none. A damaged one, or one of another run, is a HistoryError."""
+    try:
+        data = read_regular(path, FILE_LIMIT)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise HistoryError(f"{path}: cannot read the gate's verdict ({exc})") from None
+    try:
+        doc = json.loads(data)
+        ok = (
+            isinstance(doc, dict)
+            and doc.get("bench_gate") == FORMAT
+            and isinstance(doc.get("run"), str)
+            and (doc.get("cluster") is None or isinstance(doc.get("cluster"), str))
+            and isinstance(doc.get("baseline"), str)
+            and doc.get("status") in (0, 1, 3)
+            and doc.get("verdict") in (PASSED, REJECTED, UNJUDGED)
+            and isinstance(doc.get("rejected"), list)
+            and all(isinstance(k, str) and len(k) <= 4096 for k in doc["rejected"])
+        )
+    except ValueError:
+        ok = False
+    if not ok:
+        raise HistoryError(
+            f"{path}: not a verdict bench regress wrote; judge the run again with `bench regress` "
+            f"(it rewrites the file) before adding it"
+        )
+    if doc["run"] != run:
+        raise HistoryError(
+            f"{path}: the verdict of another run (its plan differs); judge this run again with `bench regress`"
+        )
+    if doc["cluster"] is not None and doc["cluster"] != cluster:
+        raise HistoryError(
+            f"{path}: the run was judged against the history of cluster {doc['cluster']!r}, not {cluster!r}; "
+            f"add it to that cluster, or judge it against {cluster!r} first"
+        )
+    return doc
+
+
+def store(con: sqlite3.Connection, run_id: int, doc: dict[str, Any]) -> None:
+    """In add's transaction, its tables made: the verdict of the run just inserted."""
+    con.execute(
+        "INSERT INTO gate_runs (run_id, verdict, status, baseline) VALUES (?, ?, ?, ?)",
+        (run_id, doc["verdict"], doc["status"], doc["baseline"]),
+    )
+    con.executemany("INSERT INTO gate_keys VALUES (?, ?)", [(run_id, k) for k in doc["rejected"]])
+
+
+def _has_tables(con: sqlite3.Connection) -> bool:
+    return con.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'gate_runs'").fetchone() is not None
+
+
+def accepted_since(con: sqlite3.Connection, cluster: str) -> tuple[str, int] | None:
+    """(created, id) of the cluster's newest accepted run: baselines begin there."""
+    if not _has_tables(con):
+        return None
+    row = con.execute(
+        "SELECT r.created, r.id FROM runs r JOIN gate_runs g ON g.run_id = r.id "
+        "WHERE r.cluster = ? AND g.accepted IS NOT NULL ORDER BY r.created DESC, r.id DESC LIMIT 1",
+        (cluster,),
+    ).fetchone()
+    return (str(row[0]), int(row[1])) if row else None
+
+
+def rejected(con: sqlite3.Connection, run_ids: Sequence[int]) -> dict[int, set[str]]:
+    """Of these runs, those the gate rejected and nobody accepted: run id -> rejected keys
+    (WHOLE among them for a run rejected whole)."""
+    if not run_ids or not _has_tables(con):
+        return {}
+    out: dict[int, set[str]] = {}
+    for start in range(0, len(run_ids), 500):  # SQLite's bound on a statement's parameters
+        part = list(run_ids[start : start + 500])
+        marks = ", ".join("?" * len(part))
+        for run_id, key in con.execute(
+            "SELECT k.run_id, k.key FROM gate_keys k JOIN gate_runs g ON g.run_id = k.run_id "
+            f"WHERE g.accepted IS NULL AND k.run_id IN ({marks})",
+            part,
+        ):
+            out.setdefault(int(run_id), set()).add(str(key))
+    return out
+
+
+def kept(df: pd.DataFrame, keys: set[str]) -> npt.NDArray[np.bool_]:
+    """Rows of df (one run's) that the gate did not reject."""
+    import numpy as np
+
+    if WHOLE in keys:
+        return np.zeros(len(df), dtype=bool)
+    return np.fromiter((k not in keys for k in key_strings(df)), dtype=bool, count=len(df))
+
+
+def verdicts(con: sqlite3.Connection, run_ids: Iterable[int]) -> dict[int, tuple[str, int, str | None, str | None]]:
+    """run id -> (verdict, rejected keys or -1 for a run rejected whole, accepted, reason), for
+    `history list`."""
+    ids = list(run_ids)
+    if not ids or not _has_tables(con):
+        return {}
+    out = {}
+    for start in range(0, len(ids), 500):
+        part = ids[start : start + 500]
+        marks = ", ".join("?" * len(part))
+        for run_id, verdict, n, accepted, reason in con.execute(
+            "SELECT g.run_id, g.verdict, CASE WHEN EXISTS (SELECT 1 FROM gate_keys k WHERE k.run_id = g.run_id "
+            "AND k.key = ?) THEN -1 ELSE (SELECT count(*) FROM gate_keys k WHERE k.run_id = g.run_id) END, "
+            f"g.accepted, g.reason FROM gate_runs g WHERE g.run_id IN ({marks})",
+            [WHOLE, *part],
+        ):
+            out[int(run_id)] = (str(verdict), int(n), accepted, reason)
+    return out
+
+
+def accept(con: sqlite3.Connection, run_id: int, reason: str) -> None:
+    """In a transaction: mark a run accepted, with the reason; a run never judged is given a
+    verdict row saying so, so that the acceptance is kept. Its tables are made."""
+    found = con.execute("SELECT accepted FROM gate_runs WHERE run_id = ?", (run_id,)).fetchone()
+    if found is None:
+        con.execute(
+            "INSERT INTO gate_runs (run_id, verdict, status, baseline) VALUES (?, 'not judged', -1, '-')", (run_id,)
+        )
+    con.execute("UPDATE gate_runs SET accepted = datetime('now'), reason = ? WHERE run_id = ?", (reason, run_id))
+
+
+def remove(con: sqlite3.Connection, run_id: int) -> None:
+    if _has_tables(con):
+        con.execute("DELETE FROM gate_keys WHERE run_id = ?", (run_id,))
+        con.execute("DELETE FROM gate_runs WHERE run_id = ?", (run_id,))
