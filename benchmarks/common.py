@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -70,6 +71,18 @@ def size_or_zero_arg(text: str) -> int:
         return parse_size(text, allow_zero=True)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def positive_arg(text: str) -> float:
+    """A finite number above 0 (argparse's `type`): a timeout, a learning rate, a bucket size.
+    0 would make every collective time out at once; nan or inf would train on nothing."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a finite number above 0")
+    return value
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -190,7 +203,28 @@ def spawn_local_ranks(module: str, argv: list[str], nproc: int) -> int:
     # torchrun sets 1 thread per rank only when several ranks share the node; be explicit so
     # that 1 and N ranks are measured with the same per-rank thread count.
     env.setdefault("OMP_NUM_THREADS", "1")
-    return subprocess.call(cmd, env=env)
+    # A usage error only the ranks can see (a collective with nothing to measure on this many
+    # ranks, no CUDA device) is one line and exit 2, as every bad input is: rank 0 writes the
+    # line to the relay file, and torchrun's 35-line report of the failed child is not passed on.
+    fd, relay = tempfile.mkstemp(prefix="bench-usage-", suffix=".txt")
+    os.close(fd)
+    env[USAGE_RELAY] = relay
+    try:
+        proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE)
+        assert proc.stderr is not None
+        for line in proc.stderr:  # passed on as it comes, until a rank has said its usage error
+            if os.path.getsize(relay) == 0:
+                sys.stderr.buffer.write(line)
+                sys.stderr.buffer.flush()
+        status = proc.wait()
+        with open(relay, encoding="utf-8", errors="replace") as f:
+            said = f.readline().rstrip("\n")
+        if said:
+            print(said, file=sys.stderr)
+            return 2
+        return status
+    finally:
+        os.unlink(relay)
 
 
 # --------------------------------------------------------------------------- environment
@@ -285,6 +319,9 @@ def spread(values: list[float]) -> dict[str, float]:
 # --------------------------------------------------------------------------- entry point
 
 
+USAGE_RELAY = "BENCH_USAGE_RELAY"  # the file where rank 0 says a usage error to `spawn_local_ranks`
+
+
 def add_common_args(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("launch")
     g.add_argument(
@@ -295,7 +332,7 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--json", metavar="PATH", help="rank 0 writes the result here (atomically)")
     g.add_argument(
         "--timeout",
-        type=float,
+        type=positive_arg,
         default=300.0,
         metavar="S",
         help="process-group timeout in seconds: how long a rank waits for a dead peer (default 300)",

@@ -32,6 +32,8 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     filesystem and is atomic; it is fsynced first, so a crash cannot leave an empty file.
     """
     path = Path(path)
+    if _write_through(path, data):
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -45,6 +47,27 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def _write_through(path: Path, data: bytes) -> bool:
+    """Whether `path` names a character device or a FIFO (/dev/null, a named pipe), which is
+    written through, never replaced by a file: renaming over /dev/null as root would remove the
+    device (docs/hardening.md, "Outputs"). A directory, a block device or a socket is an
+    OSError naming it; anything else is for the atomic write."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        fd = os.open(path, os.O_WRONLY | os.O_NOCTTY | os.O_CLOEXEC)
+        try:
+            write_all(fd, data)
+        finally:
+            os.close(fd)
+        return True
+    if not stat.S_ISREG(mode):
+        raise NotARegularFile(errno.EINVAL, f"{kind_of(mode)}: bench writes a file, a FIFO or a device", str(path))
+    return False
 
 
 def umask() -> int:

@@ -9,6 +9,7 @@ here does the rest.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import os
 import platform
@@ -29,6 +30,7 @@ from .common import (
     DISTRIBUTION,
     MEASUREMENT_RULES,
     PER_RANK,
+    USAGE_RELAY,
     Launch,
     UsageError,
     captured_variables,
@@ -218,6 +220,17 @@ class Context:
             print(message, flush=True)
 
 
+def usage_error(line: str) -> None:
+    """Say a usage error in one line: to the launcher that started this rank (`bench run`, which
+    says it in place of torchrun's report of a failed child), else on stderr."""
+    relay = os.environ.get(USAGE_RELAY)
+    if relay:
+        with contextlib.suppress(OSError), open(relay, "w") as f:
+            f.write(line + "\n")
+            return
+    print(line, file=sys.stderr, flush=True)
+
+
 def main(
     workload: str,
     argv: list[str] | None,
@@ -248,7 +261,7 @@ def main(
         # Every rank of a valid launch fails alike: rank 0 says why. A launch that could not be
         # read (RANK=5 with WORLD_SIZE=2) has no trustworthy rank, so every process says it.
         if launch is None or launch.rank == 0:
-            print(f"{prog}: error: {exc}", file=sys.stderr)
+            usage_error(f"{prog}: error: {exc}")
         return 2
 
     progress = Progress(args.json, launch.rank)
@@ -260,7 +273,8 @@ def main(
         try:
             body = measure(args, ctx)
         except UsageError as exc:
-            ctx.log(f"{prog}: error: {exc}")
+            if ctx.is_root:
+                usage_error(f"{prog}: error: {exc}")
             return 2
         per_rank = body.pop(PER_RANK, None)
         progress("recording the results")

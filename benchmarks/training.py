@@ -20,7 +20,7 @@ import torchvision
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from .catalog import AMPS, BREAKDOWN
-from .common import PER_RANK, UsageError, add_common_args, spread
+from .common import PER_RANK, UsageError, add_common_args, positive_arg, spread
 from .runtime import Context, gather_rows
 
 
@@ -51,10 +51,12 @@ def add_training_args(p: argparse.ArgumentParser) -> None:
         help="NHWC memory format (default: on for CUDA, off for CPU)",
     )
     g.add_argument("--compile", action="store_true", help="torch.compile the DDP model")
-    g.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP gradient bucket size (default 25, torch's)")
+    g.add_argument(
+        "--bucket-cap-mb", type=positive_arg, default=25.0, help="DDP gradient bucket size (default 25, torch's)"
+    )
     g.add_argument("--gradient-as-bucket-view", action=argparse.BooleanOptionalAction, default=True)
     g.add_argument("--static-graph", action=argparse.BooleanOptionalAction, default=False)
-    g.add_argument("--lr", type=float, default=0.1, help="SGD learning rate (momentum 0.9)")
+    g.add_argument("--lr", type=positive_arg, default=0.1, help="SGD learning rate (momentum 0.9)")
     g.add_argument(
         "--sync-free-steps",
         type=int,

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import math
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -32,7 +31,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from .catalog import AMPS, PARALLEL, PRESETS, Shape, flops_per_token
-from .common import OneLineParser, UsageError, add_common_args
+from .common import OneLineParser, UsageError, add_common_args, positive_arg
 from .runtime import Context
 from .runtime import main as run_main
 from .training import (
@@ -92,11 +91,19 @@ def counted_parameters(model: Decoder) -> int:
     return sum(p.numel() for p in model.parameters() if id(p) not in positions)
 
 
+# A stated peak below these is no device's (a V100 does 15.7 TFLOP/s in FP32, one core of a
+# laptop a few GFLOP/s); an MFU against it would be thousands of per cent, or infinite.
+MIN_PEAK_TFLOPS_GPU = 1.0
+MIN_PEAK_TFLOPS_CPU = 1e-3
+
+
 def mfu(tokens_per_s_per_gpu: float, flops: int, peak_tflops: float | None) -> float | None:
-    """Model FLOPs utilisation: achieved FLOP/s per GPU over the stated peak; None without one."""
+    """Model FLOPs utilisation: achieved FLOP/s per GPU over the stated peak; None without one,
+    and None above 1, which no device reaches: the stated peak is wrong (the log says so)."""
     if not peak_tflops:
         return None
-    return tokens_per_s_per_gpu * flops / (peak_tflops * 1e12)
+    share = tokens_per_s_per_gpu * flops / (peak_tflops * 1e12)
+    return share if share <= 1 else None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -135,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="mixed precision: auto is bf16 on GPUs of compute capability 8.0 and up, fp16 below, off on CPU",
     )
-    t.add_argument("--lr", type=float, default=3e-4, help="AdamW learning rate (default 3e-4)")
+    t.add_argument("--lr", type=positive_arg, default=3e-4, help="AdamW learning rate (default 3e-4)")
     t.add_argument(
         "--peak-tflops",
         type=float,
@@ -179,8 +186,14 @@ def check_args(args: argparse.Namespace, world_size: int | None) -> None:
     ):
         if value < low:
             raise UsageError(f"{flag} must be at least {low}, found {value}")
-    if args.peak_tflops is not None and not (0 < args.peak_tflops < 1e6 and math.isfinite(args.peak_tflops)):
-        raise UsageError(f"--peak-tflops must be a positive number of TFLOP/s, found {args.peak_tflops}")
+    if args.peak_tflops is not None:
+        gpu = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+        floor = MIN_PEAK_TFLOPS_GPU if gpu else MIN_PEAK_TFLOPS_CPU
+        if not (floor <= args.peak_tflops < 1e6):
+            raise UsageError(
+                f"--peak-tflops {args.peak_tflops:g}: give the {'GPU' if gpu else 'CPU'}'s peak dense TFLOP/s, "
+                f"from {floor:g} (no {'GPU' if gpu else 'CPU'} is slower) to 1e6"
+            )
     _check_fsdp_amp(args.parallel, args.amp)
     if args.parallel == "fsdp" and (args.device == "cpu" or not torch.cuda.is_available()):
         _fully_shard(torch.device("cpu"))  # refused here, before any rank starts, where it cannot run
@@ -314,7 +327,13 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
     ctx.log(
         f"# {tokens_per_s:.1f} tokens/s total, {per_gpu_tokens:.1f} per GPU, "
         f"{result['achieved_tflops_per_gpu']:.4f} TFLOP/s per GPU, MFU "
-        + ("n/a (no --peak-tflops)" if result["mfu"] is None else f"{result['mfu']:.1%}")
+        + (
+            f"{result['mfu']:.1%}"
+            if result["mfu"] is not None
+            else "n/a (no --peak-tflops)"
+            if not args.peak_tflops
+            else f"not recorded: above 100% of --peak-tflops {args.peak_tflops:g}, which must be too low"
+        )
         + f"; step {result['step_time_ms']:.1f} ms median"
     )
     log_breakdown(ctx, result)

@@ -583,7 +583,9 @@ def _mfu(result: dict[str, Any], stated: float | None) -> dict[str, float | None
     the cluster profile's hardware figure, else none (never a guessed peak)."""
     peak = result["params"].get("peak_tflops") or stated
     achieved = float(result["achieved_tflops_per_gpu"])
-    return {"mfu": achieved / peak if peak else None, "peak_tflops_per_gpu": peak or None}
+    share = achieved / peak if peak else None
+    # above 1 no device reaches: the stated peak is wrong, and no MFU is recorded against it
+    return {"mfu": share if share is not None and share <= 1 else None, "peak_tflops_per_gpu": peak or None}
 
 
 def _checked_samples(lists: list[Any]) -> list[list[float]]:

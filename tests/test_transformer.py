@@ -87,7 +87,11 @@ def test_without_a_peak_mfu_is_null_and_one_rank_exposes_no_communication(tmp_pa
     [
         (["--width", "30", "--heads", "4"], "--width 30 is not divisible by --heads 4"),
         (["--layers", "0"], "--layers must be at least 1, found 0"),
-        (["--peak-tflops", "-3"], "--peak-tflops must be a positive number of TFLOP/s, found -3.0"),
+        (["--peak-tflops", "-3"], "--peak-tflops -3: give the CPU's peak dense TFLOP/s, from 0.001"),
+        (["--peak-tflops", "1e-320"], "give the CPU's peak dense TFLOP/s, from 0.001"),
+        (["--device", "cuda", "--peak-tflops", "0.5"], "--peak-tflops 0.5: give the GPU's peak dense TFLOP/s, from 1"),
+        (["--lr", "nan"], "--lr: 'nan': give a finite number above 0"),
+        (["--timeout", "0"], "--timeout: '0': give a finite number above 0"),
         (["--parallel", "fsdp", "--amp", "fp16"], "--amp fp16 with --parallel fsdp needs a sharded gradient scaler"),
         (["--global-batch", "3", "--nproc", "2"], "--global-batch 3 is not divisible by the world size 2"),
     ],

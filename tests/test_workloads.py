@@ -187,6 +187,25 @@ def test_bad_arguments_exit_2_with_one_line(args, words):
         assert word in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (["--collective", "sendrecv", "--nproc", "1"], "--collective sendrecv: nothing to measure on 1 rank(s)"),
+        (["-b", "1", "-e", "2"], "no message size between 1 and 2 bytes holds a whole element"),
+        (["--groups", "intra", "--nproc", "2", "-b", "1M", "-e", "1M"], "nothing to measure on 2 rank(s)"),
+        (["--op", "avg", "-b", "1M", "-e", "1M"], "--op avg is supported by nccl only"),
+        (["--device", "cuda"], "--device cuda: no CUDA device is available"),
+    ],
+)
+def test_a_usage_error_only_the_ranks_see_is_one_line(args, words):
+    """Real torchrun ranks find it; rank 0 relays its line, and bench run says it alone with exit
+    2, not beside torchrun's 35-line report of a failed child with exit 1."""
+    r = bench("run", "allreduce", *args, check=False, timeout=120)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("bench run allreduce: error: "), r.describe()
+    assert words in lines[0]
+
+
 def test_empty_data_dir_is_a_clear_error(tmp_path):
     (tmp_path / "class_a").mkdir()
     r = bench("run", "real", "--data-dir", str(tmp_path), check=False, timeout=60)
