@@ -49,6 +49,16 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         raise
 
 
+def is_stream(path: str | os.PathLike) -> bool:
+    """Whether `path` names a character device or a FIFO: written through, and nothing is
+    written beside it (a per-rank file or progress records beside /dev/null would land in /dev)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
+
+
 def _write_through(path: Path, data: bytes) -> bool:
     """Whether `path` names a character device or a FIFO (/dev/null, a named pipe), which is
     written through, never replaced by a file: renaming over /dev/null as root would remove the

@@ -40,7 +40,7 @@ from .common import (
     spawn_local_ranks,
 )
 from .progress import Progress
-from .results import SCHEMA_VERSION, atomic_write_json
+from .results import SCHEMA_VERSION, atomic_write_json, is_stream
 
 # --------------------------------------------------------------------------- device and backend
 
@@ -264,7 +264,8 @@ def main(
             usage_error(f"{prog}: error: {exc}")
         return 2
 
-    progress = Progress(args.json, launch.rank)
+    beside = bool(args.json) and not is_stream(args.json)  # files beside the result: not beside a device
+    progress = Progress(args.json if beside else None, launch.rank)
     progress("joining the process group")
     init_process_group(launch, backend, device, args.timeout)
     ctx = Context(launch=launch, device=device, backend=backend, progress=progress)
@@ -296,7 +297,7 @@ def main(
                 "transport": transport,
             }
             if args.json:
-                if per_rank is not None:
+                if per_rank is not None and beside:
                     # Written first: a result file on disk means its per-rank file is complete.
                     atomic_write_json(
                         ranks_path(args.json),

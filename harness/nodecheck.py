@@ -26,15 +26,17 @@ from typing import Any
 from benchmarks.common import format_size
 
 
-def rounds(n: int) -> list[list[tuple[int, int]]]:
+def rounds(n: int, first: int | None = None) -> list[list[tuple[int, int]]]:
     """The rounds of a round-robin tournament of nodes 0..n-1: each a list of disjoint pairs
-    (low, high); every pair of nodes meets in exactly one round."""
+    (low, high); every pair of nodes meets in exactly one round. With `first`, only the first
+    that many: the circle method gives round r directly, so planning k rounds of N nodes costs
+    k x N/2 pairs, not the whole tournament's N²/2 (docs/nodes.md, "What each part costs")."""
     if n < 2:
         return []
     m = tournament(n)  # the nodes that rotate, as many as rounds; the fixed one is m, a phantom when n is odd
     half = (m + 1) // 2
     out = []
-    for r in range(m):
+    for r in range(m if first is None else min(first, m)):
         pairs = [] if m >= n else [(r, m)]
         for k in range(1, half):
             a, b = (r + k) % m, (r - k) % m
@@ -204,8 +206,7 @@ def pair_rounds(n: int, partners: int | None = None, reference: Sequence[int] = 
         for start in range(0, len(others), len(refs)):
             out.append([(min(r, i), max(r, i)) for r, i in zip(refs, others[start : start + len(refs)])])
         return out
-    every = rounds(n)
-    return every if partners is None else every[:partners]
+    return rounds(n, partners)
 
 
 def reference_indices(names: Sequence[str], o: Options) -> list[int]:
@@ -399,6 +400,45 @@ class Population:
         spread = max(mad, noise * centre)
         return cls(centre, spread, centre - max(threshold * centre, SPREADS * spread))
 
+    @classmethod
+    def leave_one_out(cls, values: list[float], threshold: float, noise: float = 0.0) -> list[Population]:
+        """`of` the values but the i-th, for every i: exactly what n calls of `of` give, in
+        O(n log n) rather than O(n²) (10,000 nodes took 188 s). Leaving one value out moves the
+        median to one of at most three values, so the MAD's deviations are sorted once per
+        such centre, and each leave-one-out median is read off a sorted list by index."""
+        n = len(values)
+        order = sorted(range(n), key=values.__getitem__)
+        s = [values[i] for i in order]
+        rank = [0] * n
+        for r, i in enumerate(order):
+            rank[i] = r
+        centres = [_median_without(s, rank[i]) for i in range(n)]
+        deviations: dict[float, tuple[list[float], list[int]]] = {}
+        out = []
+        for i in range(n):
+            c = centres[i]
+            if c not in deviations:
+                d = [abs(v - c) for v in values]
+                d_order = sorted(range(n), key=d.__getitem__)
+                d_rank = [0] * n
+                for r, j in enumerate(d_order):
+                    d_rank[j] = r
+                deviations[c] = ([d[j] for j in d_order], d_rank)
+            d_sorted, d_rank = deviations[c]
+            spread = max(MAD_SIGMA * _median_without(d_sorted, d_rank[i]), noise * c)
+            out.append(cls(c, spread, c - max(threshold * c, SPREADS * spread)))
+        return out
+
+
+def _median_without(s: list[float], k: int) -> float:
+    """The median of the sorted list `s` without its k-th element, as statistics.median gives it."""
+    m = len(s) - 1
+
+    def at(p: int) -> float:
+        return s[p] if p < k else s[p + 1]
+
+    return at(m // 2) if m % 2 else (at(m // 2 - 1) + at(m // 2)) / 2
+
 
 def pair_noise(ratios: Iterable[float]) -> float:
     """The relative spread of single pairs' figures: 1.4826 MAD of each pair's figure over the
@@ -506,8 +546,8 @@ def judge(
         label, unit, _ = METRICS[metric]
         if len(values) >= MIN_NODES:
             populations[metric] = Population.of(values.values(), threshold, noise)
-            for node, v in values.items():
-                pop = Population.of((x for n, x in values.items() if n != node), threshold, noise)
+            others = Population.leave_one_out(list(values.values()), threshold, noise)
+            for (node, v), pop in zip(values.items(), others):
                 if v < pop.low:
                     below = 1 - v / pop.centre if pop.centre else 0.0
                     name(

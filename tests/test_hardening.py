@@ -44,6 +44,24 @@ def test_a_character_device_is_written_through_not_replaced(real_run, tmp_path, 
 
 
 @pytest.mark.slow
+def test_a_workloads_json_onto_a_device_or_fifo_is_written_through(tmp_path):
+    """`bench run WORKLOAD --json /dev/null` as root renamed a file over the device. Real ranks
+    write their result onto a device made here with /dev/null's numbers, and into a FIFO a
+    reader drains: both stay what they were."""
+    null, fifo = tmp_path / "null", tmp_path / "fifo"
+    os.mknod(null, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    for out in (null, fifo):
+        bench("run", "allreduce", "-b", "4K", "-e", "4K", "-n", "2", "-w", "1", "--json", str(out), timeout=120)
+    reader.join(timeout=30)
+    assert stat.S_ISCHR(null.lstat().st_mode) and os.stat(null).st_rdev == os.makedev(1, 3)
+    assert stat.S_ISFIFO(fifo.lstat().st_mode) and json.loads(got[0])["workload"] == "allreduce"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "null"]  # no file left beside them
+
+
 def test_a_symlink_keeps_its_link_and_its_target_gets_the_output(real_run, tmp_path, capsys):
     expected = _csv_of(real_run, capsys)
     target = tmp_path / "real.csv"

@@ -5,6 +5,7 @@ the figures read from their results, and the verdict on figures measured on the 
 from __future__ import annotations
 
 import itertools
+import random
 import re
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from harness.nodecheck import (
     FigureError,
     Options,
+    Population,
     expand_hostlist,
     hostlist,
     judge,
@@ -156,6 +158,28 @@ def test_2048_nodes_are_planned_as_rounds_of_indices():
     plan = schedule([f"gpu{i:04d}" for i in range(2048)], Options())
     assert len(plan) == 1 + 2047 and sum(len(m) for _, m in plan[1:]) == 2048 * 2047 // 2
     assert len(steps(plan[1], Options(), "f")) == 1024
+
+
+def test_the_first_rounds_of_100000_nodes_are_planned_alone():
+    """--partners 3 planned the whole tournament before keeping 3 rounds: 8,192 nodes took 4.3 GB,
+    16,384 ended in MemoryError. The circle method gives round r directly, the same rounds as
+    the whole tournament's first three (tests/perf/node_plan.py: 100,000 nodes in 3.8 s, 44 MiB)."""
+    assert rounds(64, 3) == rounds(64)[:3] and rounds(65, 3) == rounds(65)[:3]
+    plan = schedule([f"gpu{i:06d}" for i in range(100_000)], Options(partners=3, gemm=False))
+    assert [len(pairs) for _, pairs in plan] == [50_000] * 3
+    assert all(len({n for p in pairs for n in p}) == 100_000 for _, pairs in plan)  # disjoint, every node
+
+
+def test_leave_one_out_populations_are_exactly_the_naive_ones():
+    """Population.leave_one_out (O(n log n)) against n calls of Population.of (O(n²)), on
+    values with and without ties: equal, field by field."""
+    rng = random.Random(7)
+    for trial in range(2000):
+        n = rng.randint(3, 12)
+        values = [float(rng.choice([1, 2, 2, 3, 5, 8])) if trial % 2 else rng.random() * 10 for _ in range(n)]
+        threshold, noise = rng.random(), rng.random() * 0.1
+        naive = [Population.of(values[:i] + values[i + 1 :], threshold, noise) for i in range(n)]
+        assert Population.leave_one_out(values, threshold, noise) == naive, values
 
 
 # --------------------------------------------------------------------------- figures

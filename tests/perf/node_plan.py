@@ -1,0 +1,59 @@
+"""What planning a node check costs, by node count: time and peak memory of the plan of
+`--partners 3` (nodecheck.schedule and every round's steps), and of the judged verdict of its
+figures. Not part of the test suite; run
+
+    python tests/perf/node_plan.py
+
+Both should grow linearly with the nodes (docs/nodes.md, "What each part costs"): the circle
+method gives round r directly, so the first three rounds of 100,000 nodes are 150,000 pairs.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import tracemalloc
+
+from harness import nodecheck
+from harness.nodecheck import Options
+
+
+def plan(n: int, o: Options) -> int:
+    names = [f"gpu{i:06d}" for i in range(n)]
+    return sum(len(nodecheck.steps(r, o, "jobs/nodes")) for r in nodecheck.schedule(names, o))
+
+
+def verdict(n: int, o: Options) -> int:
+    rng = random.Random(0)
+    names = [f"gpu{i:06d}" for i in range(n)]
+    pairs: dict[str, dict[tuple[str, str], float | None]] = {"busbw_gbps": {}, "p2p_gbps": {}}
+    for kind, members in nodecheck.schedule(names, o):
+        if kind == "pair":
+            for a, b in members:
+                pairs["busbw_gbps"][(names[a], names[b])] = 40 + rng.random()
+                pairs["p2p_gbps"][(names[a], names[b])] = 20 + rng.random()
+    v = nodecheck.judge(names, {}, pairs, 0.1, {})
+    return len(v.names)
+
+
+def measure(fn, n: int, o: Options) -> tuple[float, float]:
+    tracemalloc.start()
+    t = time.perf_counter()
+    fn(n, o)
+    seconds = time.perf_counter() - t
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return seconds, peak / 2**20
+
+
+def main() -> None:
+    o = Options(gemm=False, partners=3)
+    print("nodes      plan s   plan MiB   verdict s   verdict MiB")
+    for n in (1_000, 10_000, 100_000):
+        ps, pm = measure(plan, n, o)
+        vs, vm = measure(verdict, n, o)
+        print(f"{n:>7,}  {ps:8.2f}  {pm:9.1f}  {vs:10.2f}  {vm:12.1f}")
+
+
+if __name__ == "__main__":
+    main()
