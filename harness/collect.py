@@ -34,7 +34,7 @@ from itertools import repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.catalog import BREAKDOWN, COLLECTIVE_WORKLOAD, UNITS, WORLD
+from benchmarks.catalog import BREAKDOWN, COLLECTIVE_WORKLOAD, COLLECTIVES, GROUPS, UNITS, WORLD
 from benchmarks.common import redacted
 from benchmarks.results import ResultError, load_result, open_regular
 from harness import inside, provenance, telemetry, transport
@@ -529,6 +529,13 @@ def foreign(result: dict[str, Any], job: Job, wr: WorkloadRun) -> str | None:
     return None
 
 
+# Bounds no real run reaches, past which a figure is damage, not a measurement: a trillion
+# images or tokens a second (an H100 at its 989 TFLOP/s peak makes about 1.6e11 tokens/s of a
+# model of a thousand parameters, at 6 FLOPs per parameter and token), or a step of a day.
+MAX_RATE = 1e12
+MAX_STEP_MS = 86_400_000.0
+
+
 def _add_result(out: _Builder, head: dict[str, Any], result: dict[str, Any]) -> None:
     """Add one result's rows and sample lists; raises before adding anything if it is incomplete."""
     job, workload, scaling = head["job"], head["workload"], head["scaling"]
@@ -542,6 +549,10 @@ def _add_result(out: _Builder, head: dict[str, Any], result: dict[str, Any]) -> 
         per_row = dict(zip(_ROW_FIELDS, map(list, zip(*map(_row_getter, rows)))))
         per_row["collective"] = [r["collective"] for r in rows]
         per_row["group"] = [r.get("group", WORLD) for r in rows]  # results before groups: the world's
+        # names the catalog knows, never free text: a 30,000-character group made `bench plot`
+        # take 3.7 GB
+        if not set(per_row["collective"]) <= set(COLLECTIVES) or not set(per_row["group"]) <= set(GROUPS):
+            raise ValueError("a collective or group the catalog does not have")
         per_row["size_bytes"] = [int(r["size_bytes"]) for r in rows]
         keys = [
             (job, workload, scaling, c, g, size, "time_us")
@@ -565,8 +576,10 @@ def _add_result(out: _Builder, head: dict[str, Any], result: dict[str, Any]) -> 
         out.add(len(rows), head, per_row, keys, samples)
     else:
         rate = f"{UNITS[workload]}_per_s"
-        if float(result[rate]) <= 0:
-            raise ValueError(f"{rate} is {result[rate]}")
+        for field, most in ((rate, MAX_RATE), (f"{rate}_per_gpu", MAX_RATE), ("step_time_ms", MAX_STEP_MS)):
+            value = float(result[field])
+            if not 0 < value <= most:  # nan fails too
+                raise ValueError(f"{field} is {result[field]}, outside (0, {most:g}]")
         samples = _checked_samples([result["samples"]["step_time_ms"]])
         row = {**head, "model": result["params"]["model"], **{f: result.get(f) for f in _TRAINING_FIELDS}}
         if workload == "transformer":

@@ -328,8 +328,42 @@ def _records(path: Path) -> Iterator[dict[str, Any]]:
                 record = json.loads(line)
             except ValueError:  # a torn last line
                 continue
-            if isinstance(record, dict) and isinstance(record.get("t"), (int, float)):
+            if isinstance(record, dict) and _well_formed(record):
                 yield record
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _counters(value: Any, fields: int) -> bool:
+    """A list of `fields` non-negative whole counters."""
+    return (
+        isinstance(value, list)
+        and len(value) == fields
+        and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)
+    )
+
+
+def _well_formed(r: dict[str, Any]) -> bool:
+    """A record every reader below may index without a check: a finite time; a sample with its
+    CPU fields, each table of interfaces counters of NET_FIELDS' length, and a sampler time; a GPU
+    line with its index. A damaged line (a job's file is untrusted) is skipped like a torn one."""
+    if not _finite(r.get("t")):
+        return False
+    kind = r.get("kind")
+    if kind == "sample":
+        tables, cpu = [r.get("net"), r.get("ib", {})], r.get("cpu")
+        return (
+            isinstance(cpu, list)
+            and 4 <= len(cpu) <= len(CPU_FIELDS)
+            and _counters(cpu, len(cpu))
+            and _finite(r.get("self_cpu_s"))
+            and all(isinstance(t, dict) and all(_counters(c, len(NET_FIELDS)) for c in t.values()) for t in tables)
+        )
+    if kind == "gpu":
+        return isinstance(r.get("gpu"), int) and (r.get("sm") is None or _finite(r.get("sm")))
+    return True
 
 
 def read(job_dir: Path, warn: Callable[[str], None] = lambda _: None) -> Telemetry | None:

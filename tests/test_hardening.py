@@ -235,6 +235,8 @@ def _tamper(run: Path, tmp: Path, name: str, edit) -> Path:
         ("samples-text", lambda d, c: d["rows"][0].update(samples_us=["x", 1.0]), "samples are not all numbers"),
         ("samples-bool", lambda d, c: d["rows"][-1].update(samples_us=[True, 1.0]), "samples are not all numbers"),
         ("samples-not-list", lambda d, c: d["rows"][0].update(samples_us=5), "samples are not lists"),
+        # free text where the catalog has names: 30,000 characters made `bench plot` take 3.7 GB
+        ("group-long", lambda d, c: d["rows"][0].update(group="x" * 30_000), "a collective or group the catalog"),
     ],
 )
 def test_a_result_that_is_not_its_jobs_is_left_out_with_a_warning(real_run, tmp_path, name, edit, words):
@@ -249,6 +251,59 @@ def test_a_result_that_is_not_its_jobs_is_left_out_with_a_warning(real_run, tmp_
     mine = [x for x in rows if x["job"] == result.parent.name and x["workload"] == "allreduce"]
     assert [x["status"] for x in mine] == ["MISSING"]
     assert all(x["status"] == "COMPLETED" for x in rows if x not in mine)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "field,value",
+    [("step_time_ms", 0.0), ("images_per_s", 1e308), ("images_per_s_per_gpu", -1.0), ("step_time_ms", 1e300)],
+)
+def test_a_training_figure_no_run_reaches_is_left_out(real_run, tmp_path, field, value):
+    """A figure collect once accepted and the plots could not draw (tokens/s 1e308 ended `bench
+    plot` and `bench report` with exit 70): the result is left out with a warning, and the
+    plots and the report are drawn from the rest."""
+    copy = tmp_path / "run"
+    shutil.copytree(real_run, copy)
+    result = next(copy.glob("jobs/n2-*/synthetic-weak.json"))
+    data = json.loads(result.read_text())
+    data[field] = value
+    result.write_text(json.dumps(data))
+    r = bench("collect", str(copy))
+    assert f"{field} is " in r.stderr and "outside (0, " in r.stderr, r.stderr
+    assert bench("plot", str(copy)).returncode == 0
+    assert bench("report", str(copy)).returncode == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "damage",
+    [
+        {"self_cpu_s": None},  # once a KeyError
+        {"cpu": "0 1 2 3"},  # a TypeError
+        {"net": {"eth0": [1]}},  # an IndexError
+        {"net": {"eth0": ["a", "b", "c", "d"]}},
+        {"t": float("inf")},
+        {"cpu": 7},
+    ],
+)
+def test_a_damaged_telemetry_line_is_skipped(real_run, tmp_path, damage):
+    """`bench report` ended with exit 70 on one damaged sample line of a job's telemetry; a
+    damaged line is skipped as a torn one is, and the report is written."""
+    copy = tmp_path / "run"
+    shutil.copytree(real_run, copy)
+    samples = sorted(copy.glob("jobs/*/telemetry/*.samples.jsonl"))
+    assert samples, "the local executor samples every job"
+    for path in samples:
+        lines = [json.loads(x) for x in path.read_text().splitlines()]
+        for line in lines:
+            if line.get("kind") == "sample":
+                line.update(damage)
+                if line["self_cpu_s"] is None:
+                    del line["self_cpu_s"]
+                break
+        path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    r = bench("report", str(copy), check=False)
+    assert r.returncode == 0 and (copy / "report.html").is_file(), r.describe()
 
 
 # --------------------------------------------------------------------------- secrets

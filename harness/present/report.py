@@ -223,7 +223,11 @@ DDP_BUCKET_MB = 25
 def bucket_bytes(plan: dict[str, Any]) -> int:
     """The DDP bucket of the run's training workloads (bucket_cap_mb), else DDP's default."""
     workloads = (plan.get("sweep") or {}).get("workloads") or {}
-    caps = [float(w["bucket_cap_mb"]) for w in workloads.values() if isinstance(w, dict) and w.get("bucket_cap_mb")]
+    caps = [
+        w["bucket_cap_mb"]
+        for w in workloads.values()
+        if isinstance(w, dict) and isinstance(w.get("bucket_cap_mb"), (int, float)) and 0 < w["bucket_cap_mb"] < 2**20
+    ]  # plan.json is untrusted: a cap that is no size in MB is DDP's default
     return int((caps[0] if caps else DDP_BUCKET_MB) * 2**20)
 
 
@@ -233,6 +237,9 @@ def compact(coll: pd.DataFrame, bucket: int) -> pd.DataFrame:
     keep = []
     for _, rows in coll.groupby(["job", "collective", "group"], sort=False):
         sizes = rows["size_bytes"].astype(float)
+        sizes = sizes[sizes > 0]  # no size is 0 or less; a damaged one is not drawn on a log scale
+        if sizes.empty:
+            continue
         nearest = (sizes.map(math.log) - math.log(bucket)).abs().idxmin()
         keep += [nearest, sizes.idxmax()]
     return coll.loc[sorted(set(keep), key=list(coll.index).index)]
