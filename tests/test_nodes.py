@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 import stat
 import statistics
 import subprocess
@@ -370,5 +371,11 @@ def test_a_link_that_degrades_is_a_change_point_of_the_history(local_check, tmp_
     assert listed.strip().splitlines()[-1] == "0 runs"
     counted = bench("history", "list", "--count", "--cluster", "lab", "--db", str(db)).stdout
     assert counted == "0\n"  # what recipes/nightly.sh reads: node checks are no runs of a sweep
+    damaged = tmp_path / "damaged.sqlite"
+    shutil.copy(db, damaged)
+    with sqlite3.connect(damaged) as con:  # a text figure ended `history changes --nodes` with exit 70
+        con.execute("UPDATE node_figures SET value = 'x' WHERE check_id = 3 AND metric = 'busbw_gbps'")
+    r = bench("history", "changes", "--nodes", "--cluster", "lab", "--db", str(damaged), check=False)
+    assert r.returncode == 2 and "node check 3 is damaged" in r.stderr and len(r.stderr.splitlines()) == 1
     removed = bench("history", "remove", "8", "--nodes", "--db", str(db))
     assert "removed node check 8 of cluster lab" in removed.stdout

@@ -247,6 +247,28 @@ def test_a_damaged_entry_is_named_and_removable(real_run, tmp_path, history_of, 
     assert bench("history", "check", "--db", str(db)).stdout.strip().endswith("all readable")
 
 
+@pytest.mark.parametrize(
+    "sql,words",
+    [
+        ("UPDATE points SET value = 'x' WHERE run_id = 2", "run 2 is damaged (a point of"),
+        ("DROP TABLE points", "no such table: points"),
+    ],
+)
+def test_history_plot_of_a_damaged_history_is_one_line(real_run, tmp_path, history_of, sql, words):
+    """A text value, or a dropped table, ended `history plot` with exit 70."""
+    db = history_of(
+        planned_later(copy_run(real_run, tmp_path / "a"), "0"), planned_later(copy_run(real_run, tmp_path / "b"), "1")
+    )
+    with sqlite3.connect(db) as con:
+        con.execute(sql)
+    r = bench("history", "plot", "--cluster", "lab", "--db", str(db), "--out", str(tmp_path / "h.png"), check=False)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and words in r.stderr, r.describe()
+    assert not (tmp_path / "h.png").exists()
+    if "UPDATE" in sql:
+        checked = bench("history", "check", "--db", str(db), check=False)
+        assert checked.returncode == 1 and "run 2 is damaged (a point that is no number)" in checked.stdout
+
+
 def test_a_malformed_database_is_one_line(real_run, tmp_path, history_of):
     db = history_of(planned_later(copy_run(real_run, tmp_path / "a"), "0"))
     data = bytearray(db.read_bytes())

@@ -339,12 +339,23 @@ def points(db: Path, cluster: str) -> pd.DataFrame:
     import pandas as pd
 
     with session(db) as con:
-        df = pd.read_sql_query(
+        rows = con.execute(
             "SELECT r.id, r.label, r.created, p.series, p.metric, p.value FROM runs r JOIN points p "
             "ON p.run_id = r.id WHERE r.cluster = ? ORDER BY r.created, r.id",
-            con,
-            params=(cluster,),
-        )
+            (cluster,),
+        ).fetchall()
+    for run_id, label, created, series, metric, value in rows:  # the history is untrusted too
+        if not (
+            isinstance(value, (int, float))
+            and value < float("inf")
+            and all(isinstance(t, str) for t in (created, series, metric))
+            and (label is None or isinstance(label, str))
+        ):
+            raise HistoryError(
+                f"{db}: run {run_id} is damaged (a point of {metric!r:.40} is {value!r:.40}); "
+                f"remove it with `bench history remove {run_id}`"
+            )
+    df = pd.DataFrame(rows, columns=["id", "label", "created", "series", "metric", "value"])
     df["series"] = [_current_series(s) for s in df["series"]]
     return df
 
@@ -396,6 +407,13 @@ def check(db: Path) -> tuple[int, list[str]]:
                 _load(con, db, entry, with_samples=True)
             except HistoryError as exc:
                 problems.append(str(exc))
+        for (run_id,) in con.execute(
+            "SELECT DISTINCT run_id FROM points WHERE typeof(value) NOT IN ('real', 'integer') ORDER BY 1"
+        ):
+            problems.append(
+                f"{db}: run {run_id} is damaged (a point that is no number); remove it with "
+                f"`bench history remove {run_id}`"
+            )
     return len(found), problems
 
 

@@ -192,10 +192,18 @@ def series(db: Path, cluster: str) -> tuple[list[NodeEntry], pd.DataFrame]:
     index = {e.id: i for i, e in enumerate(found)}
     with session(db) as con:
         rows = con.execute(
-            "SELECT check_id, series, metric, value FROM node_figures WHERE value > 0 AND check_id IN "
-            "(SELECT id FROM node_checks WHERE cluster = ?)",
+            "SELECT check_id, series, metric, value FROM node_figures WHERE check_id IN "
+            "(SELECT id FROM node_checks WHERE cluster = ?) AND (value IS NULL OR value > 0)",
             (cluster,),
         ).fetchall()
+    # a figure is a number or NULL (a failed step); anything else is damage, named with its check
+    for check_id, key, metric, value in rows:
+        if not (value is None or (isinstance(value, (int, float)) and value < float("inf"))):
+            raise HistoryError(
+                f"{db}: node check {check_id} is damaged ({metric} of {key!r:.60} is {value!r:.40}, not a number); "
+                f"remove it with `bench history remove {check_id} --nodes`"
+            )
+    rows = [r for r in rows if r[3] is not None]
     frame = pd.DataFrame(rows, columns=["check", "key", "metric", "value"])
     frame["entry"] = frame["check"].map(index)
     return found, frame[frame["metric"].isin(list(METRICS))][["metric", "key", "entry", "value"]]
