@@ -120,9 +120,14 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write_bytes(path, text.encode())
 
 
+def json_bytes(obj: Any) -> bytes:
+    """The bytes a JSON file of bench holds. allow_nan=False: NaN is not JSON; callers store
+    missing values as null."""
+    return (json.dumps(obj, indent=1, allow_nan=False) + "\n").encode()
+
+
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
-    # allow_nan=False: NaN is not JSON; callers store missing values as null.
-    atomic_write_text(path, json.dumps(obj, indent=1, allow_nan=False) + "\n")
+    atomic_write_bytes(path, json_bytes(obj))
 
 
 try:  # 3-4x faster parsing where installed (the harness depends on it; a job need not)

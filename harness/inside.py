@@ -27,6 +27,7 @@ import secrets
 import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 from benchmarks.results import kind_of, mode_for, write_all
 from harness.errors import RunDirError
@@ -99,6 +100,31 @@ def write(root: Path, rel: str | PurePosixPath, data: bytes) -> Path:
 
         _replace(d, name, make)
     return Path(root, rel)
+
+
+def append(root: Path, rel: str | PurePosixPath) -> BinaryIO:
+    """ROOT/REL opened to append to (a job's log), unbuffered, made with its directories when
+    missing: reached without following a link below ROOT, and refused when it is a link or not a
+    regular file (a planted FIFO would block the job, a link would send its log elsewhere)."""
+    parent, name = _split(rel)
+    with directory(root, parent, create=True) as d:
+        try:
+            fd = os.open(
+                name,
+                os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC,
+                0o666,
+                dir_fd=d,
+            )
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+            raise RunDirError(f"{Path(root, rel)}: a symbolic link where bench keeps a file; remove it") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise RunDirError(f"{Path(root, rel)}: {kind_of(mode)} where bench keeps a file; remove it")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "ab", buffering=0)
 
 
 def _replace(d: int, name: str, make: Callable[[str], None]) -> None:

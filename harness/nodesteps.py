@@ -23,12 +23,12 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
 from benchmarks.catalog import BACKENDS, DEVICES
-from benchmarks.results import RESULT_LIMIT, atomic_write_json, load_result, read_regular
-from harness import nodecheck
+from benchmarks.results import RESULT_LIMIT, atomic_write_json, json_bytes, load_result, read_regular
+from harness import inside, nodecheck
 from harness.executors.local import TAG, agent_command, die_with_parent, free_port, kill_groups, new_tag
 from harness.logs import error_line, tail
 from harness.nodecheck import HOSTLIST_RE, NODE_NAME_RE, Options, Step
@@ -127,15 +127,18 @@ class Driver:
     def save(self, k: int | None = None) -> None:
         """The record: round `k`'s steps (rounds/<k>.json), then steps.json, which says how many
         rounds ended and how long each took; each file replaced atomically."""
-        folder = self.run / self.folder
+        # through the run directory's writer (harness/inside.py): the shared directory is
+        # untrusted while the job waits in the queue, and a planted link is refused, not followed
+        folder = PurePosixPath(self.folder)
         if k is not None:
-            atomic_write_json(folder / ROUNDS_DIR / f"{k}.json", self.steps)
+            inside.write(self.run, folder / ROUNDS_DIR / f"{k}.json", json_bytes(self.steps))
         summary = {"format_version": RECORD_VERSION, "hosts": self.names, "rounds": len(self.plan)}
-        atomic_write_json(folder / RECORD, {**summary, "round_s": self.round_s, "ran": len(self.round_s)})
+        record = {**summary, "round_s": self.round_s, "ran": len(self.round_s)}
+        inside.write(self.run, folder / RECORD, json_bytes(record))
 
     def drive(self, progress: Callable[[str], None] = lambda line: None) -> None:
         for sub in (nodecheck.STEPS_DIR, ROUNDS_DIR):
-            (self.run / self.folder / sub).mkdir(parents=True, exist_ok=True)
+            inside.mkdir(self.run, PurePosixPath(self.folder) / sub)
         self.save()
         index = 0
         for k, round_ in enumerate(self.plan):
@@ -163,9 +166,8 @@ class Driver:
         running: list[Running] = []
         try:
             for step in steps:
-                with contextlib.suppress(FileNotFoundError):  # an earlier attempt's (a requeued job)
-                    (self.run / self.folder / step.result).unlink()
-                log = open(self.run / self.folder / step.log, "ab", buffering=0)  # noqa: SIM115
+                inside.remove(self.run, PurePosixPath(self.folder) / step.result)  # an earlier attempt's
+                log = inside.append(self.run, PurePosixPath(self.folder) / step.log)
                 self.steps[step.name] = {"state": "RUNNING", "started": now()}
                 tag = new_tag()
                 procs = self.launcher.start(step, self.names, index, log, tag)

@@ -20,10 +20,11 @@ from conftest import HOSTILE_VALUES, SWEEPS, bench, left_in, read_json
 
 from harness import nodecheck, nodes
 from harness.analysis import nodehistory
+from harness.errors import RunDirError
 from harness.executors.slurm.nodes import check_job, render_check_script, render_step_script
 from harness.executors.slurm.profile import load_profile
 from harness.nodecheck import Options
-from harness.nodesteps import Plan
+from harness.nodesteps import FOLDER, Driver, LocalLauncher, Plan
 
 PROFILE = SWEEPS / "clusters" / "testbed.yaml"
 
@@ -163,6 +164,28 @@ def test_history_add_of_a_check_that_judged_nothing_is_not_clean(local_check, tm
     r = bench("history", "add", str(local_check[1]), "--cluster", "lab", "--db", str(db), check=False)
     assert r.returncode == 3 and "named not judged: " in r.stdout, r.describe()
     assert nodehistory.entries(db)[0].named.startswith("not judged: ")
+
+
+@pytest.mark.parametrize("planted", ["rounds", "steps.json", "steps"])
+def test_the_driver_writes_through_no_planted_link(tmp_path, planted):
+    """What runs inside the check's job writes its record, logs and results in a shared run
+    directory, where links can be planted while the job waits in the queue: a link where the
+    driver keeps a directory is refused before any step starts, and one where it keeps a file is
+    replaced, never written through."""
+    run, outside = tmp_path / "run", tmp_path / "outside"
+    (run / FOLDER).mkdir(parents=True)
+    outside.mkdir()
+    (outside / "keep").write_text("keep me\n")
+    (run / FOLDER / planted).symlink_to(outside / ("keep" if planted.endswith(".json") else ""))
+    o = Options(gemm=False, device="cpu", backend="gloo")
+    driver = Driver(run, FOLDER, ["local0", "local1"], o, LocalLauncher(run, o))
+    if planted.endswith(".json"):
+        driver.save()
+        assert not (run / FOLDER / planted).is_symlink() and json.loads((run / FOLDER / planted).read_text())
+    else:
+        with pytest.raises(RunDirError, match="a symbolic link"):
+            driver.drive()
+    assert sorted(p.name for p in outside.iterdir()) == ["keep"] and (outside / "keep").read_text() == "keep me\n"
 
 
 def test_a_local_dry_run_runs_nothing(tmp_path):

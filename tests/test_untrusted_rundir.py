@@ -105,6 +105,16 @@ def _job_dir(run: Path, outside: Path) -> list[str]:
     return ["sweep", "--resume", str(run)]
 
 
+def _job_log(run: Path, outside: Path) -> list[str]:
+    # The resumed job's log was opened with a plain open(..., "ab"): appended to the outside's file.
+    job = _a_job(run)
+    table = json.loads((run / "jobs.json").read_text())
+    table["jobs"][job]["state"] = "FAILED"
+    (run / "jobs.json").write_text(json.dumps(table))
+    _link(run / "jobs" / job / "log.txt", outside / "passwd")
+    return ["sweep", "--resume", str(run)]
+
+
 def _fifo_plan(run: Path, outside: Path) -> list[str]:
     _fifo(run / "plan.json")
     return ["status", str(run)]
@@ -153,6 +163,7 @@ CASES = [
     Planted("plot-dir-link", _plots_dir, 2, "plots", "a symbolic link"),
     Planted("resume-progress-link", _progress_dir, 2, "progress", "a symbolic link"),
     Planted("resume-job-dir-link", _job_dir, 2, "jobs/", "a symbolic link"),
+    Planted("resume-log-link", _job_log, 2, "log.txt", "a symbolic link"),
     Planted("status-plan-fifo", _fifo_plan, 2, "plan.json", "a FIFO"),
     Planted("status-table-fifo", _fifo_table, 2, "jobs.json", "a FIFO"),
     Planted("collect-lock-fifo", _fifo_lock, 2, ".lock", "a FIFO"),

@@ -272,7 +272,7 @@ class LocalExecutor(Executor):
         code: int | None
         state, code, reason = COMPLETED, 0, None
         samples = self.run.job_dir(job) / telemetry.DIR
-        with open(log_path, "ab", buffering=0) as log:
+        with inside.append(self.run.path, log_path.relative_to(self.run.path).as_posix()) as log:
             log.write(f"# {now()} attempt {rec.attempts} of {job.name} (config {job.config_hash})\n".encode())
             if problem:
                 log.write(f"# warning: {problem}\n".encode())
