@@ -111,6 +111,7 @@ def start(
     console: Console,
     yes: bool,
     db: Path | None,
+    dry_run: bool = False,
 ) -> int:
     refs = profile.reference
     if not refs:
@@ -138,10 +139,15 @@ def start(
         out=out / NODES_DIR,
         console=console,
         yes=yes,
-        dry_run=False,
+        dry_run=dry_run,
         as_json=False,
         db=db,
     )
+    if dry_run:  # both plans written, nothing submitted or started, nothing judged
+        console.print(f"2. the acceptance sweep: {_keys(refs)}", markup=False)
+        sweep.start(spec, sweep_path, executor, profile, out / SWEEP_DIR, console, dry_run=True, yes=yes)
+        console.print(f"bench accept: dry run, nothing submitted; the plans are in {out}", markup=False)
+        return 0
     if status == EXIT_INTERRUPTED:
         return status  # Ctrl-C: what ran is kept in DIR/nodes, and nothing is judged
     found = _node_verdict(out / NODES_DIR)

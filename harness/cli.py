@@ -283,6 +283,7 @@ def cmd_accept(args: argparse.Namespace) -> int:
         console=console,
         yes=args.yes,
         db=_db(args),
+        dry_run=args.dry_run,
     )
 
 
@@ -1084,7 +1085,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", help="directory of the acceptance (default accept-<timestamp> in $BENCH_RESULTS, else results/)"
     )
     a.add_argument("--yes", action="store_true", help="submit without asking, whatever the node-hours")
-    a.set_defaults(func=cmd_accept, dry_run=False)
+    a.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="write the node check's and the sweep's job scripts and show their cost; submit nothing",
+    )
+    a.set_defaults(func=cmd_accept)
 
     for name, func, text in (
         ("collect", cmd_collect, "rebuild summary.parquet/csv from the job results"),
