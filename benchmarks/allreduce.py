@@ -38,6 +38,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from . import memory
 from .catalog import COLLECTIVES, DTYPES, GROUPS, OPS, WORLD, Buffers, Collective, collective, node_groups
 from .common import (
     PER_RANK,
@@ -519,6 +520,13 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
     if not plan:
         raise UsageError(f"--collective {args.collective}: nothing to measure on {world} rank(s)")
     max_count = max(max(sizes) for _, sizes in plan.values()) // element
+    memory.check(
+        memory.collective_bytes(max_count * element, args.link_bytes if world > 1 else 0),
+        ctx.device,
+        ctx.launch.local_world_size,
+        f"--max-bytes {format_size(max_count * element)}",
+        "--max-bytes (or --link-bytes)",
+    )
     inp = torch.empty(max_count, dtype=dtype, device=ctx.device)
     out = torch.empty(max_count, dtype=dtype, device=ctx.device)
 

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from . import memory
 from .catalog import AMPS, PARALLEL, PRESETS, Shape, flops_per_token
 from .common import OneLineParser, UsageError, add_common_args, positive_arg
 from .runtime import Context
@@ -256,6 +257,13 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
     shape = shape_of(args)
     amp = choose_amp(args.amp, ctx.device)
     _check_fsdp_amp(args.parallel, amp)  # again: auto is fp16 on GPUs before compute capability 8.0
+    memory.check(
+        memory.transformer_bytes(shape, batch, world, args.parallel == "fsdp", amp != "off"),
+        ctx.device,
+        ctx.launch.local_world_size,
+        f"the transformer ({shape.layers} layers of width {shape.width}, batch {batch} x {shape.seq_len} tokens)",
+        "--batch-size, --seq-len, --width or --layers, or shard it with --parallel fsdp",
+    )
     torch.manual_seed(args.seed)  # every rank starts from the same weights
     model = Decoder(shape).to(ctx.device)
     n_params = counted_parameters(model)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from conftest import bench, check_breakdown, read_json
 
+from benchmarks import memory
 from benchmarks.catalog import PRESETS, decoder_params
 from benchmarks.transformer import Decoder, Shape, counted_parameters, flops_per_token, mfu
 from harness.analysis.compare import records
@@ -80,6 +81,33 @@ def test_without_a_peak_mfu_is_null_and_one_rank_exposes_no_communication(tmp_pa
     assert res["compute_time_ms"] == res["slowest_compute_time_ms"] == res["step_time_ms"]
     assert (res["exposed_comm_ms"], res["exposed_comm_fraction"], res["imbalance_fraction"]) == (0, 0, 0)
     assert res["compute_fraction"] == 1 and res["breakdown_note"] is None
+
+
+def test_the_memory_estimate_by_hand():
+    """The small shape of tests/conftest.py's mixed_run, batch 2, one rank, fp32 (docs: the
+    estimate in benchmarks/memory.py). N = 2 x (12 x 32² + 4 x 32) + 2 x 32 + 64 x 32 = 26,944,
+    and the position table 16 x 32 = 512: 27,456 parameters, 16 bytes each (weights, gradients,
+    AdamW's two moments) 439,296. Activations per layer s·b·h·34 + 5·a·s²·b = 16·2·32·34 +
+    5·4·256·2 = 34,816 + 10,240 = 45,056, x 2 layers x 2 (fp32) 180,224. Logits 8·b·s·V = 16,384.
+    In all 635,904; under FSDP over 4 ranks the state is a quarter: 109,824 + 196,608."""
+    shape = Shape(layers=2, width=32, heads=4, seq_len=16, vocab=64)
+    assert memory.transformer_bytes(shape, 2, 1, fsdp=False, half=False) == 635_904
+    assert memory.transformer_bytes(shape, 2, 4, fsdp=True, half=False) == 109_824 + 180_224 + 16_384
+    assert memory.transformer_bytes(shape, 2, 1, fsdp=False, half=True) == 439_296 + 90_112 + 16_384
+
+
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (["allreduce", "-b", "64G", "-e", "64G"], "--max-bytes 64G needs about 128.0 GiB per rank, more than the"),
+        (["transformer", "--width", "16384", "--layers", "64"], "lower --batch-size, --seq-len, --width or --layers"),
+    ],
+)
+def test_what_cannot_fit_is_refused_before_it_allocates(args, words):
+    """Found by the allocator, it was a 50-line traceback per rank, or the OOM killer."""
+    r = bench("run", *args, check=False, timeout=120)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and words in lines[0], r.describe()
 
 
 @pytest.mark.parametrize(
