@@ -361,8 +361,11 @@ def step_figures(step: Step, result: Mapping[str, Any]) -> dict[str, float]:
         return {"gemm_tflops": min(_number(v, f"{where}: tflops_per_rank", positive=True) for v in values)}
     if metrics == ("intra_busbw_gbps",):
         return {"intra_busbw_gbps": _median_busbw(result, "all_reduce", "world", where)}
-    groups = (result.get("params") or {}).get("groups") or {}
-    p2p_group = "inter" if "inter" in groups else "world"
+    params = result.get("params") or {}
+    groups = params.get("groups") if isinstance(params, dict) else None
+    if not isinstance(groups, (dict, type(None))):
+        raise FigureError(f"{where}: params.groups is not an object of groups")
+    p2p_group = "inter" if groups and "inter" in groups else "world"
     return {
         "busbw_gbps": _median_busbw(result, "all_reduce", "world", where),
         "p2p_gbps": _median_busbw(result, "sendrecv", p2p_group, where),

@@ -144,6 +144,23 @@ def test_a_result_with_wrong_elements_fails_its_step(local_check, tmp_path):
     )
 
 
+@pytest.mark.parametrize(
+    "edit", [lambda d: d.update(params=[1]), lambda d: d["params"].update(groups=[1]), lambda d: d.update(rows="x")]
+)
+def test_a_damaged_step_result_is_judged_not_a_crash(local_check, tmp_path, edit):
+    """A result that is not the shape a step writes (params a list ended --report with exit 70):
+    judged, never a crash; two nodes are never clean."""
+    copy = _tamper(tmp_path, local_check[1], "jobs/nodes/steps/pair-0-1.json", lambda t: json.dumps(_edited(t, edit)))
+    r = bench("nodes", "--report", str(copy), "--json", check=False)
+    assert r.returncode == 3 and not json.loads(r.stdout)["clean"], r.describe()
+
+
+def _edited(text: str, edit) -> dict:
+    data = json.loads(text)
+    edit(data)
+    return data
+
+
 def test_a_pair_that_read_0_is_no_measurement(local_check, tmp_path):
     """Every pair at 0 GB/s is a failed step, not a population of equal nodes: never clean."""
     copy = _tamper(
