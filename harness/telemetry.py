@@ -301,7 +301,7 @@ class Host:
     @property
     def startup_cpu_s(self) -> float | None:
         """The sampler's CPU time up to its first sample: Python starting, once per job."""
-        return self.samples[0]["self_cpu_s"] if self.samples else None
+        return self.samples[0].get("self_cpu_s") if self.samples else None
 
     @property
     def overhead(self) -> float | None:
@@ -309,6 +309,8 @@ class Host:
         if len(self.samples) < 2:
             return None
         first, last = self.samples[0], self.samples[-1]
+        if "self_cpu_s" not in first or "self_cpu_s" not in last:
+            return None
         wall = last["t"] - first["t"]
         return (last["self_cpu_s"] - first["self_cpu_s"]) / wall if wall > 0 else None
 
@@ -347,7 +349,8 @@ def _counters(value: Any, fields: int) -> bool:
 
 def _well_formed(r: dict[str, Any]) -> bool:
     """A record every reader below may index without a check: a finite time; a sample with its
-    CPU fields, each table of interfaces counters of NET_FIELDS' length, and a sampler time; a GPU
+    CPU fields, each table of interfaces counters of NET_FIELDS' length, and a finite sampler
+    time where it has one (samples before bench recorded it have none); a GPU
     line with its index. A damaged line (a job's file is untrusted) is skipped like a torn one."""
     if not _finite(r.get("t")):
         return False
@@ -358,7 +361,7 @@ def _well_formed(r: dict[str, Any]) -> bool:
             isinstance(cpu, list)
             and 4 <= len(cpu) <= len(CPU_FIELDS)
             and _counters(cpu, len(cpu))
-            and _finite(r.get("self_cpu_s"))
+            and ("self_cpu_s" not in r or _finite(r["self_cpu_s"]))
             and all(isinstance(t, dict) and all(_counters(c, len(NET_FIELDS)) for c in t.values()) for t in tables)
         )
     if kind == "gpu":
