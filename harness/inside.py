@@ -103,15 +103,16 @@ def write(root: Path, rel: str | PurePosixPath, data: bytes) -> Path:
 
 
 def append(root: Path, rel: str | PurePosixPath) -> BinaryIO:
-    """ROOT/REL opened to append to (a job's log), unbuffered, made with its directories when
-    missing: reached without following a link below ROOT, and refused when it is a link or not a
-    regular file (a planted FIFO would block the job, a link would send its log elsewhere)."""
+    """ROOT/REL opened to append to (a job's log) and to read back through the same descriptor
+    (os.pread), unbuffered, made with its directories when missing: reached without following a
+    link below ROOT, and refused when it is a link or not a regular file (a planted FIFO would
+    block the job, a link would send its log elsewhere)."""
     parent, name = _split(rel)
     with directory(root, parent, create=True) as d:
         try:
             fd = os.open(
                 name,
-                os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC,
+                os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC,
                 0o666,
                 dir_fd=d,
             )

@@ -175,7 +175,7 @@ def test_an_acceptance_with_a_slow_node_fails_and_names_it(checks):
     assert not (path / "sweep").exists()
     page = (path / "report.html").read_text()
     assert (
-        "NOT ACCEPTED" in page and "scontrol update nodename=bnode3 state=drain reason=&#x27;bench accept&#x27;" in page
+        "NOT ACCEPTED" in page and "scontrol update nodename=bnode3 state=drain &#x27;reason=bench accept&#x27;" in page
     )
     assert "<td>bnode3</td>" in page and "below the other nodes&#x27; median" in page
 

@@ -40,6 +40,7 @@ from harness.rundir import CANCELLED, COMPLETED, FAILED, RUNNING, TIMEOUT, JobRe
 _FAILURE_GRACE_S = 20.0
 _STALL_LOOK_S = 1.0  # how often the ranks' progress files are read
 _POLL_S = 0.1
+_ERROR_READ = 4 << 20  # bytes of a failed workload's log read back for its error line
 # Set in the environment of a job's agents, and so of their workers: how every process of the
 # job is found and ended, whatever process group or session it is in (kill_groups).
 TAG = "BENCH_PROCESS_TAG"
@@ -381,8 +382,10 @@ class LocalExecutor(Executor):
         codes = [p.returncode for p in procs]
         bad = [c for c in codes if c != 0]
         if bad:
-            with open(log.name, "rb") as f:
-                f.seek(log_start)
-                why = error_line(f.read().decode(errors="replace"))
+            # read back through the log's own descriptor (inside.append): its path is not
+            # reopened, since a link could be planted there meanwhile
+            end = os.fstat(log.fileno()).st_size
+            start = max(log_start, end - _ERROR_READ)
+            why = error_line(os.pread(log.fileno(), end - start, start).decode(errors="replace"))
             return FAILED, bad[0], f"{run.key} failed (agent exit codes {codes})" + (f": {why}" if why else "")
         return COMPLETED, 0, None
