@@ -52,11 +52,19 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
 def is_stream(path: str | os.PathLike) -> bool:
     """Whether `path` names a character device or a FIFO: written through, and nothing is
     written beside it (a per-rank file or progress records beside /dev/null would land in /dev)."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return False
+    mode = _mode(path)
+    return mode is not None and _streams(mode)
+
+
+def _streams(mode: int) -> bool:
     return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
+
+
+def _mode(path: str | os.PathLike) -> int | None:
+    try:
+        return os.stat(path).st_mode
+    except OSError:
+        return None
 
 
 def _write_through(path: Path, data: bytes) -> bool:
@@ -64,20 +72,17 @@ def _write_through(path: Path, data: bytes) -> bool:
     written through, never replaced by a file: renaming over /dev/null as root would remove the
     device (docs/hardening.md, "Outputs"). A directory, a block device or a socket is an
     OSError naming it; anything else is for the atomic write."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
+    mode = _mode(path)
+    if mode is None or stat.S_ISREG(mode):
         return False
-    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
-        fd = os.open(path, os.O_WRONLY | os.O_NOCTTY | os.O_CLOEXEC)
-        try:
-            write_all(fd, data)
-        finally:
-            os.close(fd)
-        return True
-    if not stat.S_ISREG(mode):
+    if not _streams(mode):
         raise NotARegularFile(errno.EINVAL, f"{kind_of(mode)}: bench writes a file, a FIFO or a device", str(path))
-    return False
+    fd = os.open(path, os.O_WRONLY | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        write_all(fd, data)
+    finally:
+        os.close(fd)
+    return True
 
 
 def umask() -> int:

@@ -153,21 +153,28 @@ def accepted_since(con: sqlite3.Connection, cluster: str) -> tuple[str, int] | N
     return (str(row[0]), int(row[1])) if row else None
 
 
+def _by_run(con: sqlite3.Connection, sql: str, run_ids: Sequence[int], first: Sequence[Any] = ()) -> list[tuple]:
+    """The rows of `sql` (its "IN ({marks})" filled) for the runs given, asked 500 ids at a time
+    (SQLite's bound on a statement's parameters); none where the history has no gate tables."""
+    if not run_ids or not _has_tables(con):
+        return []
+    rows: list[tuple] = []
+    for start in range(0, len(run_ids), 500):
+        part = list(run_ids[start : start + 500])
+        rows += con.execute(sql.format(marks=", ".join("?" * len(part))), [*first, *part]).fetchall()
+    return rows
+
+
 def rejected(con: sqlite3.Connection, run_ids: Sequence[int]) -> dict[int, set[str]]:
     """Of these runs, those the gate rejected and nobody accepted: run id -> rejected keys
     (WHOLE among them for a run rejected whole)."""
-    if not run_ids or not _has_tables(con):
-        return {}
     out: dict[int, set[str]] = {}
-    for start in range(0, len(run_ids), 500):  # SQLite's bound on a statement's parameters
-        part = list(run_ids[start : start + 500])
-        marks = ", ".join("?" * len(part))
-        for run_id, key in con.execute(
-            "SELECT k.run_id, k.key FROM gate_keys k JOIN gate_runs g ON g.run_id = k.run_id "
-            f"WHERE g.accepted IS NULL AND k.run_id IN ({marks})",
-            part,
-        ):
-            out.setdefault(int(run_id), set()).add(str(key))
+    sql = (
+        "SELECT k.run_id, k.key FROM gate_keys k JOIN gate_runs g ON g.run_id = k.run_id "
+        "WHERE g.accepted IS NULL AND k.run_id IN ({marks})"
+    )
+    for run_id, key in _by_run(con, sql, run_ids):
+        out.setdefault(int(run_id), set()).add(str(key))
     return out
 
 
@@ -183,21 +190,15 @@ def kept(df: pd.DataFrame, keys: set[str]) -> npt.NDArray[np.bool_]:
 def verdicts(con: sqlite3.Connection, run_ids: Iterable[int]) -> dict[int, tuple[str, int, str | None, str | None]]:
     """run id -> (verdict, rejected keys or -1 for a run rejected whole, accepted, reason), for
     `history list`."""
-    ids = list(run_ids)
-    if not ids or not _has_tables(con):
-        return {}
-    out = {}
-    for start in range(0, len(ids), 500):
-        part = ids[start : start + 500]
-        marks = ", ".join("?" * len(part))
-        for run_id, verdict, n, accepted, reason in con.execute(
-            "SELECT g.run_id, g.verdict, CASE WHEN EXISTS (SELECT 1 FROM gate_keys k WHERE k.run_id = g.run_id "
-            "AND k.key = ?) THEN -1 ELSE (SELECT count(*) FROM gate_keys k WHERE k.run_id = g.run_id) END, "
-            f"g.accepted, g.reason FROM gate_runs g WHERE g.run_id IN ({marks})",
-            [WHOLE, *part],
-        ):
-            out[int(run_id)] = (str(verdict), int(n), accepted, reason)
-    return out
+    sql = (
+        "SELECT g.run_id, g.verdict, CASE WHEN EXISTS (SELECT 1 FROM gate_keys k WHERE k.run_id = g.run_id "
+        "AND k.key = ?) THEN -1 ELSE (SELECT count(*) FROM gate_keys k WHERE k.run_id = g.run_id) END, "
+        "g.accepted, g.reason FROM gate_runs g WHERE g.run_id IN ({marks})"
+    )
+    return {
+        int(run_id): (str(verdict), int(n), accepted, reason)
+        for run_id, verdict, n, accepted, reason in _by_run(con, sql, list(run_ids), [WHOLE])
+    }
 
 
 def accept(con: sqlite3.Connection, run_id: int, reason: str) -> None:
