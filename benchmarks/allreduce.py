@@ -39,6 +39,7 @@ import torch
 import torch.distributed as dist
 
 from . import memory
+from .catalog import COLLECTIVE_DEFAULTS as D
 from .catalog import COLLECTIVES, DTYPES, GROUPS, OPS, WORLD, Buffers, Collective, collective, node_groups
 from .common import (
     PER_RANK,
@@ -46,7 +47,7 @@ from .common import (
     UsageError,
     add_common_args,
     format_size,
-    parse_size,
+    message_sizes,
     size_arg,
     size_or_zero_arg,
     spread,
@@ -58,29 +59,6 @@ from .runtime import main as run_main
 def bus_factor(name: str, world_size: int) -> float:
     """busbw / algbw for collective `name` over `world_size` ranks (benchmarks/catalog.py)."""
     return collective(name).bus_factor(world_size)
-
-
-def message_sizes(min_bytes: int, max_bytes: int, factor: int, element_size: int, chunks: int) -> list[int]:
-    """Sizes from min to max, each multiplied by `factor`, rounded down to whole elements split
-    evenly into `chunks` (the world size for all_gather/reduce_scatter, else 1)."""
-    if max_bytes < min_bytes:
-        raise UsageError(f"--max-bytes {max_bytes} is below --min-bytes {min_bytes}")
-    if factor < 2:
-        raise UsageError(f"--step-factor must be at least 2, found {factor}")
-    unit = element_size * chunks
-    sizes: list[int] = []
-    size = min_bytes
-    while size <= max_bytes:
-        rounded = size // unit * unit
-        if rounded and (not sizes or sizes[-1] != rounded):
-            sizes.append(rounded)
-        size *= factor
-    if not sizes:
-        raise UsageError(
-            f"no message size between {min_bytes} and {max_bytes} bytes holds a whole "
-            f"element per rank ({unit} bytes); raise --max-bytes"
-        )
-    return sizes
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -95,8 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--minbytes",
         dest="min_bytes",
         type=size_arg,
-        default=parse_size("8"),
-        help="smallest message, K/M/G = powers of 1024 (default 8)",
+        default=D.min_bytes,
+        help=f"smallest message, K/M/G = powers of 1024 (default {format_size(D.min_bytes)})",
     )
     p.add_argument(
         "-e",
@@ -104,8 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--maxbytes",
         dest="max_bytes",
         type=size_arg,
-        default=parse_size("128M"),
-        help="largest message (default 128M)",
+        default=D.max_bytes,
+        help=f"largest message (default {format_size(D.max_bytes)})",
     )
     p.add_argument(
         "-f",
@@ -113,33 +91,33 @@ def build_parser() -> argparse.ArgumentParser:
         "--stepfactor",
         dest="step_factor",
         type=int,
-        default=2,
-        help="multiplication factor between sizes (default 2)",
+        default=D.step_factor,
+        help="multiplication factor between sizes (default %(default)s)",
     )
-    p.add_argument("-n", "--iters", type=int, default=20, help="timed iterations per size (default 20)")
+    p.add_argument("-n", "--iters", type=int, default=D.iters, help="timed iterations per size (default %(default)s)")
     p.add_argument(
         "-w",
         "--warmup-iters",
         "--warmup_iters",
         dest="warmup_iters",
         type=int,
-        default=5,
-        help="untimed warmup iterations per size (default 5)",
+        default=D.warmup_iters,
+        help="untimed warmup iterations per size (default %(default)s)",
     )
     p.add_argument(
         "-c",
         "--check",
         type=int,
-        default=1,
+        default=D.check_iters,
         metavar="N",
-        help="correctness-check iterations per size, 0 to skip (default 1)",
+        help="correctness-check iterations per size, 0 to skip (default %(default)s)",
     )
-    p.add_argument("-d", "--dtype", "--datatype", dest="dtype", choices=sorted(DTYPES), default="float")
-    p.add_argument("-o", "--op", choices=OPS, default="sum", help="reduction op (avg needs nccl)")
+    p.add_argument("-d", "--dtype", "--datatype", dest="dtype", choices=sorted(DTYPES), default=D.dtype)
+    p.add_argument("-o", "--op", choices=OPS, default=D.op, help="reduction op (avg needs nccl)")
     p.add_argument(
         "--collective",
-        default="all_reduce",
-        help=f"comma-separated collectives among {', '.join(COLLECTIVES)} (default all_reduce)",
+        default=",".join(D.collectives),
+        help=f"comma-separated collectives among {', '.join(COLLECTIVES)} (default %(default)s)",
     )
     p.add_argument(
         "--groups",
@@ -151,17 +129,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--out-of-place",
         action=argparse.BooleanOptionalAction,
-        default=True,
-        help="also measure out-of-place calls (default on)",
+        default=D.out_of_place,
+        help="also measure out-of-place calls",
     )
     p.add_argument(
         "--link-bytes",
         type=size_or_zero_arg,
-        default=parse_size("4M"),
+        default=D.link_bytes,
         metavar="SIZE",
-        help="message size of the pairwise link probe that names slow nodes, 0 to skip (default 4M)",
+        help="message size of the pairwise link probe that names slow nodes, 0 to skip "
+        f"(default {format_size(D.link_bytes)})",
     )
-    p.add_argument("--link-iters", type=int, default=5, help="link probe passes over all pairs (default 5)")
+    p.add_argument(
+        "--link-iters", type=int, default=D.link_iters, help="link probe passes over all pairs (default %(default)s)"
+    )
     add_common_args(p)
     return p
 

@@ -82,6 +82,68 @@ BREAKDOWN = (
 )
 BREAKDOWN_FRACTIONS = ("compute_fraction", "imbalance_fraction", "step_data_wait_fraction", "exposed_comm_fraction")
 
+# --------------------------------------------------------------------------- defaults
+# Each workload parameter's default, written once: the workload's parser (`bench run WORKLOAD`)
+# and the sweep's schema (harness/spec.py) both read it, so a sweep that names no value runs
+# what `bench run` runs with no flag (tests/test_spec.py holds the two equal).
+
+
+@dataclass(frozen=True)
+class CollectiveDefaults:
+    """benchmarks/allreduce.py: nccl-tests' -b 8 -e 128M -f 2 -n 20 -w 5 -c 1, and the link probe."""
+
+    min_bytes: int = 8
+    max_bytes: int = 128 * 1024**2
+    step_factor: int = 2
+    iters: int = 20
+    warmup_iters: int = 5
+    check_iters: int = 1
+    dtype: str = "float"
+    op: str = "sum"
+    collectives: tuple[str, ...] = ("all_reduce",)
+    out_of_place: bool = True
+    link_bytes: int = 4 * 1024**2  # the pairwise probe's message, 0: off
+    link_iters: int = 5
+
+
+@dataclass(frozen=True)
+class TrainingDefaults:
+    """benchmarks/training.py, for synthetic and real: ResNet-50 at 224 px, 64 images per GPU."""
+
+    model: str = "resnet50"
+    image_size: int = 224
+    batch_size: int = 64
+    steps: int = 50
+    warmup_steps: int = 10
+    amp: str = "auto"
+    bucket_cap_mb: float = 25.0  # torch's DistributedDataParallel default
+    gradient_as_bucket_view: bool = True
+    static_graph: bool = False
+    sync_free_steps: int = 10  # docs/breakdown.md
+    # real's generated data set and its loader
+    workers: int = 4
+    data_classes: int = 8
+    data_images_per_class: int = 64
+
+
+@dataclass(frozen=True)
+class TransformerDefaults:
+    """benchmarks/transformer.py: the small preset under DDP, 4 sequences per GPU."""
+
+    preset: str = "small"
+    parallel: str = "ddp"
+    batch_size: int = 4
+    steps: int = 10
+    warmup_steps: int = 3
+    sync_free_steps: int = 5  # docs/breakdown.md
+    amp: str = "auto"
+
+
+COLLECTIVE_DEFAULTS = CollectiveDefaults()
+TRAINING_DEFAULTS = TrainingDefaults()
+TRANSFORMER_DEFAULTS = TransformerDefaults()
+
+
 # Which ranks one call of a collective spans (docs/reference.md, "Groups"): every rank; the
 # ranks of one node, every node's group at once; or one rank per node, the ranks of one local
 # index across nodes, every local index's group at once: the two legs of a hierarchical collective.
@@ -153,6 +215,10 @@ class Collective:
     # alltoallv, sendrecv) the headline is the out-of-place call and there are no oop_ columns
     in_place: bool = True
     min_ranks: int = 1  # sendrecv needs a neighbour
+    # (size, rank, n): the bytes this rank sends to each other rank in one call of `size` bytes
+    # under gloo, which the NIC cross-check expects on the wire (harness/telemetry.py,
+    # docs/telemetry.md); None where gloo's algorithm is not accounted for
+    gloo_sent: Callable[[int, int, int], dict[int, float]] | None = None
 
     def chunks(self, world_size: int) -> int:
         """How many equal parts a message size must divide into."""
@@ -160,6 +226,29 @@ class Collective:
 
 
 ROOT = 0  # the root of reduce, gather, scatter and broadcast, as in nccl-tests' default (-r 0)
+
+
+def _ring_sent(size: int, rank: int, n: int) -> dict[int, float]:
+    """gloo's all_reduce is a ring in rank order (reduce-scatter, then all-gather): 2(n-1)/n x
+    size to the next rank (docs/reference.md)."""
+    return {(rank + 1) % n: 2 * (n - 1) / n * size}
+
+
+def _each_sent(size: int, rank: int, n: int) -> dict[int, float]:
+    """all_to_all: size/n straight to each other rank."""
+    return {p: size / n for p in range(n) if p != rank}
+
+
+def _shares_sent(size: int, rank: int, n: int) -> dict[int, float]:
+    """alltoallv: each other rank its share (`share`) of size in alltoallv_units parts."""
+    unit = size / alltoallv_units(n)
+    return {p: share(rank, p, n) * unit for p in range(n) if p != rank}
+
+
+def _next_sent(size: int, rank: int, n: int) -> dict[int, float]:
+    """sendrecv: the whole message to the next rank."""
+    return {(rank + 1) % n: float(size)}
+
 
 # Bus factors from nccl-tests' PERFORMANCE.md (docs/reference.md): the share of the message that
 # crosses each rank's link, so busbw is comparable with link speed for any n. all_reduce
@@ -353,6 +442,7 @@ COLLECTIVES = {
             buffers=_whole,
             call=_all_reduce_call,
             expected=lambda v, count, rank, n, start, stop: v.reduced(start, stop),
+            gloo_sent=_ring_sent,
         ),
         Collective(
             name="all_gather",
@@ -392,6 +482,7 @@ COLLECTIVES = {
             call=_all_to_all_call,
             expected=_exchanged,
             in_place=False,
+            gloo_sent=_each_sent,
         ),
         Collective(
             name="alltoallv",
@@ -402,6 +493,7 @@ COLLECTIVES = {
             call=_alltoallv_call,
             expected=_exchanged_unevenly,
             in_place=False,
+            gloo_sent=_shares_sent,
         ),
         Collective(
             name="reduce",
@@ -440,6 +532,7 @@ COLLECTIVES = {
             expected=lambda v, count, rank, n, start, stop: v.pattern((rank - 1) % n, start, stop),
             in_place=False,
             min_ranks=2,
+            gloo_sent=_next_sent,
         ),
     )
 }

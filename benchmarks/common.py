@@ -57,6 +57,31 @@ def parse_size(text: str | int, *, allow_zero: bool = False) -> int:
     return value
 
 
+def message_sizes(min_bytes: int, max_bytes: int, factor: int, element_size: int = 1, chunks: int = 1) -> list[int]:
+    """nccl-tests' ladder of message sizes: from min to max, each `factor` times the last,
+    rounded down to whole elements split evenly into `chunks` (the collective's
+    Collective.chunks in benchmarks/catalog.py); a size that rounds to one already there, or to
+    nothing, is dropped. UsageError when none is left."""
+    if max_bytes < min_bytes:
+        raise UsageError(f"--max-bytes {max_bytes} is below --min-bytes {min_bytes}")
+    if factor < 2:
+        raise UsageError(f"--step-factor must be at least 2, found {factor}")
+    unit = element_size * chunks
+    sizes: list[int] = []
+    size = min_bytes
+    while size <= max_bytes:
+        rounded = size // unit * unit
+        if rounded and (not sizes or sizes[-1] != rounded):
+            sizes.append(rounded)
+        size *= factor
+    if not sizes:
+        raise UsageError(
+            f"no message size between {min_bytes} and {max_bytes} bytes holds a whole "
+            f"element per rank ({unit} bytes); raise --max-bytes"
+        )
+    return sizes
+
+
 def size_arg(text: str) -> int:
     """A byte count flag (argparse's `type`): the parser's error says what is wrong."""
     try:

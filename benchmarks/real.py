@@ -24,6 +24,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler
 from torchvision import datasets, transforms
 
+from .catalog import TRAINING_DEFAULTS as D
 from .common import OneLineParser, UsageError, spread
 from .imagefolder import count_images, ensure_imagefolder
 from .runtime import Context, gather_rows
@@ -54,13 +55,20 @@ def build_parser() -> argparse.ArgumentParser:
     add_training_args(p)
     g = p.add_argument_group("data")
     g.add_argument("--data-dir", help="ImageFolder root (<dir>/<class>/<image>); default: a generated set")
-    g.add_argument("--workers", type=int, default=4, help="DataLoader worker processes per rank (default 4)")
+    g.add_argument(
+        "--workers", type=int, default=D.workers, help="DataLoader worker processes per rank (default %(default)s)"
+    )
     g.add_argument(
         "--data-cache", help="where a generated set is kept (default $BENCH_DATA_CACHE or ~/.cache/bench-scaling)"
     )
-    g.add_argument("--data-classes", type=int, default=8, help="classes of a generated set (default 8)")
     g.add_argument(
-        "--data-images-per-class", type=int, default=64, help="images per class of a generated set (default 64)"
+        "--data-classes", type=int, default=D.data_classes, help="classes of a generated set (default %(default)s)"
+    )
+    g.add_argument(
+        "--data-images-per-class",
+        type=int,
+        default=D.data_images_per_class,
+        help="images per class of a generated set (default %(default)s)",
     )
     p.add_argument("--seed", type=int, default=0)
     return p

@@ -20,28 +20,38 @@ import torchvision
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from .catalog import AMPS, BREAKDOWN
+from .catalog import TRAINING_DEFAULTS as D
 from .common import PER_RANK, UsageError, add_common_args, positive_arg, spread
 from .runtime import Context, gather_rows
 
 
 def add_training_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("training")
-    g.add_argument("--model", default="resnet50", help="torchvision model name (default resnet50)")
+    g.add_argument("--model", default=D.model, help="torchvision model name (default %(default)s)")
     g.add_argument("--num-classes", type=int, default=1000)
-    g.add_argument("--batch-size", type=int, default=64, help="images per GPU per step, weak scaling (default 64)")
+    g.add_argument(
+        "--batch-size",
+        type=int,
+        default=D.batch_size,
+        help="images per GPU per step, weak scaling (default %(default)s)",
+    )
     g.add_argument(
         "--global-batch",
         type=int,
         default=None,
         help="images per step over all GPUs, strong scaling: each rank takes global / world size",
     )
-    g.add_argument("--image-size", type=int, default=224, help="square input size in pixels (default 224)")
-    g.add_argument("--steps", type=int, default=50, help="measured steps (default 50)")
-    g.add_argument("--warmup-steps", type=int, default=10, help="steps run before measuring (default 10)")
+    g.add_argument(
+        "--image-size", type=int, default=D.image_size, help="square input size in pixels (default %(default)s)"
+    )
+    g.add_argument("--steps", type=int, default=D.steps, help="measured steps (default %(default)s)")
+    g.add_argument(
+        "--warmup-steps", type=int, default=D.warmup_steps, help="steps run before measuring (default %(default)s)"
+    )
     g.add_argument(
         "--amp",
         choices=AMPS,
-        default="auto",
+        default=D.amp,
         help="mixed precision: auto is bf16 on GPUs of compute capability 8.0 and up, fp16 below, off on CPU",
     )
     g.add_argument(
@@ -52,17 +62,22 @@ def add_training_args(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--compile", action="store_true", help="torch.compile the DDP model")
     g.add_argument(
-        "--bucket-cap-mb", type=positive_arg, default=25.0, help="DDP gradient bucket size (default 25, torch's)"
+        "--bucket-cap-mb",
+        type=positive_arg,
+        default=D.bucket_cap_mb,
+        help="DDP gradient bucket size (default %(default)s, torch's)",
     )
-    g.add_argument("--gradient-as-bucket-view", action=argparse.BooleanOptionalAction, default=True)
-    g.add_argument("--static-graph", action=argparse.BooleanOptionalAction, default=False)
+    g.add_argument(
+        "--gradient-as-bucket-view", action=argparse.BooleanOptionalAction, default=D.gradient_as_bucket_view
+    )
+    g.add_argument("--static-graph", action=argparse.BooleanOptionalAction, default=D.static_graph)
     g.add_argument("--lr", type=positive_arg, default=0.1, help="SGD learning rate (momentum 0.9)")
     g.add_argument(
         "--sync-free-steps",
         type=int,
-        default=10,
+        default=D.sync_free_steps,
         help="steps timed with DDP's gradient all-reduce skipped, among the measured ones, after one untimed "
-        "(default 10, 0 for none)",
+        "(default %(default)s, 0 for none)",
     )
     add_common_args(p)
 

@@ -32,6 +32,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import memory
 from .catalog import AMPS, PARALLEL, PRESETS, Shape, flops_per_token
+from .catalog import TRANSFORMER_DEFAULTS as D
 from .common import OneLineParser, UsageError, add_common_args, positive_arg
 from .runtime import Context
 from .runtime import main as run_main
@@ -110,7 +111,7 @@ def mfu(tokens_per_s_per_gpu: float, flops: int, peak_tflops: float | None) -> f
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="bench run transformer", description=__doc__.split("\n\n")[0])
     g = p.add_argument_group("model")
-    g.add_argument("--preset", choices=sorted(PRESETS), default="small", help="model shape (default small)")
+    g.add_argument("--preset", choices=sorted(PRESETS), default=D.preset, help="model shape (default %(default)s)")
     for flag, what in (
         ("--layers", "blocks"),
         ("--width", "model width D"),
@@ -120,27 +121,34 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         g.add_argument(flag, type=int, default=None, help=f"{what} (default: the preset's)")
     t = p.add_argument_group("training")
-    t.add_argument("--parallel", choices=PARALLEL, default="ddp", help="ddp, or fsdp (FSDP2's fully_shard)")
-    t.add_argument("--batch-size", type=int, default=4, help="sequences per GPU per step, weak scaling (default 4)")
+    t.add_argument("--parallel", choices=PARALLEL, default=D.parallel, help="ddp, or fsdp (FSDP2's fully_shard)")
+    t.add_argument(
+        "--batch-size",
+        type=int,
+        default=D.batch_size,
+        help="sequences per GPU per step, weak scaling (default %(default)s)",
+    )
     t.add_argument(
         "--global-batch",
         type=int,
         default=None,
         help="sequences per step over all GPUs, strong scaling: each rank takes global / world size",
     )
-    t.add_argument("--steps", type=int, default=10, help="measured steps (default 10)")
-    t.add_argument("--warmup-steps", type=int, default=3, help="steps run before measuring (default 3)")
+    t.add_argument("--steps", type=int, default=D.steps, help="measured steps (default %(default)s)")
+    t.add_argument(
+        "--warmup-steps", type=int, default=D.warmup_steps, help="steps run before measuring (default %(default)s)"
+    )
     t.add_argument(
         "--sync-free-steps",
         type=int,
-        default=5,
+        default=D.sync_free_steps,
         help="steps timed with gradient synchronisation skipped, among the measured ones, after one untimed "
-        "(default 5, 0 for none)",
+        "(default %(default)s, 0 for none)",
     )
     t.add_argument(
         "--amp",
         choices=AMPS,
-        default="auto",
+        default=D.amp,
         help="mixed precision: auto is bf16 on GPUs of compute capability 8.0 and up, fp16 below, off on CPU",
     )
     t.add_argument("--lr", type=positive_arg, default=3e-4, help="AdamW learning rate (default 3e-4)")

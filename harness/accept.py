@@ -27,7 +27,7 @@ from benchmarks.results import read_regular
 from harness import nodes, provenance, sweep
 from harness.analysis import reference
 from harness.analysis.compare import FAILED, SLOWER, UNJUDGED, Comparison, load_run
-from harness.errors import EXIT_INTERRUPTED, RunDirError, UsageError
+from harness.errors import EXIT_FOUND, EXIT_INTERRUPTED, EXIT_UNJUDGED, RunDirError, UsageError
 from harness.executors.slurm.profile import ClusterProfile, Reference
 from harness.nodecheck import Options
 from harness.present import accept as present
@@ -38,8 +38,6 @@ from harness.spec import load_sweep
 if TYPE_CHECKING:
     from rich.console import Console
 
-EXIT_FAILED = 1
-EXIT_UNJUDGED = 3
 NODES_DIR, SWEEP_DIR = "nodes", "sweep"
 
 
@@ -91,7 +89,7 @@ class Outcome:
     def status(self) -> int:
         if not self.reasons:
             return 0
-        return EXIT_UNJUDGED if self.unjudged else EXIT_FAILED
+        return EXIT_UNJUDGED if self.unjudged else EXIT_FOUND
 
     def line(self) -> str:
         return "ACCEPTED" if not self.reasons else f"NOT ACCEPTED: {'; '.join(self.reasons)}"
@@ -153,11 +151,11 @@ def start(
     found = _node_verdict(out / NODES_DIR)
     outcome = Outcome(status, found)
     if status or not found:
-        outcome.unjudged = status == nodes.EXIT_UNJUDGED or not found
+        outcome.unjudged = status == EXIT_UNJUDGED or not found
         named = found.get("drain") or ", ".join(" ".join(link["nodes"]) for link in found.get("links_named", []))
         outcome.reasons.append(
             f"the node check named {named or 'the population'}"
-            if status == nodes.EXIT_NAMED
+            if status == EXIT_FOUND
             else "the node check could not judge every node and link"
         )
         outcome.reasons.append("the sweep did not run: drain what the check named, or mend it, and accept again")

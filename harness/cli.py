@@ -56,7 +56,17 @@ from harness.analysis.compare import (
 )
 from harness.analysis.history import BASELINE_HELP, DEFAULT_BASELINE
 from harness.collect import collect, read_summary, write_summary
-from harness.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, BenchError, DataError, UsageError, one_line, shown
+from harness.errors import (
+    EXIT_FOUND,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_UNJUDGED,
+    BenchError,
+    DataError,
+    UsageError,
+    one_line,
+    shown,
+)
 from harness.executors.slurm.executor import python_check
 from harness.executors.slurm.profile import ClusterProfile, load_profile
 from harness.nodecheck import Options
@@ -79,8 +89,6 @@ Run one workload on this machine (--nproc N ranks), or as a rank of a launch it 
 
 WORKLOAD: {", ".join((*WORKLOADS, *PROBES))}
 `bench run WORKLOAD --help` lists a workload's flags."""
-EXIT_REGRESSION = 1  # bench regress: a key regressed or failed
-EXIT_UNJUDGED = 3  # bench regress: nothing regressed, but some key could not be judged
 
 
 def _console() -> Console:
@@ -668,7 +676,7 @@ def cmd_regress(args: argparse.Namespace) -> int:
             )
     counts = cmp.counts()
     status = (
-        EXIT_REGRESSION
+        EXIT_FOUND
         if counts[SLOWER] or counts[FAILED] or run_mismatches(cmp)
         else EXIT_UNJUDGED
         if counts[UNJUDGED] and not args.allow_unjudged
@@ -692,7 +700,7 @@ def cmd_regress(args: argparse.Namespace) -> int:
         verdict=gate.encode(verdict),
     )
     print("wrote " + ", ".join(str(p) for p in paths.values()))
-    word = {EXIT_REGRESSION: "REGRESSION: ", EXIT_UNJUDGED: "CANNOT JUDGE: ", 0: ""}[status]
+    word = {EXIT_FOUND: "REGRESSION: ", EXIT_UNJUDGED: "CANNOT JUDGE: ", 0: ""}[status]
     print(f"bench regress: {word}{summary_line(cmp)}", file=sys.stderr if status else sys.stdout)
     return status
 

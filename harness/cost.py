@@ -11,7 +11,6 @@ sweeps.
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -27,6 +26,7 @@ from benchmarks.catalog import (
     flops_per_token,
     node_groups,
 )
+from benchmarks.common import message_sizes
 from harness.executors.slurm.profile import ClusterProfile, Hardware
 from harness.plan import Job, WorkloadRun
 
@@ -102,7 +102,7 @@ def _collective_s(job: Job, run: WorkloadRun, device: str, profile: ClusterProfi
     a = _args(run)
     lo, hi, factor = int(a["-b"]), int(a["-e"]), int(a["-f"])
     calls = int(a["-n"]) + int(a["-w"]) + int(a["-c"])
-    sizes = [lo * factor**k for k in range(int(math.log(hi / lo, factor) + 1e-9) + 1)]
+    sizes = message_sizes(lo, hi, factor)
     hardware = profile.hardware if profile else None
     groups, _ = node_groups([node for node in range(job.nodes) for _ in range(job.gpus_per_node)])
     # ranks in each group measured (catalog.node_groups)

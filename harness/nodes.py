@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from harness import nodecheck
 from harness.analysis import nodehistory
 from harness.cost import Cost
-from harness.errors import HistoryError, RunDirError, SlurmError, UsageError, shown
+from harness.errors import EXIT_FOUND, EXIT_UNJUDGED, HistoryError, RunDirError, SlurmError, UsageError, shown
 from harness.executors.slurm.nodes import NodesExecutor, NodesSubmitit, check_job
 from harness.executors.slurm.profile import ClusterProfile
 from harness.nodecheck import HOSTLIST_RE, NODE_NAME_RE, Options, Verdict
@@ -33,8 +33,6 @@ from harness.sweep import claim, confirm, execute, locked
 if TYPE_CHECKING:
     from rich.console import Console
 
-EXIT_NAMED = 1
-EXIT_UNJUDGED = 3
 # Node states that cannot join the check's allocation (sinfo(1), NODE STATE CODES).
 UNUSABLE = ("down", "drain", "drng", "fail", "failg", "maint", "resv", "boot", "futr", "inval", "npc", "powered", "pow")
 _CALL_TIMEOUT_S = 60
@@ -281,5 +279,5 @@ def report(run: RunDir, plan: Plan, profile: ClusterProfile | None, console: Con
             )
         console.print(f"results: {run.path} (verdict.json, nodes.csv, pairs.csv, heatmap.png, drain.txt)", markup=False)
     if verdict.named:
-        return EXIT_NAMED
+        return EXIT_FOUND
     return EXIT_UNJUDGED if verdict.unjudged else 0

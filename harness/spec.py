@@ -22,6 +22,7 @@ import yaml
 from benchmarks.catalog import (
     AMPS,
     BACKENDS,
+    COLLECTIVE_DEFAULTS,
     COLLECTIVES,
     DEVICES,
     DTYPES,
@@ -30,6 +31,8 @@ from benchmarks.catalog import (
     PARALLEL,
     PRESETS,
     SCALINGS,
+    TRAINING_DEFAULTS,
+    TRANSFORMER_DEFAULTS,
     WORKLOADS,
 )
 from benchmarks.common import looks_secret, parse_size, secret_name
@@ -112,23 +115,24 @@ def safe_text(key: str, value: str) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class AllreduceSpec:
-    """The collective microbenchmark, with nccl-tests' parameters."""
+    """The collective microbenchmark, with nccl-tests' parameters. Every default is the
+    workload's own (benchmarks/catalog.py, "defaults")."""
 
-    min_bytes: int = field(default=8, metadata={"size": True})
-    max_bytes: int = field(default=128 * 1024**2, metadata={"size": True})
-    step_factor: int = 2
-    iters: int = 20
-    warmup_iters: int = 5
-    check_iters: int = 1
-    dtype: str = "float"
-    op: str = "sum"
-    collectives: tuple[str, ...] = ("all_reduce",)
+    min_bytes: int = field(default=COLLECTIVE_DEFAULTS.min_bytes, metadata={"size": True})
+    max_bytes: int = field(default=COLLECTIVE_DEFAULTS.max_bytes, metadata={"size": True})
+    step_factor: int = COLLECTIVE_DEFAULTS.step_factor
+    iters: int = COLLECTIVE_DEFAULTS.iters
+    warmup_iters: int = COLLECTIVE_DEFAULTS.warmup_iters
+    check_iters: int = COLLECTIVE_DEFAULTS.check_iters
+    dtype: str = COLLECTIVE_DEFAULTS.dtype
+    op: str = COLLECTIVE_DEFAULTS.op
+    collectives: tuple[str, ...] = COLLECTIVE_DEFAULTS.collectives
     # each collective over every rank, each node's ranks, and one rank per node (docs/reference.md,
     # "Groups"); a group a job's layout lacks is skipped
     groups: tuple[str, ...] = GROUPS
-    out_of_place: bool = True
-    link_bytes: int = field(default=4 * 1024**2, metadata={"size": True, "zero": True})  # pairwise probe, 0: off
-    link_iters: int = 5
+    out_of_place: bool = COLLECTIVE_DEFAULTS.out_of_place
+    link_bytes: int = field(default=COLLECTIVE_DEFAULTS.link_bytes, metadata={"size": True, "zero": True})
+    link_iters: int = COLLECTIVE_DEFAULTS.link_iters
 
     def __post_init__(self) -> None:
         for key in ("min_bytes", "max_bytes"):
@@ -202,20 +206,21 @@ def _batch_args(scaling: str, batch_size: int, global_batch: int | None) -> list
 class TrainingSpec:
     """ResNet DDP training, shared by the synthetic and real workloads."""
 
-    model: str = "resnet50"
-    image_size: int = 224
+    model: str = TRAINING_DEFAULTS.model
+    image_size: int = TRAINING_DEFAULTS.image_size
     scaling: tuple[str, ...] = ("weak",)
-    batch_size: int = 64
+    batch_size: int = TRAINING_DEFAULTS.batch_size
     global_batch: int | None = None
-    steps: int = 50
-    warmup_steps: int = 10
-    amp: str = "auto"
+    steps: int = TRAINING_DEFAULTS.steps
+    warmup_steps: int = TRAINING_DEFAULTS.warmup_steps
+    amp: str = TRAINING_DEFAULTS.amp
     channels_last: bool | None = None
     compile: bool = False
-    bucket_cap_mb: float = 25.0
-    gradient_as_bucket_view: bool = True
-    static_graph: bool = False
-    sync_free_steps: int = 10  # steps with DDP's all-reduce skipped, among the measured (docs/breakdown.md)
+    bucket_cap_mb: float = TRAINING_DEFAULTS.bucket_cap_mb
+    gradient_as_bucket_view: bool = TRAINING_DEFAULTS.gradient_as_bucket_view
+    static_graph: bool = TRAINING_DEFAULTS.static_graph
+    # steps with DDP's all-reduce skipped, among the measured (docs/breakdown.md)
+    sync_free_steps: int = TRAINING_DEFAULTS.sync_free_steps
 
     def __post_init__(self) -> None:
         if not MODEL_RE.fullmatch(self.model):
@@ -260,10 +265,10 @@ class TrainingSpec:
 class RealSpec(TrainingSpec):
     """Training on an ImageFolder data set; with no data_dir, a generated one in the run directory."""
 
-    workers: int = 4
+    workers: int = TRAINING_DEFAULTS.workers
     data_dir: str | None = None
-    data_classes: int = 8
-    data_images_per_class: int = 64
+    data_classes: int = TRAINING_DEFAULTS.data_classes
+    data_images_per_class: int = TRAINING_DEFAULTS.data_images_per_class
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -293,20 +298,21 @@ class TransformerSpec:
     """The decoder-only transformer on synthetic tokens, under DDP or FSDP2 (benchmarks/transformer.py):
     a preset's shape, any of whose dimensions the fields below may override."""
 
-    preset: str = "small"
+    preset: str = TRANSFORMER_DEFAULTS.preset
     layers: int | None = None
     width: int | None = None
     heads: int | None = None
     seq_len: int | None = None
     vocab: int | None = None
-    parallel: str = "ddp"
+    parallel: str = TRANSFORMER_DEFAULTS.parallel
     scaling: tuple[str, ...] = ("weak",)
-    batch_size: int = 4  # sequences per rank, weak scaling
+    batch_size: int = TRANSFORMER_DEFAULTS.batch_size  # sequences per rank, weak scaling
     global_batch: int | None = None  # sequences over all ranks, strong scaling
-    steps: int = 10
-    warmup_steps: int = 3
-    sync_free_steps: int = 5  # steps with gradient synchronisation skipped (docs/breakdown.md)
-    amp: str = "auto"
+    steps: int = TRANSFORMER_DEFAULTS.steps
+    warmup_steps: int = TRANSFORMER_DEFAULTS.warmup_steps
+    # steps with gradient synchronisation skipped (docs/breakdown.md)
+    sync_free_steps: int = TRANSFORMER_DEFAULTS.sync_free_steps
+    amp: str = TRANSFORMER_DEFAULTS.amp
 
     def __post_init__(self) -> None:
         _choice("preset", self.preset, PRESETS)
@@ -848,13 +854,13 @@ MAX_FILE_BYTES = 1024**2  # a sweep or profile is a page of YAML
 # The sweeps and cluster profiles bench ships (package data); the repository's sweeps/ links here
 SHIPPED = Path(__file__).resolve().parent / "sweeps"
 MAX_DEPTH = 32  # sections nest four deep; 32 is room for any hand-written file
-MAX_NODES = 100_000  # scalars, lists and mappings after aliases are expanded
+MAX_YAML_VALUES = 100_000  # scalars, lists and mappings after aliases are expanded
 
 
 class _BoundedLoader(yaml.SafeLoader):
     """PyYAML's safe loader, refusing what no sweep needs and a hostile file uses to crash or
     hang its reader: nesting past MAX_DEPTH (Python's recursion limit ends in a traceback) and
-    aliases that expand past MAX_NODES nodes (the "billion laughs", nine lines for 10^9)."""
+    aliases that expand past MAX_YAML_VALUES values (the "billion laughs", nine lines for 10^9)."""
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
@@ -864,9 +870,9 @@ class _BoundedLoader(yaml.SafeLoader):
 
     def _count(self, n: int, mark: Any) -> None:
         self._total += n
-        if self._total > MAX_NODES:
+        if self._total > MAX_YAML_VALUES:
             raise yaml.composer.ComposerError(
-                None, None, f"more than {MAX_NODES:,} values once aliases are expanded", mark
+                None, None, f"more than {MAX_YAML_VALUES:,} values once aliases are expanded", mark
             )
 
     def compose_node(self, parent: Any, index: Any) -> Any:
@@ -889,7 +895,7 @@ class _BoundedLoader(yaml.SafeLoader):
 
 
 def load_yaml(text: str) -> Any:
-    """YAML as `yaml.safe_load` reads it, within MAX_DEPTH and MAX_NODES."""
+    """YAML as `yaml.safe_load` reads it, within MAX_DEPTH and MAX_YAML_VALUES."""
     loader = _BoundedLoader(text)
     try:
         return loader.get_single_data()

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.catalog import WORLD, alltoallv_units, collective, share
+from benchmarks.catalog import COLLECTIVES, WORLD, collective
 from benchmarks.results import bounded_lines, open_regular
 
 DIR = "telemetry"  # jobs/<job>/telemetry/
@@ -491,33 +491,18 @@ class NicCheck:
         )
 
 
-def _sent_to_peers(name: str, size: int, rank: int, n: int) -> dict[int, float] | None:
-    """Bytes rank `rank` of n sends to each other rank in one call of collective `name` of
-    `size` bytes under gloo, or None where gloo's algorithm is not accounted for. all_reduce is a
-    ring in rank order (reduce-scatter, then all-gather): 2(n-1)/n x size to the next rank.
-    all_to_all sends size/n to each other rank, alltoallv its shares (benchmarks/catalog.py),
-    sendrecv size to the next rank: each straight to its peer (docs/reference.md)."""
-    if name == "all_reduce":
-        return {(rank + 1) % n: collective("all_reduce").bus_factor(n) * size}
-    if name == "all_to_all":
-        return {p: size / n for p in range(n) if p != rank}
-    if name == "alltoallv":
-        unit = size / alltoallv_units(n)
-        return {p: share(rank, p, n) * unit for p in range(n) if p != rank}
-    if name == "sendrecv":
-        return {(rank + 1) % n: float(size)}
-    return None
-
-
-ACCOUNTED = ("all_reduce", "all_to_all", "alltoallv", "sendrecv")
+# The collectives whose bytes on the wire under gloo are accounted for (benchmarks/catalog.py,
+# Collective.gloo_sent).
+ACCOUNTED = tuple(name for name, c in COLLECTIVES.items() if c.gloo_sent)
 
 
 def cross_node_bytes(result: Mapping[str, Any]) -> dict[str, int] | str:
     """Bytes the ranks of each host sent to ranks on other hosts during a collective result, or
-    why that cannot be told. Each call of each row sends what _sent_to_peers says; a byte counts
-    where its peer is on another host; a row of a group (params["groups"]) counts every group of
-    its kind, each rank's peers in its own group. The link probe sends each other rank --link-bytes per
-    pass. Barriers and the gathered timings are left out: a few KB."""
+    why that cannot be told. Each call of each row sends what its collective's record says
+    (benchmarks/catalog.py, gloo_sent); a byte counts where its peer is on another host; a row of
+    a group (params["groups"]) counts every group of its kind, each rank's peers in its own group.
+    The link probe sends each other rank --link-bytes per pass. Barriers and the gathered timings
+    are left out: a few KB."""
     params = result["params"]
     names = list(params.get("collectives") or ())
     if not names or any(c not in ACCOUNTED for c in names):
@@ -538,11 +523,15 @@ def cross_node_bytes(result: Mapping[str, Any]) -> dict[str, int] | str:
     for row in result["rows"]:
         name = row["collective"]
         # out of place too where the collective has an in-place form (benchmarks/allreduce.py)
-        calls = once * (2 if params["out_of_place"] and collective(name).in_place else 1)
+        record = collective(name)
+        calls = once * (2 if params["out_of_place"] and record.in_place else 1)
+        sent = record.gloo_sent
+        if sent is None:  # not accounted for: refused above
+            continue
         # each group of the row's kind at once, its ranks counted within it (catalog.node_groups)
         for members in groups.get(row.get("group", WORLD)) or [list(range(n))]:
             for i, rank in enumerate(members):
-                for j, nbytes in (_sent_to_peers(name, row["size_bytes"], i, len(members)) or {}).items():
+                for j, nbytes in sent(row["size_bytes"], i, len(members)).items():
                     if hosts[members[j]] != hosts[rank]:
                         sent_by[hosts[rank]] += calls * nbytes
     for host in hosts:

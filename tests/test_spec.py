@@ -219,3 +219,29 @@ def test_cli_global_batch_not_divisible_names_both_numbers(tmp_path):
 def test_cli_bad_max_nodes_is_a_parser_error(tmp_path):
     r = bench("sweep", "--max-nodes", "zero", "--dry-run", check=False)
     assert r.returncode == 2 and "--max-nodes" in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("module", "spec", "scaling"),
+    [
+        ("allreduce", "AllreduceSpec", None),
+        ("synthetic", "TrainingSpec", "weak"),
+        ("real", "RealSpec", "weak"),
+        ("transformer", "TransformerSpec", "weak"),
+    ],
+)
+def test_a_sweep_that_names_nothing_runs_what_bench_run_runs(module, spec, scaling):
+    """Every workload default is written once (benchmarks/catalog.py): the flags a sweep's
+    defaults give the workload parse to what its parser gives with no flag at all."""
+    import importlib
+
+    import harness.spec
+
+    parser = importlib.import_module(f"benchmarks.{module}").build_parser()
+    defaults = getattr(harness.spec, spec)()
+    args = defaults.args() if scaling is None else defaults.args(scaling)
+    given, bare = vars(parser.parse_args(args)), vars(parser.parse_args([]))
+    if module == "real":  # a sweep's generated data set lives in its run directory
+        given["data_cache"] = bare["data_cache"]
+    assert given == bare
+    assert len(args) >= 12  # the sweep states its values; it does not lean on the parser's

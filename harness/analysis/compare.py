@@ -66,8 +66,9 @@ SAMPLE_JOIN = ["job", "workload", "scaling", "collective", "group", "size_bytes"
 # Axes that `--across` compares inside one run: the configurations a sweep lays side by side.
 AXES = ("nccl_config", "launcher")
 FAILED, SLOWER, UNJUDGED, SAME, FASTER = "failed", "slower", "cannot judge", "no significant change", "faster"
-VERDICTS = (FAILED, SLOWER, UNJUDGED, FASTER, SAME)
-ORDER = {FAILED: 0, SLOWER: 1, UNJUDGED: 2, SAME: 3, FASTER: 4}  # worst first
+WORST_FIRST = (FAILED, SLOWER, UNJUDGED, SAME, FASTER)  # severity: tables, gates and reports sort by it
+ORDER = {v: i for i, v in enumerate(WORST_FIRST)}
+VERDICTS = (FAILED, SLOWER, UNJUDGED, FASTER, SAME)  # the order a summary line counts them in
 BY_RUNS, BY_SAMPLES = "between runs", "within run"
 REFERENCE = "reference"  # judged against a cluster profile's stated figure (analysis/reference.py)
 ABSENT = "absent"  # status_b of a key B never planned

@@ -1,12 +1,7 @@
 """Plots of a run's summary, with seaborn, as PNG, each beside a CSV of the points it draws:
-
-    plots/weak_scaling.png     images/s per GPU, efficiency against 1 GPU and against 1 node, vs nodes
-    plots/strong_scaling.png   speedup and efficiency vs nodes, ideal lines
-    plots/transformer_weak_scaling.png, transformer_strong_scaling.png
-                               the same for the transformer, in tokens/s
-    plots/allreduce_busbw.png  busbw vs message size, log-log, one line per node count
-    plots/allreduce_time.png   time per call vs message size, log-log: the latency end
-    plots/step_breakdown.png   where each training job's step went (docs/breakdown.md)
+the run's plots are listed once, in RUN_PLOTS (a file, a title and a section of the report
+each), which both `plots/` and the HTML report read. Comparisons, histories, a job's timeline
+and the node check's heatmap are drawn here too.
 
 Facets: one column per (launcher, NCCL set) where a run has several; the busbw plot has one
 row per collective. Only rows with status COMPLETED are drawn.
@@ -14,9 +9,11 @@ row per collective. Only rows with status COMPLETED are drawn.
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -548,21 +545,50 @@ def _draw_into(root: Path, folder: str, makers: list[tuple[str, Maker]]) -> list
     return [_save(fig, points, root, str(PurePosixPath(folder, name))) for name, fig, points in figures(makers)]
 
 
+@dataclass(frozen=True)
+class RunPlot:
+    """One plot of a run's summary: plots/<name>.png, its title in the HTML report and the
+    report's section it sits in (present/report.py), and what draws it from the summary."""
+
+    name: str
+    title: str
+    section: str  # SCALING, BREAKDOWN or COLLECTIVES
+    draw: Callable[[pd.DataFrame], Made | None]
+
+
+SCALING, BREAKDOWN, COLLECTIVES = "scaling", "breakdown", "collectives"
+RUN_PLOTS = (
+    # images/s per GPU, efficiency against 1 GPU and against 1 node, vs nodes
+    RunPlot("weak_scaling", "weak scaling", SCALING, lambda s: scaling_figure(s, "weak")),
+    # speedup and efficiency vs nodes, ideal lines
+    RunPlot("strong_scaling", "strong scaling", SCALING, lambda s: scaling_figure(s, "strong")),
+    # the same for the transformer, in tokens/s
+    RunPlot(
+        "transformer_weak_scaling", "transformer: weak scaling", SCALING, lambda s: scaling_figure(s, "weak", "tokens")
+    ),
+    RunPlot(
+        "transformer_strong_scaling",
+        "transformer: strong scaling",
+        SCALING,
+        lambda s: scaling_figure(s, "strong", "tokens"),
+    ),
+    # busbw vs message size, log-log, one line per node count
+    RunPlot("allreduce_busbw", "bus bandwidth vs message size", COLLECTIVES, busbw_figure),
+    # time per call vs message size, log-log: the latency end
+    RunPlot("allreduce_time", "time per call vs message size", COLLECTIVES, latency_figure),
+    # where each training job's step went (docs/breakdown.md)
+    RunPlot("step_breakdown", "where each training step went", BREAKDOWN, breakdown_figure),
+)
+
+
+def run_plots(summary: pd.DataFrame, section: str | None = None, *, by: str = "name") -> list[tuple[str, Maker]]:
+    """The run's plots of `section` (all with None) as (its name or title, what draws it)."""
+    return [(getattr(p, by), functools.partial(p.draw, summary)) for p in RUN_PLOTS if section in (None, p.section)]
+
+
 def draw_all(run: RunDir, summary: pd.DataFrame) -> list[Path]:
     """Draw every plot the summary has data for; return the PNG paths written."""
-    return _draw_into(
-        run.path,
-        run.plots.name,
-        [
-            ("weak_scaling", lambda: scaling_figure(summary, "weak")),
-            ("strong_scaling", lambda: scaling_figure(summary, "strong")),
-            ("transformer_weak_scaling", lambda: scaling_figure(summary, "weak", "tokens")),
-            ("transformer_strong_scaling", lambda: scaling_figure(summary, "strong", "tokens")),
-            ("allreduce_busbw", lambda: busbw_figure(summary)),
-            ("allreduce_time", lambda: latency_figure(summary)),
-            ("step_breakdown", lambda: breakdown_figure(summary)),
-        ],
-    )
+    return _draw_into(run.path, run.plots.name, run_plots(summary))
 
 
 # --------------------------------------------------------------------------- one job's telemetry

@@ -37,10 +37,12 @@ from harness.analysis.compare import (
     FASTER,
     KEYS,
     METRICS,
+    ORDER,
     REFERENCE,
     SAME,
     SLOWER,
     UNJUDGED,
+    WORST_FIRST,
     Comparison,
     Side,
     key_texts,
@@ -204,7 +206,7 @@ def _testcases(t: pd.DataFrame, strict: bool) -> tuple[list[str], list[str]]:
     codes, names = pd.factorize(config)  # configurations in the table's order
     order = np.argsort(codes, kind="stable")
     starts = np.concatenate([[0], np.cumsum(np.bincount(codes, minlength=len(names)))])
-    rank = t["verdict"].map({FAILED: 0, SLOWER: 1, UNJUDGED: 2}).fillna(3).to_numpy()[order]
+    rank = t["verdict"].map(ORDER).fillna(ORDER[SAME]).to_numpy()[order]
     worst = np.minimum.reduceat(rank, starts[:-1]).astype(int)
     body = _escape_all(text.iloc[order]).tolist()
     workload = t["workload"].astype(str).to_numpy()[order]
@@ -215,8 +217,8 @@ def _testcases(t: pd.DataFrame, strict: bool) -> tuple[list[str], list[str]]:
         lo, hi = starts[g], starts[g + 1]
         head = f'    <testcase classname="bench.{_attr(workload[lo])}" name="{_attr(name)}" time="0">'
         text_g = "\n".join(body[lo:hi])
-        verdict = {0: FAILED, 1: SLOWER, 2: UNJUDGED}.get(int(worst[g]))
-        outcome = _OUTCOME.get(verdict) if verdict else None
+        verdict = WORST_FIRST[int(worst[g])]
+        outcome = _OUTCOME.get(verdict)
         if outcome and verdict == UNJUDGED and not strict:
             outcome = ("skipped", "cannot-judge")
         if outcome is None:

@@ -17,9 +17,12 @@ from harness.analysis.compare import METRICS, SAME, Comparison, Side, records
 from harness.collect import read_summary
 from harness.present import plot
 from harness.present.tables import (
+    BREAKDOWN_COLUMNS,
     BREAKDOWN_HEAD,
     MISMATCH_HEADING,
+    TRAINING_COLUMNS,
     TRAINING_HEAD,
+    TRANSFORMER_COLUMNS,
     TRANSFORMER_HEAD,
     breakdown_rows,
     collective_table,
@@ -27,6 +30,7 @@ from harness.present.tables import (
     fmt_ratio,
     fmt_value,
     headline,
+    numeric,
     only_in_b,
     training_rows,
     transformer_rows,
@@ -135,21 +139,12 @@ def run_section(run: RunDir, side: Side) -> str:
         ["workload", "scaling", "launcher", "nccl_config", "world_size"]
     )
     parts.append("<h2>Scaling</h2>")
-    parts.append(
-        _figures(
-            [
-                ("weak scaling", lambda: plot.scaling_figure(summary, "weak")),
-                ("strong scaling", lambda: plot.scaling_figure(summary, "strong")),
-                ("transformer: weak scaling", lambda: plot.scaling_figure(summary, "weak", "tokens")),
-                ("transformer: strong scaling", lambda: plot.scaling_figure(summary, "strong", "tokens")),
-            ]
-        )
-    )
+    parts.append(_figures(plot.run_plots(summary, plot.SCALING, by="title")))
     if rows := training_rows(train):
-        parts.append(_table(TRAINING_HEAD, rows, numeric={3, 4, 5, 6, 7, 8}))
+        parts.append(_table(TRAINING_HEAD, rows, numeric=numeric(TRAINING_COLUMNS)))
     if rows := transformer_rows(train):
         parts.append("<h3>Transformer</h3>")
-        parts.append(_table(TRANSFORMER_HEAD, rows, numeric=set(range(2, len(TRANSFORMER_HEAD))) - {3}))
+        parts.append(_table(TRANSFORMER_HEAD, rows, numeric=numeric(TRANSFORMER_COLUMNS)))
     where = breakdown_rows(train)
     if where:
         parts.append("<h2>Where the step went</h2>")
@@ -159,18 +154,11 @@ def run_section(run: RunDir, side: Side) -> str:
             " from steps run with gradient synchronisation skipped (docs/breakdown.md says what"
             " that assumes).</p>"
         )
-        parts.append(_figures([("where each training step went", lambda: plot.breakdown_figure(summary))]))
-        parts.append(_table(BREAKDOWN_HEAD, where, numeric={3, 4, 5, 6, 7, 8, 9}))
+        parts.append(_figures(plot.run_plots(summary, plot.BREAKDOWN, by="title")))
+        parts.append(_table(BREAKDOWN_HEAD, where, numeric=numeric(BREAKDOWN_COLUMNS)))
     coll = ok[ok["workload"] == COLLECTIVE_WORKLOAD]
     parts.append("<h2>Collectives</h2>")
-    parts.append(
-        _figures(
-            [
-                ("bus bandwidth vs message size", lambda: plot.busbw_figure(summary)),
-                ("time per call vs message size", lambda: plot.latency_figure(summary)),
-            ]
-        )
-    )
+    parts.append(_figures(plot.run_plots(summary, plot.COLLECTIVES, by="title")))
     if len(coll):
         coll = coll.sort_values(["job", "collective", "group", "size_bytes"])
         bucket = bucket_bytes(plan)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import io
 import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD, UNITS
@@ -196,108 +198,105 @@ def table_csv(table: pd.DataFrame) -> bytes:
     return buf.getvalue()
 
 
-TRAINING_HEAD = ["workload", "scaling", "job", "GPUs", "images/s", "per GPU", "step ms (p50)", "speedup", "efficiency"]
-# The transformer's: MFU only where a peak was stated (docs/reference.md, "FLOPs per token and MFU")
-TRANSFORMER_HEAD = [
-    "scaling",
-    "job",
-    "GPUs",
-    "model",
-    "tokens/s",
-    "per GPU",
-    "TFLOP/s per GPU",
-    "MFU",
-    "step ms (p50)",
-    "speedup",
-    "efficiency",
-]
 COLLECTIVE_HEAD = ["job", "collective", "size", "time us", "algbw GB/s", "busbw GB/s", "#wrong"]
 PEAK_HEAD = "% of peak"  # where the cluster profile states its link speeds (docs/expected.md)
 # The summary's transport columns the collective tables show, and their heads (docs/transport.md)
 TRANSPORT_HEAD = {"net": "net", "net_devices": "net devices", "gdr": "GDR"}
 
 
-BREAKDOWN_HEAD = [
-    "workload",
-    "scaling",
-    "job",
-    "GPUs",
-    "step ms",
-    "compute ms",
-    "exposed comm",
-    "imbalance",
-    "data wait",
-    "efficiency",
-]
+@dataclass(frozen=True)
+class Column:
+    """One column of a table of summary rows: its head, its cell from a row, and whether it is
+    a number (right-aligned in the HTML report)."""
+
+    head: str
+    cell: Callable[[dict[str, Any]], str]
+    numeric: bool = True
+
+
+def _text(field: str) -> Column:
+    return Column(field, lambda r: str(r[field]), numeric=False)
+
+
+def _value(head: str, field: str, spec: str) -> Column:
+    return Column(head, lambda r: fmt_value(r[field], spec))
+
+
+_GPUS = Column("GPUs", lambda r: str(r["world_size"]))
+_STEP = _value("step ms (p50)", "step_time_ms", ".1f")
+_SCALING_COLUMNS = (_value("speedup", "speedup", ".2f"), _value("efficiency", "efficiency", ".1%"))
+TRAINING_COLUMNS = (
+    _text("workload"),
+    _text("scaling"),
+    _text("job"),
+    _GPUS,
+    _value("images/s", "images_per_s", ".1f"),
+    _value("per GPU", "images_per_s_per_gpu", ".1f"),
+    _STEP,
+    *_SCALING_COLUMNS,
+)
+# The transformer's: MFU only where a peak was stated (docs/reference.md, "FLOPs per token and MFU")
+TRANSFORMER_COLUMNS = (
+    _text("scaling"),
+    _text("job"),
+    _GPUS,
+    _text("model"),
+    _value("tokens/s", "tokens_per_s", ",.0f"),
+    _value("per GPU", "tokens_per_s_per_gpu", ",.0f"),
+    _value("TFLOP/s per GPU", "achieved_tflops_per_gpu", ".4g"),
+    _value("MFU", "mfu", ".1%"),
+    _STEP,
+    *_SCALING_COLUMNS,
+)
+
+
+def _share(head: str, field: str, noise: str = "") -> Column:
+    """A share of the step (docs/breakdown.md); `noise` in place of a row's share whose
+    compute-only step was longer than its step."""
+    return Column(head, lambda r: noise if r["breakdown_note"] else fmt_value(r[field], ".1%"))
+
+
+BREAKDOWN_COLUMNS = (
+    _text("workload"),
+    _text("scaling"),
+    _text("job"),
+    _GPUS,
+    _value("step ms", "step_time_ms", ".1f"),
+    _value("compute ms", "compute_time_ms", ".1f"),
+    _share("exposed comm", "exposed_comm_fraction", "not judged (noise)"),
+    _share("imbalance", "imbalance_fraction"),
+    _share("data wait", "step_data_wait_fraction"),
+    _value("efficiency", "efficiency", ".1%"),
+)
+TRAINING_HEAD = [c.head for c in TRAINING_COLUMNS]
+TRANSFORMER_HEAD = [c.head for c in TRANSFORMER_COLUMNS]
+BREAKDOWN_HEAD = [c.head for c in BREAKDOWN_COLUMNS]
+
+
+def numeric(columns: tuple[Column, ...]) -> set[int]:
+    """The indices of the columns that hold numbers."""
+    return {i for i, c in enumerate(columns) if c.numeric}
+
+
+def _cells(columns: tuple[Column, ...], rows: Iterable[dict[str, Any]]) -> list[list[str]]:
+    return [[c.cell(r) for c in columns] for r in rows]
 
 
 def breakdown_rows(train: pd.DataFrame) -> list[list[str]]:
-    """Where each training row's step went (BREAKDOWN_HEAD; docs/breakdown.md), for the rows
-    that measured a compute-only step; "not judged (noise)" across the shares of a row whose
-    compute-only step was longer than its step."""
-
-    def shares(r: dict[str, Any]) -> list[str]:
-        if r["breakdown_note"]:
-            return ["not judged (noise)", "", ""]
-        return [
-            fmt_value(r[f], ".1%") for f in ("exposed_comm_fraction", "imbalance_fraction", "step_data_wait_fraction")
-        ]
-
-    return [
-        [
-            r["workload"],
-            r["scaling"],
-            r["job"],
-            str(r["world_size"]),
-            fmt_value(r["step_time_ms"], ".1f"),
-            fmt_value(r["compute_time_ms"], ".1f"),
-            *shares(r),
-            fmt_value(r["efficiency"], ".1%"),
-        ]
-        for r in records(train)
-        if r["compute_time_ms"] is not None
-    ]
+    """Where each training row's step went (BREAKDOWN_COLUMNS; docs/breakdown.md), for the rows
+    that measured a compute-only step."""
+    return _cells(BREAKDOWN_COLUMNS, (r for r in records(train) if r["compute_time_ms"] is not None))
 
 
 def training_rows(train: pd.DataFrame) -> list[list[str]]:
-    """The training throughput table's cells (TRAINING_HEAD), one row per summary row of the
+    """The training throughput table's cells (TRAINING_COLUMNS), one row per summary row of the
     workloads that count images."""
-    return [
-        [
-            r["workload"],
-            r["scaling"],
-            r["job"],
-            str(r["world_size"]),
-            fmt_value(r["images_per_s"], ".1f"),
-            fmt_value(r["images_per_s_per_gpu"], ".1f"),
-            fmt_value(r["step_time_ms"], ".1f"),
-            fmt_value(r["speedup"], ".2f"),
-            fmt_value(r["efficiency"], ".1%"),
-        ]
-        for r in records(train)
-        if UNITS.get(r["workload"]) == "images"
-    ]
+    return _cells(TRAINING_COLUMNS, (r for r in records(train) if UNITS.get(r["workload"]) == "images"))
 
 
 def transformer_rows(train: pd.DataFrame) -> list[list[str]]:
-    """The transformer table's cells (TRANSFORMER_HEAD), one row per transformer row."""
-    return [
-        [
-            r["scaling"],
-            r["job"],
-            str(r["world_size"]),
-            r["model"],
-            fmt_value(r["tokens_per_s"], ",.0f"),
-            fmt_value(r["tokens_per_s_per_gpu"], ",.0f"),
-            fmt_value(r["achieved_tflops_per_gpu"], ".4g"),
-            fmt_value(r["mfu"], ".1%"),
-            fmt_value(r["step_time_ms"], ".1f"),
-            fmt_value(r["speedup"], ".2f"),
-            fmt_value(r["efficiency"], ".1%"),
-        ]
-        for r in records(train)
-        if r["workload"] == "transformer"
-    ]
+    """The transformer table's cells (TRANSFORMER_COLUMNS), one row per transformer row."""
+    return _cells(TRANSFORMER_COLUMNS, (r for r in records(train) if r["workload"] == "transformer"))
 
 
 def collective_table(coll: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
