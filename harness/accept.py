@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,9 +25,9 @@ from benchmarks.common import format_size
 from benchmarks.results import read_regular
 from harness import nodes, provenance, sweep
 from harness.analysis import reference
-from harness.analysis.compare import FAILED, SLOWER, UNJUDGED, Comparison, load_run
+from harness.analysis.compare import FAILED, SLOWER, UNJUDGED, load_run
+from harness.cluster import ClusterProfile, Reference
 from harness.errors import EXIT_FOUND, EXIT_INTERRUPTED, EXIT_UNJUDGED, RunDirError, UsageError
-from harness.executors.slurm.profile import ClusterProfile, Reference
 from harness.nodecheck import Options
 from harness.present import accept as present
 from harness.present.regress import write_all
@@ -37,6 +36,8 @@ from harness.spec import load_sweep
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from harness.executors import Executor
 
 NODES_DIR, SWEEP_DIR = "nodes", "sweep"
 
@@ -72,32 +73,9 @@ def narrowing(refs: tuple[Reference, ...]) -> tuple[str, ...]:
     return tuple(out)
 
 
-@dataclass
-class Outcome:
-    """What each part of the acceptance found; `status` is the command's exit status."""
-
-    nodes_status: int
-    nodes_verdict: dict[str, Any]
-    sweep_status: int | None = None  # None: not run
-    jobs: list[tuple[str, str, str | None]] = field(default_factory=list)  # (job, state, reason)
-    comparison: Comparison | None = None
-    environment: dict[str, Any] = field(default_factory=dict)
-    reasons: list[str] = field(default_factory=list)  # why it did not pass, one line each
-    unjudged: bool = False
-
-    @property
-    def status(self) -> int:
-        if not self.reasons:
-            return 0
-        return EXIT_UNJUDGED if self.unjudged else EXIT_FOUND
-
-    def line(self) -> str:
-        return "ACCEPTED" if not self.reasons else f"NOT ACCEPTED: {'; '.join(self.reasons)}"
-
-
 def start(
     *,
-    executor: str,
+    executor: type[Executor],
     profile: ClusterProfile,
     profile_path: str,
     sweep_path: Path,
@@ -149,7 +127,7 @@ def start(
     if status == EXIT_INTERRUPTED:
         return status  # Ctrl-C: what ran is kept in DIR/nodes, and nothing is judged
     found = _node_verdict(out / NODES_DIR)
-    outcome = Outcome(status, found)
+    outcome = present.Outcome(status, found)
     if status or not found:
         outcome.unjudged = status == EXIT_UNJUDGED or not found
         named = found.get("drain") or ", ".join(" ".join(link["nodes"]) for link in found.get("links_named", []))
@@ -180,7 +158,7 @@ def _node_verdict(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _judge(outcome: Outcome, out: Path, refs: tuple[Reference, ...], name: str) -> None:
+def _judge(outcome: present.Outcome, out: Path, refs: tuple[Reference, ...], name: str) -> None:
     """The sweep's jobs and its rows against the references, into `outcome`."""
     run = RunDir(out / SWEEP_DIR)
     table = run.read_table(run.jobs())

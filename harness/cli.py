@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from benchmarks.catalog import PROBES, WORKLOADS
 from benchmarks.common import OneLineParser, parse_size
 from benchmarks.results import atomic_write_bytes, open_regular
-from harness import accept, inside, nodes, outputs, provenance, sweep, transport
+from harness import accept, executors, inside, nodes, outputs, provenance, sweep, transport
 from harness.analysis import changes, gate, history, nodehistory, reference
 from harness.analysis.compare import (
     AXES,
@@ -55,6 +55,7 @@ from harness.analysis.compare import (
     parse_threshold,
 )
 from harness.analysis.history import BASELINE_HELP, DEFAULT_BASELINE
+from harness.cluster import ClusterProfile, load_profile
 from harness.collect import collect, read_summary, write_summary
 from harness.errors import (
     EXIT_FOUND,
@@ -68,7 +69,6 @@ from harness.errors import (
     shown,
 )
 from harness.executors.slurm.executor import python_check
-from harness.executors.slurm.profile import ClusterProfile, load_profile
 from harness.nodecheck import Options
 from harness.nodesteps import check_options
 from harness.present import export, report
@@ -81,6 +81,8 @@ from harness.sweep import in_use, locked
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from harness.executors import Executor
 
 
 RUN_HELP = f"""usage: bench run WORKLOAD [workload flags]
@@ -112,10 +114,6 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _default_sweep(executor: str) -> Path:
-    return SHIPPED / ("local.yaml" if executor == "local" else "default.yaml")
-
-
 # --------------------------------------------------------------------------- commands
 
 
@@ -126,21 +124,23 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _executor(
     args: argparse.Namespace, console: Console, *, profile_on_dry_run: bool
-) -> tuple[str, ClusterProfile | None]:
+) -> tuple[type[Executor], ClusterProfile | None]:
     """(the executor, the cluster profile) of `bench sweep` or `bench nodes`, said on the
     console's first line and checked: sbatch on PATH for a batch executor (a dry run writes the
     job's files only), --cluster only with one, and the profile it needs (on a dry run too, with
     `profile_on_dry_run`), which submitit must be able to carry."""
-    name, why = sweep.choose_executor(args.executor)
+    kind, why = executors.choose(args.executor)
+    name, batch = kind.name, kind.batch
     console.print(f"executor: {name} ({why})")
-    batch = name in ("slurm", "submitit")
     if batch and not args.dry_run and not shutil.which("sbatch"):
         raise UsageError(
             f"--executor {name}: sbatch not found on PATH; run where Slurm's client commands are, "
             "or write the job scripts only with --dry-run"
         )
     if args.cluster and not batch:
-        raise UsageError(f"--cluster describes a Slurm cluster; it needs --executor slurm or submitit, not {name}")
+        raise UsageError(
+            f"--cluster describes a Slurm cluster; it needs --executor {' or '.join(executors.BATCH)}, not {name}"
+        )
     cluster = args.cluster or (_env_path("BENCH_CLUSTER") if batch else None)
     if batch and cluster is None and (profile_on_dry_run or not args.dry_run):
         raise UsageError(
@@ -151,11 +151,9 @@ def _executor(
     profile = load_profile(cluster) if cluster else None
     if batch and args.dry_run and profile is not None and (problem := python_check(profile)):
         console.print(f"warning: {problem}", markup=False, soft_wrap=True)
-    if name == "submitit" and profile is not None and cluster is not None:
-        from harness.executors.slurm.via_submitit import check_profile
-
-        check_profile(profile, cluster)
-    return name, profile
+    if profile is not None and cluster is not None:
+        kind.check_profile(profile, cluster)
+    return kind, profile
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -178,18 +176,19 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             )
         return sweep.resume(RunDir(args.resume), console, yes=args.yes)
 
-    name, profile = _executor(args, console, profile_on_dry_run=False)
-    sweep_path = Path(args.sweep) if args.sweep else _default_sweep(name)
+    kind, profile = _executor(args, console, profile_on_dry_run=False)
+    sweep_path = Path(args.sweep) if args.sweep else SHIPPED / kind.default_sweep
     spec = load_sweep(
         sweep_path, max_nodes=args.max_nodes, repeat=args.repeat, overrides=tuple(args.overrides), only=tuple(args.only)
     )
-    if "srun" in spec.launchers and name == "local":
+    if unknown := [launcher for launcher in spec.launchers if launcher not in kind.launchers]:
         raise UsageError(
-            f"{sweep_path}: launchers: the local executor runs torchrun only, and the sweep asks for "
-            f"srun; use --executor slurm or --set launchers=[torchrun]"
+            f"{sweep_path}: launchers: the {kind.name} executor runs {' and '.join(kind.launchers)} only, and the "
+            f"sweep asks for {', '.join(unknown)}; use --executor {executors.BATCH[0]} or "
+            f"--set launchers=[{','.join(kind.launchers)}]"
         )
     out = Path(args.out) if args.out else sweep.default_run_dir(spec, _results_root())
-    return sweep.start(spec, sweep_path, name, profile, out, console, dry_run=args.dry_run, yes=args.yes)
+    return sweep.start(spec, sweep_path, kind, profile, out, console, dry_run=args.dry_run, yes=args.yes)
 
 
 def cmd_nodes(args: argparse.Namespace) -> int:
@@ -210,11 +209,10 @@ def cmd_nodes(args: argparse.Namespace) -> int:
             raise UsageError(str(exc)) from None
         return nodes.judge_again(Path(args.report), threshold, console, args.json)
     # The check's nodes come from the profile's partition, so a dry run needs it too.
-    name, profile = _executor(args, console, profile_on_dry_run=True)
+    kind, profile = _executor(args, console, profile_on_dry_run=True)
     try:
         size = parse_size(args.bytes)
-        # Emulated nodes are one machine: what tells them apart is its noise (docs/nodes.md).
-        threshold = parse_threshold(args.threshold or ("50%" if name == "local" else "10%"))
+        threshold = parse_threshold(args.threshold or kind.node_threshold)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     options = Options(
@@ -227,7 +225,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
         partners=args.partners,
         reference=tuple(nodes.expand(args.reference)) if args.reference else (),
         gemm=args.device != "cpu" if args.gemm is None else args.gemm,
-        concurrency=args.concurrency or (1 if name == "local" else profile.max_running_jobs if profile else None),
+        concurrency=args.concurrency or ((profile.max_running_jobs if profile else None) if kind.batch else 1),
         step_timeout_s=args.step_timeout,
     )
     _check_options(options)
@@ -239,7 +237,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = Path(args.out) if args.out else _results_root() / f"nodes-{stamp}"
     return nodes.start(
-        executor=name,
+        executor=kind,
         profile=profile,
         options=options,
         threshold=threshold,
@@ -267,7 +265,7 @@ def _check_options(options: Options) -> None:
 
 def cmd_accept(args: argparse.Namespace) -> int:
     console = _console()
-    name, profile = _executor(args, console, profile_on_dry_run=True)
+    kind, profile = _executor(args, console, profile_on_dry_run=True)
     assert profile is not None  # a batch executor has one (_executor)
     try:
         size = parse_size(args.bytes)
@@ -279,7 +277,7 @@ def cmd_accept(args: argparse.Namespace) -> int:
     _check_options(options)
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     return accept.start(
-        executor=name,
+        executor=kind,
         profile=profile,
         profile_path=args.cluster or os.environ.get("BENCH_CLUSTER", ""),
         sweep_path=Path(args.sweep) if args.sweep else SHIPPED / "accept.yaml",
@@ -739,7 +737,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     run = RunDir(args.dir)
     plan = run.read_plan()
     out = outputs.check(args.out, "--out")
-    cluster = args.cluster or ((plan.get("cluster") or {}).get("name") if plan.get("executor") != "local" else "local")
+    recorded = "local" if executors.runs_here(plan.get("executor")) else (plan.get("cluster") or {}).get("name")
+    cluster = args.cluster or recorded
     if not isinstance(cluster, str) or not NAME_RE.fullmatch(cluster):
         raise UsageError(f"--cluster {cluster!r}: not a valid name; use letters, digits, '_', '.', '-' (at most 64)")
     side = load_run(args.dir)
@@ -817,7 +816,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="run every job N times, replicate by replicate across the matrix (sweep key repeat)",
     )
-    s.add_argument("--executor", choices=("auto", "local", "slurm", "submitit"), default="auto")
+    s.add_argument("--executor", choices=(executors.AUTO, *executors.NAMES), default=executors.AUTO)
     s.add_argument("--out", help="run directory (default <sweep>-<timestamp> in $BENCH_RESULTS, else in results/)")
     s.add_argument(
         "--yes",
@@ -996,7 +995,7 @@ def build_parser() -> argparse.ArgumentParser:
     n = sub.add_parser(
         "nodes", help="check every node and every pair of nodes, and name the ones to drain (docs/nodes.md)"
     )
-    n.add_argument("--executor", choices=("auto", "local", "slurm", "submitit"), default="auto")
+    n.add_argument("--executor", choices=(executors.AUTO, *executors.NAMES), default=executors.AUTO)
     n.add_argument("--cluster", metavar="PROFILE", help="cluster profile YAML (default $BENCH_CLUSTER)")
     n.add_argument("--db", help=DB_HELP + "; the estimate takes the last check of the profile's cluster")
     n.add_argument(
@@ -1071,7 +1070,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="after maintenance: the node check, the sweep the profile's references name, one verdict and a "
         "report to sign (docs/accept.md)",
     )
-    a.add_argument("--executor", choices=("auto", "slurm", "submitit"), default="auto")
+    a.add_argument("--executor", choices=(executors.AUTO, *executors.BATCH), default=executors.AUTO)
     a.add_argument(
         "--cluster", metavar="PROFILE", help="cluster profile YAML, with reference: figures (default $BENCH_CLUSTER)"
     )

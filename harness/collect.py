@@ -37,13 +37,12 @@ from typing import TYPE_CHECKING, Any
 from benchmarks.catalog import BREAKDOWN, COLLECTIVE_WORKLOAD, COLLECTIVES, GROUPS, UNITS, WORLD
 from benchmarks.common import redacted
 from benchmarks.results import ResultError, load_result, open_regular
-from harness import inside, provenance, telemetry, transport
-from harness.analysis import stragglers
-from harness.analysis.stragglers import Straggler
+from harness import inside, provenance, stragglers, telemetry, transport
+from harness.cluster import Hardware
 from harness.errors import RunDirError, one_line
-from harness.executors.slurm.profile import Hardware
 from harness.rundir import COMPLETED, RunDir
 from harness.spec import FieldError
+from harness.stragglers import Straggler
 
 if TYPE_CHECKING:
     import pandas as pd

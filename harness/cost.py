@@ -27,7 +27,7 @@ from benchmarks.catalog import (
     node_groups,
 )
 from benchmarks.common import message_sizes
-from harness.executors.slurm.profile import ClusterProfile, Hardware
+from harness.cluster import ClusterProfile, Hardware
 from harness.plan import Job, WorkloadRun
 
 # Launching one workload step: srun or torchrun, importing torch, the rendezvous, CUDA and NCCL

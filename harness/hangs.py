@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from benchmarks.progress import DIR as PROGRESS_DIR
 from benchmarks.progress import STACK_SIGNAL
 from benchmarks.results import atomic_write_json, open_regular, read_regular
 
@@ -298,9 +299,7 @@ def end_step(pid: int) -> None:
 def watch(job_dir: Path, key: str, world: int, stall_s: float, pid: int, look_s: float = LOOK_S) -> bool:
     """Watch one step (srun `pid`) of a Slurm job until it ends; on a stall, attribute it, keep
     the record, say it on stderr (the job's log) and end the step. True when it ended the step."""
-    from benchmarks.progress import DIR
-
-    folder, started = job_dir / DIR, time.time()
+    folder, started = job_dir / PROGRESS_DIR, time.time()
     while _alive(pid):
         time.sleep(look_s)
         if not stalled(read_ranks(folder, key), world, started, stall_s):

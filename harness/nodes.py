@@ -17,12 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness import nodecheck
+from harness import executors, nodecheck
 from harness.analysis import nodehistory
+from harness.cluster import ClusterProfile
 from harness.cost import Cost
 from harness.errors import EXIT_FOUND, EXIT_UNJUDGED, HistoryError, RunDirError, SlurmError, UsageError, shown
-from harness.executors.slurm.nodes import NodesExecutor, NodesSubmitit, check_job
-from harness.executors.slurm.profile import ClusterProfile
+from harness.executors import Executor
+from harness.executors.slurm.nodes import check_job
 from harness.nodecheck import HOSTLIST_RE, NODE_NAME_RE, Options, Verdict
 from harness.nodesteps import FOLDER, PLAN, RECORD, Driver, LocalLauncher, Plan, load_plan
 from harness.present import nodes as present
@@ -128,7 +129,7 @@ def partition_nodes(profile: ClusterProfile) -> list[str]:
 
 def start(
     *,
-    executor: str,
+    executor: type[Executor],
     profile: ClusterProfile | None,
     options: Options,
     threshold: float,
@@ -142,7 +143,8 @@ def start(
     as_json: bool,
     db: Path | None = None,
 ) -> int:
-    if executor == "local":
+    batch = executor.batch
+    if not batch:
         if nodelist:
             raise UsageError("--nodelist names Slurm nodes; the local executor emulates --nodes N on this machine")
         names = [f"local{i}" for i in range(count or 4)]
@@ -158,15 +160,15 @@ def start(
         raise UsageError(f"the check needs at least 2 nodes, found {len(names)}: {', '.join(names)}")
     if options.partners is not None and options.partners >= nodecheck.tournament(len(names)):
         options = dataclasses.replace(options, partners=None)  # as many as every pair
-    if options.reference and executor == "local":
+    if options.reference and not batch:
         raise UsageError("--reference names Slurm nodes; the local executor's nodes are local0..localN-1")
     plan = Plan(
-        executor,
+        executor.name,
         options,
         threshold,
         len(names),
         nodelist,
-        dataclasses.asdict(profile) if profile and executor != "local" else None,
+        dataclasses.asdict(profile) if profile and batch else None,
     )
     try:
         rounds = nodecheck.schedule(names, options)
@@ -187,10 +189,10 @@ def start(
     run, _ = claim(out)
     with locked(run):
         plan.write(run.path)
-        if executor == "local" and dry_run:  # a dry run never runs, on any executor
+        if not batch and dry_run:  # a dry run never runs, on any executor
             console.print(f"dry run: nothing ran; the check's plan is in {run.path / PLAN}", markup=False)
             return 0
-        if executor == "local":
+        if not batch:
             try:
                 Driver(run.path, FOLDER, names, options, LocalLauncher(run.path, options)).drive(
                     lambda line: console.print(line, markup=False)
@@ -201,8 +203,7 @@ def start(
         else:
             assert profile is not None
             job = check_job(plan, time_limit_min)
-            kind = NodesSubmitit if executor == "submitit" else NodesExecutor
-            exe = kind(run, options.timeout_s, profile, plan)
+            exe = executors.NODE_CHECKS[executor.name](run, options.timeout_s, profile, plan)
             run.write_job_files([(job.name, exe.job_files(job))])
             confirm(
                 CheckCost.of(len(names), len(rounds), options, job.time_limit_min, *round_time(profile, db)),
@@ -237,6 +238,10 @@ def checked(path: Path) -> tuple[Plan, ClusterProfile | None]:
         raise RunDirError(f"{path}: no {PLAN}; not the run directory of a node check")
     try:
         plan = load_plan(path)
+        if plan.executor not in executors.NAMES:
+            raise ValueError(
+                f"{path / PLAN}: executor must be one of {', '.join(executors.NAMES)}, found {plan.executor!r}"
+            )
         return plan, build(ClusterProfile, plan.cluster, "cluster") if plan.cluster else None
     except ValueError as exc:
         raise RunDirError(str(exc)) from None

@@ -9,23 +9,20 @@ import dataclasses
 import datetime as dt
 import fcntl
 import os
-import re
 import shutil
-import socket
 import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from benchmarks.results import kind_of
-from harness import cost
+from harness import cost, executors
+from harness.cluster import DEFAULT_PROFILE, ClusterProfile
 from harness.collect import collect, to_frame, write_summary
 from harness.cost import Cost
 from harness.errors import PlanError, SlurmError, UsageError, shown
-from harness.executors import Executor, LocalExecutor, SlurmExecutor
-from harness.executors.slurm.profile import DEFAULT_PROFILE, ClusterProfile
-from harness.executors.slurm.script import directive_path_problem, unmountable
+from harness.executors import Executor
 from harness.plan import Job, expand
 from harness.present.plot import draw_all
 from harness.present.tables import print_jobs, print_plan, print_results, transport_mismatches
@@ -40,7 +37,7 @@ if TYPE_CHECKING:
 def start(
     sweep: Sweep,
     sweep_file: Path,
-    executor_name: str,
+    kind: type[Executor],
     profile: ClusterProfile | None,
     out: Path,
     console: Console,
@@ -58,52 +55,25 @@ def start(
         jobs = expand(sweep)
     except PlanError as exc:
         raise PlanError(f"{sweep_file}: {exc}") from None
-    if executor_name != "local":
-        why = looks_local(out)
-        if why:
-            console.print(
-                f"[yellow]warning:[/] the run directory {shown(str(out))} may not be visible to the compute nodes: "
-                f"{why}; give --out (or BENCH_RESULTS) on a filesystem they share",
-                soft_wrap=True,
-            )
-        why_not = directive_path_problem(out) if executor_name == "submitit" else None
-        if why_not:
-            raise UsageError(f"--out {why_not}")
-        bad = unmountable(profile or DEFAULT_PROFILE, out)
-        if bad:
-            raise UsageError(
-                f"--out {out}: the container would mount {bad}, and container engines read ',' and ':' in a "
-                "mount as separators; choose a run directory (and an install of bench) whose path has neither"
-            )
+    kind.preflight(out, "--out", profile, _warn(console))
+    if kind.batch:
         confirm(cost.estimate(jobs, profile), profile or DEFAULT_PROFILE, console, dry_run=dry_run, yes=yes)
     run, created = claim(out)
-    executor = make_executor(executor_name, run, sweep.timeout_s, profile)
+    executor = kind.create(run, sweep.timeout_s, profile)
     with locked(run):  # held from before the first file is written to the end of the sweep
         create_run(sweep, str(sweep_file), executor, jobs, created)
         print_plan(console, sweep_file, jobs, run)
-        if executor_name == "local":
-            console.print(on_this_machine(jobs), style="bold", markup=False, soft_wrap=True)
+        if note := executor.plan_note(jobs):
+            console.print(note, style="bold", markup=False, soft_wrap=True)
         if dry_run:
             console.print(f"dry run: nothing started; plan written to {run.plan_file}")
             return 0
         return run_and_report(run, executor, jobs, run.read_table(jobs), console)
 
 
-def on_this_machine(jobs: list[Job]) -> str:
-    """The plan's line for the local executor: where the jobs run, and how many ranks the
-    largest puts on this machine's cores, so that a sweep meant for Slurm (sbatch missing, a
-    module not loaded) is seen before it starts on a login node."""
-    big = max(jobs, key=lambda j: j.world_size)
-    gpus = os.environ.get("CUDA_VISIBLE_DEVICES")
-    return (
-        f"local: all {len(jobs)} jobs run on this machine ({socket.gethostname()}), one after another; the "
-        f"largest, {big.name}, puts {big.world_size} ranks ({big.nodes} emulated node(s) x {big.gpus_per_node}) "
-        f"on its {os.cpu_count()} CPU cores"
-        + (f" and GPUs {gpus}" if gpus else "")
-        + (", more ranks than cores" if big.world_size > (os.cpu_count() or 1) else "")
-        + ". For a Slurm cluster, "
-        "run where sbatch is on PATH, or give --executor slurm"
-    )
+def _warn(console: Console) -> Callable[[str], None]:
+    # the warning quotes a path, which may hold rich markup such as "[red]"
+    return lambda message: console.print(f"[yellow]warning:[/] {shown(message)}", soft_wrap=True)
 
 
 def resume(run: RunDir, console: Console, yes: bool = False) -> int:
@@ -116,16 +86,16 @@ def resume(run: RunDir, console: Console, yes: bool = False) -> int:
     recorded = plan.get("cluster")
     profile = build(ClusterProfile, recorded, "cluster") if recorded else None
     check_passthrough((*plan["sweep"].get("env_passthrough", ()), *(profile.env_passthrough if profile else ())))
-    if plan["executor"] == "submitit" and (why_not := directive_path_problem(run.path)):
-        raise RunDirError(why_not)
-    if plan["executor"] != "local":
+    kind = executors.get(plan["executor"])
+    kind.preflight(run.path, "--resume", profile, _warn(console))
+    if kind.batch:
         saved = run.read_table(jobs)
         # what `execute` will submit: jobs never submitted, and jobs that ended without completing
         # (a job with an id still in Slurm is tracked, not submitted again)
         rows = [(j, saved[j.name]) for j in jobs]
         to_run = [j for j, r in rows if r.state != COMPLETED and (r.job_id is None or r.state in FINAL_STATES)]
         confirm(cost.estimate(to_run, profile), profile or DEFAULT_PROFILE, console, dry_run=False, yes=yes)
-    executor = make_executor(plan["executor"], run, _recorded_timeout(run, plan), profile)
+    executor = kind.create(run, _recorded_timeout(run, plan), profile)
     console.print(f"executor: {executor.name} (from the plan in {run.path})")
     with locked(run):
         table = executor.resume(run.read_table(jobs))
@@ -143,36 +113,6 @@ def _recorded_timeout(run: RunDir, plan: dict) -> float:
     except FieldError as exc:
         raise RunDirError(f"{run.plan_file}: malformed plan: {exc.key} {exc}") from None
     return float(value)
-
-
-# Filesystems whose files no other machine sees, and the directories sites keep node-local.
-LOCAL_FILESYSTEMS = ("tmpfs", "ramfs")
-LOCAL_DIRS = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"))
-
-
-def looks_local(path: Path, mounts: Path = Path("/proc/self/mounts")) -> str | None:
-    """Why `path` seems private to this machine, or None: a batch job runs on other nodes, which
-    must see the run directory at the same path (docs/cost.md). The filesystem is the longest
-    mount point above the path, as /proc/self/mounts lists it (octal escapes for blanks)."""
-    path = Path(os.path.abspath(path))
-    try:
-        lines = mounts.read_text().splitlines()
-    except OSError:
-        lines = []
-    best, fstype = "", ""
-    for line in lines:
-        fields = line.split()
-        if len(fields) < 3:
-            continue
-        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[1])
-        if (path == Path(point) or Path(point) in path.parents) and len(point) > len(best):
-            best, fstype = point, fields[2]
-    if fstype in LOCAL_FILESYSTEMS:
-        return f"it is on {fstype} ({best}), which only this machine sees"
-    under = next((d for d in LOCAL_DIRS if d == path or d in path.parents), None)
-    if under is not None:
-        return f"it is under {under}, which is usually each node's own"
-    return None
 
 
 def confirm(cost: Cost, profile: ClusterProfile, console: Console, *, dry_run: bool, yes: bool) -> None:
@@ -259,27 +199,6 @@ def collect_and_plot(run: RunDir, console: Console) -> pd.DataFrame:
     frame = to_frame(summary)
     draw_all(run, frame)
     return frame
-
-
-def choose_executor(requested: str) -> tuple[str, str]:
-    """(executor name, why): `auto` is slurm where sbatch is on PATH, local otherwise."""
-    if requested != "auto":
-        return requested, "chosen with --executor"
-    if shutil.which("sbatch"):
-        return "slurm", "sbatch found on PATH"
-    return "local", "no sbatch on PATH"
-
-
-def make_executor(name: str, run: RunDir, timeout_s: float, profile: ClusterProfile | None = None) -> Executor:
-    if name == "local":
-        return LocalExecutor(run, timeout_s)
-    if name == "slurm":
-        return SlurmExecutor(run, timeout_s, profile or DEFAULT_PROFILE)
-    if name == "submitit":
-        from harness.executors.slurm.via_submitit import SubmititExecutor
-
-        return SubmititExecutor(run, timeout_s, profile or DEFAULT_PROFILE)
-    raise RunDirError(f"executor {name!r} is not available; valid: local, slurm, submitit")
 
 
 def default_run_dir(sweep: Sweep, root: str | Path = "results") -> Path:

@@ -331,6 +331,39 @@ def data_cache(tmp_path_factory) -> Path:
 
 # --------------------------------------------------------------------------- fake Slurm commands
 
+SLURM_COMMANDS = ("sbatch", "srun", "salloc", "squeue", "sacct", "sinfo", "scontrol", "scancel")
+
+
+@dataclass
+class SlurmStandIns:
+    """Slurm's client commands on PATH as stand-ins that record any call and fail, for commands
+    that must refuse or stop before they reach Slurm: the test is the same whether or not this
+    machine has Slurm's own (CI installs them; a user's machine may not)."""
+
+    bin_dir: Path
+    log: Path
+
+    @property
+    def path(self) -> str:
+        return f"{self.bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin"
+
+    def calls(self) -> list[str]:
+        return self.log.read_text().splitlines() if self.log.exists() else []
+
+
+@pytest.fixture
+def slurm_stand_ins(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> SlurmStandIns:
+    root = tmp_path_factory.mktemp("slurm-stand-ins")
+    stand_ins = SlurmStandIns(root / "bin", root / "called.txt")
+    stand_ins.bin_dir.mkdir()
+    for name in SLURM_COMMANDS:
+        shim = stand_ins.bin_dir / name
+        shim.write_text(f'#!/bin/sh\necho "{name} $*" >> {shlex.quote(str(stand_ins.log))}\nexit 1\n')
+        shim.chmod(0o755)
+    monkeypatch.setenv("PATH", stand_ins.path)
+    return stand_ins
+
+
 FAKE_SLURM = ROOT / "tests" / "fakes" / "slurm" / "fake_slurm.py"
 
 

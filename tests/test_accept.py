@@ -7,7 +7,7 @@ from __future__ import annotations
 from conftest import SWEEPS, bench
 
 from harness.accept import narrowing
-from harness.executors.slurm.profile import Reference
+from harness.cluster import Reference
 from harness.plan import expand
 from harness.spec import load_sweep
 
@@ -44,9 +44,10 @@ def test_a_reference_with_no_gpu_count_leaves_the_sweep_s():
     assert "workloads.synthetic=false" in narrowing(refs)
 
 
-def test_a_profile_without_references_is_refused_before_anything_runs(tmp_path):
+def test_a_profile_without_references_is_refused_before_anything_runs(tmp_path, slurm_stand_ins):
     (tmp_path / "p.yaml").write_text("name: lab\n")
     out = tmp_path / "acc"
     r = bench("accept", "--executor", "slurm", "--cluster", str(tmp_path / "p.yaml"), "--out", str(out), check=False)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.describe()
     assert f"{tmp_path / 'p.yaml'}: states no reference figures" in r.stderr and not out.exists()
+    assert slurm_stand_ins.calls() == []

@@ -633,7 +633,7 @@ def _db_with(run: Path, tmp: Path) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_a_bad_input_gives_one_line_and_exit_2(case, real_run, tmp_path, capsys, monkeypatch):
+def test_a_bad_input_gives_one_line_and_exit_2(case, real_run, tmp_path, capsys, monkeypatch, slurm_stand_ins):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("BENCH_CLUSTER", raising=False)  # the cases name their profiles
     argv = case.setup(tmp_path, real_run)
@@ -649,6 +649,7 @@ def test_a_bad_input_gives_one_line_and_exit_2(case, real_run, tmp_path, capsys,
         assert word in lines[0], f"{word!r} not in {lines[0]!r}"
     assert snapshot(tmp_path) == before, "a refused command changed the directory"
     assert not (tmp_path / "out").exists()
+    assert slurm_stand_ins.calls() == [], "a refused command called Slurm"
 
 
 def test_the_corpus_covers_every_subcommand():

@@ -12,7 +12,7 @@ import pytest
 from conftest import bench
 
 from benchmarks.catalog import COLLECTIVES
-from harness.executors.slurm.profile import Hardware, load_profile
+from harness.cluster import Hardware, load_profile
 from harness.present.nodes import expected
 from harness.spec import FieldError
 

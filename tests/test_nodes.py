@@ -20,9 +20,9 @@ from conftest import HOSTILE_VALUES, SWEEPS, bench, left_in, read_json
 
 from harness import nodecheck, nodes
 from harness.analysis import nodehistory
+from harness.cluster import load_profile
 from harness.errors import RunDirError
 from harness.executors.slurm.nodes import check_job, render_check_script, render_step_script
-from harness.executors.slurm.profile import load_profile
 from harness.nodecheck import Options
 from harness.nodesteps import FOLDER, Driver, LocalLauncher, Plan
 

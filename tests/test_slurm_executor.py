@@ -11,9 +11,9 @@ import subprocess
 import pytest
 from conftest import SWEEPS, FakeSlurm
 
+from harness.cluster import ClusterProfile
 from harness.errors import SlurmError
 from harness.executors.slurm.executor import QUERY_TRIES, SBATCH_TRIES, SlurmExecutor
-from harness.executors.slurm.profile import ClusterProfile
 from harness.plan import Job, expand
 from harness.rundir import COMPLETED, FAILED, PENDING, SUBMITTING, JobRecord, RunDir
 from harness.spec import load_sweep

@@ -18,7 +18,7 @@ import pytest
 from conftest import HOSTILE_VALUES, SWEEPS, bench, run
 
 from harness import cost
-from harness.executors.slurm.profile import ClusterProfile, load_profile
+from harness.cluster import ClusterProfile, load_profile
 from harness.executors.slurm.script import format_time_limit, render_script, sbatch_directives
 from harness.plan import expand
 from harness.spec import SpecError, load_sweep
@@ -678,7 +678,7 @@ def test_reserved_variables_cannot_be_set(tmp_path, name):
 def test_a_run_directory_private_to_this_machine_is_recognised(tmp_path):
     """/proc/self/mounts as Linux writes it (fstab(5) fields, octal escapes for blanks): the
     longest mount point above the path decides the filesystem."""
-    from harness.sweep import looks_local
+    from harness.executors.slurm.script import looks_local
 
     mounts = tmp_path / "mounts"
     mounts.write_text(

@@ -18,8 +18,8 @@ import submitit
 from conftest import SWEEPS, bench
 from submitit.slurm.slurm import _make_sbatch_string
 
+from harness.cluster import load_profile
 from harness.executors.slurm import submitit_task
-from harness.executors.slurm.profile import load_profile
 from harness.executors.slurm.script import render_script, sbatch_directives, step_command
 from harness.executors.slurm.via_submitit import parameters, task
 from harness.plan import expand

@@ -334,7 +334,7 @@ def test_sets_long_and_short_forms(tmp_path):
 
 
 def test_nccl_jobs_log_the_transport_unless_told_otherwise():
-    from harness.executors.slurm.profile import ClusterProfile
+    from harness.cluster import ClusterProfile
     from harness.executors.slurm.script import render_script
     from harness.plan import Job, WorkloadRun
 

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
-    from harness.analysis.history import Entry
+    from harness.analysis.compare import Entry
     from harness.analysis.stats import Values
 
 ALPHA = 0.05

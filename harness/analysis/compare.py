@@ -56,9 +56,8 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-    from harness.analysis.history import Entry
     from harness.analysis.stats import Counts, Mask, Texts, Values
-    from harness.analysis.stragglers import Straggler
+    from harness.stragglers import Straggler
 
 KEYS = ["workload", "collective", "group", "scaling", "nodes", "gpus_per_node", "launcher", "nccl_config", "size_bytes"]
 CONFIG = [k for k in KEYS if k not in ("collective", "group", "size_bytes")]  # a key without its message
@@ -127,6 +126,26 @@ CHECKED_ENV = {
     "backend": "backend",
     "largest_job_nodes": "nodes in the largest job",
 }
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A run of the history database (analysis/history.py), as a baseline drawn from it names it."""
+
+    id: int
+    cluster: str
+    label: str | None
+    path: str
+    sweep: str | None
+    created: str
+    added: str
+    rows: int
+    keys: int
+    failed: int
+
+    @property
+    def name(self) -> str:
+        return f"run {self.id}" + (f" ({self.label})" if self.label else "")
 
 
 @dataclass

@@ -41,6 +41,7 @@ from harness.analysis.compare import (
     MIN_RUNS,
     REQUIRED,
     DataError,
+    Entry,
     Side,
     check_samples,
     check_summary,
@@ -85,24 +86,6 @@ CREATE TABLE points (run_id INTEGER NOT NULL REFERENCES runs (id), series TEXT N
                      value REAL NOT NULL);
 CREATE INDEX points_by_run ON points (run_id);
 """
-
-
-@dataclass(frozen=True)
-class Entry:
-    id: int
-    cluster: str
-    label: str | None
-    path: str
-    sweep: str | None
-    created: str
-    added: str
-    rows: int
-    keys: int
-    failed: int
-
-    @property
-    def name(self) -> str:
-        return f"run {self.id}" + (f" ({self.label})" if self.label else "")
 
 
 _ENTRY = "SELECT id, cluster, label, path, sweep, created, added, rows, keys, failed FROM runs"

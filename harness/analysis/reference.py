@@ -30,8 +30,8 @@ from harness.analysis.compare import (
     Side,
     key_texts,
 )
+from harness.cluster import Reference
 from harness.errors import DataError
-from harness.executors.slurm.profile import Reference
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -7,20 +7,22 @@ from __future__ import annotations
 
 import contextlib
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.results import read_regular
 from harness import inside, provenance
 from harness.analysis.compare import key_texts, records
+from harness.errors import EXIT_FOUND, EXIT_UNJUDGED
 from harness.nodecheck import drain_command, hostlist
 from harness.present.report import STYLE, _e, _img, _table
 from harness.present.tables import fmt_value
 from harness.rundir import RUN_FILE_LIMIT, now
 
 if TYPE_CHECKING:
-    from harness.accept import Outcome
-    from harness.executors.slurm.profile import ClusterProfile
+    from harness.analysis.compare import Comparison
+    from harness.cluster import ClusterProfile
 
 REPORT = "report.html"
 VERDICT = "verdict.json"
@@ -36,6 +38,29 @@ SOFTWARE = (
     ("python", "Python"),
     ("backend", "backend"),
 )
+
+
+@dataclass
+class Outcome:
+    """What each part of the acceptance found; `status` is the command's exit status."""
+
+    nodes_status: int
+    nodes_verdict: dict[str, Any]
+    sweep_status: int | None = None  # None: not run
+    jobs: list[tuple[str, str, str | None]] = field(default_factory=list)  # (job, state, reason)
+    comparison: Comparison | None = None
+    environment: dict[str, Any] = field(default_factory=dict)
+    reasons: list[str] = field(default_factory=list)  # why it did not pass, one line each
+    unjudged: bool = False
+
+    @property
+    def status(self) -> int:
+        if not self.reasons:
+            return 0
+        return EXIT_UNJUDGED if self.unjudged else EXIT_FOUND
+
+    def line(self) -> str:
+        return "ACCEPTED" if not self.reasons else f"NOT ACCEPTED: {'; '.join(self.reasons)}"
 
 
 def references(outcome: Outcome) -> list[dict[str, Any]]:

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness import inside
+from harness.cluster import ClusterProfile
 from harness.errors import DataError
-from harness.executors.slurm.profile import ClusterProfile
 from harness.nodecheck import METRICS, Verdict, exchange_group, judge, planned_metrics
 from harness.nodesteps import Plan, gather
 from harness.present.plot import draw_heatmap

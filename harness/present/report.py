@@ -11,8 +11,7 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD
-from harness import telemetry
-from harness.analysis import stragglers
+from harness import executors, stragglers, telemetry
 from harness.analysis.compare import METRICS, SAME, Comparison, Side, records
 from harness.collect import read_summary
 from harness.present import plot
@@ -198,7 +197,7 @@ def _yaml(data: Any) -> str:
 
 def cluster_name(plan: dict[str, Any]) -> str:
     """The cluster a run ran on: its profile's name, or the local machine."""
-    if plan.get("executor") == "local":
+    if executors.runs_here(plan.get("executor")):
         return "this machine (local executor)"
     return str((plan.get("cluster") or {}).get("name") or "no profile")
 

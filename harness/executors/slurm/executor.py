@@ -40,10 +40,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from harness import hangs
-from harness.errors import SlurmError
+from harness.cluster import DEFAULT_PROFILE, ClusterProfile
+from harness.errors import SlurmError, UsageError, shown
 from harness.executors.base import Executor
-from harness.executors.slurm.profile import DEFAULT_PROFILE, ClusterProfile
-from harness.executors.slurm.script import format_time_limit, interpreter, render_script
+from harness.executors.slurm.script import format_time_limit, interpreter, looks_local, render_script, unmountable
 from harness.logs import error_line, tail
 from harness.plan import Job
 from harness.rundir import (
@@ -336,6 +336,7 @@ def deferred_signals() -> Iterator[None]:
 class SlurmExecutor(Executor):
     name = "slurm"
     interrupt_note = "jobs already submitted keep running in Slurm"
+    batch = True
 
     def __init__(self, run: RunDir, timeout_s: float, profile: ClusterProfile = DEFAULT_PROFILE):
         super().__init__(run, timeout_s)
@@ -350,6 +351,25 @@ class SlurmExecutor(Executor):
         self._requeued: set[str] = set()  # ids seen queued again after they ran
         self._previous: dict[str, str] = {}  # job name -> what its earlier attempts ended in
         self._tails: list[str | None] = []  # the newest job of each max_running_jobs chain
+
+    @classmethod
+    def create(cls, run: RunDir, timeout_s: float, profile: ClusterProfile | None) -> SlurmExecutor:
+        return cls(run, timeout_s, profile or DEFAULT_PROFILE)
+
+    @classmethod
+    def preflight(cls, out: Path, given: str, profile: ClusterProfile | None, warn: Callable[[str], None]) -> None:
+        """The run directory must be one the compute nodes see (a warning: bench cannot know),
+        and one a container can mount (docs/containers.md)."""
+        if why := looks_local(out):
+            warn(
+                f"the run directory {shown(str(out))} may not be visible to the compute nodes: {why}; "
+                "give --out (or BENCH_RESULTS) on a filesystem they share"
+            )
+        if bad := unmountable(profile or DEFAULT_PROFILE, out):
+            raise UsageError(
+                f"{given} {out}: the container would mount {bad}, and container engines read ',' and ':' in a "
+                "mount as separators; choose a run directory (and an install of bench) whose path has neither"
+            )
 
     def cluster(self) -> dict:
         return dataclasses.asdict(self.profile)

@@ -15,8 +15,8 @@ import shlex
 from collections.abc import Callable
 from typing import Any
 
+from harness.cluster import ClusterProfile
 from harness.executors.slurm.executor import SCRIPT, SlurmExecutor
-from harness.executors.slurm.profile import ClusterProfile
 from harness.executors.slurm.script import (
     SIGNAL_LEAD_S,
     _quote,

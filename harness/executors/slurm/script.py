@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import benchmarks
-from harness.executors.slurm.profile import CONTAINER_CODE, ClusterProfile
+from harness.cluster import CONTAINER_CODE, ClusterProfile
 from harness.plan import PER_STEP, Job, WorkloadRun
 
 # The batch shell gets USR2 this long before the time limit (Slurm may send it up to 60 s
@@ -252,6 +252,36 @@ def in_container(profile: ClusterProfile, names: Iterable[str]) -> tuple[list[st
         q(c.image),
     ]
     return [], " ".join(words) + " " + inner
+
+
+# Filesystems whose files no other machine sees, and the directories sites keep node-local.
+LOCAL_FILESYSTEMS = ("tmpfs", "ramfs")
+LOCAL_DIRS = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"))
+
+
+def looks_local(path: Path, mounts: Path = Path("/proc/self/mounts")) -> str | None:
+    """Why `path` seems private to this machine, or None: a batch job runs on other nodes, which
+    must see the run directory at the same path (docs/cost.md). The filesystem is the longest
+    mount point above the path, as /proc/self/mounts lists it (octal escapes for blanks)."""
+    path = Path(os.path.abspath(path))
+    try:
+        lines = mounts.read_text().splitlines()
+    except OSError:
+        lines = []
+    best, fstype = "", ""
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[1])
+        if (path == Path(point) or Path(point) in path.parents) and len(point) > len(best):
+            best, fstype = point, fields[2]
+    if fstype in LOCAL_FILESYSTEMS:
+        return f"it is on {fstype} ({best}), which only this machine sees"
+    under = next((d for d in LOCAL_DIRS if d == path or d in path.parents), None)
+    if under is not None:
+        return f"it is under {under}, which is usually each node's own"
+    return None
 
 
 def unmountable(profile: ClusterProfile, run_dir: Path) -> str | None:

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import hangs, telemetry
-from harness.executors.local import sampler
 from harness.executors.slurm.script import torchrun_words
+from harness.procs import sampler
 
 
 @dataclass(frozen=True)

@@ -28,12 +28,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness.cluster import ClusterProfile
 from harness.errors import SlurmError, UsageError
 from harness.executors.slurm import submitit_task
 from harness.executors.slurm.executor import CALL_TIMEOUT_S, NoAnswer, SlurmExecutor
-from harness.executors.slurm.profile import ClusterProfile
 from harness.executors.slurm.script import (
     SIGNAL_LEAD_S,
+    directive_path_problem,
     environment_lines,
     format_time_limit,
     gpu_request,
@@ -101,17 +102,24 @@ def task(job: Job, timeout_s: float, given: set[str]) -> submitit_task.Task:
     )
 
 
-def check_profile(profile: ClusterProfile, path: str | Path) -> None:
-    """Refuse what this executor cannot do with the profile read from `path`, before anything is written."""
-    if profile.container is not None:
-        raise UsageError(
-            f"{path}: container: the submitit executor cannot run a job in a container "
-            "(submitit starts its own Python in each task, outside the image); use --executor slurm"
-        )
-
-
 class SubmititExecutor(SlurmExecutor):
     name = "submitit"
+
+    @classmethod
+    def check_profile(cls, profile: ClusterProfile, path: str | Path) -> None:
+        """Refuse what this executor cannot do with the profile read from `path`, before anything is written."""
+        if profile.container is not None:
+            raise UsageError(
+                f"{path}: container: the submitit executor cannot run a job in a container "
+                "(submitit starts its own Python in each task, outside the image); use --executor slurm"
+            )
+
+    @classmethod
+    def preflight(cls, out: Path, given: str, profile: ClusterProfile | None, warn: Callable[[str], None]) -> None:
+        """As Slurm's, and the run directory's path must fit the #SBATCH lines submitit writes."""
+        if why_not := directive_path_problem(out):
+            raise UsageError(f"{given} {why_not}")
+        super().preflight(out, given, profile, warn)
 
     def script_path(self, job: Job) -> Path:
         return self.run.job_dir(job) / PARAMETERS
