@@ -75,9 +75,8 @@ from harness.present import export, report
 from harness.present.plot import draw_all, draw_compare, history_figure
 from harness.present.regress import summary_line, write_all
 from harness.present.tables import markdown, print_comparison, print_jobs, run_mismatches, table_csv
-from harness.rundir import COMPLETED, FINAL_STATES, RunDir
+from harness.rundir import COMPLETED, FINAL_STATES, RunDir, in_use, locked
 from harness.spec import MATRIX_AXES, NAME_RE, SHIPPED, FieldError, check_time, load_sweep
-from harness.sweep import in_use, locked
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -33,7 +33,8 @@ from pathlib import Path
 
 from benchmarks.progress import DIR as PROGRESS_DIR
 from benchmarks.progress import STACK_SIGNAL
-from benchmarks.results import atomic_write_json, open_regular, read_regular
+from benchmarks.results import json_bytes, open_regular, read_regular
+from harness import inside
 
 # /proc/PID/stat's state letters (proc(5)) that mean the rank cannot take part any more
 # A progress file or hang record is a few hundred bytes, and one dump of a rank's stacks a few
@@ -226,10 +227,8 @@ def read_record(job_dir: Path, key: str) -> dict | None:
 def record(job_dir: Path, key: str, stall_s: float, why: str, ranks: list[Rank]) -> None:
     """jobs/<job>/hang-<workload>.json: the reason and every rank's host, pid, state, phase and
     where it waited; the stacks themselves stay in progress/<workload>.rank<R>.stack."""
-    atomic_write_json(
-        job_dir / f"hang-{key}.json",
-        {"workload": key, "stall_s": stall_s, "reason": why, "ranks": [asdict(r) for r in ranks]},
-    )
+    found = {"workload": key, "stall_s": stall_s, "reason": why, "ranks": [asdict(r) for r in ranks]}
+    inside.write(job_dir, f"hang-{key}.json", json_bytes(found))
 
 
 # --- inside a Slurm job ---------------------------------------------------------------------

@@ -27,9 +27,9 @@ from harness.executors.slurm.nodes import check_job
 from harness.nodecheck import HOSTLIST_RE, NODE_NAME_RE, Options, Verdict
 from harness.nodesteps import FOLDER, PLAN, RECORD, Driver, LocalLauncher, Plan, load_plan
 from harness.present import nodes as present
-from harness.rundir import COMPLETED, RunDir
+from harness.rundir import COMPLETED, RunDir, claim, locked
 from harness.spec import FieldError, build
-from harness.sweep import claim, confirm, execute, locked
+from harness.sweep import confirm, execute
 
 if TYPE_CHECKING:
     from rich.console import Console

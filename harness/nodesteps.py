@@ -27,7 +27,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
 from benchmarks.catalog import BACKENDS, DEVICES
-from benchmarks.results import RESULT_LIMIT, atomic_write_json, json_bytes, load_result, read_regular
+from benchmarks.results import RESULT_LIMIT, json_bytes, load_result, read_regular
 from harness import inside, nodecheck
 from harness.logs import error_line, tail
 from harness.nodecheck import HOSTLIST_RE, NODE_NAME_RE, Options, Step
@@ -339,7 +339,7 @@ class Plan:
     cluster: dict[str, Any] | None = None  # the cluster profile, as the sweep's plan keeps it
 
     def write(self, run: Path) -> None:
-        atomic_write_json(run / PLAN, {"format_version": PLAN_VERSION, **dataclasses.asdict(self)})
+        inside.write(run, PLAN, json_bytes({"format_version": PLAN_VERSION, **dataclasses.asdict(self)}))
 
 
 # Each option's type and range; a plan read back is held to them (a run directory is untrusted).

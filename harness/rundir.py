@@ -18,17 +18,19 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import datetime as dt
+import fcntl
 import fnmatch
 import json
 import os
 import re
-from collections.abc import Iterable
+import stat
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from benchmarks.catalog import BACKENDS, COLLECTIVE_WORKLOAD, DEVICES, SCALINGS, TRAINING
-from benchmarks.results import read_regular
+from benchmarks.results import kind_of, read_regular
 from harness import inside, provenance
 from harness.errors import RunDirError, one_line
 from harness.plan import Job
@@ -484,3 +486,64 @@ def _record(row: object, where: Path, job: Job) -> JobRecord:
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in kept.get("runs", {}).items()):
         raise RunDirError(f"{where}: malformed job table: job {name!r}: runs must map workloads to states")
     return JobRecord(**{**kept, "name": job.name, "nodes": job.nodes})
+
+
+# --------------------------------------------------------------------------- claiming and locking
+
+
+def claim(path: Path) -> tuple[RunDir, bool]:
+    """(run directory, whether it was created) for a new sweep, checked before anything is
+    written: it is new, or empty (a lock file from an earlier claim aside). Lock it (`locked`)
+    before writing into it."""
+    run = RunDir(path)
+    if os.path.lexists(path) and not path.is_dir():
+        raise RunDirError(f"--out {path}: exists and is not a directory")
+    if run.plan_file.exists():
+        raise RunDirError(
+            f"{path} already holds a run; continue it with `bench sweep --resume {path}` or choose another --out"
+        )
+    if path.is_dir() and any(e.name != ".lock" for e in path.iterdir()):
+        raise RunDirError(f"--out {path}: the directory is not empty; give a new or empty directory")
+    created = not path.exists()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RunDirError(f"--out {path}: cannot create the directory ({exc.strerror or exc})") from None
+    return run, created
+
+
+@contextlib.contextmanager
+def locked(run: RunDir) -> Iterator[None]:
+    """Hold the run directory for one harness at a time; the lock dies with the process."""
+    # O_NOFOLLOW: a link planted as .lock must not make root create or open its target;
+    # O_NONBLOCK: nor a FIFO make it wait.
+    try:
+        fd = os.open(run.path / ".lock", os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        raise RunDirError(f"{run.path}: cannot take the run's lock ({exc.strerror or exc})") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise RunDirError(f"{run.path / '.lock'}: {kind_of(mode)}, not bench's lock file; remove it")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunDirError(f"{run.path} is in use by another bench process") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def in_use(run: RunDir) -> bool:
+    """Whether a bench process holds the run directory now (it is sweeping or resuming it)."""
+    try:
+        fd = os.open(run.path / ".lock", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)

@@ -4,19 +4,15 @@ progress bar, then collect the summary and draw the plots. `bench sweep` and `be
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime as dt
-import fcntl
 import os
 import shutil
-import stat
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from benchmarks.results import kind_of
 from harness import cost, executors
 from harness.cluster import DEFAULT_PROFILE, ClusterProfile
 from harness.collect import collect, to_frame, write_summary
@@ -26,7 +22,7 @@ from harness.executors import Executor
 from harness.plan import Job, expand
 from harness.present.plot import draw_all
 from harness.present.tables import print_jobs, print_plan, print_results, transport_mismatches
-from harness.rundir import COMPLETED, FINAL_STATES, RUNNING, JobRecord, RunDir, RunDirError
+from harness.rundir import COMPLETED, FINAL_STATES, RUNNING, JobRecord, RunDir, RunDirError, claim, locked
 from harness.spec import FieldError, Sweep, build, check_time
 
 if TYPE_CHECKING:
@@ -206,27 +202,6 @@ def default_run_dir(sweep: Sweep, root: str | Path = "results") -> Path:
     return Path(root) / f"{sweep.name}-{stamp}"
 
 
-def claim(path: Path) -> tuple[RunDir, bool]:
-    """(run directory, whether it was created) for a new sweep, checked before anything is
-    written: it is new, or empty (a lock file from an earlier claim aside). Lock it (`locked`)
-    before writing into it."""
-    run = RunDir(path)
-    if os.path.lexists(path) and not path.is_dir():
-        raise RunDirError(f"--out {path}: exists and is not a directory")
-    if run.plan_file.exists():
-        raise RunDirError(
-            f"{path} already holds a run; continue it with `bench sweep --resume {path}` or choose another --out"
-        )
-    if path.is_dir() and any(e.name != ".lock" for e in path.iterdir()):
-        raise RunDirError(f"--out {path}: the directory is not empty; give a new or empty directory")
-    created = not path.exists()
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise RunDirError(f"--out {path}: cannot create the directory ({exc.strerror or exc})") from None
-    return run, created
-
-
 def create_run(sweep: Sweep, sweep_file: str, executor: Executor, jobs: list[Job], created: bool) -> RunDir:
     """Write each job's files, then plan.json, into the claimed directory, whose lock the
     caller holds; another sweep that got there first is refused. Should writing fail, nothing
@@ -248,43 +223,6 @@ def create_run(sweep: Sweep, sweep_file: str, executor: Executor, jobs: list[Job
             raise RunDirError(f"--out {path}: cannot write the plan ({exc.strerror or exc})") from None
         raise
     return run
-
-
-@contextlib.contextmanager
-def locked(run: RunDir) -> Iterator[None]:
-    """Hold the run directory for one harness at a time; the lock dies with the process."""
-    # O_NOFOLLOW: a link planted as .lock must not make root create or open its target;
-    # O_NONBLOCK: nor a FIFO make it wait.
-    try:
-        fd = os.open(run.path / ".lock", os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
-    except OSError as exc:
-        raise RunDirError(f"{run.path}: cannot take the run's lock ({exc.strerror or exc})") from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise RunDirError(f"{run.path / '.lock'}: {kind_of(mode)}, not bench's lock file; remove it")
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RunDirError(f"{run.path} is in use by another bench process") from None
-        yield
-    finally:
-        os.close(fd)
-
-
-def in_use(run: RunDir) -> bool:
-    """Whether a bench process holds the run directory now (it is sweeping or resuming it)."""
-    try:
-        fd = os.open(run.path / ".lock", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
 
 
 def execute(

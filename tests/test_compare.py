@@ -27,7 +27,8 @@ import pytest
 from conftest import bench, copy_run, planned_later, regress, run, separating
 from PIL import Image
 
-from harness.analysis import stats, stragglers
+from harness import stragglers
+from harness.analysis import stats
 from harness.analysis.compare import SLOWER, compare, load_run
 from harness.collect import SUMMARY_VERSION
 
@@ -604,3 +605,14 @@ def test_report_is_self_contained(real_run, tmp_path):
         "which end of a slow pair is slow.</p>" in text
     )
     assert "None in" not in text
+
+
+def test_every_verdict_has_a_severity_and_a_way_to_be_shown():
+    """A verdict is defined in analysis/compare.py and shown from one record of
+    present/tables.py: a new one without either fails here, not in a user's report."""
+    from harness.analysis.compare import ORDER, VERDICTS, WORST_FIRST
+    from harness.present.tables import PRESENTED
+
+    assert set(WORST_FIRST) == set(VERDICTS) == set(PRESENTED) == set(ORDER)
+    assert len(WORST_FIRST) == 5
+    assert [v for v in WORST_FIRST if PRESENTED[v].junit] == ["failed", "slower", "cannot judge"]

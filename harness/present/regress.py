@@ -48,7 +48,7 @@ from harness.analysis.compare import (
     key_texts,
     records,
 )
-from harness.present.tables import markdown, run_mismatches
+from harness.present.tables import PRESENTED, markdown, run_mismatches
 
 if TYPE_CHECKING:
     import numpy as np
@@ -159,7 +159,7 @@ def _fmt(values: npt.ArrayLike, spec: str) -> npt.NDArray[np.str_]:
 
 
 # How a configuration's worst verdict shows in JUnit: (element, type); None passes.
-_OUTCOME = {FAILED: ("failure", "failed"), SLOWER: ("failure", "regression"), UNJUDGED: ("error", "cannot-judge")}
+_OUTCOME = {verdict: p.junit for verdict, p in PRESENTED.items() if p.junit}
 
 
 def _testcases(t: pd.DataFrame, strict: bool) -> tuple[list[str], list[str]]:

@@ -24,6 +24,7 @@ from harness.analysis.compare import (
     SLOWER,
     UNJUDGED,
     VERDICTS,
+    WORST_FIRST,
     Comparison,
     Side,
     measured,
@@ -132,16 +133,11 @@ def markdown(cmp: Comparison, title: str, include_same: bool = False) -> str:
     named = [(side, s) for side in _distinct_sides(cmp) for s in side.stragglers]
     if named:
         lines += ["## Stragglers", ""] + [f"- {side.label}: {s.line()}" for side, s in named] + [""]
-    for verdict, heading in (
-        (FAILED, "Failed (completed in A, not in B)"),
-        (SLOWER, "Slower (regressions)"),
-        (UNJUDGED, "Cannot judge"),
-        (FASTER, "Faster (improvements)"),
-    ):
-        sub = t[t["verdict"] == verdict]
-        if verdict in (FAILED, UNJUDGED) and not len(sub):
+    for verdict in WORST_FIRST:
+        shown_as, sub = PRESENTED[verdict], t[t["verdict"] == verdict]
+        if shown_as.heading is None or not (len(sub) or shown_as.always):
             continue
-        lines += [f"## {heading}: {len(sub)}", ""]
+        lines += [f"## {shown_as.heading}: {len(sub)}", ""]
         if len(sub):
             lines += _md_table(sub) + [""]
     same = t[t["verdict"] == SAME]
@@ -202,6 +198,28 @@ COLLECTIVE_HEAD = ["job", "collective", "size", "time us", "algbw GB/s", "busbw 
 PEAK_HEAD = "% of peak"  # where the cluster profile states its link speeds (docs/expected.md)
 # The summary's transport columns the collective tables show, and their heads (docs/transport.md)
 TRANSPORT_HEAD = {"net": "net", "net_devices": "net devices", "gdr": "GDR"}
+
+
+@dataclass(frozen=True)
+class Presented:
+    """How a verdict is shown: the heading of its section in the markdown report (None: it has
+    none; `always`: the section is there when empty too), its colour in the terminal, and what
+    a JUnit test case of it is (element and type; None: passed). Each verdict of
+    analysis/compare.py has one (tests/test_compare.py)."""
+
+    heading: str | None
+    colour: str | None = None
+    junit: tuple[str, str] | None = None
+    always: bool = True
+
+
+PRESENTED = {
+    FAILED: Presented("Failed (completed in A, not in B)", "red", ("failure", "failed"), always=False),
+    SLOWER: Presented("Slower (regressions)", "red", ("failure", "regression")),
+    UNJUDGED: Presented("Cannot judge", "yellow", ("error", "cannot-judge"), always=False),
+    FASTER: Presented("Faster (improvements)", "green"),
+    SAME: Presented(None),
+}
 
 
 @dataclass(frozen=True)
@@ -356,7 +374,7 @@ def print_comparison(console: Console, cmp: Comparison, top: int) -> None:
     notes = any(r.get("note") for r in worst)
     for col in ("verdict", "metric", "key", "A", "B", "B/A", "interval", "p") + (("note",) if notes else ()):
         t.add_column(col, justify="right" if col in ("A", "B", "B/A", "p") else "left")
-    style = {SLOWER: "red", FAILED: "red", UNJUDGED: "yellow", FASTER: "green"}
+    style = {v: p.colour for v, p in PRESENTED.items() if p.colour}
     for r in worst:
         t.add_row(
             r["verdict"],
