@@ -32,7 +32,7 @@ from harness.nodecheck import Options
 from harness.present import accept as present
 from harness.present.regress import write_all
 from harness.rundir import COMPLETED, RUN_FILE_LIMIT, RunDir
-from harness.spec import load_sweep
+from harness.sweepfile import load_sweep
 
 if TYPE_CHECKING:
     from rich.console import Console

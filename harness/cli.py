@@ -69,6 +69,7 @@ from harness.errors import (
     shown,
 )
 from harness.executors.slurm.executor import python_check
+from harness.fields import SHIPPED, FieldError, check_time
 from harness.nodecheck import Options
 from harness.nodesteps import check_options
 from harness.present import export, report
@@ -76,7 +77,8 @@ from harness.present.plot import draw_all, draw_compare, history_figure
 from harness.present.regress import summary_line, write_all
 from harness.present.tables import markdown, print_comparison, print_jobs, run_mismatches, table_csv
 from harness.rundir import COMPLETED, FINAL_STATES, RunDir, in_use, locked
-from harness.spec import MATRIX_AXES, NAME_RE, SHIPPED, FieldError, check_time, load_sweep
+from harness.spec import MATRIX_AXES, NAME_RE
+from harness.sweepfile import load_sweep
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -20,7 +20,8 @@ from pathlib import Path
 from benchmarks.catalog import COLLECTIVE_WORKLOAD, COLLECTIVES, GROUPS, UNITS, WORKLOADS, WORLD
 from harness import peak
 from harness.errors import SpecError
-from harness.spec import NAME_RE, FieldError, build, check_env, check_passthrough, check_time, read_mapping, safe_text
+from harness.fields import FieldError, build, check_env, check_passthrough, check_time, read_mapping, safe_text
+from harness.spec import NAME_RE
 
 # Characters Slurm's #SBATCH parser reads as plain text: no quotes, backslash, '#', blanks or '$'.
 SBATCH_VALUE_RE = re.compile(r"[A-Za-z0-9_.:,+@/=-]+")

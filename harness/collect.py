@@ -40,8 +40,8 @@ from benchmarks.results import ResultError, load_result, open_regular
 from harness import inside, provenance, stragglers, telemetry, transport
 from harness.cluster import Hardware
 from harness.errors import RunDirError, one_line
+from harness.fields import FieldError
 from harness.rundir import COMPLETED, RunDir
-from harness.spec import FieldError
 from harness.stragglers import Straggler
 
 if TYPE_CHECKING:

@@ -24,11 +24,11 @@ from harness.cost import Cost
 from harness.errors import EXIT_FOUND, EXIT_UNJUDGED, HistoryError, RunDirError, SlurmError, UsageError, shown
 from harness.executors import Executor
 from harness.executors.slurm.nodes import check_job
+from harness.fields import FieldError, build
 from harness.nodecheck import HOSTLIST_RE, NODE_NAME_RE, Options, Verdict
 from harness.nodesteps import FOLDER, PLAN, RECORD, Driver, LocalLauncher, Plan, load_plan
 from harness.present import nodes as present
 from harness.rundir import COMPLETED, RunDir, claim, locked
-from harness.spec import FieldError, build
 from harness.sweep import confirm, execute
 
 if TYPE_CHECKING:

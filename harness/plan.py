@@ -67,7 +67,7 @@ class Job:
     runs: tuple[WorkloadRun, ...]
     repeat: int = 1  # which replicate of its matrix point (bench sweep --repeat N)
     passthrough: tuple[str, ...] = ()  # variables taken by name from the environment bench runs in
-    # What the job's settings set expects of its transport (spec.EXPECT_KEYS); not part of the
+    # What the job's settings set expects of its transport (fields.EXPECT_KEYS); not part of the
     # config hash, since it changes what is checked, not what is measured.
     expect: tuple[tuple[str, Any], ...] = ()
     stall_s: float = 300.0  # no progress this long is a hang (docs/hangs.md); not in the config hash

@@ -33,8 +33,9 @@ from benchmarks.catalog import BACKENDS, COLLECTIVE_WORKLOAD, DEVICES, SCALINGS,
 from benchmarks.results import kind_of, read_regular
 from harness import inside, provenance
 from harness.errors import RunDirError, one_line
+from harness.fields import FieldError, check_env, check_env_name, check_time
 from harness.plan import Job
-from harness.spec import LAUNCHERS, SET_NAME_RE, FieldError, check_env, check_env_name, check_time
+from harness.spec import LAUNCHERS, SET_NAME_RE
 
 # plan.json and jobs.json are read up to this size. A job takes about 360 bytes of plan.json and
 # 490 of jobs.json (a local run's, measured), or a few KiB with a failure's log tail: 100,000 jobs

@@ -19,11 +19,12 @@ from harness.collect import collect, to_frame, write_summary
 from harness.cost import Cost
 from harness.errors import PlanError, SlurmError, UsageError, shown
 from harness.executors import Executor
+from harness.fields import FieldError, build, check_time
 from harness.plan import Job, expand
 from harness.present.plot import draw_all
 from harness.present.tables import print_jobs, print_plan, print_results, transport_mismatches
 from harness.rundir import COMPLETED, FINAL_STATES, RUNNING, JobRecord, RunDir, RunDirError, claim, locked
-from harness.spec import FieldError, Sweep, build, check_time
+from harness.spec import Sweep
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -9,7 +9,7 @@ from conftest import SWEEPS, bench
 from harness.accept import narrowing
 from harness.cluster import Reference
 from harness.plan import expand
-from harness.spec import load_sweep
+from harness.sweepfile import load_sweep
 
 
 def test_the_sweep_is_narrowed_to_the_references_keys():

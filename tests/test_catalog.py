@@ -12,7 +12,7 @@ from conftest import SWEEPS
 from benchmarks import allreduce, catalog, training
 from benchmarks.imagefolder import ensure_imagefolder
 from harness.plan import expand
-from harness.spec import load_sweep
+from harness.sweepfile import load_sweep
 
 
 def _choices(parser, dest: str) -> tuple:

@@ -16,7 +16,7 @@ from harness.analysis.compare import parse_across
 from harness.errors import SpecError
 from harness.plan import Job, PlanError, expand
 from harness.rundir import PLAN_VERSION, RunDir
-from harness.spec import load_sweep
+from harness.sweepfile import load_sweep
 
 
 def test_default_sweep_expands_to_the_full_matrix():

@@ -19,9 +19,10 @@ from conftest import HOSTILE_VALUES, SWEEPS, bench, run
 
 from harness import cost
 from harness.cluster import ClusterProfile, load_profile
+from harness.errors import SpecError
 from harness.executors.slurm.script import format_time_limit, render_script, sbatch_directives
 from harness.plan import expand
-from harness.spec import SpecError, load_sweep
+from harness.sweepfile import load_sweep
 
 GOLDEN = Path(__file__).parent / "golden"
 REGENERATE = "BENCH_REGENERATE_GOLDEN"
@@ -572,7 +573,7 @@ def test_cli_slurm_dry_run_writes_every_script(tmp_path):
     plan = json.loads((out / "plan.json").read_text())
     assert plan["executor"] == "slurm" and plan["cluster"]["name"] == "example"
     # the recorded profile is what a resume rebuilds
-    from harness.spec import build
+    from harness.fields import build
 
     assert build(ClusterProfile, plan["cluster"], "cluster") == load_profile(EXAMPLE)
     # resuming a dry run submits the whole sweep: its cost is confirmed as a new sweep's is

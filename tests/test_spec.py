@@ -8,7 +8,8 @@ import textwrap
 import pytest
 from conftest import HOSTILE_VALUES, SWEEPS, bench
 
-from harness.spec import SpecError, load_sweep
+from harness.errors import SpecError
+from harness.sweepfile import load_sweep
 
 MINIMAL = """\
 name: t

@@ -23,7 +23,7 @@ from harness.executors.slurm import submitit_task
 from harness.executors.slurm.script import render_script, sbatch_directives, step_command
 from harness.executors.slurm.via_submitit import parameters, task
 from harness.plan import expand
-from harness.spec import load_sweep
+from harness.sweepfile import load_sweep
 
 SITE = """name: site
 partition: gpu

@@ -305,7 +305,7 @@ def test_a_met_expectation_passes(fixture, expect, nodes, gpus):
 
 def test_sets_long_and_short_forms(tmp_path):
     from harness.plan import expand
-    from harness.spec import load_sweep
+    from harness.sweepfile import load_sweep
 
     path = tmp_path / "s.yaml"
     path.write_text(

@@ -11,7 +11,7 @@ from benchmarks.common import json_safe
 from benchmarks.results import SCHEMA_VERSION
 from harness.plan import expand
 from harness.rundir import COMPLETED, JobRecord, RunDir
-from harness.spec import load_sweep
+from harness.sweepfile import load_sweep
 
 SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"  # tests/fixtures
