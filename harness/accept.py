@@ -25,7 +25,8 @@ from benchmarks.common import format_size
 from benchmarks.results import read_regular
 from harness import nodes, provenance, sweep
 from harness.analysis import reference
-from harness.analysis.compare import FAILED, SLOWER, UNJUDGED, load_run
+from harness.analysis.compare import FAILED, SLOWER, UNJUDGED
+from harness.analysis.sides import load_run
 from harness.cluster import ClusterProfile, Reference
 from harness.errors import EXIT_FOUND, EXIT_INTERRUPTED, EXIT_UNJUDGED, RunDirError, UsageError
 from harness.nodecheck import Options

@@ -41,20 +41,17 @@ from harness.analysis import changes, gate, history, nodehistory, reference
 from harness.analysis.compare import (
     AXES,
     BY_SAMPLES,
-    DEFAULT_METRICS,
     FAILED,
-    METRICS,
     MIN_RUNS,
     PROVISIONAL_MARGIN,
     SLOWER,
     UNJUDGED,
-    Side,
     compare,
-    load_run,
     parse_across,
     parse_threshold,
 )
 from harness.analysis.history import BASELINE_HELP, DEFAULT_BASELINE
+from harness.analysis.sides import DEFAULT_METRICS, METRICS, Side, load_run
 from harness.cluster import ClusterProfile, load_profile
 from harness.collect import collect, read_summary, write_summary
 from harness.errors import (

@@ -29,7 +29,8 @@ from PIL import Image
 
 from harness import stragglers
 from harness.analysis import stats
-from harness.analysis.compare import SLOWER, compare, load_run
+from harness.analysis.compare import SLOWER, compare
+from harness.analysis.sides import load_run
 from harness.collect import SUMMARY_VERSION
 
 # --------------------------------------------------------------------------- statistics

@@ -16,7 +16,7 @@ from line_protocol_parser import parse_line
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families as prometheus_families
 
-from harness.analysis.compare import load_run
+from harness.analysis.sides import load_run
 from harness.cli import main
 from harness.present import export
 

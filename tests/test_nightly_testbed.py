@@ -24,7 +24,8 @@ import pytest
 from conftest import ROOT, SLURM_ENV, SWEEPS, bench, run
 
 from harness.analysis import history
-from harness.analysis.compare import BY_SAMPLES, PROVISIONAL_MARGIN, SLOWER, compare, load_run
+from harness.analysis.compare import BY_SAMPLES, PROVISIONAL_MARGIN, SLOWER, compare
+from harness.analysis.sides import load_run
 
 pytestmark = pytest.mark.slow
 TESTBED = ROOT / "tests" / "testbed" / "testbed"

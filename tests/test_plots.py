@@ -292,7 +292,7 @@ def test_comparison_plots_draw_each_run_s_p10_p90_band_from_its_pooled_samples()
     import matplotlib.colors as mcolors
     import numpy as np
 
-    from harness.analysis.compare import Side
+    from harness.analysis.sides import Side
     from harness.present.plot import compare_busbw_figure
 
     rows = pd.DataFrame(

@@ -20,7 +20,7 @@ from PIL import Image
 
 from benchmarks.allreduce import bus_factor
 from harness import telemetry
-from harness.analysis.compare import records
+from harness.analysis.sides import records
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]  # whole local sweeps, a minute or more each
 

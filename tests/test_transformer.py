@@ -9,7 +9,7 @@ from conftest import bench, check_breakdown, read_json
 from benchmarks import memory
 from benchmarks.catalog import PRESETS, decoder_params
 from benchmarks.transformer import Decoder, Shape, counted_parameters, flops_per_token, mfu
-from harness.analysis.compare import records
+from harness.analysis.sides import records
 
 # One small shape, counted by hand. Per block: qkv 3D^2 and the output projection D^2, the MLP's
 # D x 4D and 4D x D (8D^2), two LayerNorms of 2D: 12D^2 + 4D = 12,416 for D = 32. Two blocks

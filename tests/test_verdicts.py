@@ -20,7 +20,8 @@ import pytest
 from conftest import bench, copy_run, planned_later, regress, separating
 
 from harness.analysis import changes, gate, history, stats
-from harness.analysis.compare import FAILED, PROVISIONAL_MARGIN, UNJUDGED, compare, load_run
+from harness.analysis.compare import FAILED, PROVISIONAL_MARGIN, UNJUDGED, compare
+from harness.analysis.sides import load_run
 
 FAILED_JOB = "n2-g1-torchrun-default"
 REASON = "synthetic-weak failed (exit code 1): RuntimeError: Connection closed by peer [198.18.0.2]:29500"

@@ -33,13 +33,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from harness.analysis import history
-from harness.analysis.compare import METRICS, key_texts
+from harness.analysis.sides import METRICS, key_texts
 
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
-    from harness.analysis.compare import Entry
+    from harness.analysis.sides import Entry
     from harness.analysis.stats import Values
 
 ALPHA = 0.05

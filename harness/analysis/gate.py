@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.results import read_regular
-from harness.analysis.compare import FAILED, KEYS, SLOWER, Comparison
+from harness.analysis.compare import FAILED, SLOWER, Comparison
+from harness.analysis.sides import KEYS
 from harness.errors import HistoryError
 
 if TYPE_CHECKING:

@@ -35,12 +35,11 @@ from typing import TYPE_CHECKING, Any
 from benchmarks.catalog import COLLECTIVE_WORKLOAD, UNITS
 from benchmarks.results import read_regular
 from harness.analysis import gate
-from harness.analysis.compare import (
+from harness.analysis.compare import MIN_RUNS
+from harness.analysis.sides import (
     CONFIG,
     KEYS,
-    MIN_RUNS,
     REQUIRED,
-    DataError,
     Entry,
     Side,
     check_samples,
@@ -51,7 +50,7 @@ from harness.analysis.compare import (
     side_from_tables,
 )
 from harness.collect import run_facts, to_frame, upgraded
-from harness.errors import HistoryError
+from harness.errors import DataError, HistoryError
 from harness.rundir import COMPLETED, RUN_FILE_LIMIT, RunDir
 
 if TYPE_CHECKING:

@@ -17,19 +17,8 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD, WORLD
-from harness.analysis.compare import (
-    FAILED,
-    FASTER,
-    KEYS,
-    ORDER,
-    REFERENCE,
-    SAME,
-    SLOWER,
-    UNJUDGED,
-    Comparison,
-    Side,
-    key_texts,
-)
+from harness.analysis.compare import FAILED, FASTER, ORDER, REFERENCE, SAME, SLOWER, UNJUDGED, Comparison
+from harness.analysis.sides import KEYS, Side, key_texts
 from harness.cluster import Reference
 from harness.errors import DataError
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from benchmarks.results import read_regular
 from harness import inside, provenance
-from harness.analysis.compare import key_texts, records
+from harness.analysis.sides import key_texts, records
 from harness.errors import EXIT_FOUND, EXIT_UNJUDGED
 from harness.nodecheck import drain_command, hostlist
 from harness.present.report import STYLE, _e, _img, _table

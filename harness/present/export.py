@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from harness.analysis.compare import METRICS, Side
+from harness.analysis.sides import METRICS, Side
 from harness.errors import DataError, one_line
 
 FORMATS = ("openmetrics", "influx")

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from benchmarks.catalog import BREAKDOWN_FRACTIONS, COLLECTIVE_WORKLOAD, TRAINING, UNITS
 from benchmarks.common import format_size
 from harness import inside, nodecheck, telemetry
-from harness.analysis.compare import measured
+from harness.analysis.sides import measured
 from harness.rundir import COMPLETED, RunDir
 
 if TYPE_CHECKING:

@@ -35,8 +35,6 @@ from harness.analysis.compare import (
     BY_RUNS,
     FAILED,
     FASTER,
-    KEYS,
-    METRICS,
     ORDER,
     REFERENCE,
     SAME,
@@ -44,10 +42,8 @@ from harness.analysis.compare import (
     UNJUDGED,
     WORST_FIRST,
     Comparison,
-    Side,
-    key_texts,
-    records,
 )
+from harness.analysis.sides import KEYS, METRICS, Side, key_texts, records
 from harness.present.tables import PRESENTED, markdown, run_mismatches
 
 if TYPE_CHECKING:

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD
 from harness import executors, stragglers, telemetry
-from harness.analysis.compare import METRICS, SAME, Comparison, Side, records
+from harness.analysis.compare import SAME, Comparison
+from harness.analysis.sides import METRICS, Side, records
 from harness.collect import read_summary
 from harness.present import plot
 from harness.present.tables import (

@@ -18,7 +18,6 @@ from harness.analysis.compare import (
     FAILED,
     FASTER,
     HELD,
-    METRICS,
     REFERENCE,
     SAME,
     SLOWER,
@@ -26,10 +25,8 @@ from harness.analysis.compare import (
     VERDICTS,
     WORST_FIRST,
     Comparison,
-    Side,
-    measured,
-    records,
 )
+from harness.analysis.sides import METRICS, Side, measured, records
 from harness.errors import one_line, shown
 from harness.rundir import COMPLETED, PENDING, RUNNING, JobRecord, RunDir
 from harness.transport import TRANSPORT_MISMATCH

@@ -1,0 +1,438 @@
+"""The sides a comparison judges: a run, a run's settings set, or a baseline drawn from the
+history, loaded into a `Side`; and what a side is made of: its keys (the matrix points), the
+metrics with their direction, the rows that are alike enough to compare, and the environment
+that must agree. analysis/compare.py judges two sides; analysis/history.py builds a baseline
+side from many runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from benchmarks.catalog import COLLECTIVE_WORKLOAD, TRAINING, UNITS, WORLD
+from benchmarks.common import format_size
+from benchmarks.results import open_regular
+from harness.analysis import stats
+from harness.collect import SUMMARY_VERSION, run_facts, summary_version, to_frame, upgraded
+from harness.errors import DataError, one_line
+from harness.rundir import COMPLETED, RunDir, RunDirError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+    import pandas as pd
+    import pyarrow as pa
+
+    from harness.analysis.stats import Counts, Mask, Texts, Values
+    from harness.stragglers import Straggler
+
+KEYS = ["workload", "collective", "group", "scaling", "nodes", "gpus_per_node", "launcher", "nccl_config", "size_bytes"]
+CONFIG = [k for k in KEYS if k not in ("collective", "group", "size_bytes")]  # a key without its message
+SAMPLE_JOIN = ["job", "workload", "scaling", "collective", "group", "size_bytes"]
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    workloads: tuple[str, ...]  # the workloads whose rows have it
+    higher_is_better: bool
+    samples: str  # the samples.parquet metric behind it (always a time)
+    label: str
+    zero_for_one_rank: bool = False  # busbw: one rank moves nothing over a bus
+
+    @property
+    def allreduce(self) -> bool:
+        """A collective metric, else a training one."""
+        return self.workloads == (COLLECTIVE_WORKLOAD,)
+
+
+_COLL, _IMAGES = (COLLECTIVE_WORKLOAD,), tuple(w for w in TRAINING if UNITS[w] == "images")
+METRICS = {
+    m.name: m
+    for m in (
+        Metric("busbw_gbps", _COLL, True, "time_us", "busbw GB/s", zero_for_one_rank=True),
+        Metric("algbw_gbps", _COLL, True, "time_us", "algbw GB/s"),
+        Metric("time_us", _COLL, False, "time_us", "time us"),
+        Metric("images_per_s", _IMAGES, True, "step_time_ms", "images/s"),
+        Metric("images_per_s_per_gpu", _IMAGES, True, "step_time_ms", "images/s per GPU"),
+        Metric("tokens_per_s", ("transformer",), True, "step_time_ms", "tokens/s"),
+        Metric("tokens_per_s_per_gpu", ("transformer",), True, "step_time_ms", "tokens/s per GPU"),
+        Metric("step_time_ms", TRAINING, False, "step_time_ms", "step ms"),
+    )
+}
+# busbw for the collectives, and each training workload's throughput
+DEFAULT_METRICS = ("busbw_gbps", "images_per_s", "tokens_per_s")
+LIKE = ["params", "settings", "settings_hash"]  # what makes two rows comparable
+REQUIRED = ["job", "status", *KEYS, *METRICS, "hosts", "reason", "repeat", "n_samples", *LIKE]
+# What each side's jobs ran over (docs/transport.md): a verdict between two transports says so.
+SEEN = ["net", "net_devices"]
+# What makes two runs incomparable by accident (pyperf checks its metadata the same way).
+CHECKED_ENV = {
+    "bench": "bench",  # docs/provenance.md: a change in bench can look like one in the cluster
+    "bench_version": "bench that measured",
+    "gpu": "GPU model",
+    "nccl": "NCCL",
+    "torch": "torch",
+    "cuda": "CUDA",
+    "gpu_driver": "GPU driver",
+    "backend": "backend",
+    "largest_job_nodes": "nodes in the largest job",
+}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A run of the history database (analysis/history.py), as a baseline drawn from it names it."""
+
+    id: int
+    cluster: str
+    label: str | None
+    path: str
+    sweep: str | None
+    created: str
+    added: str
+    rows: int
+    keys: int
+    failed: int
+
+    @property
+    def name(self) -> str:
+        return f"run {self.id}" + (f" ({self.label})" if self.label else "")
+
+
+@dataclass
+class Side:
+    """One side of a comparison.
+
+    rows      one row per completed key: KEYS, the metrics (the median over the side's runs of
+              the key), hosts, parameters, `runs`, the number of runs behind the row, and
+              `failed_runs`, how many other runs of the key did not complete (bench sweep
+              --repeat), with the first one's status and "job STATUS: reason" (`failed_status`,
+              `failed_note`)
+    samples   samples metric -> (padded per-iteration values, counts), row-aligned, pooled
+              over the runs; only finite, positive values
+    runs      metric -> (padded per-run values, counts), row-aligned, newest first; only
+              finite, positive values
+    others    keys that no run of the side completed: KEYS, status, reason, job
+    """
+
+    label: str
+    source: str
+    rows: pd.DataFrame
+    samples: dict[str, tuple[Values, Counts]]
+    runs: dict[str, tuple[Values, Counts]] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)
+    stragglers: list[Straggler] = field(default_factory=list)
+    others: pd.DataFrame | None = None
+    entries: list[Entry] = field(default_factory=list)  # the history runs a baseline was drawn from
+
+    def spread(self) -> pd.DataFrame:
+        """The rows with the p10 and p90 of each sampled time (time_us, step_time_ms) over the
+        side's pooled samples, as `<time>_p10` and `<time>_p90` (NaN where a row has none):
+        the spread the comparison plots draw."""
+        import numpy as np
+
+        rows = self.rows.copy()
+        for name, (values, counts) in self.samples.items():
+            have = counts > 0
+            for q in (10, 90):
+                out = np.full(len(counts), np.nan)
+                if have.any():
+                    out[have] = np.nanpercentile(values[have], q, axis=1)
+                rows[f"{name}_p{q}"] = out
+        return rows
+
+    def where(self, axis: str, value: str, relabel: str) -> Side:
+        """The side's rows whose `axis` is `value`, with that axis renamed to `relabel`, so
+        that two settings sets (or launchers) join as one key."""
+        import numpy as np
+
+        keep = (self.rows[axis] == value).to_numpy(dtype=bool)
+        idx = np.flatnonzero(keep)
+        rows = self.rows[keep].reset_index(drop=True).assign(**{axis: relabel})
+        others = self.others
+        if others is not None:
+            others = others[others[axis] == value].reset_index(drop=True).assign(**{axis: relabel})
+        return replace(
+            self,
+            label=f"{self.label}:{value}",
+            rows=rows,
+            samples={k: (v[idx], c[idx]) for k, (v, c) in self.samples.items()},
+            runs={k: (v[idx], c[idx]) for k, (v, c) in self.runs.items()},
+            others=others,
+        )
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def check_summary(table: pa.Table, where: str) -> None:
+    version = summary_version(table)
+    if version != SUMMARY_VERSION:
+        raise DataError(
+            f"{where}: summary schema_version {version} is older than this bench's {SUMMARY_VERSION}; "
+            f"re-collect it with `bench collect`"
+            if version < SUMMARY_VERSION
+            else f"{where}: summary schema_version {version} is newer than this bench's {SUMMARY_VERSION}; "
+            f"upgrade bench"
+        )
+    missing = [c for c in REQUIRED if c not in table.column_names]
+    if missing:
+        raise DataError(
+            f"{where}: summary lacks column{'s' if len(missing) > 1 else ''} {', '.join(missing)}; "
+            f"re-collect it with `bench collect`"
+        )
+
+
+def check_samples(samples: pa.Table, where: str) -> None:
+    """collect never writes a null sample: one means the table was damaged after it."""
+    import pyarrow.compute as pc
+
+    values = samples.column("values")
+    if values.null_count or pc.sum(pc.is_null(pc.list_flatten(values))).as_py():
+        raise DataError(f"{where}: the samples hold nulls, which bench never writes: the table is damaged")
+
+
+def read_tables(run: RunDir) -> tuple[pa.Table, pa.Table | None]:
+    """(summary, samples) Arrow tables of a run, checked; DataError if unusable."""
+    import pyarrow as pa
+
+    try:
+        run.read_plan()
+    except RunDirError as exc:
+        raise DataError(str(exc)) from None
+    files = run.summary_set()
+    if not files["summary_parquet"].exists():
+        raise DataError(f"{run.path}: no summary.parquet; run `bench collect {run.path}` first")
+    try:
+        summary = _parquet(files["summary_parquet"])
+    except (OSError, pa.ArrowException) as exc:
+        raise DataError(f"{run.summary_parquet}: unreadable ({one_line(str(exc))})") from None
+    summary = upgraded(summary)
+    check_summary(summary, str(run.summary_parquet))
+    samples = None
+    if files["samples_parquet"].exists():
+        try:
+            samples = upgraded(_parquet(files["samples_parquet"]))
+        except (OSError, pa.ArrowException) as exc:
+            raise DataError(f"{run.samples_parquet}: unreadable ({one_line(str(exc))})") from None
+        check_samples(samples, str(run.samples_parquet))
+    return summary, samples
+
+
+def side_from_tables(
+    summary: pa.Table | pd.DataFrame,
+    samples: pa.Table | None,
+    label: str,
+    source: str,
+    environment: dict[str, Any] | None = None,
+    found: list[Straggler] | None = None,
+) -> Side:
+    """A Side from a summary (an Arrow table, or a DataFrame of its columns) and samples (an
+    Arrow table): one row per completed key, the replicates of a key (bench sweep --repeat)
+    pooled into it."""
+    import numpy as np
+
+    df = key_frame(summary) if hasattr(summary, "column_names") else summary.reset_index(drop=True)
+    done = df[(df["status"] == COMPLETED).to_numpy(dtype=bool)].reset_index(drop=True)
+    codes = done.groupby(KEYS, sort=False, dropna=False).ngroup().to_numpy() if len(done) else np.zeros(0, int)
+    groups = int(codes.max()) + 1 if len(codes) else 0
+    first = np.unique(codes, return_index=True)[1]
+    rows = done.iloc[first].reset_index(drop=True)
+    runs: dict[str, tuple[Values, Counts]] = {}
+    for name in METRICS:
+        per_run = done[name].to_numpy(dtype=float, na_value=np.nan)[:, None]
+        runs[name] = stats.pool(codes, per_run, usable(per_run), groups)
+        rows[name] = _median_rows(*runs[name])
+    rows["runs"] = np.bincount(codes, minlength=groups) if groups else np.zeros(0, int)
+    pooled: dict[str, tuple[Values, Counts]] = {}
+    if samples is not None and samples.num_rows and len(done):
+        for metric_name, (vals, counts) in _samples_by_row(samples, done).items():
+            mask = (np.arange(vals.shape[1])[None, :] < counts[:, None]) & usable(vals)
+            pooled[metric_name] = stats.pool(codes, vals, mask, groups)
+    others = df[(df["status"] != COMPLETED).to_numpy(dtype=bool)][KEYS + ["status", "reason", "job"]]
+    rows["failed_runs"], rows["failed_status"], rows["failed_note"] = _failed_replicates(rows, others)
+    others = others.drop_duplicates(KEYS)
+    if len(others) and len(rows):
+        others = others.merge(rows[KEYS].assign(_done=1), on=KEYS, how="left")
+        others = others[others["_done"].isna()].drop(columns="_done")
+    return Side(
+        label=label,
+        source=source,
+        rows=rows,
+        samples=pooled,
+        runs=runs,
+        environment=environment or {},
+        stragglers=found or [],
+        others=others.reset_index(drop=True),
+    )
+
+
+def _failed_replicates(rows: pd.DataFrame, failed: pd.DataFrame) -> tuple[npt.NDArray[np.int64], Texts, Texts]:
+    """Per completed key: how many of its runs failed (a row of the key that did not complete,
+    or its job's workload that failed before it measured anything), the first one's status,
+    and "job STATUS: reason"."""
+    import numpy as np
+    import pandas as pd
+
+    count = np.zeros(len(rows), dtype=np.int64)
+    status, note = np.full(len(rows), "", dtype=object), np.full(len(rows), "", dtype=object)
+    if not len(rows) or not len(failed):
+        return count, status, note
+    keyed = rows[KEYS].reset_index(names="_row")
+    whole = failed[(failed["collective"] == "") & (failed["size_bytes"] == 0)]
+    hits = pd.concat(
+        [keyed.merge(failed, on=KEYS), keyed.merge(whole[[*CONFIG, "status", "reason", "job"]], on=CONFIG)]
+    ).drop_duplicates(["_row", "job"])
+    for row, runs in hits.groupby("_row", sort=False):
+        first = runs.iloc[0]
+        reason = first["reason"] if isinstance(first["reason"], str) and first["reason"] else ""
+        count[row] = len(runs)
+        status[row] = first["status"]
+        note[row] = f"{first['job']} {first['status']}" + (f": {reason}" if reason else "")
+    return count, status, note
+
+
+def key_frame(summary: pa.Table) -> pd.DataFrame:
+    """A summary Arrow table as a DataFrame of the columns comparisons read, its keys made
+    joinable: no collective, group or scaling is "", no size is 0 (nulls never match in a join)."""
+    df = to_frame(summary.select([c for c in (*REQUIRED, *SEEN) if c in summary.column_names]))
+    df["collective"] = df["collective"].fillna("")
+    df["group"] = df["group"].fillna("")
+    df["scaling"] = df["scaling"].fillna("")
+    df["size_bytes"] = df["size_bytes"].fillna(0)
+    return df
+
+
+def usable(values: Values) -> Mask:
+    """Where a value can be judged: finite and positive (a time, a rate)."""
+    import numpy as np
+
+    with np.errstate(invalid="ignore"):
+        return np.isfinite(values) & (values > 0)
+
+
+def _median_rows(values: Values, counts: Counts) -> Values:
+    import numpy as np
+
+    out = np.full(len(counts), np.nan)
+    have = counts > 0
+    if have.any():
+        with np.errstate(all="ignore"):
+            out[have] = np.nanmedian(values[have], axis=1)
+    return out
+
+
+def _samples_by_row(samples: pa.Table, rows: pd.DataFrame) -> dict[str, tuple[Values, Counts]]:
+    """Each samples metric as (padded values, counts) aligned with `rows` (SAMPLE_JOIN columns)."""
+    import numpy as np
+    import pyarrow as pa
+
+    sdf = samples.drop(["values"]).to_pandas()
+    sdf["collective"] = sdf["collective"].fillna("")
+    sdf["group"] = sdf["group"].fillna("")
+    sdf["scaling"] = sdf["scaling"].fillna("")
+    sdf["_pos"] = np.arange(len(sdf))
+    values = samples.column("values")
+    out = {}
+    for metric_name, part in sdf.groupby("metric", sort=False):
+        merged = rows[SAMPLE_JOIN].merge(part.drop(columns="metric"), on=SAMPLE_JOIN, how="left")
+        pos = merged["_pos"].to_numpy(dtype=float)
+        have = ~np.isnan(pos)
+        taken = values.take(pa.array(np.where(have, pos, 0).astype(np.int64)))
+        vals, counts = stats.padded(taken)
+        out[str(metric_name)] = (vals, np.where(have, counts, 0))
+    return out
+
+
+def _parquet(path: Path) -> pa.Table:
+    """A summary file of a run, read only if it is a regular file (a FIFO is not waited on)."""
+    import pyarrow.parquet as pq
+
+    with open_regular(path) as f:
+        return pq.read_table(f)
+
+
+def load_run(path: str | Path, label: str | None = None) -> Side:
+    run = RunDir(path)
+    summary, samples = read_tables(run)
+    environment, found = run_facts(summary)
+    return side_from_tables(summary, samples, label or run.path.name, str(run.path), environment, found)
+
+
+def measurement_rules(environment: dict[str, Any]) -> list[str]:
+    """The measurement rules a side's runs were measured under (docs/provenance.md); 1 for a
+    summary made before they were recorded."""
+    return [str(r) for r in environment.get("measurement_rules") or ["1"]]
+
+
+def check_rules(a: Side, b: Side, allowed: bool) -> str | None:
+    """A DataError when A and B were measured under different measurement rules, unless
+    `allowed`; then the line that says they were, else None."""
+    ra, rb = measurement_rules(a.environment), measurement_rules(b.environment)
+    if len(set(ra) | set(rb)) < 2:
+        return None
+    said = f"measurement rules: {', '.join(ra)} vs {', '.join(rb)}"
+    if not allowed:
+        raise DataError(
+            f"{a.source} was measured under bench's measurement rules {', '.join(ra)} and {b.source} under "
+            f"{', '.join(rb)} (docs/provenance.md says what changed): a difference may be bench's, not the "
+            "cluster's; judge anyway with --allow-rules-change"
+        )
+    return f"{said}, judged anyway (--allow-rules-change)"
+
+
+def env_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    diffs = []
+    for key, name in CHECKED_ENV.items():
+        va, vb = a.get(key) or [], b.get(key) or []
+        if va and vb and va != vb:
+            diffs.append(f"{name}: {', '.join(va)} vs {', '.join(vb)}")
+    return diffs
+
+
+# --------------------------------------------------------------------------- text
+
+
+def records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """A DataFrame's rows as dicts, missing values as None: 5x quicker than to_dict("records")
+    on pandas' string and nullable-integer columns."""
+    cols = list(df.columns)
+    # pandas takes None as na_value; pandas-stubs leaves it out of the annotation
+    arrays = [df[c].to_numpy(dtype=object, na_value=None) for c in cols]  # type: ignore[call-overload]
+    return [dict(zip(cols, values)) for values in zip(*arrays)]
+
+
+def measured(df: pd.DataFrame) -> pd.Series:
+    """What each collective row measured, in words: its collective, and its group where that is
+    not the world ('all_reduce', 'all_reduce intra'; docs/reference.md, "Groups")."""
+    names = df["collective"].astype(str)
+    if "group" not in df.columns:
+        return names
+    group = df["group"].astype(str)
+    return names + group.radd(" ").where(~group.isin(["", WORLD, "<NA>", "None", "nan"]), "")
+
+
+def key_texts(df: pd.DataFrame, sizes: bool = True) -> pd.Series:
+    """Each row's key in words, e.g. 'allreduce all_reduce 4M, 4x1, torchrun, default',
+    'allreduce all_reduce intra 4M, 2x4, torchrun, default' (a group other than the world's is
+    named) or 'synthetic weak, 2x1, srun, ib', as one vectorised string operation; without
+    `sizes`, its configuration ('allreduce all_reduce, 4x1, torchrun, default')."""
+    coll = df["workload"] == COLLECTIVE_WORKLOAD
+    what = df["workload"].astype(str) + " " + measured(df).where(coll, "") + df["scaling"].astype(str).where(~coll, "")
+    if sizes:
+        names = {int(v): format_size(int(v)) for v in df["size_bytes"].unique()}
+        what = what + df["size_bytes"].map(names).astype(str).radd(" ").where(coll, "")
+    return (
+        what
+        + ", "
+        + df["nodes"].astype(str)
+        + "x"
+        + df["gpus_per_node"].astype(str)
+        + ", "
+        + df["launcher"].astype(str)
+        + ", "
+        + df["nccl_config"].astype(str)
+    ).astype(object)
