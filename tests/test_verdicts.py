@@ -164,17 +164,18 @@ def test_too_few_samples_cannot_be_judged(real_run, tmp_path, history_of):
 
 
 def test_the_first_nights_fail_only_beyond_the_provisional_margin(real_run, tmp_path, history_of):
-    """With one run in the history, the within-run test calls a 20% fall slower, but a run-to-run
+    """With one run in the history, the within-run test calls a 33% fall slower, but a run-to-run
     fall of that size is noise on this machine (docs/noise.md): the gate's first nights hold it
     and say so; a fall of 60%, beyond the margin of 40%, fails. --provisional-margin 0% judges
-    by --threshold alone, as before."""
+    by --threshold alone, as before. (A 20% fall was not always significant within a run of
+    this machine's loopback samples, and then nothing was held to be said.)"""
     db = history_of(planned_later(copy_run(real_run, tmp_path / "base"), "0"))
-    noisy = planned_later(copy_run(real_run, tmp_path / "noisy", time_factor=1.25))
+    noisy = planned_later(copy_run(real_run, tmp_path / "noisy", time_factor=1.5))
     r = regress(noisy, db, tmp_path / "o1")
     assert r.returncode == 0, r.describe()
     assert "judged provisionally" in r.stdout and "provisional margin of 40%" in " ".join(r.stdout.split())
     report = (tmp_path / "o1" / "report.md").read_text()
-    assert "-20% is inside the provisional margin of 40%" in report, report
+    assert "-33% is inside the provisional margin of 40%" in report, report
     # the same judgements in process (as cmd_regress makes them), without three more processes
     base = history.baseline(db, "lab")
     strict = compare(base, load_run(noisy), threshold=0.05, margin=0.0)
