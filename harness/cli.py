@@ -53,7 +53,7 @@ from harness.analysis.compare import (
 from harness.analysis.history import BASELINE_HELP, DEFAULT_BASELINE
 from harness.analysis.sides import DEFAULT_METRICS, METRICS, Side, load_run
 from harness.cluster import ClusterProfile, load_profile
-from harness.collect import collect, read_summary, write_summary
+from harness.collect import collect
 from harness.errors import (
     EXIT_FOUND,
     EXIT_INTERNAL,
@@ -75,6 +75,7 @@ from harness.present.regress import summary_line, write_all
 from harness.present.tables import markdown, print_comparison, print_jobs, run_mismatches, table_csv
 from harness.rundir import COMPLETED, FINAL_STATES, RunDir, in_use, locked
 from harness.spec import MATRIX_AXES, NAME_RE
+from harness.summary import read_summary, write_summary
 from harness.sweepfile import load_sweep
 
 if TYPE_CHECKING:

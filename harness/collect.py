@@ -20,14 +20,9 @@ from __future__ import annotations
 import contextlib
 import gc
 import hashlib
-import io
 import itertools
 import json
-import os
-import secrets
-import stat
 import sys
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
 from itertools import repeat
@@ -36,112 +31,28 @@ from typing import TYPE_CHECKING, Any
 
 from benchmarks.catalog import BREAKDOWN, COLLECTIVE_WORKLOAD, COLLECTIVES, GROUPS, UNITS, WORLD
 from benchmarks.common import redacted
-from benchmarks.results import ResultError, load_result, open_regular
-from harness import inside, provenance, stragglers, telemetry, transport
+from benchmarks.results import ResultError, load_result
+from harness import provenance, stragglers, telemetry, transport
 from harness.cluster import Hardware
-from harness.errors import RunDirError, one_line
 from harness.fields import FieldError
 from harness.rundir import COMPLETED, RunDir
 from harness.stragglers import Straggler
+from harness.summary import (
+    COLUMNS,
+    ENVIRONMENT_KEY,
+    SAMPLE_KEYS,
+    STRAGGLERS_KEY,
+    SUMMARY_VERSION,
+    TRANSFORMER_COLUMNS,
+    VERSION_KEY,
+    arrow_type,
+)
 
 if TYPE_CHECKING:
-    import pandas as pd
     import pyarrow as pa
 
     from harness.plan import Job, WorkloadRun
 
-# The transformer's figures (benchmarks/transformer.py; docs/reference.md, "FLOPs per token and
-# MFU"): throughput in tokens, the model's size and FLOPs, and MFU against a stated peak
-TRANSFORMER_COLUMNS = (
-    "tokens_per_s",
-    "tokens_per_s_per_gpu",
-    "n_params",
-    "flops_per_token",
-    "achieved_tflops_per_gpu",
-    "mfu",
-    "peak_tflops_per_gpu",
-)
-# The columns of summary.csv, in order. Units are in the names.
-COLUMNS = [
-    "job",
-    "config_hash",
-    "workload",
-    "scaling",
-    "collective",
-    "group",
-    "nodes",
-    "gpus_per_node",
-    "world_size",
-    "launcher",
-    "backend",
-    "device",
-    "nccl_config",
-    "status",
-    "size_bytes",
-    "time_us",
-    "algbw_gbps",
-    "busbw_gbps",
-    "busbw_peak_gbps",
-    "busbw_pct_peak",
-    "wrong",
-    "time_us_p10",
-    "time_us_median",
-    "time_us_p90",
-    "oop_time_us",
-    "oop_algbw_gbps",
-    "oop_busbw_gbps",
-    "oop_wrong",
-    "images_per_s",
-    "images_per_s_per_gpu",
-    *TRANSFORMER_COLUMNS,
-    "step_time_ms",
-    "step_time_ms_p10",
-    "step_time_ms_p90",
-    "compute_images_per_s",
-    "data_wait_fraction",
-    *BREAKDOWN,
-    "batch_size",
-    "global_batch",
-    "model",
-    "dtype",
-    "efficiency",
-    "speedup",
-    "hosts",
-    "net",
-    "net_devices",
-    "gdr",
-    "intra_transport",
-    "nccl_channels",
-    "nccl_warnings",
-    "nic_bytes_ratio",
-    "nic_check",
-    "reason",
-    "log_tail",
-    "repeat",
-    "params",
-    "settings",
-    "settings_hash",
-    "n_samples",
-]
-# The summary's own layout, stored in summary.parquet's metadata. 1: no marker (summaries written
-# before the reason and log_tail columns); 2: with them; 3: the run's environment and stragglers
-# in the metadata too (ENVIRONMENT_KEY, STRAGGLERS_KEY), so comparisons need not reopen results;
-# 4: what makes two rows comparable (params, settings, settings_hash), the replicate (repeat)
-# and the count of usable samples behind each row (n_samples).
-# The transport columns (transport.COLUMNS), the peak columns (PEAK_COLUMNS), the NIC
-# cross-check (NIC_COLUMNS), the step's breakdown (catalog.BREAKDOWN), the group and the
-# transformer's columns came later within 4: a summary without them reads as null there
-# (upgraded, to_frame; the group as "world"), so histories of older runs stay usable.
-SUMMARY_VERSION = 4
-# busbw against what the profile says the links carry (docs/expected.md)
-PEAK_COLUMNS = ("busbw_peak_gbps", "busbw_pct_peak")
-# the collectives' bytes against the NIC counters (docs/telemetry.md): the worst node's ratio, and
-# what was found, in words
-NIC_COLUMNS = ("nic_bytes_ratio", "nic_check")
-LATER_COLUMNS = (*transport.COLUMNS, *PEAK_COLUMNS, *NIC_COLUMNS, *BREAKDOWN, *TRANSFORMER_COLUMNS)
-_VERSION_KEY = b"bench_summary_version"
-ENVIRONMENT_KEY = b"bench_environment"
-STRAGGLERS_KEY = b"bench_stragglers"
 _ENV_FIELDS = ("nccl", "torch", "cuda", "gpu_driver", "backend", "python", "bench_version", "measurement_rules")
 SCALING_KEYS = ["workload", "scaling", "launcher", "backend", "device", "nccl_config", "model", "repeat"]
 MISSING = "MISSING"  # the job completed but its result file is absent or unusable
@@ -181,50 +92,6 @@ def _warn(message: str) -> None:
     print(f"bench: warning: {message}", file=sys.stderr)
 
 
-SAMPLE_KEYS = ["job", "workload", "scaling", "collective", "group", "size_bytes", "metric"]
-INT_COLUMNS = {
-    "n_params",
-    "flops_per_token",
-    "nodes",
-    "gpus_per_node",
-    "world_size",
-    "size_bytes",
-    "wrong",
-    "oop_wrong",
-    "batch_size",
-    "global_batch",
-    "repeat",
-    "n_samples",
-    "nccl_channels",
-    "nccl_warnings",
-}
-TEXT_COLUMNS = {
-    "job",
-    "breakdown_note",
-    "config_hash",
-    "workload",
-    "scaling",
-    "collective",
-    "group",
-    "launcher",
-    "backend",
-    "device",
-    "nccl_config",
-    "status",
-    "model",
-    "dtype",
-    "hosts",
-    "reason",
-    "log_tail",
-    "params",
-    "settings",
-    "settings_hash",
-    "net",
-    "net_devices",
-    "gdr",
-    "intra_transport",
-    "nic_check",
-}
 # The workload parameters that decide what a figure measures: two rows are comparable only when
 # these agree (and their settings sets hold the same variables). Iteration and step counts are
 # left out: they change how many samples there are, not what each one measures.
@@ -313,10 +180,10 @@ class _Builder:
         n_samples = self.columns["n_samples"]
         for row, count in zip(self.sample_rows, usable_counts(self.values)):
             n_samples[row] = count
-        table = pa.table({name: pa.array(column, type=_arrow_type(name)) for name, column in self.columns.items()})
+        table = pa.table({name: pa.array(column, type=arrow_type(name)) for name, column in self.columns.items()})
         return table.replace_schema_metadata(
             {
-                _VERSION_KEY: str(SUMMARY_VERSION).encode(),
+                VERSION_KEY: str(SUMMARY_VERSION).encode(),
                 ENVIRONMENT_KEY: json.dumps(environment).encode(),
                 STRAGGLERS_KEY: json.dumps(stragglers).encode(),
             }
@@ -336,57 +203,6 @@ class _Builder:
                 "values": pa.array(self.values, type=pa.list_(pa.float64())),
             }
         )
-
-
-def _arrow_type(name: str) -> pa.DataType:
-    import pyarrow as pa
-
-    return pa.string() if name in TEXT_COLUMNS else pa.int64() if name in INT_COLUMNS else pa.float64()
-
-
-def upgraded(table: pa.Table) -> pa.Table:
-    """A summary or samples table collected by an earlier bench of SUMMARY_VERSION, with the
-    columns that came later within it, as collect writes them now: the `group` column
-    (docs/reference.md, "Groups"), "world" on collective rows and null (summary) or "" (samples)
-    on the others; and the summary's LATER_COLUMNS, null."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    samples = "values" in table.column_names
-    if "group" not in table.column_names and "workload" in table.column_names:
-        coll = pc.equal(table.column("workload"), COLLECTIVE_WORKLOAD)
-        column = pc.if_else(coll, pa.scalar(WORLD), pa.scalar("" if samples else None, pa.string()))
-        at = table.column_names.index("collective") + 1 if "collective" in table.column_names else table.num_columns
-        table = table.add_column(at, pa.field("group", pa.string()), column)
-    for name in () if samples else LATER_COLUMNS:
-        if name not in table.column_names:
-            table = table.append_column(name, pa.nulls(table.num_rows, type=_arrow_type(name)))
-    return table
-
-
-def run_facts(table: pa.Table) -> tuple[dict[str, Any], list[Straggler]]:
-    """(environment, stragglers) recorded in a summary's metadata by `collect`."""
-    meta = table.schema.metadata or {}
-    env = json.loads(meta.get(ENVIRONMENT_KEY, b"{}"))
-    return env, [Straggler(**d) for d in json.loads(meta.get(STRAGGLERS_KEY, b"[]"))]
-
-
-def summary_version(table: pa.Table) -> int:
-    """The layout version of a summary Arrow table (1 when it carries no marker)."""
-    raw = (table.schema.metadata or {}).get(_VERSION_KEY, b"1")
-    try:
-        return int(raw)
-    except ValueError:
-        return 0
-
-
-def to_frame(table: pa.Table) -> pd.DataFrame:
-    """A summary table as a DataFrame: text as pandas strings, counts as nullable integers."""
-    import pandas as pd
-    import pyarrow as pa
-
-    mapping = {pa.string(): pd.StringDtype(), pa.int64(): pd.Int64Dtype()}
-    return upgraded(table).to_pandas(types_mapper=mapping.get)
 
 
 @contextlib.contextmanager
@@ -678,116 +494,3 @@ def add_scaling(columns: dict[str, list]) -> None:
             speedup[i] = rates[i] / rates[base]
             efficiency[i] = speedup[i] / (columns["world_size"][i] / base_world)
     columns["speedup"], columns["efficiency"] = speedup, efficiency
-
-
-SUMMARY_FILES = ("summary.parquet", "summary.csv", "samples.parquet")
-
-
-def write_summary(run: RunDir, summary: pa.Table, samples: pa.Table) -> None:
-    """Commit summary.parquet, summary.csv and samples.parquet (Arrow tables) as one set.
-
-    The three are written into a new generation directory under `run.generations`, and one
-    rename of the `current` link commits them together; DIR/summary.parquet and its siblings
-    are links through `current`. A kill at any moment therefore leaves the old set or the new
-    one, never a mix (docs/run-directory.md). The caller holds the run's lock: what an earlier,
-    interrupted collect left behind is removed here.
-    """
-    import pyarrow.csv as pacsv
-    import pyarrow.parquet as pq
-
-    gens = run.generations.name
-    linked = inside.readlink(run.path, f"{gens}/current") is not None and all(
-        inside.readlink(run.path, n) in (_link_target(run, n), None) for n in SUMMARY_FILES
-    )
-    if not linked or any(_plain(run, n) for n in SUMMARY_FILES):
-        _adopt_plain_files(run)
-    new = f"{gens}/g-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{secrets.token_hex(3)}"
-    inside.mkdir(run.path, new)
-    for name, table, write in (
-        ("summary.parquet", summary, pq.write_table),
-        ("summary.csv", summary, pacsv.write_csv),
-        ("samples.parquet", samples, pq.write_table),
-    ):
-        buf = io.BytesIO()
-        write(table, buf)
-        inside.write(run.path, f"{new}/{name}", buf.getvalue())
-    inside.fsync(run.path, new)
-    for name in SUMMARY_FILES:  # no-ops after the first collect
-        inside.link(run.path, name, _link_target(run, name))
-    inside.link(run.path, f"{gens}/current", new.rsplit("/", 1)[1])  # the commit
-    inside.fsync(run.path, gens)
-    inside.fsync(run.path)
-    clean_generations(run)
-
-
-def _link_target(run: RunDir, name: str) -> str:
-    return f"{run.generations.name}/current/{name}"
-
-
-def _plain(run: RunDir, name: str) -> bool:
-    """Whether DIR/NAME is a plain file (not bench's link into the generations)."""
-    try:
-        return stat.S_ISREG((run.path / name).lstat().st_mode)
-    except OSError:
-        return False
-
-
-def _adopt_plain_files(run: RunDir) -> None:
-    """Move a run collected by an older bench (plain files) to generations without a moment of
-    mixed content: the plain files are hard-linked into a first generation, `current` names it,
-    and only then does each plain file become a link to the same bytes. Whatever `.summary`
-    held is not read while the plain files are (a copy made with the links followed), so it
-    goes; a link there is removed, never followed."""
-    gens = run.generations.name
-    inside.remove(run.path, gens)
-    first = f"{gens}/g-adopted-{os.getpid()}-{secrets.token_hex(3)}"
-    inside.mkdir(run.path, first)
-    adopted = []
-    with inside.directory(run.path) as top, inside.directory(run.path, first) as into:
-        for name in SUMMARY_FILES:
-            if _plain(run, name):
-                try:
-                    os.link(name, name, src_dir_fd=top, dst_dir_fd=into, follow_symlinks=False)
-                except OSError:  # a file system without hard links
-                    with open_regular(run.path / name) as f:
-                        inside.write(run.path, f"{first}/{name}", f.read())
-                adopted.append(name)
-    inside.fsync(run.path, first)
-    inside.link(run.path, f"{gens}/current", first.rsplit("/", 1)[1])
-    for name in adopted:
-        inside.link(run.path, name, _link_target(run, name))
-
-
-def clean_generations(run: RunDir) -> list[str]:
-    """Remove what interrupted collects left: generations `current` does not name, and temporary
-    files of the summary. Only under the run's lock, and only inside the run directory: a link
-    among them is removed, never followed. Returns the names removed."""
-    removed = []
-    gens = run.generations.name
-    keep = inside.readlink(run.path, f"{gens}/current")
-    for name in inside.listing(run.path, gens):
-        if name not in ("current", keep):
-            inside.remove(run.path, f"{gens}/{name}")
-            removed.append(f"{gens}/{name}")
-    for name in inside.listing(run.path):  # temporaries of a write that was interrupted
-        if name.startswith(tuple(f".{n}." for n in SUMMARY_FILES)) and name.endswith(".tmp"):
-            inside.remove(run.path, name)
-            removed.append(name)
-    return removed
-
-
-def read_summary(run: RunDir) -> pd.DataFrame:
-    """The run's summary.parquet as a DataFrame."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    path = run.summary_set()["summary_parquet"]
-    if not path.exists():
-        raise RunDirError(f"{run.path}: no summary.parquet; run `bench collect {run.path}` first")
-    try:
-        with open_regular(path) as f:
-            return to_frame(pq.read_table(f))
-    except (OSError, pa.ArrowException) as exc:
-        raise RunDirError(
-            f"{run.summary_parquet}: unreadable ({one_line(str(exc))}); run `bench collect {run.path}` again"
-        ) from None

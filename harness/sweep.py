@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from harness import cost, executors
 from harness.cluster import DEFAULT_PROFILE, ClusterProfile
-from harness.collect import collect, to_frame, write_summary
+from harness.collect import collect
 from harness.cost import Cost
 from harness.errors import PlanError, SlurmError, UsageError, shown
 from harness.executors import Executor
@@ -25,6 +25,7 @@ from harness.present.plot import draw_all
 from harness.present.tables import print_jobs, print_plan, print_results, transport_mismatches
 from harness.rundir import COMPLETED, FINAL_STATES, RUNNING, JobRecord, RunDir, RunDirError, claim, locked
 from harness.spec import Sweep
+from harness.summary import to_frame, write_summary
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -31,7 +31,7 @@ from harness import stragglers
 from harness.analysis import stats
 from harness.analysis.compare import SLOWER, compare
 from harness.analysis.sides import load_run
-from harness.collect import SUMMARY_VERSION
+from harness.summary import SUMMARY_VERSION
 
 # --------------------------------------------------------------------------- statistics
 
@@ -159,7 +159,7 @@ def test_a_summary_collected_before_groups_and_the_transformer_compares_key_for_
     """A summary of the same layout version written before the `group` column and the
     transformer's columns existed (and its samples without `group`): its collective rows read as
     the world's, its other new columns as null, and it meets today's summary key for key."""
-    from harness.collect import TRANSFORMER_COLUMNS
+    from harness.summary import TRANSFORMER_COLUMNS
 
     old = tmp_path / "old"
     shutil.copytree(real_run, old)
@@ -268,7 +268,7 @@ def test_which_bench_measured_a_run_is_recorded_and_judged(real_run, tmp_path):
     --allow-rules-change, saying so."""
     from importlib import metadata
 
-    from harness.collect import run_facts
+    from harness.summary import run_facts
 
     def facts(path):
         return run_facts(pq.read_table(path / "summary.parquet"))[0]

@@ -13,7 +13,8 @@ from benchmarks import allreduce
 from benchmarks.allreduce import CollectiveRun, Group, GroupCalls, bus_factor, message_sizes
 from benchmarks.catalog import COLLECTIVES, WORLD
 from benchmarks.common import UsageError, captured_variables, detect_launch, format_size, parse_size, percentile
-from harness.collect import COLUMNS, add_scaling
+from harness.collect import add_scaling
+from harness.summary import COLUMNS
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 8, 64])

@@ -49,9 +49,9 @@ from harness.analysis.sides import (
     read_tables,
     side_from_tables,
 )
-from harness.collect import run_facts, to_frame, upgraded
 from harness.errors import DataError, HistoryError
 from harness.rundir import COMPLETED, RUN_FILE_LIMIT, RunDir
+from harness.summary import run_facts, to_frame, upgraded
 
 if TYPE_CHECKING:
     import numpy as np
@@ -600,7 +600,7 @@ def _baseline(con: sqlite3.Connection, db: Path, found: list[Entry], kind: str, 
 
 def _key_hash(df: pd.DataFrame) -> npt.NDArray[np.uint64]:
     """One 64-bit hash per row of its key columns: set operations on keys without tuples. Every
-    frame hashed comes through collect.to_frame, so equal keys have equal dtypes and hashes."""
+    frame hashed comes through summary.to_frame, so equal keys have equal dtypes and hashes."""
     import pandas as pd
 
     return pd.util.hash_pandas_object(df[KEYS], index=False).to_numpy()

@@ -15,9 +15,9 @@ from benchmarks.catalog import COLLECTIVE_WORKLOAD, TRAINING, UNITS, WORLD
 from benchmarks.common import format_size
 from benchmarks.results import open_regular
 from harness.analysis import stats
-from harness.collect import SUMMARY_VERSION, run_facts, summary_version, to_frame, upgraded
 from harness.errors import DataError, one_line
 from harness.rundir import COMPLETED, RunDir, RunDirError
+from harness.summary import SUMMARY_VERSION, run_facts, summary_version, to_frame, upgraded
 
 if TYPE_CHECKING:
     import numpy as np

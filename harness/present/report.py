@@ -14,7 +14,6 @@ from benchmarks.catalog import COLLECTIVE_WORKLOAD
 from harness import executors, stragglers, telemetry
 from harness.analysis.compare import SAME, Comparison
 from harness.analysis.sides import METRICS, Side, records
-from harness.collect import read_summary
 from harness.present import plot
 from harness.present.tables import (
     BREAKDOWN_COLUMNS,
@@ -38,6 +37,7 @@ from harness.present.tables import (
     warnings,
 )
 from harness.rundir import COMPLETED, RunDir
+from harness.summary import read_summary
 
 if TYPE_CHECKING:
     import pandas as pd

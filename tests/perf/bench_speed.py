@@ -131,7 +131,8 @@ def test_collect_with_nccl_logs_of_1000_ranks(benchmark, tmp_path_factory, with_
 
 @pytest.fixture(scope="module")
 def two_runs_100k(tmp_path_factory):
-    from harness.collect import collect, write_summary
+    from harness.collect import collect
+    from harness.summary import write_summary
 
     root = tmp_path_factory.mktemp("compare")
     runs = [make_run(root / name, 4000, seed=seed) for name, seed in (("a", 0), ("b", 1))]
@@ -165,7 +166,8 @@ def test_compare_100k_rows(benchmark, two_runs_100k, tmp_path):
 def history_of_five_100k(tmp_path_factory, two_runs_100k):
     """Five 100,000-row runs of one cluster in a history: the default baseline, median:5."""
     from harness import history
-    from harness.collect import collect, write_summary
+    from harness.collect import collect
+    from harness.summary import write_summary
 
     root = tmp_path_factory.mktemp("history5")
     db = root / "history.sqlite"
@@ -215,7 +217,8 @@ def test_regress_100k_rows_against_5_runs(benchmark, two_runs_100k, history_of_f
 def history_1000(tmp_path_factory):
     """1,000 runs of one cluster (small ones: the database's size is in the runs, the work in the lookups)."""
     from harness import history
-    from harness.collect import collect, write_summary
+    from harness.collect import collect
+    from harness.summary import write_summary
 
     root = tmp_path_factory.mktemp("history")
     db = root / "history.sqlite"
