@@ -694,12 +694,12 @@ def test_bench_run_bad_flags(args, words):
 
 def test_an_unexpected_error_is_one_line_with_status_70(monkeypatch, capsys):
     """A bug still ends in one line; BENCH_DEBUG=1 gives the traceback to whoever debugs it."""
-    import harness.cli as cli
+    from harness.commands import sweeps
 
     def boom(args):
         raise KeyError("surprise")
 
-    monkeypatch.setattr(cli, "cmd_status", boom)
+    monkeypatch.setattr(sweeps, "cmd_status", boom)
     monkeypatch.delenv("BENCH_DEBUG", raising=False)
     assert main(["status", "x"]) == 70
     err = capsys.readouterr().err

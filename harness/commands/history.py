@@ -1,0 +1,224 @@
+"""`bench history`: a cluster's runs and node checks in the history database, added, listed,
+plotted, checked, accepted and removed, and their change points; the command beside its parser."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from benchmarks.results import atomic_write_bytes
+from harness import nodes, outputs
+from harness.analysis import changes, gate, history, nodehistory
+from harness.analysis.sides import METRICS
+from harness.commands.common import DB_HELP, history_db, metric_names, new_console, threshold_arg
+from harness.errors import EXIT_UNJUDGED, UsageError, shown
+from harness.present.plot import history_figure
+
+if TYPE_CHECKING:
+    pass
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    console = new_console()
+    db = history_db(args)
+    if args.action in ("add", "plot", "changes") and not args.cluster:
+        raise UsageError(f"history {args.action} needs --cluster NAME")
+    if args.action in ("add", "remove", "accept") and not args.dir:
+        raise UsageError(
+            "history add needs the run directory: bench history add DIR --cluster NAME"
+            if args.action == "add"
+            else f"history {args.action} needs the run id: bench history {args.action} ID"
+            + (" --reason TEXT" if args.action == "accept" else "")
+        )
+    if args.action == "accept" and not args.reason:
+        raise UsageError(
+            "history accept needs --reason TEXT: why this run's level is the cluster's new normal "
+            "(kept with it, and shown by history list)"
+        )
+    if args.count and args.action != "list":
+        raise UsageError("--count is for history list")
+    if args.action == "add" and nodehistory.is_check(Path(args.dir)):
+        judged = nodes.verdict_of(Path(args.dir))
+        check = nodehistory.add(db, Path(args.dir), args.cluster, args.label, judged)
+        print(
+            f"added the node check {args.dir} to {db} as node check {check.id} of cluster {check.cluster}"
+            f"{f' (label {check.label})' if check.label else ''}: {check.nodes} nodes"
+            + (f", named {check.named}" if check.named else "")
+        )
+        if judged.unjudged and not judged.named:  # kept as history, but not a clean check (docs/nodes.md)
+            return EXIT_UNJUDGED
+    elif args.action == "add":
+        added = history.add(db, args.dir, args.cluster, args.label, Path(args.verdict) if args.verdict else None)
+        e = added.entry
+        print(
+            f"added {args.dir} to {db} as run {e.id} of cluster {e.cluster}"
+            f"{f' (label {e.label})' if e.label else ''}: {e.keys} keys, {e.rows} summary rows"
+        )
+        v = added.verdict
+        if v is None:
+            print("note: no verdict of bench regress with it: stored as not judged")
+        elif v["verdict"] == gate.REJECTED:
+            what = "all its keys" if gate.WHOLE in v["rejected"] else f"its {len(v['rejected'])} rejected keys"
+            print(
+                f"note: it failed the gate ({v['baseline']}): {what} never serve as a baseline, unless "
+                f"`bench history accept {e.id} --reason TEXT` makes its level the new normal"
+            )
+        if added.failed_jobs:
+            some = ", ".join(added.failed_jobs[:5]) + (", ..." if len(added.failed_jobs) > 5 else "")
+            print(
+                f"note: {len(added.failed_jobs)} job{'s' if len(added.failed_jobs) != 1 else ''} did not complete "
+                f"({some}); their {e.failed} rows are stored as failed and never serve as a baseline"
+            )
+    elif args.action == "accept":
+        e = history.accept(db, _run_id(args.dir, "accept"), args.reason)
+        print(
+            f"accepted run {e.id} of cluster {e.cluster} ({e.label or 'no label'}, ran {e.created}) as its new "
+            f"normal: baselines begin at it"
+        )
+    elif args.action == "remove":
+        run_id = _run_id(args.dir, "remove")
+        if args.nodes:
+            n = nodehistory.remove(db, run_id)
+            print(f"removed node check {n.id} of cluster {n.cluster} (added from {n.path}) from {db}")
+            return 0
+        e = history.remove(db, run_id)
+        print(f"removed run {e.id} of cluster {e.cluster} ({e.label or 'no label'}, added from {e.path}) from {db}")
+    elif args.action == "check":
+        checked, problems = history.check(db)
+        for line in problems:
+            print(line)
+        print(
+            f"checked {checked} run{'s' if checked != 1 else ''} in {db}: "
+            + (f"{len(problems)} problem{'s' if len(problems) != 1 else ''}" if problems else "all readable")
+        )
+        return 1 if problems else 0
+    elif args.action == "list" and args.count:  # for scripts (recipes/nightly.sh): a number, or a failure
+        if not db.exists():
+            print(f"bench history: {db} does not exist yet: 0 runs", file=sys.stderr)
+            print(0)
+        else:
+            print(len(history.entries(db, args.cluster)))
+    elif args.action == "list":
+        from rich.table import Table
+
+        # The node checks first, then the runs, the last line counting them.
+        checks = nodehistory.entries(db, args.cluster)
+        if checks:
+            t = Table(title="Node checks (bench nodes)", title_justify="left")
+            for col in ("id", "cluster", "label", "ran", "added", "nodes", "named", "path"):
+                t.add_column(col)
+            for c in checks:
+                t.add_row(
+                    str(c.id),
+                    shown(c.cluster),
+                    shown(c.label or "-"),
+                    c.created,
+                    c.added,
+                    str(c.nodes),
+                    shown(c.named or "-"),
+                    shown(c.path),
+                )
+            console.print(t)
+            console.print(f"{len(checks)} node check{'s' if len(checks) != 1 else ''}")
+        found = history.entries(db, args.cluster)
+        gated = history.gate_verdicts(db, found)
+        t = Table(title=f"Runs in {shown(str(db))}", title_justify="left")
+        for col in ("id", "cluster", "label", "sweep", "ran", "added", "keys", "failed rows", "gate", "path"):
+            t.add_column(col)
+        for e in found:
+            t.add_row(
+                str(e.id),
+                shown(e.cluster),
+                shown(e.label or "-"),
+                shown(e.sweep or "-"),
+                e.created,
+                e.added,
+                str(e.keys),
+                str(e.failed),
+                shown(_gate_cell(gated.get(e.id))),
+                shown(e.path),
+            )
+        console.print(t)
+        console.print(f"{len(found)} run{'s' if len(found) != 1 else ''}")
+    elif args.action == "changes" and args.nodes:
+        threshold = threshold_arg(args.threshold)
+        checks, values = nodehistory.series(db, args.cluster)
+        result = changes.steps_in(checks, values, threshold)
+        text = changes.render(result, args.cluster, threshold, nodehistory.metric_label)
+        console.print(text.replace(" runs;", " node checks;", 1), markup=False)
+    elif args.action == "changes":
+        threshold = threshold_arg(args.threshold)
+        console.print(
+            changes.render(
+                changes.changes(db, args.cluster, metric_names(args.metric), threshold), args.cluster, threshold
+            ),
+            markup=False,
+        )
+    else:
+        pts = history.points(db, args.cluster)
+        if pts.empty:
+            raise UsageError(f"{db}: no run of cluster {args.cluster!r}; see `bench history list`")
+        out = Path(args.out) if args.out else db.parent / f"history-{_file_safe(args.cluster)}.png"
+        outputs.check(str(out), "--out")
+        png, points = history_figure(pts, args.cluster)
+        outputs.write(out, png, "--out")
+        csv = outputs.beside(out, ".csv")
+        if csv is not None:
+            atomic_write_bytes(csv, points)
+        print(f"wrote {out}" + (f" and {csv}" if csv is not None else ""))
+    return 0
+
+
+def _run_id(text: str, action: str) -> int:
+    if not (text.isascii() and text.isdigit() and len(text) <= 18):
+        raise UsageError(f"history {action} {text[:40]!r}: give the run's id, a number from `bench history list`")
+    return int(text)
+
+
+def _gate_cell(verdict: tuple[str, int, str | None, str | None] | None) -> str:
+    """history list's gate column (analysis/gate.py)."""
+    if verdict is None:
+        return "-"
+    word, rejected, accepted, reason = verdict
+    if word == gate.REJECTED:
+        word = f"failed ({'whole run' if rejected < 0 else f'{rejected} keys'})"
+    return word + (f"; accepted {accepted}: {reason}" if accepted else "")
+
+
+def _file_safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "cluster"
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    """The group's subcommands, on `sub`."""
+    h = sub.add_parser("history", help="store runs per cluster; list, plot, check, remove; find change points")
+    h.add_argument("action", choices=("add", "list", "plot", "changes", "check", "remove", "accept"))
+    h.add_argument("dir", nargs="?", metavar="DIR|ID", help="run directory (add) or run id (remove, accept)")
+    h.add_argument("--cluster", help="cluster name (required for add, plot and changes; a filter for list)")
+    h.add_argument("--label", help="label of the run (history add), e.g. nccl-2.21 or after-ib-fix")
+    h.add_argument("--db", help=DB_HELP)
+    h.add_argument(
+        "--verdict",
+        metavar="FILE",
+        help="the gate.json bench regress wrote for the run (history add; default DIR/regress/gate.json)",
+    )
+    h.add_argument("--reason", help="why the run's level is the new normal (history accept; required)")
+    h.add_argument("--count", action="store_true", help="history list: print only the number of runs, for scripts")
+    h.add_argument("--out", help="image file (history plot; default beside the database)")
+    h.add_argument(
+        "--metric",
+        action="append",
+        choices=list(METRICS),
+        help="metric whose series to search for change points (history changes; repeatable)",
+    )
+    h.add_argument("--threshold", default="5%", help="smallest step history changes reports (default 5%%)")
+    h.add_argument(
+        "--nodes",
+        action="store_true",
+        help="node checks (`bench nodes`): history changes searches each node's and pair's figures; "
+        "history remove takes a node check's id",
+    )
+    h.set_defaults(func=cmd_history)
