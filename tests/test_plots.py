@@ -15,14 +15,8 @@ import pandas as pd
 import pytest
 
 from harness.collect import add_scaling
-from harness.present.plot import (
-    STEP_PARTS,
-    breakdown_figure,
-    busbw_figure,
-    compare_scaling_figure,
-    latency_figure,
-    scaling_figure,
-)
+from harness.present.compare_plot import compare_scaling_figure
+from harness.present.plot import STEP_PARTS, breakdown_figure, busbw_figure, latency_figure, scaling_figure
 
 NODES = (1, 2, 4)
 
@@ -293,7 +287,7 @@ def test_comparison_plots_draw_each_run_s_p10_p90_band_from_its_pooled_samples()
     import numpy as np
 
     from harness.analysis.sides import Side
-    from harness.present.plot import compare_busbw_figure
+    from harness.present.compare_plot import compare_busbw_figure
 
     rows = pd.DataFrame(
         {
@@ -372,7 +366,7 @@ def test_the_step_breakdown_stacks_each_job_s_parts_in_the_bars_it_draws():
 def test_a_comparison_panel_is_no_narrower_than_its_legend():
     """Long settings-set names make a long legend beside the last panel: the figure makes room for
     it rather than squeeze the panel (it was once narrower than its legend)."""
-    from harness.present.plot import compare_busbw_figure
+    from harness.present.compare_plot import compare_busbw_figure
 
     rows = pd.DataFrame(
         {
@@ -449,7 +443,7 @@ def test_heatmap_figures_are_black_on_light_cells_and_white_on_dark_ones():
 def test_history_labels_stand_upright_and_leave_the_panel_its_height():
     """The history's rotated timestamps took half its figure (the timeline's percentages from 0:
     tests/test_telemetry.py)."""
-    from harness.present.plot import history_made
+    from harness.present.compare_plot import history_made
 
     runs = 30
     points = pd.DataFrame(

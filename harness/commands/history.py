@@ -15,7 +15,7 @@ from harness.analysis import changes, gate, history, nodehistory
 from harness.analysis.sides import METRICS
 from harness.commands.common import DB_HELP, history_db, metric_names, new_console, threshold_arg
 from harness.errors import EXIT_UNJUDGED, UsageError, shown
-from harness.present.plot import history_figure
+from harness.present.compare_plot import history_figure
 
 if TYPE_CHECKING:
     pass

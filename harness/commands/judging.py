@@ -39,7 +39,7 @@ from harness.commands.common import (
 )
 from harness.errors import EXIT_FOUND, EXIT_UNJUDGED, DataError, UsageError, one_line
 from harness.present import export, report
-from harness.present.plot import draw_compare
+from harness.present.compare_plot import draw_compare
 from harness.present.regress import summary_line, write_all
 from harness.present.tables import markdown, print_comparison, run_mismatches, table_csv
 from harness.rundir import RunDir

@@ -1,7 +1,8 @@
 """Plots of a run's summary, with seaborn, as PNG, each beside a CSV of the points it draws:
 the run's plots are listed once, in RUN_PLOTS (a file, a title and a section of the report
-each), which both `plots/` and the HTML report read. Comparisons, histories, a job's timeline
-and the node check's heatmap are drawn here too.
+each), which both `plots/` and the HTML report read; a job's timeline and the node check's
+heatmap too. present/compare_plot.py sets runs side by side; present/figure.py is what
+every plot is drawn with.
 
 Facets: one column per (launcher, NCCL set) where a run has several; the busbw plot has one
 row per collective. Only rows with status COMPLETED are drawn.
@@ -10,23 +11,34 @@ row per collective. Only rows with status COMPLETED are drawn.
 from __future__ import annotations
 
 import functools
-import io
-import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
-from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from benchmarks.catalog import BREAKDOWN_FRACTIONS, COLLECTIVE_WORKLOAD, TRAINING, UNITS
 from benchmarks.common import format_size
-from harness import inside, nodecheck, telemetry
+from harness import nodecheck, telemetry
 from harness.analysis.sides import measured
+from harness.present.figure import (
+    GRID_COLUMNS,
+    POINT_COLUMNS,
+    band,
+    draw_into,
+    level_line,
+    log2_axis,
+    log_y,
+    nodes_axis,
+    panel_of,
+    rate_band,
+    save,
+    settle_names,
+    setup_plotting,
+    titled,
+)
 from harness.rundir import COMPLETED, RunDir
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
-
     import pandas as pd
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
@@ -37,100 +49,9 @@ if TYPE_CHECKING:
     Made = tuple[Figure, pd.DataFrame]  # a figure and the points it draws
     Maker = Callable[[], Made | None]  # draws a figure, or None when there is nothing to draw
 
-POINT_COLUMNS = ["plot", "panel", "metric", "series", "x", "y"]
-
-
-def _setup() -> tuple[ModuleType, ModuleType]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    sns.set_theme(style="whitegrid", context="notebook")
-    # Labels come from run directories and the command line: `$` is text, never mathtext, whose
-    # parser would fail on `a$\frac{x$` at draw time.
-    matplotlib.rcParams["text.parse_math"] = False
-    return plt, sns
-
-
-def _panel(df: pd.DataFrame) -> pd.Series:
-    return df["launcher"].astype(str) + " · " + df["nccl_config"].astype(str)
-
-
-def _log2_axis(ax: Axes, values: Iterable[float], formatter: Callable[[int], str]) -> None:
-    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
-
-    ax.set_xscale("log", base=2)
-    ticks = sorted({int(v) for v in values})
-    if len(ticks) > 12:  # keep labels readable on long size sweeps
-        step = -(-len(ticks) // 12)
-        ticks = ticks[::step]
-    ax.xaxis.set_major_locator(FixedLocator(ticks))
-    ax.xaxis.set_minor_locator(NullLocator())
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: formatter(round(v))))
-
-
-def _log_y(ax: Axes) -> None:
-    """A logarithmic y axis labelled in plain numbers (0.2, 1, 50, 2,000). matplotlib's own log
-    labels are mathtext, which `text.parse_math = False` (_setup) prints as the raw
-    `$\\mathdefault{10^{0}}$`. Call it once the axis's artists are drawn: the labels' steps
-    follow the range, 1-2-5 within three decades, since one or two powers of ten say little."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
-    if ax.get_yscale() != "log":
-        ax.set_yscale("log")
-    low, high = ax.get_ylim()
-    decades = math.log10(high / low) if 0 < low < high else 0.0
-    subs = tuple(range(1, 10)) if decades <= 1 else (1, 2, 5) if decades <= 3 else (1,)
-    ax.yaxis.set_major_locator(LogLocator(base=10, subs=[float(s) for s in subs]))
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 10 else f"{v:g}"))
-    ax.yaxis.set_minor_formatter(NullFormatter())
-
-
-# Panels a figure puts side by side before it starts a new row: three at 6 inches, 18 in all
-GRID_COLUMNS = 3
-TITLE_INCHES = 0.55  # above the panels, for the figure's title: tight_layout leaves it out
-
-
-def _titled(fig: Figure, text: str) -> None:
-    """The figure's title above its panels, never over the first (_layout)."""
-    fig.suptitle(text)
-    _layout(fig)
-
-
-def _layout(fig: Figure) -> None:
-    """tight_layout, leaving the title's height free at the top: it lays out the axes alone,
-    and put the first row of panels under a title it did not see."""
-    titled = fig.get_suptitle() if hasattr(fig, "get_suptitle") else getattr(fig, "_suptitle", None)
-    top = 1.0 - TITLE_INCHES / fig.get_figheight() if titled else 1.0
-    fig.tight_layout(rect=(0.0, 0.0, 1.0, top))
-
-
-def _save(fig: Figure, points: pd.DataFrame, root: Path, rel: str) -> Path:
-    """ROOT/REL.png and its points as ROOT/REL.csv, neither through a link (harness/inside.py)."""
-    inside.write(root, f"{rel}.csv", points.to_csv(index=False).encode())
-    return inside.write(root, f"{rel}.png", png_bytes(fig))
-
 
 def _series_label(workload: str, gpus: int) -> str:
     return f"{workload}, {gpus} GPU{'s' if gpus != 1 else ''}/node"
-
-
-def _nodes_axis(ax: Axes, sub: pd.DataFrame) -> None:
-    """The x axis every scaling plot shares: nodes, log2, each tick with the world sizes the
-    series have there: `2` over `(2, 4 GPUs)`."""
-    from matplotlib.ticker import FixedFormatter, FixedLocator, NullLocator
-
-    ax.set_xscale("log", base=2)
-    nodes = sorted({int(n) for n in sub["nodes"]})
-    worlds = {n: sorted({n * int(g) for g in sub[sub["nodes"] == n]["gpus_per_node"]}) for n in nodes}
-    ax.xaxis.set_major_locator(FixedLocator(nodes))
-    ax.xaxis.set_minor_locator(NullLocator())
-    ax.xaxis.set_major_formatter(
-        FixedFormatter([f"{n}\n({', '.join(map(str, worlds[n]))} GPU{'s' if worlds[n] != [1] else ''})" for n in nodes])
-    )
-    ax.set_xlabel("nodes (world size)")
 
 
 def efficiency_per_node(df: pd.DataFrame, per_gpu: str = "images_per_s_per_gpu") -> pd.Series:
@@ -157,12 +78,12 @@ def scaling_figure(summary: pd.DataFrame, scaling: str, unit: str = "images") ->
     ].copy()
     if df.empty:
         return None
-    plt, sns = _setup()
-    df["panel"] = _panel(df)
+    plt, sns = setup_plotting()
+    df["panel"] = panel_of(df)
     df["series"] = [_series_label(w, int(g)) for w, g in zip(df["workload"], df["gpus_per_node"])]
     panels = sorted(df["panel"].unique())
     for metric in (per_gpu, "speedup"):
-        _rate_band(df, metric, "step_time_ms")
+        rate_band(df, metric, "step_time_ms")
     if scaling == "weak":
         df["efficiency_per_node"] = efficiency_per_node(df, per_gpu)
         metrics = [
@@ -202,9 +123,9 @@ def scaling_figure(summary: pd.DataFrame, scaling: str, unit: str = "images") ->
                 ax=ax,
                 legend=(r == 0 and c == len(panels) - 1),
             )
-            points += _band(ax, sub, "nodes", metric, palette, (name, panel))
+            points += band(ax, sub, "nodes", metric, palette, (name, panel))
             points += _ideal(ax, sub, metric, palette, (name, panel))
-            _nodes_axis(ax, sub)
+            nodes_axis(ax, sub)
             ax.set_ylabel(label)
             if r == 0:
                 ax.set_title(panel)
@@ -213,109 +134,9 @@ def scaling_figure(summary: pd.DataFrame, scaling: str, unit: str = "images") ->
             ]
     if axes[0][-1].get_legend():
         sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1), title="workload, GPUs per node")
-    _titled(fig, f"{title} (dashed: ideal)")
-    _settle_names(fig)
+    titled(fig, f"{title} (dashed: ideal)")
+    settle_names(fig)
     return fig, pd.DataFrame(points, columns=POINT_COLUMNS)
-
-
-def _rate_band(df: pd.DataFrame, metric: str, time: str) -> None:
-    """Add `<metric>_p10/_p90` to `df`, where it has `<time>_p10/_p90`: a rate scales with
-    1 / time, so the times' p90 and p10 over their median bound it."""
-    if f"{time}_p10" in df:
-        df[f"{metric}_p10"] = df[metric] * df[time] / df[f"{time}_p90"]
-        df[f"{metric}_p90"] = df[metric] * df[time] / df[f"{time}_p10"]
-
-
-def _band(
-    ax: Axes,
-    sub: pd.DataFrame,
-    x: str,
-    metric: str,
-    palette: dict[object, tuple[float, float, float]],
-    where: tuple[str, ...],
-) -> list[tuple[Any, ...]]:
-    """Each series' p10-p90 band over `x`, shaded in its colour (a bar where it has one x), and
-    its points, where the frame has `<metric>_p10/_p90`."""
-    if f"{metric}_p10" not in sub:
-        return []
-    out: list[tuple[Any, ...]] = []
-    for series, group in sub.groupby("series"):
-        g = group.sort_values(x).dropna(subset=[f"{metric}_p10", f"{metric}_p90"])
-        if g.empty:
-            continue
-        xs, lo, hi = (g[c].astype(float).tolist() for c in (x, f"{metric}_p10", f"{metric}_p90"))
-        if len(g) == 1:  # a band over one x has no width: a bar, seen, rather than a stretched y range
-            ax.vlines(xs, lo, hi, colors=[palette[series]], alpha=0.35, linewidth=6)
-        else:
-            ax.fill_between(xs, lo, hi, color=palette[series], alpha=0.18, linewidth=0)
-        for q in ("p10", "p90"):
-            out += [(*where, f"{metric}_{q}", str(series), int(v), float(y)) for v, y in zip(g[x], g[f"{metric}_{q}"])]
-    return out
-
-
-LEVEL_NAME = "level name"  # the gid of a level's name (_level), which _settle_names places
-
-
-def _level(ax: Axes, y: float, text: str, color: object) -> None:
-    """A dashed horizontal line, named just above it at the panel's right edge. The figure's
-    names are placed once it is laid out (_settle_names)."""
-    ax.axhline(y, color=color, linestyle="--", linewidth=1)
-    ax.annotate(
-        text,
-        (1, y),
-        xycoords=("axes fraction", "data"),
-        xytext=(-3, 2),
-        textcoords="offset points",
-        ha="right",
-        va="bottom",
-        fontsize="small",
-        color=color,
-        annotation_clip=False,
-        gid=LEVEL_NAME,
-    )
-
-
-def _settle_names(fig: Figure) -> None:
-    """Place every panel's level names, measured on the laid-out figure: from the lowest level
-    up, a name that would print over the one below it moves up above it, and the y range grows
-    until the top name is inside the panel. (Stacked by their order alone, names close together
-    were legible, but a name far from the one below it still climbed, onto the next level's; a
-    range raised by a guessed part of the panel left the top name cut off by the frame.) Each
-    pass draws the figure; a raised range moves the levels closer, so it measures again."""
-    from matplotlib.text import Annotation
-
-    if not any(n.get_gid() == LEVEL_NAME for ax in fig.axes for n in ax.texts):
-        return  # nothing to place: no drawing
-    for _ in range(4):
-        fig.canvas.draw()
-        renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
-        settled = True
-        for ax in fig.axes:
-            levels = (n for n in ax.texts if isinstance(n, Annotation) and n.get_gid() == LEVEL_NAME)
-            names = sorted(levels, key=lambda n: n.xy[1])
-            if not names:
-                continue
-            floor = -math.inf
-            for name in names:
-                box = name.get_window_extent(renderer)
-                if box.y0 < floor:
-                    x, up = name.xyann
-                    name.xyann = (x, up + (floor - box.y0) * 72 / fig.dpi)  # pixels to points
-                    box = box.translated(0, floor - box.y0)
-                floor = box.y1 + 1
-            frame = ax.get_window_extent(renderer)
-            if floor - 1 > frame.y1 + 0.5:  # the top name is cut off: the range grows by what is missing
-                settled = False
-                top = names[-1]
-                above = floor - 1 - ax.transData.transform((0, top.xy[1]))[1]  # the name's top over its level
-                part = min(0.9, max(0.1, (frame.height - above) / frame.height))  # where the level may sit
-                low, y = ax.get_ylim()[0], top.xy[1]
-                if ax.get_yscale() == "log" and 0 < low < y:
-                    ax.set_ylim(low, low * (y / low) ** (1 / part))
-                elif ax.get_yscale() != "log":
-                    ax.set_ylim(low, low + (y - low) / part)
-        if settled:
-            return
 
 
 def _ideal(
@@ -338,7 +159,7 @@ def _ideal(
         # one baseline per workload (collect.SCALING_KEYS): a grey line each, named at its end
         levels = sub.assign(ideal=ideal).groupby("workload")["ideal"].median().sort_values()
         for workload, level in levels.items():
-            _level(ax, float(level), f"ideal: {workload}", "0.4")
+            level_line(ax, float(level), f"ideal: {workload}", "0.4")
             out += [(*where, f"ideal_{metric}", str(workload), int(n), float(level)) for n in sorted(set(sub["nodes"]))]
         return out
     for series, group in sub.assign(ideal=ideal).groupby("series"):
@@ -367,7 +188,7 @@ def _peak_lines(
     peaks = sub[sub["busbw_peak_gbps"].notna()].drop_duplicates("series")
     for peak, series in peaks.groupby("busbw_peak_gbps")["series"]:
         color = palette[series.iloc[0]] if len(series) == 1 else "0.4"
-        _level(ax, float(peak), f"peak {float(peak):g}", color)
+        level_line(ax, float(peak), f"peak {float(peak):g}", color)
     largest = int(sub["size_bytes"].max())
     return [
         (*where, "busbw_peak_gbps", str(series), largest, float(peak))
@@ -406,10 +227,10 @@ def _collective_figure(summary: pd.DataFrame, metric: str) -> Made | None:
     ].copy()
     if df.empty:
         return None
-    plt, sns = _setup()
-    df["panel"] = _panel(df)
+    plt, sns = setup_plotting()
+    df["panel"] = panel_of(df)
     if metric == "busbw_gbps":
-        _rate_band(df, "busbw_gbps", "time_us")
+        rate_band(df, "busbw_gbps", "time_us")
     df["series"] = [
         f"{int(n)} node{'s' if n != 1 else ''} x {int(g)} GPU{'s' if g != 1 else ''}"
         for n, g in zip(df["nodes"], df["gpus_per_node"])
@@ -449,8 +270,8 @@ def _collective_figure(summary: pd.DataFrame, metric: str) -> Made | None:
             legend=i == cols - 1,
         )
         ax.set_yscale("log")  # before the peak's level, which makes room for its name
-        points += _band(ax, sub, "size_bytes", metric, palette, (name, coll, panel))
-        _log2_axis(ax, sub["size_bytes"], format_size)
+        points += band(ax, sub, "size_bytes", metric, palette, (name, coll, panel))
+        log2_axis(ax, sub["size_bytes"], format_size)
         ax.tick_params(axis="x", labelrotation=45)
         ax.set_xlabel("message size (bytes, K/M/G = 2^10/2^20/2^30)")
         ax.set_ylabel(ylabel)
@@ -461,11 +282,11 @@ def _collective_figure(summary: pd.DataFrame, metric: str) -> Made | None:
         ]
         if metric == "busbw_gbps":
             points += _peak_lines(ax, sub, palette, (name, coll, panel))
-        _log_y(ax)
+        log_y(ax)
     if axes[0][-1].get_legend():
         sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1), title="nodes x GPUs per node")
-    _titled(fig, f"{title} (in-place where torch has it, worst rank; band: p10-p90)")
-    _settle_names(fig)
+    titled(fig, f"{title} (in-place where torch has it, worst rank; band: p10-p90)")
+    settle_names(fig)
     return fig, pd.DataFrame(points, columns=["plot", "collective", *POINT_COLUMNS[1:]])
 
 
@@ -492,7 +313,7 @@ def breakdown_figure(summary: pd.DataFrame) -> Made | None:
     ].copy()
     if df.empty:
         return None
-    plt, sns = _setup()
+    plt, sns = setup_plotting()
     df["panel"] = df["workload"].astype(str) + " · " + df["scaling"].astype(str)
     df = df.sort_values(["panel", "nodes", "gpus_per_node", "launcher", "nccl_config", "job"])
     panels = list(dict.fromkeys(df["panel"]))
@@ -520,29 +341,8 @@ def breakdown_figure(summary: pd.DataFrame) -> Made | None:
         ax.set_ylabel("share of the step (median step, slowest rank)")
         ax.set_title(panel, fontsize=10)
     axes[0][-1].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, title="step part")
-    _titled(fig, "Where each training step went (figures above the bars: scaling efficiency)")
+    titled(fig, "Where each training step went (figures above the bars: scaling efficiency)")
     return fig, pd.DataFrame(points, columns=POINT_COLUMNS)
-
-
-def figures(makers: list[tuple[str, Maker]]) -> Iterator[tuple[str, Figure, pd.DataFrame]]:
-    """(name, figure, points) of each (name, make) whose make has data; each figure is closed
-    once the caller has used it."""
-    plt, _ = _setup()
-    for name, make in makers:
-        made = make()
-        if made is None:
-            continue
-        fig, points = made
-        try:
-            yield name, fig, points
-        finally:
-            plt.close(fig)
-
-
-def _draw_into(root: Path, folder: str, makers: list[tuple[str, Maker]]) -> list[Path]:
-    """Draw each (name, make) that has data into ROOT/FOLDER/<name>.png, with its CSV; the PNGs
-    written."""
-    return [_save(fig, points, root, str(PurePosixPath(folder, name))) for name, fig, points in figures(makers)]
 
 
 @dataclass(frozen=True)
@@ -588,10 +388,7 @@ def run_plots(summary: pd.DataFrame, section: str | None = None, *, by: str = "n
 
 def draw_all(run: RunDir, summary: pd.DataFrame) -> list[Path]:
     """Draw every plot the summary has data for; return the PNG paths written."""
-    return _draw_into(run.path, run.plots.name, run_plots(summary))
-
-
-# --------------------------------------------------------------------------- one job's telemetry
+    return draw_into(run.path, run.plots.name, run_plots(summary))
 
 
 def timeline_figure(job: str, tele: Telemetry) -> Made | None:
@@ -617,7 +414,7 @@ def timeline_figure(job: str, tele: Telemetry) -> Made | None:
     points = pd.DataFrame(rows, columns=["metric", "series", "x", "y"])
     points = points[points["y"].notna()]
     metrics = [m for m in ("NIC sent MB/s", "CPU busy %", "GPU SM %") if (points["metric"] == m).any()]
-    plt, sns = _setup()
+    plt, sns = setup_plotting()
     fig, axes = plt.subplots(len(metrics), 1, figsize=(10, 2.4 * len(metrics)), sharex=True, squeeze=False)
     for ax, metric in zip(axes[:, 0], metrics, strict=True):
         sub = points[points["metric"] == metric]
@@ -634,262 +431,10 @@ def timeline_figure(job: str, tele: Telemetry) -> Made | None:
             if ax is axes[0, 0]:
                 ax.text(start - t0, 1.01, key, transform=ax.get_xaxis_transform(), fontsize="small", va="bottom")
     axes[-1, 0].set_xlabel("seconds since the first sample")
-    _titled(fig, f"{job}: each node while its workloads ran")
+    titled(fig, f"{job}: each node while its workloads ran")
     points.insert(0, "panel", job)
     points.insert(0, "plot", "timeline")
     return fig, points[POINT_COLUMNS]
-
-
-# --------------------------------------------------------------------------- two runs
-
-
-def _fit_legend(fig: Figure, ax: Axes) -> None:
-    """Lay the figure out, then widen it until the panel `ax` is no narrower than the legend
-    beside it (a legend of long settings-set names once dwarfed its panel). Measured, not
-    guessed: each pass draws the figure and scales its width by what is missing."""
-    import warnings
-
-    with warnings.catch_warnings():  # a legend wider than the panels cannot be laid out until widened
-        warnings.filterwarnings("ignore", "Tight layout not applied")
-        _layout(fig)
-    legend = ax.get_legend()
-    if legend is None:
-        return
-    for _ in range(4):
-        fig.canvas.draw()
-        renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
-        want, have = legend.get_window_extent(renderer).width, ax.get_window_extent(renderer).width
-        if have >= want:
-            return
-        fig.set_figwidth(fig.get_figwidth() * (1 + (want - max(have, 1.0)) / max(have, 1.0) * 1.1))
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", "Tight layout not applied")
-            _layout(fig)
-
-
-def _both(a: pd.DataFrame, b: pd.DataFrame, labels: tuple[str, str]) -> pd.DataFrame:
-    import pandas as pd
-
-    return pd.concat([a.assign(run=labels[0]), b.assign(run=labels[1])], ignore_index=True)
-
-
-def _two_runs(
-    sns: ModuleType,
-    ax: Axes,
-    sub: pd.DataFrame,
-    x: str,
-    y: str,
-    labels: tuple[str, str],
-    legend: bool,
-    styles: list[str],
-    where: tuple[str, ...],
-) -> list[tuple[Any, ...]]:
-    """One panel of a two-run plot: colour tells the runs apart, the line style the series.
-    `styles` is every series of the figure, in one order for all panels: seaborn gives each
-    panel's series their dashes in the order it is given, and the legend comes from one panel,
-    so without it the legend and the other panels could disagree on which dash is which.
-    Each run's series gets its p10-p90 band in the run's colour, where the rows have one
-    (Side.spread). Returns the points drawn, bands first, each series named `<run> · <series>`."""
-    palette = dict(zip(labels, sns.color_palette(n_colors=2), strict=True))
-    bands = _band(
-        ax,
-        sub.assign(series=sub["run"] + " · " + sub["series"]),
-        x,
-        y,
-        {f"{r} · {s}": palette[r] for r, s in zip(sub["run"], sub["series"])},
-        where,
-    )
-    sns.lineplot(
-        data=sub,
-        x=x,
-        y=y,
-        hue="run",
-        hue_order=list(labels),
-        palette=palette,
-        style="series",
-        style_order=styles,
-        marker="o",
-        estimator=None,
-        sort=True,
-        ax=ax,
-        legend=legend,
-    )
-    return bands + [
-        (*where, y, f"{r} · {s}", int(v), float(w)) for r, s, v, w in zip(sub["run"], sub["series"], sub[x], sub[y])
-    ]
-
-
-def compare_busbw_figure(a: pd.DataFrame, b: pd.DataFrame, labels: tuple[str, str]) -> Made | None:
-    """busbw vs message size, both runs on one axis per node count (completed rows of each)."""
-    import pandas as pd
-
-    df = _both(a, b, labels)
-    df = df[(df["workload"] == COLLECTIVE_WORKLOAD) & (df["busbw_gbps"] > 0)].copy()
-    if df.empty:
-        return None
-    plt, sns = _setup()
-    df["series"] = measured(df) + " · " + df["gpus_per_node"].astype(str) + " GPU/node · " + _panel(df)
-    _rate_band(df, "busbw_gbps", "time_us")
-    nodes = sorted(df["nodes"].unique())
-    styles = sorted(df["series"].unique())
-    fig, axes = plt.subplots(1, len(nodes), figsize=(max(7.0, 5.5 * len(nodes)), 4.4), squeeze=False)
-    points = []
-    for c, n in enumerate(nodes):
-        ax = axes[0][c]
-        sub = df[df["nodes"] == n].sort_values("size_bytes")
-        where = ("compare_busbw", f"{int(n)} nodes")
-        points += _two_runs(sns, ax, sub, "size_bytes", "busbw_gbps", labels, (c == len(nodes) - 1), styles, where)
-        _log2_axis(ax, sub["size_bytes"], format_size)
-        _log_y(ax)
-        ax.tick_params(axis="x", labelrotation=45)
-        ax.set_xlabel("message size")
-        ax.set_ylabel("bus bandwidth (GB/s, log)")
-        ax.set_title(f"{int(n)} node{'s' if n != 1 else ''}")
-    if axes[0][-1].get_legend():
-        sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1))
-    fig.suptitle(f"Bus bandwidth: {labels[0]} vs {labels[1]}")
-    _fit_legend(fig, axes[0][-1])
-    return fig, pd.DataFrame(points, columns=POINT_COLUMNS)
-
-
-def compare_scaling_figure(a: pd.DataFrame, b: pd.DataFrame, labels: tuple[str, str]) -> Made | None:
-    """Both runs' scaling curves: images/s per GPU of each training workload, and busbw at the
-    largest message size, against the node count."""
-    import pandas as pd
-
-    df = _both(a, b, labels)
-    # each workload's throughput per GPU in its own unit (catalog.UNITS): images, or tokens
-    train = df[df["workload"].isin(TRAINING)].copy()
-    tokens = train["tokens_per_s_per_gpu"] if "tokens_per_s_per_gpu" in train else float("nan")
-    train["per_gpu"] = train["images_per_s_per_gpu"].where(train["workload"] != "transformer", tokens)
-    train = train[train["per_gpu"] > 0]
-    # the all-reduce over every rank, as the panel's title says: other collectives and groups
-    # would share its series
-    coll = df[
-        (df["workload"] == COLLECTIVE_WORKLOAD)
-        & (df["busbw_gbps"] > 0)
-        & (df["collective"] == "all_reduce")
-        & (measured(df) == "all_reduce")
-    ]
-    if len(coll):
-        coll = coll.loc[
-            coll.groupby(["run", "nodes", "gpus_per_node", "launcher", "nccl_config"])["size_bytes"].idxmax()
-        ].copy()
-        _rate_band(coll, "busbw_gbps", "time_us")
-    _rate_band(train, "per_gpu", "step_time_ms")
-    panels = [
-        (f"{w} ({s})", train[(train["workload"] == w) & (train["scaling"] == s)], "per_gpu", f"{UNITS[w]}/s per GPU")
-        for w, s in sorted(set(zip(train["workload"], train["scaling"])))
-    ]
-    if len(coll):
-        panels.append(("all-reduce at the largest size", coll, "busbw_gbps", "bus bandwidth (GB/s)"))
-    if not panels:
-        return None
-    plt, sns = _setup()
-
-    def series(rows: pd.DataFrame) -> pd.Series:
-        return rows["gpus_per_node"].astype(str) + " GPU/node · " + _panel(rows)
-
-    styles = sorted({s for _, rows, _, _ in panels for s in series(rows)})
-    fig, axes = plt.subplots(1, len(panels), figsize=(max(7.0, 5.0 * len(panels)), 4.2), squeeze=False)
-    points = []
-    for c, (title, rows, metric, ylabel) in enumerate(panels):
-        ax = axes[0][c]
-        sub = rows.assign(series=series(rows)).sort_values("nodes")
-        points += _two_runs(
-            sns, ax, sub, "nodes", metric, labels, (c == len(panels) - 1), styles, ("compare_scaling", title)
-        )
-        _nodes_axis(ax, sub)
-        ax.set_ylabel(ylabel)
-        ax.set_title(title)
-    if axes[0][-1].get_legend():
-        sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1))
-    fig.suptitle(f"Scaling: {labels[0]} vs {labels[1]}")
-    _fit_legend(fig, axes[0][-1])
-    return fig, pd.DataFrame(points, columns=POINT_COLUMNS)
-
-
-def png_bytes(fig: Figure) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    return buf.getvalue()
-
-
-def draw_compare(out: Path, a: pd.DataFrame, b: pd.DataFrame, labels: tuple[str, str]) -> list[Path]:
-    """compare_busbw.png and compare_scaling.png (each with its CSV) in `out`, the directory the
-    user named, made when missing."""
-    out.mkdir(parents=True, exist_ok=True)
-    return _draw_into(
-        out,
-        "",
-        [
-            ("compare_busbw", lambda: compare_busbw_figure(a, b, labels)),
-            ("compare_scaling", lambda: compare_scaling_figure(a, b, labels)),
-        ],
-    )
-
-
-HISTORY_LABEL_INCHES = 1.0  # the width a history tick's label takes at 8 points
-
-
-def _run_label(run: str) -> str:
-    """'2026-11-26 10:30 #12' as two short lines: '2026-11-26' over '10:30 #12'."""
-    day, _, rest = run.partition(" ")
-    return f"{day}\n{rest}" if rest else run
-
-
-def history_figure(points: pd.DataFrame, cluster: str) -> tuple[bytes, bytes]:
-    """(PNG, CSV of its points) of a cluster's key figures over time (history_made)."""
-    plt, _ = _setup()
-    fig, frame = history_made(points, cluster)
-    try:
-        return png_bytes(fig), frame.to_csv(index=False).encode()
-    finally:
-        plt.close(fig)
-
-
-def history_made(points: pd.DataFrame, cluster: str) -> Made:
-    """(figure, points) of a cluster's key figures over time: busbw at the largest message size
-    per configuration, and images/s per GPU per training workload (history.points)."""
-    import pandas as pd
-
-    plt, sns = _setup()
-    df = points.sort_values(["created", "id"], kind="stable")
-    df["run"] = df["created"].str.slice(0, 16).str.replace("T", " ") + " #" + df["id"].astype(str)
-    order = list(dict.fromkeys(df["run"]))
-    pos = {run: i for i, run in enumerate(order)}
-    metrics = [
-        (m, label)
-        for m, label in (
-            ("busbw_gbps", "busbw at the largest size (GB/s)"),
-            ("images_per_s_per_gpu", "images/s per GPU"),
-        )
-        if (df["metric"] == m).any()
-    ]
-    fig, axes = plt.subplots(
-        len(metrics), 1, figsize=(max(8.0, 0.35 * len(order) + 6), 4.0 * len(metrics)), squeeze=False
-    )
-    points_out = []
-    for r, (metric, label) in enumerate(metrics):
-        ax = axes[r][0]
-        sub = df[df["metric"] == metric].assign(x=lambda d: d["run"].map(pos))
-        sns.lineplot(data=sub, x="x", y="value", hue="series", marker="o", estimator=None, sort=True, ax=ax)
-        # upright labels of two short lines (the day, the time and id), every `step`-th run's, so
-        # that each has its width: rotated full timestamps once took half the figure's height
-        step = max(1, math.ceil(HISTORY_LABEL_INCHES / (fig.get_figwidth() / max(len(order), 1))))
-        ax.set_xticks(range(len(order)))
-        ax.set_xticklabels(
-            [_run_label(o) if i % step == 0 else "" for i, o in enumerate(order)], rotation=0, fontsize=8
-        )
-        ax.set_xlabel("run (when it was planned, history id)")
-        ax.set_ylabel(label)
-        if ax.get_legend():
-            sns.move_legend(ax, "upper left", bbox_to_anchor=(1.02, 1), fontsize="small")
-        points_out += [
-            ("history", cluster, metric, s, int(x), float(y)) for s, x, y in zip(sub["series"], sub["x"], sub["value"])
-        ]
-    _titled(fig, f"History of {cluster}")
-    return fig, pd.DataFrame(points_out, columns=POINT_COLUMNS)
 
 
 def _ink(rgba: tuple[float, ...]) -> str:
@@ -904,7 +449,7 @@ def _ink(rgba: tuple[float, ...]) -> str:
 def draw_heatmap(root: Path, v: Verdict) -> Path | None:
     """ROOT/heatmap.png and ROOT/heatmap.csv of a node check's verdict, or None without pairs."""
     made = heatmap_figure(v)
-    return None if made is None else _save(*made, root, "heatmap")
+    return None if made is None else save(*made, root, "heatmap")
 
 
 def heatmap_figure(v: Verdict) -> Made | None:
@@ -914,7 +459,7 @@ def heatmap_figure(v: Verdict) -> Made | None:
     import numpy as np
     import pandas as pd
 
-    plt, _ = _setup()
+    plt, _ = setup_plotting()
     metrics = [m for m, figs in v.pair_figures.items() if figs]
     if not metrics:
         return None

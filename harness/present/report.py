@@ -14,7 +14,7 @@ from benchmarks.catalog import COLLECTIVE_WORKLOAD
 from harness import executors, stragglers, telemetry
 from harness.analysis.compare import SAME, Comparison
 from harness.analysis.sides import METRICS, Side, records
-from harness.present import plot
+from harness.present import compare_plot, figure, plot
 from harness.present.tables import (
     BREAKDOWN_COLUMNS,
     BREAKDOWN_HEAD,
@@ -80,7 +80,7 @@ def _img(png: bytes, alt: str) -> str:
 
 
 def _figures(makers: list[tuple[str, plot.Maker]]) -> str:
-    return "\n".join(_img(plot.png_bytes(fig), alt) for alt, fig, _points in plot.figures(makers))
+    return "\n".join(_img(figure.png_bytes(fig), alt) for alt, fig, _points in figure.figures(makers))
 
 
 def run_section(run: RunDir, side: Side) -> str:
@@ -309,8 +309,14 @@ def compare_section(cmp: Comparison) -> str:
     parts.append(
         _figures(
             [
-                ("busbw of both runs", lambda: plot.compare_busbw_figure(cmp.a.spread(), cmp.b.spread(), labels)),
-                ("scaling of both runs", lambda: plot.compare_scaling_figure(cmp.a.spread(), cmp.b.spread(), labels)),
+                (
+                    "busbw of both runs",
+                    lambda: compare_plot.compare_busbw_figure(cmp.a.spread(), cmp.b.spread(), labels),
+                ),
+                (
+                    "scaling of both runs",
+                    lambda: compare_plot.compare_scaling_figure(cmp.a.spread(), cmp.b.spread(), labels),
+                ),
             ]
         )
     )
