@@ -2,7 +2,7 @@
 
 One record per collective, as nccl-tests keeps one per test (docs/reference.md): its bus
 factor, how it lays out its buffers, the torch.distributed call, and the values a correct call
-leaves behind. `benchmarks.allreduce` measures with these records; the harness validates
+leaves behind. `benchmarks.collectives` measures with these records; the harness validates
 sweeps against the same tables. This module imports no torch, so the harness can read it at
 start-up: the tensor work is done by the objects the workload passes in.
 """
@@ -90,7 +90,8 @@ BREAKDOWN_FRACTIONS = ("compute_fraction", "imbalance_fraction", "step_data_wait
 
 @dataclass(frozen=True)
 class CollectiveDefaults:
-    """benchmarks/allreduce.py: nccl-tests' -b 8 -e 128M -f 2 -n 20 -w 5 -c 1, and the link probe."""
+    """benchmarks/collectives.py (the `allreduce` workload): nccl-tests' -b 8 -e 128M -f 2 -n 20
+    -w 5 -c 1, and the link probe."""
 
     min_bytes: int = 8
     max_bytes: int = 128 * 1024**2

@@ -3,7 +3,7 @@ device has (docs/hardening.md, "Memory"). A message or a model that cannot fit i
 one line naming the setting to lower, rather than found by the allocator as a traceback per rank
 or by the OOM killer.
 
-    collectives   the input and output buffers of the largest message (benchmarks/allreduce.py
+    collectives   the input and output buffers of the largest message (benchmarks/collectives.py
                   allocates both once), and the link probe's send and receive buffers
     transformer   parameters, gradients and AdamW's two moments, 16 bytes a parameter in fp32
                   (sharded over the world under FSDP), plus activations: per layer

@@ -6,7 +6,7 @@ Every node is first measured alone (a matmul on each of its devices, and with tw
 ranks per node an all-reduce among them). Then every pair of nodes runs a two-node all-reduce
 and a point-to-point exchange, in N - 1 rounds (N even; N when odd, one node idle in each) of
 disjoint pairs that run at once: the circle method of a round-robin tournament, the schedule
-`benchmarks/allreduce.py`'s link probe follows between ranks. Node N - 1 (N when odd: a phantom
+`benchmarks/linkprobe.py`'s link probe follows between ranks. Node N - 1 (N when odd: a phantom
 whose partner sits out) stays put; in round r it meets node r, and node r + k meets node
 r - k (mod N - 1) for k = 1 .. N/2 - 1. So the check takes O(N) rounds, not O(N^2) jobs; with
 `partners` = K only the first K rounds run, and each node meets K others.

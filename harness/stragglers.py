@@ -2,7 +2,7 @@
 
 Collective and DDP step times cannot say it: every rank of a collective waits for the slowest
 one, so all ranks record the same times whichever node is slow. The all-reduce workload's link
-probe can (benchmarks/allreduce.py, `_link_probe`): every pair of ranks exchanges a message
+probe can (benchmarks/linkprobe.py, `link_probe`): every pair of ranks exchanges a message
 on its own, so a slow node's link shows in every pair that includes it, and in no other.
 
 Per job, per pass of the probe, a pair's time is the lesser of what its two ranks measured: each

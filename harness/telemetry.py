@@ -522,7 +522,7 @@ def cross_node_bytes(result: Mapping[str, Any]) -> dict[str, int] | str:
             return f"its {kind} groups {members!r:.60} do not divide the ranks 0..{n - 1} among them"
     for row in result["rows"]:
         name = row["collective"]
-        # out of place too where the collective has an in-place form (benchmarks/allreduce.py)
+        # out of place too where the collective has an in-place form (benchmarks/collectives.py)
         record = collective(name)
         calls = once * (2 if params["out_of_place"] and record.in_place else 1)
         sent = record.gloo_sent

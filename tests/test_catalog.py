@@ -9,7 +9,7 @@ import pytest
 import torch
 from conftest import SWEEPS
 
-from benchmarks import allreduce, catalog, training
+from benchmarks import catalog, collectives, training
 from benchmarks.imagefolder import ensure_imagefolder
 from harness.plan import expand
 from harness.sweepfile import load_sweep
@@ -23,7 +23,7 @@ def _choices(parser, dest: str) -> tuple:
 def test_every_dtype_the_workload_takes_a_sweep_takes(dtype):
     sweep = load_sweep(SWEEPS / "local.yaml", overrides=(f"workloads.allreduce.dtype={dtype}",))
     assert sweep.workloads.allreduce.dtype == dtype
-    args = allreduce.build_parser().parse_args(["-d", dtype])
+    args = collectives.build_parser().parse_args(["-d", dtype])
     assert getattr(torch, catalog.DTYPES[args.dtype]).is_floating_point == (not dtype.startswith("int"))
     # and the job runs it with that flag
     job = next(j for j in expand(sweep) if any(r.workload == "allreduce" for r in j.runs))
@@ -32,7 +32,7 @@ def test_every_dtype_the_workload_takes_a_sweep_takes(dtype):
 
 
 def test_the_workload_flags_offer_exactly_the_catalog():
-    parser = allreduce.build_parser()
+    parser = collectives.build_parser()
     assert set(_choices(parser, "dtype")) == set(catalog.DTYPES)
     assert tuple(_choices(parser, "op")) == catalog.OPS
     assert tuple(_choices(parser, "device")) == catalog.DEVICES

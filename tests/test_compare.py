@@ -110,7 +110,7 @@ def test_a_rank_that_waited_for_its_partners_to_start_is_not_a_straggler():
 
 
 def test_pair_schedule_meets_every_pair_once():
-    from benchmarks.allreduce import pair_partner, pair_rounds
+    from benchmarks.linkprobe import pair_partner, pair_rounds
 
     for world in range(2, 10):
         met = set()

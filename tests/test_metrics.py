@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 import torch
 
-from benchmarks import allreduce
-from benchmarks.allreduce import CollectiveRun, Group, GroupCalls, bus_factor, message_sizes
+from benchmarks import collectives
 from benchmarks.catalog import COLLECTIVES, WORLD
+from benchmarks.collectives import CollectiveRun, Group, GroupCalls, bus_factor, message_sizes
 from benchmarks.common import UsageError, captured_variables, detect_launch, format_size, parse_size, percentile
 from harness.collect import add_scaling
 from harness.summary import COLUMNS
@@ -93,7 +93,7 @@ def test_the_check_counts_a_wrong_element(name, in_place, check_slice, monkeypat
     """Rank 1 of 3 (the root of reduce and gather): give it the right output, then corrupt one
     element, as a bad reduction would. Checked in slices of 7 elements too, which cross
     all_gather's chunks of 40 and alltoallv's shares of 20, 40 and 60 at odd places."""
-    monkeypatch.setattr(allreduce, "CHECK_SLICE", check_slice)
+    monkeypatch.setattr(collectives, "CHECK_SLICE", check_slice)
     coll = _checked_rank_of_3(name)
     target = coll.output(in_place)
     target.copy_(coll.expected(0, target.numel()).to(target.dtype))

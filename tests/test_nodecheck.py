@@ -38,7 +38,7 @@ def test_every_pair_meets_once_in_rounds_of_disjoint_pairs(n):
 def test_the_rounds_are_the_link_probe_s_schedule():
     """The same circle method as the probe between ranks (benchmarks/allreduce.py), so a node
     check and a job's probe pair the same nodes in the same order."""
-    from benchmarks.allreduce import pair_partner
+    from benchmarks.linkprobe import pair_partner
 
     for n in (4, 5, 8):
         for r, pairs in enumerate(rounds(n)):

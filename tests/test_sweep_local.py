@@ -18,7 +18,7 @@ import pytest
 from conftest import ROOT, bench, check_breakdown, left_in, read_json, run
 from PIL import Image
 
-from benchmarks.allreduce import bus_factor
+from benchmarks.collectives import bus_factor
 from harness import telemetry
 from harness.analysis.sides import records
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from conftest import bench, check_breakdown, read_json
 
-from benchmarks.allreduce import bus_factor
 from benchmarks.catalog import COLLECTIVES
+from benchmarks.collectives import bus_factor
 
 pytestmark = pytest.mark.slow
 SECRET = "hunter2-do-not-record"
