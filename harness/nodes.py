@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness import executors, nodecheck
+from harness import executors, hostlists, nodecheck
 from harness.analysis import nodehistory
 from harness.cluster import ClusterProfile
 from harness.cost import Cost
@@ -25,7 +25,8 @@ from harness.errors import EXIT_FOUND, EXIT_UNJUDGED, HistoryError, RunDirError,
 from harness.executors import Executor
 from harness.executors.slurm.nodes import check_job
 from harness.fields import FieldError, build
-from harness.nodecheck import HOSTLIST_RE, NODE_NAME_RE, Options, Verdict
+from harness.hostlists import HOSTLIST_RE, NODE_NAME_RE
+from harness.nodecheck import Options, Verdict
 from harness.nodesteps import FOLDER, PLAN, RECORD, Driver, LocalLauncher, Plan, load_plan
 from harness.present import nodes as present
 from harness.rundir import COMPLETED, RunDir, claim, locked
@@ -110,7 +111,7 @@ def expand(nodelist: str) -> list[str]:
     if not HOSTLIST_RE.fullmatch(nodelist):
         raise UsageError(f"--nodelist {nodelist!r} is not a Slurm hostlist (names, [ranges], commas)")
     try:
-        return list(dict.fromkeys(nodecheck.expand_hostlist(nodelist)))
+        return list(dict.fromkeys(hostlists.expand_hostlist(nodelist)))
     except ValueError as exc:
         raise UsageError(f"--nodelist: {exc}") from None
 
@@ -155,7 +156,7 @@ def start(
         where = f"--nodelist {nodelist}" if nodelist else f"partition {profile.partition if profile else '(default)'}"
         if not names:
             raise UsageError(f"{where}: no node that can join an allocation")
-        nodelist = nodecheck.hostlist(names)
+        nodelist = hostlists.hostlist(names)
     if len(names) < 2:
         raise UsageError(f"the check needs at least 2 nodes, found {len(names)}: {', '.join(names)}")
     if options.partners is not None and options.partners >= nodecheck.tournament(len(names)):

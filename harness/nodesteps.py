@@ -28,9 +28,10 @@ from typing import Any, BinaryIO
 
 from benchmarks.catalog import BACKENDS, DEVICES
 from benchmarks.results import RESULT_LIMIT, json_bytes, load_result, read_regular
-from harness import inside, nodecheck
+from harness import hostlists, inside, nodecheck
+from harness.hostlists import HOSTLIST_RE, NODE_NAME_RE
 from harness.logs import error_line, tail
-from harness.nodecheck import HOSTLIST_RE, NODE_NAME_RE, Options, Step
+from harness.nodecheck import Options, Step
 from harness.procs import TAG, agent_command, die_with_parent, free_port, kill_groups, new_tag
 from harness.rundir import CANCELLED, COMPLETED, FAILED, TIMEOUT, now
 
@@ -427,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     run = Path.cwd()
     try:
         options = load_plan(run).options
-        names = nodecheck.expand_hostlist(os.environ.get("SLURM_JOB_NODELIST", ""))
+        names = hostlists.expand_hostlist(os.environ.get("SLURM_JOB_NODELIST", ""))
         job_id = int(os.environ.get("SLURM_JOB_ID", "0"))
     except (ValueError, OSError) as exc:
         print(f"bench nodes: {exc}", file=sys.stderr)

@@ -14,6 +14,10 @@ samples, taken when the data is read.
 
 Only the standard library and the torch-free benchmarks/catalog.py: the sampler starts on every
 node of every job, and reads a few small files per interval.
+
+One file: the sampler that writes a sample and the reader that turns samples into rates and
+the NIC cross-check share the sample's record field by field, and the sampler is started as
+this module (`python -m harness.telemetry sample`) on nodes that may have only bench's code.
 """
 
 from __future__ import annotations

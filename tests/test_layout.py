@@ -83,3 +83,19 @@ def test_the_architecture_lists_every_module():
         listed, tree = _listed(doc, heading), _modules(package)
         assert len(tree) > 10
         assert listed == tree, f"docs/architecture.md, {package}/: not listed {tree - listed}, gone {listed - tree}"
+
+
+LONG = 600  # lines past which a module must say why it is one file
+
+
+def test_a_module_past_600_lines_says_why_it_is_one_file():
+    """A module grows past LONG lines only with a paragraph of its docstring that begins "One
+    file:" and says why its parts cannot live apart (CONTRIBUTING.md, "Where a change goes")."""
+    paths = sorted([*(ROOT / "harness").rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py")])
+    assert len(paths) > 60
+    silent = []
+    for path in paths:
+        text = path.read_text()
+        if text.count("\n") > LONG and "\n\nOne file: " not in (ast.get_docstring(ast.parse(text)) or ""):
+            silent.append(f"{path.relative_to(ROOT)}: {text.count(chr(10))} lines")
+    assert silent == []

@@ -10,12 +10,11 @@ import re
 
 import pytest
 
+from harness.hostlists import expand_hostlist, hostlist
 from harness.nodecheck import (
     FigureError,
     Options,
     Population,
-    expand_hostlist,
-    hostlist,
     judge,
     round_count,
     rounds,

@@ -17,6 +17,9 @@ least two usable samples. A key that failed in the newest run is taken from the 
 where it was usable. The history defends itself against its own content: a damaged entry
 stops a command with one line that names it, `history check` finds every such entry, and
 `history remove` takes one out.
+
+One file: the tables, the writes that fill them in one transaction, and the queries that draw a
+baseline from them are one schema; gate.py and nodehistory.py keep their own tables beside it.
 """
 
 from __future__ import annotations

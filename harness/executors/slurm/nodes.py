@@ -4,7 +4,7 @@ its one or two nodes through the step script rendered here. One allocation for t
 so it waits in the queue once and its rounds follow one another without gaps.
 
 Rendering is pure, as script.py's: node names never reach either script's text. The user's
-hostlist goes on an #SBATCH line, held to Slurm's hostlist characters (nodecheck.HOSTLIST_RE);
+hostlist goes on an #SBATCH line, held to Slurm's hostlist characters (hostlists.HOSTLIST_RE);
 the step script takes the step's nodes, port and workload as arguments and only ever expands
 them inside double quotes.
 """
@@ -30,7 +30,8 @@ from harness.executors.slurm.script import (
     tasks_and_cpus,
 )
 from harness.executors.slurm.via_submitit import SubmititExecutor
-from harness.nodecheck import HOSTLIST_RE, round_count
+from harness.hostlists import HOSTLIST_RE
+from harness.nodecheck import round_count
 from harness.nodesteps import FOLDER, JOB, RECORD, STEP_SCRIPT, Plan, in_submitit_task
 from harness.plan import Job, WorkloadRun
 from harness.rundir import RunDir
