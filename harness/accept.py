@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from benchmarks.catalog import COLLECTIVE_WORKLOAD, TRAINING, WORLD
 from benchmarks.common import format_size
 from benchmarks.results import read_regular
-from harness import nodes, provenance, sweep
+from harness import check_nodes, provenance, sweep
 from harness.analysis import reference
 from harness.analysis.compare import FAILED, SLOWER, UNJUDGED
 from harness.analysis.sides import load_run
@@ -105,7 +105,7 @@ def start(
         raise RunDirError(f"{out}: exists and is not an empty directory; bench accept writes a new one")
     console.print(f"bench accept: {len(refs)} reference figure(s) of {profile.name}, into {out}", markup=False)
     console.print("1. the node check", markup=False)
-    status = nodes.start(
+    status = check_nodes.start(
         executor=executor,
         profile=profile,
         options=options,

@@ -42,7 +42,7 @@ PLAN_VERSION = 1
 RECORD = "steps.json"
 ROUNDS_DIR = "rounds"  # in the check's folder: <k>.json, the steps of round k
 RECORD_VERSION = 1
-STEP_SCRIPT = "step.sh"  # the srun line of a step, rendered by harness/executors/slurm/nodes.py
+STEP_SCRIPT = "step.sh"  # the srun line of a step, rendered by harness/executors/slurm/check_job.py
 _POLL_S = 0.05
 _GRACE_S = 30.0  # past the step timeout before the driver ends a step Slurm's --time did not
 
@@ -396,7 +396,7 @@ def load_plan(run: Path) -> Plan:
         options = Options(**{**raw, "reference": tuple(reference) if isinstance(reference, list) else reference})
         check_options(options)
         executor, threshold, nodes = data["executor"], data["threshold"], data["nodes"]
-        # one of bench's executors: harness/nodes.py asks the registry, which this module is below
+        # one of bench's executors: harness/check_nodes.py asks the registry, which this module is below
         if not isinstance(executor, str) or not re.fullmatch(r"[a-z]{1,32}", executor):
             raise ValueError(f"executor must be the name of one of bench's executors, found {executor!r}")
         if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold < 1:

@@ -14,7 +14,7 @@ from conftest import bench
 from benchmarks.catalog import COLLECTIVES
 from harness.cluster import Hardware, load_profile
 from harness.fields import FieldError
-from harness.present.nodes import expected
+from harness.present.node_verdict import expected
 
 # 8 NDR400 NICs per node at 50 GB/s, NVLink at 450 GB/s per GPU (docs/expected.md)
 H100 = Hardware(network_gbps_per_node=400, nics_per_node=8, intra_node_gbps_per_gpu=450)

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 from conftest import HOSTILE_VALUES, SWEEPS, bench, left_in, read_json
 
-from harness import nodecheck, nodes
+from harness import check_nodes, nodecheck
 from harness.analysis import nodehistory
 from harness.cluster import load_profile
 from harness.errors import RunDirError
-from harness.executors.slurm.nodes import check_job, render_check_script, render_step_script
+from harness.executors.slurm.check_job import check_job, render_check_script, render_step_script
 from harness.nodecheck import Options
 from harness.nodesteps import FOLDER, Driver, LocalLauncher, Plan
 
@@ -391,7 +391,7 @@ def test_a_link_that_degrades_is_a_change_point_of_the_history(local_check, tmp_
     assert r.returncode == 3 and "as node check 1 of cluster lab: 2 nodes" in r.stdout  # 2 nodes: not judged
     for k in range(1, 8):  # in this process: what the command adds, without its start-up
         night = _night(local_check[1], tmp_path / f"n{k}", k, 1.0 if k < 4 else 0.4)
-        check = nodehistory.add(db, night, "lab", f"night{k}", nodes.verdict_of(night))
+        check = nodehistory.add(db, night, "lab", f"night{k}", check_nodes.verdict_of(night))
         assert check.id == k + 1 and check.nodes == 2
     again = bench("history", "add", str(tmp_path / "n0"), "--cluster", "lab", "--db", str(db), check=False)
     assert again.returncode == 2 and "already in the history as node check 1" in again.stderr

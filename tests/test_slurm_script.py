@@ -135,7 +135,7 @@ def test_pyxis_imports_the_image_once_a_job_outside_the_step_limits(tmp_path):
     (the hang watcher's stall limit and a node check step's --time never see the pull); every
     step names the same container, of this job alone, and the job removes it on its way out.
     bash runs the script's lines with srun and enroot standing in, each printing its argv."""
-    from harness.executors.slurm.nodes import check_job, render_check_script, render_step_script
+    from harness.executors.slurm.check_job import check_job, render_check_script, render_step_script
     from harness.nodecheck import Options
     from harness.nodesteps import Plan
 

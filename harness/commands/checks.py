@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from benchmarks.common import parse_size
-from harness import accept, executors, nodes
+from harness import accept, check_nodes, executors
 from harness.analysis.compare import parse_threshold
 from harness.commands.common import (
     DB_HELP,
@@ -57,7 +57,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
             threshold = parse_threshold(args.threshold) if args.threshold else None
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-        return nodes.judge_again(Path(args.report), threshold, console, args.json)
+        return check_nodes.judge_again(Path(args.report), threshold, console, args.json)
     # The check's nodes come from the profile's partition, so a dry run needs it too.
     kind, profile = chosen_executor(args, console, profile_on_dry_run=True)
     try:
@@ -73,7 +73,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
         iters=args.iters,
         gemm_size=args.gemm_size,
         partners=args.partners,
-        reference=tuple(nodes.expand(args.reference)) if args.reference else (),
+        reference=tuple(check_nodes.expand(args.reference)) if args.reference else (),
         gemm=args.device != "cpu" if args.gemm is None else args.gemm,
         concurrency=args.concurrency or ((profile.max_running_jobs if profile else None) if kind.batch else 1),
         step_timeout_s=args.step_timeout,
@@ -86,7 +86,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
             raise UsageError(f"--time-limit {exc}") from None
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = Path(args.out) if args.out else results_root() / f"nodes-{stamp}"
-    return nodes.start(
+    return check_nodes.start(
         executor=kind,
         profile=profile,
         options=options,

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from benchmarks.results import atomic_write_bytes
-from harness import nodes, outputs
+from harness import check_nodes, outputs
 from harness.analysis import changes, gate, history, nodehistory
 from harness.analysis.sides import METRICS
 from harness.commands.common import DB_HELP, history_db, metric_names, new_console, threshold_arg
@@ -41,7 +41,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     if args.count and args.action != "list":
         raise UsageError("--count is for history list")
     if args.action == "add" and nodehistory.is_check(Path(args.dir)):
-        judged = nodes.verdict_of(Path(args.dir))
+        judged = check_nodes.verdict_of(Path(args.dir))
         check = nodehistory.add(db, Path(args.dir), args.cluster, args.label, judged)
         print(
             f"added the node check {args.dir} to {db} as node check {check.id} of cluster {check.cluster}"

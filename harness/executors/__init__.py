@@ -11,8 +11,8 @@ import shutil
 from harness.errors import RunDirError
 from harness.executors.base import Executor
 from harness.executors.local import LocalExecutor
+from harness.executors.slurm.check_job import NodesExecutor, NodesSubmitit
 from harness.executors.slurm.executor import SlurmExecutor
-from harness.executors.slurm.nodes import NodesExecutor, NodesSubmitit
 from harness.executors.slurm.via_submitit import SubmititExecutor
 
 # Each backend that runs a sweep's jobs, by name.

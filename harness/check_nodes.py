@@ -23,12 +23,12 @@ from harness.cluster import ClusterProfile
 from harness.cost import Cost
 from harness.errors import EXIT_FOUND, EXIT_UNJUDGED, HistoryError, RunDirError, SlurmError, UsageError, shown
 from harness.executors import Executor
-from harness.executors.slurm.nodes import check_job
+from harness.executors.slurm.check_job import check_job
 from harness.fields import FieldError, build
 from harness.hostlists import HOSTLIST_RE, NODE_NAME_RE
 from harness.nodecheck import Options, Verdict
 from harness.nodesteps import FOLDER, PLAN, RECORD, Driver, LocalLauncher, Plan, load_plan
-from harness.present import nodes as present
+from harness.present import node_verdict as present
 from harness.rundir import COMPLETED, RunDir, claim, locked
 from harness.sweep import confirm, execute
 
