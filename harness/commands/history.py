@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from benchmarks.results import atomic_write_bytes
-from harness import check_nodes, outputs
+from harness import check_nodes, user_files
 from harness.analysis import changes, gate, history, nodehistory
 from harness.analysis.sides import METRICS
 from harness.commands.common import DB_HELP, history_db, metric_names, new_console, threshold_arg
@@ -162,10 +162,10 @@ def cmd_history(args: argparse.Namespace) -> int:
         if pts.empty:
             raise UsageError(f"{db}: no run of cluster {args.cluster!r}; see `bench history list`")
         out = Path(args.out) if args.out else db.parent / f"history-{_file_safe(args.cluster)}.png"
-        outputs.check(str(out), "--out")
+        user_files.check(str(out), "--out")
         png, points = history_figure(pts, args.cluster)
-        outputs.write(out, png, "--out")
-        csv = outputs.beside(out, ".csv")
+        user_files.write(out, png, "--out")
+        csv = user_files.beside(out, ".csv")
         if csv is not None:
             atomic_write_bytes(csv, points)
         print(f"wrote {out}" + (f" and {csv}" if csv is not None else ""))

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from benchmarks.results import open_regular
-from harness import executors, inside, outputs, transport
+from harness import executors, inside, transport, user_files
 from harness.analysis import gate, history, reference
 from harness.analysis.compare import (
     AXES,
@@ -86,7 +86,7 @@ def _sides(dir_a: str, dir_b: str | None, across: tuple[str, str, str] | None) -
 
 def cmd_compare(args: argparse.Namespace) -> int:
     threshold, across = threshold_arg(args.threshold), _across(args.across)
-    csv_path, md_path = outputs.check(args.csv, "--csv"), outputs.check(args.markdown, "--markdown")
+    csv_path, md_path = user_files.check(args.csv, "--csv"), user_files.check(args.markdown, "--markdown")
     plots = out_dir_arg(args.plots, "--plots")
     a, b = _sides(args.dir_a, args.dir_b, across)
     if a is not b:
@@ -106,10 +106,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     console = new_console()
     print_comparison(console, cmp, args.top)
     if csv_path:
-        outputs.write(csv_path, table_csv(cmp.table), "--csv")
+        user_files.write(csv_path, table_csv(cmp.table), "--csv")
         print(f"wrote {csv_path}")
     if md_path:
-        outputs.write(
+        user_files.write(
             md_path,
             (markdown(cmp, f"bench compare: {cmp.b.label} against {cmp.a.label}", include_same=True) + "\n").encode(),
             "--markdown",
@@ -193,7 +193,7 @@ def cmd_regress(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     run = RunDir(args.dir)
-    out = outputs.check(args.out, "--out")
+    out = user_files.check(args.out, "--out")
     across = _across(args.across)
     cmp = None
     if args.compare or across:
@@ -214,7 +214,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         side = load_run(args.dir)
     html = report.render(run, side, cmp).encode()
     if out:
-        outputs.write(out, html, "--out")
+        user_files.write(out, html, "--out")
     else:  # inside the run directory: never through a link planted there (harness/inside.py)
         out = inside.write(run.path, report.DEFAULT_NAME, html)
     print(f"wrote {out}")
@@ -224,7 +224,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     run = RunDir(args.dir)
     plan = run.read_plan()
-    out = outputs.check(args.out, "--out")
+    out = user_files.check(args.out, "--out")
     recorded = "local" if executors.runs_here(plan.get("executor")) else (plan.get("cluster") or {}).get("name")
     cluster = args.cluster or recorded
     if not isinstance(cluster, str) or not NAME_RE.fullmatch(cluster):
@@ -249,7 +249,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     if out is None:
         sys.stdout.write(text)
     else:
-        outputs.write(out, text.encode(), "--out")
+        user_files.write(out, text.encode(), "--out")
         print(f"wrote {out}")
     return 0
 
