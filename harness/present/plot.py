@@ -381,9 +381,13 @@ RUN_PLOTS = (
 )
 
 
-def run_plots(summary: pd.DataFrame, section: str | None = None, *, by: str = "name") -> list[tuple[str, Maker]]:
-    """The run's plots of `section` (all with None) as (its name or title, what draws it)."""
-    return [(getattr(p, by), functools.partial(p.draw, summary)) for p in RUN_PLOTS if section in (None, p.section)]
+def run_plots(summary: pd.DataFrame, section: str | None = None, *, titled: bool = False) -> list[tuple[str, Maker]]:
+    """The run's plots of `section` (all with None) as (its file name, or its title, what draws it)."""
+    return [
+        (p.title if titled else p.name, functools.partial(p.draw, summary))
+        for p in RUN_PLOTS
+        if section in (None, p.section)
+    ]
 
 
 def draw_all(run: RunDir, summary: pd.DataFrame) -> list[Path]:

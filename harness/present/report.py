@@ -139,7 +139,7 @@ def run_section(run: RunDir, side: Side) -> str:
         ["workload", "scaling", "launcher", "nccl_config", "world_size"]
     )
     parts.append("<h2>Scaling</h2>")
-    parts.append(_figures(plot.run_plots(summary, plot.SCALING, by="title")))
+    parts.append(_figures(plot.run_plots(summary, plot.SCALING, titled=True)))
     if rows := training_rows(train):
         parts.append(_table(TRAINING_HEAD, rows, numeric=numeric(TRAINING_COLUMNS)))
     if rows := transformer_rows(train):
@@ -154,11 +154,11 @@ def run_section(run: RunDir, side: Side) -> str:
             " from steps run with gradient synchronisation skipped (docs/breakdown.md says what"
             " that assumes).</p>"
         )
-        parts.append(_figures(plot.run_plots(summary, plot.BREAKDOWN, by="title")))
+        parts.append(_figures(plot.run_plots(summary, plot.BREAKDOWN, titled=True)))
         parts.append(_table(BREAKDOWN_HEAD, where, numeric=numeric(BREAKDOWN_COLUMNS)))
     coll = ok[ok["workload"] == COLLECTIVE_WORKLOAD]
     parts.append("<h2>Collectives</h2>")
-    parts.append(_figures(plot.run_plots(summary, plot.COLLECTIVES, by="title")))
+    parts.append(_figures(plot.run_plots(summary, plot.COLLECTIVES, titled=True)))
     if len(coll):
         coll = coll.sort_values(["job", "collective", "group", "size_bytes"])
         bucket = bucket_bytes(plan)
