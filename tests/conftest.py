@@ -85,8 +85,19 @@ def run(
         pytest.fail(f"timed out after {timeout} s\n{partial.describe()}")
     result = Result(cmd, p.returncode, p.stdout, p.stderr)
     if check and p.returncode != 0:
-        pytest.fail(f"command failed\n{result.describe()}")
+        pytest.fail(f"command failed\n{result.describe()}{job_logs(cmd)}")
     return result
+
+
+def job_logs(cmd: list[str], lines: int = 15) -> str:
+    """The end of each job's log of the run a failed `bench ... --out DIR` wrote: why a job did
+    not complete is there, not in the command's last lines, which are the result tables."""
+    if "--out" not in cmd[:-1]:
+        return ""
+    logs = sorted(Path(cmd[cmd.index("--out") + 1]).glob("jobs/*/log.txt"))
+    return "".join(
+        f"\n--- {log}:\n" + "\n".join(log.read_text(errors="replace").splitlines()[-lines:]) for log in logs
+    )
 
 
 def bench(*args: str, **kwargs) -> Result:
@@ -243,7 +254,7 @@ def mixed_run(tmp_path_factory):
     sweep = root / "s.yaml"
     sweep.write_text(
         "name: mixed\ndevice: cpu\nbackend: gloo\nnodes: [1, 2]\ngpus_per_node: [2]\nlaunchers: [torchrun]\n"
-        "env: {OMP_NUM_THREADS: '1'}\ntimeout_s: 60\nworkloads:\n"
+        "env: {OMP_NUM_THREADS: '1'}\ntimeout_s: 180\nworkloads:\n"
         "  allreduce: {min_bytes: 256K, max_bytes: 256K, iters: 3, warmup_iters: 1, link_bytes: 0,"
         f" collectives: [{', '.join(COLLECTIVES)}]}}\n"
         "  transformer: {layers: 2, width: 32, heads: 4, seq_len: 16, vocab: 64, parallel: fsdp,"
