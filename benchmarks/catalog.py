@@ -85,7 +85,7 @@ BREAKDOWN_FRACTIONS = ("compute_fraction", "imbalance_fraction", "step_data_wait
 # --------------------------------------------------------------------------- defaults
 # Each workload parameter's default, written once: the workload's parser (`bench run WORKLOAD`)
 # and the sweep's schema (harness/spec.py) both read it, so a sweep that names no value runs
-# what `bench run` runs with no flag (tests/test_spec.py holds the two equal).
+# what `bench run` runs with no flag (tests/modules/harness/test_spec.py holds the two equal).
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from itertools import repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.catalog import BREAKDOWN, COLLECTIVE_WORKLOAD, COLLECTIVES, GROUPS, UNITS, WORLD
+from benchmarks.catalog import COLLECTIVE_WORKLOAD, COLLECTIVES, GROUPS, UNITS, WORLD
 from benchmarks.common import redacted
 from benchmarks.results import ResultError, load_result
 from harness import provenance, stragglers, telemetry, transport
@@ -43,7 +43,7 @@ from harness.summary import (
     SAMPLE_KEYS,
     STRAGGLERS_KEY,
     SUMMARY_VERSION,
-    TRANSFORMER_COLUMNS,
+    TRAINING_FIGURES,
     VERSION_KEY,
     arrow_type,
 )
@@ -73,19 +73,10 @@ _ROW_FIELDS = (
 )
 _ROW_DEFAULTS = dict.fromkeys(_ROW_FIELDS)
 _row_getter = itemgetter(*_ROW_FIELDS)
-_TRAINING_FIELDS = (
-    "images_per_s",
-    "images_per_s_per_gpu",
-    *TRANSFORMER_COLUMNS[:-2],  # mfu and its peak: set in _add_result
-    "step_time_ms",
-    "step_time_ms_p10",
-    "step_time_ms_p90",
-    "compute_images_per_s",
-    "data_wait_fraction",
-    *BREAKDOWN,
-    "batch_size",
-    "global_batch",
-)
+# The figures a training result gives its row as they are; MFU and its peak are worked out
+# (_mfu) from the result and the profile's stated peak
+_MFU = ("mfu", "peak_tflops_per_gpu")
+_TRAINING_FIELDS = tuple(f for f in TRAINING_FIGURES if f not in _MFU)
 
 
 def _warn(message: str) -> None:

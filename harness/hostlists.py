@@ -1,6 +1,6 @@
 """Slurm's hostlist syntax (`gpu[001-064,070]`): node names compressed into it and expanded
 from it, as `scontrol show hostlistsorted` and `scontrol show hostnames` do (Slurm 22.05, checked
-case by case in tests/test_nodecheck.py), so that bench needs no Slurm command for it; and what
+case by case in tests/modules/harness/test_nodecheck.py), so that bench needs no Slurm command for it; and what
 a node's name and a hostlist may hold.
 """
 
@@ -21,7 +21,7 @@ _NAME = re.compile(r"(.*?)(\d+)")
 
 def hostlist(names: Iterable[str]) -> str:
     """Names in Slurm's hostlist syntax, each once, as `scontrol show hostlistsorted` writes them
-    (checked against Slurm 22.05.8 for every case of tests/test_nodecheck.py): a prefix and its
+    (checked against Slurm 22.05.8 for every case of tests/modules/harness/test_nodecheck.py): a prefix and its
     numbers in brackets, runs as ranges, leading zeros kept (`gpu[001-004,010]`, `bnode[3,7]`,
     `bnode3` alone); names of other prefixes or widths, or with no number, after a comma."""
     groups: dict[tuple[str, int], list[int]] = {}
@@ -55,7 +55,7 @@ _RANGE = re.compile(r"(\d+)(?:-(\d+))?")
 def expand_hostlist(text: str, limit: int = MAX_HOSTS) -> list[str]:
     """The names of a Slurm hostlist in order, as `scontrol show hostnames` expands them
     (checked against `scontrol show hostnames` of Slurm 22.05.8 for every case of
-    tests/test_nodecheck.py), without Slurm: terms apart at the commas outside brackets; in a
+    tests/modules/harness/test_nodecheck.py), without Slurm: terms apart at the commas outside brackets; in a
     bracket, numbers and ranges apart at commas, each range as wide as its lower bound is written
     (gpu[008-010]: gpu008, gpu009, gpu010; n[9-10]: n9, n10); several brackets in one term, their
     product in order. ValueError says what is wrong."""

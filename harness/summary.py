@@ -36,6 +36,21 @@ TRANSFORMER_COLUMNS = (
     "mfu",
     "peak_tflops_per_gpu",
 )
+# A training or transformer result's figures, each the result's field of the same name, which
+# collect.py copies into the job's row (but mfu and its peak, which it works out)
+TRAINING_FIGURES = (
+    "images_per_s",
+    "images_per_s_per_gpu",
+    *TRANSFORMER_COLUMNS,
+    "step_time_ms",
+    "step_time_ms_p10",
+    "step_time_ms_p90",
+    "compute_images_per_s",
+    "data_wait_fraction",
+    *BREAKDOWN,
+    "batch_size",
+    "global_batch",
+)
 # The columns of summary.csv, in order. Units are in the names.
 COLUMNS = [
     "job",
@@ -66,17 +81,7 @@ COLUMNS = [
     "oop_algbw_gbps",
     "oop_busbw_gbps",
     "oop_wrong",
-    "images_per_s",
-    "images_per_s_per_gpu",
-    *TRANSFORMER_COLUMNS,
-    "step_time_ms",
-    "step_time_ms_p10",
-    "step_time_ms_p90",
-    "compute_images_per_s",
-    "data_wait_fraction",
-    *BREAKDOWN,
-    "batch_size",
-    "global_batch",
+    *TRAINING_FIGURES,
     "model",
     "dtype",
     "efficiency",

@@ -95,9 +95,7 @@ def job_logs(cmd: list[str], lines: int = 15) -> str:
     if "--out" not in cmd[:-1]:
         return ""
     logs = sorted(Path(cmd[cmd.index("--out") + 1]).glob("jobs/*/log.txt"))
-    return "".join(
-        f"\n--- {log}:\n" + "\n".join(log.read_text(errors="replace").splitlines()[-lines:]) for log in logs
-    )
+    return "".join(f"\n--- {log}:\n" + "\n".join(log.read_text(errors="replace").splitlines()[-lines:]) for log in logs)
 
 
 def bench(*args: str, **kwargs) -> Result:
@@ -245,9 +243,10 @@ def real_run(tmp_path_factory):
 @pytest.fixture(scope="session")
 def mixed_run(tmp_path_factory):
     """One local sweep of today's traffic: 1 and 2 emulated nodes of 2 gloo ranks, every
-    collective of the catalog at 256K on every group the job has, and the transformer
-    (a shape counted by hand in tests/test_transformer.py) under FSDP2, weak and strong. Read by
-    tests/test_groups.py, tests/test_transformer.py and tests/test_expected.py."""
+    collective of the catalog at 256K on every group the job has, and the transformer (a shape
+    counted by hand in tests/modules/benchmarks/test_transformer.py) under FSDP2, weak and
+    strong. Read by tests/modules/benchmarks/test_groups.py, test_transformer.py beside it, and
+    tests/modules/harness/test_peak.py."""
     from benchmarks.catalog import COLLECTIVES
 
     root = tmp_path_factory.mktemp("mixed")
@@ -333,6 +332,27 @@ def planned_later(run_dir: Path, tag: str = "9") -> Path:
     plan = run_dir / "plan.json"
     plan.write_text(plan.read_text().replace('"created": "', f'"created": "{tag}', 1))
     return run_dir
+
+
+@pytest.fixture
+def history_of(tmp_path):
+    """A history database with the given runs added, oldest first."""
+
+    def make(*runs: Path, cluster: str = "lab") -> Path:
+        db = tmp_path / "history.sqlite"
+        for r in runs:
+            bench("history", "add", str(r), "--cluster", cluster, "--db", str(db))
+        return db
+
+    return make
+
+
+def default_jobs(max_nodes: int = 8) -> list:
+    """The jobs of sweeps/default.yaml, as `bench sweep --max-nodes N` plans them."""
+    from harness.plan import expand
+    from harness.sweepfile import load_sweep
+
+    return expand(load_sweep(SWEEPS / "default.yaml", max_nodes=max_nodes))
 
 
 @pytest.fixture

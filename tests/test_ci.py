@@ -13,13 +13,15 @@ from conftest import ROOT, run
 
 # Proofs without the testbed, marked by hand: too long for the default tier (CONTRIBUTING.md)
 LOCAL_PROOFS = (
-    "tests/test_nightly_testbed.py::test_three_unshaped_nights_pass_on_the_local_executor",
+    "tests/proofs/test_nightly_testbed.py::test_three_unshaped_nights_pass_on_the_local_executor",
     "tests/test_packaging.py::test_a_wheel_in_a_fresh_venv_runs_the_shipped_sweeps",
-    "tests/test_sweep_local.py::test_a_failing_workload_fails_its_job_and_the_sweep_goes_on",
-    "tests/test_sweep_local.py::test_a_job_past_its_time_limit_is_killed_and_recorded_timeout",
-    "tests/test_sweep_local.py::test_ctrl_c_leaves_a_consistent_run_that_resumes_without_rerunning",
+    "tests/modules/harness/test_sweep.py::test_a_failing_workload_fails_its_job_and_the_sweep_goes_on",
+    "tests/modules/harness/test_sweep.py::test_a_job_past_its_time_limit_is_killed_and_recorded_timeout",
+    "tests/modules/harness/test_sweep.py::test_ctrl_c_leaves_a_consistent_run_that_resumes_without_rerunning",
 )
-TESTBED_MODULES = sorted(p.name for p in (ROOT / "tests").glob("test_*testbed*.py")) + ["test_sweep_slurm.py"]
+TESTBED_MODULES = sorted(
+    p.relative_to(ROOT / "tests").as_posix() for p in (ROOT / "tests" / "proofs").glob("test_*.py")
+)
 
 
 # A plugin for one collection of every test: its id and its tier markers, in the order pytest
@@ -49,14 +51,14 @@ def test_the_default_tier_leaves_out_every_proof_but_the_smoke(tmp_path):
     proof = [t for t, marks in found if "proof" in marks]
     testbed = [t for t, marks in found if "testbed" in marks]
     assert len(default) > 700 and len(proof) > 50, (len(default), len(proof))
-    smoke = "tests/test_smoke_testbed.py::test_a_small_sweep_runs_through_the_slurm_executor"
+    smoke = "tests/proofs/test_smoke_testbed.py::test_a_small_sweep_runs_through_the_slurm_executor"
     assert [t for t in default if t in testbed] == [smoke]
     assert sorted(proof) == sorted((set(testbed) - {smoke}) | set(LOCAL_PROOFS))
     assert not set(LOCAL_PROOFS) & set(default)
     assert {t.split("::")[0] for t in proof} == {f"tests/{m}" for m in TESTBED_MODULES if "smoke" not in m} | {
         t.split("::")[0] for t in LOCAL_PROOFS
     }
-    assert proof[-1] == "tests/test_testbed.py::test_down_leaves_the_machine_as_found"
+    assert proof[-1] == "tests/proofs/test_testbed.py::test_down_leaves_the_machine_as_found"
 
 
 def unprivileged(*cmd: str, env: dict[str, str]) -> tuple[int, str]:
@@ -83,7 +85,7 @@ def test_ci_without_root_fails_at_once_and_says_why():
 
 @needs_root
 def test_under_ci_a_testbed_test_fails_rather_than_skips_without_root():
-    test = "tests/test_smoke_testbed.py"
+    test = "tests/proofs/test_smoke_testbed.py"
     args = (sys.executable, "-m", "pytest", "-n", "0", "-p", "no:cacheprovider", test)
     env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp")}
     status, out = unprivileged(*args, env={**env, "CI": "true"})

@@ -274,36 +274,6 @@ def test_a_training_figure_no_run_reaches_is_left_out(real_run, tmp_path, field,
     assert bench("report", str(copy)).returncode == 0
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "damage",
-    [
-        {"self_cpu_s": "0.5"},  # a KeyError once, when absent
-        {"cpu": "0 1 2 3"},  # a TypeError
-        {"net": {"eth0": [1]}},  # an IndexError
-        {"net": {"eth0": ["a", "b", "c", "d"]}},
-        {"t": float("inf")},
-        {"cpu": 7},
-    ],
-)
-def test_a_damaged_telemetry_line_is_skipped(real_run, tmp_path, damage):
-    """`bench report` ended with exit 70 on one damaged sample line of a job's telemetry; a
-    damaged line is skipped as a torn one is, and the report is written."""
-    copy = tmp_path / "run"
-    shutil.copytree(real_run, copy)
-    samples = sorted(copy.glob("jobs/*/telemetry/*.samples.jsonl"))
-    assert samples, "the local executor samples every job"
-    for path in samples:
-        lines = [json.loads(x) for x in path.read_text().splitlines()]
-        for line in lines:
-            if line.get("kind") == "sample":
-                line.update(damage)
-                break
-        path.write_text("".join(json.dumps(x) + "\n" for x in lines))
-    r = bench("report", str(copy), check=False)
-    assert r.returncode == 0 and (copy / "report.html").is_file(), r.describe()
-
-
 # --------------------------------------------------------------------------- secrets
 
 

@@ -99,3 +99,77 @@ def test_a_module_past_600_lines_says_why_it_is_one_file():
         if text.count("\n") > LONG and "\n\nOne file: " not in (ast.get_docstring(ast.parse(text)) or ""):
             silent.append(f"{path.relative_to(ROOT)}: {text.count(chr(10))} lines")
     assert silent == []
+
+
+def _tests_table() -> dict[str, list[str]]:
+    """Module -> its test files, from the table of CONTRIBUTING.md, "Where the tests are"."""
+    doc = (ROOT / "CONTRIBUTING.md").read_text()
+    section = doc.split("## Where the tests are", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| (`[\w/.]+\.py`|\(across modules\)) \| (.+) \|$", section, re.M)
+    assert len(rows) == section.count("\n| ") - 2, "a row of the table is not `| module | files |`"
+    return {module.strip("`"): re.findall(r"`([\w/.]+\.py)`", files) for module, files in rows}
+
+
+def test_every_module_s_tests_are_found_from_its_name():
+    """tests/modules/ mirrors the source tree (CONTRIBUTING.md, "Where the tests are"): a
+    module's tests are in tests/modules/<its path>/test_<its name>.py, or the table says where.
+    Every file the table names exists, and every file under tests/modules/ is a module's or in
+    the table."""
+    table = _tests_table()
+    modules = {f"{package}/{m}" for package in ("harness", "benchmarks") for m in _modules(package)}
+    assert len(table) > 30 and len(modules) > 60
+
+    def own(module: str) -> Path:
+        path = Path(module)
+        return ROOT / "tests" / "modules" / path.parent / f"test_{path.name}"
+
+    unplaced = sorted(m for m in modules if not own(m).is_file() and m not in table)
+    assert unplaced == [], f"give these a test file, or a row in CONTRIBUTING.md's table: {unplaced}"
+    gone = sorted(m for m in table if m != "(across modules)" and m not in modules)
+    named = {f for files in table.values() for f in files}
+    missing = sorted(f for f in named if not (ROOT / "tests" / f).is_file())
+    assert gone == [] and missing == [], f"the table names modules {gone} and test files {missing} that do not exist"
+    owned = {own(m) for m in modules}
+    stray = sorted(
+        p.relative_to(ROOT / "tests").as_posix()
+        for p in (ROOT / "tests" / "modules").rglob("test_*.py")
+        if p not in owned and p.relative_to(ROOT / "tests").as_posix() not in named
+    )
+    assert stray == [], f"test files under tests/modules/ that are no module's and not in the table: {stray}"
+
+
+def test_no_test_folder_can_hide_a_package():
+    """A test folder named as a top-level package, on the path pytest gives its test files,
+    would be imported in the package's place when the package is found only through its
+    editable finder (which comes after the path); and two test files of one name collide under
+    pytest's default import mode."""
+    tests = ROOT / "tests"
+    folders = {p.parent for p in tests.rglob("test_*.py")} | {tests}
+    hidden = sorted(
+        f"{f.relative_to(ROOT)}/{name}" for f in folders for name in ("harness", "benchmarks") if (f / name).is_dir()
+    )
+    assert hidden == []
+    names = [p.name for p in tests.rglob("test_*.py")]
+    assert sorted({n for n in names if names.count(n) > 1}) == []
+
+
+def test_every_test_file_the_text_names_exists():
+    """A path of a test file in the docs, the code or the tests' own words is a real file."""
+    pattern = re.compile(r"tests/[\w/]*test_\w+\.py")
+    sources = [
+        *(ROOT / "docs").glob("*.md"),
+        ROOT / "README.md",
+        ROOT / "CONTRIBUTING.md",
+        *(ROOT / "harness").rglob("*.py"),
+        *(ROOT / "harness" / "sweeps").rglob("*.yaml"),
+        *(ROOT / "benchmarks").rglob("*.py"),
+        *(p for p in (ROOT / "tests").rglob("*.py") if p.name != "test_ci.py"),  # test_ci builds a tree of its own
+    ]
+    assert len(sources) > 100
+    missing = sorted(
+        f"{path.relative_to(ROOT)}: {cited}"
+        for path in sources
+        for cited in set(pattern.findall(path.read_text()))
+        if not (ROOT / cited).is_file()
+    )
+    assert missing == []

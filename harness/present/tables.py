@@ -202,7 +202,7 @@ class Presented:
     """How a verdict is shown: the heading of its section in the markdown report (None: it has
     none; `always`: the section is there when empty too), its colour in the terminal, and what
     a JUnit test case of it is (element and type; None: passed). Each verdict of
-    analysis/compare.py has one (tests/test_compare.py)."""
+    analysis/compare.py has one (tests/modules/harness/analysis/test_compare.py)."""
 
     heading: str | None
     colour: str | None = None

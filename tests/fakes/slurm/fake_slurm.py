@@ -5,7 +5,7 @@ failing tools.
 Each command is a two-line wrapper that runs this file with the command's name first (the
 `fake_slurm` fixture in tests/conftest.py writes them onto PATH). It replays what
 Slurm 22.05.8 printed on the testbed (tests/testbed; the same replies are quoted in
-tests/test_slurm_tracking.py) for the options the executor uses, and no other:
+tests/modules/harness/executors/slurm/test_replies.py) for the options the executor uses, and no other:
 
     sbatch --parsable [--dependency=afterany:ID] jobs/NAME/job.sbatch   ->  "ID\\n"
     squeue -h -o %i|%T|%r -j IDS                  ->  "ID|PENDING|Priority", "ID|RUNNING|None";

@@ -1,15 +1,14 @@
 """Verdicts a CI gate can trust, on real local runs (gloo ranks): failed and unjudgeable keys fail
-the gate, unlike rows are not compared as alike, two configurations of one run compare key by
-key, the between-run band and the change-point search, and a damaged history stops a command
-with one line. The proofs on shaped links are in test_regress_testbed.py."""
+the gate, a failed night stays out of the baseline until accepted, unlike rows are not compared
+as alike, two configurations of one run compare key by key, and the between-run band. The
+history's own defences are in test_history.py; the proofs on shaped links in
+tests/proofs/test_regress_testbed.py."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import re
-import sqlite3
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import bench, copy_run, planned_later, regress, separating
 
-from harness.analysis import changes, gate, history, stats
+from harness.analysis import gate, history, stats
 from harness.analysis.compare import FAILED, PROVISIONAL_MARGIN, UNJUDGED, compare
 from harness.analysis.sides import load_run
 
@@ -54,19 +53,6 @@ def with_failed_job(src: Path, dst: Path, step: str = "synthetic-weak", jobs: tu
     (copy / "jobs.json").write_text(json.dumps(table))
     bench("collect", str(copy))
     return copy
-
-
-@pytest.fixture
-def history_of(tmp_path):
-    """A history database with the given runs added, oldest first."""
-
-    def make(*runs: Path, cluster: str = "lab") -> Path:
-        db = tmp_path / "history.sqlite"
-        for r in runs:
-            bench("history", "add", str(r), "--cluster", cluster, "--db", str(db))
-        return db
-
-    return make
 
 
 # --------------------------------------------------------------------------- fail closed
@@ -209,88 +195,7 @@ def test_zero_and_nan_figures_cannot_be_judged(real_run, tmp_path):
     assert set(rows["verdict"]) == {UNJUDGED} and rows["note"].str.contains("images/s is nan in B").all()
 
 
-# --------------------------------------------------------------------------- the history defends itself
-
-
-def _damage(db: Path, case: str) -> None:
-    con = sqlite3.connect(db)
-    if case == "null sample":
-        blob = con.execute("SELECT samples FROM data WHERE run_id = 2").fetchone()[0]
-        t = pq.read_table(pa.BufferReader(blob))
-        values = t.column("values").to_pylist()
-        values[0] = [None] + values[0][1:]
-        t = t.set_column(t.column_names.index("values"), "values", pa.array(values, type=pa.list_(pa.float64())))
-        sink = pa.BufferOutputStream()
-        pq.write_table(t, sink)
-        con.execute("UPDATE data SET samples = ? WHERE run_id = 2", (sink.getvalue().to_pybytes(),))
-    elif case == "bad blob":
-        con.execute("UPDATE data SET summary = ? WHERE run_id = 2", (b"PAR1 not a parquet file",))
-    elif case == "bad environment":
-        con.execute("UPDATE runs SET environment = '{\"gpu\": [' WHERE id = 2")
-    con.commit()
-    con.close()
-
-
-@pytest.mark.parametrize("case", ["null sample", "bad blob", "bad environment"])
-def test_a_damaged_entry_is_named_and_removable(real_run, tmp_path, history_of, case):
-    db = history_of(
-        planned_later(copy_run(real_run, tmp_path / "a"), "0"), planned_later(copy_run(real_run, tmp_path / "b"), "1")
-    )
-    _damage(db, case)
-    r = regress(real_run, db, tmp_path / "o", "--baseline", "last")
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.describe()
-    assert "run 2 is damaged" in r.stderr or "run 2's" in r.stderr, r.describe()
-    assert "bench history remove 2" in r.stderr
-    checked = bench("history", "check", "--db", str(db), check=False)
-    assert checked.returncode == 1 and "checked 2 runs" in checked.stdout and "1 problem" in checked.stdout
-    assert "run 1" not in checked.stdout.replace("run 2", "")
-    assert "removed run 2 of cluster lab" in bench("history", "remove", "2", "--db", str(db)).stdout
-    assert regress(real_run, db, tmp_path / "o", "--baseline", "last").returncode == 0
-    assert bench("history", "check", "--db", str(db)).stdout.strip().endswith("all readable")
-
-
-@pytest.mark.parametrize(
-    "sql,words",
-    [
-        ("UPDATE points SET value = 'x' WHERE run_id = 2", "run 2 is damaged (a point of"),
-        ("DROP TABLE points", "no such table: points"),
-    ],
-)
-def test_history_plot_of_a_damaged_history_is_one_line(real_run, tmp_path, history_of, sql, words):
-    """A text value, or a dropped table, ended `history plot` with exit 70."""
-    db = history_of(
-        planned_later(copy_run(real_run, tmp_path / "a"), "0"), planned_later(copy_run(real_run, tmp_path / "b"), "1")
-    )
-    with sqlite3.connect(db) as con:
-        con.execute(sql)
-    r = bench("history", "plot", "--cluster", "lab", "--db", str(db), "--out", str(tmp_path / "h.png"), check=False)
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and words in r.stderr, r.describe()
-    assert not (tmp_path / "h.png").exists()
-    if "UPDATE" in sql:
-        checked = bench("history", "check", "--db", str(db), check=False)
-        assert checked.returncode == 1 and "run 2 is damaged (a point that is no number)" in checked.stdout
-
-
-def test_a_malformed_database_is_one_line(real_run, tmp_path, history_of):
-    db = history_of(planned_later(copy_run(real_run, tmp_path / "a"), "0"))
-    data = bytearray(db.read_bytes())
-    page = 4096
-    for at in range(page, len(data), page):  # every page after the header page
-        data[at : at + 64] = b"\xff" * 64
-    db.write_bytes(bytes(data))
-    for args in (["regress", str(real_run), "--cluster", "lab"], ["history", "list"], ["history", "check"]):
-        r = bench(*args, "--db", str(db), check=False)
-        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.describe()
-        assert str(db) in r.stderr and ("malformed" in r.stderr or "not a database" in r.stderr), r.describe()
-
-
-def test_history_remove_of_an_unknown_id(real_run, tmp_path, history_of):
-    db = history_of(planned_later(copy_run(real_run, tmp_path / "a"), "0"))
-    ids = (("7", "no run 7 in the history"), ("x", "give the run's id"), ("\u00b2", "give the run's id"))
-    for arg, want in (*ids, ("9" * 20, "give the run's id"), ("9" * 5000, "give the run's id")):
-        for action in ("remove", "accept"):
-            r = bench("history", action, arg, "--reason", "r", "--db", str(db), check=False)
-            assert r.returncode == 2 and want in r.stderr and len(r.stderr) < 300, r.describe()
+# --------------------------------------------------------------------------- a failed night
 
 
 def test_a_failed_night_never_joins_a_baseline_until_accepted(real_run, tmp_path, history_of):
@@ -332,20 +237,6 @@ def test_a_failed_night_never_joins_a_baseline_until_accepted(real_run, tmp_path
         r = bench("history", "add", str(other), "--cluster", "lab", "--db", str(db), check=False)
         assert r.returncode == 2 and "gate.json" in r.stderr and len(r.stderr.splitlines()) == 1, r.describe()
     assert bench("history", "list", "--count", "--cluster", "lab", "--db", str(db)).stdout == "2\n"
-
-
-def test_history_list_count_fails_closed(real_run, tmp_path, history_of):
-    """What recipes/nightly.sh reads: a number, 0 before the first night, and a failure, never 0,
-    when the history cannot be read."""
-    missing = bench("history", "list", "--count", "--cluster", "lab", "--db", str(tmp_path / "none.sqlite"))
-    assert missing.stdout == "0\n" and "does not exist yet" in missing.stderr
-    db = history_of(planned_later(copy_run(real_run, tmp_path / "a"), "0"))
-    assert bench("history", "list", "--count", "--cluster", "lab", "--db", str(db)).stdout == "1\n"
-    assert bench("history", "list", "--count", "--cluster", "other", "--db", str(db)).stdout == "0\n"
-    with sqlite3.connect(db) as con:
-        con.execute("DROP TABLE runs")
-    r = bench("history", "list", "--count", "--cluster", "lab", "--db", str(db), check=False)
-    assert r.returncode == 2 and r.stdout == "" and "not a bench history" in r.stderr, r.describe()
 
 
 # --------------------------------------------------------------------------- like with like
@@ -526,58 +417,3 @@ def test_a_failed_replicate_fails_its_key(two_sets, tmp_path, history_of):
         "images_per_s[synthetic weak, 2x1, torchrun, plain]",
     ], {name: f.get("message") for name, f in failures.items()}
     assert all(f.get("type") == "failed" and job in f.get("message") for f in failures.values())
-
-
-def test_band_limits_floor_at_the_median_spread():
-    spread = np.array([0.0, 0.1, 0.2, 0.3])
-    floor = stats.spread_floor(spread)
-    assert floor == pytest.approx(0.15)  # the median of the four
-    lo, hi = stats.band_limits(np.zeros(4), spread, floor, c=2)
-    assert np.log(hi) == pytest.approx([0.3, 0.3, 0.4, 0.6]) and np.log(lo) == pytest.approx(-np.log(hi))
-    assert stats.spread_floor(spread[:2]) == 0  # two keys: too few to pool
-
-
-def test_can_reject_is_the_exact_smallest_p():
-    for m, n in itertools.product(range(1, 8), repeat=2):
-        exact = 2 / math.comb(m + n, m)
-        assert bool(stats.can_reject(m, n)) == (exact < 0.05), (m, n)
-
-
-# --------------------------------------------------------------------------- change points
-
-
-def test_energy_statistic_matches_its_definition():
-    rng = np.random.default_rng(3)
-    x = rng.normal(0, 0.1, 11)
-    q = changes.energy(x[None, :])[0]
-    for t in range(changes.MIN_SEGMENT, len(x) - changes.MIN_SEGMENT + 1):
-        a, b = x[:t], x[t:]
-        m, k = len(a), len(b)
-        within = lambda s: sum(abs(u - v) for u, v in itertools.combinations(s, 2)) / (len(s) * (len(s) - 1) / 2)  # noqa: E731
-        want = m * k / (m + k) * (2 * sum(abs(u - v) for u in a for v in b) / (m * k) - within(a) - within(b))
-        assert q[t] == pytest.approx(want)
-    assert np.isneginf(q[: changes.MIN_SEGMENT]).all()
-
-
-def test_change_points_find_a_step_and_leave_noise_alone():
-    rng = np.random.default_rng(11)
-    step = np.r_[rng.normal(0, 0.05, 8), rng.normal(np.log(0.5), 0.05, 6)]
-    found = changes.change_points(step, seed=1)
-    assert [t for t, _ in found] == [8] and found[0][1] < 0.05
-    assert changes.change_points(step, seed=1) == found  # seeded: the same answer every time
-    flat = rng.normal(0, 0.05, 14)
-    assert changes.change_points(flat, seed=2) == []
-
-
-def test_history_changes_names_the_run_a_step_started_with(real_run, tmp_path):
-    db = tmp_path / "history.sqlite"
-    rng = np.random.default_rng(5)
-    for i in range(8):  # 5 + 3: the fewest runs an exact permutation test can split at 0.05
-        factor = (1.0 if i < 5 else 2.0) * float(rng.uniform(0.98, 1.02))
-        run = planned_later(copy_run(real_run, tmp_path / f"r{i}", time_factor=factor), f"0{i}")
-        bench("history", "add", str(run), "--cluster", "lab", "--label", f"night{i}", "--db", str(db))
-    r = bench("history", "changes", "--cluster", "lab", "--db", str(db))
-    assert "change points in 5 series of cluster lab (8 runs; E-divisive means" in r.stdout, r.describe()
-    steps = [line for line in r.stdout.splitlines() if line.startswith("run ")]
-    assert len(steps) == 5 and all(line.startswith("run 6 (night5) of 0") for line in steps), r.stdout
-    assert all(re.search(r"\(-4\d\.\d%, p 0\.0\d\d\)", line) for line in steps), r.stdout

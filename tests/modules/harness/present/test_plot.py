@@ -442,7 +442,7 @@ def test_heatmap_figures_are_black_on_light_cells_and_white_on_dark_ones():
 
 def test_history_labels_stand_upright_and_leave_the_panel_its_height():
     """The history's rotated timestamps took half its figure (the timeline's percentages from 0:
-    tests/test_telemetry.py)."""
+    tests/modules/harness/test_telemetry.py)."""
     from harness.present.compare_plot import history_made
 
     runs = 30

@@ -81,7 +81,7 @@ def test_allreduce_two_ranks(tmp_path):
 
 
 # Every collective on 4 real ranks, and on groups of 2, is checked against hand-counted bus factors
-# in tests/test_groups.py, on the shared sweep `mixed_run` (tests/conftest.py).
+# in tests/modules/benchmarks/test_groups.py, on the shared sweep `mixed_run` (tests/conftest.py).
 
 
 def test_sendrecv_on_one_rank_is_skipped_and_said(tmp_path):

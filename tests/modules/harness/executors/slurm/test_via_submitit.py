@@ -3,7 +3,7 @@ submitit's own batch-script writer against the sbatch script's directives; the c
 task runs, against the sbatch script's steps; and what the executor refuses.
 
 On the Slurm testbed it runs sweeps/testbed.yaml, and jobs that fail, time out and are
-cancelled: tests/test_sweep_slurm.py."""
+cancelled: tests/proofs/test_sweep_slurm.py."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The Slurm executor's state machine against fake sbatch, squeue and sacct that replay Slurm
 22.05's replies (tests/fakes/slurm/fake_slurm.py): polling and its back-off, sacct lagging
 behind squeue, chains under max_running_jobs, adopting jobs on resume, and tools that fail.
-Fast and without root; tests/test_sweep_slurm.py is the proof on the real testbed."""
+Fast and without root; tests/proofs/test_sweep_slurm.py is the proof on the real testbed."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def test_jobs_are_followed_from_pending_to_their_final_state(tmp_path, fake_slur
 
 @pytest.mark.parametrize("max_attempts", [1, 3])
 def test_a_job_the_cluster_ended_is_submitted_again_up_to_max_attempts(tmp_path, fake_slurm: FakeSlurm, max_attempts):
-    """NODE_FAIL every time (the testbed makes one for real: tests/test_preemption_testbed.py):
+    """NODE_FAIL every time (the testbed makes one for real: tests/proofs/test_preemption_testbed.py):
     submitted again until max_attempts have run, each new attempt naming the one before; a job
     that failed by itself (FAILED) is not."""
     fake_slurm.scenario(

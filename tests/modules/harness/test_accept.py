@@ -1,6 +1,6 @@
 """`bench accept` (docs/accept.md) off the testbed: the acceptance sweep narrowed to the keys the
 profile's references name, and what is refused before anything runs. The acceptance itself runs
-on the Slurm testbed (tests/test_nodes_testbed.py)."""
+on the Slurm testbed (tests/proofs/test_nodes_testbed.py)."""
 
 from __future__ import annotations
 

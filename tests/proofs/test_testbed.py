@@ -46,7 +46,7 @@ CONTAINER = {
 def test_every_generated_script_passes_sbatch_test_only(testbed, tmp_path, variant):
     """sbatch --test-only parses every #SBATCH line and checks the job against the cluster;
     it does not run the body, so the containers' srun and apptainer lines are checked by
-    tests/test_slurm_script.py (no container engine installs from the package registries)."""
+    tests/modules/harness/executors/slurm/test_script.py (no container engine installs from the package registries)."""
     out = tmp_path / "run"
     profile = tmp_path / "p.yaml"
     extra = {"plain": "", "site": SITE_KEYS, **CONTAINER}[variant]

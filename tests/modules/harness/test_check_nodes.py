@@ -1,4 +1,4 @@
-"""`bench nodes` off the testbed (which tests/test_nodes_testbed.py uses): a check of emulated
+"""`bench nodes` off the testbed (which tests/proofs/test_nodes_testbed.py uses): a check of emulated
 nodes on this machine with real torchrun ranks, its files, judging it again, a run directory
 of a check as untrusted data, the Slurm job's two scripts (the step script run by bash, with a
 stand-in srun that records its arguments, against hostile values), and the matmul probe."""

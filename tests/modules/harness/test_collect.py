@@ -5,11 +5,11 @@ the old summary set or the new one, never a mix, and the next collect leaves not
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
-sys.path.insert(0, str(Path(__file__).parent / "perf"))
+sys.path.insert(0, str(ROOT / "tests" / "perf"))
 
 from collect_interrupt import interrupt_points
 

@@ -29,7 +29,7 @@ FAST = [
     "--set",
     "workloads.allreduce.max_bytes=256K",
     "--set",
-    "workloads.allreduce.groups=[world]",  # the groups have their own sweep: tests/test_groups.py
+    "workloads.allreduce.groups=[world]",  # the groups have their own sweep: tests/modules/benchmarks/test_groups.py
     "--set",
     "workloads.allreduce.iters=5",
     "--set",
@@ -180,7 +180,7 @@ def test_plots_exist_and_hold_the_plotted_points(local_run):
     assert sorted(zip(busbw["x"], busbw["y"].round(9))) == sorted(zip(ar["size_bytes"], ar["busbw_gbps"].round(9)))
 
     # the figure itself carries those points, one row of panels per collective (and group, where
-    # a run has several: tests/test_groups.py), one line per (nodes x GPUs) series
+    # a run has several: tests/modules/benchmarks/test_groups.py), one line per (nodes x GPUs) series
     from harness.present.plot import busbw_figure
 
     fig, points = busbw_figure(pd.read_parquet(out / "summary.parquet"))

@@ -1,6 +1,6 @@
 """The default tier's one run on the Slurm testbed (CONTRIBUTING.md): a small sweep through
 `bench sweep --executor slurm`, 2 emulated nodes, both launch modes, submitted, tracked and
-collected for real. Its proofs in depth are the proof tier's (tests/test_sweep_slurm.py)."""
+collected for real. Its proofs in depth are the proof tier's (tests/proofs/test_sweep_slurm.py)."""
 
 from __future__ import annotations
 

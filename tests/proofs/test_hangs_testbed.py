@@ -51,7 +51,7 @@ def test_a_stopped_rank_of_a_slurm_job_is_named(testbed, tmp_path):
     hang = json.loads((out / "jobs" / JOB / "hang-allreduce.json").read_text())
     others = ", ".join(str(r) for r in range(4) if r != rank)
     assert hang["reason"].startswith(f"rank {rank} on bnode3 is stopped (state T) in all_reduce"), hang
-    # all_reduce, or the barrier before the timed calls (as in tests/test_hangs.py)
+    # all_reduce, or the barrier before the timed calls (as in tests/modules/harness/test_hangs.py)
     assert re.search(rf"ranks {others} wait in (all_reduce|barrier) \(all_reduce", hang["reason"]), hang
     assert {r["host"] for r in hang["ranks"]} == {"bnode1", "bnode2", "bnode3", "bnode4"}
     assert took < TIMEOUT_S - 30, took  # the watcher ended it, not gloo's timeout

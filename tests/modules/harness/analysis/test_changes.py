@@ -1,0 +1,50 @@
+"""Change points (docs/noise.md): the energy statistic against its definition, a step found and
+noise left alone, and `history changes` naming the run a step started with."""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+import numpy as np
+import pytest
+from conftest import bench, copy_run, planned_later
+
+from harness.analysis import changes
+
+
+def test_energy_statistic_matches_its_definition():
+    rng = np.random.default_rng(3)
+    x = rng.normal(0, 0.1, 11)
+    q = changes.energy(x[None, :])[0]
+    for t in range(changes.MIN_SEGMENT, len(x) - changes.MIN_SEGMENT + 1):
+        a, b = x[:t], x[t:]
+        m, k = len(a), len(b)
+        within = lambda s: sum(abs(u - v) for u, v in itertools.combinations(s, 2)) / (len(s) * (len(s) - 1) / 2)  # noqa: E731
+        want = m * k / (m + k) * (2 * sum(abs(u - v) for u in a for v in b) / (m * k) - within(a) - within(b))
+        assert q[t] == pytest.approx(want)
+    assert np.isneginf(q[: changes.MIN_SEGMENT]).all()
+
+
+def test_change_points_find_a_step_and_leave_noise_alone():
+    rng = np.random.default_rng(11)
+    step = np.r_[rng.normal(0, 0.05, 8), rng.normal(np.log(0.5), 0.05, 6)]
+    found = changes.change_points(step, seed=1)
+    assert [t for t, _ in found] == [8] and found[0][1] < 0.05
+    assert changes.change_points(step, seed=1) == found  # seeded: the same answer every time
+    flat = rng.normal(0, 0.05, 14)
+    assert changes.change_points(flat, seed=2) == []
+
+
+def test_history_changes_names_the_run_a_step_started_with(real_run, tmp_path):
+    db = tmp_path / "history.sqlite"
+    rng = np.random.default_rng(5)
+    for i in range(8):  # 5 + 3: the fewest runs an exact permutation test can split at 0.05
+        factor = (1.0 if i < 5 else 2.0) * float(rng.uniform(0.98, 1.02))
+        run = planned_later(copy_run(real_run, tmp_path / f"r{i}", time_factor=factor), f"0{i}")
+        bench("history", "add", str(run), "--cluster", "lab", "--label", f"night{i}", "--db", str(db))
+    r = bench("history", "changes", "--cluster", "lab", "--db", str(db))
+    assert "change points in 5 series of cluster lab (8 runs; E-divisive means" in r.stdout, r.describe()
+    steps = [line for line in r.stdout.splitlines() if line.startswith("run ")]
+    assert len(steps) == 5 and all(line.startswith("run 6 (night5) of 0") for line in steps), r.stdout
+    assert all(re.search(r"\(-4\d\.\d%, p 0\.0\d\d\)", line) for line in steps), r.stdout

@@ -1,0 +1,228 @@
+"""`bench compare` on a real local run (gloo ranks): a run against itself, a slower copy, the
+estimator's ratio and interval, keys of one run only, environment differences, and the bad runs
+and output paths it must refuse. The statistics are in test_stats.py, the history in
+test_history.py, the gate in test_gate.py; the proofs on shaped links in
+tests/proofs/test_regress_testbed.py."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import bench, copy_run, separating
+from PIL import Image
+
+from harness.analysis.compare import SLOWER, compare
+from harness.analysis.sides import load_run
+from harness.summary import SUMMARY_VERSION
+
+# --------------------------------------------------------------------------- a real run
+
+
+def test_a_run_against_itself_changes_nothing(real_run, tmp_path):
+    r = bench(
+        "compare",
+        str(real_run),
+        str(real_run),
+        "--csv",
+        str(tmp_path / "c.csv"),
+        "--markdown",
+        str(tmp_path / "c.md"),
+        "--plots",
+        str(tmp_path / "plots"),
+        "--labels",
+        "before,after",
+    )
+    assert "Mann-Whitney" in r.stdout and "0 failed, 0 slower, 0 cannot judge, 0 faster" in r.stdout, r.describe()
+    assert "bench compare: after against before" in (tmp_path / "c.md").read_text()  # a side each, named apart
+    import pandas as pd
+
+    table = pd.read_csv(tmp_path / "c.csv")
+    # 2-node all-reduce at 64K, 256K, 1M (1-node busbw is 0: one rank moves nothing) + 2 training rows
+    assert sorted(table["metric"].unique()) == ["busbw_gbps", "images_per_s"]
+    assert len(table) == 3 + 2
+    assert (table["ratio"] == 1).all() and (table["p_value"] == 1).all()
+    assert (table["verdict"] == "no significant change").all()
+    assert "## No significant change: 5" in (tmp_path / "c.md").read_text()
+    for png in ("compare_busbw.png", "compare_scaling.png"):
+        Image.open(tmp_path / "plots" / png).verify()
+
+
+def test_a_summary_collected_before_groups_and_the_transformer_compares_key_for_key(real_run, tmp_path):
+    """A summary of the same layout version written before the `group` column and the
+    transformer's columns existed (and its samples without `group`): its collective rows read as
+    the world's, its other new columns as null, and it meets today's summary key for key."""
+    from harness.summary import TRANSFORMER_COLUMNS
+
+    old = tmp_path / "old"
+    shutil.copytree(real_run, old)
+    summary = pq.read_table(old / "summary.parquet")
+    pq.write_table(summary.drop(["group", *TRANSFORMER_COLUMNS]), old / "summary.parquet")
+    samples = pq.read_table(old / "samples.parquet")
+    pq.write_table(samples.drop(["group"]), old / "samples.parquet")
+    r = bench("compare", str(old), str(real_run), "--csv", str(tmp_path / "c.csv"))
+    assert "0 failed, 0 slower, 0 cannot judge, 0 faster, 5 no significant change, of 5 compared" in r.stdout
+    side = load_run(old)
+    coll = side.rows[side.rows["workload"] == "allreduce"]
+    assert set(coll["group"]) == {"world"} and side.rows["tokens_per_s"].isna().all()
+
+
+def test_a_slower_copy_is_slower_and_worst_first(real_run, tmp_path):
+    factor = separating(real_run)
+    slow = copy_run(real_run, tmp_path / "slow", time_factor=factor)
+    cmp = compare(load_run(real_run), load_run(slow))
+    assert set(cmp.table["verdict"]) == {SLOWER}
+    assert cmp.table["ratio"].to_numpy() == pytest.approx(1 / factor)
+    assert (cmp.table["ci_high"] < 1).all() and (cmp.table["p_value"] < 0.05).all()
+    r = bench("compare", str(real_run), str(slow), "--labels", "before,after", "--threshold", "99.99%")
+    assert factor < 1e4 and "0 slower, 0 cannot judge, 0 faster, 5 no significant change" in r.stdout, (
+        r.describe()
+    )  # under threshold
+    assert "after against before" in r.stdout
+
+
+def test_the_ratio_comes_from_the_estimator_its_interval_does(real_run, tmp_path):
+    """B's samples a quarter quicker while its summary's figures (from mean times) stay as
+    they were: B/A is the samples' Hodges-Lehmann ratio, 1.25, inside its CI, never the
+    summary's 1.0 beside an interval that excludes it (compare once printed B/A 1.559 beside
+    [1.038, 1.117])."""
+    quick = tmp_path / "quick"
+    shutil.copytree(real_run, quick)
+    samples = pq.read_table(quick / "samples.parquet")
+    values = pa.array([[v * 0.8 for v in row] for row in samples.column("values").to_pylist()])
+    pq.write_table(
+        samples.set_column(samples.column_names.index("values"), "values", values), quick / "samples.parquet"
+    )
+    cmp = compare(load_run(real_run), load_run(quick))
+    within = cmp.table[cmp.table["test"] == "within run"]
+    assert len(within) == 5
+    assert within["ratio"].to_numpy() == pytest.approx(1.25)
+    assert ((within["ci_low"] <= within["ratio"]) & (within["ratio"] <= within["ci_high"])).all()
+    assert "B/A the Hodges-Lehmann estimate of the samples' ratio" in cmp.method
+
+
+def test_keys_in_one_run_only(real_run, tmp_path):
+    """A key B lacks is a failed row (absent); a key only B has is listed as new."""
+    other = copy_run(real_run, tmp_path / "other")
+    summary = pq.read_table(other / "summary.parquet")
+    keep = pa.compute.not_equal(summary.column("job"), "n2-g1-torchrun-default")
+    pq.write_table(summary.filter(keep), other / "summary.parquet")
+    r = bench("compare", str(real_run), str(other))
+    assert re.search(r"failed .* allreduce all_reduce 64K, 2x1, torchrun, default .* absent from other", r.stdout), (
+        r.describe()
+    )
+    assert "4 failed, 0 slower" in r.stdout, r.describe()
+    back = bench("compare", str(other), str(real_run))
+    # one group per state in the other run, each key once: not "(absent in other)" after every key
+    assert re.search(
+        r"only completed in run: 4 keys: absent in other: allreduce all_reduce 64K, 2x1, torchrun, default; ",
+        back.stdout,
+    ), back.describe()
+    assert back.stdout.count("absent in other") == 1, back.describe()
+
+
+def test_environment_differences_are_warned(real_run, tmp_path):
+    other = tmp_path / "other"
+    shutil.copytree(real_run, other)
+    for path in other.glob("jobs/*/*.json"):
+        if ".ranks." in path.name:
+            continue
+        data = json.loads(path.read_text())
+        data["environment"]["torch"] = "2.0.0+cu118"
+        data["environment"]["cuda"] = "11.8"
+        path.write_text(json.dumps(data))
+    bench("collect", str(other))  # collect records the environment in the summary
+    r = bench("compare", str(real_run), str(other))
+    assert re.search(
+        r"warning: The environments differ:\n  torch: \S+ vs 2\.0\.0\+cu118\n  CUDA: \S+ vs 11\.8", r.stdout
+    ), r.describe()
+
+
+def _not_a_run(real_run, tmp_path):
+    (tmp_path / "empty").mkdir()
+    return tmp_path / "empty"
+
+
+def _no_summary(real_run, tmp_path):
+    shutil.copytree(real_run, tmp_path / "bad")
+    (tmp_path / "bad" / "summary.parquet").unlink()
+    return tmp_path / "bad"
+
+
+def _every_reader(good, bad, db):
+    return [
+        ["compare", str(good), str(bad)],
+        ["history", "add", str(bad), "--cluster", "c", "--db", str(db)],
+        ["regress", str(bad), "--cluster", "c", "--db", str(db)],
+        ["report", str(bad)],
+    ]
+
+
+def _compare_only(good, bad, db):
+    return [["compare", str(good), str(bad)]]
+
+
+@pytest.mark.parametrize(
+    "make,want,commands",
+    [
+        pytest.param(_not_a_run, "not a run directory (no plan.json)", _every_reader, id="not a run"),
+        pytest.param(_no_summary, "no summary.parquet; run `bench collect", _every_reader, id="no summary"),
+        pytest.param(
+            lambda run, tmp: copy_run(run, tmp / "bad", drop="busbw_gbps"),
+            "summary lacks column busbw_gbps",
+            _every_reader,
+            id="missing column",
+        ),
+        pytest.param(
+            lambda run, tmp: copy_run(run, tmp / "bad", version=1),
+            f"summary schema_version 1 is older than this bench's {SUMMARY_VERSION}",
+            _every_reader,
+            id="old schema",
+        ),
+        # a run with no key in common with the other is a comparison's problem only
+        pytest.param(
+            lambda run, tmp: copy_run(run, tmp / "bad", launcher="srun"),
+            "no completed key in common",
+            _compare_only,
+            id="no common key",
+        ),
+    ],
+)
+def test_bad_runs_are_refused_with_one_line(real_run, tmp_path, make, want, commands):
+    db = tmp_path / "history.sqlite"
+    bad = make(real_run, tmp_path)
+    for args in commands(real_run, bad, db):
+        r = bench(*args, check=False)
+        assert r.returncode == 2 and want in r.stderr, r.describe()
+        assert len(r.stderr.strip().splitlines()) == 1, r.describe()
+    assert not db.exists()  # nothing written to the history
+    assert not (bad / "regress").exists() and not (bad / "report.html").exists()
+
+
+def test_output_paths_that_are_files_are_refused(real_run, tmp_path):
+    a_file = tmp_path / "file"
+    a_file.write_text("keep me\n")
+    db = tmp_path / "history.sqlite"
+    for args, want in (
+        (["compare", str(real_run), str(real_run), "--plots", str(a_file)], "--plots"),
+        (["regress", str(real_run), "--cluster", "lab", "--db", str(db), "--out", str(a_file)], "--out"),
+        (["compare", str(real_run), str(real_run), "--csv", str(tmp_path)], "--csv"),
+    ):
+        r = bench(*args, check=False)
+        assert r.returncode == 2 and f"{want} " in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.describe()
+    assert a_file.read_text() == "keep me\n" and not db.exists()
+
+
+def test_every_verdict_has_a_severity_and_a_way_to_be_shown():
+    """A verdict is defined in analysis/compare.py and shown from one record of
+    present/tables.py: a new one without either fails here, not in a user's report."""
+    from harness.analysis.compare import ORDER, VERDICTS, WORST_FIRST
+    from harness.present.tables import PRESENTED
+
+    assert set(WORST_FIRST) == set(VERDICTS) == set(PRESENTED) == set(ORDER)
+    assert len(WORST_FIRST) == 5
+    assert [v for v in WORST_FIRST if PRESENTED[v].junit] == ["failed", "slower", "cannot judge"]

@@ -1,0 +1,231 @@
+"""`bench history` on a real local run (gloo ranks): add, list, plot and remove, a run added
+twice, and a damaged, malformed, locked or missing history stopped with one line and nothing
+written. The gate's use of the history is in test_gate.py; the change points in test_changes.py."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import bench, copy_run, planned_later, regress
+from PIL import Image
+
+
+def test_history_add_list_plot_and_duplicates(real_run, tmp_path):
+    db = tmp_path / "h" / "history.sqlite"
+    r = bench("history", "add", str(real_run), "--cluster", "lab", "--label", "first", "--db", str(db))
+    assert "as run 1 of cluster lab (label first)" in r.stdout
+    before = db.read_bytes()
+    dup = bench("history", "add", str(real_run), "--cluster", "other", "--db", str(db), check=False)
+    assert dup.returncode == 2 and "already in the history as run 1 (cluster lab, label first" in dup.stderr
+    assert db.read_bytes() == before
+    shutil.copytree(real_run, tmp_path / "second")
+    plan = tmp_path / "second" / "plan.json"
+    plan.write_text(plan.read_text().replace('"created": "', '"created": "9', 1))  # planned later: a new run
+    bench("history", "add", str(tmp_path / "second"), "--cluster", "lab", "--db", str(db))
+    listed = bench("history", "list", "--cluster", "lab", "--db", str(db)).stdout
+    assert "2 runs" in listed and "first" in listed
+    assert "0 runs" in bench("history", "list", "--cluster", "nosuch", "--db", str(db)).stdout
+    out = tmp_path / "h.png"
+    bench("history", "plot", "--cluster", "lab", "--db", str(db), "--out", str(out))
+    Image.open(out).verify()
+    # the history spells a key as compare and regress do
+    new = {
+        "allreduce all_reduce, 2x1, torchrun, default",
+        "synthetic weak, 1x1, torchrun, default",
+        "synthetic weak, 2x1, torchrun, default",
+    }
+    with contextlib.closing(sqlite3.connect(db)) as con:
+        assert {s for (s,) in con.execute("SELECT series FROM points WHERE run_id = 1")} == new
+        # a history written before that spelled them 'all_reduce 2x1 torchrun default' and
+        # 'synthetic-weak 1x1 torchrun default'; it plots under today's names, unchanged on disk
+        with con:
+            con.execute(
+                "UPDATE points SET series = CASE WHEN series LIKE 'allreduce %' "
+                "THEN 'all_reduce 2x1 torchrun default' "
+                "ELSE replace(replace(replace(series, 'synthetic weak', 'synthetic-weak'), ',', ''), '  ', ' ') END"
+            )
+        old = {s for (s,) in con.execute("SELECT series FROM points")}
+    assert old == {
+        "all_reduce 2x1 torchrun default",
+        "synthetic-weak 1x1 torchrun default",
+        "synthetic-weak 2x1 torchrun default",
+    }
+    before = db.read_bytes()
+    bench("history", "plot", "--cluster", "lab", "--db", str(db), "--out", str(out))
+    with out.with_suffix(".csv").open() as f:
+        assert {row["series"] for row in csv.DictReader(f)} == new
+    assert db.read_bytes() == before
+
+
+def _history_of(cluster):
+    def make(db, real_run, tmp_path):
+        other = copy_run(real_run, tmp_path / "other")
+        plan = other / "plan.json"
+        plan.write_text(plan.read_text().replace('"created": "', '"created": "0', 1))
+        bench("history", "add", str(other), "--cluster", cluster, "--db", str(db))
+
+    return make
+
+
+@contextlib.contextmanager
+def _locked(db):
+    """An exclusive sqlite transaction held by this process, as another bench would hold it.
+    Taken after the test read the file: closing any descriptor of the file drops this
+    process's POSIX locks."""
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        yield
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+
+
+REGRESS = ["regress", "RUN", "--cluster", "lab"]
+
+
+@pytest.mark.parametrize(
+    "make,args,hold,want",
+    [
+        pytest.param(None, REGRESS, False, "no history database", id="absent"),
+        pytest.param(lambda db, run, tmp: db.write_bytes(b""), REGRESS, False, "the history is empty", id="empty"),
+        pytest.param(
+            lambda db, run, tmp: db.write_text("this is not a database\n" * 100),
+            REGRESS,
+            False,
+            "not a bench history database",
+            id="not sqlite",
+        ),
+        pytest.param(
+            _history_of("lab"),
+            ["history", "add", "RUN", "--cluster", "lab"],
+            True,
+            "locked by another process",
+            id="locked",
+        ),
+        pytest.param(
+            _history_of("elsewhere"), REGRESS, False, "no run of cluster 'lab' to use as baseline", id="other cluster"
+        ),
+        pytest.param(
+            _history_of("lab"),
+            [*REGRESS, "--baseline", "median:x"],
+            False,
+            "--baseline 'median:x': K must be a whole number",
+            id="bad baseline",
+        ),
+    ],
+)
+def test_bad_history_is_refused_with_one_line(real_run, tmp_path, make, args, hold, want):
+    db = tmp_path / "history.sqlite"
+    if make:
+        make(db, real_run, tmp_path)
+    before = db.read_bytes() if db.exists() else None
+    args = [str(real_run) if a == "RUN" else a for a in args] + ["--db", str(db)]
+    with _locked(db) if hold else contextlib.nullcontext():
+        r = bench(*args, check=False)
+    assert r.returncode == 2 and want in r.stderr, r.describe()
+    assert len(r.stderr.strip().splitlines()) == 1, r.describe()
+    assert (db.read_bytes() if db.exists() else None) == before
+    assert not (real_run / "regress").exists()
+
+
+def _damage(db: Path, case: str) -> None:
+    con = sqlite3.connect(db)
+    if case == "null sample":
+        blob = con.execute("SELECT samples FROM data WHERE run_id = 2").fetchone()[0]
+        t = pq.read_table(pa.BufferReader(blob))
+        values = t.column("values").to_pylist()
+        values[0] = [None] + values[0][1:]
+        t = t.set_column(t.column_names.index("values"), "values", pa.array(values, type=pa.list_(pa.float64())))
+        sink = pa.BufferOutputStream()
+        pq.write_table(t, sink)
+        con.execute("UPDATE data SET samples = ? WHERE run_id = 2", (sink.getvalue().to_pybytes(),))
+    elif case == "bad blob":
+        con.execute("UPDATE data SET summary = ? WHERE run_id = 2", (b"PAR1 not a parquet file",))
+    elif case == "bad environment":
+        con.execute("UPDATE runs SET environment = '{\"gpu\": [' WHERE id = 2")
+    con.commit()
+    con.close()
+
+
+@pytest.mark.parametrize("case", ["null sample", "bad blob", "bad environment"])
+def test_a_damaged_entry_is_named_and_removable(real_run, tmp_path, history_of, case):
+    db = history_of(
+        planned_later(copy_run(real_run, tmp_path / "a"), "0"), planned_later(copy_run(real_run, tmp_path / "b"), "1")
+    )
+    _damage(db, case)
+    r = regress(real_run, db, tmp_path / "o", "--baseline", "last")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.describe()
+    assert "run 2 is damaged" in r.stderr or "run 2's" in r.stderr, r.describe()
+    assert "bench history remove 2" in r.stderr
+    checked = bench("history", "check", "--db", str(db), check=False)
+    assert checked.returncode == 1 and "checked 2 runs" in checked.stdout and "1 problem" in checked.stdout
+    assert "run 1" not in checked.stdout.replace("run 2", "")
+    assert "removed run 2 of cluster lab" in bench("history", "remove", "2", "--db", str(db)).stdout
+    assert regress(real_run, db, tmp_path / "o", "--baseline", "last").returncode == 0
+    assert bench("history", "check", "--db", str(db)).stdout.strip().endswith("all readable")
+
+
+@pytest.mark.parametrize(
+    "sql,words",
+    [
+        ("UPDATE points SET value = 'x' WHERE run_id = 2", "run 2 is damaged (a point of"),
+        ("DROP TABLE points", "no such table: points"),
+    ],
+)
+def test_history_plot_of_a_damaged_history_is_one_line(real_run, tmp_path, history_of, sql, words):
+    """A text value, or a dropped table, ended `history plot` with exit 70."""
+    db = history_of(
+        planned_later(copy_run(real_run, tmp_path / "a"), "0"), planned_later(copy_run(real_run, tmp_path / "b"), "1")
+    )
+    with sqlite3.connect(db) as con:
+        con.execute(sql)
+    r = bench("history", "plot", "--cluster", "lab", "--db", str(db), "--out", str(tmp_path / "h.png"), check=False)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and words in r.stderr, r.describe()
+    assert not (tmp_path / "h.png").exists()
+    if "UPDATE" in sql:
+        checked = bench("history", "check", "--db", str(db), check=False)
+        assert checked.returncode == 1 and "run 2 is damaged (a point that is no number)" in checked.stdout
+
+
+def test_a_malformed_database_is_one_line(real_run, tmp_path, history_of):
+    db = history_of(planned_later(copy_run(real_run, tmp_path / "a"), "0"))
+    data = bytearray(db.read_bytes())
+    page = 4096
+    for at in range(page, len(data), page):  # every page after the header page
+        data[at : at + 64] = b"\xff" * 64
+    db.write_bytes(bytes(data))
+    for args in (["regress", str(real_run), "--cluster", "lab"], ["history", "list"], ["history", "check"]):
+        r = bench(*args, "--db", str(db), check=False)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.describe()
+        assert str(db) in r.stderr and ("malformed" in r.stderr or "not a database" in r.stderr), r.describe()
+
+
+def test_history_remove_of_an_unknown_id(real_run, tmp_path, history_of):
+    db = history_of(planned_later(copy_run(real_run, tmp_path / "a"), "0"))
+    ids = (("7", "no run 7 in the history"), ("x", "give the run's id"), ("\u00b2", "give the run's id"))
+    for arg, want in (*ids, ("9" * 20, "give the run's id"), ("9" * 5000, "give the run's id")):
+        for action in ("remove", "accept"):
+            r = bench("history", action, arg, "--reason", "r", "--db", str(db), check=False)
+            assert r.returncode == 2 and want in r.stderr and len(r.stderr) < 300, r.describe()
+
+
+def test_history_list_count_fails_closed(real_run, tmp_path, history_of):
+    """What recipes/nightly.sh reads: a number, 0 before the first night, and a failure, never 0,
+    when the history cannot be read."""
+    missing = bench("history", "list", "--count", "--cluster", "lab", "--db", str(tmp_path / "none.sqlite"))
+    assert missing.stdout == "0\n" and "does not exist yet" in missing.stderr
+    db = history_of(planned_later(copy_run(real_run, tmp_path / "a"), "0"))
+    assert bench("history", "list", "--count", "--cluster", "lab", "--db", str(db)).stdout == "1\n"
+    assert bench("history", "list", "--count", "--cluster", "other", "--db", str(db)).stdout == "0\n"
+    with sqlite3.connect(db) as con:
+        con.execute("DROP TABLE runs")
+    r = bench("history", "list", "--count", "--cluster", "lab", "--db", str(db), check=False)
+    assert r.returncode == 2 and r.stdout == "" and "not a bench history" in r.stderr, r.describe()

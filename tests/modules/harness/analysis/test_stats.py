@@ -1,0 +1,67 @@
+"""The statistics of a verdict, against references computed another way: the rate shift against
+a brute-force one, the exact smallest p a sample can reach, and the band's floor."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+
+import numpy as np
+import pytest
+
+from harness.analysis import stats
+
+
+def brute_force(a: list[float], b: list[float], z: float = 1.959964) -> tuple[float, float, float, float]:
+    """Hodges-Lehmann ratio, its CI and the Mann-Whitney p-value, written out the long way."""
+    d = sorted(math.log(x) - math.log(y) for x, y in itertools.product(a, b))
+    m, n = len(a), len(b)
+    sd = math.sqrt(m * n * (m + n + 1) / 12)
+    u = sum(x > y for x, y in itertools.product(a, b)) + 0.5 * sum(x == y for x, y in itertools.product(a, b))
+    p = math.erfc(max(abs(u - m * n / 2) - 0.5, 0) / sd / math.sqrt(2))
+    k = math.floor(m * n / 2 - z * sd)
+    return math.exp(statistics.median(d)), math.exp(d[k]), math.exp(d[m * n - 1 - k]), p
+
+
+def test_rate_shift_matches_the_brute_force_reference():
+    rng = np.random.default_rng(7)
+    cases = [
+        (rng.lognormal(5, 0.1, 10), rng.lognormal(5.2, 0.1, 10)),  # B slower: ratio ~ 0.82
+        (rng.lognormal(5, 0.1, 10), rng.lognormal(5, 0.1, 10)),  # no change
+        (rng.lognormal(3, 0.2, 7), rng.lognormal(2.5, 0.2, 12)),  # B faster, unequal counts
+        (np.full(5, 100.0), np.full(5, 100.0)),
+    ]  # all ties
+    width = max(max(len(a), len(b)) for a, b in cases)
+    A = np.full((len(cases), width), np.nan)
+    B = np.full((len(cases), width), np.nan)
+    for i, (a, b) in enumerate(cases):
+        A[i, : len(a)], B[i, : len(b)] = a, b
+    got = stats.rate_shift(A, B, [len(a) for a, _ in cases], [len(b) for _, b in cases])
+    for i, (a, b) in enumerate(cases):
+        want = brute_force(list(a), list(b))
+        assert (got.ratio[i], got.low[i], got.high[i], got.p_value[i]) == pytest.approx(want, rel=1e-9)
+    assert got.p_value[0] < 0.01 and got.high[0] < 1  # slower, significant
+    assert got.p_value[1] > 0.05 and got.low[1] < 1 < got.high[1]
+    assert got.p_value[2] < 0.01 and got.low[2] > 1  # faster
+    assert got.ratio[3] == 1 and got.p_value[3] == 1
+
+
+def test_rate_shift_leaves_rows_without_samples_undecided():
+    got = stats.rate_shift(np.ones((2, 3)), np.ones((2, 3)), [3, 1], [0, 3])
+    assert np.isnan(got.p_value).all() and np.isnan(got.ratio).all()
+
+
+def test_band_limits_floor_at_the_median_spread():
+    spread = np.array([0.0, 0.1, 0.2, 0.3])
+    floor = stats.spread_floor(spread)
+    assert floor == pytest.approx(0.15)  # the median of the four
+    lo, hi = stats.band_limits(np.zeros(4), spread, floor, c=2)
+    assert np.log(hi) == pytest.approx([0.3, 0.3, 0.4, 0.6]) and np.log(lo) == pytest.approx(-np.log(hi))
+    assert stats.spread_floor(spread[:2]) == 0  # two keys: too few to pool
+
+
+def test_can_reject_is_the_exact_smallest_p():
+    for m, n in itertools.product(range(1, 8), repeat=2):
+        exact = 2 / math.comb(m + n, m)
+        assert bool(stats.can_reject(m, n)) == (exact < 0.05), (m, n)

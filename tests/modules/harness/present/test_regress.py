@@ -1,0 +1,68 @@
+"""`bench regress`'s outputs for CI: the exit status, report.md, junit.xml and gate.json of a
+real local run against a history."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sys
+import xml.etree.ElementTree as ET
+
+from conftest import bench, copy_run, regress, run, separating
+
+
+def test_regress_outputs_for_ci(real_run, tmp_path):
+    db = tmp_path / "history.sqlite"
+    base = copy_run(real_run, tmp_path / "base", time_factor=1 / separating(real_run))  # a much faster baseline
+    plan = base / "plan.json"
+    plan.write_text(plan.read_text().replace('"created": "', '"created": "0', 1))
+    bench("history", "add", str(base), "--cluster", "lab", "--label", "good", "--db", str(db))
+    out = tmp_path / "out"
+    r = regress(real_run, db, out, "--baseline", "label:good")
+    assert (
+        r.returncode == 1
+        and ("REGRESSION: 5 regressions, 0 failed keys, 0 cannot judge, 0 improvements, 0 unchanged of 5") in r.stderr
+    ), r.describe()
+    report = (out / "report.md").read_text()
+    assert (
+        report.index("## Slower (regressions): 5")
+        < report.index("## Faster (improvements): 0")
+        < report.index("## No significant change: 0")
+    )
+    # one test case per configuration: the 2-node all-reduce curve (3 sizes) and two training rows
+    suite = ET.parse(out / "junit.xml").getroot().find("testsuite")
+    assert suite.get("tests") == "3" and suite.get("failures") == "3"
+    curve = suite.find("testcase[@name='busbw_gbps[allreduce all_reduce, 2x1, torchrun, default]']")
+    assert curve.find("failure").get("type") == "regression"
+    assert re.fullmatch(r"regression: (\d+[KM] -\d+\.\d%(, )?){3}", curve.find("failure").get("message"))
+    assert not (out / "benchmark.json").exists()  # opt-in
+    r = regress(real_run, db, out, "--baseline", "label:good", "--benchmark-json")
+    doc = json.loads((out / "benchmark.json").read_text())
+    assert {b["name"] for b in doc["benchmarks"]} >= {
+        "allreduce all_reduce 1M, 2x1, torchrun, default",
+        "synthetic weak, 1x1, torchrun, default",
+    }
+    one = next(b for b in doc["benchmarks"] if b["name"] == "allreduce all_reduce 1M, 2x1, torchrun, default")
+    assert one["param"] == "allreduce all_reduce, 2x1, torchrun, default"
+    assert one["fullname"] == "bench::time_us[allreduce all_reduce 1M, 2x1, torchrun, default]"
+    assert one["stats"]["rounds"] == 10 and 0 < one["stats"]["min"] <= one["stats"]["median"] <= one["stats"]["max"]
+    # pytest-benchmark itself reads it
+    shutil.copy(out / "benchmark.json", tmp_path / "0001_run.json")
+    listed = run(
+        [
+            sys.executable,
+            "-m",
+            "pytest_benchmark",
+            "compare",
+            str(tmp_path / "0001_run.json"),
+            "--columns",
+            "min,median,rounds",
+        ]
+    )
+    assert "allreduce all_reduce 1M, 2x1, torchrun, default" in listed.stdout, listed.describe()
+    for how in ("last", "best", "median:3", None):
+        again = regress(real_run, db, tmp_path / str(how).replace(":", ""), *(("--baseline", how) if how else ()))
+        assert again.returncode == 1, again.describe()
+        if how is None:  # one history run: fewer than the default median:5 asks, so each key is judged within it
+            assert "5 of 5 keys have fewer than 5 usable runs in the history" in again.stdout, again.describe()
