@@ -8,11 +8,10 @@ first and default collective). Its job scripts run this module.
 
 from __future__ import annotations
 
-import sys
-
 from .collectives import build_parser, main
+from .runtime import exit_rank
 
 __all__ = ["build_parser", "main"]
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_rank(main())

@@ -31,7 +31,6 @@ root 0; sendrecv sends to the next rank and receives from the previous, and need
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -55,7 +54,7 @@ from .common import (
     spread,
 )
 from .linkprobe import link_probe
-from .runtime import Context, gather_rows
+from .runtime import Context, exit_rank, gather_rows
 from .runtime import main as run_main
 
 
@@ -551,4 +550,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_rank(main())

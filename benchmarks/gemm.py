@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from typing import Any
 
 import torch
 
 from .common import OneLineParser, UsageError, add_common_args
-from .runtime import Context, gather_rows
+from .runtime import Context, exit_rank, gather_rows
 from .runtime import main as run_main
 
 DTYPES = {"auto": None, "bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -90,4 +89,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_rank(main())

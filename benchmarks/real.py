@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from torchvision import datasets, transforms
 from .catalog import TRAINING_DEFAULTS as D
 from .common import OneLineParser, UsageError, spread
 from .imagefolder import count_images, ensure_imagefolder
-from .runtime import Context, gather_rows
+from .runtime import Context, exit_rank, gather_rows
 from .runtime import main as run_main
 from .training import (
     add_training_args,
@@ -217,4 +216,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_rank(main())

@@ -220,6 +220,20 @@ class Context:
             print(message, flush=True)
 
 
+def exit_rank(status: int) -> None:
+    """End a workload's process with `status` once main has returned: its result written, its
+    process group destroyed and its output flushed, the process leaves without the
+    interpreter's finalization (os._exit). Finalization frees torch's objects in whatever order
+    the collector takes them, and a rank that had finished and written its result has aborted
+    there ("terminate called without an active exception", SIGABRT: a C++ thread object
+    destroyed while still joinable; pytorch/pytorch issue 190489 shows the message), which
+    torchrun reports as the job's failure. An exception is not caught here: it ends the process
+    as Python ends it, traceback and all."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
 def usage_error(line: str) -> None:
     """Say a usage error in one line: to the launcher that started this rank (`bench run`, which
     says it in place of torchrun's report of a failed child), else on stderr."""

@@ -13,13 +13,12 @@ of the slowest rank per step), with the per-step samples.
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 import torch
 
 from .common import OneLineParser
-from .runtime import Context
+from .runtime import Context, exit_rank
 from .runtime import main as run_main
 from .training import (
     add_training_args,
@@ -80,4 +79,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_rank(main())

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -34,7 +33,7 @@ from . import memory
 from .catalog import AMPS, PARALLEL, PRESETS, Shape, flops_per_token
 from .catalog import TRANSFORMER_DEFAULTS as D
 from .common import OneLineParser, UsageError, add_common_args, positive_arg
-from .runtime import Context
+from .runtime import Context, exit_rank
 from .runtime import main as run_main
 from .training import (
     breakdown,
@@ -361,4 +360,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_rank(main())
