@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -220,14 +220,14 @@ class Context:
             print(message, flush=True)
 
 
-def exit_rank(status: int) -> None:
+def exit_rank(status: int) -> NoReturn:
     """End a workload's process with `status` once main has returned: its result written, its
     process group destroyed and its output flushed, the process leaves without the
     interpreter's finalization (os._exit). Finalization frees torch's objects in whatever order
     the collector takes them, and a rank that had finished and written its result has aborted
-    there ("terminate called without an active exception", SIGABRT: a C++ thread object
-    destroyed while still joinable; pytorch/pytorch issue 190489 shows the message), which
-    torchrun reports as the job's failure. An exception is not caught here: it ends the process
+    there ("terminate called without an active exception", SIGABRT: the C++ runtime's message
+    for a thread object destroyed while still joinable), which torchrun reports as the job's
+    failure. An exception is not caught here: it ends the process
     as Python ends it, traceback and all."""
     sys.stdout.flush()
     sys.stderr.flush()
