@@ -20,7 +20,6 @@ history without them has no verdicts, and nothing is rejected.
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from benchmarks.results import read_regular
 from harness.analysis.compare import FAILED, SLOWER, Comparison
 from harness.analysis.sides import KEYS
+from harness.analysis.store import Connection, now
 from harness.errors import HistoryError
 
 if TYPE_CHECKING:
@@ -40,18 +40,6 @@ FORMAT = 1
 FILE_LIMIT = 64 << 20  # bytes: a 100,000-key run whose every key regressed is about 12 MB
 PASSED, REJECTED, UNJUDGED = "passed", "failed", "cannot judge"
 WHOLE = "*"  # gate_keys' key of a run rejected whole
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS gate_runs (
-    run_id INTEGER PRIMARY KEY REFERENCES runs (id),
-    verdict TEXT NOT NULL,
-    status INTEGER NOT NULL,
-    baseline TEXT NOT NULL,
-    accepted TEXT,
-    reason TEXT
-);
-CREATE TABLE IF NOT EXISTS gate_keys (run_id INTEGER NOT NULL REFERENCES runs (id), key TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS gate_keys_by_run ON gate_keys (run_id);
-"""
 _INT_KEYS = frozenset({"nodes", "gpus_per_node", "size_bytes"})
 
 
@@ -129,8 +117,8 @@ def read(path: Path, run: str, cluster: str) -> dict[str, Any] | None:
     return doc
 
 
-def store(con: sqlite3.Connection, run_id: int, doc: dict[str, Any]) -> None:
-    """In add's transaction, its tables made: the verdict of the run just inserted."""
+def store(con: Connection, run_id: int, doc: dict[str, Any]) -> None:
+    """In add's transaction: the verdict of the run just inserted."""
     con.execute(
         "INSERT INTO gate_runs (run_id, verdict, status, baseline) VALUES (?, ?, ?, ?)",
         (run_id, doc["verdict"], doc["status"], doc["baseline"]),
@@ -138,14 +126,8 @@ def store(con: sqlite3.Connection, run_id: int, doc: dict[str, Any]) -> None:
     con.executemany("INSERT INTO gate_keys VALUES (?, ?)", [(run_id, k) for k in doc["rejected"]])
 
 
-def _has_tables(con: sqlite3.Connection) -> bool:
-    return con.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'gate_runs'").fetchone() is not None
-
-
-def accepted_since(con: sqlite3.Connection, cluster: str) -> tuple[str, int] | None:
+def accepted_since(con: Connection, cluster: str) -> tuple[str, int] | None:
     """(created, id) of the cluster's newest accepted run: baselines begin there."""
-    if not _has_tables(con):
-        return None
     row = con.execute(
         "SELECT r.created, r.id FROM runs r JOIN gate_runs g ON g.run_id = r.id "
         "WHERE r.cluster = ? AND g.accepted IS NOT NULL ORDER BY r.created DESC, r.id DESC LIMIT 1",
@@ -154,10 +136,10 @@ def accepted_since(con: sqlite3.Connection, cluster: str) -> tuple[str, int] | N
     return (str(row[0]), int(row[1])) if row else None
 
 
-def _by_run(con: sqlite3.Connection, sql: str, run_ids: Sequence[int], first: Sequence[Any] = ()) -> list[tuple]:
+def _by_run(con: Connection, sql: str, run_ids: Sequence[int], first: Sequence[Any] = ()) -> list[tuple]:
     """The rows of `sql` (its "IN ({marks})" filled) for the runs given, asked 500 ids at a time
-    (SQLite's bound on a statement's parameters); none where the history has no gate tables."""
-    if not run_ids or not _has_tables(con):
+    (SQLite's bound on a statement's parameters)."""
+    if not run_ids:
         return []
     rows: list[tuple] = []
     for start in range(0, len(run_ids), 500):
@@ -166,7 +148,7 @@ def _by_run(con: sqlite3.Connection, sql: str, run_ids: Sequence[int], first: Se
     return rows
 
 
-def rejected(con: sqlite3.Connection, run_ids: Sequence[int]) -> dict[int, set[str]]:
+def rejected(con: Connection, run_ids: Sequence[int]) -> dict[int, set[str]]:
     """Of these runs, those the gate rejected and nobody accepted: run id -> rejected keys
     (WHOLE among them for a run rejected whole)."""
     out: dict[int, set[str]] = {}
@@ -188,7 +170,7 @@ def kept(df: pd.DataFrame, keys: set[str]) -> npt.NDArray[np.bool_]:
     return np.fromiter((k not in keys for k in key_strings(df)), dtype=bool, count=len(df))
 
 
-def verdicts(con: sqlite3.Connection, run_ids: Iterable[int]) -> dict[int, tuple[str, int, str | None, str | None]]:
+def verdicts(con: Connection, run_ids: Iterable[int]) -> dict[int, tuple[str, int, str | None, str | None]]:
     """run id -> (verdict, rejected keys or -1 for a run rejected whole, accepted, reason), for
     `history list`."""
     sql = (
@@ -202,18 +184,17 @@ def verdicts(con: sqlite3.Connection, run_ids: Iterable[int]) -> dict[int, tuple
     }
 
 
-def accept(con: sqlite3.Connection, run_id: int, reason: str) -> None:
+def accept(con: Connection, run_id: int, reason: str) -> None:
     """In a transaction: mark a run accepted, with the reason; a run never judged is given a
-    verdict row saying so, so that the acceptance is kept. Its tables are made."""
+    verdict row saying so, so that the acceptance is kept."""
     found = con.execute("SELECT accepted FROM gate_runs WHERE run_id = ?", (run_id,)).fetchone()
     if found is None:
         con.execute(
             "INSERT INTO gate_runs (run_id, verdict, status, baseline) VALUES (?, 'not judged', -1, '-')", (run_id,)
         )
-    con.execute("UPDATE gate_runs SET accepted = datetime('now'), reason = ? WHERE run_id = ?", (reason, run_id))
+    con.execute("UPDATE gate_runs SET accepted = ?, reason = ? WHERE run_id = ?", (now(), reason, run_id))
 
 
-def remove(con: sqlite3.Connection, run_id: int) -> None:
-    if _has_tables(con):
-        con.execute("DELETE FROM gate_keys WHERE run_id = ?", (run_id,))
-        con.execute("DELETE FROM gate_runs WHERE run_id = ?", (run_id,))
+def remove(con: Connection, run_id: int) -> None:
+    con.execute("DELETE FROM gate_keys WHERE run_id = ?", (run_id,))
+    con.execute("DELETE FROM gate_runs WHERE run_id = ?", (run_id,))

@@ -27,9 +27,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import sqlite3
 from collections.abc import Iterator
-from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from itertools import repeat
 from pathlib import Path
@@ -52,6 +50,8 @@ from harness.analysis.sides import (
     read_tables,
     side_from_tables,
 )
+from harness.analysis.store import SQLITE, Connection, Location, now, session
+from harness.analysis.store import error as store_error
 from harness.errors import DataError, HistoryError
 from harness.rundir import COMPLETED, RUN_FILE_LIMIT, RunDir
 from harness.summary import run_facts, to_frame, upgraded
@@ -62,127 +62,11 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-DB_VERSION = 2
-BUSY_TIMEOUT_S = 5.0
 DEFAULT_BASELINE = "median:5"
 LOOKBACK = 30  # runs looked at beyond K for keys that failed in the newest ones
-SCHEMA = """
-CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE runs (
-    id INTEGER PRIMARY KEY,
-    fingerprint TEXT NOT NULL UNIQUE,
-    cluster TEXT NOT NULL,
-    label TEXT,
-    path TEXT NOT NULL,
-    sweep TEXT,
-    created TEXT NOT NULL,
-    added TEXT NOT NULL,
-    rows INTEGER NOT NULL,
-    keys INTEGER NOT NULL,
-    failed INTEGER NOT NULL,
-    environment TEXT NOT NULL
-);
-CREATE INDEX runs_by_cluster ON runs (cluster, created);
-CREATE TABLE data (run_id INTEGER PRIMARY KEY REFERENCES runs (id), summary BLOB NOT NULL, samples BLOB);
-CREATE TABLE points (run_id INTEGER NOT NULL REFERENCES runs (id), series TEXT NOT NULL, metric TEXT NOT NULL,
-                     value REAL NOT NULL);
-CREATE INDEX points_by_run ON points (run_id);
-"""
 
 
 _ENTRY = "SELECT id, cluster, label, path, sweep, created, added, rows, keys, failed FROM runs"
-
-
-def _connect(db: Path, create: bool) -> sqlite3.Connection:
-    if not create and not db.exists():
-        raise HistoryError(f"{db}: no history database; add a run first with `bench history add RUN --cluster NAME`")
-    if create:
-        try:
-            db.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise HistoryError(f"--db {db}: cannot create {db.parent} ({exc.strerror or exc})") from None
-    if db.is_dir():
-        raise HistoryError(f"--db {db}: is a directory; give the database file")
-    try:
-        con = sqlite3.connect(db, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-        con.execute("PRAGMA foreign_keys = ON")
-        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    except sqlite3.OperationalError as exc:
-        raise _sqlite_error(db, exc) from None
-    except sqlite3.DatabaseError as exc:
-        raise HistoryError(f"{db}: not a bench history database ({exc})") from None
-    if not tables:
-        if not create:
-            con.close()
-            raise HistoryError(
-                f"{db}: the history is empty; add a run first with `bench history add RUN --cluster NAME`"
-            )
-        return con
-    if "meta" not in tables or "runs" not in tables:
-        con.close()
-        raise HistoryError(f"{db}: not a bench history database (tables: {', '.join(sorted(tables))})")
-    try:
-        row = con.execute("SELECT value FROM meta WHERE key = 'version'").fetchone()
-    except sqlite3.DatabaseError as exc:
-        con.close()
-        raise _sqlite_error(db, exc) from None
-    if not row or row[0] != str(DB_VERSION):
-        con.close()
-        found = row[0] if row else None
-        hint = (
-            "; it holds no per-key status or parameters: start a new one and add the run directories again"
-            if found == "1"
-            else ""
-        )
-        raise HistoryError(f"{db}: history version {found}, this bench reads {DB_VERSION}{hint}")
-    return con
-
-
-def _sqlite_error(db: Path, exc: sqlite3.DatabaseError, run: Entry | None = None) -> HistoryError:
-    text = str(exc)
-    if "locked" in text or "busy" in text:
-        return HistoryError(
-            f"{db}: the history database is locked by another process (waited {BUSY_TIMEOUT_S:.0f} s); "
-            f"try again when it is done"
-        )
-    where = f" while reading {run.name}" if run else ""
-    if isinstance(exc, sqlite3.OperationalError):
-        return HistoryError(f"{db}: {text}{where}")
-    return HistoryError(f"{db}: the database is damaged ({text}){where}; `bench history check` lists what is readable")
-
-
-@contextmanager
-def session(db: Path, create: bool = False) -> Iterator[sqlite3.Connection]:
-    """A connection whose SQLite errors become one-line HistoryErrors."""
-    with closing(_connect(db, create)) as con:
-        try:
-            yield con
-        except sqlite3.DatabaseError as exc:
-            raise _sqlite_error(db, exc) from None
-
-
-@contextmanager
-def transaction(con: sqlite3.Connection) -> Iterator[None]:
-    """One write transaction, taken at once (BEGIN IMMEDIATE): committed when the block ends,
-    rolled back when anything is raised in it, Ctrl-C included."""
-    con.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
-
-
-def create_tables(con: sqlite3.Connection, schema: str = "") -> None:
-    """In a transaction: the history's tables where the database has none yet, then `schema`'s
-    (statements that create only what is missing: CREATE ... IF NOT EXISTS)."""
-    if not con.execute("SELECT 1 FROM sqlite_master WHERE name = 'runs'").fetchone():
-        for statement in filter(str.strip, SCHEMA.split(";")):
-            con.execute(statement)
-        con.execute("INSERT INTO meta VALUES ('version', ?)", (str(DB_VERSION),))
-    for statement in filter(str.strip, schema.split(";")):
-        con.execute(statement)
 
 
 def fingerprint(run: RunDir) -> str:
@@ -241,7 +125,7 @@ def check_name(flag: str, text: str | None) -> None:
         )
 
 
-def add(db: Path, path: str | Path, cluster: str, label: str | None = None, verdict: Path | None = None) -> Added:
+def add(db: Location, path: str | Path, cluster: str, label: str | None = None, verdict: Path | None = None) -> Added:
     """Store a run, failed keys and all, with the gate's verdict on it: `verdict` (a gate.json
     bench regress wrote), else the run's own regress/gate.json where there is one. Everything
     is checked before the one transaction that writes it."""
@@ -265,17 +149,16 @@ def add(db: Path, path: str | Path, cluster: str, label: str | None = None, verd
         raise HistoryError(f"--verdict {verdict}: no such file; bench regress writes gate.json in its --out")
     created = plan.get("created") or ""
     with session(db, create=True) as con:
-        with transaction(con):
-            create_tables(con, gate.SCHEMA if judged else "")
+        with con.transaction():
             dup = con.execute("SELECT id, cluster, label, path FROM runs WHERE fingerprint = ?", (fp,)).fetchone()
             if dup:
                 raise HistoryError(
                     f"{run.path}: already in the history as run {dup[0]} "
                     f"(cluster {dup[1]}, label {dup[2] or '-'}, added from {dup[3]})"
                 )
-            cur = con.execute(
+            (run_id,) = con.execute(
                 "INSERT INTO runs (fingerprint, cluster, label, path, sweep, created, added, rows, keys, failed, "
-                "environment) VALUES (?, ?, ?, ?, ?, ?, datetime('now'), ?, ?, ?, ?)",
+                "environment) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
                 (
                     fp,
                     cluster,
@@ -283,13 +166,13 @@ def add(db: Path, path: str | Path, cluster: str, label: str | None = None, verd
                     str(run.path.resolve()),
                     (plan.get("sweep") or {}).get("name"),
                     created,
+                    now(),
                     len(rows),
                     len(keys),
                     int((~done).sum()),
                     json.dumps(env),
                 ),
-            )
-            run_id = int(cur.lastrowid or 0)
+            ).fetchone()
             con.execute("INSERT INTO data VALUES (?, ?, ?)", (run_id, blob, sblob))
             con.executemany("INSERT INTO points VALUES (?, ?, ?, ?)", [(run_id, *p) for p in points])
             if judged:
@@ -298,7 +181,7 @@ def add(db: Path, path: str | Path, cluster: str, label: str | None = None, verd
     return Added(entry, [f"{j} {s}" for j, s in zip(not_done["job"], not_done["status"])], judged)
 
 
-def entries(db: Path, cluster: str | None = None) -> list[Entry]:
+def entries(db: Location, cluster: str | None = None) -> list[Entry]:
     with session(db) as con:
         cur = con.execute(
             _ENTRY + " WHERE cluster = ? ORDER BY created, id"
@@ -309,7 +192,7 @@ def entries(db: Path, cluster: str | None = None) -> list[Entry]:
         return [Entry(*r) for r in cur]
 
 
-def usable_rows(db: Path, found: list[Entry]) -> Iterator[pd.DataFrame]:
+def usable_rows(db: Location, found: list[Entry]) -> Iterator[pd.DataFrame]:
     """Each entry's usable rows (completed, with a time and samples a baseline may use), in
     key_frame's columns, read one entry at a time."""
     with session(db) as con:
@@ -319,7 +202,7 @@ def usable_rows(db: Path, found: list[Entry]) -> Iterator[pd.DataFrame]:
             yield df[_usable_rows(df)]
 
 
-def points(db: Path, cluster: str) -> pd.DataFrame:
+def points(db: Location, cluster: str) -> pd.DataFrame:
     """DataFrame of (id, label, created, series, metric, value) for every run of a cluster."""
     import pandas as pd
 
@@ -345,13 +228,13 @@ def points(db: Path, cluster: str) -> pd.DataFrame:
     return df
 
 
-def remove(db: Path, run_id: int) -> Entry:
+def remove(db: Location, run_id: int) -> Entry:
     """Delete one run and everything stored with it, damaged or not."""
     with session(db) as con:
         row = con.execute(_ENTRY + " WHERE id = ?", (run_id,)).fetchone()
         if not row:
             raise HistoryError(f"{db}: no run {run_id} in the history; `bench history list` shows the ids")
-        with transaction(con):
+        with con.transaction():
             gate.remove(con, run_id)
             for table in ("points", "data"):
                 con.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
@@ -359,42 +242,42 @@ def remove(db: Path, run_id: int) -> Entry:
         return Entry(*row)
 
 
-def accept(db: Path, run_id: int, reason: str) -> Entry:
+def accept(db: Location, run_id: int, reason: str) -> Entry:
     """Accept a run's level as the cluster's new normal (analysis/gate.py): baselines begin at it."""
     check_name("--reason", reason)
     with session(db) as con:
         row = con.execute(_ENTRY + " WHERE id = ?", (run_id,)).fetchone()
         if not row:
             raise HistoryError(f"{db}: no run {run_id} in the history; `bench history list` shows the ids")
-        with transaction(con):
-            create_tables(con, gate.SCHEMA)
+        with con.transaction():
             gate.accept(con, run_id, reason)
         return Entry(*row)
 
 
-def gate_verdicts(db: Path, found: list[Entry]) -> dict[int, tuple[str, int, str | None, str | None]]:
+def gate_verdicts(db: Location, found: list[Entry]) -> dict[int, tuple[str, int, str | None, str | None]]:
     """The gate's verdict on each entry judged (analysis/gate.py)."""
     with session(db) as con:
         return gate.verdicts(con, [e.id for e in found])
 
 
-def check(db: Path) -> tuple[int, list[str]]:
+def check(db: Location) -> tuple[int, list[str]]:
     """(entries checked, one line per problem): SQLite's own integrity check, then every entry
     read as a comparison would read it."""
     problems = []
     with session(db) as con:
-        verdict = [r[0] for r in con.execute("PRAGMA integrity_check")]
-        if verdict != ["ok"]:
-            problems.append(f"{db}: SQLite integrity check: {'; '.join(verdict[:5])}")
+        if con.kind == SQLITE:  # PostgreSQL checks its own pages and types as it reads them
+            verdict = [r[0] for r in con.execute("PRAGMA integrity_check")]
+            if verdict != ["ok"]:
+                problems.append(f"{db}: SQLite integrity check: {'; '.join(verdict[:5])}")
         found = [Entry(*r) for r in con.execute(_ENTRY + " ORDER BY id")]
         for entry in found:
             try:
                 _load(con, db, entry, with_samples=True)
             except HistoryError as exc:
                 problems.append(str(exc))
-        for (run_id,) in con.execute(
-            "SELECT DISTINCT run_id FROM points WHERE typeof(value) NOT IN ('real', 'integer') ORDER BY 1"
-        ):
+        # a column's type is the type of what it holds in SQLite only (docs: "Datatypes In SQLite")
+        untyped = "SELECT DISTINCT run_id FROM points WHERE typeof(value) NOT IN ('real', 'integer') ORDER BY 1"
+        for (run_id,) in con.execute(untyped) if con.kind == SQLITE else ():
             problems.append(
                 f"{db}: run {run_id} is damaged (a point that is no number); remove it with "
                 f"`bench history remove {run_id}`"
@@ -403,7 +286,7 @@ def check(db: Path) -> tuple[int, list[str]]:
 
 
 def _load(
-    con: sqlite3.Connection, db: Path, entry: Entry, with_samples: bool
+    con: Connection, db: Location, entry: Entry, with_samples: bool
 ) -> tuple[pa.Table, pa.Table | None, dict[str, Any]]:
     """(summary, samples or None, environment) of one entry, each checked: a damaged entry is
     a HistoryError naming it."""
@@ -417,8 +300,8 @@ def _load(
             + ", r.environment FROM data d JOIN runs r ON r.id = d.run_id WHERE d.run_id = ?",
             (entry.id,),
         ).fetchone()
-    except sqlite3.DatabaseError as exc:
-        raise _sqlite_error(db, exc, entry) from None
+    except con.errors as exc:
+        raise store_error(db, exc, entry.name) from None
     damaged = f"{db}: {entry.name} is damaged"
     remedy = f"; remove it with `bench history remove {entry.id}`"
     if found is None:
@@ -461,7 +344,7 @@ def parse_baseline(how: str) -> tuple[str, int]:
     return kind, 1
 
 
-def baseline(db: Path, cluster: str, how: str = DEFAULT_BASELINE, exclude: str | None = None) -> Side:
+def baseline(db: Location, cluster: str, how: str = DEFAULT_BASELINE, exclude: str | None = None) -> Side:
     """The baseline a new run is judged against, from the cluster's runs in the history.
 
     median:K  per key, the values of the K most recent runs where the key is usable (a run
@@ -518,7 +401,7 @@ def baseline(db: Path, cluster: str, how: str = DEFAULT_BASELINE, exclude: str |
         return _baseline(con, db, found, kind, k, how)
 
 
-def _baseline(con: sqlite3.Connection, db: Path, found: list[Entry], kind: str, k: int, how: str) -> Side:
+def _baseline(con: Connection, db: Location, found: list[Entry], kind: str, k: int, how: str) -> Side:
     """Choose each key's runs from the entries (newest first), then build one Side of them.
     The chosen rows' job names carry their entry's id, so that their samples stay apart."""
     import numpy as np

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import sqlite3
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from benchmarks.results import read_regular
-from harness.analysis.history import create_tables, session, transaction
+from harness.analysis.store import SQLITE, Location, now, session
 from harness.errors import HistoryError
 from harness.nodecheck import METRICS, Verdict
 from harness.nodesteps import FOLDER, PLAN, RECORD, read_record
@@ -31,27 +30,6 @@ from harness.rundir import RUN_FILE_LIMIT
 if TYPE_CHECKING:
     import pandas as pd
 
-NODE_SCHEMA = """
-CREATE TABLE IF NOT EXISTS node_checks (
-    id INTEGER PRIMARY KEY,
-    fingerprint TEXT NOT NULL UNIQUE,
-    cluster TEXT NOT NULL,
-    label TEXT,
-    path TEXT NOT NULL,
-    created TEXT NOT NULL,
-    added TEXT NOT NULL,
-    nodes INTEGER NOT NULL,
-    named TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS node_checks_by_cluster ON node_checks (cluster, created);
-CREATE TABLE IF NOT EXISTS node_figures (
-    check_id INTEGER NOT NULL REFERENCES node_checks (id),
-    series TEXT NOT NULL,
-    metric TEXT NOT NULL,
-    value REAL
-);
-CREATE INDEX IF NOT EXISTS node_figures_by_check ON node_figures (check_id);
-"""
 
 
 @dataclass(frozen=True)
@@ -91,7 +69,7 @@ def rows(v: Verdict) -> list[tuple[str, str, float | None]]:
     return out
 
 
-def add(db: Path, path: Path, cluster: str, label: str | None, v: Verdict) -> NodeEntry:
+def add(db: Location, path: Path, cluster: str, label: str | None, v: Verdict) -> NodeEntry:
     """Store the check in `path`, judged as `v`: its figures, and what it named."""
     named = "; ".join(
         [
@@ -107,17 +85,15 @@ def add(db: Path, path: Path, cluster: str, label: str | None, v: Verdict) -> No
     created = _created(path)
     round_s = _median_round_s(path)
     with session(db, create=True) as con:
-        with transaction(con):
-            create_tables(con, NODE_SCHEMA)
+        with con.transaction():
             dup = con.execute("SELECT id, path FROM node_checks WHERE fingerprint = ?", (fp,)).fetchone()
             if dup:
                 raise HistoryError(f"{path}: already in the history as node check {dup[0]} (added from {dup[1]})")
-            cur = con.execute(
+            (check_id,) = con.execute(
                 "INSERT INTO node_checks (fingerprint, cluster, label, path, created, added, nodes, named) "
-                "VALUES (?, ?, ?, ?, ?, datetime('now'), ?, ?)",
-                (fp, cluster, label, str(path.resolve()), created, len(v.names), named),
-            )
-            check_id = cur.lastrowid
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                (fp, cluster, label, str(path.resolve()), created, now(), len(v.names), named),
+            ).fetchone()
             figures = rows(v) + [(*ROUND_S, round_s)] if round_s else rows(v)
             con.executemany("INSERT INTO node_figures VALUES (?, ?, ?, ?)", [(check_id, *r) for r in figures])
         return NodeEntry(*con.execute(_ENTRY + " WHERE id = ?", (check_id,)).fetchone())
@@ -133,14 +109,13 @@ def _median_round_s(path: Path) -> float | None:
     return float(statistics.median(seconds)) if seconds else None
 
 
-def last_round_s(db: Path, cluster: str) -> tuple[float, NodeEntry] | None:
+def last_round_s(db: Location, cluster: str) -> tuple[float, NodeEntry] | None:
     """The median round of the newest check of `cluster` that recorded one, and that check;
-    None when the history holds none (or does not exist: nothing is created to say so)."""
-    if not db.is_file():
+    None when the history holds none (or is an SQLite file that does not exist: nothing is
+    created to say so)."""
+    if db.kind == SQLITE and not db.path.is_file():
         return None
     with session(db) as con:
-        if not _has_tables(con):
-            return None
         row = con.execute(
             "SELECT f.value, c.id FROM node_figures f JOIN node_checks c ON c.id = f.check_id "
             "WHERE c.cluster = ? AND f.series = ? AND f.metric = ? AND f.value > 0 "
@@ -158,30 +133,24 @@ def _created(path: Path) -> str:
     return dt.datetime.fromtimestamp(stamp, dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def _has_tables(con: sqlite3.Connection) -> bool:
-    return bool(con.execute("SELECT 1 FROM sqlite_master WHERE name = 'node_checks'").fetchone())
-
-
-def entries(db: Path, cluster: str | None = None) -> list[NodeEntry]:
+def entries(db: Location, cluster: str | None = None) -> list[NodeEntry]:
     with session(db) as con:
-        if not _has_tables(con):
-            return []
         where, args = (" WHERE cluster = ?", (cluster,)) if cluster else ("", ())
         return [NodeEntry(*r) for r in con.execute(_ENTRY + where + " ORDER BY created, id", args)]
 
 
-def remove(db: Path, check_id: int) -> NodeEntry:
+def remove(db: Location, check_id: int) -> NodeEntry:
     with session(db) as con:
-        row = con.execute(_ENTRY + " WHERE id = ?", (check_id,)).fetchone() if _has_tables(con) else None
+        row = con.execute(_ENTRY + " WHERE id = ?", (check_id,)).fetchone()
         if not row:
             raise HistoryError(f"{db}: no node check {check_id}; `bench history list` shows the ids")
-        with transaction(con):
+        with con.transaction():
             con.execute("DELETE FROM node_figures WHERE check_id = ?", (check_id,))
             con.execute("DELETE FROM node_checks WHERE id = ?", (check_id,))
         return NodeEntry(*row)
 
 
-def series(db: Path, cluster: str) -> tuple[list[NodeEntry], pd.DataFrame]:
+def series(db: Location, cluster: str) -> tuple[list[NodeEntry], pd.DataFrame]:
     """(the cluster's checks oldest first, DataFrame of metric, key, entry, value): each
     measured figure of each node and pair, by the index of its check in the list."""
     import pandas as pd
