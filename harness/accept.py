@@ -27,6 +27,7 @@ from harness import check_nodes, provenance, sweep
 from harness.analysis import reference
 from harness.analysis.compare import FAILED, SLOWER, UNJUDGED
 from harness.analysis.sides import load_run
+from harness.analysis.store import Location
 from harness.cluster import ClusterProfile, Reference
 from harness.errors import EXIT_FOUND, EXIT_INTERRUPTED, EXIT_UNJUDGED, RunDirError, UsageError
 from harness.nodecheck import Options
@@ -87,7 +88,7 @@ def start(
     out: Path,
     console: Console,
     yes: bool,
-    db: Path | None,
+    db: Location | None,
     dry_run: bool = False,
 ) -> int:
     refs = profile.reference

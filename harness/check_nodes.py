@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from harness import executors, hostlists, nodecheck
 from harness.analysis import nodehistory
+from harness.analysis.store import Location
 from harness.cluster import ClusterProfile
 from harness.cost import Cost
 from harness.errors import EXIT_FOUND, EXIT_UNJUDGED, HistoryError, RunDirError, SlurmError, UsageError, shown
@@ -76,7 +77,7 @@ class CheckCost(Cost):
         ]
 
 
-def round_time(profile: ClusterProfile | None, db: Path | None) -> tuple[float | None, str]:
+def round_time(profile: ClusterProfile | None, db: Location | None) -> tuple[float | None, str]:
     """(seconds a round takes, where that came from): the profile's node_check_round_s, else the
     median round of the newest check of the profile's cluster in the history, else none."""
     if profile and profile.node_check_round_s:
@@ -142,7 +143,7 @@ def start(
     yes: bool,
     dry_run: bool,
     as_json: bool,
-    db: Path | None = None,
+    db: Location | None = None,
 ) -> int:
     batch = executor.batch
     if not batch:

@@ -15,7 +15,9 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -559,3 +561,43 @@ def wait_done(job_ids: list[str], timeout: float = 600) -> dict[str, list[str]]:
             return rows
         time.sleep(1)
     pytest.fail(f"jobs {ids} not finished after {timeout} s: {rows}")
+
+
+# --------------------------------------------------------------------------- PostgreSQL
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A throwaway PostgreSQL server (tests/postgres.py) for this worker's session. Without one
+    installed the tests that need it skip, except under CI=true, where they fail (.ci/run
+    installs Debian's package)."""
+    import postgres as pg
+
+    if pg.bindir() is None:
+        reason = "no PostgreSQL server installed (Debian: apt-get install postgresql)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must run the PostgreSQL tests, but: {reason}")
+        pytest.skip(reason)
+    # not under pytest's temporary folders, which are root's alone (0700): the server's user
+    # must reach its data
+    root = Path(tempfile.mkdtemp(prefix="bench-postgres-"))
+    try:
+        server = pg.start(root)
+        try:
+            yield server
+        finally:
+            pg.stop(server)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def history_at(request, tmp_path):
+    """Where a test's history lives, once for each backend: an SQLite file's path, or the URL of
+    a new database on the session's PostgreSQL server (its tables made by `history migrate`)."""
+    if request.param == "sqlite":
+        return str(tmp_path / "history.sqlite")
+    server = request.getfixturevalue("postgres")
+    url = server.new_database(f"t{uuid.uuid4().hex[:12]}")
+    bench("history", "migrate", "--db", url)
+    return url

@@ -29,11 +29,11 @@ import hashlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from harness.analysis import history
 from harness.analysis.sides import METRICS, key_texts
+from harness.analysis.store import Location
 
 if TYPE_CHECKING:
     import numpy as np
@@ -136,7 +136,7 @@ def _seed(text: str) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
 
 
-def series(db: Path, cluster: str, metrics: tuple[str, ...]) -> tuple[list[Entry], pd.DataFrame]:
+def series(db: Location, cluster: str, metrics: tuple[str, ...]) -> tuple[list[Entry], pd.DataFrame]:
     """(entries oldest first, DataFrame of metric, key, entry index, value): each key's value
     per run, the median over the run's usable replicates."""
     import numpy as np
@@ -162,7 +162,9 @@ def series(db: Path, cluster: str, metrics: tuple[str, ...]) -> tuple[list[Entry
     )
 
 
-def changes(db: Path, cluster: str, metrics: tuple[str, ...], threshold: float = 0.05) -> tuple[list[Change], int, int]:
+def changes(
+    db: Location, cluster: str, metrics: tuple[str, ...], threshold: float = 0.05
+) -> tuple[list[Change], int, int]:
     """(the steps of at least `threshold` found in every key's series, oldest first; series
     searched; runs)."""
     found, values = series(db, cluster, metrics)

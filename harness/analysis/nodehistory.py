@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from benchmarks.results import read_regular
-from harness.analysis.store import SQLITE, Location, now, session
+from harness.analysis.store import SQLITE, Location, located, now, session
 from harness.errors import HistoryError
 from harness.nodecheck import METRICS, Verdict
 from harness.nodesteps import FOLDER, PLAN, RECORD, read_record
@@ -29,7 +29,6 @@ from harness.rundir import RUN_FILE_LIMIT
 
 if TYPE_CHECKING:
     import pandas as pd
-
 
 
 @dataclass(frozen=True)
@@ -113,6 +112,7 @@ def last_round_s(db: Location, cluster: str) -> tuple[float, NodeEntry] | None:
     """The median round of the newest check of `cluster` that recorded one, and that check;
     None when the history holds none (or is an SQLite file that does not exist: nothing is
     created to say so)."""
+    db = located(db)
     if db.kind == SQLITE and not db.path.is_file():
         return None
     with session(db) as con:

@@ -70,6 +70,11 @@ class Location:
         return redacted(self.given) if self.kind == POSTGRES else self.given
 
 
+def located(db: Location | Path | str) -> Location:
+    """A Location from what a caller holds: a Location, a path or a URL."""
+    return db if isinstance(db, Location) else Location(str(db))
+
+
 def redacted(url: str) -> str:
     """The URL without a password, in its user part or its query."""
     try:
@@ -228,9 +233,10 @@ def _migrate_hint(location: Location, found: int) -> HistoryError:
     )
 
 
-def connect(location: Location, create: bool = False) -> Connection:
+def connect(location: Location | Path | str, create: bool = False) -> Connection:
     """The history, open and at this bench's schema. `create`: an SQLite file that does not
     exist yet is made, at the newest schema; a PostgreSQL database is never set up here."""
+    location = located(location)
     con = _open(location, create)
     try:
         found = con.schema()
@@ -249,6 +255,9 @@ def connect(location: Location, create: bool = False) -> Connection:
             raise _migrate_hint(location, found)
         if "runs" not in con.tables():
             raise HistoryError(f"{location}: not a bench history database (no table runs)")
+    except con.errors as exc:
+        con.close()
+        raise error(location, exc) from None
     except BaseException:
         con.close()
         raise
@@ -313,8 +322,9 @@ def error(location: Location, exc: Exception, what: str | None = None) -> Histor
 
 
 @contextmanager
-def session(location: Location, create: bool = False) -> Iterator[Connection]:
+def session(location: Location | Path | str, create: bool = False) -> Iterator[Connection]:
     """A connection at this bench's schema whose driver errors become one-line HistoryErrors."""
+    location = located(location)
     with closing(connect(location, create)) as con:
         try:
             yield con
@@ -322,8 +332,9 @@ def session(location: Location, create: bool = False) -> Iterator[Connection]:
             raise error(location, exc) from None
 
 
-def migrate(location: Location) -> tuple[int, int]:
+def migrate(location: Location | Path | str) -> tuple[int, int]:
     """`bench history migrate`: (schema before, after); an SQLite file is created if missing."""
+    location = located(location)
     with closing(_open(location, create=True)) as con:
         try:
             return con.migrate()

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, TextIO
 from harness import executors
 from harness.analysis.compare import parse_threshold
 from harness.analysis.sides import DEFAULT_METRICS
+from harness.analysis.store import Location
 from harness.cluster import ClusterProfile, load_profile
 from harness.errors import UsageError
 from harness.executors.slurm.executor import python_check
@@ -60,12 +61,18 @@ def results_root() -> Path:
     return env_path("BENCH_RESULTS") or Path("results")
 
 
-DB_HELP = "history database (default $BENCH_HISTORY, else history.sqlite in $BENCH_RESULTS or results/)"
+DB_HELP = (
+    "history: an SQLite file or a postgresql:// URL (docs/fleet.md); default $BENCH_HISTORY, else "
+    "history.sqlite in $BENCH_RESULTS or results/"
+)
 
 
-def history_db(args: argparse.Namespace) -> Path:
-    """The history database: --db, else $BENCH_HISTORY, else history.sqlite in the results root."""
-    return Path(args.db) if args.db else env_path("BENCH_HISTORY") or results_root() / "history.sqlite"
+def history_db(args: argparse.Namespace) -> Location:
+    """The history: --db, else $BENCH_HISTORY, else history.sqlite in the results root."""
+    given = args.db or os.environ.get("BENCH_HISTORY")
+    if given is not None and not given.strip():
+        raise UsageError("BENCH_HISTORY is set but empty; unset it or give a path or a postgresql:// URL")
+    return Location(given or str(results_root() / "history.sqlite"))
 
 
 def threshold_arg(text: str, option: str = "--threshold") -> float:

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 
 from benchmarks.results import atomic_write_bytes
 from harness import check_nodes, user_files
-from harness.analysis import changes, gate, history, nodehistory
+from harness.analysis import changes, gate, history, nodehistory, store
 from harness.analysis.sides import METRICS
-from harness.commands.common import DB_HELP, history_db, metric_names, new_console, threshold_arg
+from harness.commands.common import DB_HELP, history_db, metric_names, new_console, results_root, threshold_arg
 from harness.errors import EXIT_UNJUDGED, UsageError, shown
 from harness.present.compare_plot import history_figure
 
@@ -86,6 +86,13 @@ def cmd_history(args: argparse.Namespace) -> int:
             return 0
         e = history.remove(db, run_id)
         print(f"removed run {e.id} of cluster {e.cluster} ({e.label or 'no label'}, added from {e.path}) from {db}")
+    elif args.action == "migrate":
+        before, after = store.migrate(db)
+        print(
+            f"{db}: already at schema {after}, nothing to do"
+            if before == after
+            else f"{db}: migrated from schema {before} to {after}" + (" (a new history)" if before == 0 else "")
+        )
     elif args.action == "check":
         checked, problems = history.check(db)
         for line in problems:
@@ -96,7 +103,7 @@ def cmd_history(args: argparse.Namespace) -> int:
         )
         return 1 if problems else 0
     elif args.action == "list" and args.count:  # for scripts (recipes/nightly.sh): a number, or a failure
-        if not db.exists():
+        if db.kind == store.SQLITE and not db.path.exists():
             print(f"bench history: {db} does not exist yet: 0 runs", file=sys.stderr)
             print(0)
         else:
@@ -161,7 +168,8 @@ def cmd_history(args: argparse.Namespace) -> int:
         pts = history.points(db, args.cluster)
         if pts.empty:
             raise UsageError(f"{db}: no run of cluster {args.cluster!r}; see `bench history list`")
-        out = Path(args.out) if args.out else db.parent / f"history-{_file_safe(args.cluster)}.png"
+        beside = db.path.parent if db.kind == store.SQLITE else results_root()  # a server has no folder
+        out = Path(args.out) if args.out else beside / f"history-{_file_safe(args.cluster)}.png"
         user_files.check(str(out), "--out")
         png, points = history_figure(pts, args.cluster)
         user_files.write(out, png, "--out")
@@ -195,7 +203,7 @@ def _file_safe(name: str) -> str:
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """The group's subcommands, on `sub`."""
     h = sub.add_parser("history", help="store runs per cluster; list, plot, check, remove; find change points")
-    h.add_argument("action", choices=("add", "list", "plot", "changes", "check", "remove", "accept"))
+    h.add_argument("action", choices=("add", "list", "plot", "changes", "check", "remove", "accept", "migrate"))
     h.add_argument("dir", nargs="?", metavar="DIR|ID", help="run directory (add) or run id (remove, accept)")
     h.add_argument("--cluster", help="cluster name (required for add, plot and changes; a filter for list)")
     h.add_argument("--label", help="label of the run (history add), e.g. nccl-2.21 or after-ib-fix")
