@@ -115,6 +115,8 @@ class Added:
     entry: Entry
     failed_jobs: list[str]  # "job STATE" of every job with a key that did not complete
     verdict: dict[str, Any] | None  # the gate's (analysis/gate.py), None for a run never judged
+    existing: bool = False  # the same run with the same figures was there already: nothing added
+    replaced: int | None = None  # the id of the run --replace took out
 
 
 def check_name(flag: str, text: str | None) -> None:
@@ -125,10 +127,23 @@ def check_name(flag: str, text: str | None) -> None:
         )
 
 
-def add(db: Location, path: str | Path, cluster: str, label: str | None = None, verdict: Path | None = None) -> Added:
+def add(
+    db: Location,
+    path: str | Path,
+    cluster: str,
+    label: str | None = None,
+    verdict: Path | None = None,
+    replace: bool = False,
+) -> Added:
     """Store a run, failed keys and all, with the gate's verdict on it: `verdict` (a gate.json
     bench regress wrote), else the run's own regress/gate.json where there is one. Everything
-    is checked before the one transaction that writes it."""
+    is checked before the one transaction that writes it.
+
+    A run is identified by its plan (fingerprint). The same run with the same figures, cluster
+    and label is there already: nothing is written, and the entry says so. Other figures, or
+    another cluster or label, under its identity are refused, unless `replace`, which takes the
+    stored run out and this one in, in the same transaction. Two writers adding one run at the
+    same moment: the run's identity is unique, so the second finds the first's row."""
     check_name("--cluster", cluster)
     check_name("--label", label)
     run = RunDir(path)
@@ -148,17 +163,21 @@ def add(db: Location, path: str | Path, cluster: str, label: str | None = None, 
     if verdict is not None and judged is None:
         raise HistoryError(f"--verdict {verdict}: no such file; bench regress writes gate.json in its --out")
     created = plan.get("created") or ""
+    payload = hashlib.sha256(blob + (sblob or b"")).hexdigest()
+    failed_jobs = [f"{j} {s}" for j, s in zip(not_done["job"], not_done["status"])]
+    replaced = None
     with session(db, create=True) as con:
         with con.transaction():
-            dup = con.execute("SELECT id, cluster, label, path FROM runs WHERE fingerprint = ?", (fp,)).fetchone()
-            if dup:
-                raise HistoryError(
-                    f"{run.path}: already in the history as run {dup[0]} "
-                    f"(cluster {dup[1]}, label {dup[2] or '-'}, added from {dup[3]})"
-                )
-            (run_id,) = con.execute(
+            held = _held(con, fp, payload, cluster, label, run.path, replace)
+            if held is not None and not replace:
+                return Added(held, failed_jobs, judged, existing=True)
+            if held is not None:
+                _remove_rows(con, held.id)
+                replaced = held.id
+            found = con.execute(
                 "INSERT INTO runs (fingerprint, cluster, label, path, sweep, created, added, rows, keys, failed, "
-                "environment) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                "environment, payload) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (fingerprint) DO NOTHING RETURNING id",
                 (
                     fp,
                     cluster,
@@ -171,14 +190,42 @@ def add(db: Location, path: str | Path, cluster: str, label: str | None = None, 
                     len(keys),
                     int((~done).sum()),
                     json.dumps(env),
+                    payload,
                 ),
             ).fetchone()
+            if found is None:  # another writer stored it since this one looked (PostgreSQL)
+                held = _held(con, fp, payload, cluster, label, run.path, replace=False)
+                assert held is not None, "a conflict on the fingerprint leaves its row"
+                return Added(held, failed_jobs, judged, existing=True)
+            (run_id,) = found
             con.execute("INSERT INTO data VALUES (?, ?, ?)", (run_id, blob, sblob))
             con.executemany("INSERT INTO points VALUES (?, ?, ?, ?)", [(run_id, *p) for p in points])
             if judged:
                 gate.store(con, run_id, judged)
         entry = Entry(*con.execute(_ENTRY + " WHERE id = ?", (run_id,)).fetchone())
-    return Added(entry, [f"{j} {s}" for j, s in zip(not_done["job"], not_done["status"])], judged)
+    return Added(entry, failed_jobs, judged, replaced=replaced)
+
+
+def _held(
+    con: Connection, fp: str, payload: str, cluster: str, label: str | None, path: Path, replace: bool
+) -> Entry | None:
+    """The stored run of this identity, if any: returned as it is when it holds the same
+    figures, cluster and label (or `replace` is given); refused otherwise."""
+    row = con.execute(
+        "SELECT id, cluster, label, path, sweep, created, added, rows, keys, failed, payload FROM runs "
+        "WHERE fingerprint = ?",
+        (fp,),
+    ).fetchone()
+    if row is None:
+        return None
+    entry, stored = Entry(*row[:-1]), row[-1]
+    if replace or (stored == payload and entry.cluster == cluster and entry.label == label):
+        return entry
+    differs = "other figures" if stored != payload else f"cluster {cluster}, label {label or '-'}"
+    raise HistoryError(
+        f"{path}: already in the history as run {entry.id} (cluster {entry.cluster}, label {entry.label or '-'}, "
+        f"added from {entry.path}); this one has {differs}: `--replace` stores it in that run's place"
+    )
 
 
 def entries(db: Location, cluster: str | None = None) -> list[Entry]:
@@ -235,11 +282,16 @@ def remove(db: Location, run_id: int) -> Entry:
         if not row:
             raise HistoryError(f"{db}: no run {run_id} in the history; `bench history list` shows the ids")
         with con.transaction():
-            gate.remove(con, run_id)
-            for table in ("points", "data"):
-                con.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
-            con.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+            _remove_rows(con, run_id)
         return Entry(*row)
+
+
+def _remove_rows(con: Connection, run_id: int) -> None:
+    """In a transaction: one run and everything stored with it."""
+    gate.remove(con, run_id)
+    for table in ("points", "data"):
+        con.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+    con.execute("DELETE FROM runs WHERE id = ?", (run_id,))
 
 
 def accept(db: Location, run_id: int, reason: str) -> Entry:

@@ -38,6 +38,8 @@ def cmd_history(args: argparse.Namespace) -> int:
             "history accept needs --reason TEXT: why this run's level is the cluster's new normal "
             "(kept with it, and shown by history list)"
         )
+    if args.replace and args.action != "add":
+        raise UsageError("--replace is for history add")
     if args.count and args.action != "list":
         raise UsageError("--count is for history list")
     if args.action == "add" and nodehistory.is_check(Path(args.dir)):
@@ -51,11 +53,18 @@ def cmd_history(args: argparse.Namespace) -> int:
         if judged.unjudged and not judged.named:  # kept as history, but not a clean check (docs/nodes.md)
             return EXIT_UNJUDGED
     elif args.action == "add":
-        added = history.add(db, args.dir, args.cluster, args.label, Path(args.verdict) if args.verdict else None)
+        verdict_file = Path(args.verdict) if args.verdict else None
+        added = history.add(db, args.dir, args.cluster, args.label, verdict_file, replace=args.replace)
         e = added.entry
+        if added.existing:
+            print(
+                f"{args.dir} is in {db} already, as run {e.id} of cluster {e.cluster} with these figures: nothing added"
+            )
+            return 0
         print(
             f"added {args.dir} to {db} as run {e.id} of cluster {e.cluster}"
             f"{f' (label {e.label})' if e.label else ''}: {e.keys} keys, {e.rows} summary rows"
+            + (f", in place of run {added.replaced}" if added.replaced is not None else "")
         )
         v = added.verdict
         if v is None:
@@ -214,6 +223,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="the gate.json bench regress wrote for the run (history add; default DIR/regress/gate.json)",
     )
     h.add_argument("--reason", help="why the run's level is the new normal (history accept; required)")
+    h.add_argument(
+        "--replace",
+        action="store_true",
+        help="history add: store the run in place of the one of its identity (its plan) with other figures",
+    )
     h.add_argument("--count", action="store_true", help="history list: print only the number of runs, for scripts")
     h.add_argument("--out", help="image file (history plot; default beside the database)")
     h.add_argument(

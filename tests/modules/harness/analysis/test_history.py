@@ -23,7 +23,9 @@ def test_history_add_list_plot_and_duplicates(real_run, tmp_path):
     assert "as run 1 of cluster lab (label first)" in r.stdout
     before = db.read_bytes()
     dup = bench("history", "add", str(real_run), "--cluster", "other", "--db", str(db), check=False)
-    assert dup.returncode == 2 and "already in the history as run 1 (cluster lab, label first" in dup.stderr
+    assert dup.returncode == 2 and "already in the history as run 1 (cluster lab, label first" in dup.stderr, (
+        dup.describe()
+    )
     assert db.read_bytes() == before
     shutil.copytree(real_run, tmp_path / "second")
     plan = tmp_path / "second" / "plan.json"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import concurrent.futures
 import re
 import sqlite3
+import time
 
 from conftest import bench, copy_run, planned_later
 
@@ -36,18 +37,31 @@ def test_the_history_commands_say_the_same_on_both_backends(real_run, tmp_path, 
     assert "as run 2 of cluster lab" in said[1] and "2 runs" in said[2]
     assert said[3] == "2\n" and said[4].strip() == "checked 2 runs in DB: all readable"
     assert said[5].startswith("removed run 1 of cluster lab (first") and said[6] == "1\n"
-    again = bench("history", "add", str(b), "--cluster", "lab", "--db", history_at, check=False)
-    assert again.returncode == 2 and "already in the history as run 2" in again.stderr, again.describe()
+    # the same run again: nothing added, and said; other figures under its identity: refused
+    # unless --replace, which stores them in its place
+    again = _same(bench("history", "add", str(b), "--cluster", "lab", "--db", history_at).stdout, history_at)
+    assert again.strip() == f"{b} is in DB already, as run 2 of cluster lab with these figures: nothing added"
+    slower = copy_run(b, tmp_path / "b-slower", time_factor=2)  # the same plan, other figures
+    r = bench("history", "add", str(slower), "--cluster", "lab", "--db", history_at, check=False)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.describe()
+    assert "already in the history as run 2" in r.stderr and "this one has other figures: `--replace`" in r.stderr
+    other = bench("history", "add", str(b), "--cluster", "other", "--db", history_at, check=False)
+    assert other.returncode == 2 and "this one has cluster other, label -" in other.stderr, other.describe()
+    replaced = bench("history", "add", str(slower), "--cluster", "lab", "--replace", "--db", history_at).stdout
+    assert "as run 3 of cluster lab" in replaced and "in place of run 2" in replaced, replaced
+    assert bench("history", "list", "--count", "--cluster", "lab", "--db", history_at).stdout == "1\n"
+    bench("history", "add", str(b), "--cluster", "lab", "--replace", "--db", history_at)
     r = bench("regress", str(real_run), "--cluster", "lab", "--db", history_at, "--out", str(tmp_path / "g"))
-    assert r.returncode == 0 and "history run 2 (" in (tmp_path / "g" / "report.md").read_text()
+    assert r.returncode == 0 and "history run 4 (" in (tmp_path / "g" / "report.md").read_text()
 
 
 def test_migrate_makes_a_history_and_then_has_nothing_to_do(tmp_path, postgres):
     for db in (str(tmp_path / "h.sqlite"), postgres.new_database("migrated")):
         first = bench("history", "migrate", "--db", db).stdout
-        assert first.strip() == f"{store.Location(db)}: migrated from schema 0 to 3 (a new history)", first
+        new = f"{store.Location(db)}: migrated from schema 0 to {store.SCHEMA_VERSION} (a new history)"
+        assert first.strip() == new, first
         again = bench("history", "migrate", "--db", db).stdout
-        assert again.strip() == f"{store.Location(db)}: already at schema 3, nothing to do"
+        assert again.strip() == f"{store.Location(db)}: already at schema {store.SCHEMA_VERSION}, nothing to do"
 
 
 def test_a_history_at_an_older_schema_is_refused_until_migrated(real_run, tmp_path):
@@ -60,8 +74,9 @@ def test_a_history_at_an_older_schema_is_refused_until_migrated(real_run, tmp_pa
     for args in (["history", "add", str(real_run), "--cluster", "lab"], ["history", "list"]):
         r = bench(*args, "--db", str(db), check=False)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.describe()
-        assert f"at schema 1, this bench writes 3; run `bench history migrate --db {db}`" in r.stderr
-    assert "migrated from schema 1 to 3" in bench("history", "migrate", "--db", str(db)).stdout
+        want = f"at schema 1, this bench writes {store.SCHEMA_VERSION}; run `bench history migrate --db {db}`"
+        assert want in r.stderr, r.stderr
+    assert f"migrated from schema 1 to {store.SCHEMA_VERSION}" in bench("history", "migrate", "--db", str(db)).stdout
     assert (
         "as run 1 of cluster lab" in bench("history", "add", str(real_run), "--cluster", "lab", "--db", str(db)).stdout
     )
@@ -95,9 +110,44 @@ def test_migrations_at_the_same_moment_leave_one_schema(postgres):
     url = postgres.new_database("raced")
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         said = list(pool.map(lambda _: bench("history", "migrate", "--db", url).stdout, range(8)))
-    assert sum("migrated from schema 0 to 3" in s for s in said) == 1, said
+    assert sum(f"migrated from schema 0 to {store.SCHEMA_VERSION}" in s for s in said) == 1, said
     assert sum("nothing to do" in s for s in said) == 7, said
     import psycopg
 
     with psycopg.connect(url) as con:
-        assert con.execute("SELECT value FROM meta WHERE key = 'schema'").fetchall() == [("3",)]
+        assert con.execute("SELECT value FROM meta WHERE key = 'schema'").fetchall() == [(str(store.SCHEMA_VERSION),)]
+
+
+def test_writers_at_the_same_moment_store_each_run_once(real_run, tmp_path, history_at):
+    """Eight `history add` processes at once, four runs each added twice: every add exits 0,
+    four of them add, four find their run there already, and the history holds each run once
+    with its stored tables. On PostgreSQL the test holds a SHARE lock on `runs` (which blocks
+    inserts, not reads) until all eight wait on it: each has looked for its run and found none,
+    so the second of each pair meets the first's row at its insert."""
+    runs = [planned_later(copy_run(real_run, tmp_path / f"r{i}"), str(i)) for i in range(4)]
+    hold = None
+    if history_at.startswith("postgresql://"):
+        import psycopg
+
+        hold = psycopg.connect(history_at)
+        hold.execute("LOCK TABLE runs IN SHARE MODE")
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        adds = [pool.submit(bench, "history", "add", str(r), "--cluster", "lab", "--db", history_at) for r in runs * 2]
+        if hold is not None:
+            waiting = "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'runs'::regclass"
+            deadline = time.monotonic() + 120
+            with psycopg.connect(history_at, autocommit=True) as watch:
+                while watch.execute(waiting).fetchone()[0] < 8 and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                assert watch.execute(waiting).fetchone()[0] == 8, "the eight writers never all waited"
+            hold.commit()
+            hold.close()
+        said = [a.result() for a in adds]
+    assert all(r.returncode == 0 for r in said)
+    assert sum(r.stdout.startswith("added ") for r in said) == 4, [r.stdout for r in said]
+    assert sum("nothing added" in r.stdout for r in said) == 4, [r.stdout for r in said]
+    with store.session(history_at) as con:
+        per_run = con.execute(
+            "SELECT r.path, count(d.run_id) FROM runs r JOIN data d ON d.run_id = r.id GROUP BY r.path"
+        )
+        assert sorted(per_run.fetchall()) == sorted((str(r.resolve()), 1) for r in runs)
