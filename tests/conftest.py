@@ -336,6 +336,31 @@ def planned_later(run_dir: Path, tag: str = "9") -> Path:
     return run_dir
 
 
+@pytest.fixture(scope="session")
+def local_check(tmp_path_factory):
+    """Two emulated nodes of one gloo rank: one pair, the least check that runs every part of it
+    (a population takes 3 nodes, so its verdict is "not judged", exit 3)."""
+    out = tmp_path_factory.mktemp("nodes") / "check"
+    r = bench(
+        "nodes",
+        "--executor",
+        "local",
+        "--nodes",
+        "2",
+        "--no-gemm",
+        "--bytes",
+        "256K",
+        "--iters",
+        "5",
+        "--json",
+        "--out",
+        str(out),
+        check=False,
+        timeout=300,
+    )
+    return r, out
+
+
 @pytest.fixture
 def history_of(tmp_path):
     """A history database with the given runs added, oldest first."""

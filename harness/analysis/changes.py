@@ -21,6 +21,11 @@ few runs: a perfect split of 4 runs from 3 reaches p = 2/C(7,3) = 0.057 at best,
 8 runs (5 + 3: 0.036) before it can be found at ALPHA = 0.05. The shuffles are seeded from the
 key, so the same history gives the same answer every time (the nondeterminism the Hunter paper
 found in E-divisive comes from unseeded shuffles; Fleming et al., ICPE 2023).
+
+A series is a cluster, a stack and a key (analysis/series.py): runs on another stack are
+another series, searched apart. `--store` keeps what a search found in the history, as Apache
+Otava writes its findings back: per series, the step's first run and medians, and the
+parameters that found it, in place of the cluster's earlier findings of the metrics searched.
 """
 
 from __future__ import annotations
@@ -31,9 +36,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from harness.analysis import history
+from harness.analysis import history, series
 from harness.analysis.sides import METRICS, key_texts
-from harness.analysis.store import Location
+from harness.analysis.store import Location, now, session
 
 if TYPE_CHECKING:
     import numpy as np
@@ -42,9 +47,11 @@ if TYPE_CHECKING:
     from harness.analysis.sides import Entry
     from harness.analysis.stats import Values
 
+METHOD = "E-divisive means"
 ALPHA = 0.05
 PERMUTATIONS = 499
 MIN_SEGMENT = 3
+RUNS, NODE_CHECKS = "runs", "node checks"  # change_points' kinds
 _CHUNK = 4_000_000  # distance-matrix entries held at once over the shuffles
 
 
@@ -68,6 +75,7 @@ class Change:
     before: float  # median of the segment before the step
     after: float  # median of the segment from it
     p_value: float
+    stack: str | None = None  # the series' stack (analysis/series.py); None for node checks
 
     @property
     def change(self) -> float:
@@ -136,15 +144,17 @@ def _seed(text: str) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
 
 
-def series(db: Location, cluster: str, metrics: tuple[str, ...]) -> tuple[list[Entry], pd.DataFrame]:
-    """(entries oldest first, DataFrame of metric, key, entry index, value): each key's value
-    per run, the median over the run's usable replicates."""
+def runs(db: Location, cluster: str, metrics: tuple[str, ...]) -> tuple[list[Entry], pd.DataFrame]:
+    """(entries oldest first, DataFrame of stack, metric, key, entry index, value): each key's
+    value per run, the median over the run's usable replicates."""
     import numpy as np
     import pandas as pd
 
     found = history.entries(db, cluster)
     if not found:
         raise history.HistoryError(f"{db}: no run of cluster {cluster!r}; see `bench history list`")
+    with session(db) as con:
+        stacks = history.stacks(con, cluster)
     parts = []
     for i, df in enumerate(history.usable_rows(db, found)):
         for name in metrics:
@@ -155,11 +165,18 @@ def series(db: Location, cluster: str, metrics: tuple[str, ...]) -> tuple[list[E
                 continue
             value = rows.assign(key=key_texts(rows)).groupby("key", sort=False)[name].median()
             parts.append(
-                pd.DataFrame({"metric": name, "key": value.index, "entry": i, "value": value.to_numpy(dtype=float)})
+                pd.DataFrame(
+                    {
+                        "stack": series.digest(stacks.get(found[i].id, {})),
+                        "metric": name,
+                        "key": value.index,
+                        "entry": i,
+                        "value": value.to_numpy(dtype=float),
+                    }
+                )
             )
-    return found, (
-        pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["metric", "key", "entry", "value"])
-    )
+    columns = ["stack", "metric", "key", "entry", "value"]
+    return found, (pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns))
 
 
 def changes(
@@ -167,18 +184,21 @@ def changes(
 ) -> tuple[list[Change], int, int]:
     """(the steps of at least `threshold` found in every key's series, oldest first; series
     searched; runs)."""
-    found, values = series(db, cluster, metrics)
+    found, values = runs(db, cluster, metrics)
     return steps_in(found, values, threshold)
 
 
 def steps_in(found: Sequence[Dated], values: pd.DataFrame, threshold: float) -> tuple[list[Change], int, int]:
-    """The change points of every (metric, key) series of `values` (columns metric, key, entry,
-    value: the index into `found` of the run each value is from) of at least `threshold`."""
+    """The change points of every (stack, metric, key) series of `values` (columns stack, where
+    there are stacks, metric, key, entry, value: the index into `found` of the run each value is
+    from) of at least `threshold`."""
     import numpy as np
 
     out = []
     searched = 0
-    for (metric, key), group in values.groupby(["metric", "key"], sort=True):
+    if "stack" not in values:
+        values = values.assign(stack="")
+    for (stack, metric, key), group in values.groupby(["stack", "metric", "key"], sort=True):
         g = group.sort_values("entry")
         x = np.log(g["value"].to_numpy(dtype=float))
         if len(x) < 2 * MIN_SEGMENT:
@@ -196,11 +216,51 @@ def steps_in(found: Sequence[Dated], values: pd.DataFrame, threshold: float) -> 
                 math.exp(float(np.median(x[bounds[j] : t]))),
                 math.exp(float(np.median(x[t : bounds[j + 2]]))),
                 p,
+                str(stack) or None,
             )
             if abs(step.change) >= threshold:
                 out.append(step)
     out.sort(key=lambda c: (c.run_id, c.metric, c.key))
     return out, searched, len(found)
+
+
+def store(
+    db: Location, cluster: str, kind: str, metrics: Sequence[str], found: Sequence[Change], threshold: float
+) -> None:
+    """Keep a search's change points in the history, in place of the cluster's earlier ones of
+    this kind and these metrics, in one transaction."""
+    found_at = now()
+    column = "run_id" if kind == RUNS else "check_id"
+    with session(db) as con, con.transaction():
+        con.executemany(
+            "DELETE FROM change_points WHERE cluster = ? AND kind = ? AND metric = ?",
+            [(cluster, kind, m) for m in metrics],
+        )
+        con.executemany(
+            f"INSERT INTO change_points (cluster, kind, stack, metric, key, {column}, before, after, change, "
+            "p_value, method, permutations, alpha, min_segment, threshold, found) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (cluster, kind, c.stack, c.metric, c.key, c.run_id, c.before, c.after, c.change, c.p_value)
+                + (METHOD, PERMUTATIONS, ALPHA, MIN_SEGMENT, threshold, found_at)
+                for c in found
+            ],
+        )
+
+
+def stored(db: Location, cluster: str) -> list[tuple]:
+    """The cluster's stored change points: (kind, stack, metric, key, run or check id, before,
+    after, change, p, method, permutations, alpha, min_segment, threshold), in that order."""
+    with session(db) as con:
+        return [
+            tuple(r)
+            for r in con.execute(
+                "SELECT kind, stack, metric, key, coalesce(run_id, check_id), before, after, change, p_value, "
+                "method, permutations, alpha, min_segment, threshold FROM change_points WHERE cluster = ? "
+                "ORDER BY kind, coalesce(run_id, check_id), metric, key",
+                (cluster,),
+            )
+        ]
 
 
 def render(
@@ -210,7 +270,7 @@ def render(
     label = label or (lambda metric: METRICS[metric].label)
     found, searched, runs = result
     head = (
-        f"change points in {searched} series of cluster {cluster} ({runs} runs; E-divisive means, "
+        f"change points in {searched} series of cluster {cluster} ({runs} runs; {METHOD}, "
         f"{PERMUTATIONS} permutations, p < {ALPHA}, at least {MIN_SEGMENT} runs on each side, steps of "
         f"{threshold:.0%} or more)"
     )

@@ -2,12 +2,16 @@
 never becomes a baseline").
 
 `bench regress` writes gate.json beside its report: the run it judged (its plan's fingerprint),
-the cluster and baseline it was judged against, its exit status, and the keys that regressed or
-failed. `bench history add` stores that verdict with the run:
+the cluster and baseline it was judged against, its exit status, the keys that regressed or
+failed, what it judged by (the baseline's method and K, the threshold, the provisional margin,
+the version of these rules) and each key's band. `bench history add` stores that verdict with
+the run:
 
-    gate_runs    one row per judged run: its status, the baseline, and when someone accepted it
-                 (`bench history accept RUN --reason R`) and why
+    gate_runs    one row per judged run: its status, the baseline, what it was judged by, and
+                 when someone accepted it (`bench history accept RUN --reason R`) and why
     gate_keys    the keys the gate rejected in it, each as the JSON list of its key columns
+    gate_bands   each key's baseline value, band and value in the metric's unit, with its
+                 verdict and test (as Bencher keeps a metric's limits beside it)
 
 A baseline never draws on a rejected key of a run that was not accepted, nor on any key of a run
 rejected whole (it failed for what it ran on, a transport mismatch, rather than for a key). So a
@@ -36,7 +40,12 @@ if TYPE_CHECKING:
     import pandas as pd
 
 FILE = "gate.json"
-FORMAT = 1
+FORMAT = 2  # 1: no method, rules or bands (read as such)
+# The version of the gate's rules: how a baseline is drawn from the history and a key judged
+# against it (history.baseline, compare.compare, docs/noise.md). A verdict stored under other
+# rules was reached another way; raise it when they change.
+RULES = 1
+_BAND_COLUMNS = ("key", "metric", "baseline", "low", "high", "value", "verdict", "test")
 FILE_LIMIT = 64 << 20  # bytes: a 100,000-key run whose every key regressed is about 12 MB
 PASSED, REJECTED, UNJUDGED = "passed", "failed", "cannot judge"
 WHOLE = "*"  # gate_keys' key of a run rejected whole
@@ -55,10 +64,31 @@ def key_strings(df: pd.DataFrame) -> list[str]:
     return [json.dumps(list(row), separators=(",", ":")) for row in zip(*cols)]
 
 
-def document(cmp: Comparison, run: str, cluster: str | None, baseline: str, status: int) -> dict[str, Any]:
-    """gate.json of a comparison by `bench regress` that ended with `status` (0, 1 or 3)."""
-    bad = cmp.table[cmp.table["verdict"].isin((SLOWER, FAILED)).to_numpy(dtype=bool)]
+def document(
+    cmp: Comparison, run: str, cluster: str | None, baseline: str, status: int, method: str, k: int
+) -> dict[str, Any]:
+    """gate.json of a comparison by `bench regress` that ended with `status` (0, 1 or 3), its
+    baseline drawn by `method` ("median", "last", ..., "reference") of `k` runs."""
+    import numpy as np
+
+    table = cmp.table
+    bad = table[table["verdict"].isin((SLOWER, FAILED)).to_numpy(dtype=bool)]
     keys = sorted(set(key_strings(bad)))
+    a = table["a"].to_numpy(dtype=float, na_value=np.nan)
+
+    def numbers(values: Any) -> list[float | None]:
+        return [None if v != v or abs(v) == float("inf") else float(v) for v in values]
+
+    bands = {
+        "key": key_strings(table),
+        "metric": [str(m) for m in table["metric"]],
+        "baseline": numbers(a),
+        "low": numbers(a * table["band_low"].to_numpy(dtype=float, na_value=np.nan)),
+        "high": numbers(a * table["band_high"].to_numpy(dtype=float, na_value=np.nan)),
+        "value": numbers(table["b"].to_numpy(dtype=float, na_value=np.nan)),
+        "verdict": [str(v) for v in table["verdict"]],
+        "test": [str(t) for t in table["test"]],
+    }
     return {
         "bench_gate": FORMAT,
         "run": run,
@@ -69,6 +99,13 @@ def document(cmp: Comparison, run: str, cluster: str | None, baseline: str, stat
         # a run that failed with no key slower or failed failed for what it ran on (a transport
         # mismatch): none of its keys can serve
         "rejected": [WHOLE] if status == 1 and not keys else keys,
+        "method": method,
+        "k": k,
+        "threshold": cmp.threshold,
+        "margin": cmp.margin,
+        "rules": RULES,
+        "comparison": cmp.method,
+        "bands": bands,
     }
 
 
@@ -89,7 +126,7 @@ def read(path: Path, run: str, cluster: str) -> dict[str, Any] | None:
         doc = json.loads(data)
         ok = (
             isinstance(doc, dict)
-            and doc.get("bench_gate") == FORMAT
+            and doc.get("bench_gate") in (1, FORMAT)
             and isinstance(doc.get("run"), str)
             and (doc.get("cluster") is None or isinstance(doc.get("cluster"), str))
             and isinstance(doc.get("baseline"), str)
@@ -97,6 +134,7 @@ def read(path: Path, run: str, cluster: str) -> dict[str, Any] | None:
             and doc.get("verdict") in (PASSED, REJECTED, UNJUDGED)
             and isinstance(doc.get("rejected"), list)
             and all(isinstance(k, str) and len(k) <= 4096 for k in doc["rejected"])
+            and (doc["bench_gate"] == 1 or _judged_by(doc))
         )
     except ValueError:
         ok = False
@@ -117,13 +155,53 @@ def read(path: Path, run: str, cluster: str) -> dict[str, Any] | None:
     return doc
 
 
+def _judged_by(doc: dict[str, Any]) -> bool:
+    """Whether a format-2 verdict's method, rules and bands are what document() writes."""
+    number = (int, float)
+    bands = doc.get("bands")
+    if not (
+        isinstance(doc.get("method"), str)
+        and isinstance(doc.get("k"), int)
+        and all(isinstance(doc.get(f), number) for f in ("threshold", "margin"))
+        and isinstance(doc.get("rules"), int)
+        and isinstance(doc.get("comparison"), str)
+        and isinstance(bands, dict)
+        and set(bands) == set(_BAND_COLUMNS)
+        and all(isinstance(bands[c], list) for c in _BAND_COLUMNS)
+    ):
+        return False
+    n = len(bands["key"])
+    texts = ("key", "metric", "verdict", "test")
+    return all(len(bands[c]) == n for c in _BAND_COLUMNS) and all(
+        all(isinstance(v, str) and len(v) <= 4096 for v in bands[c])
+        if c in texts
+        else all(v is None or isinstance(v, number) for v in bands[c])
+        for c in _BAND_COLUMNS
+    )
+
+
 def store(con: Connection, run_id: int, doc: dict[str, Any]) -> None:
-    """In add's transaction: the verdict of the run just inserted."""
+    """In add's transaction: the verdict of the run just inserted, with its bands."""
     con.execute(
-        "INSERT INTO gate_runs (run_id, verdict, status, baseline) VALUES (?, ?, ?, ?)",
-        (run_id, doc["verdict"], doc["status"], doc["baseline"]),
+        "INSERT INTO gate_runs (run_id, verdict, status, baseline, method, k, threshold, margin, rules, comparison) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            run_id,
+            doc["verdict"],
+            doc["status"],
+            doc["baseline"],
+            *(doc.get(f) for f in ("method", "k", "threshold", "margin", "rules", "comparison")),
+        ),
     )
     con.executemany("INSERT INTO gate_keys VALUES (?, ?)", [(run_id, k) for k in doc["rejected"]])
+    bands = doc.get("bands")
+    if bands:
+        columns = [bands[c] for c in _BAND_COLUMNS]
+        con.executemany(
+            "INSERT INTO gate_bands (run_id, key, metric, baseline, low, high, value, verdict, test) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [(run_id, *row) for row in zip(*columns)],
+        )
 
 
 def accepted_since(con: Connection, cluster: str) -> tuple[str, int] | None:
@@ -196,5 +274,6 @@ def accept(con: Connection, run_id: int, reason: str) -> None:
 
 
 def remove(con: Connection, run_id: int) -> None:
+    con.execute("DELETE FROM gate_bands WHERE run_id = ?", (run_id,))
     con.execute("DELETE FROM gate_keys WHERE run_id = ?", (run_id,))
     con.execute("DELETE FROM gate_runs WHERE run_id = ?", (run_id,))

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD, UNITS
 from benchmarks.results import read_regular
-from harness.analysis import gate
+from harness.analysis import gate, series
 from harness.analysis.compare import MIN_RUNS
 from harness.analysis.sides import (
     CONFIG,
@@ -155,6 +155,7 @@ def add(
     keys = rows.drop_duplicates(KEYS)
     not_done = rows[~done].drop_duplicates("job")
     env, _ = run_facts(summary)
+    stack = series.of(env, plan.get("cluster"))
     points = _points(rows[done])
     blob = _parquet(kept)
     sblob = _parquet(samples) if samples is not None else None
@@ -176,7 +177,7 @@ def add(
                 replaced = held.id
             found = con.execute(
                 "INSERT INTO runs (fingerprint, cluster, label, path, sweep, created, added, rows, keys, failed, "
-                "environment, payload) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "environment, payload, stack, stack_fields) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (fingerprint) DO NOTHING RETURNING id",
                 (
                     fp,
@@ -191,6 +192,8 @@ def add(
                     int((~done).sum()),
                     json.dumps(env),
                     payload,
+                    series.digest(stack),
+                    json.dumps(stack, sort_keys=True),
                 ),
             ).fetchone()
             if found is None:  # another writer stored it since this one looked (PostgreSQL)
@@ -239,6 +242,21 @@ def entries(db: Location, cluster: str | None = None) -> list[Entry]:
         return [Entry(*r) for r in cur]
 
 
+def series_of(db: Location, found: list[Entry]) -> dict[int, tuple[str, list[str] | None]]:
+    """run id -> (its stack's digest, how it differs from the run before it of its cluster, or None
+    where it does not): `history list` shows where a new series starts, and why."""
+    with session(db) as con:
+        known = stacks(con, None)
+    out: dict[int, tuple[str, list[str] | None]] = {}
+    before: dict[str, dict[str, Any]] = {}
+    for e in sorted(found, key=lambda e: (e.cluster, e.created, e.id)):
+        stack = known.get(e.id, {})
+        prev = before.get(e.cluster)
+        out[e.id] = (series.digest(stack), series.differences(prev, stack) if prev is not None else None)
+        before[e.cluster] = stack
+    return out
+
+
 def usable_rows(db: Location, found: list[Entry]) -> Iterator[pd.DataFrame]:
     """Each entry's usable rows (completed, with a time and samples a baseline may use), in
     key_frame's columns, read one entry at a time."""
@@ -259,11 +277,11 @@ def points(db: Location, cluster: str) -> pd.DataFrame:
             "ON p.run_id = r.id WHERE r.cluster = ? ORDER BY r.created, r.id",
             (cluster,),
         ).fetchall()
-    for run_id, label, created, series, metric, value in rows:  # the history is untrusted too
+    for run_id, label, created, key, metric, value in rows:  # the history is untrusted too
         if not (
             isinstance(value, (int, float))
             and value < float("inf")
-            and all(isinstance(t, str) for t in (created, series, metric))
+            and all(isinstance(t, str) for t in (created, key, metric))
             and (label is None or isinstance(label, str))
         ):
             raise HistoryError(
@@ -289,6 +307,7 @@ def remove(db: Location, run_id: int) -> Entry:
 def _remove_rows(con: Connection, run_id: int) -> None:
     """In a transaction: one run and everything stored with it."""
     gate.remove(con, run_id)
+    con.execute("DELETE FROM change_points WHERE run_id = ?", (run_id,))
     for table in ("points", "data"):
         con.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
     con.execute("DELETE FROM runs WHERE id = ?", (run_id,))
@@ -396,7 +415,13 @@ def parse_baseline(how: str) -> tuple[str, int]:
     return kind, 1
 
 
-def baseline(db: Location, cluster: str, how: str = DEFAULT_BASELINE, exclude: str | None = None) -> Side:
+def baseline(
+    db: Location,
+    cluster: str,
+    how: str = DEFAULT_BASELINE,
+    exclude: str | None = None,
+    stack: dict[str, Any] | None = None,
+) -> Side:
     """The baseline a new run is judged against, from the cluster's runs in the history.
 
     median:K  per key, the values of the K most recent runs where the key is usable (a run
@@ -408,7 +433,9 @@ def baseline(db: Location, cluster: str, how: str = DEFAULT_BASELINE, exclude: s
     label:L   the most recent run labelled L
 
     The keys expected of the run under test are those planned in the newest run considered.
-    `exclude`: the fingerprint of the run under test, never its own baseline."""
+    `exclude`: the fingerprint of the run under test, never its own baseline. `stack`: the run
+    under test's (analysis/series.py): only runs of its series serve; None takes every run of
+    the cluster (`bench regress --across-series`)."""
     kind, k = parse_baseline(how)
     label = how.partition(":")[2] if kind == "label" else None
     with session(db) as con:
@@ -421,6 +448,8 @@ def baseline(db: Location, cluster: str, how: str = DEFAULT_BASELINE, exclude: s
         )
         params = [cluster] + ([exclude] if exclude else []) + ([label] if label else [])
         found = [Entry(*r) for r in con.execute(q, params)]
+        if stack is not None and found:
+            found = _of_series(con, db, cluster, found, stack)
         since = gate.accepted_since(con, cluster) if kind != "label" else None
         if since is not None:  # an accepted run is the new normal: nothing before it serves
             found = [e for e in found if (e.created, e.id) >= since]
@@ -451,6 +480,33 @@ def baseline(db: Location, cluster: str, how: str = DEFAULT_BASELINE, exclude: s
         elif kind != "best":
             found = found[: k + LOOKBACK]
         return _baseline(con, db, found, kind, k, how)
+
+
+def stacks(con: Connection, cluster: str | None) -> dict[int, dict[str, Any]]:
+    """run id -> the stack it ran on (analysis/series.py), for a cluster's runs or all."""
+    sql = "SELECT id, stack_fields, environment FROM runs" + (" WHERE cluster = ?" if cluster else "")
+    return {int(i): series.recorded(f, env) for i, f, env in con.execute(sql, (cluster,) if cluster else ())}
+
+
+def _of_series(con: Connection, db: Location, cluster: str, found: list[Entry], stack: dict[str, Any]) -> list[Entry]:
+    """The entries (newest first) of the run under test's series; none is a HistoryError that
+    says how the newest run's stack differs."""
+    known = stacks(con, cluster)
+    kept = [e for e in found if series.same(known[e.id], stack)]
+    if not kept:
+        raise NewSeries(found[0], series.differences(known[found[0].id], stack), series.digest(stack))
+    return kept
+
+
+class NewSeries(HistoryError):
+    """No run of the cluster ran on the run's stack: it starts a new series."""
+
+    def __init__(self, newest: Entry, differences: list[str], stack: str):
+        self.newest, self.differences, self.stack = newest, differences, stack
+        super().__init__(
+            f"no run of this cluster ran on this run's stack {stack}; the newest, {newest.name}, differs in "
+            f'{"; ".join(differences)}: this run starts a new series (docs/fleet.md, "What a series is")'
+        )
 
 
 def _baseline(con: Connection, db: Location, found: list[Entry], kind: str, k: int, how: str) -> Side:

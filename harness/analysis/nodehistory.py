@@ -145,6 +145,7 @@ def remove(db: Location, check_id: int) -> NodeEntry:
         if not row:
             raise HistoryError(f"{db}: no node check {check_id}; `bench history list` shows the ids")
         with con.transaction():
+            con.execute("DELETE FROM change_points WHERE check_id = ?", (check_id,))
             con.execute("DELETE FROM node_figures WHERE check_id = ?", (check_id,))
             con.execute("DELETE FROM node_checks WHERE id = ?", (check_id,))
         return NodeEntry(*row)

@@ -201,7 +201,9 @@ class Connection:
             if before > SCHEMA_VERSION:
                 raise _newer(self.location, before)
             for number, _, text in migrations()[before:]:
-                for statement in filter(str.strip, text.format(**TYPES[self.kind]).split(";")):
+                # statements end with ';' and comments are whole lines: a ';' in a comment is not an end
+                code = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("--"))
+                for statement in filter(str.strip, code.format(**TYPES[self.kind]).split(";")):
                     self.execute(statement)
                 self.execute("DELETE FROM meta WHERE key = 'schema'")
                 self.execute("INSERT INTO meta (key, value) VALUES ('schema', ?)", (str(number),))

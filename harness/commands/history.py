@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING
 
 from benchmarks.results import atomic_write_bytes
 from harness import check_nodes, user_files
-from harness.analysis import changes, gate, history, nodehistory, store
+from harness.analysis import changes, gate, history, nodehistory, store, transfer
 from harness.analysis.sides import METRICS
+from harness.analysis.store import Location
 from harness.commands.common import DB_HELP, history_db, metric_names, new_console, results_root, threshold_arg
 from harness.errors import EXIT_UNJUDGED, UsageError, shown
 from harness.present.compare_plot import history_figure
@@ -42,6 +43,30 @@ def cmd_history(args: argparse.Namespace) -> int:
         raise UsageError("--replace is for history add")
     if args.count and args.action != "list":
         raise UsageError("--count is for history list")
+    if args.store and args.action != "changes":
+        raise UsageError("--store is for history changes")
+    if (args.action == "copy") != (args.to is not None) or (args.action == "copy" and (not args.dir or args.db)):
+        raise UsageError(
+            "history copy takes two histories, each a path or a postgresql:// URL: bench history copy FROM TO"
+            if args.action == "copy"
+            else f"history {args.action} takes one argument; two are for history copy FROM TO"
+        )
+    if args.action == "copy":
+        source, target = Location(args.dir), Location(args.to)
+        done = transfer.copy(source, target)
+        n_runs, n_checks = done.counts.get("runs", 0), done.counts.get("node_checks", 0)
+        print(
+            f"copied {n_runs} run{'s' if n_runs != 1 else ''} and {n_checks} node check{'s' if n_checks != 1 else ''} "
+            f"from {source} to {target}"
+            + (
+                f" ({done.held.get('runs', 0)} runs and {done.held.get('node_checks', 0)} node checks there already)"
+                if done.held
+                else ""
+            )
+            + ": "
+            + ", ".join(f"{table} {n}" for table, n in done.counts.items())
+        )
+        return 0
     if args.action == "add" and nodehistory.is_check(Path(args.dir)):
         judged = check_nodes.verdict_of(Path(args.dir))
         check = nodehistory.add(db, Path(args.dir), args.cluster, args.label, judged)
@@ -141,8 +166,9 @@ def cmd_history(args: argparse.Namespace) -> int:
             console.print(f"{len(checks)} node check{'s' if len(checks) != 1 else ''}")
         found = history.entries(db, args.cluster)
         gated = history.gate_verdicts(db, found)
+        stacks = history.series_of(db, found)
         t = Table(title=f"Runs in {shown(str(db))}", title_justify="left")
-        for col in ("id", "cluster", "label", "sweep", "ran", "added", "keys", "failed rows", "gate", "path"):
+        for col in ("id", "cluster", "label", "sweep", "ran", "added", "keys", "failed rows", "gate", "stack", "path"):
             t.add_column(col)
         for e in found:
             t.add_row(
@@ -155,9 +181,19 @@ def cmd_history(args: argparse.Namespace) -> int:
                 str(e.keys),
                 str(e.failed),
                 shown(_gate_cell(gated.get(e.id))),
+                stacks[e.id][0],
                 shown(e.path),
             )
         console.print(t)
+        for e in found:  # where a series starts, runs before it are not compared with runs after
+            differs = stacks[e.id][1]
+            if differs:
+                console.print(
+                    f"run {e.id} of cluster {shown(e.cluster)} starts a new series (stack {stacks[e.id][0]}): "
+                    f"{shown('; '.join(differs))}; runs before it are not its baseline",
+                    markup=False,
+                    soft_wrap=True,
+                )
         console.print(f"{len(found)} run{'s' if len(found) != 1 else ''}")
     elif args.action == "changes" and args.nodes:
         threshold = threshold_arg(args.threshold)
@@ -165,14 +201,17 @@ def cmd_history(args: argparse.Namespace) -> int:
         result = changes.steps_in(checks, values, threshold)
         text = changes.render(result, args.cluster, threshold, nodehistory.metric_label)
         console.print(text.replace(" runs;", " node checks;", 1), markup=False)
+        if args.store:
+            changes.store(db, args.cluster, changes.NODE_CHECKS, list(nodehistory.METRICS), result[0], threshold)
+            console.print(f"stored {len(result[0])} change points of node checks in {db}", markup=False)
     elif args.action == "changes":
         threshold = threshold_arg(args.threshold)
-        console.print(
-            changes.render(
-                changes.changes(db, args.cluster, metric_names(args.metric), threshold), args.cluster, threshold
-            ),
-            markup=False,
-        )
+        metrics = metric_names(args.metric)
+        result = changes.changes(db, args.cluster, metrics, threshold)
+        console.print(changes.render(result, args.cluster, threshold), markup=False)
+        if args.store:
+            changes.store(db, args.cluster, changes.RUNS, metrics, result[0], threshold)
+            console.print(f"stored {len(result[0])} change points in {db}", markup=False)
     else:
         pts = history.points(db, args.cluster)
         if pts.empty:
@@ -212,8 +251,11 @@ def _file_safe(name: str) -> str:
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """The group's subcommands, on `sub`."""
     h = sub.add_parser("history", help="store runs per cluster; list, plot, check, remove; find change points")
-    h.add_argument("action", choices=("add", "list", "plot", "changes", "check", "remove", "accept", "migrate"))
-    h.add_argument("dir", nargs="?", metavar="DIR|ID", help="run directory (add) or run id (remove, accept)")
+    h.add_argument("action", choices=("add", "list", "plot", "changes", "check", "remove", "accept", "migrate", "copy"))
+    h.add_argument(
+        "dir", nargs="?", metavar="DIR|ID|FROM", help="run directory (add), run id (remove, accept) or history (copy)"
+    )
+    h.add_argument("to", nargs="?", metavar="TO", help="history copy: the history to copy FROM into (path or URL)")
     h.add_argument("--cluster", help="cluster name (required for add, plot and changes; a filter for list)")
     h.add_argument("--label", help="label of the run (history add), e.g. nccl-2.21 or after-ib-fix")
     h.add_argument("--db", help=DB_HELP)
@@ -229,6 +271,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="history add: store the run in place of the one of its identity (its plan) with other figures",
     )
     h.add_argument("--count", action="store_true", help="history list: print only the number of runs, for scripts")
+    h.add_argument(
+        "--store",
+        action="store_true",
+        help="history changes: keep the change points found in the history, in place of the cluster's earlier "
+        "ones (docs/fleet.md)",
+    )
     h.add_argument("--out", help="image file (history plot; default beside the database)")
     h.add_argument(
         "--metric",

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from benchmarks.results import open_regular
 from harness import executors, inside, transport, user_files
-from harness.analysis import gate, history, reference
+from harness.analysis import gate, history, reference, series
 from harness.analysis.compare import (
     AXES,
     BY_SAMPLES,
@@ -37,7 +37,7 @@ from harness.commands.common import (
     positive_int,
     threshold_arg,
 )
-from harness.errors import EXIT_FOUND, EXIT_UNJUDGED, DataError, UsageError, one_line
+from harness.errors import EXIT_FOUND, EXIT_UNJUDGED, DataError, UsageError, one_line, shown
 from harness.present import export, report
 from harness.present.compare_plot import draw_compare
 from harness.present.regress import summary_line, write_all
@@ -125,6 +125,7 @@ def cmd_regress(args: argparse.Namespace) -> int:
     threshold = threshold_arg(args.threshold)
     named = out_dir_arg(args.out, "--out")
     db = history_db(args)
+    new_series: history.NewSeries | None = None
     if args.baseline == reference.BASELINE:
         kind, k = reference.BASELINE, 1
         run = load_run(args.dir)
@@ -137,7 +138,13 @@ def cmd_regress(args: argparse.Namespace) -> int:
             raise UsageError("regress needs --cluster NAME, the cluster whose history holds the baseline")
         kind, k = history.parse_baseline(args.baseline)
         run = load_run(args.dir)
-        base = history.baseline(db, args.cluster, args.baseline, exclude=history.fingerprint(RunDir(args.dir)))
+        stack = None if args.across_series else series.of(run.environment, RunDir(args.dir).read_plan().get("cluster"))
+        exclude = history.fingerprint(RunDir(args.dir))
+        try:
+            base = history.baseline(db, args.cluster, args.baseline, exclude=exclude, stack=stack)
+        except history.NewSeries as exc:  # shown against the series before it, and not judged
+            new_series = exc
+            base = history.baseline(db, args.cluster, args.baseline, exclude=exclude)
         cmp = compare(
             base,
             run,
@@ -149,6 +156,13 @@ def cmd_regress(args: argparse.Namespace) -> int:
             margin=threshold_arg(args.provisional_margin, "--provisional-margin"),
         )
         where = f"{base.label} ({args.cluster})"
+    if new_series is not None:
+        # a key that failed tonight fails whatever the series; the others have nothing to be judged by
+        figures = (cmp.table["verdict"] != FAILED).to_numpy(dtype=bool)
+        cmp.table.loc[figures, "verdict"] = UNJUDGED
+        cmp.table.loc[figures, "note"] = (
+            f"a new series: {'; '.join(new_series.differences)}; shown against the series before it"
+        )
     console = new_console()
     print_comparison(console, cmp, args.top)
     if kind == "median":
@@ -160,6 +174,15 @@ def cmd_regress(args: argparse.Namespace) -> int:
                 f"of the band, and slower only beyond the provisional margin of {cmp.margin:.0%}",
                 soft_wrap=True,
             )
+    if new_series is not None:
+        console.print(
+            f"this run starts a new series of cluster {shown(args.cluster)} (stack {new_series.stack}): "
+            f"{shown('; '.join(new_series.differences))}. Its figures are shown against the series before it "
+            f"({shown(new_series.newest.name)} the newest) and not judged; added to the history, it is the first "
+            f"baseline of its series (docs/fleet.md)",
+            markup=False,
+            soft_wrap=True,
+        )
     counts = cmp.counts()
     status = (
         EXIT_FOUND
@@ -175,6 +198,8 @@ def cmd_regress(args: argparse.Namespace) -> int:
         None if kind == reference.BASELINE else args.cluster,
         args.baseline,
         status,
+        kind,
+        k,
     )
     paths = write_all(
         cmp,
@@ -338,6 +363,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "--benchmark-json",
         action="store_true",
         help="also write benchmark.json in pytest-benchmark's format (large for big sweeps)",
+    )
+    g.add_argument(
+        "--across-series",
+        action="store_true",
+        help="draw the baseline from every run of the cluster, not only those of the run's stack "
+        '(its GPUs, drivers, NCCL, torch, profile: docs/fleet.md, "What a series is")',
     )
     g.add_argument(
         "--provisional-margin",

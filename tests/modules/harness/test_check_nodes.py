@@ -29,31 +29,6 @@ from harness.nodesteps import FOLDER, Driver, LocalLauncher, Plan
 PROFILE = SWEEPS / "clusters" / "testbed.yaml"
 
 
-@pytest.fixture(scope="module")
-def local_check(tmp_path_factory):
-    """Two emulated nodes of one gloo rank: one pair, the least check that runs every part of it
-    (a population takes 3 nodes, so its verdict is "not judged", exit 3)."""
-    out = tmp_path_factory.mktemp("nodes") / "check"
-    r = bench(
-        "nodes",
-        "--executor",
-        "local",
-        "--nodes",
-        "2",
-        "--no-gemm",
-        "--bytes",
-        "256K",
-        "--iters",
-        "5",
-        "--json",
-        "--out",
-        str(out),
-        check=False,
-        timeout=300,
-    )
-    return r, out
-
-
 def test_a_local_check_runs_real_ranks_on_each_pair(local_check):
     r, out = local_check
     printed = json.loads(r.stdout)  # --json: the verdict alone on stdout, the rest on stderr

@@ -72,4 +72,8 @@ def test_which_bench_measured_a_run_is_recorded_and_judged(real_run, tmp_path):
     bench("history", "add", str(old), "--cluster", "lab", "--db", str(other))
     gate = regress(real_run, other, tmp_path / "gate")
     assert gate.returncode == 2 and "--allow-rules-change" in gate.stderr, gate.describe()
-    assert regress(real_run, other, tmp_path / "gate2", "--allow-rules-change").returncode == 0
+    # other rules are another series (docs/fleet.md): shown, not judged, unless across series
+    allowed = regress(real_run, other, tmp_path / "gate2", "--allow-rules-change")
+    said = " ".join(allowed.stdout.split())
+    assert allowed.returncode == 3 and "measurement_rules 1 -> 2" in said, allowed.describe()
+    assert regress(real_run, other, tmp_path / "gate3", "--allow-rules-change", "--across-series").returncode == 0

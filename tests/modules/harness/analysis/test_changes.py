@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from conftest import bench, copy_run, planned_later
 
-from harness.analysis import changes
+from harness.analysis import changes, store
 
 
 def test_energy_statistic_matches_its_definition():
@@ -36,15 +36,27 @@ def test_change_points_find_a_step_and_leave_noise_alone():
     assert changes.change_points(flat, seed=2) == []
 
 
-def test_history_changes_names_the_run_a_step_started_with(real_run, tmp_path):
-    db = tmp_path / "history.sqlite"
+def test_history_changes_names_the_run_a_step_started_with(real_run, tmp_path, history_at):
+    """Five nights, then three at half the rates: each of the 5 series steps at run 6. With
+    --store the steps are kept per series with what found them, once however often stored."""
     rng = np.random.default_rng(5)
     for i in range(8):  # 5 + 3: the fewest runs an exact permutation test can split at 0.05
         factor = (1.0 if i < 5 else 2.0) * float(rng.uniform(0.98, 1.02))
         run = planned_later(copy_run(real_run, tmp_path / f"r{i}", time_factor=factor), f"0{i}")
-        bench("history", "add", str(run), "--cluster", "lab", "--label", f"night{i}", "--db", str(db))
-    r = bench("history", "changes", "--cluster", "lab", "--db", str(db))
+        bench("history", "add", str(run), "--cluster", "lab", "--label", f"night{i}", "--db", history_at)
+    r = bench("history", "changes", "--cluster", "lab", "--db", history_at)
     assert "change points in 5 series of cluster lab (8 runs; E-divisive means" in r.stdout, r.describe()
     steps = [line for line in r.stdout.splitlines() if line.startswith("run ")]
     assert len(steps) == 5 and all(line.startswith("run 6 (night5) of 0") for line in steps), r.stdout
     assert all(re.search(r"\(-4\d\.\d%, p 0\.0\d\d\)", line) for line in steps), r.stdout
+    assert changes.stored(history_at, "lab") == []  # a search without --store keeps nothing
+    for _ in range(2):
+        r = bench("history", "changes", "--cluster", "lab", "--store", "--db", history_at)
+        assert r.stdout.rstrip().endswith("stored 5 change points in " + str(store.Location(history_at))), r.stdout
+    kept = changes.stored(history_at, "lab")
+    assert len(kept) == 5 and {k[0] for k in kept} == {changes.RUNS} and {k[4] for k in kept} == {6}, kept
+    assert len({k[1] for k in kept}) == 1 and len(kept[0][1]) == 12  # one stack: one series per key
+    assert {k[9:] for k in kept} == {("E-divisive means", changes.PERMUTATIONS, changes.ALPHA, 3, 0.05)}
+    assert all(-0.5 < change < -0.4 and after < before for *_, before, after, change, _p in (k[:9] for k in kept))
+    bench("history", "remove", "6", "--db", history_at)
+    assert changes.stored(history_at, "lab") == []

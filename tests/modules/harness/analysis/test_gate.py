@@ -239,6 +239,43 @@ def test_a_failed_night_never_joins_a_baseline_until_accepted(real_run, tmp_path
     assert bench("history", "list", "--count", "--cluster", "lab", "--db", str(db)).stdout == "2\n"
 
 
+def test_the_verdict_is_stored_with_what_judged_it_and_each_band(real_run, tmp_path, history_at):
+    """Three nights at 1.0, a fourth at half their rates judged by median:3: gate.json and the
+    history keep the method, K, threshold, margin and rules, and each key's band in its unit;
+    the slower keys' value is half their baseline, and a band judged between runs holds it."""
+    from harness.analysis import store
+
+    for i in range(3):
+        night = planned_later(copy_run(real_run, tmp_path / f"n{i}"), f"0{i}")
+        bench("history", "add", str(night), "--cluster", "lab", "--db", history_at)
+    slow = planned_later(copy_run(real_run, tmp_path / "slow", time_factor=2), "1")
+    r = bench("regress", str(slow), "--cluster", "lab", "--db", history_at, "--baseline", "median:3", check=False)
+    assert r.returncode == 1, r.describe()
+    doc = json.loads((slow / "regress" / "gate.json").read_text())
+    assert doc["bench_gate"] == 2 and (doc["method"], doc["k"], doc["rules"]) == ("median", 3, gate.RULES)
+    assert (doc["threshold"], doc["margin"]) == (0.05, PROVISIONAL_MARGIN) and "between runs" in doc["comparison"]
+    bench("history", "add", str(slow), "--cluster", "lab", "--db", history_at)
+    with store.session(history_at) as con:
+        judged = con.execute("SELECT method, k, threshold, margin, rules, comparison FROM gate_runs").fetchall()
+        bands = con.execute(
+            "SELECT key, metric, baseline, low, high, value, verdict, test FROM gate_bands WHERE run_id = 4"
+        ).fetchall()
+    assert judged == [("median", 3, 0.05, PROVISIONAL_MARGIN, gate.RULES, doc["comparison"])], judged
+    assert len(bands) == len(doc["bands"]["key"]) > 0
+    assert sorted(map(list, bands)) == sorted(map(list, zip(*(doc["bands"][c] for c in gate._BAND_COLUMNS))))
+    slower = [b for b in bands if b[6] == "slower"]
+    assert slower and all(math.isclose(v, base / 2, rel_tol=1e-9) for *_, base, _, _, v, _, _ in slower), slower
+    by_runs = [b for b in bands if b[7] == "between runs"]
+    # the limits are the baseline times the band's ratios: equal to it within rounding at worst
+    held = [low * (1 - 1e-12) <= base <= high * (1 + 1e-12) for _, _, base, low, high, *_ in by_runs]
+    assert by_runs and all(held), by_runs
+    assert all(low is None and high is None for _, _, _, low, high, _, _, t in bands if t != "between runs")
+    # removed with its run
+    bench("history", "remove", "4", "--db", history_at)
+    with store.session(history_at) as con:
+        assert con.execute("SELECT count(*) FROM gate_bands").fetchone() == (0,)
+
+
 # --------------------------------------------------------------------------- like with like
 
 

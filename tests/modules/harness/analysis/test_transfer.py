@@ -1,0 +1,75 @@
+"""`bench history copy FROM TO` (harness/analysis/transfer.py, docs/fleet.md): a history moved
+from SQLite to PostgreSQL and back is the same, table by table; a second copy adds nothing; a
+run held under the same identity with other figures is refused and nothing is copied."""
+
+from __future__ import annotations
+
+from conftest import bench, copy_run, planned_later
+
+from harness.analysis import changes, store
+
+TABLES = (
+    "runs",
+    "data",
+    "points",
+    "gate_runs",
+    "gate_keys",
+    "gate_bands",
+    "node_checks",
+    "node_figures",
+    "change_points",
+)
+
+
+def _dump(db: str) -> dict[str, list[tuple]]:
+    with store.session(db) as con:
+        return {t: sorted((tuple(r) for r in con.execute(f"SELECT * FROM {t}")), key=repr) for t in TABLES}
+
+
+def test_a_history_copied_to_postgresql_and_back_is_the_same(real_run, local_check, tmp_path, postgres):
+    source = str(tmp_path / "a.sqlite")
+    for i, factor in enumerate((1, 1, 1, 2)):
+        night = planned_later(copy_run(real_run, tmp_path / f"n{i}", time_factor=factor), f"0{i}")
+        if i == 3:  # judged: its verdict and bands, and it fails
+            assert bench("regress", str(night), "--cluster", "lab", "--db", source, "--baseline", "median:3",
+                         check=False).returncode == 1  # fmt: skip
+        bench("history", "add", str(night), "--cluster", "lab", "--label", f"night{i}", "--db", source)
+    bench("history", "accept", "4", "--reason", "new firmware", "--db", source)
+    step = changes.Change("busbw_gbps", "all_reduce 2x1", 4, "run 4", 1.0, 0.5, 0.01, "0123456789ab")
+    changes.store(store.Location(source), "lab", changes.RUNS, ["busbw_gbps"], [step], 0.05)
+    assert bench("history", "add", str(local_check[1]), "--cluster", "lab", "--db", source, check=False).returncode == 3
+    before = _dump(source)
+    assert all(before[t] for t in TABLES), {t: len(v) for t, v in before.items()}
+
+    pg = postgres.new_database("copied")
+    bench("history", "migrate", "--db", pg)
+    said = bench("history", "copy", source, pg).stdout
+    assert said.startswith(f"copied 4 runs and 1 node check from {source} to {store.Location(pg)}: runs 4, "), said
+    assert postgres.password not in said
+    assert _dump(pg) == before  # ids included: a new history numbers them as the old one did
+    again = bench("history", "copy", source, pg).stdout
+    assert "copied 0 runs and 0 node checks" in again and "(4 runs and 1 node checks there already)" in again, again
+    assert _dump(pg) == before
+    back = str(tmp_path / "b.sqlite")
+    bench("history", "copy", pg, back)
+    assert _dump(back) == before
+    # the copies judge as the original does
+    judged = [
+        " ".join(bench("history", "list", "--db", db, env={"COLUMNS": "400"}).stdout.split())
+        .replace(str(store.Location(db)), "DB")
+        .replace("━", "")
+        for db in (source, pg, back)
+    ]
+    assert judged[0] == judged[1] == judged[2] and "accepted" in judged[0], judged[0]
+
+    # a run held with other figures under its identity: refused, one line, nothing copied
+    clash = str(tmp_path / "c.sqlite")
+    other = copy_run(tmp_path / "n0", tmp_path / "n0-other", time_factor=3)
+    bench("history", "add", str(other), "--cluster", "lab", "--label", "night0", "--db", clash)
+    r = bench("history", "copy", source, clash, check=False)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.describe()
+    assert f"run 1 of {source} (cluster lab, label night0) is in {clash} as run 1 with other" in r.stderr, r.stderr
+    assert len(_dump(clash)["runs"]) == 1
+    for args in (["copy", source], ["copy", source, source], ["list", source, clash], ["copy", source, pg, "--db", pg]):
+        r = bench("history", *args, check=False)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.describe()
