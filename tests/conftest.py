@@ -361,6 +361,32 @@ def local_check(tmp_path_factory):
     return r, out
 
 
+@pytest.fixture(scope="session")
+def judged_history(real_run, local_check, tmp_path_factory) -> Path:
+    """An SQLite history of every kind of row, for tests that only read it: four nights of
+    cluster lab, 1 to 4 November 2026 at 02:00 UTC (runs 1-3 alike, run 4 at half their rates,
+    failed by the gate with its bands and accepted), a stored change point at run 4, and a node
+    check. The nights are beside it."""
+    from harness.analysis import changes
+    from harness.analysis.store import Location
+
+    root = tmp_path_factory.mktemp("judged")
+    db = str(root / "history.sqlite")
+    for i, factor in enumerate((1, 1, 1, 2)):
+        night = copy_run(real_run, root / f"n{i}", time_factor=factor)
+        plan = json.loads((night / "plan.json").read_text())
+        (night / "plan.json").write_text(json.dumps({**plan, "created": f"2026-11-0{i + 1}T02:00:00+00:00"}))
+        if i == 3:  # judged: its verdict and bands, and it fails
+            r = bench("regress", str(night), "--cluster", "lab", "--db", db, "--baseline", "median:3", check=False)
+            assert r.returncode == 1, r.describe()
+        bench("history", "add", str(night), "--cluster", "lab", "--label", f"night{i}", "--db", db)
+    bench("history", "accept", "4", "--reason", "new firmware", "--db", db)
+    step = changes.Change("busbw_gbps", "all_reduce 2x1", 4, "run 4", 1.0, 0.5, 0.01, "0123456789ab")
+    changes.store(Location(db), "lab", changes.RUNS, ["busbw_gbps"], [step], 0.05)
+    assert bench("history", "add", str(local_check[1]), "--cluster", "lab", "--db", db, check=False).returncode == 3
+    return Path(db)
+
+
 @pytest.fixture
 def history_of(tmp_path):
     """A history database with the given runs added, oldest first."""

@@ -201,8 +201,12 @@ class Connection:
             if before > SCHEMA_VERSION:
                 raise _newer(self.location, before)
             for number, _, text in migrations()[before:]:
-                # statements end with ';' and comments are whole lines: a ';' in a comment is not an end
-                code = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("--"))
+                # statements end with ';' and comments are whole lines: a ';' in a comment is not an end.
+                # A migration whose first line is `-- only: postgresql` makes what SQLite has no use
+                # for (the views Grafana reads): SQLite records its number and runs none of it.
+                skipped = text.startswith(f"-- only: {POSTGRES}") and self.kind != POSTGRES
+                lines = [] if skipped else text.splitlines()
+                code = "\n".join(ln for ln in lines if not ln.lstrip().startswith("--"))
                 for statement in filter(str.strip, code.format(**TYPES[self.kind]).split(";")):
                     self.execute(statement)
                 self.execute("DELETE FROM meta WHERE key = 'schema'")
@@ -344,3 +348,29 @@ def migrate(location: Location | Path | str) -> tuple[int, int]:
             return con.migrate()
         except con.errors as exc:
             raise error(location, exc) from None
+
+
+def grant_reader(location: Location | Path | str, role: str) -> str:
+    """`bench history grant ROLE`: let an existing PostgreSQL role read the history, every table and
+    view of its schema now and every one a later migration makes, and write none. The role's name
+    reaches the server as a quoted identifier, never as text of the statement. Returns the schema."""
+    location = located(location)
+    if location.kind != POSTGRES:
+        raise HistoryError(
+            f"history grant: {location} is an SQLite file, whose readers are whoever the file's permissions "
+            f"let read it; grant is for a postgresql:// history"
+        )
+    if not (role and len(role) <= 63 and role.isprintable()):
+        raise HistoryError(f"history grant {role[:80]!r}: give a role name of 1 to 63 printable characters")
+    from psycopg import sql
+
+    with session(location) as con, con.transaction():
+        (schema,) = con.execute("SELECT current_schema()").fetchone()
+        who, where = sql.Identifier(role), sql.Identifier(schema)
+        for statement in (
+            "GRANT USAGE ON SCHEMA {where} TO {who}",
+            "GRANT SELECT ON ALL TABLES IN SCHEMA {where} TO {who}",
+            "ALTER DEFAULT PRIVILEGES IN SCHEMA {where} GRANT SELECT ON TABLES TO {who}",
+        ):
+            con.raw.execute(sql.SQL(statement).format(where=where, who=who))
+    return str(schema)

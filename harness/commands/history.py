@@ -120,6 +120,14 @@ def cmd_history(args: argparse.Namespace) -> int:
             return 0
         e = history.remove(db, run_id)
         print(f"removed run {e.id} of cluster {e.cluster} ({e.label or 'no label'}, added from {e.path}) from {db}")
+    elif args.action == "grant":
+        if not args.dir:
+            raise UsageError("history grant needs the role: bench history grant ROLE --db postgresql://...")
+        schema = store.grant_reader(db, args.dir)
+        print(
+            f"{db}: role {shown(args.dir)} may read every table and view of schema {shown(schema)}, and those "
+            f"later migrations make; it may write none"
+        )
     elif args.action == "migrate":
         before, after = store.migrate(db)
         print(
@@ -251,9 +259,14 @@ def _file_safe(name: str) -> str:
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """The group's subcommands, on `sub`."""
     h = sub.add_parser("history", help="store runs per cluster; list, plot, check, remove; find change points")
-    h.add_argument("action", choices=("add", "list", "plot", "changes", "check", "remove", "accept", "migrate", "copy"))
     h.add_argument(
-        "dir", nargs="?", metavar="DIR|ID|FROM", help="run directory (add), run id (remove, accept) or history (copy)"
+        "action", choices=("add", "list", "plot", "changes", "check", "remove", "accept", "migrate", "copy", "grant")
+    )
+    h.add_argument(
+        "dir",
+        nargs="?",
+        metavar="DIR|ID|FROM|ROLE",
+        help="run directory (add), run id (remove, accept), history (copy) or PostgreSQL role (grant)",
     )
     h.add_argument("to", nargs="?", metavar="TO", help="history copy: the history to copy FROM into (path or URL)")
     h.add_argument("--cluster", help="cluster name (required for add, plot and changes; a filter for list)")

@@ -5,10 +5,13 @@ history at another schema gets, and the one line a server that cannot be reached
 from __future__ import annotations
 
 import concurrent.futures
+import datetime as dt
+import math
 import re
 import sqlite3
 import time
 
+import pytest
 from conftest import bench, copy_run, planned_later
 
 from harness.analysis import store
@@ -151,3 +154,71 @@ def test_writers_at_the_same_moment_store_each_run_once(real_run, tmp_path, hist
             "SELECT r.path, count(d.run_id) FROM runs r JOIN data d ON d.run_id = r.id GROUP BY r.path"
         )
         assert sorted(per_run.fetchall()) == sorted((str(r.resolve()), 1) for r in runs)
+
+
+def test_grafana_reads_the_views_as_a_reader_that_cannot_write(judged_history, postgres, tmp_path):
+    """The views queried as Grafana's PostgreSQL data source queries them (a `time` column,
+    ORDER BY time; annotations as time, text, tags), by a role `history grant` let read."""
+    import psycopg
+
+    url = postgres.new_database("fleet")
+    bench("history", "migrate", "--db", url)
+    bench("history", "copy", str(judged_history), url)
+    postgres.sql("CREATE ROLE grafana LOGIN PASSWORD 'grafana-secret'")
+    said = bench("history", "grant", "grafana", "--db", url).stdout
+    assert said.strip() == (
+        f"{store.Location(url)}: role grafana may read every table and view of schema public, and those later "
+        f"migrations make; it may write none"
+    )
+    reader = postgres.url("fleet", user="grafana", password="grafana-secret")
+    nights = [dt.datetime(2026, 11, day, 2, tzinfo=dt.timezone.utc) for day in (1, 2, 3, 4)]
+    with psycopg.connect(reader) as con:
+        keys = [k for (k,) in con.execute("SELECT DISTINCT key FROM grafana_series WHERE metric = 'busbw_gbps'")]
+        assert keys
+        for key in keys:
+            series = con.execute(
+                "SELECT time, value FROM grafana_series WHERE cluster = 'lab' AND metric = 'busbw_gbps' "
+                "AND key = %s ORDER BY time",
+                (key,),
+            ).fetchall()
+            assert [t for t, _ in series] == nights, series
+            first, *_, last = [v for _, v in series]
+            assert len({v for _, v in series[:3]}) == 1 and math.isclose(last, first / 2, rel_tol=1e-9), series
+        bands = con.execute(
+            "SELECT time, baseline, low, high, value, verdict FROM grafana_bands WHERE cluster = 'lab' "
+            "AND metric = 'busbw_gbps' ORDER BY time"
+        ).fetchall()
+        assert bands and {b[0] for b in bands} == {nights[3]} and {b[5] for b in bands} == {"slower"}, bands
+        assert all(math.isclose(v, base / 2, rel_tol=1e-9) for _, base, _, _, v, _ in bands)
+        notes = con.execute(
+            "SELECT time, text, tags FROM grafana_annotations WHERE cluster = 'lab' ORDER BY time, text"
+        ).fetchall()
+        assert notes == [
+            (nights[3], "change point: busbw_gbps all_reduce 2x1: 1.0000 -> 0.5000 from run 4", "bench,change point"),
+            (nights[3], "failed night: run 4 (night3), gate failed, 0 failed rows", "bench,failed night"),
+        ], notes
+        nodes = con.execute("SELECT time, key, metric, value FROM grafana_node_series ORDER BY time").fetchall()
+        figures = con.execute("SELECT count(*) FROM node_figures WHERE value IS NOT NULL").fetchone()[0]
+        assert len(nodes) == figures > 0 and all(v > 0 for *_, v in nodes), nodes
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            con.execute("DELETE FROM runs")
+    # bench as the reader: it reads, and a write is one line, exit 2, without the password
+    assert "4 runs" in bench("history", "list", "--db", reader).stdout
+    new = planned_later(copy_run(judged_history.parent / "n0", tmp_path / "new"), "5")
+    r = bench("history", "add", str(new), "--cluster", "lab", "--db", reader, check=False)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.describe()
+    assert "permission denied" in r.stderr and "grafana-secret" not in r.stderr + r.stdout
+    # a writer as docs/fleet.md grants one: table privileges alone
+    postgres.sql("CREATE ROLE nightly LOGIN PASSWORD 'nightly-secret'")
+    postgres.sql("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO nightly", database="fleet")
+    writer = postgres.url("fleet", user="nightly", password="nightly-secret")
+    assert "as run 5 of cluster lab" in bench("history", "add", str(new), "--cluster", "lab", "--db", writer).stdout
+    # a role that is not there, however it is spelled, is one line; nothing else happens
+    for role in ('x"; DROP TABLE runs; --', "nobody"):
+        r = bench("history", "grant", role, "--db", url, check=False)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "does not exist" in r.stderr, (
+            r.describe()
+        )
+    r = bench("history", "grant", "grafana", "--db", str(judged_history), check=False)
+    assert r.returncode == 2 and "grant is for a postgresql:// history" in r.stderr, r.describe()
+    assert "5 runs" in bench("history", "list", "--db", url).stdout

@@ -4,9 +4,9 @@ run held under the same identity with other figures is refused and nothing is co
 
 from __future__ import annotations
 
-from conftest import bench, copy_run, planned_later
+from conftest import bench, copy_run
 
-from harness.analysis import changes, store
+from harness.analysis import store
 
 TABLES = (
     "runs",
@@ -26,18 +26,8 @@ def _dump(db: str) -> dict[str, list[tuple]]:
         return {t: sorted((tuple(r) for r in con.execute(f"SELECT * FROM {t}")), key=repr) for t in TABLES}
 
 
-def test_a_history_copied_to_postgresql_and_back_is_the_same(real_run, local_check, tmp_path, postgres):
-    source = str(tmp_path / "a.sqlite")
-    for i, factor in enumerate((1, 1, 1, 2)):
-        night = planned_later(copy_run(real_run, tmp_path / f"n{i}", time_factor=factor), f"0{i}")
-        if i == 3:  # judged: its verdict and bands, and it fails
-            assert bench("regress", str(night), "--cluster", "lab", "--db", source, "--baseline", "median:3",
-                         check=False).returncode == 1  # fmt: skip
-        bench("history", "add", str(night), "--cluster", "lab", "--label", f"night{i}", "--db", source)
-    bench("history", "accept", "4", "--reason", "new firmware", "--db", source)
-    step = changes.Change("busbw_gbps", "all_reduce 2x1", 4, "run 4", 1.0, 0.5, 0.01, "0123456789ab")
-    changes.store(store.Location(source), "lab", changes.RUNS, ["busbw_gbps"], [step], 0.05)
-    assert bench("history", "add", str(local_check[1]), "--cluster", "lab", "--db", source, check=False).returncode == 3
+def test_a_history_copied_to_postgresql_and_back_is_the_same(judged_history, tmp_path, postgres):
+    source = str(judged_history)
     before = _dump(source)
     assert all(before[t] for t in TABLES), {t: len(v) for t, v in before.items()}
 
@@ -64,7 +54,7 @@ def test_a_history_copied_to_postgresql_and_back_is_the_same(real_run, local_che
 
     # a run held with other figures under its identity: refused, one line, nothing copied
     clash = str(tmp_path / "c.sqlite")
-    other = copy_run(tmp_path / "n0", tmp_path / "n0-other", time_factor=3)
+    other = copy_run(judged_history.parent / "n0", tmp_path / "n0-other", time_factor=3)
     bench("history", "add", str(other), "--cluster", "lab", "--label", "night0", "--db", clash)
     r = bench("history", "copy", source, clash, check=False)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.describe()
