@@ -11,6 +11,9 @@
 #
 #   BENCH_CLUSTER=/shared/bench/site.yaml BENCH_RESULTS=/shared/bench/results \
 #   BENCH_HISTORY=/shared/bench/history.sqlite NAME=site recipes/nightly.sh
+#
+# Several clusters share one history in PostgreSQL (docs/fleet.md): BENCH_HISTORY is then a
+# postgresql:// URL without its password, which libpq reads from PGPASSWORD or ~/.pgpass.
 set -uo pipefail
 : "${BENCH_RESULTS:?where runs go: a directory on the filesystem the compute nodes share}"
 : "${BENCH_HISTORY:?the history database, kept from one night to the next}"
@@ -42,7 +45,7 @@ if [ "$runs" -gt 0 ]; then
   if [ -n "${JUNIT:-}" ]; then cp "$run/regress/junit.xml" "$JUNIT" || exit $?; fi
   judged=(--verdict "$run/regress/gate.json")
 else
-  echo "nightly: the first run of $NAME in $BENCH_HISTORY becomes its baseline; nothing to judge yet"
+  echo "nightly: the first run of $NAME in the history becomes its baseline; nothing to judge yet"
   verdict=0
 fi
 bench history add "$run" --cluster "$NAME" --label nightly "${judged[@]}" || exit $?

@@ -243,11 +243,20 @@ def _migrate_hint(location: Location, found: int) -> HistoryError:
 
 def connect(location: Location | Path | str, create: bool = False) -> Connection:
     """The history, open and at this bench's schema. `create`: an SQLite file that does not
-    exist yet is made, at the newest schema; a PostgreSQL database is never set up here."""
+    exist yet is made, at the newest schema; a PostgreSQL database is never set up here, and a
+    migration under way in it is waited for (its advisory lock, taken shared), so that a writer
+    that starts while a job migrates finds the schema the migration leaves."""
     location = located(location)
     con = _open(location, create)
     try:
-        found = con.schema()
+        if location.kind == POSTGRES:  # a migration under way: wait for it, then read the schema it left
+            con.execute("SELECT pg_advisory_lock_shared(?)", (MIGRATION_LOCK,))
+            try:
+                found = con.schema()
+            finally:
+                con.execute("SELECT pg_advisory_unlock_shared(?)", (MIGRATION_LOCK,))
+        else:
+            found = con.schema()
         if found == 0 and create and location.kind == SQLITE:
             con.migrate()
         elif found == 0:

@@ -174,7 +174,7 @@ def cmd_history(args: argparse.Namespace) -> int:
             console.print(f"{len(checks)} node check{'s' if len(checks) != 1 else ''}")
         found = history.entries(db, args.cluster)
         gated = history.gate_verdicts(db, found)
-        stacks = history.series_of(db, found)
+        stacks = history.series_of(db, found, args.cluster)
         t = Table(title=f"Runs in {shown(str(db))}", title_justify="left")
         for col in ("id", "cluster", "label", "sweep", "ran", "added", "keys", "failed rows", "gate", "stack", "path"):
             t.add_column(col)

@@ -121,6 +121,45 @@ def test_migrations_at_the_same_moment_leave_one_schema(postgres):
         assert con.execute("SELECT value FROM meta WHERE key = 'schema'").fetchall() == [(str(store.SCHEMA_VERSION),)]
 
 
+def test_two_migrations_and_six_writers_at_once_leave_each_row_once(real_run, tmp_path, postgres):
+    """Eight processes on a new database: two `history migrate` and six `history add` (three
+    runs, each twice). The test holds the migrations' advisory lock until all eight wait on it,
+    the migrations first in its queue: one migrates, the other finds nothing to do, and the
+    writers, waiting on the lock shared, find the schema made and store each run once."""
+    import psycopg
+
+    url = postgres.new_database("raced_writers")
+    runs = [planned_later(copy_run(real_run, tmp_path / f"r{i}"), str(i)) for i in range(3)]
+    waiting = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+
+    def until(count: int, watch) -> None:
+        """Until `count` processes wait on the lock, or 30 s: without the lock they would not wait,
+        and the counts below say what they did instead."""
+        deadline = time.monotonic() + 30
+        while watch.execute(waiting).fetchone()[0] < count and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+    with psycopg.connect(url, autocommit=True) as hold, concurrent.futures.ThreadPoolExecutor(8) as pool:
+        hold.execute("SELECT pg_advisory_lock(%s)", (store.MIGRATION_LOCK,))
+        migrations = [pool.submit(bench, "history", "migrate", "--db", url, timeout=180, check=False) for _ in range(2)]
+        until(2, hold)
+        adds = [pool.submit(bench, "history", "add", str(r), "--cluster", "lab", "--db", url, timeout=180,
+                            check=False) for r in runs * 2]  # fmt: skip
+        until(8, hold)
+        hold.execute("SELECT pg_advisory_unlock(%s)", (store.MIGRATION_LOCK,))
+        migrated = [(m := f.result()).stdout + m.stderr for f in migrations]
+        added = [(a := f.result()).stdout + a.stderr for f in adds]
+    assert sum(f"migrated from schema 0 to {store.SCHEMA_VERSION}" in s for s in migrated) == 1, migrated
+    assert sum("nothing to do" in s for s in migrated) == 1, migrated
+    assert sum(s.startswith("added ") for s in added) == 3 and sum("nothing added" in s for s in added) == 3, added
+    with store.session(url) as con:
+        counts = {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("runs", "data")}
+        schema = con.execute("SELECT value FROM meta WHERE key = 'schema'").fetchall()
+        paths = sorted(p for (p,) in con.execute("SELECT path FROM runs"))
+    assert counts == {"runs": 3, "data": 3} and schema == [(str(store.SCHEMA_VERSION),)], (counts, schema)
+    assert paths == sorted(str(r.resolve()) for r in runs)
+
+
 def test_writers_at_the_same_moment_store_each_run_once(real_run, tmp_path, history_at):
     """Eight `history add` processes at once, four runs each added twice: every add exits 0,
     four of them add, four find their run there already, and the history holds each run once
