@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -40,10 +41,17 @@ MIXED = ("--allow-rules-change",)
 TABLES = ("runs", "data", "points", "gate_runs", "gate_keys", "gate_bands")
 
 
-def bench(*args: str) -> float:
-    """Seconds `bench ARGS` takes, interpreter included; a failure stops the script."""
+CHECKOUT = HERE.parents[1]  # the bench timed: this one, unless --before names another
+
+
+def bench(*args: str, checkout: Path = CHECKOUT) -> float:
+    """Seconds `bench ARGS` of the bench in `checkout` takes, interpreter included; a failure
+    stops the script."""
     began = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True)
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    p = subprocess.run(
+        [sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, cwd=checkout, env=env
+    )
     took = time.perf_counter() - began
     if p.returncode not in (0, 3):
         shown = " ".join(str(store.Location(a)) if a.startswith("postgresql://") else a for a in args)
@@ -116,16 +124,31 @@ def seed(con, kind: str, rows: dict[str, tuple[list[str], list[tuple]]], cluster
         con.execute("ANALYZE")
 
 
-def measure(db: str, template: Path, root: Path, cluster: str, rounds: int) -> dict[str, list[float]]:
+def measure(
+    db: str, template: Path, root: Path, cluster: str, rounds: int, checkout: Path = CHECKOUT
+) -> dict[str, list[float]]:
     root.mkdir()
     times: dict[str, list[float]] = {"history add (a new night)": [], "regress (median:5)": [], "history list": []}
     for i in range(rounds):
-        new = night(root, template, f"new{i}")
-        times["history add (a new night)"].append(bench("history", "add", str(new), "--cluster", cluster, "--db", db))
-        times["regress (median:5)"].append(
-            bench("regress", str(template), "--cluster", cluster, "--db", db, "--out", str(root / f"g{i}"), *MIXED)
+        new = night(root, template, f"{root.name}{i}")
+        times["history add (a new night)"].append(
+            bench("history", "add", str(new), "--cluster", cluster, "--db", db, checkout=checkout)
         )
-        times["history list"].append(bench("history", "list", "--cluster", cluster, "--db", db))
+        times["regress (median:5)"].append(
+            bench(
+                "regress",
+                str(template),
+                "--cluster",
+                cluster,
+                "--db",
+                db,
+                "--out",
+                str(root / f"g{i}"),
+                *MIXED,
+                checkout=checkout,
+            )
+        )
+        times["history list"].append(bench("history", "list", "--cluster", cluster, "--db", db, checkout=checkout))
     return times
 
 
@@ -141,6 +164,12 @@ def main() -> None:
     ap.add_argument("--nights", type=int, default=365)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--db", help="an empty PostgreSQL database's URL (default: a throwaway server)")
+    ap.add_argument(
+        "--before",
+        metavar="CHECKOUT",
+        help="also time the SQLite commands with the bench in this checkout (an SQLite-only bench: before "
+        "PostgreSQL), on the same history",
+    )
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="fleet-"))
     server = None
@@ -174,9 +203,15 @@ def main() -> None:
             args.nights * keys,
             measure(lite, template, root / "sqlite", "c000", args.rounds),
         )
-        print(
-            f"\nSQLite file: {Path(lite).stat().st_size / 1e6:.0f} MB; {json.dumps({'python': sys.version.split()[0]})}"
-        )
+        if args.before:
+            before = Path(args.before).resolve()
+            report(
+                f"SQLite, the same history, the bench in {before}",
+                args.nights * keys,
+                measure(lite, template, root / "before", "c000", args.rounds, before),
+            )
+        size = Path(lite).stat().st_size / 1e6
+        print(f"\nSQLite file: {size:.0f} MB; {json.dumps({'python': sys.version.split()[0]})}")
     finally:
         if server is not None:
             import postgres

@@ -261,3 +261,33 @@ def test_grafana_reads_the_views_as_a_reader_that_cannot_write(judged_history, p
     r = bench("history", "grant", "grafana", "--db", str(judged_history), check=False)
     assert r.returncode == 2 and "grant is for a postgresql:// history" in r.stderr, r.describe()
     assert "5 runs" in bench("history", "list", "--db", url).stdout
+
+
+HOSTILE = [
+    "lab'; DROP TABLE runs; --",
+    'a "quoted" name \\ with a backslash',
+    "%s %(x)s ? $1 :name",
+    "集群-α ☃",
+    "x" * 200,
+]
+
+
+def test_hostile_names_are_stored_and_come_back_verbatim(real_run, tmp_path, history_at):
+    """Cluster names and labels that would break a statement built from them: stored as given,
+    listed, judged against and copied as given, on both backends; the tables are all there."""
+    for i, name in enumerate(HOSTILE):
+        run = planned_later(copy_run(real_run, tmp_path / f"r{i}"), f"0{i}")
+        said = bench("history", "add", str(run), "--cluster", name, "--label", name[::-1], "--db", history_at).stdout
+        assert f"as run {i + 1} of cluster {name} (label {name[::-1]})" in said, said
+        r = bench("regress", str(real_run), "--cluster", name, "--db", history_at, "--out", str(tmp_path / f"g{i}"),
+                  "--baseline", "last", check=False)  # fmt: skip
+        assert r.returncode in (0, 3) and f"history run {i + 1} (" in (tmp_path / f"g{i}" / "report.md").read_text()
+        assert bench("history", "list", "--count", "--cluster", name, "--db", history_at).stdout == "1\n"
+    with store.session(history_at) as con:
+        stored = con.execute("SELECT cluster, label FROM runs ORDER BY id").fetchall()
+        assert {"runs", "data", "points", "gate_runs"} <= con.tables()
+    assert stored == [(name, name[::-1]) for name in HOSTILE]
+    copied = str(tmp_path / "copy.sqlite")
+    bench("history", "copy", history_at, copied)
+    with store.session(copied) as con:
+        assert con.execute("SELECT cluster, label FROM runs ORDER BY id").fetchall() == stored
