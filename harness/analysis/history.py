@@ -242,9 +242,7 @@ def entries(db: Location, cluster: str | None = None) -> list[Entry]:
         return [Entry(*r) for r in cur]
 
 
-def series_of(
-    db: Location, found: list[Entry], cluster: str | None = None
-) -> dict[int, tuple[str, list[str] | None]]:
+def series_of(db: Location, found: list[Entry], cluster: str | None = None) -> dict[int, tuple[str, list[str] | None]]:
     """run id -> (its stack's digest, how it differs from the run before it of its cluster, or None
     where it does not): `history list` shows where a new series starts, and why. `cluster`: the
     one cluster the entries are of, if so."""
