@@ -16,12 +16,12 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from benchmarks.results import read_regular
-from harness.analysis.store import SQLITE, Location, located, now, session
+from harness.analysis.store import SQLITE, Connection, Location, located, now, session
 from harness.errors import HistoryError
 from harness.nodecheck import METRICS, Verdict
 from harness.nodesteps import FOLDER, PLAN, RECORD, read_record
@@ -41,6 +41,7 @@ class NodeEntry:
     added: str
     nodes: int
     named: str  # the drain list and the links named, when it was added
+    existing: bool = False  # add found this check there already, with its cluster and label: nothing added
 
 
 _ENTRY = "SELECT id, cluster, label, path, created, added, nodes, named FROM node_checks"
@@ -69,7 +70,10 @@ def rows(v: Verdict) -> list[tuple[str, str, float | None]]:
 
 
 def add(db: Location, path: Path, cluster: str, label: str | None, v: Verdict) -> NodeEntry:
-    """Store the check in `path`, judged as `v`: its figures, and what it named."""
+    """Store the check in `path`, judged as `v`: its figures, and what it named. A check is
+    known by its plan and its steps' record, figures and all: the same check again, with the
+    same cluster and label, adds nothing (the entry says so); under another cluster or label it
+    is refused. Two writers adding one check at once: the second finds the first's row."""
     named = "; ".join(
         [
             *([f"drain {v.drain}"] if v.drain else []),
@@ -85,17 +89,37 @@ def add(db: Location, path: Path, cluster: str, label: str | None, v: Verdict) -
     round_s = _median_round_s(path)
     with session(db, create=True) as con:
         with con.transaction():
-            dup = con.execute("SELECT id, path FROM node_checks WHERE fingerprint = ?", (fp,)).fetchone()
-            if dup:
-                raise HistoryError(f"{path}: already in the history as node check {dup[0]} (added from {dup[1]})")
-            (check_id,) = con.execute(
+            held = _held(con, fp, cluster, label, path)
+            if held is not None:
+                return held
+            found = con.execute(
                 "INSERT INTO node_checks (fingerprint, cluster, label, path, created, added, nodes, named) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (fingerprint) DO NOTHING RETURNING id",
                 (fp, cluster, label, str(path.resolve()), created, now(), len(v.names), named),
             ).fetchone()
+            if found is None:  # another writer stored it since this one looked (PostgreSQL)
+                held = _held(con, fp, cluster, label, path)
+                assert held is not None, "a conflict on the fingerprint leaves its row"
+                return held
+            (check_id,) = found
             figures = rows(v) + [(*ROUND_S, round_s)] if round_s else rows(v)
             con.executemany("INSERT INTO node_figures VALUES (?, ?, ?, ?)", [(check_id, *r) for r in figures])
         return NodeEntry(*con.execute(_ENTRY + " WHERE id = ?", (check_id,)).fetchone())
+
+
+def _held(con: Connection, fp: str, cluster: str, label: str | None, path: Path) -> NodeEntry | None:
+    """The stored check of this identity, marked existing, if it has this cluster and label;
+    None if there is none; refused if it has another cluster or label."""
+    row = con.execute(_ENTRY + " WHERE fingerprint = ?", (fp,)).fetchone()
+    if row is None:
+        return None
+    entry = replace(NodeEntry(*row), existing=True)
+    if (entry.cluster, entry.label) != (cluster, label):
+        raise HistoryError(
+            f"{path}: already in the history as node check {entry.id} (cluster {entry.cluster}, label "
+            f"{entry.label or '-'}, added from {entry.path}); this one has cluster {cluster}, label {label or '-'}"
+        )
+    return entry
 
 
 def _median_round_s(path: Path) -> float | None:

@@ -70,11 +70,17 @@ def cmd_history(args: argparse.Namespace) -> int:
     if args.action == "add" and nodehistory.is_check(Path(args.dir)):
         judged = check_nodes.verdict_of(Path(args.dir))
         check = nodehistory.add(db, Path(args.dir), args.cluster, args.label, judged)
-        print(
-            f"added the node check {args.dir} to {db} as node check {check.id} of cluster {check.cluster}"
-            f"{f' (label {check.label})' if check.label else ''}: {check.nodes} nodes"
-            + (f", named {check.named}" if check.named else "")
-        )
+        if check.existing:
+            print(
+                f"{args.dir} is in {db} already, as node check {check.id} of cluster {check.cluster} with these "
+                f"figures: nothing added"
+            )
+        else:
+            print(
+                f"added the node check {args.dir} to {db} as node check {check.id} of cluster {check.cluster}"
+                f"{f' (label {check.label})' if check.label else ''}: {check.nodes} nodes"
+                + (f", named {check.named}" if check.named else "")
+            )
         if judged.unjudged and not judged.named:  # kept as history, but not a clean check (docs/nodes.md)
             return EXIT_UNJUDGED
     elif args.action == "add":

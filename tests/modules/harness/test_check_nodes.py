@@ -368,8 +368,13 @@ def test_a_link_that_degrades_is_a_change_point_of_the_history(local_check, tmp_
         night = _night(local_check[1], tmp_path / f"n{k}", k, 1.0 if k < 4 else 0.4)
         check = nodehistory.add(db, night, "lab", f"night{k}", check_nodes.verdict_of(night))
         assert check.id == k + 1 and check.nodes == 2
+    # the same check again adds nothing, and says so, with the check's own status (not judged);
+    # under another cluster it is refused
     again = bench("history", "add", str(tmp_path / "n0"), "--cluster", "lab", "--db", str(db), check=False)
-    assert again.returncode == 2 and "already in the history as node check 1" in again.stderr
+    said = again.stdout.strip()
+    assert again.returncode == 3 and said.endswith("as node check 1 of cluster lab with these figures: nothing added")
+    other = bench("history", "add", str(tmp_path / "n0"), "--cluster", "lab2", "--db", str(db), check=False)
+    assert other.returncode == 2 and "already in the history as node check 1 (cluster lab, label -" in other.stderr
     r = bench("history", "changes", "--nodes", "--cluster", "lab", "--db", str(db))
     found = {
         line.split(": ")[1].removeprefix("two-node all-reduce, busbw "): line
