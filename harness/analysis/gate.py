@@ -17,8 +17,8 @@ A baseline never draws on a rejected key of a run that was not accepted, nor on 
 rejected whole (it failed for what it ran on, a transport mismatch, rather than for a key). So a
 regression keeps failing, night after night, until it is fixed or accepted. Accepting a run says
 that its level is the cluster's new normal: from then on, baselines draw on that run and the runs
-after it only. The tables are created beside the runs' when the first judged run is added; a
-history without them has no verdicts, and nothing is rejected.
+after it only. The tables are made by the numbered migrations (store.py); a history whose
+runs were never judged has no verdicts, and nothing is rejected.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The history: runs of each cluster in an SQLite database, and baselines drawn from it.
+"""The history: runs of each cluster in an SQLite file or a PostgreSQL database (store.py), and
+baselines drawn from the run's own series (series.py).
 
     runs      one row per added run: cluster, label, when it ran, its environment (JSON), and
               how many of its keys completed
@@ -9,8 +10,8 @@
 
 Listing, baseline lookup and plotting read `runs` and `points` only, through indexes; a
 comparison loads the Parquet of the runs it needs. A run is identified by a hash of its
-plan.json (the sweep, the matrix and the time it was planned): adding the same run twice is
-refused, whatever its path or label.
+plan.json (the sweep, the matrix and the time it was planned): the same run added again adds
+nothing, and other figures, cluster or label under its identity are refused unless replaced.
 
 A baseline is built from usable keys only: completed, with a finite positive figure and at
 least two usable samples. A key that failed in the newest run is taken from the newest run

@@ -6,9 +6,9 @@
                    each pair figure; a failed step's figure is NULL
 
 `bench history changes --nodes` searches each (metric, node or pair) series for change points
-as it does a sweep's keys, so a node that degrades over weeks is seen. The tables are created
-beside the runs' when the first check is added (an older bench reads the database as before);
-a check is identified by a hash of its plan and record, so adding it twice is refused.
+as it does a sweep's keys, so a node that degrades over weeks is seen. The tables are made by the
+numbered migrations (store.py); a check is identified by a hash of its plan and record, so the
+same check added again adds nothing (add says why it refuses another cluster or label).
 """
 
 from __future__ import annotations
