@@ -6,7 +6,8 @@
     bench nodes [--cluster PROFILE] [--nodelist HOSTLIST | --nodes N] [--partners K] [--json]
     bench collect DIR | bench plot DIR | bench status DIR
     bench compare DIR_A [DIR_B] [--across AXIS=A,B]
-    bench history add|list|plot|changes|check|remove
+    bench history add|list|plot|changes|check|remove|accept|migrate|copy|grant
+    bench dashboard --db DB --out DIR
     bench regress DIR --cluster NAME [--baseline median:K|last|best|label:L] | DIR --baseline reference
     bench report DIR [--compare DIR_B | --across AXIS=A,B]
     bench transport LOG... [--json]

@@ -652,3 +652,21 @@ def history_at(request, tmp_path):
     url = server.new_database(f"t{uuid.uuid4().hex[:12]}")
     bench("history", "migrate", "--db", url)
     return url
+
+
+# --------------------------------------------------------------------------- a real browser
+
+
+@pytest.fixture
+def browser():
+    """Debian's chromium, headless, one tab (tests/browser.py), for one test. Without it the
+    tests that need it skip, except under CI=true, where they fail (.ci/run installs it)."""
+    import browser as chromium
+
+    if chromium.program() is None:
+        reason = "no chromium on PATH (Debian: apt-get install chromium)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must run the browser tests, but: {reason}")
+        pytest.skip(reason)
+    with chromium.Browser() as b:
+        yield b

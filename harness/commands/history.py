@@ -11,11 +11,20 @@ from typing import TYPE_CHECKING
 
 from benchmarks.results import atomic_write_bytes
 from harness import check_nodes, user_files
-from harness.analysis import changes, gate, history, nodehistory, store, transfer
+from harness.analysis import changes, gate, history, nodehistory, overview, store, transfer
 from harness.analysis.sides import METRICS
 from harness.analysis.store import Location
-from harness.commands.common import DB_HELP, history_db, metric_names, new_console, results_root, threshold_arg
+from harness.commands.common import (
+    DB_HELP,
+    history_db,
+    metric_names,
+    new_console,
+    out_dir_arg,
+    results_root,
+    threshold_arg,
+)
 from harness.errors import EXIT_UNJUDGED, UsageError, shown
+from harness.present import dashboard
 from harness.present.compare_plot import history_figure
 
 if TYPE_CHECKING:
@@ -262,8 +271,30 @@ def _file_safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "cluster"
 
 
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    out = out_dir_arg(args.out, "--out")
+    assert out is not None
+    db = history_db(args)
+    sizes = dashboard.build(overview.read(db), out)
+    largest = max(sizes, key=lambda name: (sizes[name], name))
+    print(
+        f"wrote the dashboard of {db} to {out}: {len(sizes)} files, {sum(sizes.values()) / 1e6:.1f} MB, the largest "
+        f"{largest} ({sizes[largest] / 1e3:,.0f} kB); open {out / 'index.html'}"
+    )
+    return 0
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """The group's subcommands, on `sub`."""
+    d = sub.add_parser(
+        "dashboard",
+        help="write a static site of a history: every cluster's keys, verdicts, node checks (docs/dashboard.md)",
+    )
+    d.add_argument("--db", help=DB_HELP)
+    d.add_argument(
+        "--out", required=True, metavar="DIR", help="the site's directory: new, empty, or a dashboard written before"
+    )
+    d.set_defaults(func=cmd_dashboard)
     h = sub.add_parser("history", help="store runs per cluster; list, plot, check, remove; find change points")
     h.add_argument(
         "action", choices=("add", "list", "plot", "changes", "check", "remove", "accept", "migrate", "copy", "grant")

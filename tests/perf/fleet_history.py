@@ -89,8 +89,9 @@ def template_rows(root: Path) -> tuple[Path, dict[str, tuple[list[str], list[tup
     return run.path, out
 
 
-def seed(con, kind: str, rows: dict[str, tuple[list[str], list[tuple]]], clusters: int, nights: int) -> None:
-    """Every cluster's nights: the template's rows with their own id, identity, cluster and date."""
+def seed(con, kind: str, rows: dict[str, tuple[list[str], list[tuple]]], clusters: int, nights: int, vary=None) -> None:
+    """Every cluster's nights: the template's rows with their own id, identity, cluster and date;
+    `vary(table, row, cluster index, night index)`, when given, changes a row's dict in place."""
     cols = {t: c for t, (c, _) in rows.items()}
 
     def night_rows(table: str, run_id: int, cluster: str, when: str):
@@ -100,6 +101,8 @@ def seed(con, kind: str, rows: dict[str, tuple[list[str], list[tuple]]], cluster
                 d.update(id=run_id, fingerprint=f"{cluster}-{run_id}", cluster=cluster, created=when, label="nightly")
             else:
                 d["run_id"] = run_id
+            if vary is not None:
+                vary(table, d, *divmod(run_id - 1, nights))
             yield tuple(d[c] for c in cols[table])
 
     nights_of = [
