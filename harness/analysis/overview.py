@@ -4,9 +4,9 @@ judged them, the change points `history changes --store` kept, and the node chec
 figures and drain lists. Read from either backend in one pass per cluster.
 
 The series are the gate's: `bench regress` stores, with its verdict, every key it judged with
-the band it judged it against (gate_bands). A night added without `bench regress` has no band
-and no verdict; it is listed, as not judged, and draws nothing. The nightly recipe judges every
-night (docs/fleet.md).
+the band it judged it against (gate_bands). A night added without `bench regress` (the nightly
+recipe's first, a run added by hand) has no band and no verdict: its figures are read from its
+stored summary, as the gate would have taken them, and drawn as not judged.
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD, UNITS
+from harness.analysis import gate, history
 from harness.analysis.compare import FAILED, ORDER, SAME, SLOWER, UNJUDGED, WORST_FIRST
 from harness.analysis.gate import PASSED, REJECTED
 from harness.analysis.nodehistory import NodeEntry, entries
-from harness.analysis.sides import KEYS, key_texts
+from harness.analysis.sides import DEFAULT_METRICS, KEYS, METRICS, key_texts
 from harness.analysis.store import Location, session
 from harness.errors import HistoryError
 from harness.hostlists import expand_hostlist
@@ -258,6 +259,9 @@ def _series(con: Any, db: Location, cluster: Cluster) -> list[Series]:
         "JOIN runs r ON r.id = b.run_id WHERE r.cluster = ?",
         (cluster.name,),
     ).fetchall()
+    judged = {r[0] for r in rows}
+    metrics = sorted({r[2] for r in rows}) or list(DEFAULT_METRICS)
+    rows += _figures(db, cluster, [n.run for n in cluster.nights if n.run not in judged], metrics)
     if not rows:
         return []
     df = pd.DataFrame(rows, columns=["run", "key", "metric", "low", "high", "value", "verdict"])
@@ -293,6 +297,31 @@ def _series(con: Any, db: Location, cluster: Cluster) -> list[Series]:
             )
         )
     out.sort(key=lambda s: (GROUPS.index(s.group), s.text, s.metric))
+    return out
+
+
+def _figures(db: Location, cluster: Cluster, runs: list[int], metrics: list[str]) -> list[tuple]:
+    """Rows as gate_bands holds them for the nights no gate judged (a cluster's first night in
+    the nightly recipe, a run added by hand): each key's figure the median of its usable rows,
+    as the gate takes a run's, no band, and the verdict NOT_JUDGED. Their Parquet is read; a
+    judged night's never is."""
+    import numpy as np
+    import pandas as pd
+
+    wanted = set(runs)
+    found = [e for e in history.entries(db, cluster.name) if e.id in wanted]
+    out: list[tuple] = []
+    for entry, df in zip(found, history.usable_rows(db, found)):
+        if not len(df):
+            continue
+        keys = np.array(gate.key_strings(df), dtype=object)
+        for metric in metrics:
+            if metric not in df.columns or metric not in METRICS:
+                continue
+            v = df[metric].to_numpy(dtype=float, na_value=np.nan)
+            ok = df["workload"].isin(METRICS[metric].workloads).to_numpy(dtype=bool) & (v > 0)
+            median = pd.Series(v[ok]).groupby(keys[ok]).median()
+            out += [(entry.id, k, metric, None, None, float(x), NOT_JUDGED) for k, x in median.items()]
     return out
 
 

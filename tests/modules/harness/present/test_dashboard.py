@@ -194,6 +194,11 @@ def test_a_cluster_page_draws_every_key_with_its_band_and_marks(site, fleet):
     tags = parsed(page)
     charts = [a for t, a in tags.tags if t == "svg" and a.get("class") == "chart"]
     assert len(charts) == len(lab.series) == 5  # 3 all-reduce sizes, 2 training keys
+    # nights 1-3, never judged, drawn from their stored summaries: the figures the gate took as
+    # night 4's baseline (the median of the three, alike)
+    for s in lab.series:
+        assert s.at.tolist() == [0, 1, 2, 3] and list(s.verdict[:3]) == [overview.CODES.index("not judged")] * 3
+        assert s.value[:3] == pytest.approx([s.low[3]] * 3, rel=1e-6), s.text
     paths = [a for t, a in tags.tags if t == "path"]
     assert sum(a["class"] == "gate" for a in paths) == 5  # night 4 failed, under every key
     assert sum(a["class"] == "bad" for a in paths) == 5  # and every key slower on it
