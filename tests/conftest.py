@@ -15,12 +15,12 @@ import signal
 import stat
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import pyarrow as pa
 import pyarrow.compute
@@ -554,13 +554,19 @@ def _testbed_unavailable() -> str | None:
     return None
 
 
+def unavailable(what: str, reason: str) -> NoReturn:
+    """A test whose system cannot be had here: skipped with the reason, except under CI=true,
+    where it fails (.ci/run provides every one)."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI must run {what}, but: {reason}")
+    pytest.skip(reason)
+
+
 @pytest.fixture(scope="session")
 def testbed():
     reason = _testbed_unavailable()
     if reason:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI must run the Slurm testbed, but: {reason}")
-        pytest.skip(reason)
+        unavailable("the Slurm testbed", reason)
     run([str(TESTBED), "down"], timeout=300)  # a testbed left over by an interrupted run
     try:
         run([str(TESTBED), "up", "--nodes", str(NODES)], timeout=900)
@@ -625,21 +631,9 @@ def postgres():
     import postgres as pg
 
     if pg.bindir() is None:
-        reason = "no PostgreSQL server installed (Debian: apt-get install postgresql)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI must run the PostgreSQL tests, but: {reason}")
-        pytest.skip(reason)
-    # not under pytest's temporary folders, which are root's alone (0700): the server's user
-    # must reach its data
-    root = Path(tempfile.mkdtemp(prefix="bench-postgres-"))
-    try:
-        server = pg.start(root)
-        try:
-            yield server
-        finally:
-            pg.stop(server)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+        unavailable("the PostgreSQL tests", "no PostgreSQL server installed (Debian: apt-get install postgresql)")
+    with pg.throwaway() as server:
+        yield server
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -664,9 +658,6 @@ def browser():
     import browser as chromium
 
     if chromium.program() is None:
-        reason = "no chromium on PATH (Debian: apt-get install chromium)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI must run the browser tests, but: {reason}")
-        pytest.skip(reason)
+        unavailable("the browser tests", "no chromium on PATH (Debian: apt-get install chromium)")
     with chromium.Browser() as b:
         yield b

@@ -5,11 +5,14 @@ which Debian's package creates (PostgreSQL refuses to run as root)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
 import socket
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,3 +99,19 @@ def stop(server: Server) -> None:
             _as_owner([str(programs / "pg_ctl"), "-D", str(server.data), "-m", "immediate", "-w", "stop"]),
             capture_output=True,
         )
+
+
+@contextlib.contextmanager
+def throwaway(prefix: str = "bench-postgres-") -> Iterator[Server]:
+    """A server for as long as the block runs, then stopped and its folder removed. The folder is
+    not under root's temporary folders, which are root's alone (0700): the server's user must
+    reach its data."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        server = start(root)
+        try:
+            yield server
+        finally:
+            stop(server)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -469,6 +470,26 @@ CASES = [
     Case("export-cluster", lambda t, r: ["export", str(r), "--format", "influx", "--cluster", "a b"], "--cluster"),
     Case("export-out-is-dir", lambda t, r: ["export", str(r), "--format", "openmetrics", "--out", str(t)], "--out"),
     Case("export-no-summary", lambda t, r: ["export", str(_no_summary(r, t)), "--format", "influx"], "bench collect"),
+    Case("dashboard-no-history", lambda t, r: ["dashboard", *_db(t), "--out", str(t / "site")], "no history database"),
+    Case(
+        "dashboard-out-is-file",
+        lambda t, r: ["dashboard", *_db_with(r, t), "--out", str(_file(t, "site", "x"))],
+        "--out",
+        "is a file",
+    ),
+    Case(
+        "dashboard-out-not-a-site",
+        lambda t, r: ["dashboard", *_db_with(r, t), "--out", str(_file(t, "notes.txt", "mine").parent)],
+        "--out",
+        "is not a dashboard bench wrote",
+    ),
+    Case(
+        "dashboard-damaged-band",
+        lambda t, r: ["dashboard", *_damaged_band(r, t), "--out", str(t / "site")],
+        "gate band",
+        "is damaged",
+        "bench history remove",
+    ),
     # ---- compare
     Case("compare-csv-is-dir", lambda t, r: ["compare", str(r), str(r), "--csv", str(t)], "--csv", "directory"),
     Case(
@@ -622,6 +643,16 @@ def _dangling(tmp: Path) -> Path:
     link = tmp / "dangling.md"
     link.symlink_to(tmp / "nowhere" / "x.md")
     return link
+
+
+def _damaged_band(run: Path, tmp: Path) -> list[str]:
+    """A history whose run has a gate band with a key that is no key (another tool wrote it)."""
+    args = _db_with(run, tmp)
+    con = sqlite3.connect(args[1])
+    con.execute("INSERT INTO gate_bands VALUES (1, 'busbw_gbps', '[\"<b>\"', 1, 1, 1, 1, 'slower', 'between runs')")
+    con.commit()
+    con.close()
+    return args
 
 
 def _db_with(run: Path, tmp: Path) -> list[str]:

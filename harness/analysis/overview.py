@@ -31,8 +31,9 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
 # The key groups of the index, in its order. Collectives by the regime of their message size:
-# under 64 KiB a collective's time is its latency, from 16 MiB on its bandwidth (nccl-tests'
-# busbw reaches its plateau there on NVLink and InfiniBand; docs/dashboard.md).
+# small messages are latency's, large ones bandwidth's; where they meet depends on the machine
+# (NCCL picks its protocol per size from its own model), so the boundaries are bench's choice
+# (docs/dashboard.md, "What it holds").
 SMALL, LARGE = 64 << 10, 16 << 20
 GROUPS = (
     "collectives < 64 KiB",
@@ -124,10 +125,12 @@ class Checks:
         return []
 
     def verdict(self, i: int) -> str:
-        named = self.entries[i].named
-        if named.startswith("drain ") or "link " in named:
+        """Failed where check `i` named a node or link, cannot judge where part of it could not
+        be judged (nodehistory.add writes these parts), else unchanged."""
+        parts = self.entries[i].named.split("; ")
+        if any(p.startswith(("drain ", "link ")) for p in parts):
             return FAILED
-        return UNJUDGED if "not judged" in named else SAME
+        return UNJUDGED if any(p.startswith("not judged") for p in parts) else SAME
 
     def first_named(self) -> list[tuple[str, int]]:
         """The latest check's drain list, each node with the check that began its present

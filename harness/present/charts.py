@@ -348,7 +348,9 @@ def heatmap(names: Sequence[str], cells: dict[tuple[int, int], float], unit: str
     blank. Node names along the sides when they fit."""
     n = len(names)
     cell = max(4, min(18, 480 // max(n, 1)))
-    label = max(width(esc(t, 24)) for t in names) if n and cell >= 10 else 0
+    # names beside the rows and over the columns where a cell is taller than a line of text, so
+    # that they never overlap; else only in each cell's title
+    label = max(width(esc(t, 24)) for t in names) if n and cell >= FONT + 2 else 0
     size = label + n * cell + 4
     parts = [
         f'<svg class="heat" viewBox="0 0 {size} {size}" width="{size}" height="{size}" role="img" '

@@ -16,6 +16,7 @@ no page over 2 MB. --sqlite seeds an SQLite file instead (a quick look at a smal
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import random
@@ -103,7 +104,7 @@ def main() -> None:
     ap.add_argument("--keep", metavar="DIR", help="leave the last site in DIR, to open")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="dashboard-"))
-    server = None
+    scope = contextlib.ExitStack()
     try:
         _, rows = template_rows(root)
         keys = len(rows["gate_bands"][1])
@@ -112,8 +113,7 @@ def main() -> None:
         else:
             import postgres
 
-            # a folder of its own: the server's user must reach it, and root's temporary ones are 0700
-            server = postgres.start(Path(tempfile.mkdtemp(prefix="dashboard-postgres-")))
+            server = scope.enter_context(postgres.throwaway("dashboard-postgres-"))
             db, kind = server.new_database("fleet"), store.POSTGRES
         bench("history", "migrate", "--db", db)
         began = time.perf_counter()
@@ -142,11 +142,7 @@ def main() -> None:
             shutil.rmtree(args.keep, ignore_errors=True)
             shutil.copytree(root / f"site{args.rounds - 1}", args.keep)
     finally:
-        if server is not None:
-            import postgres
-
-            postgres.stop(server)
-            shutil.rmtree(server.data.parent, ignore_errors=True)
+        scope.close()
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -17,6 +17,7 @@ cluster. Targets on PostgreSQL: add under 1 s, regress under 2 s, list under 1 s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -175,7 +176,7 @@ def main() -> None:
     )
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="fleet-"))
-    server = None
+    scope = contextlib.ExitStack()
     try:
         template, rows = template_rows(root)
         keys = len(rows["gate_bands"][1])
@@ -183,9 +184,7 @@ def main() -> None:
         if url is None:
             import postgres
 
-            # a folder of its own: the server's user must reach it, and root's temporary ones are 0700
-            server = postgres.start(Path(tempfile.mkdtemp(prefix="fleet-postgres-")))
-            url = server.new_database("fleet")
+            url = scope.enter_context(postgres.throwaway("fleet-postgres-")).new_database("fleet")
         bench("history", "migrate", "--db", url)
         began = time.perf_counter()
         with store.session(url) as con, con.transaction():
@@ -216,11 +215,7 @@ def main() -> None:
         size = Path(lite).stat().st_size / 1e6
         print(f"\nSQLite file: {size:.0f} MB; {json.dumps({'python': sys.version.split()[0]})}")
     finally:
-        if server is not None:
-            import postgres
-
-            postgres.stop(server)
-            shutil.rmtree(server.data.parent, ignore_errors=True)
+        scope.close()
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -359,3 +359,110 @@ def test_a_damaged_history_entry_is_named_and_removed(runs, tmp_path):
     r = bench(*args, check=False)
     # four runs left: fewer than median:5 asks, so the keys are judged provisionally against their median
     assert r.returncode in (0, 1) and "keys have fewer than 5 usable runs" in r.stdout, r.describe()
+
+
+# The dashboard's nights: four healthy, then the link shaped to half rate from night 5 on, for six
+# nights (the shaped run each night: the same link, the same rate), each judged and added as the
+# nightly recipe does, one a day from 1 November 2026. Six: E-divisive's permutation test (on log
+# figures) over 4 + 6 nights of these keys' figures gave p 0.011-0.018 over 30 seeds; 4 + 5 gave
+# up to 0.028, and the three shaped levels mixed up to 0.048, next to its 0.05.
+DASHBOARD_NIGHTS = ("half",) * 6
+FOUR_M = ("allreduce all_reduce 4M, 2x1, torchrun, default", "allreduce all_reduce 4M, 4x1, torchrun, default")
+
+
+def test_the_dashboard_shows_a_shaped_link_from_night_5_and_the_slow_node(runs, testbed, tmp_path, browser):
+    """Real nights on the dashboard: `bench dashboard`, opened in chromium, shows the cluster
+    slower from night 5, the change point of the 4M multi-node keys at night 5, and the node that
+    a node check with its link shaped named, in the drain list; nothing before night 5 slower."""
+    import shutil
+
+    from harness.analysis import overview, store
+    from harness.present import dashboard
+
+    def by_4m(name):  # how far each multi-node 4M figure is from the unshaped runs' median
+        return max(abs(busbw_4m(runs[name], n) / median[n] - 1) for n in (2, 4))
+
+    unshaped = [f"u{k}" for k in range(1, 7)]
+    median = {n: sorted(busbw_4m(runs[u], n) for u in unshaped)[3] for n in (2, 4)}
+    # the healthy week: the four unshaped runs that agree best, as a quiet cluster's nights would
+    # (this machine has one run in a few with a key at half speed, docs/noise.md; the gate's
+    # immunity to it is test_no_false_alarm_against_five_runs's)
+    healthy = sorted(unshaped, key=by_4m)[:4]
+    db, name = str(tmp_path / "history.sqlite"), "shaped-from-night-5"
+    for night, source in enumerate([*sorted(healthy), *DASHBOARD_NIGHTS], start=1):
+        path = tmp_path / f"night{night}"
+        shutil.copytree(runs[source], path, ignore=shutil.ignore_patterns("regress"))
+        plan = json.loads((path / "plan.json").read_text())
+        (path / "plan.json").write_text(json.dumps({**plan, "created": f"2026-11-{night:02d}T02:00:00+00:00"}))
+        verdict = []
+        if night > 1:  # the recipe's first night has nothing to be judged against
+            r = bench(
+                "regress",
+                str(path),
+                "--cluster",
+                name,
+                "--db",
+                db,
+                "--out",
+                str(path / "regress"),
+                *BUSBW,
+                *NOISE,
+                check=False,
+            )
+            assert r.returncode == (1 if night >= 5 else 0), f"night {night} ({source}): {r.describe()}"
+            verdict = ["--verdict", str(path / "regress" / "gate.json")]
+        bench("history", "add", str(path), "--cluster", name, "--label", source, "--db", db, *verdict)
+    r = bench("history", "changes", "--cluster", name, "--metric", "busbw_gbps", "--store", "--db", db)
+    print(r.stdout)
+    # node checks of the four nodes, as test_nodes_testbed.py runs them: clean, then bnode3's link shaped
+    check = ("nodes", "--executor", "slurm", "--cluster", str(SWEEPS / "clusters" / "testbed.yaml"))
+    check += ("--device", "cpu", "--bytes", "4M", "--iters", "20", "--threshold", "50%", "--yes")
+    r = bench(*check, "--out", str(tmp_path / "clean"), check=False, env=testbed)
+    assert r.returncode == 0, r.describe()
+    shape("--link", "eth0", "--rate", "1gbit", "--node", "bnode3")
+    try:
+        r = bench(*check, "--out", str(tmp_path / "bnode3"), check=False, env=testbed)
+    finally:
+        shape("--clear", "--link", "eth0")
+    assert r.returncode == 1 and "bnode3" in r.stdout, r.describe()
+    for c in ("clean", "bnode3"):
+        bench("history", "add", str(tmp_path / c), "--cluster", name, "--db", db)
+    site = tmp_path / "site"
+    r = bench("dashboard", "--db", db, "--out", str(site))
+    assert r.returncode == 0, r.describe()
+
+    (cluster,) = overview.read(store.Location(db))
+    slower = overview.CODES.index(overview.SLOWER)
+    for key in FOUR_M:
+        s = next(s for s in cluster.series if s.text == key and s.metric == "busbw_gbps")
+        assert s.at.tolist() == list(range(10))
+        assert [int(v) == slower for v in s.verdict] == [False] * 4 + [True] * 6, (key, s.verdict)
+        (change,) = [c for c in cluster.changes if c.key == key]
+        assert cluster.nights[change.at].date == "2026-11-05" and change.change < -0.4, change
+    browser.open((site / "index.html").as_uri())
+    cells = browser.evaluate(
+        "[...document.querySelectorAll('table.matrix tr')].slice(1).map(r => [...r.children].map(c => c.innerText))"
+    )
+    assert cells[0][0] == name and cells[0][2] == "slower\n2026-11-10", cells  # 2M and 4M: 64 KiB to 16 MiB
+    assert cells[0][6].startswith("failed\n"), cells  # the node check named bnode3
+    browser.screenshot(tmp_path / "index.png")
+    browser.open((site / dashboard.slug("cluster", name)).as_uri())
+    paragraphs = browser.evaluate(
+        "[...document.querySelectorAll('h3.key')].map(h => [h.innerText, h.nextElementSibling.innerText])"
+    )
+    shown = {h.split(" · ")[0]: p for h, p in paragraphs if h.endswith("busbw GB/s")}
+    for key in FOUR_M:
+        assert shown[key].startswith("slower on 2026-11-10: "), shown[key]
+        assert "; change 2026-11-05: \u2212" in shown[key], shown[key]
+    browser.screenshot(tmp_path / "cluster.png")
+    feed = ET.parse(site / "feed.xml").getroot()
+    atom = "{http://www.w3.org/2005/Atom}"
+    dates = [e.findtext(f"{atom}title").split(" run ")[0] for e in feed.findall(f"{atom}entry")]
+    assert dates[:6] == [f"{name}: 2026-11-{d:02d}" for d in range(10, 4, -1)], dates  # nights 10 to 5, newest first
+    browser.open((site / dashboard.slug("nodes", name)).as_uri())
+    drain = browser.evaluate("[...document.querySelectorAll('table')[0].rows].slice(1).map(r => r.innerText)")
+    assert len(drain) == 1 and drain[0].startswith("bnode3\t") and drain[0].endswith("\t1"), drain
+    asked = browser.requests()
+    assert all(u.startswith(site.as_uri() + "/") for u in asked), asked
+    print(f"nights: {[*sorted(healthy), *DASHBOARD_NIGHTS]}; regressed: {dates}")
+    print(f"screenshots: {tmp_path / 'index.png'} {tmp_path / 'cluster.png'}")
