@@ -70,7 +70,7 @@ class Night:
 
     @property
     def date(self) -> str:
-        return _date(self.day)
+        return date_of(self.day)
 
 
 @dataclass
@@ -157,7 +157,8 @@ class Cluster:
     checks: Checks | None = None
 
     def last_judged(self) -> int | None:
-        """The index of the newest night with bands, None when none has."""
+        """The index of the newest night with figures (judged, or read from its summary), None
+        when none has."""
         at = [int(s.at[-1]) for s in self.series if len(s.at)]
         return max(at) if at else None
 
@@ -200,7 +201,8 @@ def _day(when: str, added: str) -> float:
     return 0.0
 
 
-def _date(day: float) -> str:
+def date_of(day: float) -> str:
+    """A time in days since the epoch as its UTC date, 2026-11-27."""
     return (dt.datetime(1970, 1, 1) + dt.timedelta(days=day)).strftime("%Y-%m-%d")
 
 

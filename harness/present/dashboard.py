@@ -31,6 +31,7 @@ from harness.analysis.overview import (
     Checks,
     Cluster,
     Series,
+    date_of,
     efficiency,
     healthy,
     rank,
@@ -161,13 +162,13 @@ def index(clusters: list[Cluster], keys: dict[KeyPage, list[tuple[Cluster, Serie
                 href, day = slug("cluster", c.name) + "#" + group_id(g), c.nights[at].day
             tds.append(
                 f'<td class="cell {SHOWN[v][1]}"><a href="{href}">{esc(SHOWN[v][0])}<br>'
-                f"<small>{day_text(day)}</small></a></td>"
+                f"<small>{date_of(day)}</small></a></td>"
             )
         rows.append(f'<tr><th><a href="{slug("cluster", c.name)}">{esc(c.name)}</a></th>{"".join(tds)}</tr>')
     newest = max((n.day for c in clusters for n in c.nights), default=None)
     recent = [r for r in regressions(clusters) if newest is not None and r[0].nights[r[1]].day >= newest - RECENT_DAYS]
     items = "".join(
-        f'<li>{day_text(c.nights[i].day)} <a href="{slug("cluster", c.name)}">{esc(c.name)}</a> run {c.nights[i].run}: '
+        f'<li>{date_of(c.nights[i].day)} <a href="{slug("cluster", c.name)}">{esc(c.name)}</a> run {c.nights[i].run}: '
         f"{regression_words(c, i, found)}</li>"
         for c, i, found in recent
     )
@@ -187,7 +188,7 @@ def index(clusters: list[Cluster], keys: dict[KeyPage, list[tuple[Cluster, Serie
     body = (
         "<h1>bench: the fleet</h1>"
         f"<p>{len(clusters)} cluster{'s' if len(clusters) != 1 else ''}; the newest night "
-        f"{day_text(newest) if newest is not None else 'none'}. Each cell is the verdict of its cluster's last judged "
+        f"{date_of(newest) if newest is not None else 'none'}. Each cell is the verdict of its cluster's newest "
         'night on the keys of its group (its worst key), the worst clusters first. <a href="feed.xml">Atom feed of '
         "regressions</a>.</p>"
         f'<table class="matrix"><tr><th>cluster</th>{head}</tr>{"".join(rows)}</table>'
@@ -200,12 +201,6 @@ def index(clusters: list[Cluster], keys: dict[KeyPage, list[tuple[Cluster, Serie
 
 def group_id(group: str) -> str:
     return "g" + str(GROUPS.index(group))
-
-
-def day_text(day: float) -> str:
-    import datetime as dt
-
-    return (dt.datetime(1970, 1, 1) + dt.timedelta(days=day)).strftime("%Y-%m-%d")
 
 
 def regression_words(c: Cluster, i: int, found: list[Series]) -> str:
@@ -308,12 +303,12 @@ def nights_table(c: Cluster) -> str:
 def efficiency_section(c: Cluster, newest: int | None) -> str:
     head = "<h2>Scaling efficiency</h2>"
     if newest is None:
-        return head + "<p>No judged night.</p>"
+        return head + "<p>No night with figures.</p>"
     base = healthy(c, newest)
     now = efficiency(c, newest)
     then = efficiency(c, base) if base is not None else {}
     if not now:
-        return head + "<p>The newest judged night has no training keys.</p>"
+        return head + "<p>The newest night has no training keys.</p>"
     against = f"the last healthy night, {c.nights[base].date}" if base is not None else "no healthy night before it"
     rows = []
     for config, by_gpus in now.items():
@@ -327,7 +322,7 @@ def efficiency_section(c: Cluster, newest: int | None) -> str:
                 f'<td class="n">{change}</td></tr>'
             )
     return (
-        head + f"<p>Throughput per GPU over that of the fewest GPUs (collect.py's efficiency), the newest judged night "
+        head + f"<p>Throughput per GPU over that of the fewest GPUs (collect.py's efficiency), the newest night "
         f"{c.nights[newest].date} against {against}.</p>"
         "<table><tr><th>configuration</th><th>GPUs</th><th>newest</th><th>last healthy</th><th>change</th></tr>"
         + "".join(rows)
@@ -382,7 +377,7 @@ def nodes_page(c: Cluster) -> bytes:
     parts = [
         nav,
         f"<h1>{esc(c.name)}: node checks</h1>",
-        f"<p>{len(ch.entries)} check{'s' if len(ch.entries) != 1 else ''}; the newest on {day_text(ch.days[last])} "
+        f"<p>{len(ch.entries)} check{'s' if len(ch.entries) != 1 else ''}; the newest on {date_of(ch.days[last])} "
         f"of {ch.entries[last].nodes} nodes: {verdict(ch.verdict(last))} "
         f"{esc(ch.entries[last].named or 'nothing named')}</p>",
         "<h2>Drain list</h2>",
@@ -391,7 +386,7 @@ def nodes_page(c: Cluster) -> bytes:
     parts.append(
         "<table><tr><th>node</th><th>first named</th><th>checks since</th></tr>"
         + "".join(
-            f"<tr><td>{esc(node)}</td><td>{day_text(ch.days[i])}</td><td class=n>{last - i + 1}</td></tr>"
+            f"<tr><td>{esc(node)}</td><td>{date_of(ch.days[i])}</td><td class=n>{last - i + 1}</td></tr>"
             for node, i in drain
         )
         + "</table>"
@@ -436,13 +431,13 @@ def nodes_page(c: Cluster) -> bytes:
         parts.append(f"<h3>{esc(label)} ({esc(unit)})</h3><div>")
         for i in (last, last - 1):
             if i >= 0:
-                parts.append(pair_map(ch, pairs, i, unit, f"{c.name} {label} {day_text(ch.days[i])}"))
+                parts.append(pair_map(ch, pairs, i, unit, f"{c.name} {label} {date_of(ch.days[i])}"))
         parts.append("</div>")
     if ch.changes:
         parts.append(
             "<h2>Change points</h2><ul>"
             + "".join(
-                f"<li>{day_text(ch.days[x.at])} {esc(x.key)} {esc(x.metric)}: {percent(x.change)} "
+                f"<li>{date_of(ch.days[x.at])} {esc(x.key)} {esc(x.metric)}: {percent(x.change)} "
                 f"({esc(figure(x.before))} → {esc(figure(x.after))})</li>"
                 for x in ch.changes
             )
@@ -452,7 +447,7 @@ def nodes_page(c: Cluster) -> bytes:
         "<h2>Checks, newest first</h2><table><tr><th>check</th><th>id</th><th>nodes</th><th>verdict</th>"
         "<th>named</th></tr>"
         + "".join(
-            f'<tr><td>{day_text(ch.days[i])}</td><td class="n">{e.id}</td><td class="n">{e.nodes}</td>'
+            f'<tr><td>{date_of(ch.days[i])}</td><td class="n">{e.id}</td><td class="n">{e.nodes}</td>'
             f"<td>{verdict(ch.verdict(i))}</td><td>{esc(e.named)}</td></tr>"
             for i, e in reversed(list(enumerate(ch.entries))[-NIGHTS_LISTED:])
         )
@@ -471,10 +466,10 @@ def pair_map(ch: Checks, pairs: dict[str, list[tuple[int, float]]], i: int, unit
             if j == i:
                 found[(a, b)] = v
     if not found:
-        return f"<p>{day_text(ch.days[i])}: no pair measured.</p>"
+        return f"<p>{date_of(ch.days[i])}: no pair measured.</p>"
     median = float(np.median(list(found.values())))
     names = sorted({n for ab in found for n in ab})
-    head = f"<p><b>{day_text(ch.days[i])}</b> (check {ch.entries[i].id}), median {esc(figure(median, unit))}</p>"
+    head = f"<p><b>{date_of(ch.days[i])}</b> (check {ch.entries[i].id}), median {esc(figure(median, unit))}</p>"
     if len(names) > HEATMAP_NODES:
         worst = sorted((v, a, b) for (a, b), v in found.items())[:WORST_NODES]
         return (
