@@ -230,23 +230,20 @@ def read(db: Location) -> list[Cluster]:
             if nights:
                 cluster.series = _series(con, db, cluster)
             out.append(cluster)
-    where = {c.name: c for c in out}
     for c in out:
         mine = [e for e in checks if e.cluster == c.name]
         if mine:
             c.checks = _checks(db, mine)
+    # where each run and check sits in its cluster's lists: made once, not per change point
+    night_at = {n.run: (c, i) for c in out for i, n in enumerate(c.nights)}
+    check_at = {e.id: (c.checks, i) for c in out if c.checks for i, e in enumerate(c.checks.entries)}
     for name, kind, metric, key, at, before, after, change in stored:
-        if name not in where:
-            continue
-        c = where[name]
-        if kind == "runs":
-            index = {n.run: i for i, n in enumerate(c.nights)}
-            if at in index:
-                c.changes.append(Change(metric, key, index[at], before, after, change))
-        elif c.checks is not None:
-            index = {e.id: i for i, e in enumerate(c.checks.entries)}
-            if at in index:
-                c.checks.changes.append(Change(metric, key, index[at], before, after, change))
+        if kind == "runs" and at in night_at and night_at[at][0].name == name:
+            c, i = night_at[at]
+            c.changes.append(Change(metric, key, i, before, after, change))
+        elif kind != "runs" and at in check_at and check_at[at][0].entries[0].cluster == name:
+            held, i = check_at[at]
+            held.changes.append(Change(metric, key, i, before, after, change))
     for c in out:
         c.changes.sort(key=lambda x: (x.at, x.metric, x.key))
         if c.checks:

@@ -194,6 +194,9 @@ def test_a_cluster_page_draws_every_key_with_its_band_and_marks(site, fleet):
     tags = parsed(page)
     charts = [a for t, a in tags.tags if t == "svg" and a.get("class") == "chart"]
     assert len(charts) == len(lab.series) == 5  # 3 all-reduce sizes, 2 training keys
+    # judged_history's stored change point, of run 4 (the fourth night), and none of another cluster
+    assert [(c.metric, c.key, c.at, c.change) for c in lab.changes] == [("busbw_gbps", "all_reduce 2x1", 3, -0.5)]
+    assert all(not c.changes for name, c in clusters.items() if name != "lab")
     # nights 1-3, never judged, drawn from their stored summaries: the figures the gate took as
     # night 4's baseline (the median of the three, alike)
     for s in lab.series:
