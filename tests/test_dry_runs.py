@@ -8,8 +8,13 @@ hold plans and scripts only, no log, no result, no process.
 
 from __future__ import annotations
 
+import os
+import shlex
+import subprocess
+import sys
+
 import pytest
-from conftest import SWEEPS, bench, left_in
+from conftest import ROOT, SWEEPS, bench, left_in
 
 PROFILE = SWEEPS / "clusters" / "testbed.yaml"
 REFERENCE = "reference:\n  - {workload: allreduce, size: 4M, nodes: 2, gpus_per_node: 1, busbw_gbps: 0.3}\n"
@@ -40,3 +45,67 @@ def test_a_dry_run_starts_nothing(tmp_path, slurm_stand_ins, command, executor, 
     assert files and started == [], files
     assert not [f for f in files if f.endswith(("allreduce.json", ".ranks.json", "steps.json"))], files  # results
     assert left_in(out) == []
+
+
+# ---- the GPU acceptance run (docs/gpu-acceptance.md): here, its refusal and its plan
+
+ACCEPTANCE = ROOT / "tests" / "gpu" / "acceptance.sh"
+
+
+def _acceptance(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "BENCH_PYTHON": sys.executable}
+    return subprocess.run([str(ACCEPTANCE), *args], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_the_gpu_acceptance_run_refuses_a_machine_without_a_gpu_in_one_line(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: run tests/gpu/acceptance.sh itself")
+    r = _acceptance("--out", str(tmp_path / "acc"))
+    assert r.returncode == 2 and r.stdout == "", (r.stdout, r.stderr)
+    assert r.stderr.startswith("acceptance: no CUDA GPU on this machine") and r.stderr.count("\n") == 1, r.stderr
+    assert not (tmp_path / "acc").exists()
+
+
+def test_the_gpu_acceptance_plan_is_commands_bench_accepts(tmp_path):
+    """The dry run's table has a row per path; each `bench run` it lists parses and passes its
+    workload's checks for 2 GPUs, and its sweep file plans a 1-node and a 2-node job on NCCL."""
+    import importlib
+
+    from harness.plan import expand
+    from harness.sweepfile import load_sweep
+
+    r = _acceptance("--dry-run", "--gpus", "2", "--peak-tflops", "989", "--out", str(tmp_path / "acc"))
+    assert r.returncode == 0, r.stderr
+    commands = [line for line in r.stdout.splitlines() if line.startswith("$ bench ")]
+    rows = [line for line in r.stdout.splitlines() if "  RUN  " in line]
+    assert len(commands) == 7 and len(rows) == 19, r.stdout
+    assert any(row.startswith("sendrecv on NCCL, 2 rank(s)") for row in rows)
+    assert not (tmp_path / "acc").exists()  # a dry run writes nothing
+
+    spec = importlib.util.spec_from_file_location("acceptance", ACCEPTANCE.with_suffix(".py"))
+    acceptance = sys.modules["acceptance"] = importlib.util.module_from_spec(spec)  # its dataclasses look it up
+    spec.loader.exec_module(acceptance)
+    steps = acceptance.steps(2, True, 989.0, tmp_path / "acc")
+    (tmp_path / "acc").mkdir()
+    assert [f"$ bench {shlex.join(s.command(tmp_path / 'acc'))}" for s in steps] == commands
+    for step in steps:
+        if step.argv[0] == "run":
+            module = importlib.import_module(f"benchmarks.{step.argv[1]}")
+            args = module.build_parser().parse_args([*step.argv[2:], "--json", str(tmp_path / "r.json")])
+            checks = {  # what each workload's main checks before a rank starts
+                "allreduce": ("collectives", "check_args"),
+                "synthetic": ("training", "check_training_args"),
+                "transformer": ("transformer", "check_args"),
+                "gemm": ("gemm", "check"),
+            }
+            where, check = checks[step.argv[1]]
+            getattr(importlib.import_module(f"benchmarks.{where}"), check)(args, 2)
+            assert args.device == "cuda" and args.nproc == 2
+        else:
+            for path, text in step.files.items():
+                path.write_text(text)
+            jobs = expand(load_sweep(step.argv[1]))
+            assert [(j.nodes, j.gpus_per_node) for j in jobs] == [(1, 1), (2, 1)]
+            assert {(j.device, j.backend) for j in jobs} == {("cuda", "nccl")}
