@@ -14,6 +14,7 @@ r - k (mod N - 1) for k = 1 .. N/2 - 1. So the check takes O(N) rounds, not O(N^
 
 from __future__ import annotations
 
+import itertools
 import math
 import shlex
 import statistics
@@ -279,10 +280,15 @@ MIN_NODES = 3  # it takes three nodes to tell which end of a slow pair is slow
 EXPECTED_SHARE = 0.5  # below half the stated hardware's figure is named, whatever the population
 
 
-def _robust(values: list[float]) -> tuple[float, float]:
-    """(median, 1.4826 x MAD): the centre and the spread, in the units of the values."""
-    centre = statistics.median(values)
-    return centre, MAD_SIGMA * statistics.median(abs(v - centre) for v in values)
+def _robust(values: Any) -> tuple[float, float]:
+    """(median, 1.4826 x MAD): the centre and the spread, in the units of the values (a sequence
+    or an array of floats; numpy's median is statistics.median's: the middle value, or the mean
+    of the two middle ones)."""
+    import numpy as np
+
+    v = np.asarray(values, dtype=float)
+    centre = float(np.median(v))
+    return centre, MAD_SIGMA * float(np.median(np.abs(v - centre)))
 
 
 @dataclass(frozen=True)
@@ -295,7 +301,7 @@ class Population:
     def of(cls, values: Iterable[float], threshold: float, noise: float = 0.0) -> Population:
         """`noise`: a floor under the spread, as a fraction of the centre (the pairs' own noise,
         `pair_noise`), for the few values whose MAD is near zero when three happen to agree."""
-        centre, mad = _robust(list(values))
+        centre, mad = _robust(values if hasattr(values, "dtype") else list(values))
         spread = max(mad, noise * centre)
         return cls(centre, spread, centre - max(threshold * centre, SPREADS * spread))
 
@@ -344,7 +350,7 @@ def pair_noise(ratios: Iterable[float]) -> float:
     lesser score of its two nodes, over the median of those ratios. A slow node's pairs keep a
     ratio near 1 (its own score is as low), so it does not inflate the figure; a slow link is one
     value of many, which the MAD ignores."""
-    values = list(ratios)
+    values: Any = ratios if hasattr(ratios, "dtype") else list(ratios)
     if len(values) < MIN_NODES:
         return 0.0
     centre, spread = _robust(values)
@@ -402,11 +408,78 @@ def _fmt(value: float) -> str:
     return f"{value:.4g}"
 
 
-def _ratios(
-    by_pair: Mapping[tuple[str, str], float | None], score: Mapping[str, float]
-) -> dict[tuple[str, str], float]:
-    """Each measured pair's figure over the lesser score of its two nodes (both scored)."""
-    return {(a, b): v / low for (a, b), v in by_pair.items() if v is not None and (low := min(score[a], score[b])) > 0}
+def _group_medians(values: Any, counts: Any) -> Any:
+    """The median of each group of `values`, which lie group after group, `counts[k]` in group k
+    (each at least 1): statistics.median's, the middle value or the mean of the two middle ones.
+    Groups of one size, as every pair or `--partners K` give, are the rows of a matrix."""
+    import numpy as np
+
+    if len(counts) and (counts == counts[0]).all():
+        return np.median(values.reshape(len(counts), int(counts[0])), axis=1)
+    group = np.repeat(np.arange(len(counts)), counts)
+    ordered = values[np.lexsort((values, group))]  # by group, then by value
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    return (ordered[starts + (counts - 1) // 2] + ordered[starts + counts // 2]) / 2
+
+
+@dataclass(frozen=True)
+class _Pairs:
+    """One metric's pairs as arrays, in the order the figures came: each end's index into
+    `nodes`, and the figure, NaN where the pair failed. A check of every pair of 2,048 nodes has
+    two million of them: the verdict is array operations over these, not a loop of Python."""
+
+    nodes: list[str]
+    keys: list[tuple[str, str]]
+    a: Any
+    b: Any
+    value: Any
+    by_node: Any  # both ends of every pair (pair i's at 2i and 2i + 1), grouped by node, stably
+    bounds: Any  # node k's ends are by_node[bounds[k]:bounds[k + 1]]
+
+    @classmethod
+    def of(
+        cls, by_pair: Mapping[tuple[str, str], float | None], names: Sequence[str], like: _Pairs | None = None
+    ) -> _Pairs:
+        """The pairs of `by_pair`, their nodes numbered in the order each first came; `like`, the
+        pairs of another metric, lends its numbering where the pairs are the same."""
+        import numpy as np
+
+        keys = list(by_pair)
+        value = np.array(list(by_pair.values()), dtype=float)  # None, a failed pair, becomes NaN
+        if like is not None and like.keys == keys:
+            return cls(like.nodes, like.keys, like.a, like.b, value, like.by_node, like.bounds)
+        index = {n: i for i, n in enumerate(names)}
+        flat = list(itertools.chain.from_iterable(keys))
+        try:
+            ends = np.fromiter(map(index.__getitem__, flat), np.intp, len(flat))
+        except KeyError:  # a pair of a node outside `names`: numbered after them
+            for node in flat:
+                index.setdefault(node, len(index))
+            ends = np.fromiter(map(index.__getitem__, flat), np.intp, len(flat))
+        first = np.full(len(index), len(flat), np.intp)
+        first[ends[::-1]] = np.arange(len(flat) - 1, -1, -1)  # the last write of a node is its first place
+        came = np.argsort(first, kind="stable")[: int((first < len(flat)).sum())]
+        renumber = np.empty(len(index), np.intp)
+        renumber[came] = np.arange(len(came))
+        ends = renumber[ends]
+        every = list(index)
+        by_node = np.argsort(ends, kind="stable")
+        bounds = np.concatenate(([0], np.cumsum(np.bincount(ends, minlength=len(came)))))
+        return cls([every[i] for i in came], keys, ends[0::2], ends[1::2], value, by_node, bounds)
+
+    def ratios(self, score: Mapping[str, float], keep: Any = None) -> tuple[Any, Any]:
+        """(which pairs, their figure over the lesser score of their two nodes): the measured
+        pairs of `keep` (a mask; all by default) whose two nodes are scored, above 0."""
+        import numpy as np
+
+        scores = np.array([score.get(n, math.nan) for n in self.nodes], dtype=float)
+        low = np.fmin(scores[self.a], scores[self.b])
+        low = np.where(np.isnan(scores[self.a]) | np.isnan(scores[self.b]), math.nan, low)
+        ok = ~np.isnan(self.value) & (low > 0)
+        if keep is not None:
+            ok &= keep
+        which = np.flatnonzero(ok)
+        return which, self.value[which] / low[which]
 
 
 def judge(
@@ -468,73 +541,85 @@ def judge(
                     if v < floor:
                         name(node, f"{label} {_fmt(v)} {unit}, below {EXPECTED_SHARE:.0%} of the stated {_fmt(want)}")
 
-    def systemic(metric: str, figures: Mapping[Any, float | None], what: str) -> bool:
-        """Most figures of a metric failed: the check's setup, not the nodes; nothing named by it."""
-        lost = [k for k, v in figures.items() if v is None]
-        if len(lost) <= len(figures) / 2:
+    def systemic(metric: str, lost: int, total: int, first: str, what: str) -> bool:
+        """Most figures of a metric failed (`lost` of `total`, the first `first`): the check's
+        setup, not the nodes; nothing is named by it."""
+        if lost <= total / 2:
             return False
-        key = lost[0] if isinstance(lost[0], str) else " ".join(lost[0])
         unjudged.append(
-            f"{METRICS[metric][0]}: {len(lost)} of {len(figures)} {what} failed (first: "
-            f"{failures.get(key, 'no result')}): the check's setup, profile or software, not a node; "
+            f"{METRICS[metric][0]}: {lost} of {total} {what} failed (first: "
+            f"{failures.get(first, 'no result')}): the check's setup, profile or software, not a node; "
             "nothing is named by it"
         )
         return True
 
     for metric, figures in node_figures.items():
         label = METRICS[metric][0]
-        if systemic(metric, figures, "nodes"):
+        lost = [node for node, v in figures.items() if v is None]
+        if systemic(metric, len(lost), len(figures), lost[0] if lost else "", "nodes"):
             continue
         for node, v in figures.items():
             if v is None:
                 name(node, f"{label} failed: {failures.get(node, 'no result')}")
         against(metric, {n: v for n, v in figures.items() if v is not None})
 
+    import numpy as np
+
     noises: dict[str, float] = {}
-    judged = {m: by for m, by in pair_figures.items() if not systemic(m, by, "pairs")}
-    for metric, by_pair in judged.items():
-        per_node: dict[str, list[tuple[tuple[str, str], float | None]]] = {}
-        for pair, v in by_pair.items():
-            for node in pair:
-                per_node.setdefault(node, []).append((pair, v))
+    judged: dict[str, _Pairs] = {}
+    previous = None
+    for metric, by_pair in pair_figures.items():
+        pairs = previous = _Pairs.of(by_pair, names, previous)
+        failed = np.isnan(pairs.value)
+        first = " ".join(pairs.keys[int(np.argmax(failed))]) if failed.any() else ""
+        if not systemic(metric, int(failed.sum()), len(failed), first, "pairs"):
+            judged[metric] = pairs
+    for metric, pairs in judged.items():
+        # Each node's pairs, in the order the figures came (_Pairs.by_node)
+        values = np.repeat(pairs.value, 2)[pairs.by_node]
+        lost = np.isnan(values)
+        starts, counts = pairs.bounds[:-1], np.diff(pairs.bounds)
+        n_lost = np.add.reduceat(lost.astype(np.intp), starts) if len(starts) else starts
+        medians = _group_medians(np.where(lost, 0.0, values), counts)
         # A node most of whose pairs failed is named for that, and left out of the population,
         # where its zeros would widen the spread the others are judged by.
         score = scores[metric] = {}
-        for node, measured in per_node.items():
-            lost = [p for p, v in measured if v is None]
-            if len(lost) > len(measured) / 2:
-                first = failures.get(" ".join(lost[0]), "no result")
-                name(node, f"{METRICS[metric][0]}: {len(lost)} of {len(measured)} pairs failed (first: {first})")
+        for k, node in enumerate(pairs.nodes):  # in the order each node first came
+            if n_lost[k] > counts[k] / 2:
+                start = starts[k]
+                failed = pairs.keys[pairs.by_node[start + int(np.argmax(lost[start : start + counts[k]]))] // 2]
+                why = failures.get(" ".join(failed), "no result")
+                name(node, f"{METRICS[metric][0]}: {n_lost[k]} of {counts[k]} pairs failed (first: {why})")
             else:
-                score[node] = statistics.median(0.0 if v is None else v for _, v in measured)
-        noises[metric] = pair_noise(_ratios(by_pair, score).values())
+                score[node] = float(medians[k])
+        noises[metric] = pair_noise(pairs.ratios(score)[1])
         against(metric, score, noises[metric])
 
     links: dict[tuple[str, str], Finding] = {}
-    for metric, by_pair in judged.items():
+    for metric, pairs in judged.items():
         label, unit, _ = METRICS[metric]
         score = scores[metric]
-        healthy = {p: v for p, v in by_pair.items() if p[0] not in findings and p[1] not in findings}
-        for (a, b), v in healthy.items():
-            if v is None:
-                links.setdefault((a, b), Finding((a, b))).reasons.append(
-                    f"{label} failed: {failures.get(f'{a} {b}', 'no result')}"
-                )
-        ratios = _ratios(healthy, score)
-        if len({n for p in ratios for n in p}) < MIN_NODES + 1 or len(ratios) < MIN_NODES:
-            if ratios:
+        named = np.array([n in findings for n in pairs.nodes], dtype=bool)
+        healthy = ~(named[pairs.a] | named[pairs.b])
+        for i in np.flatnonzero(healthy & np.isnan(pairs.value)):
+            a, b = pairs.keys[i]
+            links.setdefault((a, b), Finding((a, b))).reasons.append(
+                f"{label} failed: {failures.get(f'{a} {b}', 'no result')}"
+            )
+        which, ratios = pairs.ratios(score, healthy)
+        spanned = np.unique(np.concatenate((pairs.a[which], pairs.b[which])))
+        if len(spanned) < MIN_NODES + 1 or len(ratios) < MIN_NODES:
+            if len(ratios):
                 unjudged.append(f"{label} of single links: {len(ratios)} pair(s) of healthy nodes; it takes 4 nodes")
             continue
-        pop = Population.of(ratios.values(), threshold, noises[metric])
+        pop = Population.of(ratios, threshold, noises[metric])
         populations[f"{metric}/link"] = pop
-        for (a, b), r in ratios.items():
-            if r < pop.low:
-                v = healthy[(a, b)]
-                assert v is not None
-                links.setdefault((a, b), Finding((a, b))).reasons.append(
-                    f"{label} {_fmt(v)} {unit}, {1 - r:.0%} below the lesser of its nodes' medians "
-                    f"({_fmt(min(score[a], score[b]))})"
-                )
+        for i, r in zip(which[ratios < pop.low], ratios[ratios < pop.low]):
+            a, b = pairs.keys[i]
+            links.setdefault((a, b), Finding((a, b))).reasons.append(
+                f"{label} {_fmt(float(pairs.value[i]))} {unit}, {1 - r:.0%} below the lesser of its nodes' medians "
+                f"({_fmt(min(score[a], score[b]))})"
+            )
     order = {n: i for i, n in enumerate(names)}
     return Verdict(
         names=names,

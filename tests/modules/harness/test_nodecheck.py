@@ -289,6 +289,33 @@ def test_a_node_whose_pairs_failed_is_named_and_the_check_goes_on():
     assert "bnode4" not in v.node_scores["p2p_gbps"]
 
 
+def test_a_node_whose_pairs_failed_is_named_by_its_first_failure_as_the_figures_came():
+    failed = [("bnode2", "bnode4"), ("bnode1", "bnode4"), ("bnode3", "bnode4")]
+    figures = {"p2p_gbps": {p: None if p in failed else 0.5 for p in [("bnode1", "bnode2"), *failed[:2]]}}
+    figures["p2p_gbps"].update({("bnode1", "bnode3"): 0.5, ("bnode2", "bnode3"): 0.5, failed[2]: None})
+    failures = {" ".join(p): f"pair {n} timed out" for n, p in enumerate(failed)}
+    v = judge(names(4), {}, figures, 0.5, {}, failures)
+    assert v.nodes[0].reasons == ["point-to-point exchange, per rank: 3 of 3 pairs failed (first: pair 0 timed out)"]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_each_node_s_score_is_the_median_of_its_pairs_however_many_it_has(seed):
+    """Nodes that met different numbers of partners (a pair not planned, a reference node): each
+    score is exactly statistics.median of its pairs' figures, a failed pair counting 0."""
+    import statistics
+
+    rng = random.Random(seed)
+    nodes = names(7)
+    pairs = [p for p in itertools.combinations(nodes, 2) if rng.random() < 0.7]
+    figures = {p: None if rng.random() < 0.1 else rng.uniform(1, 2) for p in pairs}
+    v = judge(nodes, {}, {"busbw_gbps": figures}, 0.5, {})
+    mine = {n: [0.0 if x is None else x for p, x in figures.items() if n in p] for n in nodes}
+    named = {f.nodes[0] for f in v.nodes}
+    expected = {n: statistics.median(xs) for n, xs in mine.items() if xs and n not in named}
+    assert {n: x for n, x in v.node_scores["busbw_gbps"].items() if n not in named} == expected
+    assert len({len(xs) for xs in mine.values()}) > 1  # the groups differ in size
+
+
 def test_a_check_whose_steps_mostly_failed_names_nothing():
     """Every node's matmul failed, then every pair: that is the check's setup (on the testbed, an
     srun that asked for the batch shell's task count), not every node to drain."""
