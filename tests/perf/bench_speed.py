@@ -166,7 +166,7 @@ def test_compare_100k_rows(benchmark, two_runs_100k, tmp_path):
 @pytest.fixture(scope="module")
 def history_of_five_100k(tmp_path_factory, two_runs_100k):
     """Five 100,000-row runs of one cluster in a history: the default baseline, median:5."""
-    from harness import history
+    from harness.analysis import history
     from harness.collect import collect
     from harness.summary import write_summary
 
@@ -215,9 +215,52 @@ def test_regress_100k_rows_against_5_runs(benchmark, two_runs_100k, history_of_f
 
 
 @pytest.fixture(scope="module")
+def history_of_thirty_100k(tmp_path_factory, two_runs_100k):
+    """Thirty 100,000-row runs of one cluster: a month of nightly runs."""
+    from harness.analysis import history
+    from harness.collect import collect
+    from harness.summary import write_summary
+
+    root = tmp_path_factory.mktemp("history30")
+    db = root / "history.sqlite"
+    run = make_run(root / "night", 4000, seed=100)
+    for k in range(30):
+        plan = run.plan_file  # another night of the same run: a plan the history has not seen
+        plan.write_text(plan.read_text().replace('"created": "', f'"created": "{k:02d}', 1))
+        write_summary(run, *collect(run))
+        history.add(db, run.path, "month")
+    return db
+
+
+def test_regress_100k_rows_against_30_runs(benchmark, two_runs_100k, history_of_thirty_100k, tmp_path):
+    """`bench regress B --baseline median:30` against a month of 100,000-row nights,
+    interpreter start included (target under 1.5 s)."""
+    _, b = two_runs_100k
+    counter = itertools.count()
+
+    def cmd(i):
+        return [sys.executable, "-m", "harness.cli", "regress", str(b.path), "--cluster", "month"] + [
+            "--baseline",
+            "median:30",
+            "--db",
+            str(history_of_thirty_100k),
+            "--out",
+            str(tmp_path / f"r{i}"),
+        ]
+
+    benchmark.pedantic(
+        lambda c: subprocess.run(c, stdout=subprocess.DEVNULL),
+        setup=lambda: ((cmd(next(counter)),), {}),
+        rounds=5,
+        iterations=1,
+    )
+    assert "30 runs" in (tmp_path / "r0" / "report.md").read_text()
+
+
+@pytest.fixture(scope="module")
 def history_1000(tmp_path_factory):
     """1,000 runs of one cluster (small ones: the database's size is in the runs, the work in the lookups)."""
-    from harness import history
+    from harness.analysis import history
     from harness.collect import collect
     from harness.summary import write_summary
 

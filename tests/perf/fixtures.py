@@ -7,7 +7,7 @@ import json
 import random
 from pathlib import Path
 
-from benchmarks.common import json_safe
+from benchmarks.common import MEASUREMENT_RULES, json_safe
 from benchmarks.results import SCHEMA_VERSION
 from harness.plan import expand
 from harness.rundir import COMPLETED, JobRecord, RunDir
@@ -49,7 +49,11 @@ def _allreduce_result(rng: random.Random, world: int, iters: int) -> dict:
         "launcher": "slurm-torchrun",
         "params": {"dtype": "float32", "op": "sum"},
         "rows": rows,
-        "environment": {"hosts": [f"gpu{i:03d}" for i in range(max(world // 8, 1))]},
+        # as every rank of this bench records it (benchmarks/runtime.py), so that a run's rules are one
+        "environment": {
+            "hosts": [f"gpu{i:03d}" for i in range(max(world // 8, 1))],
+            "measurement_rules": MEASUREMENT_RULES,
+        },
     }
 
 
