@@ -523,6 +523,7 @@ def _baseline(con: Connection, db: Location, found: list[Entry], kind: str, k: i
     environment: dict[str, Any] = {}
     environments: dict[int, dict[str, Any]] = {}
     wanted = np.zeros(0, dtype=np.uint64)  # set from the newest run, read first
+    usable_rows = np.zeros(0, dtype=np.int64)  # per wanted key: the usable rows read so far
     refused = gate.rejected(con, [e.id for e in found])  # what the gate failed, never a baseline
     for rank, entry in enumerate(found):
         summary, _, env = _load(con, db, entry, with_samples=False)
@@ -531,12 +532,16 @@ def _baseline(con: Connection, db: Location, found: list[Entry], kind: str, k: i
         df["_key"] = _key_hash(df)
         if expected is None:  # the newest run says which keys are expected
             expected, environment, wanted = df, env, np.unique(df["_key"].to_numpy())
+            usable_rows = np.zeros(len(wanted), dtype=np.int64)
         ok = _usable_rows(df) & np.isin(df["_key"].to_numpy(), wanted)
         if entry.id in refused:
             ok &= gate.kept(df, refused[entry.id])
         usable = df[ok]
         frames.append(usable.assign(_rank=rank, _entry=entry.id))
-        if kind in ("median", "last") and _enough(frames, wanted, k if kind == "median" else 1):
+        # every expected key with k usable rows (1 for "last") among the runs read so far: counted
+        # as each run is read, not again over all of them (30 runs of 100,000 keys: 3.2 s)
+        usable_rows += np.bincount(np.searchsorted(wanted, usable["_key"].to_numpy()), minlength=len(wanted))
+        if kind in ("median", "last") and bool((usable_rows >= (k if kind == "median" else 1)).all()):
             break
     if expected is None:
         raise HistoryError(f"{db}: no run to draw a baseline from")
@@ -618,11 +623,3 @@ def _usable_rows(df: pd.DataFrame) -> npt.NDArray[np.bool_]:
         & ok
         & (df["n_samples"].fillna(0).to_numpy(dtype=np.int64) >= 2)
     )
-
-
-def _enough(frames: list[pd.DataFrame], wanted: npt.NDArray[np.uint64], k: int) -> bool:
-    """Whether every expected key has k usable runs among the frames read so far."""
-    import numpy as np
-
-    keys, counts = np.unique(np.concatenate([f["_key"].to_numpy() for f in frames]), return_counts=True)
-    return bool(np.isin(wanted, keys[counts >= k]).all())
