@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness import executors, hostlists, nodecheck
+from harness import executors, hostlists, nodecheck, nodeverdict
 from harness.analysis import nodehistory
 from harness.analysis.store import Location
 from harness.cluster import ClusterProfile
@@ -27,8 +27,9 @@ from harness.executors import Executor
 from harness.executors.slurm.check_job import check_job
 from harness.fields import FieldError, build
 from harness.hostlists import HOSTLIST_RE, NODE_NAME_RE
-from harness.nodecheck import Options, Verdict
+from harness.nodecheck import Options
 from harness.nodesteps import FOLDER, PLAN, RECORD, Driver, LocalLauncher, Plan, load_plan
+from harness.nodeverdict import Verdict
 from harness.present import node_verdict as present
 from harness.rundir import COMPLETED, RunDir, claim, locked
 from harness.sweep import confirm, execute
@@ -280,7 +281,7 @@ def report(run: RunDir, plan: Plan, profile: ClusterProfile | None, console: Con
         if verdict.drain:
             console.print(f"[red]drain:[/] {verdict.drain}", soft_wrap=True)
             console.print(
-                f"  {nodecheck.drain_command(verdict.drain, f'bench nodes: {run.path.name}')}",
+                f"  {nodeverdict.drain_command(verdict.drain, f'bench nodes: {run.path.name}')}",
                 markup=False,
                 soft_wrap=True,
             )

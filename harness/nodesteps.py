@@ -265,7 +265,7 @@ def load_json(path: Path) -> dict[str, Any]:
 
 @dataclass
 class Figures:
-    """What a check's steps measured, as `nodecheck.judge` takes it."""
+    """What a check's steps measured, as `nodeverdict.judge` takes it."""
 
     names: list[str]
     nodes: dict[str, dict[str, float | None]]  # metric -> node -> figure, None: its step failed

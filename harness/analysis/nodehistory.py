@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING
 from benchmarks.results import read_regular
 from harness.analysis.store import SQLITE, Connection, Location, located, now, session
 from harness.errors import HistoryError
-from harness.nodecheck import METRICS, Verdict
+from harness.nodecheck import METRICS
 from harness.nodesteps import FOLDER, PLAN, RECORD, read_record
+from harness.nodeverdict import Verdict
 from harness.rundir import RUN_FILE_LIMIT
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from harness import inside, provenance
 from harness.analysis.sides import key_texts, records
 from harness.errors import EXIT_FOUND, EXIT_UNJUDGED
 from harness.hostlists import hostlist
-from harness.nodecheck import drain_command
+from harness.nodeverdict import drain_command
 from harness.present.report import STYLE, _e, _img, _table
 from harness.present.tables import fmt_value
 from harness.rundir import RUN_FILE_LIMIT, now

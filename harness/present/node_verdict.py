@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 from harness import inside
 from harness.cluster import ClusterProfile
 from harness.errors import DataError
-from harness.nodecheck import METRICS, Verdict, exchange_group, judge, planned_metrics
+from harness.nodecheck import METRICS, exchange_group, planned_metrics
 from harness.nodesteps import Plan, gather
+from harness.nodeverdict import Verdict, judge
 from harness.present.plot import draw_heatmap
 from harness.rundir import COMPLETED
 

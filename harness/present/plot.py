@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from harness.nodecheck import Verdict
+    from harness.nodeverdict import Verdict
     from harness.telemetry import Telemetry
 
     Made = tuple[Figure, pd.DataFrame]  # a figure and the points it draws

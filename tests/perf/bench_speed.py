@@ -312,7 +312,7 @@ def test_judge_the_node_check_of_2048_nodes(benchmark):
     import itertools
     import random
 
-    from harness.nodecheck import judge
+    from harness.nodeverdict import judge
 
     rng = random.Random(0)
     names = [f"gpu{i:04d}" for i in range(2048)]

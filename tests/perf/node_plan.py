@@ -14,7 +14,7 @@ import random
 import time
 import tracemalloc
 
-from harness import nodecheck
+from harness import nodecheck, nodeverdict
 from harness.nodecheck import Options
 
 
@@ -32,7 +32,7 @@ def verdict(n: int, o: Options) -> int:
             for a, b in members:
                 pairs["busbw_gbps"][(names[a], names[b])] = 40 + rng.random()
                 pairs["p2p_gbps"][(names[a], names[b])] = 20 + rng.random()
-    v = nodecheck.judge(names, {}, pairs, 0.1, {})
+    v = nodeverdict.judge(names, {}, pairs, 0.1, {})
     return len(v.names)
 
 

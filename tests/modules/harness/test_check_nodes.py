@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import HOSTILE_VALUES, SWEEPS, bench, left_in, read_json
 
-from harness import check_nodes, nodecheck
+from harness import check_nodes, nodeverdict
 from harness.analysis import nodehistory
 from harness.cluster import load_profile
 from harness.errors import RunDirError
@@ -192,7 +192,7 @@ def test_a_local_dry_run_runs_nothing(tmp_path):
 def test_the_drain_line_is_quoted_for_a_shell(tmp_path, value):
     """The line an admin pastes, run by a real bash with scontrol a function printing its words:
     the run directory's name arrives as one word, and nothing in it runs."""
-    line = nodecheck.drain_command("bnode[1-2,4]", f"bench nodes: check-{value}")
+    line = nodeverdict.drain_command("bnode[1-2,4]", f"bench nodes: check-{value}")
     words = subprocess.run(
         ["bash", "-c", 'scontrol() { printf "%s\\0" "$@"; }; ' + line],
         capture_output=True,

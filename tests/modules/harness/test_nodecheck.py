@@ -1,5 +1,5 @@
-"""The node check, pure (harness/nodecheck.py): the round-robin rounds against the link probe's
-schedule and against every pair, node names in Slurm's hostlist syntax, the steps of a check,
+"""The node check, pure (harness/nodecheck.py, harness/nodeverdict.py): the round-robin rounds
+against the link probe's schedule and against every pair, node names in Slurm's hostlist syntax, the steps of a check,
 the figures read from their results, and the verdict on figures measured on the testbed."""
 
 from __future__ import annotations
@@ -11,17 +11,8 @@ import re
 import pytest
 
 from harness.hostlists import expand_hostlist, hostlist
-from harness.nodecheck import (
-    FigureError,
-    Options,
-    Population,
-    judge,
-    round_count,
-    rounds,
-    schedule,
-    step_figures,
-    steps,
-)
+from harness.nodecheck import FigureError, Options, round_count, rounds, schedule, step_figures, steps
+from harness.nodeverdict import Population, judge
 
 
 @pytest.mark.parametrize("n", [*range(2, 18), 64, 65])

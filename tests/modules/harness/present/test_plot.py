@@ -429,7 +429,7 @@ def test_six_collectives_of_one_configuration_are_a_grid_under_a_clear_title():
 
 def test_heatmap_figures_are_black_on_light_cells_and_white_on_dark_ones():
     """Grey on viridis read poorly on both ends: each figure's ink now contrasts with its cell."""
-    from harness.nodecheck import judge
+    from harness.nodeverdict import judge
     from harness.present.plot import heatmap_figure
 
     names = [f"bnode{i}" for i in range(1, 5)]

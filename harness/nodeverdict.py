@@ -1,0 +1,381 @@
+"""The node check's verdict (`bench nodes`, docs/nodes.md), pure: each figure's population of
+nodes, the nodes that lie low against the others or against the stated hardware, the links that
+lie low against their two nodes, and the scontrol line that drains what was named. Its figures
+are harness/nodecheck.py's, per node and per pair of nodes; a check of every pair of 2,048 nodes
+gives two million pairs, judged as arrays.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import shlex
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.hostlists import hostlist
+from harness.nodecheck import METRICS
+
+# The population rule, as the regress band's (harness/analysis/stats.py): centre the median,
+# spread 1.4826 x the MAD (a normal sigma); a figure is low when it lies below the centre by
+# more than SPREADS spreads and by more than the threshold.
+SPREADS = 3.0
+MAD_SIGMA = 1.4826
+MIN_NODES = 3  # it takes three nodes to tell which end of a slow pair is slow
+EXPECTED_SHARE = 0.5  # below half the stated hardware's figure is named, whatever the population
+
+
+def _robust(values: Any) -> tuple[float, float]:
+    """(median, 1.4826 x MAD): the centre and the spread, in the units of the values (a sequence
+    or an array of floats; numpy's median is statistics.median's: the middle value, or the mean
+    of the two middle ones)."""
+    import numpy as np
+
+    v = np.asarray(values, dtype=float)
+    centre = float(np.median(v))
+    return centre, MAD_SIGMA * float(np.median(np.abs(v - centre)))
+
+
+@dataclass(frozen=True)
+class Population:
+    centre: float
+    spread: float
+    low: float  # below this a figure is named
+
+    @classmethod
+    def of(cls, values: Iterable[float], threshold: float, noise: float = 0.0) -> Population:
+        """`noise`: a floor under the spread, as a fraction of the centre (the pairs' own noise,
+        `pair_noise`), for the few values whose MAD is near zero when three happen to agree."""
+        centre, mad = _robust(values if hasattr(values, "dtype") else list(values))
+        spread = max(mad, noise * centre)
+        return cls(centre, spread, centre - max(threshold * centre, SPREADS * spread))
+
+    @classmethod
+    def leave_one_out(cls, values: list[float], threshold: float, noise: float = 0.0) -> list[Population]:
+        """`of` the values but the i-th, for every i: exactly what n calls of `of` give, in
+        O(n log n) rather than O(n²) (10,000 nodes took 188 s). Leaving one value out moves the
+        median to one of at most three values, so the MAD's deviations are sorted once per
+        such centre, and each leave-one-out median is read off a sorted list by index."""
+        n = len(values)
+        order = sorted(range(n), key=values.__getitem__)
+        s = [values[i] for i in order]
+        rank = [0] * n
+        for r, i in enumerate(order):
+            rank[i] = r
+        centres = [_median_without(s, rank[i]) for i in range(n)]
+        deviations: dict[float, tuple[list[float], list[int]]] = {}
+        out = []
+        for i in range(n):
+            c = centres[i]
+            if c not in deviations:
+                d = [abs(v - c) for v in values]
+                d_order = sorted(range(n), key=d.__getitem__)
+                d_rank = [0] * n
+                for r, j in enumerate(d_order):
+                    d_rank[j] = r
+                deviations[c] = ([d[j] for j in d_order], d_rank)
+            d_sorted, d_rank = deviations[c]
+            spread = max(MAD_SIGMA * _median_without(d_sorted, d_rank[i]), noise * c)
+            out.append(cls(c, spread, c - max(threshold * c, SPREADS * spread)))
+        return out
+
+
+def _median_without(s: list[float], k: int) -> float:
+    """The median of the sorted list `s` without its k-th element, as statistics.median gives it."""
+    m = len(s) - 1
+
+    def at(p: int) -> float:
+        return s[p] if p < k else s[p + 1]
+
+    return at(m // 2) if m % 2 else (at(m // 2 - 1) + at(m // 2)) / 2
+
+
+def pair_noise(ratios: Iterable[float]) -> float:
+    """The relative spread of single pairs' figures: 1.4826 MAD of each pair's figure over the
+    lesser score of its two nodes, over the median of those ratios. A slow node's pairs keep a
+    ratio near 1 (its own score is as low), so it does not inflate the figure; a slow link is one
+    value of many, which the MAD ignores."""
+    values: Any = ratios if hasattr(ratios, "dtype") else list(ratios)
+    if len(values) < MIN_NODES:
+        return 0.0
+    centre, spread = _robust(values)
+    return spread / centre if centre > 0 else 0.0
+
+
+@dataclass
+class Finding:
+    """A node or a link named, and why, one reason per figure."""
+
+    nodes: tuple[str, ...]  # one name, or the pair
+    reasons: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Verdict:
+    names: list[str]
+    node_figures: dict[str, dict[str, float | None]]  # metric -> node -> figure (None: failed)
+    node_scores: dict[str, dict[str, float]]  # pair metric -> node -> median over its partners
+    pair_figures: dict[str, dict[tuple[str, str], float | None]]  # metric -> pair -> figure
+    populations: dict[str, Population]
+    nodes: list[Finding]
+    links: list[Finding]
+    cluster: list[str]  # findings of the whole population: below the stated hardware
+    unjudged: list[str]  # what the check could not judge, and why
+
+    @property
+    def drain(self) -> str:
+        """The named nodes in Slurm's hostlist syntax, empty when none."""
+        return hostlist(n for f in self.nodes for n in f.nodes)
+
+    @property
+    def named(self) -> bool:
+        return bool(self.nodes or self.links or self.cluster)
+
+    @property
+    def node_metrics(self) -> list[str]:
+        """The metrics of a node's row: its own figures, then its scores of the pair figures."""
+        return [*self.node_figures, *self.node_scores]
+
+    def node_row(self, node: str) -> list[float | None]:
+        """The node's value of each of `node_metrics`, None where it has none (its step failed)."""
+        return [self.node_figures[m].get(node) for m in self.node_figures] + [
+            self.node_scores[m].get(node) for m in self.node_scores
+        ]
+
+
+def drain_command(hostlist: str, reason: str) -> str:
+    """The scontrol line an admin pastes to drain what a check named, every word quoted for a
+    shell: the reason holds a run directory's name, which is anyone's to choose."""
+    return shlex.join(["scontrol", "update", f"nodename={hostlist}", "state=drain", f"reason={reason}"])
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def _group_medians(values: Any, counts: Any) -> Any:
+    """The median of each group of `values`, which lie group after group, `counts[k]` in group k
+    (each at least 1): statistics.median's, the middle value or the mean of the two middle ones.
+    Groups of one size, as every pair or `--partners K` give, are the rows of a matrix."""
+    import numpy as np
+
+    if len(counts) and (counts == counts[0]).all():
+        return np.median(values.reshape(len(counts), int(counts[0])), axis=1)
+    group = np.repeat(np.arange(len(counts)), counts)
+    ordered = values[np.lexsort((values, group))]  # by group, then by value
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    return (ordered[starts + (counts - 1) // 2] + ordered[starts + counts // 2]) / 2
+
+
+@dataclass(frozen=True)
+class _Pairs:
+    """One metric's pairs as arrays, in the order the figures came: each end's index into
+    `nodes`, and the figure, NaN where the pair failed. A check of every pair of 2,048 nodes has
+    two million of them: the verdict is array operations over these, not a loop of Python."""
+
+    nodes: list[str]
+    keys: list[tuple[str, str]]
+    a: Any
+    b: Any
+    value: Any
+    by_node: Any  # both ends of every pair (pair i's at 2i and 2i + 1), grouped by node, stably
+    bounds: Any  # node k's ends are by_node[bounds[k]:bounds[k + 1]]
+
+    @classmethod
+    def of(
+        cls, by_pair: Mapping[tuple[str, str], float | None], names: Sequence[str], like: _Pairs | None = None
+    ) -> _Pairs:
+        """The pairs of `by_pair`, their nodes numbered in the order each first came; `like`, the
+        pairs of another metric, lends its numbering where the pairs are the same."""
+        import numpy as np
+
+        keys = list(by_pair)
+        value = np.array(list(by_pair.values()), dtype=float)  # None, a failed pair, becomes NaN
+        if like is not None and like.keys == keys:
+            return cls(like.nodes, like.keys, like.a, like.b, value, like.by_node, like.bounds)
+        index = {n: i for i, n in enumerate(names)}
+        flat = list(itertools.chain.from_iterable(keys))
+        try:
+            ends = np.fromiter(map(index.__getitem__, flat), np.intp, len(flat))
+        except KeyError:  # a pair of a node outside `names`: numbered after them
+            for node in flat:
+                index.setdefault(node, len(index))
+            ends = np.fromiter(map(index.__getitem__, flat), np.intp, len(flat))
+        first = np.full(len(index), len(flat), np.intp)
+        first[ends[::-1]] = np.arange(len(flat) - 1, -1, -1)  # the last write of a node is its first place
+        came = np.argsort(first, kind="stable")[: int((first < len(flat)).sum())]
+        renumber = np.empty(len(index), np.intp)
+        renumber[came] = np.arange(len(came))
+        ends = renumber[ends]
+        every = list(index)
+        by_node = np.argsort(ends, kind="stable")
+        bounds = np.concatenate(([0], np.cumsum(np.bincount(ends, minlength=len(came)))))
+        return cls([every[i] for i in came], keys, ends[0::2], ends[1::2], value, by_node, bounds)
+
+    def ratios(self, score: Mapping[str, float], keep: Any = None) -> tuple[Any, Any]:
+        """(which pairs, their figure over the lesser score of their two nodes): the measured
+        pairs of `keep` (a mask; all by default) whose two nodes are scored, above 0."""
+        import numpy as np
+
+        scores = np.array([score.get(n, math.nan) for n in self.nodes], dtype=float)
+        low = np.fmin(scores[self.a], scores[self.b])
+        low = np.where(np.isnan(scores[self.a]) | np.isnan(scores[self.b]), math.nan, low)
+        ok = ~np.isnan(self.value) & (low > 0)
+        if keep is not None:
+            ok &= keep
+        which = np.flatnonzero(ok)
+        return which, self.value[which] / low[which]
+
+
+def judge(
+    names: list[str],
+    node_figures: dict[str, dict[str, float | None]],
+    pair_figures: dict[str, dict[tuple[str, str], float | None]],
+    threshold: float,
+    expected: Mapping[str, float | None],
+    failures: Mapping[str, str] | None = None,
+) -> Verdict:
+    """Name the nodes and links to drain (docs/nodes.md).
+
+    `node_figures[metric][node]` and `pair_figures[metric][(a, b)]` are the steps' figures,
+    None where the step failed (`failures` says why, by node or by "a b"). A node is named when
+    its own step failed, when its figure (a pair metric: the median over its partners, a failed
+    pair counting 0) lies low against the population of the other nodes, or when it is below
+    EXPECTED_SHARE of the stated hardware while the population is not. A pair whose two nodes
+    are not named is named as a link when it failed, or when its figure lies low against the
+    population of pairs' figures each divided by the lesser score of its two nodes. When most
+    figures of a metric failed, the check failed, not the nodes: nothing is named by that
+    metric, and it says why."""
+    failures = failures or {}
+    findings: dict[str, Finding] = {}
+    cluster: list[str] = []
+    unjudged: list[str] = []
+    populations: dict[str, Population] = {}
+    scores: dict[str, dict[str, float]] = {}
+
+    def name(node: str, why: str) -> None:
+        findings.setdefault(node, Finding((node,))).reasons.append(why)
+
+    def against(metric: str, values: dict[str, float], noise: float = 0.0) -> None:
+        """Name the nodes whose figure lies low against the other nodes' (each node is left out
+        of its own population, so that with few nodes a slow one does not widen the spread it
+        is judged by), and against the stated hardware."""
+        label, unit, _ = METRICS[metric]
+        if len(values) >= MIN_NODES:
+            populations[metric] = Population.of(values.values(), threshold, noise)
+            others = Population.leave_one_out(list(values.values()), threshold, noise)
+            for (node, v), pop in zip(values.items(), others):
+                if v < pop.low:
+                    below = 1 - v / pop.centre if pop.centre else 0.0
+                    name(
+                        node, f"{label} {_fmt(v)} {unit}, {below:.0%} below the other nodes' median {_fmt(pop.centre)}"
+                    )
+        else:
+            unjudged.append(f"{label}: {len(values)} node(s) measured; the population takes {MIN_NODES}")
+        want = expected.get(metric)
+        if want:
+            floor = EXPECTED_SHARE * want
+            centre = statistics.median(values.values()) if values else None
+            if centre is not None and centre < floor:
+                cluster.append(
+                    f"{label}: the median node's {_fmt(centre)} {unit} is below {EXPECTED_SHARE:.0%} of the "
+                    f"stated hardware's {_fmt(want)}: a setting every node shares, not one node"
+                )
+            else:
+                for node, v in values.items():
+                    if v < floor:
+                        name(node, f"{label} {_fmt(v)} {unit}, below {EXPECTED_SHARE:.0%} of the stated {_fmt(want)}")
+
+    def systemic(metric: str, lost: int, total: int, first: str, what: str) -> bool:
+        """Most figures of a metric failed (`lost` of `total`, the first `first`): the check's
+        setup, not the nodes; nothing is named by it."""
+        if lost <= total / 2:
+            return False
+        unjudged.append(
+            f"{METRICS[metric][0]}: {lost} of {total} {what} failed (first: "
+            f"{failures.get(first, 'no result')}): the check's setup, profile or software, not a node; "
+            "nothing is named by it"
+        )
+        return True
+
+    for metric, figures in node_figures.items():
+        label = METRICS[metric][0]
+        lost = [node for node, v in figures.items() if v is None]
+        if systemic(metric, len(lost), len(figures), lost[0] if lost else "", "nodes"):
+            continue
+        for node, v in figures.items():
+            if v is None:
+                name(node, f"{label} failed: {failures.get(node, 'no result')}")
+        against(metric, {n: v for n, v in figures.items() if v is not None})
+
+    import numpy as np
+
+    noises: dict[str, float] = {}
+    judged: dict[str, _Pairs] = {}
+    previous = None
+    for metric, by_pair in pair_figures.items():
+        pairs = previous = _Pairs.of(by_pair, names, previous)
+        failed = np.isnan(pairs.value)
+        first = " ".join(pairs.keys[int(np.argmax(failed))]) if failed.any() else ""
+        if not systemic(metric, int(failed.sum()), len(failed), first, "pairs"):
+            judged[metric] = pairs
+    for metric, pairs in judged.items():
+        # Each node's pairs, in the order the figures came (_Pairs.by_node)
+        values = np.repeat(pairs.value, 2)[pairs.by_node]
+        lost = np.isnan(values)
+        starts, counts = pairs.bounds[:-1], np.diff(pairs.bounds)
+        n_lost = np.add.reduceat(lost.astype(np.intp), starts) if len(starts) else starts
+        medians = _group_medians(np.where(lost, 0.0, values), counts)
+        # A node most of whose pairs failed is named for that, and left out of the population,
+        # where its zeros would widen the spread the others are judged by.
+        score = scores[metric] = {}
+        for k, node in enumerate(pairs.nodes):  # in the order each node first came
+            if n_lost[k] > counts[k] / 2:
+                start = starts[k]
+                failed = pairs.keys[pairs.by_node[start + int(np.argmax(lost[start : start + counts[k]]))] // 2]
+                why = failures.get(" ".join(failed), "no result")
+                name(node, f"{METRICS[metric][0]}: {n_lost[k]} of {counts[k]} pairs failed (first: {why})")
+            else:
+                score[node] = float(medians[k])
+        noises[metric] = pair_noise(pairs.ratios(score)[1])
+        against(metric, score, noises[metric])
+
+    links: dict[tuple[str, str], Finding] = {}
+    for metric, pairs in judged.items():
+        label, unit, _ = METRICS[metric]
+        score = scores[metric]
+        named = np.array([n in findings for n in pairs.nodes], dtype=bool)
+        healthy = ~(named[pairs.a] | named[pairs.b])
+        for i in np.flatnonzero(healthy & np.isnan(pairs.value)):
+            a, b = pairs.keys[i]
+            links.setdefault((a, b), Finding((a, b))).reasons.append(
+                f"{label} failed: {failures.get(f'{a} {b}', 'no result')}"
+            )
+        which, ratios = pairs.ratios(score, healthy)
+        spanned = np.unique(np.concatenate((pairs.a[which], pairs.b[which])))
+        if len(spanned) < MIN_NODES + 1 or len(ratios) < MIN_NODES:
+            if len(ratios):
+                unjudged.append(f"{label} of single links: {len(ratios)} pair(s) of healthy nodes; it takes 4 nodes")
+            continue
+        pop = Population.of(ratios, threshold, noises[metric])
+        populations[f"{metric}/link"] = pop
+        for i, r in zip(which[ratios < pop.low], ratios[ratios < pop.low]):
+            a, b = pairs.keys[i]
+            links.setdefault((a, b), Finding((a, b))).reasons.append(
+                f"{label} {_fmt(float(pairs.value[i]))} {unit}, {1 - r:.0%} below the lesser of its nodes' medians "
+                f"({_fmt(min(score[a], score[b]))})"
+            )
+    order = {n: i for i, n in enumerate(names)}
+    return Verdict(
+        names=names,
+        node_figures=node_figures,
+        node_scores=scores,
+        pair_figures=pair_figures,
+        populations=populations,
+        nodes=sorted(findings.values(), key=lambda f: order.get(f.nodes[0], 0)),
+        links=sorted(links.values(), key=lambda f: tuple(order.get(n, 0) for n in f.nodes)),
+        cluster=cluster,
+        unjudged=unjudged,
+    )
