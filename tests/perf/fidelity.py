@@ -1,7 +1,7 @@
 """Does bench add anything to what it measures? Each workload run by `bench run`, as a user runs
-it, against the plainest loop anyone would write (plain_collective.py, plain_ddp.py,
-plain_transformer.py), on the same machine with the same ranks, sizes and step counts. Not part
-of the test suite; run it on a quiet machine, or on a cluster's node:
+it, against the plainest loop anyone would write (plain_collective.py, plain_training.py), on
+the same machine with the same ranks, sizes and step counts. Not part of the test suite; run it
+on a quiet machine, or on a cluster's node:
 
     python tests/perf/fidelity.py [--rounds 8] [--nproc 2] [--case NAME ...] [--sampler | --within]
 
@@ -85,7 +85,7 @@ CASES = [
         + ["--steps", str(STEPS), "--warmup-steps", str(WARMUP_STEPS), "--amp", "off"]
         # DDP's own default, as the plain loop has it: the harness is measured, not a setting
         + ["--no-gradient-as-bucket-view"],
-        [str(HERE / "plain_ddp.py"), "resnet18", "64", "16", str(STEPS), str(WARMUP_STEPS)],
+        [str(HERE / "plain_training.py"), "resnet", "resnet18", "64", "16", str(STEPS), str(WARMUP_STEPS)],
         lambda r: r["images_per_s"],
     ),
     Case(
@@ -93,7 +93,7 @@ CASES = [
         "tokens/s",
         ["transformer", "--preset", "small", "--batch-size", "4", "--steps", str(STEPS)]
         + ["--warmup-steps", str(WARMUP_STEPS), "--amp", "off"],
-        [str(HERE / "plain_transformer.py"), "small", "4", str(STEPS), str(WARMUP_STEPS)],
+        [str(HERE / "plain_training.py"), "transformer", "small", "4", str(STEPS), str(WARMUP_STEPS)],
         lambda r: r["tokens_per_s"],
     ),
 ]
@@ -178,6 +178,8 @@ def main() -> int:
         help="both sides in one process group, alternated ROUNDS times (fidelity_within.py), not a launch each",
     )
     args = p.parse_args()
+    if args.rounds < 2:
+        p.error(f"--rounds {args.rounds}: a ratio's interval takes 2 rounds or more (8 for a useful one)")
     if args.within and args.sampler:
         p.error("--sampler runs beside bench's launches; --within has none")
     cases = [c for c in CASES if not args.case or any(c.name.startswith(k) for k in args.case)]
