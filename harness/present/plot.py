@@ -479,8 +479,7 @@ def heatmap_figure(v: Verdict) -> Made | None:
         for (a, b), value in v.pair_figures[metric].items():
             grid[index[a], index[b]] = grid[index[b], index[a]] = np.nan if value is None else value
             points.append(("heatmap", label, metric, f"{a} {b}", a, b, value))
-        cmap = plt.get_cmap("viridis").copy()
-        cmap.set_bad("white")
+        cmap = plt.get_cmap("viridis").with_extremes(bad="white")  # a copy (matplotlib 3.4 and later)
         image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=0)
         fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label=unit)
         ax.set_title(label)
