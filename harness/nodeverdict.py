@@ -220,8 +220,7 @@ class _Pairs:
         import numpy as np
 
         scores = np.array([score.get(n, math.nan) for n in self.nodes], dtype=float)
-        low = np.fmin(scores[self.a], scores[self.b])
-        low = np.where(np.isnan(scores[self.a]) | np.isnan(scores[self.b]), math.nan, low)
+        low = np.minimum(scores[self.a], scores[self.b])  # NaN where a node is not scored
         ok = ~np.isnan(self.value) & (low > 0)
         if keep is not None:
             ok &= keep
