@@ -109,3 +109,14 @@ def test_the_gpu_acceptance_plan_is_commands_bench_accepts(tmp_path):
             jobs = expand(load_sweep(step.argv[1]))
             assert [(j.nodes, j.gpus_per_node) for j in jobs] == [(1, 1), (2, 1)]
             assert {(j.device, j.backend) for j in jobs} == {("cuda", "nccl")}
+
+
+def test_the_gpu_acceptance_run_without_bench_installed_says_so_in_one_line(tmp_path):
+    python = tmp_path / "python"  # this interpreter without its site-packages: no torch, no bench
+    python.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -S "$@"\n')
+    python.chmod(0o755)
+    r = subprocess.run(
+        [str(ACCEPTANCE), "--dry-run"], env={**os.environ, "BENCH_PYTHON": str(python)}, capture_output=True, text=True
+    )
+    assert r.returncode == 2 and r.stdout == "", (r.stdout, r.stderr)
+    assert r.stderr.startswith("acceptance: bench is not installed for ") and r.stderr.count("\n") == 1, r.stderr

@@ -342,6 +342,17 @@ def main(argv: list[str] | None = None) -> int:
         "--peak-tflops", type=float, help="the GPU's dense bf16 peak, for the transformer's MFU (989 on H100 SXM)"
     )
     args = p.parse_args(argv)
+    try:
+        import torch  # noqa: F401
+
+        import harness.cli  # noqa: F401
+    except ImportError as exc:
+        print(
+            f"acceptance: bench is not installed for {sys.executable} ({exc}); run the README's first "
+            "command, or give BENCH_PYTHON the Python bench is installed in",
+            file=sys.stderr,
+        )
+        return 2
     if args.gpus is not None and not 1 <= args.gpus <= MAX_GPUS:
         p.error(f"--gpus {args.gpus}: give 1 to {MAX_GPUS}")
     if args.dry_run:
