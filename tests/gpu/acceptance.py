@@ -124,7 +124,7 @@ def collectives_step(gpus: int) -> Step:
     return Step("collectives", argv + ["--nproc", str(gpus)], judge, labels)
 
 
-def training_step(name: str, argv: list[str], figure_key: str, unit: str, gpus: int, extra: str = "") -> Step:
+def training_step(name: str, argv: list[str], figure_key: str, unit: str, gpus: int) -> Step:
     def judge(out: Path, status: int) -> list[Row]:
         def figure() -> str:
             if status != 0:
@@ -135,7 +135,7 @@ def training_step(name: str, argv: list[str], figure_key: str, unit: str, gpus: 
             if figure_key == "tokens_per_s":
                 mfu = r.get("mfu")
                 text += f", {r['achieved_tflops_per_gpu']:.0f} TFLOP/s, MFU " + ("n/a" if mfu is None else f"{mfu:.0%}")
-            return text + extra
+            return text
 
         return [_one(name, figure)]
 

@@ -8,11 +8,11 @@ on a quiet machine, or on a cluster's node:
 The two sides alternate, A B B A A B ..., one process launch each, so that drift (clocks, another
 job, the page cache) falls on both alike. With --within, both sides run in one launch's ranks,
 alternated as often (fidelity_within.py): what bench does inside its measurement, without the
-noise of where each launch's processes land. For each
-case it prints each side's median and range, and the ratio bench / plain as the Hodges-Lehmann
-estimate (the median of every bench/plain pair of rounds) with its distribution-free 95%
-interval (harness/analysis/stats.py, Lehmann 1975). Target (docs/fidelity.md): a ratio of 0.99
-or better, with the interval holding 1.0; `ok` or `MISS` says which. --sampler runs bench's
+noise of where each launch's processes land. For each case it prints each side's median and
+every figure, and the ratio bench / plain as the Hodges-Lehmann estimate (the median of every
+bench/plain pair of rounds) with its distribution-free 95% interval (harness/analysis/stats.py,
+Lehmann 1975). Target (docs/fidelity.md): a ratio of 0.99 or better, with the interval holding
+1.0; `ok` or `MISS` says which. --sampler runs bench's
 per-node telemetry sampler beside bench's side, started as a sweep's job starts it
 (harness/procs.py). Exit status 1 when a case misses.
 """
@@ -146,6 +146,19 @@ def plain_side(case: Case, nproc: int) -> float:
     return float(line.get("busbw_gbps") or line.get("images_per_s") or line["tokens_per_s"])
 
 
+def launches(case: Case, nproc: int, rounds: int, sampler: bool) -> tuple[list[float], list[float]]:
+    """Each side a launch of its own, `rounds` times, the first side alternating: A B, B A, ..."""
+    bench: list[float] = []
+    plain: list[float] = []
+    for i in range(rounds):
+        for side in ("bench", "plain") if i % 2 == 0 else ("plain", "bench"):
+            if side == "bench":
+                bench.append(bench_side(case, nproc, sampler))
+            else:
+                plain.append(plain_side(case, nproc))
+    return bench, plain
+
+
 @dataclass(frozen=True)
 class Verdict:
     ratio: float
@@ -189,16 +202,10 @@ def main() -> int:
     )
     missed = False
     for case in cases:
-        bench: list[float] = []
-        plain: list[float] = []
         if args.within:
             bench, plain = within(case, args.nproc, args.rounds)
-        for i in range(0 if args.within else args.rounds):
-            for side in ("bench", "plain") if i % 2 == 0 else ("plain", "bench"):
-                if side == "bench":
-                    bench.append(bench_side(case, args.nproc, args.sampler))
-                else:
-                    plain.append(plain_side(case, args.nproc))
+        else:
+            bench, plain = launches(case, args.nproc, args.rounds, args.sampler)
         v = judge(bench, plain)
         missed |= not v.ok
         print(
