@@ -8,10 +8,10 @@ first and default collective). Its job scripts run this module.
 
 from __future__ import annotations
 
-from .collectives import build_parser, main
+from .collectives import WORKLOAD, build_parser, main
 from .runtime import exit_rank
 
-__all__ = ["build_parser", "main"]
+__all__ = ["WORKLOAD", "build_parser", "main"]
 
 if __name__ == "__main__":
     exit_rank(main())

@@ -21,6 +21,10 @@ WORKLOADS = (COLLECTIVE_WORKLOAD, *TRAINING)
 # Probes of one node's parts that no sweep runs: the node check's matmul (`bench run gemm`,
 # `bench nodes`)
 PROBES = ("gemm",)
+# Several workloads in one launch (benchmarks/sequence.py): the module, and the word between
+# one workload's arguments and the next's
+SEQUENCE = "benchmarks.sequence"
+THEN = "--then"
 # What each training workload counts its throughput in: the summary's `<unit>_per_s` and
 # `<unit>_per_s_per_gpu` columns (images, or the transformer's tokens)
 UNITS = {"synthetic": "images", "real": "images", "transformer": "tokens"}

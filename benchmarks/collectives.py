@@ -54,7 +54,7 @@ from .common import (
     spread,
 )
 from .linkprobe import link_probe
-from .runtime import Context, exit_rank, gather_rows
+from .runtime import Context, Workload, exit_rank, gather_rows
 from .runtime import main as run_main
 
 
@@ -545,8 +545,11 @@ def _format_row(row: dict[str, Any]) -> str:
     )
 
 
+WORKLOAD = Workload("allreduce", build_parser, measure, check_args)
+
+
 def main(argv: list[str] | None = None) -> int:
-    return run_main("allreduce", argv, build_parser(), measure, check_args)
+    return run_main(WORKLOAD, argv)
 
 
 if __name__ == "__main__":

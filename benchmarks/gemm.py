@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from .common import OneLineParser, UsageError, add_common_args
-from .runtime import Context, exit_rank, gather_rows
+from .runtime import Context, Workload, exit_rank, gather_rows
 from .runtime import main as run_main
 
 DTYPES = {"auto": None, "bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -84,8 +84,11 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
     return result
 
 
+WORKLOAD = Workload("gemm", build_parser, measure, check)
+
+
 def main(argv: list[str] | None = None) -> int:
-    return run_main("gemm", argv, build_parser(), measure, check)
+    return run_main(WORKLOAD, argv)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from torchvision import datasets, transforms
 from .catalog import TRAINING_DEFAULTS as D
 from .common import OneLineParser, UsageError, spread
 from .imagefolder import count_images, ensure_imagefolder
-from .runtime import Context, exit_rank, gather_rows
+from .runtime import Context, Workload, exit_rank, gather_rows
 from .runtime import main as run_main
 from .training import (
     add_training_args,
@@ -211,8 +211,11 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
     return result
 
 
+WORKLOAD = Workload("real", build_parser, measure, check_args)
+
+
 def main(argv: list[str] | None = None) -> int:
-    return run_main("real", argv, build_parser(), measure, check_args)
+    return run_main(WORKLOAD, argv)
 
 
 if __name__ == "__main__":

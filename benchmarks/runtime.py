@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as _dt
+import gc
 import os
 import platform
 import shutil
@@ -245,90 +246,124 @@ def usage_error(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def main(
-    workload: str,
-    argv: list[str] | None,
-    parser: argparse.ArgumentParser,
-    measure: Callable[[argparse.Namespace, Context], dict[str, Any]],
-    check: Callable[[argparse.Namespace, int | None], None] | None = None,
-) -> int:
-    """Run `workload`: join the launch it is in, or start `--nproc` ranks of itself.
+@dataclass(frozen=True)
+class Workload:
+    """What a workload module gives `main`: its name in results, its parser, its `measure`, and
+    `check(args, world_size)`, which validates the arguments before any rank starts or joins."""
 
-    `check(args, world_size)` validates the arguments before any rank starts or joins: with the
-    launch's world size inside torchrun/srun, with `--nproc` otherwise.
-    """
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv)
-    prog = f"bench run {workload}"
-    launch = None
-    try:
-        launch = detect_launch(os.environ)
-        if args.nproc < 1:
-            raise UsageError(f"--nproc must be at least 1, found {args.nproc}")
-        if check:
-            check(args, launch.world_size if launch else args.nproc)
-        if launch is None:
-            return spawn_local_ranks(f"benchmarks.{workload}", argv, args.nproc)
-        device = resolve_device(args.device, launch)
-        backend = resolve_backend(args.backend, device)
-    except (UsageError, ValueError) as exc:
-        # Every rank of a valid launch fails alike: rank 0 says why. A launch that could not be
-        # read (RANK=5 with WORLD_SIZE=2) has no trustworthy rank, so every process says it.
-        if launch is None or launch.rank == 0:
-            usage_error(f"{prog}: error: {exc}")
-        return 2
+    name: str
+    build_parser: Callable[[], argparse.ArgumentParser]
+    measure: Callable[[argparse.Namespace, Context], dict[str, Any]]
+    check: Callable[[argparse.Namespace, int | None], None] | None = None
 
-    beside = bool(args.json) and not is_stream(args.json)  # files beside the result: not beside a device
-    progress = Progress(args.json if beside else None, launch.rank)
-    progress("joining the process group")
-    init_process_group(launch, backend, device, args.timeout)
-    ctx = Context(launch=launch, device=device, backend=backend, progress=progress)
+
+def main(workload: Workload, argv: list[str] | None) -> int:
+    """Run `workload`: join the launch it is in, or start `--nproc` ranks of itself."""
+    return in_turn([(workload, list(sys.argv[1:] if argv is None else argv))])
+
+
+def in_turn(steps: list[tuple[Workload, list[str]]]) -> int:
+    """Run workloads one after another in this launch's ranks, joining the process group once
+    (docs/architecture.md, "One launch per job"). Each is parsed, checked, measured and recorded
+    as its turn comes, as a launch of its own would be, and the first that fails ends the turns
+    with its status. One workload outside a launch starts `--nproc` ranks of itself; several
+    need a launch (torchrun, srun)."""
+    launch: Launch | None = None
+    device, backend, first = torch.device("cpu"), "", argparse.Namespace()
+    joined = False
     try:
-        environment = capture_environment(launch, device, backend)
-        try:
-            body = measure(args, ctx)
-        except UsageError as exc:
-            if ctx.is_root:
-                usage_error(f"{prog}: error: {exc}")
-            return 2
-        per_rank = body.pop(PER_RANK, None)
-        progress("recording the results")
-        transport = transport_evidence(launch, backend)
-        if ctx.is_root:
-            result = {
-                "schema_version": SCHEMA_VERSION,
-                "workload": workload,
-                "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                "world_size": launch.world_size,
-                "nodes": len({r["node_rank"] for r in environment["ranks"]}),
-                "gpus_per_node": launch.local_world_size,
-                "device": device.type,
-                "backend": backend,
-                "launcher": launch.launcher,
-                "argv": argv,
-                **body,
-                "environment": environment,
-                "transport": transport,
-            }
-            if args.json:
-                if per_rank is not None and beside:
-                    # Written first: a result file on disk means its per-rank file is complete.
-                    atomic_write_json(
-                        ranks_path(args.json),
-                        json_safe(
-                            {
-                                "schema_version": SCHEMA_VERSION,
-                                "workload": workload,
-                                "hosts": [r["hostname"] for r in environment["ranks"]],
-                                **per_rank,
-                            }
-                        ),
-                    )
-                    result["per_rank_file"] = os.path.basename(ranks_path(args.json))
-                atomic_write_json(args.json, json_safe(result))
-                print(f"# result written to {args.json}", flush=True)
-        progress("done")
+        for turn, (w, argv) in enumerate(steps):
+            args = w.build_parser().parse_args(argv)
+            try:
+                if turn == 0:
+                    launch = detect_launch(os.environ)
+                    if launch is None and len(steps) > 1:
+                        raise UsageError("several workloads in turn run inside a launch (torchrun, srun)")
+                    first = args
+                if args.nproc < 1:
+                    raise UsageError(f"--nproc must be at least 1, found {args.nproc}")
+                if w.check:
+                    w.check(args, launch.world_size if launch else args.nproc)
+                if launch is None:
+                    return spawn_local_ranks(f"benchmarks.{w.name}", argv, args.nproc)
+                if turn == 0:
+                    device = resolve_device(args.device, launch)
+                    backend = resolve_backend(args.backend, device)
+                for name in ("device", "backend", "timeout"):
+                    mine, theirs = getattr(args, name), getattr(first, name)
+                    if mine != theirs:
+                        raise UsageError(f"--{name} {mine} differs from the launch's first workload's, {theirs}")
+            except (UsageError, ValueError) as exc:
+                # Every rank of a valid launch fails alike: rank 0 says why. A launch that could
+                # not be read (RANK=5 with WORLD_SIZE=2) has no trustworthy rank, so every process says it.
+                if launch is None or launch.rank == 0:
+                    usage_error(f"bench run {w.name}: error: {exc}")
+                return 2
+            beside = bool(args.json) and not is_stream(args.json)  # files beside the result: not beside a device
+            progress = Progress(args.json if beside else None, launch.rank)
+            try:
+                if not joined:
+                    progress("joining the process group")
+                    init_process_group(launch, backend, device, args.timeout)
+                    joined = True
+                ctx = Context(launch=launch, device=device, backend=backend, progress=progress)
+                status = _measure_and_record(w, argv, args, ctx, beside)
+            finally:
+                progress.close()
+            if status:
+                return status
+            gc.collect()  # the last workload's model and buffers, before the next is timed
         return 0
     finally:
-        dist.destroy_process_group()
-        progress.close()
+        if joined:
+            dist.destroy_process_group()
+
+
+def _measure_and_record(w: Workload, argv: list[str], args: argparse.Namespace, ctx: Context, beside: bool) -> int:
+    """One workload in a joined rank: measure it and write its result (rank 0)."""
+    launch, device, backend, progress = ctx.launch, ctx.device, ctx.backend, ctx.progress
+    environment = capture_environment(launch, device, backend)
+    try:
+        body = w.measure(args, ctx)
+    except UsageError as exc:
+        if ctx.is_root:
+            usage_error(f"bench run {w.name}: error: {exc}")
+        return 2
+    per_rank = body.pop(PER_RANK, None)
+    progress("recording the results")
+    transport = transport_evidence(launch, backend)
+    if ctx.is_root:
+        result = {
+            "schema_version": SCHEMA_VERSION,
+            "workload": w.name,
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "world_size": launch.world_size,
+            "nodes": len({r["node_rank"] for r in environment["ranks"]}),
+            "gpus_per_node": launch.local_world_size,
+            "device": device.type,
+            "backend": backend,
+            "launcher": launch.launcher,
+            "argv": argv,
+            **body,
+            "environment": environment,
+            "transport": transport,
+        }
+        if args.json:
+            if per_rank is not None and beside:
+                # Written first: a result file on disk means its per-rank file is complete.
+                atomic_write_json(
+                    ranks_path(args.json),
+                    json_safe(
+                        {
+                            "schema_version": SCHEMA_VERSION,
+                            "workload": w.name,
+                            "hosts": [r["hostname"] for r in environment["ranks"]],
+                            **per_rank,
+                        }
+                    ),
+                )
+                result["per_rank_file"] = os.path.basename(ranks_path(args.json))
+            atomic_write_json(args.json, json_safe(result))
+            print(f"# result written to {args.json}", flush=True)
+    progress("done")
+    return 0

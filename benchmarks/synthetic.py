@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from .common import OneLineParser
-from .runtime import Context, exit_rank
+from .runtime import Context, Workload, exit_rank
 from .runtime import main as run_main
 from .training import (
     add_training_args,
@@ -74,8 +74,11 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
     return result
 
 
+WORKLOAD = Workload("synthetic", build_parser, measure, check_training_args)
+
+
 def main(argv: list[str] | None = None) -> int:
-    return run_main("synthetic", argv, build_parser(), measure, check_training_args)
+    return run_main(WORKLOAD, argv)
 
 
 if __name__ == "__main__":

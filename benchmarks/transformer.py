@@ -33,7 +33,7 @@ from . import memory
 from .catalog import AMPS, PARALLEL, PRESETS, Shape, flops_per_token
 from .catalog import TRANSFORMER_DEFAULTS as D
 from .common import OneLineParser, UsageError, add_common_args, positive_arg
-from .runtime import Context, exit_rank
+from .runtime import Context, Workload, exit_rank
 from .runtime import main as run_main
 from .training import (
     breakdown,
@@ -355,8 +355,11 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
     return result
 
 
+WORKLOAD = Workload("transformer", build_parser, measure, check_args)
+
+
 def main(argv: list[str] | None = None) -> int:
-    return run_main("transformer", argv, build_parser(), measure, check_args)
+    return run_main(WORKLOAD, argv)
 
 
 if __name__ == "__main__":

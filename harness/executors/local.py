@@ -8,7 +8,8 @@ ranks, a rendezvous across agents, collectives between agents) really run. On a 
 GPUs each agent gets its own slice of them; without, workers run on CPU with gloo.
 
 Jobs run one after another. A job runs its workloads in turn and stops at the first failure,
-as a batch script under `set -e` does; a job past its time limit is killed and recorded
+as a batch script under `set -e` does: a gloo job's in one launch, its ranks started once (see
+`launches`), any other's a launch each. A job past its time limit is killed and recorded
 TIMEOUT. Ctrl-C kills the running job, records it CANCELLED and propagates.
 """
 
@@ -24,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
+from benchmarks.catalog import SEQUENCE, THEN
 from benchmarks.progress import DIR as PROGRESS_DIR
 from harness import hangs, inside, telemetry
 from harness.executors.base import Executor
@@ -94,15 +96,34 @@ class LocalExecutor(Executor):
             "run where sbatch is on PATH, or give --executor slurm"
         )
 
-    def agent_command(self, job: Job, run: WorkloadRun, node: int, port: int | str) -> list[str]:
-        args = job.run_args(run, self.timeout_s)
-        return agent_command(job.nodes, job.gpus_per_node, node, port, f"{job.name}-{run.key}", run.module, args)
+    @staticmethod
+    def launches(job: Job) -> list[tuple[WorkloadRun, ...]]:
+        """The job's workloads by launch. A gloo job's run in one launch (benchmarks/sequence.py):
+        its ranks import torch and join once, not once per workload, which was most of a small
+        job's time (docs/architecture.md, "One launch per job"). Any other backend's run a launch
+        each, as the Slurm executor's steps do: NCCL reads NCCL_DEBUG_FILE once per process, and
+        each workload's log is kept apart (Job.debug_env)."""
+        if job.backend == "gloo" and len(job.runs) > 1:
+            return [tuple(job.runs)]
+        return [(run,) for run in job.runs]
 
-    def agent_env(self, job: Job, run: WorkloadRun, node: int, gpus: list[str] | None) -> dict[str, str]:
+    def agent_command(self, job: Job, runs: tuple[WorkloadRun, ...], node: int, port: int | str) -> list[str]:
+        rdzv_id = f"{job.name}-{runs[0].key}"
+        if len(runs) == 1:
+            return agent_command(
+                job.nodes, job.gpus_per_node, node, port, rdzv_id, runs[0].module, job.run_args(runs[0], self.timeout_s)
+            )
+        args: list[str] = []
+        for run in runs:
+            args += [*([THEN] if args else []), run.workload, *job.run_args(run, self.timeout_s)]
+        return agent_command(job.nodes, job.gpus_per_node, node, port, rdzv_id, SEQUENCE, args)
+
+    def agent_env(self, job: Job, runs: tuple[WorkloadRun, ...], node: int, gpus: list[str] | None) -> dict[str, str]:
         env = dict(os.environ)
         env.update(job.env)
         env.update(job.nccl_env)
-        env.update(job.debug_env(run, env))
+        if len(runs) == 1:  # a workload's own files (launches: several share a launch on gloo only)
+            env.update(job.debug_env(runs[0], env))
         env["BENCH_LAUNCHER"] = "local-torchrun"
         env["BENCH_JOB"] = job.name
         env["BENCH_NODE"] = str(node)
@@ -124,11 +145,12 @@ class LocalExecutor(Executor):
             *(f"# {name}: from the environment bench ran in (env_passthrough)" for name in job.passthrough),
         ]
         given = {k for k, _ in (*job.env, *job.nccl_env)} | set(job.passthrough)
-        for run in job.runs:
-            lines.append(f"\n# {run.key}: {job.nodes} agent(s)")
-            lines += [f"export {k}={shlex.quote(v)}" for k, v in job.debug_env(run, given).items()]
+        for runs in self.launches(job):
+            lines.append(f"\n# {', '.join(run.key for run in runs)}: {job.nodes} agent(s)")
+            if len(runs) == 1:
+                lines += [f"export {k}={shlex.quote(v)}" for k, v in job.debug_env(runs[0], given).items()]
             lines += [
-                shlex.join(self.agent_command(job, run, node, "PORT")).replace("127.0.0.1:PORT", "127.0.0.1:$PORT")
+                shlex.join(self.agent_command(job, runs, node, "PORT")).replace("127.0.0.1:PORT", "127.0.0.1:$PORT")
                 + (" &" if job.nodes > 1 else "")
                 for node in range(job.nodes)
             ]
@@ -176,14 +198,10 @@ class LocalExecutor(Executor):
                 log.write(f"# warning: {problem}\n".encode())
             try:
                 with sampler(samples, job.sample_s, log):  # inside the try: Ctrl-C while it starts cancels too
-                    for run in job.runs:
-                        rec.runs[run.key] = RUNNING
-                        changed(rec)
-                        telemetry.mark(samples, run.key, "start")
-                        state, code, reason = self._run_workload(job, run, job_gpus, deadline, log)
-                        telemetry.mark(samples, run.key, "end")
-                        rec.runs[run.key] = state
-                        changed(rec)
+                    for runs in self.launches(job):
+                        state, code, reason = self._run_launch(
+                            job, _Turns(runs, rec, changed, samples), job_gpus, deadline, log
+                        )
                         if state != COMPLETED:
                             break
             except KeyboardInterrupt:
@@ -224,23 +242,29 @@ class LocalExecutor(Executor):
         log.write(f"# {now()} {run.key}: no progress for {job.stall_s:g} s: {why}\n".encode())
         return FAILED, None, f"{run.key} made no progress for {job.stall_s:g} s: {why}"
 
-    def _run_workload(
-        self, job: Job, run: WorkloadRun, gpus: list[str] | None, deadline: float, log: BinaryIO
+    def _run_launch(
+        self, job: Job, turns: _Turns, gpus: list[str] | None, deadline: float, log: BinaryIO
     ) -> tuple[str, int | None, str | None]:
+        """One launch of the job's agents, running `turns`' workloads; their states and marks are
+        kept as each one's result appears (its end, and the next one's start)."""
         port = free_port()
         log_start = log.tell()
-        log.write(f"# {now()} {run.key}: {job.nodes} agent(s) on 127.0.0.1:{port}\n".encode())
+        log.write(
+            f"# {now()} {', '.join(r.key for r in turns.runs)}: {job.nodes} agent(s) on 127.0.0.1:{port}\n".encode()
+        )
         procs: list[subprocess.Popen] = []
         tag = new_tag()
+        turns.begin()
+        results = [self.run.path / job.result_path(run) for run in turns.runs]
         try:
             for node in range(job.nodes):
                 # A session of its own: Ctrl-C in the terminal reaches the harness only, which
                 # then ends every agent's process group.
                 procs.append(
                     subprocess.Popen(
-                        self.agent_command(job, run, node, port),
+                        self.agent_command(job, turns.runs, node, port),
                         cwd=self.run.path,
-                        env={**self.agent_env(job, run, node, gpus), TAG: tag},
+                        env={**self.agent_env(job, turns.runs, node, gpus), TAG: tag},
                         stdin=subprocess.DEVNULL,
                         stdout=log,
                         stderr=subprocess.STDOUT,
@@ -250,9 +274,13 @@ class LocalExecutor(Executor):
                     )
                 )
             failed_at = None
-            started, progress_dir = time.time(), self.run.job_dir(job) / PROGRESS_DIR
+            progress_dir = self.run.job_dir(job) / PROGRESS_DIR
             next_look = time.monotonic() + _STALL_LOOK_S
             while True:
+                # a workload whose result is written has ended (rank 0 writes it last), and the
+                # launch's next one begun; lexists: a link planted there is not followed
+                while turns.more and os.path.lexists(results[turns.at]):
+                    turns.next()
                 codes = [p.poll() for p in procs]
                 if all(c is not None for c in codes):
                     break
@@ -263,14 +291,14 @@ class LocalExecutor(Executor):
                     break
                 if failed_at is None and time.monotonic() > next_look:
                     next_look = time.monotonic() + _STALL_LOOK_S
-                    if hangs.stalled(hangs.read_ranks(progress_dir, run.key), job.world_size, started, job.stall_s):
-                        return self._hung(job, run, procs, tag, progress_dir, log)
+                    run = turns.run
+                    if hangs.stalled(hangs.read_ranks(progress_dir, run.key), job.world_size, turns.since, job.stall_s):
+                        return turns.end(*self._hung(job, run, procs, tag, progress_dir, log))
                 if time.monotonic() > deadline:
                     kill_groups(procs, tag)
-                    log.write(
-                        f"# {now()} {run.key}: killed at the job's time limit of {job.time_limit_min:g} min\n".encode()
-                    )
-                    return TIMEOUT, None, f"{run.key} exceeded the time limit of {job.time_limit_min:g} min"
+                    key, limit = turns.run.key, job.time_limit_min
+                    log.write(f"# {now()} {key}: killed at the job's time limit of {limit:g} min\n".encode())
+                    return turns.end(TIMEOUT, None, f"{key} exceeded the time limit of {limit:g} min")
                 time.sleep(_POLL_S)
         except BaseException:
             kill_groups(procs, tag)
@@ -284,5 +312,45 @@ class LocalExecutor(Executor):
             end = os.fstat(log.fileno()).st_size
             start = max(log_start, end - _ERROR_READ)
             why = error_line(os.pread(log.fileno(), end - start, start).decode(errors="replace"))
-            return FAILED, bad[0], f"{run.key} failed (agent exit codes {codes})" + (f": {why}" if why else "")
-        return COMPLETED, 0, None
+            key = turns.run.key
+            return turns.end(FAILED, bad[0], f"{key} failed (agent exit codes {codes})" + (f": {why}" if why else ""))
+        while turns.more:  # every agent exited 0: its workloads ran (collect reads their results)
+            turns.next()
+        return turns.end(COMPLETED, 0, None)
+
+
+class _Turns:
+    """The workloads of one launch, in turn: which one runs, since when, and its state and
+    telemetry marks in the job's record as it begins and ends."""
+
+    def __init__(
+        self, runs: tuple[WorkloadRun, ...], rec: JobRecord, changed: Callable[[JobRecord], None], samples: Path
+    ) -> None:
+        self.runs, self.rec, self.changed, self.samples = runs, rec, changed, samples
+        self.at, self.since = 0, time.time()
+
+    @property
+    def run(self) -> WorkloadRun:
+        return self.runs[self.at]
+
+    @property
+    def more(self) -> bool:
+        """Whether a workload follows the running one in this launch."""
+        return self.at < len(self.runs) - 1
+
+    def begin(self) -> None:
+        self.since = time.time()
+        self.rec.runs[self.run.key] = RUNNING
+        self.changed(self.rec)
+        telemetry.mark(self.samples, self.run.key, "start")
+
+    def next(self) -> None:
+        self.end(COMPLETED, 0, None)
+        self.at += 1
+        self.begin()
+
+    def end(self, state: str, code: int | None, reason: str | None) -> tuple[str, int | None, str | None]:
+        telemetry.mark(self.samples, self.run.key, "end")
+        self.rec.runs[self.run.key] = state
+        self.changed(self.rec)
+        return state, code, reason

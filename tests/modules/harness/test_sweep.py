@@ -4,6 +4,7 @@ hostile values that must stay inert."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import signal
@@ -84,6 +85,25 @@ def test_sweep_completes_every_job(local_run):
         assert set(rec["runs"].values()) == {"COMPLETED"}
         assert rec["job_id"].startswith("local-") and rec["job_id"].endswith(f"-{name}-1")  # unique to the job
     assert f"summary: {out}/summary.csv" in r.stdout
+
+
+def test_a_gloo_jobs_workloads_run_in_one_launch(local_run):
+    """A job's ranks are started once and run its workloads in turn (benchmarks/sequence.py): the
+    same pids in every result of the job, one agent per node in its commands.sh, and each
+    workload's phase after the one before it."""
+    out, _ = local_run
+    keys = ["allreduce", "synthetic-weak", "synthetic-strong", "real-weak"]
+    for name in read_json(out / "jobs.json")["jobs"]:
+        pids = {
+            k: [r["pid"] for r in read_json(out / "jobs" / name / f"{k}.json")["environment"]["ranks"]] for k in keys
+        }
+        assert len({tuple(p) for p in pids.values()}) == 1, (name, pids)
+        commands = (out / "jobs" / name / "commands.sh").read_text()
+        assert commands.count("-m benchmarks.sequence allreduce ") == rec_nodes(name), commands
+        assert commands.count(" --then ") == 3 * rec_nodes(name)
+        phases = telemetry.read(out / "jobs" / name).phases
+        spans = [phases[k] for k in keys]
+        assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans)), spans
 
 
 def test_summary_rows_and_values(local_run):
