@@ -127,18 +127,21 @@ def stall_sweep(path: Path, nodes: int, stall_s: int, timeout_s: int = 120) -> P
     return path
 
 
-def stop_a_rank(progress: Path, sweep: subprocess.Popen, pick, timeout: float) -> dict | None:
-    """SIGSTOP the first rank whose progress record (progress/allreduce.rank<R>.json) `pick`
-    accepts once it is inside an all-reduce; its record, or None if the sweep ended first or
-    `timeout` passed. Emulated nodes, local or on the testbed, share this PID namespace."""
+def stop_a_rank(
+    progress: Path, sweep: subprocess.Popen, pick, timeout: float, key: str = "allreduce", phase: str = "all_reduce"
+) -> dict | None:
+    """SIGSTOP the first rank whose progress record (progress/<key>.rank<R>.json) `pick`
+    accepts once its phase starts with `phase` (inside an all-reduce); its record, or None if
+    the sweep ended first or `timeout` passed. Emulated nodes, local or on the testbed, share
+    this PID namespace."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and sweep.poll() is None:
-        for path in progress.glob("allreduce.rank*.json"):
+        for path in progress.glob(f"{key}.rank*.json"):
             try:
                 record = json.loads(path.read_text())
             except (OSError, ValueError):
                 continue
-            if pick(record) and record["phase"].startswith("all_reduce"):
+            if pick(record) and record["phase"].startswith(phase):
                 os.kill(record["pid"], signal.SIGSTOP)
                 return record
         time.sleep(0.05)

@@ -93,6 +93,34 @@ def test_a_stopped_rank_of_a_local_job_is_named(tmp_path):
     assert "is stopped (state T)" in status
 
 
+def test_a_stopped_rank_in_a_later_turn_of_a_launch_is_named(tmp_path):
+    """A gloo job's workloads share a launch (benchmarks/sequence.py): rank 1 stopped in the
+    second, synthetic ResNet's measured steps. The stall watch has followed the turn: the
+    all-reduce before it completed, the hang record and the reason are the second's."""
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(
+        "name: h\ndevice: cpu\nbackend: gloo\nnodes: [2]\ngpus_per_node: [1]\nlaunchers: [torchrun]\n"
+        "env: {OMP_NUM_THREADS: '1'}\ntimeout_s: 120\nstall_s: 6\ntime_limit_min: 5\nworkloads:\n"
+        "  allreduce: {min_bytes: 1K, max_bytes: 4K, iters: 2, warmup_iters: 1, link_bytes: 0}\n"
+        "  synthetic: {model: resnet18, image_size: 32, batch_size: 2, steps: 100000, warmup_steps: 1,"
+        " scaling: [weak]}\n"
+    )
+    out = tmp_path / "run"
+    sweep_proc = start_sweep(sweep, out, "--executor", "local")
+    job_dir = out / "jobs" / "n2-g1-torchrun-default"
+    pick = lambda record: record["rank"] == 1  # noqa: E731
+    stopped = stop_a_rank(job_dir / "progress", sweep_proc, pick, timeout=120, key="synthetic-weak", phase="step")
+    output, _ = sweep_proc.communicate(timeout=180)
+    assert stopped is not None and sweep_proc.returncode == 1, output
+    assert left_in(out) == []
+    rec = json.loads((out / "jobs.json").read_text())["jobs"]["n2-g1-torchrun-default"]
+    assert rec["runs"] == {"allreduce": "COMPLETED", "synthetic-weak": "FAILED"}, rec
+    assert rec["reason"].startswith("synthetic-weak made no progress for 6 s: rank 1 on"), rec["reason"]
+    hang = json.loads((job_dir / "hang-synthetic-weak.json").read_text())
+    assert hang["reason"].startswith(f"rank 1 on {os.uname().nodename} is stopped (state T) in step"), hang
+    assert not (job_dir / "hang-allreduce.json").exists() and (job_dir / "allreduce.json").exists()
+
+
 def test_a_node_probe_reads_only_its_own_ranks(tmp_path):
     """`python -m harness.hangs probe`, as each node of a Slurm job runs it: the states of the
     ranks on this host, one JSON line each, and a stack asked of the one that can run; a rank on
