@@ -3,7 +3,7 @@ it, against the plainest loop anyone would write (plain_collective.py, plain_tra
 the same machine with the same ranks, sizes and step counts. Not part of the test suite; run it
 on a quiet machine, or on a cluster's node:
 
-    python tests/perf/fidelity.py [--rounds 8] [--nproc 2] [--case NAME ...] [--sampler | --within]
+    python tests/perf/fidelity.py [--rounds 8] [--nproc 2] [--case NAME ...] [--sampler | --within | --in-turn]
 
 The two sides alternate, A B B A A B ..., one process launch each, so that drift (clocks, another
 job, the page cache) falls on both alike. With --within, both sides run in one launch's ranks,
@@ -14,7 +14,9 @@ bench/plain pair of rounds) with its distribution-free 95% interval (harness/ana
 Lehmann 1975). Target (docs/fidelity.md): a ratio of 0.99 or better, with the interval holding
 1.0; `ok` or `MISS` says which. --sampler runs bench's
 per-node telemetry sampler beside bench's side, started as a sweep's job starts it
-(harness/procs.py). Exit status 1 when a case misses.
+(harness/procs.py). --in-turn runs bench's side as the local executor runs a job: in one launch,
+after the all-reduce turn every job of sweeps/local.yaml starts with (benchmarks/sequence.py).
+Exit status 1 when a case misses.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
+from benchmarks.catalog import SEQUENCE, THEN  # noqa: E402
 from harness import procs  # noqa: E402
 from harness.analysis.stats import rate_shift  # noqa: E402
 
@@ -42,6 +45,8 @@ MiB = 2**20
 ITERS, WARMUP = 100, 10  # each collective side; 100 calls average out the per-call noise of gloo on few cores
 STEPS, WARMUP_STEPS = 20, 3  # each training side
 SAMPLE_S = 1.0  # the sampler's interval with --sampler: a sweep's default (harness/spec.py)
+# With --in-turn, the turn before bench's: sweeps/local.yaml's all-reduce, its first workload
+BEFORE = ["allreduce", "-b", "1K", "-e", "4M", "-f", "4", "-n", "10", "-w", "3", "--groups", "world"]
 
 
 @dataclass(frozen=True)
@@ -118,14 +123,16 @@ def _env() -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
-def bench_side(case: Case, nproc: int, sampler: bool) -> float:
+def bench_side(case: Case, nproc: int, sampler: bool, in_turn: bool = False) -> float:
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "result.json"  # a file, so the per-rank and progress files are written as in a sweep
+        if in_turn:
+            before = ["--json", str(Path(d) / "before.json")]
+            cmd = [*torchrun(nproc), "-m", SEQUENCE, *BEFORE, *before, THEN, *case.bench, "--json", str(out)]
+        else:
+            cmd = [sys.executable, "-m", "harness.cli", "run", *case.bench, "--nproc", str(nproc), "--json", str(out)]
         with open(os.devnull, "wb") as log, procs.sampler(Path(d) / "telemetry", SAMPLE_S if sampler else 0, log):
-            _run(
-                [sys.executable, "-m", "harness.cli", "run", *case.bench, "--nproc", str(nproc), "--json", str(out)],
-                _env(),
-            )
+            _run(cmd, _env())
         return case.figure(json.loads(out.read_text()))
 
 
@@ -146,14 +153,14 @@ def plain_side(case: Case, nproc: int) -> float:
     return float(line.get("busbw_gbps") or line.get("images_per_s") or line["tokens_per_s"])
 
 
-def launches(case: Case, nproc: int, rounds: int, sampler: bool) -> tuple[list[float], list[float]]:
+def launches(case: Case, nproc: int, rounds: int, sampler: bool, in_turn: bool) -> tuple[list[float], list[float]]:
     """Each side a launch of its own, `rounds` times, the first side alternating: A B, B A, ..."""
     bench: list[float] = []
     plain: list[float] = []
     for i in range(rounds):
         for side in ("bench", "plain") if i % 2 == 0 else ("plain", "bench"):
             if side == "bench":
-                bench.append(bench_side(case, nproc, sampler))
+                bench.append(bench_side(case, nproc, sampler, in_turn))
             else:
                 plain.append(plain_side(case, nproc))
     return bench, plain
@@ -190,11 +197,16 @@ def main() -> int:
         action="store_true",
         help="both sides in one process group, alternated ROUNDS times (fidelity_within.py), not a launch each",
     )
+    p.add_argument(
+        "--in-turn",
+        action="store_true",
+        help="bench's side as a local sweep's job runs it: one launch, after an all-reduce turn",
+    )
     args = p.parse_args()
     if args.rounds < 2:
         p.error(f"--rounds {args.rounds}: a ratio's interval takes 2 rounds or more (8 for a useful one)")
-    if args.within and args.sampler:
-        p.error("--sampler runs beside bench's launches; --within has none")
+    if args.within and (args.sampler or args.in_turn):
+        p.error("--sampler and --in-turn are ways of bench's launches; --within has none")
     cases = [c for c in CASES if not args.case or any(c.name.startswith(k) for k in args.case)]
     print(
         f"{'case':30} {'unit':11} {'bench median':>12} {'plain median':>12} {'ratio':>6} {'95% CI':>15}  target",
@@ -205,7 +217,7 @@ def main() -> int:
         if args.within:
             bench, plain = within(case, args.nproc, args.rounds)
         else:
-            bench, plain = launches(case, args.nproc, args.rounds, args.sampler)
+            bench, plain = launches(case, args.nproc, args.rounds, args.sampler, args.in_turn)
         v = judge(bench, plain)
         missed |= not v.ok
         print(
