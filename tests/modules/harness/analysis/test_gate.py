@@ -454,3 +454,36 @@ def test_a_failed_replicate_fails_its_key(two_sets, tmp_path, history_of):
         "images_per_s[synthetic weak, 2x1, torchrun, plain]",
     ], {name: f.get("message") for name, f in failures.items()}
     assert all(f.get("type") == "failed" and job in f.get("message") for f in failures.values())
+
+
+def test_a_keys_text_is_its_json_list_and_gate_json_reads_back():
+    """gate_keys' text of a key is json.dumps of its list of KEYS values (texts escaped, numbers
+    as integers, a missing text ""), however the rows are encoded; gate.json's bands, each list on
+    a line of its own, read back as the document."""
+    import pandas as pd
+
+    df = pd.DataFrame(
+        {
+            "workload": ["allreduce", None, 'é"x\\\n'],
+            "collective": ["all_reduce", "", None],
+            "group": ["world", "intra", "world"],
+            "scaling": ["", "weak", float("nan")],
+            "nodes": [1, 2, None],
+            "gpus_per_node": [8, 8, 8],
+            "launcher": ["torchrun"] * 3,
+            "nccl_config": ["<d>", "d", "d"],
+            "size_bytes": [1024.0, None, 3],
+        }
+    )
+    assert gate.key_strings(df) == [
+        json.dumps(row, separators=(",", ":"))
+        for row in (
+            ["allreduce", "all_reduce", "world", "", 1, 8, "torchrun", "<d>", 1024],
+            ["", "", "intra", "weak", 2, 8, "torchrun", "d", 0],
+            ['é"x\\\n', "", "world", "", 0, 8, "torchrun", "d", 3],
+        )
+    ]
+    doc = {"run": "r", "rejected": gate.key_strings(df), "bands": {"key": gate.key_strings(df), "low": [None, 1.5]}}
+    text = gate.encode(doc).decode()
+    assert json.loads(text) == doc and text.endswith("}\n")
+    assert [line for line in text.splitlines() if line.startswith('  "low"')] == ['  "low": [null,1.5]']
