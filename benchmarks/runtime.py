@@ -298,6 +298,11 @@ def in_turn(steps: list[tuple[Workload, list[str]]]) -> int:
                 # not be read (RANK=5 with WORLD_SIZE=2) has no trustworthy rank, so every process says it.
                 if launch is None or launch.rank == 0:
                     usage_error(f"bench run {w.name}: error: {exc}")
+                if joined:
+                    # Every rank fails this check alike, and none leaves before rank 0 has said
+                    # why: torchrun ends the others once one exits, and rank 0, which wrote the
+                    # last workload's result, comes to the check last.
+                    dist.barrier()
                 return 2
             beside = bool(args.json) and not is_stream(args.json)  # files beside the result: not beside a device
             progress = Progress(args.json if beside else None, launch.rank)

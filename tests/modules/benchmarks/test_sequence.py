@@ -73,7 +73,9 @@ def test_a_later_workloads_bad_arguments_end_the_turns_at_it(tmp_path: Path):
 def test_one_launch_has_one_device(tmp_path: Path):
     r = torchrun(*ALLREDUCE, THEN, *SYNTHETIC[:-4], "--device", "auto", check=False)
     said = [line for line in r.stdout.splitlines() + r.stderr.splitlines() if line.startswith("bench run ")]
-    assert said == ["bench run synthetic: error: --device auto differs from the launch's first workload's, cpu"]
+    assert said == ["bench run synthetic: error: --device auto differs from the launch's first workload's, cpu"], (
+        r.describe()
+    )
 
 
 @pytest.mark.parametrize(
