@@ -249,7 +249,8 @@ def usage_error(line: str) -> None:
 @dataclass(frozen=True)
 class Workload:
     """What a workload module gives `main`: its name in results, its parser, its `measure`, and
-    `check(args, world_size)`, which validates the arguments before any rank starts or joins."""
+    `check(args, world_size)`, which validates the arguments before the workload runs (for the
+    first of a launch, before any rank starts or joins)."""
 
     name: str
     build_parser: Callable[[], argparse.ArgumentParser]

@@ -5,9 +5,9 @@ would (docs/architecture.md, "One launch per job"). The local executor runs its 
     torchrun --nproc-per-node 2 -m benchmarks.sequence \\
         allreduce -b 1K -e 4M --json a.json --then synthetic --scaling weak --json b.json
 
-Each workload's arguments are its own (`bench run WORKLOAD --help`), `--then` between them. All
-of them are checked before any rank joins; the first workload that fails ends the launch with its
-status, and the ones after it do not run.
+Each workload's arguments are its own (`bench run WORKLOAD --help`), `--then` between them. Each
+is parsed and checked as its turn comes, as its own launch would check it; the first workload
+that fails ends the launch with its status, and the ones after it do not run.
 """
 
 from __future__ import annotations

@@ -108,15 +108,13 @@ class LocalExecutor(Executor):
         return [(run,) for run in job.runs]
 
     def agent_command(self, job: Job, runs: tuple[WorkloadRun, ...], node: int, port: int | str) -> list[str]:
-        rdzv_id = f"{job.name}-{runs[0].key}"
         if len(runs) == 1:
-            return agent_command(
-                job.nodes, job.gpus_per_node, node, port, rdzv_id, runs[0].module, job.run_args(runs[0], self.timeout_s)
-            )
-        args: list[str] = []
-        for run in runs:
-            args += [*([THEN] if args else []), run.workload, *job.run_args(run, self.timeout_s)]
-        return agent_command(job.nodes, job.gpus_per_node, node, port, rdzv_id, SEQUENCE, args)
+            module, args = runs[0].module, job.run_args(runs[0], self.timeout_s)
+        else:
+            module, args = SEQUENCE, []
+            for run in runs:
+                args += [*([THEN] if args else []), run.workload, *job.run_args(run, self.timeout_s)]
+        return agent_command(job.nodes, job.gpus_per_node, node, port, f"{job.name}-{runs[0].key}", module, args)
 
     def agent_env(self, job: Job, runs: tuple[WorkloadRun, ...], node: int, gpus: list[str] | None) -> dict[str, str]:
         env = dict(os.environ)
