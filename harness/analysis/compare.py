@@ -104,7 +104,7 @@ class Comparison:
 
     @property
     def method(self) -> str:
-        used = set(self.table["test"].dropna())
+        used = set(self.table["test"].dropna().unique())  # unique() in Arrow: 100,000 rows, not 100,000 items
         parts = []
         if BY_RUNS in used or not used:
             parts.append(f"between runs (where A has {self.min_runs} or more): {stats.BAND_METHOD}")

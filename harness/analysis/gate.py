@@ -84,13 +84,13 @@ def document(
 
     bands = {
         "key": key_strings(table),
-        "metric": [str(m) for m in table["metric"]],
+        "metric": [str(v) for v in table["metric"].to_numpy(dtype=object)],
         "baseline": numbers(a),
         "low": numbers(a * table["band_low"].to_numpy(dtype=float, na_value=np.nan)),
         "high": numbers(a * table["band_high"].to_numpy(dtype=float, na_value=np.nan)),
         "value": numbers(table["b"].to_numpy(dtype=float, na_value=np.nan)),
-        "verdict": [str(v) for v in table["verdict"]],
-        "test": [str(t) for t in table["test"]],
+        "verdict": [str(v) for v in table["verdict"].to_numpy(dtype=object)],
+        "test": [str(v) for v in table["test"].to_numpy(dtype=object)],
     }
     return {
         "bench_gate": FORMAT,

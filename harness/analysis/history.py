@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD, UNITS
 from benchmarks.results import read_regular
+from harness.analysis import baseline as baseline_rows
 from harness.analysis import gate, series
-from harness.analysis.compare import MIN_RUNS
 from harness.analysis.sides import (
     CONFIG,
     KEYS,
@@ -46,10 +46,10 @@ from harness.analysis.sides import (
     Side,
     check_samples,
     check_summary,
+    grouped_side,
     key_frame,
     key_texts,
     read_tables,
-    side_from_tables,
 )
 from harness.analysis.store import SQLITE, Connection, Location, now, session
 from harness.analysis.store import error as store_error
@@ -58,8 +58,6 @@ from harness.rundir import COMPLETED, RUN_FILE_LIMIT, RunDir
 from harness.summary import run_facts, to_frame, upgraded
 
 if TYPE_CHECKING:
-    import numpy as np
-    import numpy.typing as npt
     import pandas as pd
     import pyarrow as pa
 
@@ -265,8 +263,7 @@ def usable_rows(db: Location, found: list[Entry]) -> Iterator[pd.DataFrame]:
     with session(db) as con:
         for entry in found:
             summary, _, _ = _load(con, db, entry, with_samples=False)
-            df = key_frame(summary)
-            yield df[_usable_rows(df)]
+            yield key_frame(summary)[baseline_rows.usable_rows(summary)]
 
 
 def points(db: Location, cluster: str) -> pd.DataFrame:
@@ -359,10 +356,11 @@ def check(db: Location) -> tuple[int, list[str]]:
 
 
 def _load(
-    con: Connection, db: Location, entry: Entry, with_samples: bool
+    con: Connection, db: Location, entry: Entry, with_samples: bool, columns: list[str] | None = None
 ) -> tuple[pa.Table, pa.Table | None, dict[str, Any]]:
     """(summary, samples or None, environment) of one entry, each checked: a damaged entry is
-    a HistoryError naming it."""
+    a HistoryError naming it. `columns`: only these of the summary (those it has; upgraded()
+    adds the rest it knows), checked against its whole schema."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -381,8 +379,10 @@ def _load(
         raise HistoryError(f"{damaged} (no stored summary){remedy}")
     summary_blob, samples_blob, env = found
     try:
-        summary = upgraded(pq.read_table(io.BytesIO(summary_blob)))
-        samples = upgraded(pq.read_table(io.BytesIO(samples_blob))) if samples_blob else None
+        stored = pq.ParquetFile(io.BytesIO(summary_blob))
+        schema = stored.schema_arrow
+        summary = upgraded(stored.read(columns=[c for c in columns if c in schema.names] if columns else None), columns)
+        samples = upgraded(pq.ParquetFile(io.BytesIO(samples_blob)).read()) if samples_blob else None
     except (OSError, TypeError, pa.ArrowException) as exc:
         raise HistoryError(f"{damaged} (its stored tables do not decode: {exc}){remedy}") from None
     try:
@@ -392,7 +392,8 @@ def _load(
     except (TypeError, ValueError) as exc:
         raise HistoryError(f"{damaged} (its environment is not JSON: {exc}){remedy}") from None
     try:
-        check_summary(summary, f"{entry.name}'s summary")
+        # a part read is checked as a whole: its schema stands for the columns left unread
+        check_summary(upgraded(schema.empty_table()) if columns else summary, f"{entry.name}'s summary")
         if samples is not None:
             check_samples(samples, f"{entry.name}'s samples")
     except DataError as exc:
@@ -512,116 +513,38 @@ class NewSeries(HistoryError):
 
 
 def _baseline(con: Connection, db: Location, found: list[Entry], kind: str, k: int, how: str) -> Side:
-    """Choose each key's runs from the entries (newest first), then build one Side of them.
-    The chosen rows' job names carry their entry's id, so that their samples stay apart."""
-    import numpy as np
-    import pandas as pd
-    import pyarrow as pa
+    """Choose each key's runs from the entries, newest first (analysis/baseline.py), then build
+    one Side of them. The chosen rows' job names carry their entry's id, so that their samples
+    stay apart."""
 
-    frames: list[pd.DataFrame] = []
-    expected: pd.DataFrame | None = None
-    environment: dict[str, Any] = {}
-    environments: dict[int, dict[str, Any]] = {}
-    wanted = np.zeros(0, dtype=np.uint64)  # set from the newest run, read first
-    usable_rows = np.zeros(0, dtype=np.int64)  # per wanted key: the usable rows read so far
-    refused = gate.rejected(con, [e.id for e in found])  # what the gate failed, never a baseline
-    for rank, entry in enumerate(found):
-        summary, _, env = _load(con, db, entry, with_samples=False)
-        environments[entry.id] = env
-        df = key_frame(summary)
-        df["_key"] = _key_hash(df)
-        if expected is None:  # the newest run says which keys are expected
-            expected, environment, wanted = df, env, np.unique(df["_key"].to_numpy())
-            usable_rows = np.zeros(len(wanted), dtype=np.int64)
-        ok = _usable_rows(df) & np.isin(df["_key"].to_numpy(), wanted)
-        if entry.id in refused:
-            ok &= gate.kept(df, refused[entry.id])
-        usable = df[ok]
-        # job names carry their entry's id, so that the samples of its runs stay apart
-        frames.append(usable.assign(_rank=rank, _entry=entry.id, job=f"{entry.id}/" + usable["job"]))
-        # every expected key with k usable rows (1 for "last") among the runs read so far: counted
-        # as each run is read, not again over all of them (30 runs of 100,000 keys: 3.2 s)
-        usable_rows += np.bincount(np.searchsorted(wanted, usable["_key"].to_numpy()), minlength=len(wanted))
-        if kind in ("median", "last") and bool((usable_rows >= (k if kind == "median" else 1)).all()):
-            break
-    if expected is None:
-        raise HistoryError(f"{db}: no run to draw a baseline from")
-    # keys expected but never usable: the newest run's rows stay, completed or not, and the
-    # comparison finds them failed or without the samples a test needs; never left out
-    never = usable_rows[np.searchsorted(wanted, expected["_key"].to_numpy())] == 0
-    failed = expected[(expected["status"] != COMPLETED).to_numpy(dtype=bool) | never]
-    failed = failed.assign(_rank=len(found), _entry=-1, job="-/" + failed["job"])
-    # one concatenation of every row the baseline may keep (3,000,000 for thirty 100,000-row
-    # runs: each copy of them costs a second or more), the newest run's failed rows last
-    ordered = pd.concat([*frames, failed], ignore_index=True).sort_values(["_rank", "repeat"], kind="stable")
-    pool = ordered.iloc[: len(ordered) - len(failed)]
-    by_key = pool.groupby("_key", sort=False)
-    nth = by_key.cumcount()
-    keep: npt.NDArray[np.bool_] | pd.Series
-    if kind == "best":
-        score = pool["busbw_gbps"].where(
-            pool["workload"] == COLLECTIVE_WORKLOAD, pool["images_per_s"].fillna(pool["tokens_per_s"])
-        )
-        keep = pool.index.isin(
-            pool.assign(_s=score).sort_values("_s", ascending=False, kind="stable").drop_duplicates("_key").index
-        )
-    elif kind == "median":  # K runs draw the band; with fewer, all of them, judged provisionally:
-        # their median against the run's value, their samples pooled for the within-run test
-        # (docs/noise.md, "With fewer than K runs")
-        keep = nth < k
-    elif kind == "last":  # the newest run where the key is usable, with all its replicates
-        keep = pool["_rank"] == by_key["_rank"].transform("min")
-    else:
-        keep = pd.Series(True, index=pool.index)
-    keep = np.asarray(keep, dtype=bool)
-    chosen = pool[keep]
-    runs = chosen.groupby("_key", sort=False)["job"].transform("size")
-    judged_within = runs < (k if kind == "median" else MIN_RUNS)
-    need_samples = sorted(set(chosen.loc[judged_within.to_numpy(dtype=bool), "_entry"]))
-    rows = ordered[np.concatenate([keep, np.ones(len(failed), dtype=bool)])].drop(columns=["_rank", "_entry", "_key"])
-    by_id = {e.id: e for e in found}
-    samples = []
-    for entry_id in need_samples:
-        _, s, _ = _load(con, db, by_id[entry_id], with_samples=True)
-        if s is not None and s.num_rows:
-            jobs = pa.compute.binary_join_element_wise(pa.scalar(f"{entry_id}/"), s.column("job"), "")
-            samples.append(s.set_column(s.column_names.index("job"), "job", jobs))
-    used = [by_id[i] for i in sorted(set(chosen["_entry"]))]
+    def read(entry: Entry, columns: list[str] | None) -> tuple[pa.Table, dict[str, Any]]:
+        summary, _, env = _load(con, db, entry, with_samples=False, columns=columns)
+        return summary, env
+
+    def read_samples(entry: Entry) -> pa.Table | None:
+        return _load(con, db, entry, with_samples=True, columns=["job"])[1]
+
+    drawn = baseline_rows.draw(found, kind, k, read, read_samples, gate.rejected(con, [e.id for e in found]))
+    used, environment = drawn.used, drawn.environments[found[0].id]
     # the rules and benches of every run the baseline draws on, not the newest's alone: one run
     # of other rules among them makes the comparison one across rules (docs/provenance.md)
     for key, default in (("measurement_rules", ["1"]), ("bench", [])):
-        seen = {str(v) for e in used for v in environments[e.id].get(key) or default}
+        seen = {str(v) for e in used for v in drawn.environments[e.id].get(key) or default}
         environment = {**environment, key: sorted(seen)} if seen else environment
     source = "history " + (
         f"run {used[0].id} ({used[0].path})" if len(used) == 1 else f"runs {', '.join(str(e.id) for e in used)}"
     )
     label = (found[0].label or how) if kind == "label" else f"{how} of {len(used)} run{'s' if len(used) != 1 else ''}"
-    side = side_from_tables(rows, pa.concat_tables(samples) if samples else None, label, source, environment)
+    side = grouped_side(
+        drawn.rows,
+        drawn.codes,
+        drawn.figures,
+        drawn.pooled,
+        drawn.others,
+        label,
+        source,
+        environment,
+        order=drawn.order,
+    )
     side.entries = used
     return side
-
-
-def _key_hash(df: pd.DataFrame) -> npt.NDArray[np.uint64]:
-    """One 64-bit hash per row of its key columns: set operations on keys without tuples. Every
-    frame hashed comes through summary.to_frame, so equal keys have equal dtypes and hashes."""
-    import pandas as pd
-
-    return pd.util.hash_pandas_object(df[KEYS], index=False).to_numpy()
-
-
-def _usable_rows(df: pd.DataFrame) -> npt.NDArray[np.bool_]:
-    """Rows a baseline may use: completed, with a finite positive time and two usable samples."""
-    import numpy as np
-
-    time = (
-        df["time_us"]
-        .where(df["workload"] == COLLECTIVE_WORKLOAD, df["step_time_ms"])
-        .to_numpy(dtype=float, na_value=np.nan)
-    )
-    with np.errstate(invalid="ignore"):
-        ok = np.isfinite(time) & (time > 0)
-    return (
-        (df["status"] == COMPLETED).to_numpy(dtype=bool)
-        & ok
-        & (df["n_samples"].fillna(0).to_numpy(dtype=np.int64) >= 2)
-    )

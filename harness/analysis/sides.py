@@ -240,19 +240,41 @@ def side_from_tables(
     codes = done.groupby(KEYS, sort=False, dropna=False).ngroup().to_numpy() if len(done) else np.zeros(0, int)
     groups = int(codes.max()) + 1 if len(codes) else 0
     first = np.unique(codes, return_index=True)[1]
-    rows = done.iloc[first].reset_index(drop=True)
-    runs: dict[str, tuple[Values, Counts]] = {}
-    for name in METRICS:
-        per_run = done[name].to_numpy(dtype=float, na_value=np.nan)[:, None]
-        runs[name] = stats.pool(codes, per_run, usable(per_run), groups)
-        rows[name] = _median_rows(*runs[name])
-    rows["runs"] = np.bincount(codes, minlength=groups) if groups else np.zeros(0, int)
     pooled: dict[str, tuple[Values, Counts]] = {}
     if samples is not None and samples.num_rows and len(done):
-        for metric_name, (vals, counts) in _samples_by_row(samples, done).items():
+        for metric_name, (vals, counts) in samples_by_row(samples, done).items():
             mask = (np.arange(vals.shape[1])[None, :] < counts[:, None]) & usable(vals)
             pooled[metric_name] = stats.pool(codes, vals, mask, groups)
-    others = df[(df["status"] != COMPLETED).to_numpy(dtype=bool)][KEYS + ["status", "reason", "job"]]
+    figures = {name: done[name].to_numpy(dtype=float, na_value=np.nan) for name in METRICS}
+    others = df[(df["status"] != COMPLETED).to_numpy(dtype=bool)]
+    rows = done.iloc[first].reset_index(drop=True)
+    return grouped_side(rows, codes, figures, pooled, others, label, source, environment, found)
+
+
+def grouped_side(
+    rows: pd.DataFrame,
+    codes: npt.NDArray[np.intp],
+    figures: dict[str, Values],
+    pooled: dict[str, tuple[Values, Counts]],
+    others: pd.DataFrame,
+    label: str,
+    source: str,
+    environment: dict[str, Any] | None = None,
+    found: list[Straggler] | None = None,
+    order: npt.NDArray[np.intp] | None = None,
+) -> Side:
+    """The Side of completed rows grouped by key: `rows` the first row of each key, in the
+    order of `codes` (each completed row's key); `figures` each metric's value per completed
+    row; `pooled` the samples pooled by key; `others` the rows that did not complete; `order`
+    the completed rows by key (stats.pool_columns), where known."""
+    import numpy as np
+
+    groups = len(rows)
+    runs = stats.pool_columns(codes, figures, groups, order)
+    for name in METRICS:
+        rows[name] = _median_rows(*runs[name])
+    rows["runs"] = np.bincount(codes, minlength=groups) if groups else np.zeros(0, int)
+    others = others[KEYS + ["status", "reason", "job"]]
     rows["failed_runs"], rows["failed_status"], rows["failed_note"] = _failed_replicates(rows, others)
     others = others.drop_duplicates(KEYS)
     if len(others) and len(rows):
@@ -325,7 +347,7 @@ def _median_rows(values: Values, counts: Counts) -> Values:
     return out
 
 
-def _samples_by_row(samples: pa.Table, rows: pd.DataFrame) -> dict[str, tuple[Values, Counts]]:
+def samples_by_row(samples: pa.Table, rows: pd.DataFrame) -> dict[str, tuple[Values, Counts]]:
     """Each samples metric as (padded values, counts) aligned with `rows` (SAMPLE_JOIN columns)."""
     import numpy as np
     import pyarrow as pa
@@ -351,8 +373,8 @@ def _parquet(path: Path) -> pa.Table:
     """A summary file of a run, read only if it is a regular file (a FIFO is not waited on)."""
     import pyarrow.parquet as pq
 
-    with open_regular(path) as f:
-        return pq.read_table(f)
+    with open_regular(path) as f:  # ParquetFile: read_table would import pyarrow.dataset, 0.2 s
+        return pq.ParquetFile(f).read()
 
 
 def load_run(path: str | Path, label: str | None = None) -> Side:

@@ -133,6 +133,30 @@ def pool(codes: npt.NDArray[np.intp], values: Values, valid: Mask, groups: int) 
     return out, sizes
 
 
+def pool_columns(
+    codes: npt.NDArray[np.intp], columns: dict[str, Values], groups: int, order: npt.NDArray[np.intp] | None = None
+) -> dict[str, tuple[Values, Counts]]:
+    """pool() of each 1-D column with its usable values (finite, positive) valid: the rows
+    sorted by group once for all the columns. `order`: that stable sort of codes, where the
+    caller knows it (3,000,000 rows of a month's baseline: sorting them costs 0.3 s)."""
+    import numpy as np
+
+    order = np.argsort(codes, kind="stable") if order is None else order
+    by_group = np.asarray(codes)[order]
+    out = {}
+    for name, column in columns.items():
+        values = np.asarray(column, dtype=float)[order]
+        with np.errstate(invalid="ignore"):
+            valid = np.isfinite(values) & (values > 0)
+        group, flat = by_group[valid], values[valid]
+        sizes = np.bincount(group, minlength=groups).astype(np.int64)
+        packed = np.full((groups, max(int(sizes.max()) if groups else 0, 1)), np.nan)
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        packed[group, np.arange(len(flat)) - starts[group]] = flat
+        out[name] = (packed, sizes)
+    return out
+
+
 # The between-run band. Per key, the baseline runs' values x_1..x_K are taken on the log scale
 # (changes are ratios). Centre: their median. Spread: the MAD scaled to a normal sigma
 # (1.4826 MAD, Rousseeuw and Croux, JASA 1993), times the small-sample factor b_K that makes it

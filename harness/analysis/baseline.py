@@ -1,0 +1,307 @@
+"""Which rows of which history runs a baseline takes, and the parts of the Side they make.
+
+A month of nights is thirty runs of 100,000 keys: 3,000,000 rows, of which a baseline needs a
+few columns and, of most rows, only the figures. So each run older than the newest is read as
+Arrow columns (READ), and its rows are matched to the newest run's keys by position where its
+key columns are the newest's (a nightly run's plan is the same matrix: one comparison of Arrow
+columns), by key hash otherwise. Each key's rows are chosen as the runs are read, newest first,
+and the Side's figures are built from the chosen rows as arrays: only the first chosen row of a
+key is read whole (its hosts, parameters, settings), from the runs that give one.
+
+The choice per key (history.baseline says what each --baseline means): the rows a baseline may
+use (usable_rows), newest run first and in a run by replicate; median:K takes the first K,
+last the newest run's, best the one best figure, label:L its one run's. A key of the newest run
+that no run read gives a usable row keeps the newest's row, completed or not: the comparison
+finds it failed or without the samples it needs, never left out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from benchmarks.catalog import COLLECTIVE_WORKLOAD
+from harness.analysis import gate
+from harness.analysis.compare import MIN_RUNS
+from harness.analysis.sides import KEYS, METRICS, Entry, key_frame, samples_by_row
+from harness.analysis.stats import pool
+from harness.rundir import COMPLETED
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import numpy as np
+    import numpy.typing as npt
+    import pandas as pd
+    import pyarrow as pa
+
+    from harness.analysis.stats import Counts, Values
+
+    # an entry's summary (READ's columns, or None: whole) and its environment
+    Reader = Callable[[Entry, list[str] | None], tuple[pa.Table, dict[str, Any]]]
+    SampleReader = Callable[[Entry], pa.Table | None]  # an entry's samples
+
+# what a baseline reads of a run other than the newest: its keys, what makes a row usable, the figures
+READ = [*KEYS, "job", "status", "repeat", "n_samples", *METRICS]
+
+
+@dataclass
+class _Run:
+    """One run as the baseline read it: its usable rows of the newest run's keys, in the order
+    the baseline takes them (by replicate), and which of them it took."""
+
+    entry: Entry
+    table: pa.Table  # the summary as read
+    rows: npt.NDArray[np.intp]  # usable rows of wanted keys, by replicate
+    keys: npt.NDArray[np.intp]  # each one's key: its place in `wanted`
+    taken: npt.NDArray[np.bool_]
+
+
+@dataclass
+class Drawn:
+    """A baseline's chosen rows, as sides.grouped_side takes them."""
+
+    rows: pd.DataFrame  # the first chosen row of each key, job names as "ID/job" ("-/job": the newest's)
+    codes: npt.NDArray[np.intp]  # each completed row's key: its row in `rows`
+    order: npt.NDArray[np.intp]  # the completed rows by key, in the order taken (a stable sort of codes)
+    figures: dict[str, Values]  # each metric's value per completed row
+    pooled: dict[str, tuple[Values, Counts]]  # samples by key, where the runs are too few for a band
+    others: pd.DataFrame  # the newest run's rows that did not complete
+    used: list[Entry]  # the runs a chosen row came from, by id
+    environments: dict[int, dict[str, Any]]  # of every run read
+
+
+def draw(
+    found: list[Entry], kind: str, k: int, read: Reader, read_samples: SampleReader, refused: dict[int, set[str]]
+) -> Drawn:
+    """The baseline's rows from the entries (newest first); `refused`: run id -> keys the gate
+    rejected (gate.rejected), never a baseline."""
+    import numpy as np
+    import pandas as pd
+
+    newest, environment = read(found[0], None)
+    environments = {found[0].id: environment}
+    expected = key_frame(newest)  # the newest run says which keys are expected
+    expected_keys = key_hash(expected)
+    wanted = np.unique(expected_keys)
+    newest_at = np.searchsorted(wanted, expected_keys)  # each newest row's key: its place in wanted
+    counted = np.zeros(len(wanted), dtype=np.int64)  # per wanted key: the usable rows read so far
+    choice = _Choice(kind, k, len(wanted))
+    runs: list[_Run] = []
+    for rank, entry in enumerate(found):
+        table = newest
+        if rank:
+            table, environments[entry.id] = read(entry, READ)
+        if rank == 0 or _same_keys(table, newest):  # the newest's keys, row by row
+            at, ok = newest_at, usable_rows(table)
+        else:
+            hashes = key_hash(key_frame(table))
+            at = np.minimum(np.searchsorted(wanted, hashes), len(wanted) - 1)
+            ok = usable_rows(table) & (wanted[at] == hashes)
+        if entry.id in refused:
+            ok &= gate.kept(expected if rank == 0 else key_frame(table), refused[entry.id])
+        rows = np.flatnonzero(ok)
+        repeat = table.column("repeat").fill_null(np.iinfo(np.int64).max).to_numpy()
+        rows = rows[np.argsort(repeat[rows], kind="stable")]
+        run = _Run(entry, table, rows, at[rows], choice.take(rank, table, at[rows], rows, counted))
+        runs.append(run)
+        counted += np.bincount(run.keys, minlength=len(wanted))
+        # every expected key with K usable rows (1 for "last") among the runs read so far
+        if kind in ("median", "last") and bool((counted >= (k if kind == "median" else 1)).all()):
+            break
+    if kind == "best":
+        choice.settle(runs)
+
+    never = counted[newest_at] == 0
+    failed_at = (expected["status"] != COMPLETED).to_numpy(dtype=bool) | never
+    failed = expected[failed_at].assign(job="-/" + expected.loc[failed_at, "job"])
+    failed_done = (failed["status"] == COMPLETED).to_numpy(dtype=bool)  # never usable, yet completed
+
+    # the completed rows in the order the baseline takes them, run by run: the chosen rows, then
+    # the newest's never usable ones. A key's code is the order it first comes in; a row's place,
+    # how many rows of its key came before it (pool_columns' order, without a sort of them all)
+    done = failed[failed_done]
+    chosen = [r for r in runs if r.taken.any()]
+    parts = [(r.keys[r.taken], r.rows[r.taken]) for r in chosen]
+    parts.append((newest_at[failed_at][failed_done], np.arange(len(done))))
+    code_of = np.full(len(wanted), -1, dtype=np.intp)
+    before = np.zeros(len(wanted), dtype=np.int64)
+    codes, places, pieces, groups = [], [], [], 0
+    for i, (keys, rows) in enumerate(parts):
+        new = np.flatnonzero(code_of[keys] < 0)
+        if len(new):  # the keys this part gives first, in the order they come: their first rows
+            new = new[np.sort(np.unique(keys[new], return_index=True)[1])]
+            code_of[keys[new]] = np.arange(groups, groups + len(new))
+            groups += len(new)
+            if i < len(chosen):
+                run = chosen[i]
+                whole = expected if run.table is newest else key_frame(read(run.entry, None)[0])
+                piece = whole.iloc[rows[new]]
+                pieces.append(piece.assign(job=f"{run.entry.id}/" + piece["job"]))
+            else:
+                pieces.append(done.iloc[rows[new]])
+        codes.append(code_of[keys])
+        places.append(before[keys] + _occurrence(keys))
+        before += np.bincount(keys, minlength=len(wanted))
+    code = np.concatenate(codes).astype(np.intp)
+    starts = np.concatenate([[0], np.cumsum(np.bincount(code, minlength=groups))[:-1]]).astype(np.int64)
+    order = np.empty(len(code), dtype=np.intp)
+    order[starts[code] + np.concatenate(places)] = np.arange(len(code))
+
+    figures = {}
+    for name in METRICS:
+        taken = [_floats(r.table, name)[rows] for r, (_, rows) in zip(chosen, parts)]
+        figures[name] = np.concatenate([*taken, done[name].to_numpy(dtype=float, na_value=np.nan)])
+
+    # a key with fewer chosen rows than a band needs is judged within runs, on their samples
+    chosen_codes = codes[: len(chosen)]
+    n_chosen = np.bincount(np.concatenate([np.zeros(0, np.intp), *chosen_codes]), minlength=groups)
+    within = n_chosen < (k if kind == "median" else MIN_RUNS)
+    taken_rows = [(run, rows, c) for run, (_, rows), c in zip(chosen, parts, chosen_codes)]
+    return Drawn(
+        rows=pd.concat(pieces, ignore_index=True) if pieces else expected.iloc[:0],
+        codes=code,
+        order=order,
+        figures=figures,
+        pooled=_pooled(taken_rows, within, groups, read_samples),
+        others=failed[~failed_done],
+        used=sorted((r.entry for r in chosen), key=lambda e: e.id),
+        environments=environments,
+    )
+
+
+def _pooled(
+    taken: list[tuple[_Run, npt.NDArray[np.intp], npt.NDArray[np.intp]]],
+    within: npt.NDArray[np.bool_],
+    groups: int,
+    read_samples: SampleReader,
+) -> dict[str, tuple[Values, Counts]]:
+    """The samples of every row taken (run, rows, their codes) of the runs that gave a key
+    judged within runs, pooled by key."""
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    frames, samples, row_codes = [], [], []
+    for run, rows, codes in taken:
+        if not within[codes].any():
+            continue
+        s = read_samples(run.entry)
+        if s is None or not s.num_rows:
+            continue
+        columns = [c for c in READ if c in run.table.column_names]
+        frame = key_frame(run.table.take(pa.array(rows)).select(columns))
+        frames.append(frame.assign(job=f"{run.entry.id}/" + frame["job"]))
+        row_codes.append(codes)
+        jobs = pc.binary_join_element_wise(pa.scalar(f"{run.entry.id}/"), s.column("job"), "")
+        samples.append(s.set_column(s.column_names.index("job"), "job", jobs))
+    if not frames:
+        return {}
+    rows_all, at = pd.concat(frames, ignore_index=True), np.concatenate(row_codes)
+    out = {}
+    for name, (vals, counts) in samples_by_row(pa.concat_tables(samples), rows_all).items():
+        with np.errstate(invalid="ignore"):
+            mask = (np.arange(vals.shape[1])[None, :] < counts[:, None]) & np.isfinite(vals) & (vals > 0)
+        out[name] = pool(at, vals, mask, groups)
+    return out
+
+
+class _Choice:
+    """Which of each run's usable rows a baseline takes, run by run (best: once all are read)."""
+
+    def __init__(self, kind: str, k: int, keys: int):
+        import numpy as np
+
+        self.kind, self.k = kind, k
+        self.first_rank = np.full(keys, -1, dtype=np.int64)  # last: the run each key is taken from
+        self.best = np.full(keys, -np.inf)  # best: each key's best score so far, its run and row
+        self.best_run = np.full(keys, -1, dtype=np.int64)
+        self.best_at = np.zeros(keys, dtype=np.int64)
+
+    def take(
+        self,
+        rank: int,
+        table: pa.Table,
+        keys: npt.NDArray[np.intp],
+        rows: npt.NDArray[np.intp],
+        counted: npt.NDArray[np.int64],
+    ) -> npt.NDArray[np.bool_]:
+        import numpy as np
+
+        if self.kind == "median":  # a key's first K usable rows, whichever runs hold them
+            return counted[keys] + _occurrence(keys) < self.k
+        if self.kind == "last":  # the newest run where the key is usable, with all its replicates
+            first = self.first_rank[keys]
+            self.first_rank[keys[first < 0]] = rank
+            return (first < 0) | (first == rank)
+        if self.kind == "best":  # the one row of the best figure: the first of equals
+            score = np.where(
+                _texts_equal(table, "workload", COLLECTIVE_WORKLOAD),
+                _floats(table, "busbw_gbps"),
+                np.where(np.isnan(s := _floats(table, "images_per_s")), _floats(table, "tokens_per_s"), s),
+            )[rows]
+            score = np.where(np.isnan(score), -np.inf, score)
+            order = np.lexsort((np.arange(len(keys)), -score, keys))  # per key, best first, then the first
+            lead = order[np.r_[True, keys[order][1:] != keys[order][:-1]]] if len(keys) else order
+            better = (self.best_run[keys[lead]] < 0) | (score[lead] > self.best[keys[lead]])
+            won = lead[better]
+            self.best[keys[won]], self.best_run[keys[won]], self.best_at[keys[won]] = score[won], rank, won
+            return np.zeros(len(keys), dtype=bool)
+        return np.ones(len(keys), dtype=bool)  # label: its one run, every usable row
+
+    def settle(self, runs: list[_Run]) -> None:
+        """best: mark the rows that stayed best."""
+        for rank, run in enumerate(runs):
+            run.taken[self.best_at[self.best_run == rank]] = True
+
+
+def _occurrence(keys: npt.NDArray[np.intp]) -> npt.NDArray[np.int64]:
+    """How many times each value came before in `keys` (a key's replicates in one run)."""
+    import numpy as np
+
+    if not len(keys) or np.bincount(keys).max() <= 1:
+        return np.zeros(len(keys), dtype=np.int64)
+    order = np.argsort(keys, kind="stable")
+    ordered = keys[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    out = np.empty(len(keys), dtype=np.int64)
+    out[order] = np.arange(len(keys)) - np.repeat(starts, np.diff(np.r_[starts, len(keys)]))
+    return out
+
+
+def _same_keys(table: pa.Table, newest: pa.Table) -> bool:
+    return table.num_rows == newest.num_rows and all(table.column(c).equals(newest.column(c)) for c in KEYS)
+
+
+def _floats(table: pa.Table, name: str) -> Values:
+    import numpy as np
+
+    return np.asarray(table.column(name).to_numpy(), dtype=float)  # nulls are NaN
+
+
+def _texts_equal(table: pa.Table, name: str, text: str) -> npt.NDArray[np.bool_]:
+    import pyarrow.compute as pc
+
+    return pc.equal(table.column(name), text).fill_null(False).to_numpy()
+
+
+def usable_rows(table: pa.Table) -> npt.NDArray[np.bool_]:
+    """Rows a baseline may use: completed, with a finite positive time and two usable samples."""
+    import numpy as np
+
+    time = np.where(
+        _texts_equal(table, "workload", COLLECTIVE_WORKLOAD), _floats(table, "time_us"), _floats(table, "step_time_ms")
+    )
+    with np.errstate(invalid="ignore"):
+        ok = np.isfinite(time) & (time > 0)
+    samples = table.column("n_samples").fill_null(0).to_numpy()
+    return _texts_equal(table, "status", COMPLETED) & ok & (samples >= 2)
+
+
+def key_hash(df: pd.DataFrame) -> npt.NDArray[np.uint64]:
+    """One 64-bit hash per row of its key columns: set operations on keys without tuples. Every
+    frame hashed comes through sides.key_frame, so equal keys have equal dtypes and hashes."""
+    import pandas as pd
+
+    return pd.util.hash_pandas_object(df[KEYS], index=False).to_numpy()

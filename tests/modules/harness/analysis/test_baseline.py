@@ -1,0 +1,108 @@
+"""Which rows of which history runs a baseline takes (harness/analysis/baseline.py): each
+--baseline's choice per key, over runs read by position and by key, with replicates, a failed
+key, a key never usable and a run the gate rejected a key of."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from harness.analysis import baseline, gate
+from harness.analysis.sides import Entry, grouped_side, key_frame
+from harness.summary import COLUMNS, SUMMARY_VERSION, VERSION_KEY, arrow_type
+
+SIZES = {"a": 1 << 20, "b": 2 << 20, "c": 4 << 20, "d": 8 << 20}
+
+
+def _row(run: int, key: str, repeat: int = 0, status: str = "COMPLETED") -> dict:
+    """One all_reduce row; its time names its run, key and replicate: 100 x run + 10 x key + repeat."""
+    time = 100 * run + 10 * (list(SIZES).index(key) + 1) + repeat
+    return {
+        "job": f"n1-g8-{key}", "workload": "allreduce", "collective": "all_reduce", "group": "world",
+        "nodes": 1, "gpus_per_node": 8, "launcher": "torchrun", "nccl_config": "default", "status": status,
+        "size_bytes": SIZES[key], "time_us": float(time), "busbw_gbps": 1e5 / time, "algbw_gbps": 1e5 / time,
+        "repeat": repeat, "n_samples": 1 if key == "c" else 20, "hosts": "n1", "params": "{}",
+    }  # fmt: skip
+
+
+def _table(rows: list[dict]) -> pa.Table:
+    columns = {c: pa.array([r.get(c) for r in rows], type=arrow_type(c)) for c in COLUMNS}
+    return pa.table(columns).replace_schema_metadata({VERSION_KEY: str(SUMMARY_VERSION).encode()})
+
+
+def _entry(run: int) -> Entry:
+    return Entry(run, "lab", None, f"/runs/{run}", "s", f"2026-11-0{run}", "", 5, 4, 0)
+
+
+# newest first. Run 4: b failed, d's replicates listed second before first; run 3: its rows in
+# the other order, so it is matched by key, not by position; run 2: the gate rejected its a.
+RUNS = {
+    4: [_row(4, "a"), _row(4, "b", status="FAILED"), _row(4, "c"), _row(4, "d", 1), _row(4, "d", 0)],
+    3: [_row(3, "d", 1), _row(3, "d", 0), _row(3, "c"), _row(3, "b"), _row(3, "a")],
+    2: [_row(2, "a"), _row(2, "b"), _row(2, "c"), _row(2, "d", 0), _row(2, "d", 1)],
+    1: [_row(1, "a"), _row(1, "b"), _row(1, "c"), _row(1, "d", 0), _row(1, "d", 1)],
+}
+
+
+def _drawn(kind: str, k: int):
+    tables = {run: _table(rows) for run, rows in RUNS.items()}
+    read = []
+
+    def reader(entry: Entry, columns: list[str] | None):
+        read.append((entry.id, columns is None))
+        table = tables[entry.id]
+        return (table if columns is None else table.select(columns)), {"bench": [f"b{entry.id}"]}
+
+    rejected_a = gate.key_strings(key_frame(tables[2]))[0]
+    drawn = baseline.draw([_entry(r) for r in RUNS], kind, k, reader, lambda e: None, {2: {rejected_a}})
+    side = grouped_side(
+        drawn.rows, drawn.codes, drawn.figures, drawn.pooled, drawn.others, kind, "h", order=drawn.order
+    )
+    values, counts = side.runs["time_us"]
+    by_key = {
+        key: [float(v) for v in values[i, : counts[i]]]
+        for key, size in SIZES.items()
+        for i in side.rows.index[side.rows["size_bytes"] == size]
+    }
+    return drawn, side, by_key, read
+
+
+def test_median_takes_each_keys_first_k_usable_rows_newest_first():
+    drawn, side, by_key, read = _drawn("median", 3)
+    # a: run 2's was rejected by the gate; b: failed in the newest; d: the newest's replicates in
+    # their order, then run 3's first
+    assert by_key == {"a": [410.0, 310.0, 110.0], "b": [320.0, 220.0, 120.0], "c": [430.0], "d": [440.0, 441.0, 340.0]}
+    rows = side.rows.set_index("size_bytes")
+    # c never had two samples: the newest's row stays, to be found without the samples a test needs
+    assert rows.loc[SIZES["c"], "job"] == "-/n1-g8-c" and rows.loc[SIZES["a"], "job"] == "4/n1-g8-a"
+    assert rows.loc[SIZES["b"], "job"] == "3/n1-g8-b" and rows.loc[SIZES["b"], "failed_runs"] == 1
+    assert rows.loc[SIZES["d"], "runs"] == 3 and rows.loc[SIZES["a"], "time_us"] == 310.0
+    assert [e.id for e in drawn.used] == [1, 2, 3, 4] and drawn.environments[1] == {"bench": ["b1"]}
+    # the older runs' columns are read, and a run whole only where a key's first row is in it
+    assert read == [(4, True), (3, False), (2, False), (1, False), (3, True)]
+
+
+def test_last_takes_the_newest_usable_run_of_each_key_with_its_replicates():
+    drawn, _, by_key, _ = _drawn("last", 1)
+    assert by_key == {"a": [410.0], "b": [320.0], "c": [430.0], "d": [440.0, 441.0]}
+    assert [e.id for e in drawn.used] == [3, 4]
+
+
+def test_best_takes_each_keys_one_best_row():
+    drawn, _, by_key, _ = _drawn("best", 1)
+    # the busbw is best where the time is least: run 1's, but for a rejected row
+    assert by_key == {"a": [110.0], "b": [120.0], "c": [430.0], "d": [140.0]}
+    assert [e.id for e in drawn.used] == [1]
+
+
+@pytest.mark.parametrize("kind", ["median", "last", "best"])
+def test_a_run_matched_by_key_gives_what_the_same_run_in_order_gives(kind):
+    """Run 3 sorted back into the newest's order is matched by position: the same baseline."""
+    _, _, by_key, _ = _drawn(kind, 3)
+    order = {(r["size_bytes"], r["repeat"]): r for r in RUNS[3]}
+    saved = RUNS[3]
+    try:
+        RUNS[3] = [order[(r["size_bytes"], r["repeat"])] for r in RUNS[4]]
+        assert _drawn(kind, 3)[2] == by_key
+    finally:
+        RUNS[3] = saved
