@@ -83,6 +83,7 @@ def draw(
     environments = {found[0].id: environment}
     expected = key_frame(newest)  # the newest run says which keys are expected
     expected_keys = key_hash(expected)
+    reference = read(found[0], READ)[0] if len(found) > 1 else newest  # its keys, as the others are read
     wanted = np.unique(expected_keys)
     newest_at = np.searchsorted(wanted, expected_keys)  # each newest row's key: its place in wanted
     counted = np.zeros(len(wanted), dtype=np.int64)  # per wanted key: the usable rows read so far
@@ -92,14 +93,14 @@ def draw(
         table = newest
         if rank:
             table, environments[entry.id] = read(entry, READ)
-        if rank == 0 or _same_keys(table, newest):  # the newest's keys, row by row
+        if rank == 0 or _same_keys(table, reference):  # the newest's keys, row by row
             at, ok = newest_at, usable_rows(table)
         else:
-            hashes = key_hash(key_frame(table))
+            hashes = key_hash(_frame(table))
             at = np.minimum(np.searchsorted(wanted, hashes), len(wanted) - 1)
             ok = usable_rows(table) & (wanted[at] == hashes)
         if entry.id in refused:
-            ok &= gate.kept(expected if rank == 0 else key_frame(table), refused[entry.id])
+            ok &= gate.kept(expected if rank == 0 else _frame(table), refused[entry.id])
         rows = np.flatnonzero(ok)
         repeat = table.column("repeat").fill_null(np.iinfo(np.int64).max).to_numpy()
         rows = rows[np.argsort(repeat[rows], kind="stable")]
@@ -191,7 +192,7 @@ def _pooled(
         if s is None or not s.num_rows:
             continue
         columns = [c for c in READ if c in run.table.column_names]
-        frame = key_frame(run.table.take(pa.array(rows)).select(columns))
+        frame = _frame(run.table.take(pa.array(rows)).select(columns))
         frames.append(frame.assign(job=f"{run.entry.id}/" + frame["job"]))
         row_codes.append(codes)
         jobs = pc.binary_join_element_wise(pa.scalar(f"{run.entry.id}/"), s.column("job"), "")
@@ -270,8 +271,18 @@ def _occurrence(keys: npt.NDArray[np.intp]) -> npt.NDArray[np.int64]:
     return out
 
 
-def _same_keys(table: pa.Table, newest: pa.Table) -> bool:
-    return table.num_rows == newest.num_rows and all(table.column(c).equals(newest.column(c)) for c in KEYS)
+def _same_keys(table: pa.Table, reference: pa.Table) -> bool:
+    """The same key columns, row by row, read the same way (their dictionaries too)."""
+    return table.num_rows == reference.num_rows and all(table.column(c).equals(reference.column(c)) for c in KEYS)
+
+
+def _frame(table: pa.Table) -> pd.DataFrame:
+    """key_frame of a table read with its texts as dictionaries: decoded first, so that its
+    keys hash as the newest run's do."""
+    import pyarrow as pa
+
+    plain = [pa.field(f.name, f.type.value_type) if pa.types.is_dictionary(f.type) else f for f in table.schema]
+    return key_frame(table.cast(pa.schema(plain, metadata=table.schema.metadata)))
 
 
 def _floats(table: pa.Table, name: str) -> Values:

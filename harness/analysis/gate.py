@@ -75,15 +75,15 @@ def document(
     import numpy as np
 
     table = cmp.table
-    bad = table[table["verdict"].isin((SLOWER, FAILED)).to_numpy(dtype=bool)]
-    keys = sorted(set(key_strings(bad)))
+    every = key_strings(table)
+    keys = sorted({k for k, bad in zip(every, table["verdict"].isin((SLOWER, FAILED)).to_numpy(dtype=bool)) if bad})
     a = table["a"].to_numpy(dtype=float, na_value=np.nan)
 
     def numbers(values: Any) -> list[float | None]:
         return [None if v != v or abs(v) == float("inf") else float(v) for v in values]
 
     bands = {
-        "key": key_strings(table),
+        "key": every,
         "metric": [str(v) for v in table["metric"].to_numpy(dtype=object)],
         "baseline": numbers(a),
         "low": numbers(a * table["band_low"].to_numpy(dtype=float, na_value=np.nan)),

@@ -360,7 +360,7 @@ def _load(
 ) -> tuple[pa.Table, pa.Table | None, dict[str, Any]]:
     """(summary, samples or None, environment) of one entry, each checked: a damaged entry is
     a HistoryError naming it. `columns`: only these of the summary (those it has; upgraded()
-    adds the rest it knows), checked against its whole schema."""
+    adds the rest it knows), its texts dictionary-encoded, checked against its whole schema."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -381,7 +381,12 @@ def _load(
     try:
         stored = pq.ParquetFile(io.BytesIO(summary_blob))
         schema = stored.schema_arrow
-        summary = upgraded(stored.read(columns=[c for c in columns if c in schema.names] if columns else None), columns)
+        if columns:  # its texts as dictionaries: a tenth of the time of decoding 100,000 texts each
+            part = [c for c in columns if c in schema.names]
+            texts = [c for c in part if schema.field(c).type == pa.string()]
+            summary = upgraded(pq.ParquetFile(io.BytesIO(summary_blob), read_dictionary=texts).read(part), columns)
+        else:
+            summary = upgraded(stored.read())
         samples = upgraded(pq.ParquetFile(io.BytesIO(samples_blob)).read()) if samples_blob else None
     except (OSError, TypeError, pa.ArrowException) as exc:
         raise HistoryError(f"{damaged} (its stored tables do not decode: {exc}){remedy}") from None
