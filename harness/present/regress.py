@@ -147,11 +147,13 @@ def _escape_all(values: pd.Series) -> pd.Series:
 
 
 def _fmt(values: npt.ArrayLike, spec: str) -> npt.NDArray[np.str_]:
-    """printf-formatted numbers as a string array, '-' where missing (numpy's C loop)."""
+    """printf-formatted numbers as a string array, '-' where missing (Python's % over a list:
+    numpy's char.mod calls it per element too, at 2.5 times the cost)."""
     import numpy as np
 
     v = np.asarray(values, dtype=float)
-    return np.where(np.isfinite(v), np.char.mod(spec, np.nan_to_num(v, posinf=0, neginf=0)), "-")
+    text = np.array([spec % x for x in np.nan_to_num(v, posinf=0, neginf=0).tolist()], dtype=str)
+    return np.where(np.isfinite(v), text, "-")
 
 
 # How a configuration's worst verdict shows in JUnit: (element, type); None passes.

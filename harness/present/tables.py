@@ -171,13 +171,24 @@ def _md_table(t: pd.DataFrame) -> list[str]:
         "| metric | key | A | B | B/A | interval | p | runs A | verdict | note |",
         "|---|---|---:|---:|---:|---|---:|---:|---|---|",
     ]
-    for r in records(t):
-        note = (r.get("note") or "").replace("|", "\\|").replace("\n", " ")
-        out.append(
-            f"| {r['metric']} | {r['key']} | {fmt_value(r['a'])} | {fmt_value(r['b'])} | "
-            f"{fmt_ratio(r['ratio'])} | {fmt_interval(r)} | {fmt_value(r.get('p_value'))} | "
-            f"{fmt_value(r.get('runs_a'), 'd')} | {r['verdict']} | {note} |"
-        )
+    # column by column: a dict per row of all the table's columns cost 0.4 s at 68,000 rows
+    import numpy as np
+
+    def numbers(name: str, spec: str = ".4g") -> list[str]:  # fmt_value over a float column
+        values = t[name].to_numpy(dtype=float, na_value=np.nan).tolist() if name in t else [math.nan] * len(t)
+        return ["-" if v != v else format(v, spec) for v in values]
+
+    def texts(name: str) -> list[Any]:
+        return t[name].to_numpy(dtype=object, na_value=None).tolist() if name in t else [None] * len(t)  # type: ignore[call-overload]
+
+    notes = [(n or "").replace("|", "\\|").replace("\n", " ") for n in texts("note")]
+    judged = records(t[[c for c in ("verdict", "test", "band_low", "band_high", "ci_low", "ci_high") if c in t]])
+    runs = [fmt_value(v, "d") for v in texts("runs_a")]
+    for metric, key, a, b, ratio, row, p, n, verdict, note in zip(
+        texts("metric"), texts("key"), numbers("a"), numbers("b"), numbers("ratio", ".3f"), judged,
+        numbers("p_value"), runs, texts("verdict"), notes,
+    ):  # fmt: skip
+        out.append(f"| {metric} | {key} | {a} | {b} | {ratio} | {fmt_interval(row)} | {p} | {n} | {verdict} | {note} |")
     return out
 
 
