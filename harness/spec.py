@@ -228,7 +228,8 @@ class RealSpec(TrainingSpec):
     def args(self, scaling: str) -> list[str]:
         out = super().args(scaling) + ["--workers", str(self.workers)]
         if self.data_dir is not None:
-            return out + ["--data-dir", self.data_dir]
+            # one word: a directory that begins with "-" stays a value, never an option (or --then)
+            return out + [f"--data-dir={self.data_dir}"]
         # Relative to the run directory, where every job runs: one generated set per run.
         return out + [
             "--data-cache",

@@ -246,3 +246,15 @@ def test_a_sweep_that_names_nothing_runs_what_bench_run_runs(module, spec, scali
         given["data_cache"] = bare["data_cache"]
     assert given == bare
     assert len(args) >= 12  # the sweep states its values; it does not lean on the parser's
+
+
+@pytest.mark.parametrize("data_dir", ["--then", "-data", "/data/train set"])
+def test_a_data_dir_stays_its_workloads_value_in_a_shared_launch(data_dir):
+    """A gloo job's workloads share one launch, split at each --then (benchmarks/sequence.py):
+    a data_dir that begins with "-" is still real's --data-dir, never an option or a split."""
+    from benchmarks import real, sequence
+    from harness.spec import RealSpec
+
+    args = RealSpec(data_dir=data_dir).args("weak")
+    (_, first), (_, then) = sequence.steps(["synthetic", "--steps", "2", "--then", "real", *args])
+    assert first == ["--steps", "2"] and real.build_parser().parse_args(then).data_dir == data_dir
