@@ -49,6 +49,8 @@ from harness.summary import (
 )
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
     import pyarrow as pa
 
     from harness.plan import Job, WorkloadRun
@@ -144,6 +146,7 @@ class _Builder:
         self.keys: list[tuple] = []
         self.values: list[list[float]] = []
         self.sample_rows: list[int] = []  # the summary row of each entry of `values`
+        self._flat: tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]] | None = None
 
     def add(
         self,
@@ -169,7 +172,7 @@ class _Builder:
         import pyarrow as pa
 
         n_samples = self.columns["n_samples"]
-        for row, count in zip(self.sample_rows, usable_counts(self.values)):
+        for row, count in zip(self.sample_rows, usable_counts(*self.flat())):
             n_samples[row] = count
         table = pa.table({name: pa.array(column, type=arrow_type(name)) for name, column in self.columns.items()})
         return table.replace_schema_metadata(
@@ -180,18 +183,33 @@ class _Builder:
             }
         )
 
+    def flat(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+        """(each list's length, all the sample values in one array), a null sample (a result
+        writes a non-finite one as null: json_safe) as NaN, which no test uses: never a null in
+        samples.parquet, which would read as damage (sides.check_samples)."""
+        import numpy as np
+
+        if self._flat is None:
+            lengths = np.fromiter(map(len, self.values), dtype=np.int64, count=len(self.values))
+            self._flat = lengths, np.array(list(itertools.chain.from_iterable(self.values)), dtype=float)
+        return self._flat
+
     def samples(self) -> pa.Table:
         """One row per summary row with samples: its keys, the metric, the values as a list."""
+        import numpy as np
         import pyarrow as pa
 
         columns: list[Sequence[Any]] = list(zip(*self.keys)) if self.keys else [[] for _ in SAMPLE_KEYS]
+        lengths, flat = self.flat()
+        offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]), type=pa.int32())
         return pa.table(
             {
                 **{
                     k: pa.array(c, type=pa.int64() if k == "size_bytes" else pa.string())
                     for k, c in zip(SAMPLE_KEYS, columns)
                 },
-                "values": pa.array(self.values, type=pa.list_(pa.float64())),
+                # the list type given, so that its field is named as pa.array names it ("item")
+                "values": pa.ListArray.from_arrays(offsets, pa.array(flat), type=pa.list_(pa.float64())),
             }
         )
 
@@ -417,13 +435,11 @@ def _checked_samples(lists: list[Any]) -> list[list[float]]:
     return lists
 
 
-def usable_counts(lists: list[list[float]]) -> list[int]:
+def usable_counts(lengths: npt.NDArray[np.int64], flat: npt.NDArray[np.float64]) -> list[int]:
     """How many of each list's samples a test can use: finite, positive times. One pass over
-    all of them (the lists are already checked to hold numbers or None, which counts as NaN)."""
+    all of them (_Builder.flat: the lists' lengths, and their values with a null as NaN)."""
     import numpy as np
 
-    lengths = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
-    flat = np.array(list(itertools.chain.from_iterable(lists)), dtype=float)
     with np.errstate(invalid="ignore"):
         usable = np.concatenate([[0], np.cumsum((flat > 0) & np.isfinite(flat))])
     ends = np.cumsum(lengths)

@@ -4,14 +4,17 @@ the old summary set or the new one, never a mix, and the next collect leaves not
 
 from __future__ import annotations
 
+import json
+import math
 import sys
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, bench
 
 sys.path.insert(0, str(ROOT / "tests" / "perf"))
 
 from collect_interrupt import interrupt_points
+from fixtures import make_run
 
 
 @pytest.mark.slow
@@ -24,3 +27,23 @@ def test_collect_interrupted_at_eight_points(tmp_path):
         if r["signal"] == "SIGINT" and r["exit"] == 130:
             assert r["stderr"] == "bench collect: interrupted", r
     assert {r["set"] for r in rows} == {"old", "new"}, "no point fell before or after the commit: " + str(rows)
+
+
+def test_a_null_sample_is_nan_and_the_run_still_compares(tmp_path):
+    """A result writes a non-finite sample as null (json_safe); collect keeps it as NaN, which
+    no test uses, never as a null, which every comparison refuses as damage."""
+    import pyarrow.parquet as pq
+
+    run = make_run(tmp_path / "run", 2, iters=20)
+    job = run.jobs()[0]
+    path = run.path / job.result_path(job.runs[0])
+    result = json.loads(path.read_text())
+    result["rows"][0]["samples_us"][1] = None
+    path.write_text(json.dumps(result))
+    bench("collect", str(run.path))
+    values = pq.read_table(run.samples_parquet).column("values").combine_chunks()
+    first = values[0].as_py()
+    assert values.flatten().null_count == 0 and len(first) == 20 and math.isnan(first[1]), first
+    assert pq.read_table(run.summary_parquet).column("n_samples")[0].as_py() == 19
+    r = bench("compare", str(run.path), str(run.path), check=False)
+    assert r.returncode == 0 and "no significant change" in r.stdout, r.describe()
