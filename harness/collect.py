@@ -369,7 +369,8 @@ def _add_result(out: _Builder, head: dict[str, Any], result: dict[str, Any]) -> 
         # (all_to_all, alltoallv, sendrecv) beside others that have one.
         if not rows:
             raise ValueError("no rows")
-        rows = [r if all(f in r for f in _ROW_FIELDS) else {**_ROW_DEFAULTS, **r} for r in rows]
+        # a set comparison of each row's keys, in C: a generator over 13 fields took 0.2 s at 100,000 rows
+        rows = [r if r.keys() >= _ROW_DEFAULTS.keys() else {**_ROW_DEFAULTS, **r} for r in rows]
         per_row = dict(zip(_ROW_FIELDS, map(list, zip(*map(_row_getter, rows)))))
         per_row["collective"] = [r["collective"] for r in rows]
         per_row["group"] = [r.get("group", WORLD) for r in rows]  # results before groups: the world's
