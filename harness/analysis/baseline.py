@@ -97,8 +97,11 @@ def draw(
             at, ok = newest_at, usable_rows(table)
         else:
             hashes = key_hash(_frame(table))
-            at = np.minimum(np.searchsorted(wanted, hashes), len(wanted) - 1)
-            ok = usable_rows(table) & (wanted[at] == hashes)
+            at = np.searchsorted(wanted, hashes)
+            known = at < len(wanted)  # an empty newest run wants nothing
+            at[~known] = 0
+            ok = usable_rows(table) & known
+            ok[known] &= wanted[at[known]] == hashes[known]
         if entry.id in refused:
             ok &= gate.kept(expected if rank == 0 else _frame(table), refused[entry.id])
         rows = np.flatnonzero(ok)
