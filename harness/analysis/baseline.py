@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from benchmarks.catalog import COLLECTIVE_WORKLOAD
 from harness.analysis import gate
 from harness.analysis.compare import MIN_RUNS
-from harness.analysis.sides import KEYS, METRICS, Entry, key_frame, samples_by_row
+from harness.analysis.sides import KEYS, METRICS, Entry, key_frame, samples_by_row, usable
 from harness.analysis.stats import pool
 from harness.rundir import COMPLETED
 
@@ -205,8 +205,7 @@ def _pooled(
     rows_all, at = pd.concat(frames, ignore_index=True), np.concatenate(row_codes)
     out = {}
     for name, (vals, counts) in samples_by_row(pa.concat_tables(samples), rows_all).items():
-        with np.errstate(invalid="ignore"):
-            mask = (np.arange(vals.shape[1])[None, :] < counts[:, None]) & np.isfinite(vals) & (vals > 0)
+        mask = (np.arange(vals.shape[1])[None, :] < counts[:, None]) & usable(vals)
         out[name] = pool(at, vals, mask, groups)
     return out
 

@@ -223,19 +223,18 @@ def read_tables(run: RunDir) -> tuple[pa.Table, pa.Table | None]:
 
 
 def side_from_tables(
-    summary: pa.Table | pd.DataFrame,
+    summary: pa.Table,
     samples: pa.Table | None,
     label: str,
     source: str,
     environment: dict[str, Any] | None = None,
     found: list[Straggler] | None = None,
 ) -> Side:
-    """A Side from a summary (an Arrow table, or a DataFrame of its columns) and samples (an
-    Arrow table): one row per completed key, the replicates of a key (bench sweep --repeat)
-    pooled into it."""
+    """A Side from a summary and samples (Arrow tables): one row per completed key, the
+    replicates of a key (bench sweep --repeat) pooled into it."""
     import numpy as np
 
-    df = key_frame(summary) if hasattr(summary, "column_names") else summary.reset_index(drop=True)
+    df = key_frame(summary)
     done = df[(df["status"] == COMPLETED).to_numpy(dtype=bool)].reset_index(drop=True)
     codes = done.groupby(KEYS, sort=False, dropna=False).ngroup().to_numpy() if len(done) else np.zeros(0, int)
     groups = int(codes.max()) + 1 if len(codes) else 0

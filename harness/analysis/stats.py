@@ -125,7 +125,13 @@ def pool(codes: npt.NDArray[np.intp], values: Values, valid: Mask, groups: int) 
     rows, cols = np.nonzero(valid)
     group = codes[rows]
     order = np.argsort(group, kind="stable")
-    group, flat = group[order], values[rows, cols][order]
+    return _packed(group[order], values[rows, cols][order], groups)
+
+
+def _packed(group: npt.NDArray[np.intp], flat: Values, groups: int) -> tuple[Values, Counts]:
+    """Values sorted by their group (stably) as the groups' padded array and counts."""
+    import numpy as np
+
     sizes = np.bincount(group, minlength=groups).astype(np.int64)
     out = np.full((groups, max(int(sizes.max()) if groups else 0, 1)), np.nan)
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
@@ -148,12 +154,7 @@ def pool_columns(
         values = np.asarray(column, dtype=float)[order]
         with np.errstate(invalid="ignore"):
             valid = np.isfinite(values) & (values > 0)
-        group, flat = by_group[valid], values[valid]
-        sizes = np.bincount(group, minlength=groups).astype(np.int64)
-        packed = np.full((groups, max(int(sizes.max()) if groups else 0, 1)), np.nan)
-        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-        packed[group, np.arange(len(flat)) - starts[group]] = flat
-        out[name] = (packed, sizes)
+        out[name] = _packed(by_group[valid], values[valid], groups)
     return out
 
 
