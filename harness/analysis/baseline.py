@@ -157,7 +157,8 @@ def draw(
         taken = [_floats(r.table, name)[rows] for r, (_, rows) in zip(chosen, parts)]
         figures[name] = np.concatenate([*taken, done[name].to_numpy(dtype=float, na_value=np.nan)])
 
-    # a key with fewer chosen rows than a band needs is judged within runs, on their samples
+    # a key with fewer chosen rows than a band needs: their median against the run's value, their
+    # samples pooled for the within-run test, provisionally (docs/noise.md, "With fewer than K runs")
     chosen_codes = codes[: len(chosen)]
     n_chosen = np.bincount(np.concatenate([np.zeros(0, np.intp), *chosen_codes]), minlength=groups)
     within = n_chosen < (k if kind == "median" else MIN_RUNS)
