@@ -185,7 +185,12 @@ def read_regular(path: Path | str, limit: int) -> bytes:
     """The bytes of the regular file `path`, NotARegularFile when it is not one or holds more than
     `limit` bytes (the bound is read, never more: a file still growing ends there)."""
     with open_regular(path) as f:
-        data = f.read(limit + 1)
+        # As much as fstat says the file holds, and a byte more to see it grow, never `limit`:
+        # a read of 64 MiB allocates 64 MiB before it reads (20 us for each small file).
+        size = os.fstat(f.fileno()).st_size
+        data = f.read(min(size, limit) + 1)
+        if len(data) > size:  # grown since: read on, to the bound
+            data += f.read(limit + 1 - len(data))
     if len(data) > limit:
         raise NotARegularFile(errno.EFBIG, f"larger than {limit:,} bytes", str(path))
     return data

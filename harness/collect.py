@@ -139,43 +139,53 @@ class _Environments:
 
 
 class _Builder:
-    """The summary built column by column: 100,000 rows cost a fraction of 100,000 dicts."""
+    """The summary built an add at a time (a result's rows, or a row where no result is): each
+    column is one value per add, repeated over the add's rows in C, unless the add gives it row
+    by row (a collective's figures). 100,000 rows from 4,000 results cost 4,000 adds of a few
+    lists each, not 100,000 rows of 60 columns."""
 
     def __init__(self) -> None:
-        self.columns: dict[str, list] = {c: [] for c in COLUMNS}
-        self.keys: list[tuple] = []
+        self.counts: list[int] = []  # rows per add
+        self.consts: list[dict[str, Any]] = []
+        self.per_row: list[dict[str, list]] = []
+        self.row_wise: set[str] = set()  # the columns some add gives row by row
         self.values: list[list[float]] = []
         self.sample_rows: list[int] = []  # the summary row of each entry of `values`
+        self.rows = 0
+        # columns as whole lists, made when asked for (add_scaling's, n_samples): name -> list
+        self.columns = _WholeColumns(self.counts, self.consts, self.per_row)
         self._flat: tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]] | None = None
 
     def add(
-        self,
-        n: int,
-        const: dict[str, Any],
-        per_row: dict[str, list] | None = None,
-        keys: Sequence[tuple] = (),
-        values: Sequence[list[float]] = (),
+        self, n: int, const: dict[str, Any], per_row: dict[str, list] | None = None, values: Sequence[list[float]] = ()
     ) -> None:
-        per_row = per_row or {}
-        start = len(self.columns["job"])
-        self.sample_rows.extend(range(start, start + len(values)))
-        for name, column in self.columns.items():
-            if name in per_row:
-                column.extend(per_row[name])
-            else:
-                column.extend(repeat(const.get(name), n))
-        self.keys.extend(keys)
+        """`n` rows: `per_row`'s columns row by row, the others `const`'s value (or null); the
+        sample lists `values` belong to the first len(values) of them. `const` is kept, not
+        copied: the caller does not change it after."""
+        self.sample_rows.extend(range(self.rows, self.rows + len(values)))
+        self.rows += n
+        self.counts.append(n)
+        self.consts.append(const)
+        self.per_row.append(per_row or {})
+        self.row_wise.update(per_row or ())
         self.values.extend(values)
 
     def table(self, environment: dict[str, Any], stragglers: list[dict[str, Any]]) -> pa.Table:
         """The summary as a typed Arrow table, converted in C (None becomes null)."""
+        import numpy as np
         import pyarrow as pa
 
         n_samples = self.columns["n_samples"]
         for row, count in zip(self.sample_rows, usable_counts(*self.flat())):
             n_samples[row] = count
-        table = pa.table({name: pa.array(column, type=arrow_type(name)) for name, column in self.columns.items()})
-        return table.replace_schema_metadata(
+        repeated = pa.array(np.repeat(np.arange(len(self.counts)), self.counts))
+        arrays = {}
+        for name in COLUMNS:
+            if name in self.columns or name in self.row_wise:
+                arrays[name] = pa.array(self.columns[name], type=arrow_type(name))
+            else:
+                arrays[name] = _repeated([c.get(name) for c in self.consts], arrow_type(name), repeated)
+        return pa.table(arrays).replace_schema_metadata(
             {
                 VERSION_KEY: str(SUMMARY_VERSION).encode(),
                 ENVIRONMENT_KEY: json.dumps(environment).encode(),
@@ -191,27 +201,66 @@ class _Builder:
 
         if self._flat is None:
             lengths = np.fromiter(map(len, self.values), dtype=np.int64, count=len(self.values))
-            self._flat = lengths, np.array(list(itertools.chain.from_iterable(self.values)), dtype=float)
+            # in C, without a list of them all first; a None (_checked_samples lets only numbers
+            # and None through) becomes NaN, as np.array makes it
+            flat = np.fromiter(itertools.chain.from_iterable(self.values), dtype=float, count=int(lengths.sum()))
+            self._flat = lengths, flat
         return self._flat
 
-    def samples(self) -> pa.Table:
-        """One row per summary row with samples: its keys, the metric, the values as a list."""
+    def samples(self, summary: pa.Table) -> pa.Table:
+        """One row per summary row with samples: its keys (the summary's, where a training row
+        has "" for collective and group and 0 for size), the metric, the values as a list."""
         import numpy as np
         import pyarrow as pa
+        import pyarrow.compute as pc
 
-        columns: list[Sequence[Any]] = list(zip(*self.keys)) if self.keys else [[] for _ in SAMPLE_KEYS]
+        keys = summary.select(SAMPLE_KEYS[:-1]).take(pa.array(self.sample_rows, type=pa.int64()))
+        collective = pc.equal(keys.column("workload"), COLLECTIVE_WORKLOAD).fill_null(False)
         lengths, flat = self.flat()
         offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]), type=pa.int32())
         return pa.table(
             {
-                **{
-                    k: pa.array(c, type=pa.int64() if k == "size_bytes" else pa.string())
-                    for k, c in zip(SAMPLE_KEYS, columns)
-                },
+                **{k: keys.column(k) for k in SAMPLE_KEYS[:3]},
+                "collective": pc.if_else(collective, keys.column("collective"), ""),
+                "group": pc.if_else(collective, keys.column("group"), ""),
+                "size_bytes": pc.if_else(collective, keys.column("size_bytes"), 0),
+                "metric": pc.if_else(collective, "time_us", "step_time_ms"),
                 # the list type given, so that its field is named as pa.array names it ("item")
                 "values": pa.ListArray.from_arrays(offsets, pa.array(flat), type=pa.list_(pa.float64())),
             }
         )
+
+
+def _repeated(values: list, arrow: pa.DataType, repeated: pa.Array) -> pa.Array:
+    """A column of one value per add, each repeated over its add's rows (`repeated`: each row's
+    add). One value throughout (a run's device, or null for every collective row's images/s)
+    is repeated without a gather: each gather of 100,000 rows costs 2 ms."""
+    import pyarrow as pa
+
+    first = values[0] if values else None
+    if values.count(first) == len(values):
+        return pa.nulls(len(repeated), arrow) if first is None else pa.repeat(pa.scalar(first, arrow), len(repeated))
+    return pa.array(values, type=arrow).take(repeated)
+
+
+class _WholeColumns(dict):
+    """A _Builder's columns as whole lists, each made on first use (add_scaling reads a dozen).
+    It holds the builder's lists, not the builder: a cycle would keep every row alive until
+    the cycle collector walked them all (0.25 s at 100,000 rows)."""
+
+    def __init__(self, counts: list[int], consts: list[dict[str, Any]], per_row: list[dict[str, list]]) -> None:
+        super().__init__()
+        self.adds = counts, consts, per_row
+
+    def __missing__(self, name: str) -> list:
+        column: list = []
+        for n, const, per_row in zip(*self.adds):
+            if name in per_row:
+                column.extend(per_row[name])
+            else:
+                column.extend(repeat(const.get(name), n))
+        self[name] = column
+        return column
 
 
 @contextlib.contextmanager
@@ -321,7 +370,8 @@ def _collect(run: RunDir, warn: Callable[[str], None]) -> tuple[pa.Table, pa.Tab
                     slow += stragglers.judge_file(job.name, path.parent / ranks_file, warn)
     add_scaling(out.columns)
     slow.sort(key=lambda s: -s.slower)
-    return out.table(envs.result(plan.get("bench")), [asdict(s) for s in slow]), out.samples()
+    summary = out.table(envs.result(plan.get("bench")), [asdict(s) for s in slow])
+    return summary, out.samples(summary)
 
 
 def _hardware(cluster: Any, warn: Callable[[str], None]) -> Hardware | None:
@@ -362,7 +412,7 @@ MAX_STEP_MS = 86_400_000.0
 
 def _add_result(out: _Builder, head: dict[str, Any], result: dict[str, Any]) -> None:
     """Add one result's rows and sample lists; raises before adding anything if it is incomplete."""
-    job, workload, scaling = head["job"], head["workload"], head["scaling"]
+    workload = head["workload"]
     if workload == COLLECTIVE_WORKLOAD:
         rows = result["rows"]
         # Without oop_ columns: run with --no-out-of-place, or a collective with no in-place form
@@ -379,10 +429,6 @@ def _add_result(out: _Builder, head: dict[str, Any], result: dict[str, Any]) -> 
         if not set(per_row["collective"]) <= set(COLLECTIVES) or not set(per_row["group"]) <= set(GROUPS):
             raise ValueError("a collective or group the catalog does not have")
         per_row["size_bytes"] = [int(r["size_bytes"]) for r in rows]
-        keys = [
-            (job, workload, scaling, c, g, size, "time_us")
-            for c, g, size in zip(per_row["collective"], per_row["group"], per_row["size_bytes"])
-        ]
         samples = _checked_samples([r["samples_us"] for r in rows])
         hw: Hardware | None = head["_hardware"]
         peaks = (
@@ -398,7 +444,7 @@ def _add_result(out: _Builder, head: dict[str, Any], result: dict[str, Any]) -> 
             per_row["busbw_pct_peak"] = [
                 None if b is None or not p else 100.0 * b / p for b, p in zip(per_row["busbw_gbps"], peaks)
             ]
-        out.add(len(rows), head, per_row, keys, samples)
+        out.add(len(rows), head, per_row, samples)
     else:
         rate = f"{UNITS[workload]}_per_s"
         for field, most in ((rate, MAX_RATE), (f"{rate}_per_gpu", MAX_RATE), ("step_time_ms", MAX_STEP_MS)):
@@ -409,7 +455,7 @@ def _add_result(out: _Builder, head: dict[str, Any], result: dict[str, Any]) -> 
         row = {**head, "model": result["params"]["model"], **{f: result.get(f) for f in _TRAINING_FIELDS}}
         if workload == "transformer":
             row.update(_mfu(result, head["_peak_tflops"]))
-        out.add(1, row, keys=[(job, workload, scaling, "", "", 0, "step_time_ms")], values=samples)
+        out.add(1, row, values=samples)
 
 
 # What a sample may be in a result file: a number, or null where it was not finite (json_safe).
