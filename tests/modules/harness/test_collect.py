@@ -47,3 +47,14 @@ def test_a_null_sample_is_nan_and_the_run_still_compares(tmp_path):
     assert pq.read_table(run.summary_parquet).column("n_samples")[0].as_py() == 19
     r = bench("compare", str(run.path), str(run.path), check=False)
     assert r.returncode == 0 and "no significant change" in r.stdout, r.describe()
+
+
+def test_a_sample_no_float_holds_is_refused():
+    """orjson reads a whole number past 64 bits as a float (or refuses it); the json module, the
+    fallback where orjson is missing, keeps it whole, and NumPy could not make it a float."""
+    from harness.collect import _checked_samples
+
+    assert _checked_samples([[1, 2.5, None], [2**53]]) == [[1, 2.5, None], [2**53]]
+    for lists in ([[1.0, 2**1100]], [[-(2**54)]]):
+        with pytest.raises(ValueError, match="a sample is a whole number past 2"):
+            _checked_samples(lists)
