@@ -127,6 +127,10 @@ def format_size(n: int) -> str:
 
 # --------------------------------------------------------------------------- launch
 
+# Given to every torchrun agent bench starts: without it each agent leaves an empty
+# torchelastic_* tree in the node's /tmp; /dev/null makes none (docs/reference.md, "torchrun").
+TORCHRUN_NO_LOG_DIR = "--log-dir=/dev/null"
+
 
 @dataclass(frozen=True)
 class Launch:
@@ -219,6 +223,7 @@ def spawn_local_ranks(module: str, argv: list[str], nproc: int) -> int:
         "torch.distributed.run",
         "--standalone",
         f"--nproc-per-node={nproc}",
+        TORCHRUN_NO_LOG_DIR,
         "-m",
         module,
         *rank_argv,

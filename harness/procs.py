@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from benchmarks.common import TORCHRUN_NO_LOG_DIR
 from harness import telemetry
 
 # Set in the environment of a job's agents, and so of their workers: how every process of the
@@ -108,6 +109,7 @@ def agent_command(
         # sharing one hostname, to race for the port.
         f"--rdzv-conf=is_host={'true' if node == 0 else 'false'}",
         "--max-restarts=0",
+        TORCHRUN_NO_LOG_DIR,
         "--local-addr=127.0.0.1",
         "-m",
         module,

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import benchmarks
+from benchmarks.common import TORCHRUN_NO_LOG_DIR
 from harness.cluster import CONTAINER_CODE, ClusterProfile
 from harness.plan import PER_STEP, Job, WorkloadRun
 
@@ -374,6 +375,7 @@ def torchrun_words(gpus_per_node: int, module: str, nnodes: str, endpoint: str, 
         f"--rdzv-endpoint={endpoint}",
         f"--rdzv-id={rdzv_id}",
         "--max-restarts=0",
+        TORCHRUN_NO_LOG_DIR,
         "-m",
         module,
     ]

@@ -328,8 +328,25 @@ def test_hostile_values_reach_srun_as_words_or_are_refused(tmp_path, fake_srun, 
 
 
 def test_gemm_measures_every_rank(tmp_path):
-    out = tmp_path / "gemm.json"
-    bench("run", "gemm", "--nproc", "2", "--size", "256", "--iters", "3", "--json", str(out), timeout=120)
+    out, tmp = tmp_path / "gemm.json", tmp_path / "tmp"
+    tmp.mkdir()
+    bench(
+        "run",
+        "gemm",
+        "--nproc",
+        "2",
+        "--size",
+        "256",
+        "--iters",
+        "3",
+        "--json",
+        str(out),
+        timeout=120,
+        env={"TMPDIR": str(tmp)},
+    )
+    # torchrun's standalone agent was given --log-dir=/dev/null: no torchelastic_* tree is left
+    # (docs/reference.md); what `import torch` makes itself (torchinductor_USER) is torch's
+    assert [p.name for p in tmp.iterdir() if not p.name.startswith("torchinductor_")] == []
     result = read_json(out)
     assert result["workload"] == "gemm" and result["world_size"] == 2
     assert result["params"] == {"size": 256, "dtype": "float32", "iters": 3}

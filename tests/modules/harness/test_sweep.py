@@ -64,10 +64,36 @@ def rec_nodes(job_name: str) -> int:
 
 
 @pytest.fixture(scope="module")
-def local_run(tmp_path_factory):
+def sweep_tmp(tmp_path_factory):
+    """The TMPDIR of local_run's sweep, and so of its agents and ranks."""
+    return tmp_path_factory.mktemp("tmpdir")
+
+
+@pytest.fixture(scope="module")
+def local_run(tmp_path_factory, sweep_tmp):
     out = tmp_path_factory.mktemp("sweep") / "run"
-    r = bench("sweep", "--max-nodes", "2", "--executor", "local", "--out", str(out), *FAST, timeout=900)
+    r = bench(
+        "sweep",
+        "--max-nodes",
+        "2",
+        "--executor",
+        "local",
+        "--out",
+        str(out),
+        *FAST,
+        timeout=900,
+        env={"TMPDIR": str(sweep_tmp)},
+    )
     return out, r
+
+
+def test_a_sweep_leaves_nothing_in_tmp(local_run, sweep_tmp):
+    """Nothing outside the run directory is left: a torchrun agent given no --log-dir leaves
+    an empty torchelastic_* tree in TMPDIR, one per agent and launch (docs/reference.md).
+    What `import torch` makes itself (torch 2.14: an empty torchinductor_USER, its compile
+    cache, one per user and reused) is torch's, not a launch's."""
+    left = [p.name for p in sweep_tmp.iterdir() if not p.name.startswith("torchinductor_")]
+    assert left == []
 
 
 def test_sweep_completes_every_job(local_run):
