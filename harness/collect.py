@@ -18,14 +18,12 @@ throughput; for strong scaling it is speedup over ideal speedup.
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 import hashlib
 import itertools
 import json
-import reprlib
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
 from itertools import repeat
 from operator import itemgetter
@@ -42,14 +40,16 @@ from harness.stragglers import Straggler
 from harness.summary import (
     COLUMNS,
     ENVIRONMENT_KEY,
-    INT_COLUMNS,
+    EXACT_IN_DOUBLE,
+    NUMBER_TYPES,
     SAMPLE_KEYS,
     STRAGGLERS_KEY,
     SUMMARY_VERSION,
-    TEXT_COLUMNS,
     TRAINING_FIGURES,
     VERSION_KEY,
     arrow_type,
+    check_columns,
+    within,
 )
 
 if TYPE_CHECKING:
@@ -435,7 +435,7 @@ def _add_result(out: _Builder, head: dict[str, Any], result: dict[str, Any]) -> 
         if not set(per_row["collective"]) <= set(COLLECTIVES) or not set(per_row["group"]) <= set(GROUPS):
             raise ValueError("a collective or group the catalog does not have")
         per_row["size_bytes"] = [int(r["size_bytes"]) for r in rows]
-        _check_columns(per_row, _ROW_CHECKED)
+        check_columns(per_row, _ROW_CHECKED)
         samples = _checked_samples([r["samples_us"] for r in rows])
         hw: Hardware | None = head["_hardware"]
         peaks = (
@@ -462,62 +462,12 @@ def _add_result(out: _Builder, head: dict[str, Any], result: dict[str, Any]) -> 
         row = {**head, "model": result["params"]["model"], **{f: result.get(f) for f in _TRAINING_FIELDS}}
         if workload == "transformer":
             row.update(_mfu(result, head["_peak_tflops"]))
-        _check_columns({f: [row.get(f)] for f in _TRAINING_CHECKED}, _TRAINING_CHECKED)
+        check_columns({f: [row.get(f)] for f in _TRAINING_CHECKED}, _TRAINING_CHECKED)
         out.add(1, row, values=samples)
 
 
-# What a result may give each kind of summary column, and the largest whole number it may hold:
-# pa.array refuses anything else when the table is built, which would end the whole collect
-# (a bool it would take as 1, so it is refused here too). A float column takes whole numbers
-# up to 2**53, those a double holds exactly; None is a null anywhere.
-_Kind = tuple[frozenset[type], int, str]
-_NUMBER: _Kind = (frozenset({float, int, type(None)}), 2**53, "a number")
-_WHOLE: _Kind = (frozenset({int, type(None)}), 2**63 - 1, "a whole number")
-_TEXT: _Kind = (frozenset({str, type(None)}), 0, "text")
 # What a sample may be in a result file: a number, or null where it was not finite (json_safe).
-_SAMPLE_TYPES = _NUMBER[0]
-
-
-@functools.lru_cache(maxsize=64)
-def _by_kind(names: tuple[str, ...]) -> tuple[tuple[_Kind, tuple[str, ...]], ...]:
-    """`names` grouped by what their summary columns hold."""
-    kinds: dict[_Kind, list[str]] = {}
-    for name in names:
-        kind = _TEXT if name in TEXT_COLUMNS else _WHOLE if name in INT_COLUMNS else _NUMBER
-        kinds.setdefault(kind, []).append(name)
-    return tuple((kind, tuple(group)) for kind, group in kinds.items())
-
-
-def _check_columns(columns: dict[str, list], names: tuple[str, ...]) -> None:
-    """Raise ValueError (the result is then left out, with a warning) naming the first of the
-    columns `names` given a value its summary column cannot hold: text for a number, a
-    boolean, a list, a fraction for a count, a number past the column's range. One set of
-    types a kind of column: about 10 us a result of 25 rows."""
-    for (holds, most, what), group in _by_kind(names):
-        found = set(map(type, itertools.chain.from_iterable(columns[n] for n in group)))
-        if found <= holds and (
-            int not in found or _within(itertools.chain.from_iterable(columns[n] for n in group), most)
-        ):
-            continue
-        for name in group:
-            for value in columns[name]:
-                if type(value) not in holds:
-                    raise ValueError(f"{name} is {_shown(value)}, not {what}")
-                if type(value) is int and not -most <= value <= most:
-                    raise ValueError(f"{name} is {_shown(value)}, past what its column holds")
-
-
-def _shown(value: Any) -> str:
-    """A value for a warning, cut short (reprlib); a whole number past 64 bits by its size."""
-    if type(value) is int and value.bit_length() > 64:  # repr refuses past 4,300 digits
-        return f"a whole number of {value.bit_length()} bits"
-    return reprlib.repr(value)
-
-
-def _within(values: Iterable[Any], most: int) -> bool:
-    """Whether the whole numbers among `values` lie within -most..most."""
-    whole = [v for v in values if type(v) is int]
-    return -most <= min(whole) and max(whole) <= most
+_SAMPLE_TYPES = NUMBER_TYPES
 
 
 def _mfu(result: dict[str, Any], stated: float | None) -> dict[str, float | None]:
@@ -538,7 +488,7 @@ def _checked_samples(lists: list[Any]) -> list[list[float]]:
     found = set(map(type, itertools.chain.from_iterable(lists)))
     if not found <= _SAMPLE_TYPES:
         raise ValueError("samples are not all numbers")
-    if int in found and not _within(itertools.chain.from_iterable(lists), _NUMBER[1]):
+    if int in found and not within(itertools.chain.from_iterable(lists), EXACT_IN_DOUBLE):
         raise ValueError("a sample is a whole number past 2**53, which no time reaches")
     return lists
 
