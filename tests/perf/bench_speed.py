@@ -4,12 +4,12 @@
 
 Targets: `bench sweep --dry-run` of a 10,000-job matrix under 2 s, and under 1 s with the Slurm
 executor, which writes 10,000 job.sbatch files (the interpreter's start included; this machine's
-disk alone takes about 0.8 s for 10,000 directories and files); `bench collect` of 100,000 result
-rows under 1 s, and reading the NCCL logs of 1,000 ranks adds under 1 s to it; `bench compare`
-of 100,000-row runs under 3 s; `bench regress` of one against a baseline of five such runs under
-3 s, and against thirty (a month of nights, median:30) under 1.5 s; the history stays fast with
-1,000 runs; the node check's verdict on every pair of 2,048 nodes under 2 s. Where each stands
-is in CONTRIBUTING.md ("Speed").
+disk alone takes 0.5 s or more for 10,000 directories and files: tests/perf/floors.py); `bench
+collect` of 100,000 result rows under 1 s, and reading the NCCL logs of 1,000 ranks adds under
+1 s to it; `bench compare` of 100,000-row runs under 3 s; `bench regress` of one against a
+baseline of five such runs under 3 s, and against thirty (a month of nights, median:30) under
+1.5 s; the history stays fast with 1,000 runs; the node check's verdict on every pair of 2,048
+nodes under 2 s. Where each stands is in CONTRIBUTING.md ("Speed").
 """
 
 from __future__ import annotations
