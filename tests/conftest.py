@@ -175,6 +175,14 @@ def left_in(run: Path) -> list[str]:
     return left
 
 
+def left_in_tmp(tmp: Path) -> list[str]:
+    """What the commands run with TMPDIR=`tmp` left there: nothing, for bench and every torchrun
+    agent it starts (--log-dir=/dev/null, docs/reference.md). torchinductor_USER, which
+    `import torch` itself makes (torch 2.14: an empty compile cache, one per user, reused), is
+    torch's and not counted."""
+    return sorted(p.name for p in tmp.iterdir() if not p.name.startswith("torchinductor_"))
+
+
 def read_json(path: str | Path) -> dict:
     return json.loads(Path(path).read_text())
 

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import HOSTILE_VALUES, SWEEPS, bench, left_in, read_json
+from conftest import HOSTILE_VALUES, SWEEPS, bench, left_in, left_in_tmp, read_json
 
 from harness import check_nodes, nodeverdict
 from harness.analysis import nodehistory
@@ -330,23 +330,9 @@ def test_hostile_values_reach_srun_as_words_or_are_refused(tmp_path, fake_srun, 
 def test_gemm_measures_every_rank(tmp_path):
     out, tmp = tmp_path / "gemm.json", tmp_path / "tmp"
     tmp.mkdir()
-    bench(
-        "run",
-        "gemm",
-        "--nproc",
-        "2",
-        "--size",
-        "256",
-        "--iters",
-        "3",
-        "--json",
-        str(out),
-        timeout=120,
-        env={"TMPDIR": str(tmp)},
-    )
-    # torchrun's standalone agent was given --log-dir=/dev/null: no torchelastic_* tree is left
-    # (docs/reference.md); what `import torch` makes itself (torchinductor_USER) is torch's
-    assert [p.name for p in tmp.iterdir() if not p.name.startswith("torchinductor_")] == []
+    args = ["run", "gemm", "--nproc", "2", "--size", "256", "--iters", "3", "--json", str(out)]
+    bench(*args, timeout=120, env={"TMPDIR": str(tmp)})
+    assert left_in_tmp(tmp) == []  # the standalone agent's torchelastic_* tree, without --log-dir
     result = read_json(out)
     assert result["workload"] == "gemm" and result["world_size"] == 2
     assert result["params"] == {"size": 256, "dtype": "float32", "iters": 3}

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import ROOT, bench, check_breakdown, left_in, read_json, run
+from conftest import ROOT, bench, check_breakdown, left_in, left_in_tmp, read_json, run
 from PIL import Image
 
 from benchmarks.collectives import bus_factor
@@ -72,28 +72,14 @@ def sweep_tmp(tmp_path_factory):
 @pytest.fixture(scope="module")
 def local_run(tmp_path_factory, sweep_tmp):
     out = tmp_path_factory.mktemp("sweep") / "run"
-    r = bench(
-        "sweep",
-        "--max-nodes",
-        "2",
-        "--executor",
-        "local",
-        "--out",
-        str(out),
-        *FAST,
-        timeout=900,
-        env={"TMPDIR": str(sweep_tmp)},
-    )
-    return out, r
+    args = ["sweep", "--max-nodes", "2", "--executor", "local", "--out", str(out), *FAST]
+    return out, bench(*args, timeout=900, env={"TMPDIR": str(sweep_tmp)})
 
 
 def test_a_sweep_leaves_nothing_in_tmp(local_run, sweep_tmp):
-    """Nothing outside the run directory is left: a torchrun agent given no --log-dir leaves
-    an empty torchelastic_* tree in TMPDIR, one per agent and launch (docs/reference.md).
-    What `import torch` makes itself (torch 2.14: an empty torchinductor_USER, its compile
-    cache, one per user and reused) is torch's, not a launch's."""
-    left = [p.name for p in sweep_tmp.iterdir() if not p.name.startswith("torchinductor_")]
-    assert left == []
+    """Nothing outside the run directory is left: a torchrun agent given no --log-dir leaves an
+    empty torchelastic_* tree in TMPDIR, one per agent and launch (docs/reference.md)."""
+    assert left_in_tmp(sweep_tmp) == []
 
 
 def test_sweep_completes_every_job(local_run):
