@@ -34,6 +34,13 @@ from harness.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, BenchError, one_line
 
 GROUPS = (sweeps, judging, history, checks)  # the order `bench --help` lists them in
 
+# The commands whose work is Arrow tables: pyarrow comes up with the C library's malloc as its
+# default pool, not mimalloc, with which on the 2-core VM regress against median:30 of
+# 100,000-row runs took 3.59 s against 3.13 s, medians of six alternated, and 12% more memory
+# (docs/reference.md, "Arrow's allocator").
+TABLE_COMMANDS = frozenset({"collect", "plot", "compare", "regress", "report", "export", "history", "dashboard"})
+POOL_VARIABLE = "ARROW_DEFAULT_MEMORY_POOL"
+
 
 class _Version(argparse.Action):
     """`bench --version`: which bench this is (docs/provenance.md), read only when asked, since
@@ -76,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) >= 2 and argv[0] == "run" and argv[1] in (*WORKLOADS, *PROBES):
         return sweeps.cmd_run(argparse.Namespace(workload=argv[1], workload_args=argv[2:]))
     args = build_parser().parse_args(argv)
+    if args.command in TABLE_COMMANDS:
+        _system_allocator()
     try:
         return args.func(args)
     except BenchError as exc:
@@ -97,6 +106,19 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_INTERNAL
+
+
+def _system_allocator() -> None:
+    """Import pyarrow with the C library's malloc as its default pool (TABLE_COMMANDS says why),
+    unless it is imported already or the user chose a pool. The variable is gone again before
+    the command runs: no process bench starts inherits it."""
+    if "pyarrow" in sys.modules or POOL_VARIABLE in os.environ:
+        return
+    os.environ[POOL_VARIABLE] = "system"
+    try:
+        import pyarrow  # noqa: F401  (read at import: the pool is chosen)
+    finally:
+        del os.environ[POOL_VARIABLE]
 
 
 def entry() -> int:
