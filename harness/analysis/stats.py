@@ -147,15 +147,21 @@ def pool_columns(
     caller knows it (3,000,000 rows of a month's baseline: sorting them costs 0.3 s)."""
     import numpy as np
 
-    order = np.argsort(codes, kind="stable") if order is None else order
-    by_group = np.asarray(codes)[order]
-    out = {}
+    codes = np.asarray(codes)
+    checked = {}
     for name, column in columns.items():
-        values = np.asarray(column, dtype=float)[order]
+        values = np.asarray(column, dtype=float)
         with np.errstate(invalid="ignore"):
-            valid = np.isfinite(values) & (values > 0)
-        out[name] = _packed(by_group[valid], values[valid], groups)
-    return out
+            checked[name] = (values, np.isfinite(values) & (values > 0))
+    out = {name: _packed(codes[:0], values[:0], groups) for name, (values, valid) in checked.items() if not valid.any()}
+    if len(out) < len(checked):  # a metric none of the rows holds needs no sort
+        order = np.argsort(codes, kind="stable") if order is None else order
+        by_group = codes[order]
+        for name, (values, valid) in checked.items():
+            if name not in out:
+                kept = valid[order]
+                out[name] = _packed(by_group[kept], values[order[kept]], groups)
+    return {name: out[name] for name in columns}
 
 
 # The between-run band. Per key, the baseline runs' values x_1..x_K are taken on the log scale
@@ -197,8 +203,11 @@ def band(values: Values, counts: Counts) -> tuple[Values, Values]:
         logs = np.log(np.where(inside, values, np.nan)[have])
         mid = np.nanmedian(logs, axis=1)
         mad = np.nanmedian(np.abs(logs - mid[:, None]), axis=1)
-    k = counts[have]
-    factor = np.array([_SMALL_K.get(int(v), v / (v - 0.8) if v > 9 else 1.0) for v in k])
+    k = counts[have].astype(float)
+    with np.errstate(divide="ignore"):  # K = 1 has no spread to correct: its MAD is 0
+        factor = np.where(k > 9, k / (k - 0.8), 1.0)
+    for n, small in _SMALL_K.items():
+        factor[k == n] = small
     centre[have], spread[have] = mid, _MAD_SIGMA * mad * factor
     return centre, spread
 

@@ -61,6 +61,24 @@ def test_band_limits_floor_at_the_median_spread():
     assert stats.spread_floor(spread[:2]) == 0  # two keys: too few to pool
 
 
+def test_the_band_s_spread_takes_the_small_sample_factor_of_its_count():
+    """Rows of 3, 5 and 12 runs and one of a single run, each spread worked by hand: 1.4826 MAD
+    of the logs times b_K (1.495 for 3, 1.206 for 5, K / (K - 0.8) past 9, Croux and
+    Rousseeuw 1992); a single run has no spread. Values past a row's count are never read."""
+    steps = np.exp(0.1 * np.arange(12))  # logs 0, 0.1, ..., 1.1
+    values = np.full((5, 12), 999.0)
+    values[0, :3] = [100.0, 110.0, 121.0]  # logs log(1.1) apart: MAD log(1.1)
+    values[1, :5] = steps[:5]  # median 0.2; deviations 0.2, 0.1, 0, 0.1, 0.2: MAD 0.1
+    values[2, :] = steps  # median 0.55; deviations 0.05 to 0.55 in pairs: MAD (0.25 + 0.35) / 2
+    values[3, :1] = [7.0]
+    counts = np.array([3, 5, 12, 1, 0])
+    centre, spread = stats.band(values, counts)
+    want = [1.495 * math.log(1.1), 1.206 * 0.1, 12 / 11.2 * 0.3, 0.0]
+    assert spread[:4] == pytest.approx(1.4826 * np.array(want))
+    assert centre[:4] == pytest.approx([math.log(110.0), 0.2, 0.55, math.log(7.0)])
+    assert np.isnan(centre[4]) and np.isnan(spread[4])
+
+
 def test_can_reject_is_the_exact_smallest_p():
     for m, n in itertools.product(range(1, 8), repeat=2):
         exact = 2 / math.comb(m + n, m)
