@@ -133,10 +133,15 @@ def _packed(group: npt.NDArray[np.intp], flat: Values, groups: int) -> tuple[Val
     import numpy as np
 
     sizes = np.bincount(group, minlength=groups).astype(np.int64)
-    out = np.full((groups, max(int(sizes.max()) if groups else 0, 1)), np.nan)
+    width = max(int(sizes.max()) if groups else 0, 1)
+    if groups and int(sizes.min()) == width:  # every group as full as the widest: the rows as they are
+        return flat.reshape(groups, width).copy(), sizes
+    out = np.full(groups * width, np.nan)
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-    out[group, np.arange(len(flat)) - starts[group]] = flat
-    return out, sizes
+    place = np.arange(len(flat)) - starts[group]
+    place += group * width
+    out[place] = flat
+    return out.reshape(groups, width), sizes
 
 
 def pool_columns(

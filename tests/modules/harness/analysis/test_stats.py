@@ -12,6 +12,8 @@ import pytest
 
 from harness.analysis import stats
 
+NAN = float("nan")
+
 
 def brute_force(a: list[float], b: list[float], z: float = 1.959964) -> tuple[float, float, float, float]:
     """Hodges-Lehmann ratio, its CI and the Mann-Whitney p-value, written out the long way."""
@@ -77,6 +79,29 @@ def test_the_band_s_spread_takes_the_small_sample_factor_of_its_count():
     assert spread[:4] == pytest.approx(1.4826 * np.array(want))
     assert centre[:4] == pytest.approx([math.log(110.0), 0.2, 0.55, math.log(7.0)])
     assert np.isnan(centre[4]) and np.isnan(spread[4])
+
+
+@pytest.mark.parametrize(
+    "codes, want",
+    [
+        # every key as full as the widest: three keys of two runs, their rows interleaved
+        ([0, 1, 2, 0, 1, 2], [[1.0, 4.0], [2.0, 5.0], [3.0, 6.0]]),
+        # ragged: key 1 has three rows, key 0 one, key 2 none; NaN pads, and a row's order stays
+        ([1, 0, 1, 1, 9, 9], [[2.0, NAN, NAN], [1.0, 3.0, 4.0], [NAN, NAN, NAN]]),
+    ],
+)
+def test_pool_columns_groups_each_key_s_values_in_row_order(codes, want):
+    """Rows 1..6 (values 1.0..6.0) pooled by key; a code past the groups (9) is a row whose
+    value is not usable here (negative), which pooling leaves out."""
+    values = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    codes = np.array(codes)
+    if 9 in codes:
+        values[codes == 9], codes[codes == 9] = -1.0, 0
+    pooled, counts = stats.pool_columns(codes, {"m": values, "none": np.full(6, np.nan)}, 3)["m"]
+    np.testing.assert_array_equal(pooled, np.array(want))
+    assert counts.tolist() == [int(np.isfinite(row).sum()) for row in np.array(want)]
+    empty, no_counts = stats.pool_columns(codes, {"none": np.full(6, np.nan)}, 3)["none"]
+    assert empty.shape == (3, 1) and np.isnan(empty).all() and no_counts.tolist() == [0, 0, 0]
 
 
 def test_can_reject_is_the_exact_smallest_p():
