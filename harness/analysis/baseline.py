@@ -147,10 +147,8 @@ def draw(
         codes.append(code_of[keys])
         places.append(before[keys] + _occurrence(keys))
         before += np.bincount(keys, minlength=len(wanted))
-    code = np.concatenate(codes).astype(np.intp)
-    starts = np.concatenate([[0], np.cumsum(np.bincount(code, minlength=groups))[:-1]]).astype(np.int64)
-    order = np.empty(len(code), dtype=np.intp)
-    order[starts[code] + np.concatenate(places)] = np.arange(len(code))
+    code = np.concatenate(codes)
+    order = _by_key(codes, places, groups)
 
     figures = {name: _figures(name, [(r.table, rows) for r, (_, rows) in zip(chosen, parts)], done) for name in METRICS}
 
@@ -255,6 +253,28 @@ class _Choice:
         """best: mark the rows that stayed best."""
         for rank, run in enumerate(runs):
             run.taken[self.best_at[self.best_run == rank]] = True
+
+
+def _by_key(
+    codes: list[npt.NDArray[np.intp]], places: list[npt.NDArray[np.int64]], groups: int
+) -> npt.NDArray[np.intp]:
+    """The rows of all parts (their codes, and each row's place among its key's rows) in key
+    order: a stable sort of their codes, by where each row goes. When every part that gives
+    rows gives every key once, in the first part's order (a month of nights of one plan), that
+    order is the parts' matrix read by column, with no scatter of 3,000,000 rows (0.2 s)."""
+    import numpy as np
+
+    given = [c for c in codes if len(c)]
+    every = given and np.array_equal(given[0], np.arange(groups))  # the first part: each key once, in order
+    if every and all(np.array_equal(c, given[0]) for c in given[1:]):
+        return np.arange(len(given) * groups, dtype=np.intp).reshape(len(given), groups).T.ravel()
+    code = np.concatenate(codes)
+    starts = np.concatenate([[0], np.cumsum(np.bincount(code, minlength=groups))[:-1]]).astype(np.int64)
+    at = np.concatenate(places)
+    at += starts[code]
+    order = np.empty(len(code), dtype=np.intp)
+    order[at] = np.arange(len(code))
+    return order
 
 
 def _occurrence(keys: npt.NDArray[np.intp]) -> npt.NDArray[np.int64]:

@@ -44,8 +44,9 @@ RUNS = {
 }
 
 
-def _drawn(kind: str, k: int):
-    tables = {run: _table(rows) for run, rows in RUNS.items()}
+def _drawn(kind: str, k: int, runs: dict[int, list[dict]] | None = None):
+    runs = RUNS if runs is None else runs
+    tables = {run: _table(rows) for run, rows in runs.items()}
     read = []
 
     def reader(entry: Entry, columns: list[str] | None):
@@ -58,8 +59,8 @@ def _drawn(kind: str, k: int):
             ).replace_schema_metadata(table.schema.metadata)
         return table, {"bench": [f"b{entry.id}"]}
 
-    rejected_a = gate.key_strings(key_frame(tables[2]))[0]
-    drawn = baseline.draw([_entry(r) for r in RUNS], kind, k, reader, lambda e: None, {2: {rejected_a}})
+    refused = {2: {gate.key_strings(key_frame(tables[2]))[0]}} if runs is RUNS else {}  # run 2's a
+    drawn = baseline.draw([_entry(r) for r in runs], kind, k, reader, lambda e: None, refused)
     side = grouped_side(
         drawn.rows, drawn.codes, drawn.figures, drawn.pooled, drawn.others, kind, "h", order=drawn.order
     )
@@ -111,3 +112,13 @@ def test_a_run_matched_by_key_gives_what_the_same_run_in_order_gives(kind):
         assert _drawn(kind, 3)[2] == by_key
     finally:
         RUNS[3] = saved
+
+
+def test_nights_of_one_plan_pool_each_key_across_the_runs():
+    """Four nights, each key once in the same order (a month of one plan: the order the band
+    reads is the runs' matrix by column); then one night's rows reversed, matched by key."""
+    nights = {run: [{**_row(run, key), "n_samples": 20} for key in SIZES] for run in (4, 3, 2, 1)}
+    want = {key: [100.0 * run + 10 * (i + 1) for run in (4, 3, 2, 1)] for i, key in enumerate(SIZES)}
+    assert _drawn("median", 4, nights)[2] == want
+    nights[2] = nights[2][::-1]
+    assert _drawn("median", 4, nights)[2] == want
