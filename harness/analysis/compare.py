@@ -263,16 +263,18 @@ def compare(
 def _transport_notes(m: pd.DataFrame, note: Texts) -> Texts:
     """`note` with "transports differ" added where both sides' facts are known and differ: the
     verdict then compares two transports, not two runs over one."""
+    import numpy as np
 
-    def seen(side: str) -> list[str | None]:
-        net = m[f"net_{side}"].astype(object).where(m[f"net_{side}"].notna(), None)
-        devices = m[f"net_devices_{side}"].astype(object).where(m[f"net_devices_{side}"].notna(), None)
-        return [None if n is None else f"{n} ({d})" if d is not None else str(n) for n, d in zip(net, devices)]
+    def seen(side: str, rows: npt.NDArray[np.intp]) -> list[str]:
+        net = m[f"net_{side}"].to_numpy(dtype=object)[rows]
+        devices = m[f"net_devices_{side}"].iloc[rows]
+        devices = devices.astype(object).where(devices.notna(), None)
+        return [f"{n} ({d})" if d is not None else str(n) for n, d in zip(net, devices)]
 
-    a, b = seen("a"), seen("b")
+    rows = np.flatnonzero((m["net_a"].notna() & m["net_b"].notna()).to_numpy(dtype=bool))  # both known
     out = note.copy()
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x is not None and y is not None and x != y:
+    for i, x, y in zip(rows, seen("a", rows), seen("b", rows)):
+        if x != y:
             text = f"transports differ: A ran over {x}, B over {y}"
             out[i] = text if not out[i] else f"{out[i]}; {text}"
     return out
@@ -347,7 +349,8 @@ def _judge(
     better = (value_b > hi) if metric.higher_is_better else (value_b < lo)
     # within a run: the samples' rank test, where the rows are not judged between runs
     (sa, ca), (sb, cb) = _samples(a, metric, ia), _samples(b, metric, ib)
-    testable = stats.can_reject(ca, cb)
+    testable = np.zeros(len(m), dtype=bool)  # asked of the rows judged within a run only
+    testable[~by_runs] = stats.can_reject(ca[~by_runs], cb[~by_runs])
     need = ~by_runs & testable
     shift = stats.rate_shift(sa, sb, np.where(need, ca, 0), np.where(need, cb, 0))
     # B/A from the estimator its interval comes from: within a run the samples' Hodges-Lehmann
@@ -389,26 +392,19 @@ def _judge(
     # why a key cannot be judged, the first reason that applies
     bad_a, bad_b = ~usable(value_a), ~usable(value_b)
     few = ~by_runs & ~testable
+    note = note.copy()
     for cond, text in (
-        (few, [f"too few samples for the test: {x} in A, {y} in B" for x, y in zip(ca, cb)]),
-        (bad_b, [f"{metric.label} is {v:g} in B" for v in value_b]),
-        (bad_a, [f"{metric.label} is {v:g} in A" for v in value_a]),
-    ):
+        (few, lambda i: f"too few samples for the test: {ca[i]} in A, {cb[i]} in B"),
+        (bad_b, lambda i: f"{metric.label} is {value_b[i]:g} in B"),
+        (bad_a, lambda i: f"{metric.label} is {value_a[i]:g} in A"),
+    ):  # the last that applies is the one said: worded for its rows only
         verdict = np.where(cond, UNJUDGED, verdict)
-        note = np.where(cond, np.asarray(text, dtype=object) if len(text) else note, note)
-    if allow_mismatch:
-        note = np.where(
-            differ,
-            np.asarray([f"compared despite differing parameters: {t}" for t in diff_text], dtype=object)
-            if len(m)
-            else note,
-            note,
-        )
-    else:
+        at = np.flatnonzero(cond)
+        note[at] = [text(i) for i in at]
+    said = "compared despite differing parameters" if allow_mismatch else "parameters differ"
+    if not allow_mismatch:
         verdict = np.where(differ, UNJUDGED, verdict)
-        note = np.where(
-            differ, np.asarray([f"parameters differ: {t}" for t in diff_text], dtype=object) if len(m) else note, note
-        )
+    note[differ] = [f"{said}: {diff_text[i]}" for i in np.flatnonzero(differ)]
     note = _transport_notes(m, note)
     # B completed the key, but another of its runs did not: a failure, whatever the values say
     lost = b.rows["failed_runs"].to_numpy()[ib] if "failed_runs" in b.rows else np.zeros(len(m), dtype=np.int64)
@@ -436,7 +432,9 @@ def _judge(
     part["note"] = note
     part["status_b"] = status_b
     part["mismatch"] = differ
-    mism = m.loc[differ, ["workload", "scaling", "collective"]].assign(diff=[t for t, d in zip(diff_text, differ) if d])
+    mism = m.loc[differ, ["workload", "scaling", "collective"]].assign(
+        diff=[diff_text[i] for i in np.flatnonzero(differ)]
+    )
     return part, mism
 
 
@@ -452,21 +450,21 @@ def _samples(side: Side, metric: Metric, idx: npt.NDArray[np.int64]) -> tuple[Va
 def _diff_texts(m: pd.DataFrame, differ: Mask, ignore_settings: bool) -> list[str]:
     """Per row, what differs between A's and B's parameters ('batch_size 8 vs 4'), worked out
     once per distinct pair."""
+    import numpy as np
+
     cache: dict[tuple, str] = {}
-    out = []
+    out = [""] * len(m)
+    rows = np.flatnonzero(differ)
     cols = [
-        m[c].to_numpy(dtype=object)
+        m[c].to_numpy(dtype=object)[rows]
         for c in ("params_a", "params_b", "settings_a", "settings_b", "settings_hash_a", "settings_hash_b")
     ]
-    for d, *pair in zip(differ, *cols):
-        if not d:
-            out.append("")
-            continue
+    for i, *pair in zip(rows, *cols):
         key = tuple(pair)
         if key not in cache:
             pa_, pb, sa, sb, ha, hb = pair
             cache[key] = _diff_text(pa_, pb, sa, sb, ha, hb, ignore_settings)
-        out.append(cache[key])
+        out[i] = cache[key]
     return out
 
 

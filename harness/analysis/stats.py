@@ -76,11 +76,14 @@ def rate_shift(a: Values, b: Values, count_a: Counts, count_b: Counts, alpha: fl
         return Shift(ratio, low, high, p)
     z = _z(alpha)
     count_a, count_b = np.asarray(count_a), np.asarray(count_b)
-    pairs = np.stack([count_a, count_b], axis=1)
-    for m, k in np.unique(pairs, axis=0):
-        if m < 2 or k < 2:
-            continue
-        rows = np.flatnonzero((count_a == m) & (count_b == k))
+    live = np.flatnonzero((count_a >= 2) & (count_b >= 2))  # a test needs two of each
+    if not len(live):
+        return Shift(ratio, low, high, p)
+    live_a, live_b = count_a[live], count_b[live]
+    width = int(live_b.max()) + 1
+    for pair in np.unique(live_a * width + live_b):  # each (m, k) of counts once
+        m, k = divmod(int(pair), width)
+        rows = live[(live_a == m) & (live_b == k)]
         step = max(1, _CHUNK_PAIRS // (m * k))
         for start in range(0, len(rows), step):
             idx = rows[start : start + step]

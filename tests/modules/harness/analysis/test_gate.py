@@ -193,6 +193,11 @@ def test_zero_and_nan_figures_cannot_be_judged(real_run, tmp_path):
     cmp = compare(load_run(real_run), load_run(bad))
     rows = cmp.table[cmp.table["metric"] == "images_per_s"]
     assert set(rows["verdict"]) == {UNJUDGED} and rows["note"].str.contains("images/s is nan in B").all()
+    # with no samples either, the figure is what is said: it outranks too few samples
+    (bad / "samples.parquet").unlink()
+    rewrite_summary(bad, n_samples=lambda v: [0] * len(v))
+    rows = compare(load_run(real_run), load_run(bad)).table.query("metric == 'images_per_s'")
+    assert len(rows) and rows["note"].str.fullmatch("images/s is nan in B").all(), rows["note"].tolist()
 
 
 # --------------------------------------------------------------------------- a failed night
