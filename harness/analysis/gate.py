@@ -55,16 +55,39 @@ _INT_KEYS = frozenset({"nodes", "gpus_per_node", "size_bytes"})
 def key_strings(df: pd.DataFrame) -> list[str]:
     """Each row's key as stored in gate_keys: the JSON list of its KEYS columns, numbers as
     integers and missing texts as "" (as compare.key_frame makes them joinable)."""
+    import numpy as np
+    import pandas as pd
+
     cols: list[list[str]] = []
-    for k in KEYS:
+    for k in KEYS:  # a few distinct values per column: each encoded once
+        column = df[k].fillna(0) if k in _INT_KEYS else df[k]
+        codes, uniques = pd.factorize(column, use_na_sentinel=True)  # a missing text: -1
         if k in _INT_KEYS:
-            cols.append([str(int(v)) for v in df[k].fillna(0).to_numpy(dtype=float)])
+            encoded = [str(int(float(v))) for v in uniques]
         else:
-            texts = ["" if v is None or v != v else str(v) for v in df[k].astype(object)]
-            encoded = {t: json.dumps(t) for t in set(texts)}  # a few distinct texts per column
-            cols.append([encoded[t] for t in texts])
-    # json.dumps(row, separators=(",", ":")) of each row, its members encoded once per value
+            encoded = [json.dumps(str(v)) for v in uniques]
+        cols.append(np.array([*encoded, '""'], dtype=object)[codes].tolist())
+    # json.dumps(row, separators=(",", ":")) of each row
     return ["[" + ",".join(row) + "]" for row in zip(*cols)]
+
+
+def _numbers(values: npt.NDArray[np.float64]) -> list[float | None]:
+    """Floats for JSON, None where not finite."""
+    import numpy as np
+
+    out: list[float | None] = np.asarray(values, dtype=float).tolist()
+    for i in np.flatnonzero(~np.isfinite(values)):
+        out[i] = None
+    return out
+
+
+def _texts(column: pd.Series) -> list[str]:
+    """A column of a few distinct texts as a list of str, each converted once."""
+    import numpy as np
+    import pandas as pd
+
+    codes, uniques = pd.factorize(column, use_na_sentinel=False)
+    return np.array([str(v) for v in uniques], dtype=object)[codes].tolist()
 
 
 def document(
@@ -78,19 +101,15 @@ def document(
     every = key_strings(table)
     keys = sorted({k for k, bad in zip(every, table["verdict"].isin((SLOWER, FAILED)).to_numpy(dtype=bool)) if bad})
     a = table["a"].to_numpy(dtype=float, na_value=np.nan)
-
-    def numbers(values: Any) -> list[float | None]:
-        return [None if v != v or abs(v) == float("inf") else float(v) for v in values]
-
     bands = {
         "key": every,
-        "metric": [str(v) for v in table["metric"].to_numpy(dtype=object)],
-        "baseline": numbers(a),
-        "low": numbers(a * table["band_low"].to_numpy(dtype=float, na_value=np.nan)),
-        "high": numbers(a * table["band_high"].to_numpy(dtype=float, na_value=np.nan)),
-        "value": numbers(table["b"].to_numpy(dtype=float, na_value=np.nan)),
-        "verdict": [str(v) for v in table["verdict"].to_numpy(dtype=object)],
-        "test": [str(v) for v in table["test"].to_numpy(dtype=object)],
+        "metric": _texts(table["metric"]),
+        "baseline": _numbers(a),
+        "low": _numbers(a * table["band_low"].to_numpy(dtype=float, na_value=np.nan)),
+        "high": _numbers(a * table["band_high"].to_numpy(dtype=float, na_value=np.nan)),
+        "value": _numbers(table["b"].to_numpy(dtype=float, na_value=np.nan)),
+        "verdict": _texts(table["verdict"]),
+        "test": _texts(table["test"]),
     }
     return {
         "bench_gate": FORMAT,
