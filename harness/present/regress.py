@@ -133,27 +133,28 @@ def junit(cmp: Comparison, strict: bool = True) -> str:
     return "\n".join(lines)
 
 
-def _escape_all(values: pd.Series) -> pd.Series:
-    """_attr over a whole column, in Arrow's C++ (str.translate per row takes seconds at 100,000)."""
-    import pandas as pd
+def _escape_all(values: list[str]) -> list[str]:
+    """_attr over a list of texts, in Arrow's C++ (str.translate per row takes seconds at 100,000)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    arr = pa.array(values.astype(str).tolist(), type=pa.string())
+    arr = pa.array(values, type=pa.string())
     arr = pc.replace_substring_regex(arr, "[\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x{fffe}\\x{ffff}]", "\ufffd")
     for char, entity in _ENTITIES:
         arr = pc.replace_substring(arr, char, entity)
-    return pd.Series(arr.to_pylist(), index=values.index, dtype=object)
+    return arr.to_pylist()
 
 
-def _fmt(values: npt.ArrayLike, spec: str) -> npt.NDArray[np.str_]:
-    """printf-formatted numbers as a string array, '-' where missing (Python's % over a list:
-    numpy's char.mod calls it per element too, at 2.5 times the cost)."""
+def _fmt(values: npt.ArrayLike, spec: str) -> list[str]:
+    """printf-formatted numbers, '-' where not finite (Python's % over a list: numpy's char.mod
+    calls it per element too, at 2.5 times the cost)."""
     import numpy as np
 
     v = np.asarray(values, dtype=float)
-    text = np.array([spec % x for x in np.nan_to_num(v, posinf=0, neginf=0).tolist()], dtype=str)
-    return np.where(np.isfinite(v), text, "-")
+    text = [spec % x for x in v.tolist()]
+    for i in np.flatnonzero(~np.isfinite(v)):
+        text[i] = "-"
+    return text
 
 
 # How a configuration's worst verdict shows in JUnit: (element, type); None passes.
@@ -170,43 +171,27 @@ def _testcases(t: pd.DataFrame, strict: bool) -> tuple[list[str], list[str]]:
         return [], []
     labels = t["metric"].map({m: METRICS[m].label for m in METRICS}).astype(str)
     by_runs = t["test"].isin([BY_RUNS, REFERENCE]).to_numpy()  # both judged by a band of ratios
-    interval = np.where(
-        by_runs,
-        np.char.add(
-            np.char.add(np.char.add("band [", _fmt(t["band_low"], "%.3f")), ", "),
-            np.char.add(_fmt(t["band_high"], "%.3f"), "]"),
-        ),
-        np.char.add(
-            np.char.add(np.char.add("95% CI [", _fmt(t["ci_low"], "%.3f")), ", "),
-            np.char.add(_fmt(t["ci_high"], "%.3f"), "]"),
-        ),
-    )
+    # judged by a band: its limits; within a run: the samples' ratio and its 95% CI
+    low = _fmt(np.where(by_runs, t["band_low"], t["ci_low"]), "%.3f")
+    high = _fmt(np.where(by_runs, t["band_high"], t["ci_high"]), "%.3f")
+    words = {True: ("B/A", "band"), False: ("B/A (Hodges-Lehmann of the samples)", "95% CI")}
     size = t["size_bytes"].map({int(v): format_size(int(v)) for v in t["size_bytes"].unique()}).astype(str)
     what = size.where(t["workload"] == COLLECTIVE_WORKLOAD, t["workload"].astype(str) + " " + t["scaling"].astype(str))
     note = t["note"].fillna("").astype(str)
-    text = (
-        what
-        + ": "
-        + t["verdict"].astype(str)
-        + ", "
-        + labels
-        + " "
-        + _fmt(t["a"], "%.4g")
-        + " -> "
-        + _fmt(t["b"], "%.4g")
-        + pd.Series(np.where(by_runs, ", B/A ", ", B/A (Hodges-Lehmann of the samples) "), index=t.index)
-        + _fmt(t["ratio"], "%.3f")
-        + ", "
-        + pd.Series(interval, index=t.index)
-        + note.where(note == "", "; " + note)
-    )
+    text = [
+        f"{w}: {v}, {label} {a} -> {b}, {words[band][0]} {r}, {words[band][1]} [{lo}, {hi}]" + (f"; {n}" if n else "")
+        for w, v, label, a, b, band, r, lo, hi, n in zip(
+            what.tolist(), t["verdict"].astype(str).tolist(), labels.tolist(), _fmt(t["a"], "%.4g"),
+            _fmt(t["b"], "%.4g"), by_runs.tolist(), _fmt(t["ratio"], "%.3f"), low, high, note.tolist(),
+        )
+    ]  # fmt: skip
     config = t["metric"].astype(str) + "[" + key_texts(t, sizes=False).astype(str) + "]"
     codes, names = pd.factorize(config)  # configurations in the table's order
     order = np.argsort(codes, kind="stable")
     starts = np.concatenate([[0], np.cumsum(np.bincount(codes, minlength=len(names)))])
     rank = t["verdict"].map(ORDER).fillna(ORDER[SAME]).to_numpy()[order]
     worst = np.minimum.reduceat(rank, starts[:-1]).astype(int)
-    body = _escape_all(text.iloc[order]).tolist()
+    body = _escape_all([text[i] for i in order])
     workload = t["workload"].astype(str).to_numpy()[order]
     what, verdicts = what.to_numpy(dtype=object)[order], t["verdict"].to_numpy(dtype=object)[order]
     notes, change = note.to_numpy(dtype=object)[order], t["change"].to_numpy(dtype=float)[order]

@@ -11,6 +11,8 @@ import xml.etree.ElementTree as ET
 
 from conftest import bench, copy_run, regress, run, separating
 
+from harness.present.regress import _fmt
+
 
 def test_regress_outputs_for_ci(real_run, tmp_path):
     db = tmp_path / "history.sqlite"
@@ -36,6 +38,12 @@ def test_regress_outputs_for_ci(real_run, tmp_path):
     curve = suite.find("testcase[@name='busbw_gbps[allreduce all_reduce, 2x1, torchrun, default]']")
     assert curve.find("failure").get("type") == "regression"
     assert re.fullmatch(r"regression: (\d+[KM] -\d+\.\d%(, )?){3}", curve.find("failure").get("message"))
+    # each size a line: its verdict, A -> B, and B/A with the interval it was judged by (one
+    # run of A: the samples' ratio and CI)
+    size_line = r"\d+[KM]: slower, busbw GB/s [\d.]+ -> [\d.]+, B/A \(Hodges-Lehmann of the samples\) 0\.\d{3}, "
+    size_line += r"95% CI \[0\.\d{3}, 0\.\d{3}\]"
+    lines = curve.find("failure").text.splitlines()
+    assert len(lines) == 3 and all(re.fullmatch(size_line, line) for line in lines), lines
     assert not (out / "benchmark.json").exists()  # opt-in
     r = regress(real_run, db, out, "--baseline", "label:good", "--benchmark-json")
     doc = json.loads((out / "benchmark.json").read_text())
@@ -66,3 +74,13 @@ def test_regress_outputs_for_ci(real_run, tmp_path):
         assert again.returncode == 1, again.describe()
         if how is None:  # one history run: fewer than the default median:5 asks, so each key is judged within it
             assert "5 of 5 keys have fewer than 5 usable runs in the history" in again.stdout, again.describe()
+
+
+def test_a_figure_that_is_not_finite_reads_as_a_dash():
+    assert _fmt([1.5, float("nan"), float("inf"), -float("inf"), 12345.0], "%.4g") == [
+        "1.5",
+        "-",
+        "-",
+        "-",
+        "1.234e+04",
+    ]
