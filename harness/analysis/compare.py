@@ -389,7 +389,8 @@ def _judge(
     if not ignore_settings:
         differ |= m["settings_hash_a"].to_numpy(dtype=object) != m["settings_hash_b"].to_numpy(dtype=object)
     diff_text = _diff_texts(m, differ, ignore_settings)
-    # why a key cannot be judged, the first reason that applies
+    # why a key cannot be judged: of the reasons that apply, the one listed last (a figure that
+    # cannot be judged outranks too few samples), worded for the rows it applies to only
     bad_a, bad_b = ~usable(value_a), ~usable(value_b)
     few = ~by_runs & ~testable
     note = note.copy()
@@ -397,7 +398,7 @@ def _judge(
         (few, lambda i: f"too few samples for the test: {ca[i]} in A, {cb[i]} in B"),
         (bad_b, lambda i: f"{metric.label} is {value_b[i]:g} in B"),
         (bad_a, lambda i: f"{metric.label} is {value_a[i]:g} in A"),
-    ):  # the last that applies is the one said: worded for its rows only
+    ):
         verdict = np.where(cond, UNJUDGED, verdict)
         at = np.flatnonzero(cond)
         note[at] = [text(i) for i in at]
