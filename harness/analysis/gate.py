@@ -24,7 +24,7 @@ runs were never judged has no verdicts, and nothing is rejected.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,20 +55,25 @@ _INT_KEYS = frozenset({"nodes", "gpus_per_node", "size_bytes"})
 def key_strings(df: pd.DataFrame) -> list[str]:
     """Each row's key as stored in gate_keys: the JSON list of its KEYS columns, numbers as
     integers and missing texts as "" (as compare.key_frame makes them joinable)."""
+    cols = [
+        _per_value(df[k].fillna(0), lambda v: str(int(float(v))))
+        if k in _INT_KEYS
+        else _per_value(df[k], lambda v: json.dumps(str(v)), missing='""')
+        for k in KEYS
+    ]
+    # json.dumps(row, separators=(",", ":")) of each row
+    return ["[" + ",".join(row) + "]" for row in zip(*cols)]
+
+
+def _per_value(column: pd.Series, encode: Callable[[Any], str], missing: str | None = None) -> list[str]:
+    """`encode` of each row of a column of a few distinct values, called once per value;
+    `missing`: what a missing value is (None: missing values are encoded as any other)."""
     import numpy as np
     import pandas as pd
 
-    cols: list[list[str]] = []
-    for k in KEYS:  # a few distinct values per column: each encoded once
-        column = df[k].fillna(0) if k in _INT_KEYS else df[k]
-        codes, uniques = pd.factorize(column, use_na_sentinel=True)  # a missing text: -1
-        if k in _INT_KEYS:
-            encoded = [str(int(float(v))) for v in uniques]
-        else:
-            encoded = [json.dumps(str(v)) for v in uniques]
-        cols.append(np.array([*encoded, '""'], dtype=object)[codes].tolist())
-    # json.dumps(row, separators=(",", ":")) of each row
-    return ["[" + ",".join(row) + "]" for row in zip(*cols)]
+    codes, uniques = pd.factorize(column, use_na_sentinel=missing is not None)  # missing: code -1
+    encoded = [encode(v) for v in uniques] + ([missing] if missing is not None else [])
+    return np.array(encoded, dtype=object)[codes].tolist()
 
 
 def _numbers(values: npt.NDArray[np.float64]) -> list[float | None]:
@@ -79,15 +84,6 @@ def _numbers(values: npt.NDArray[np.float64]) -> list[float | None]:
     for i in np.flatnonzero(~np.isfinite(values)):
         out[i] = None
     return out
-
-
-def _texts(column: pd.Series) -> list[str]:
-    """A column of a few distinct texts as a list of str, each converted once."""
-    import numpy as np
-    import pandas as pd
-
-    codes, uniques = pd.factorize(column, use_na_sentinel=False)
-    return np.array([str(v) for v in uniques], dtype=object)[codes].tolist()
 
 
 def document(
@@ -103,13 +99,13 @@ def document(
     a = table["a"].to_numpy(dtype=float, na_value=np.nan)
     bands = {
         "key": every,
-        "metric": _texts(table["metric"]),
+        "metric": _per_value(table["metric"], str),
         "baseline": _numbers(a),
         "low": _numbers(a * table["band_low"].to_numpy(dtype=float, na_value=np.nan)),
         "high": _numbers(a * table["band_high"].to_numpy(dtype=float, na_value=np.nan)),
         "value": _numbers(table["b"].to_numpy(dtype=float, na_value=np.nan)),
-        "verdict": _texts(table["verdict"]),
-        "test": _texts(table["test"]),
+        "verdict": _per_value(table["verdict"], str),
+        "test": _per_value(table["test"], str),
     }
     return {
         "bench_gate": FORMAT,
