@@ -388,7 +388,7 @@ def _judge(
     differ = m["params_a"].to_numpy(dtype=object) != m["params_b"].to_numpy(dtype=object)
     if not ignore_settings:
         differ |= m["settings_hash_a"].to_numpy(dtype=object) != m["settings_hash_b"].to_numpy(dtype=object)
-    diff_text = _diff_texts(m, differ, ignore_settings)
+    diff_text = _diff_texts(m, differ, ignore_settings)  # of the rows that differ, in order
     # why a key cannot be judged: of the reasons that apply, the one listed last (a figure that
     # cannot be judged outranks too few samples), worded for the rows it applies to only
     bad_a, bad_b = ~usable(value_a), ~usable(value_b)
@@ -405,7 +405,7 @@ def _judge(
     said = "compared despite differing parameters" if allow_mismatch else "parameters differ"
     if not allow_mismatch:
         verdict = np.where(differ, UNJUDGED, verdict)
-    note[differ] = [f"{said}: {diff_text[i]}" for i in np.flatnonzero(differ)]
+    note[differ] = [f"{said}: {t}" for t in diff_text]
     note = _transport_notes(m, note)
     # B completed the key, but another of its runs did not: a failure, whatever the values say
     lost = b.rows["failed_runs"].to_numpy()[ib] if "failed_runs" in b.rows else np.zeros(len(m), dtype=np.int64)
@@ -433,9 +433,7 @@ def _judge(
     part["note"] = note
     part["status_b"] = status_b
     part["mismatch"] = differ
-    mism = m.loc[differ, ["workload", "scaling", "collective"]].assign(
-        diff=[diff_text[i] for i in np.flatnonzero(differ)]
-    )
+    mism = m.loc[differ, ["workload", "scaling", "collective"]].assign(diff=diff_text)
     return part, mism
 
 
@@ -449,23 +447,19 @@ def _samples(side: Side, metric: Metric, idx: npt.NDArray[np.int64]) -> tuple[Va
 
 
 def _diff_texts(m: pd.DataFrame, differ: Mask, ignore_settings: bool) -> list[str]:
-    """Per row, what differs between A's and B's parameters ('batch_size 8 vs 4'), worked out
-    once per distinct pair."""
-    import numpy as np
-
+    """For each row where `differ`, in order, what differs between A's and B's parameters
+    ('batch_size 8 vs 4'), worked out once per distinct pair."""
     cache: dict[tuple, str] = {}
-    out = [""] * len(m)
-    rows = np.flatnonzero(differ)
+    out = []
     cols = [
-        m[c].to_numpy(dtype=object)[rows]
+        m[c].to_numpy(dtype=object)[differ]
         for c in ("params_a", "params_b", "settings_a", "settings_b", "settings_hash_a", "settings_hash_b")
     ]
-    for i, *pair in zip(rows, *cols):
-        key = tuple(pair)
-        if key not in cache:
+    for pair in zip(*cols):
+        if pair not in cache:
             pa_, pb, sa, sb, ha, hb = pair
-            cache[key] = _diff_text(pa_, pb, sa, sb, ha, hb, ignore_settings)
-        out[i] = cache[key]
+            cache[pair] = _diff_text(pa_, pb, sa, sb, ha, hb, ignore_settings)
+        out.append(cache[pair])
     return out
 
 
