@@ -312,9 +312,13 @@ def copy_run(
     drop: str | None = None,
     version: int | None = None,
     launcher: str | None = None,
+    spread: float | None = None,
 ) -> Path:
     """A copy of a run whose summary and samples are rewritten: times scaled by time_factor
-    (rates divided), a column dropped, the layout version or the launcher changed."""
+    (rates divided), a column dropped, the layout version or the launcher changed. `spread`
+    draws each row's samples toward their median, in order, until its largest is at most that
+    many times its smallest: for a test that needs a change of a given size to be significant
+    within a run, which loopback gloo's 20x spreads (see `separating`) leave to chance."""
     shutil.copytree(src, dst)
     summary = pq.read_table(dst / "summary.parquet")
     samples = pq.read_table(dst / "samples.parquet")
@@ -332,11 +336,25 @@ def copy_run(
             meta[b"bench_summary_version"] = str(version).encode()
     table = pa.table({n: c for n, c in cols.items() if n != drop}).replace_schema_metadata(meta)
     pq.write_table(table, dst / "summary.parquet")
-    values = pa.array(
-        [[v * time_factor for v in row] for row in samples.column("values").to_pylist()], type=pa.list_(pa.float64())
-    )
+    rows = samples.column("values").to_pylist()
+    if spread is not None:
+        rows = [_narrowed(row, spread) for row in rows]
+    values = pa.array([[v * time_factor for v in row] for row in rows], type=pa.list_(pa.float64()))
     pq.write_table(samples.set_column(samples.column_names.index("values"), "values", values), dst / "samples.parquet")
     return dst
+
+
+def _narrowed(row: list[float], spread: float) -> list[float]:
+    """The samples drawn toward their median in log space: v -> m * (v/m)**e, with e such that
+    the largest over the smallest is at most `spread`; their order and median stay."""
+    import math
+    import statistics
+
+    if not row or min(row) <= 0 or max(row) / min(row) <= spread:
+        return row
+    m = statistics.median(row)
+    e = math.log(spread) / math.log(max(row) / min(row))
+    return [m * (v / m) ** e for v in row]
 
 
 def planned_later(run_dir: Path, tag: str = "9") -> Path:

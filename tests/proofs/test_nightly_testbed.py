@@ -1,7 +1,7 @@
 """The README's nightly recipe (recipes/nightly.sh), unchanged, night after night, with its
 defaults (no --threshold of its own): on the testbed, the first seeds the history and passes,
 the second and third are judged provisionally (fewer than 5 runs, docs/noise.md) and pass, the
-fourth runs over links shaped to half the rate the slowest of them amounts to and fails with
+fourth runs over links shaped to a third of the rate the slowest of them amounts to and fails with
 the regression in its JUnit file (and so does that night judged against night 1 alone, and
 nights 1 and 2: a throttled link is caught from night 2); the fifth, shaped too, fails again (a
 failed night never joins a baseline) and passes only once night 4 is accepted; and the sixth
@@ -90,10 +90,12 @@ def test_six_nights_of_the_recipe(testbed, tmp_path, postgres):
     where = {"BENCH_HISTORY": url.replace(f":{postgres.password}@", "@"), "PGPASSWORD": postgres.password}
     unshaped_nights(tmp_path, 3, **where)
     unshaped = sorted((tmp_path / "results").glob("nightly-*"))
-    # half the rate the slowest unshaped night's busbw amounts to (bytes to bits; 2 ranks: busbw
-    # is the bytes each rank sends, benchmarks/allreduce.py): a halving against every night, so
-    # that a baseline of any one of them sees it
-    rate = round(min(busbw(tmp_path)) * 8e3 / 2)
+    # a third of the rate the slowest unshaped night's busbw amounts to (bytes to bits; 2 ranks:
+    # busbw is the bytes each rank sends, benchmarks/allreduce.py): a fall beyond the provisional
+    # margin against every night, so that a baseline of any one of them sees it. At half, a
+    # shaped night once read 0.47 GB/s against the slowest night's 0.87 (0.54 of it, 0.04 from
+    # the margin), and judged against that night alone was not slower beyond 40%.
+    rate = round(min(busbw(tmp_path)) * 8e3 / 3)
     shaped_nights = []
     try:
         run([str(TESTBED), "shape", "--link", "eth0", "--rate", f"{rate}mbit"])
