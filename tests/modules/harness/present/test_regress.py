@@ -9,9 +9,13 @@ import shutil
 import sys
 import xml.etree.ElementTree as ET
 
+import pandas as pd
 from conftest import bench, copy_run, regress, run, separating
 
+from harness.analysis.compare import BY_RUNS, BY_SAMPLES, FAILED, FASTER, REFERENCE, SAME, SLOWER, UNJUDGED
+from harness.analysis.sides import records
 from harness.present.regress import _fmt
+from harness.present.tables import fmt_interval
 
 
 def test_regress_outputs_for_ci(real_run, tmp_path):
@@ -84,3 +88,22 @@ def test_a_figure_that_is_not_finite_reads_as_a_dash():
         "-",
         "1.234e+04",
     ]
+
+
+def test_each_row_shows_the_interval_it_was_judged_by():
+    """The band for a key judged between runs or against a reference, the samples' CI within a
+    run, and '-' for a failed key (whatever its columns hold) or a CI with an end missing."""
+    nan = float("nan")
+    t = pd.DataFrame(
+        {
+            "verdict": [FAILED, SLOWER, SAME, FASTER, SAME, UNJUDGED],
+            "test": [BY_SAMPLES, BY_RUNS, REFERENCE, BY_SAMPLES, BY_SAMPLES, None],
+            "band_low": [0.9, 0.81234, 0.8, nan, nan, nan],
+            "band_high": [1.1, 1.2, 1.25, nan, nan, nan],
+            "ci_low": [0.5, nan, nan, 1.0625, 0.9, nan],
+            "ci_high": [0.6, nan, nan, 1.5, nan, nan],
+        }
+    )
+    shown = [fmt_interval(r) for r in records(t)]
+    assert shown == ["-", "band [0.812, 1.200]", "band [0.800, 1.250]", "[1.062, 1.500]", "-", "-"]
+    assert fmt_interval(records(t.drop(columns=["ci_low", "ci_high"]))[3]) == "-"  # a table without the CI
