@@ -209,9 +209,10 @@ def test_a_failed_night_never_joins_a_baseline_until_accepted(real_run, tmp_path
     with its verdict. Night 3 is judged against night 1 alone, not against the median of nights
     1 and 2 (0.75: -33%, inside the provisional margin of 40%, which passed a persistent
     regression on its second night); it fails until night 2 is accepted as the new normal."""
-    db = history_of(planned_later(copy_run(real_run, tmp_path / "n1"), "0"))
-    n2 = planned_later(copy_run(real_run, tmp_path / "n2", time_factor=2), "1")
-    n3 = planned_later(copy_run(real_run, tmp_path / "n3", time_factor=2), "9")
+    # judged within night 1 alone: samples drawn within 1.3x, so that a halving is significant
+    db = history_of(planned_later(copy_run(real_run, tmp_path / "n1", spread=1.3), "0"))
+    n2 = planned_later(copy_run(real_run, tmp_path / "n2", time_factor=2, spread=1.3), "1")
+    n3 = planned_later(copy_run(real_run, tmp_path / "n3", time_factor=2, spread=1.3), "9")
     assert regress(n2, db, n2 / "regress").returncode == 1
     added = bench("history", "add", str(n2), "--cluster", "lab", "--label", "nightly", "--db", str(db)).stdout
     assert "it failed the gate (median:5)" in added and "bench history accept 2 --reason" in added, added
@@ -220,7 +221,7 @@ def test_a_failed_night_never_joins_a_baseline_until_accepted(real_run, tmp_path
     r = regress(n3, db, tmp_path / "o3")
     assert r.returncode == 1 and "REGRESSION" in r.stderr, r.describe()
     # night 3 is night 2's data: every key night 2 failed is judged against night 1 alone, as
-    # night 2's was, and fails again (which keys the within-run test can tell on loopback varies)
+    # night 2's was, and fails again
     base = history.baseline(db, "lab", exclude=history.fingerprint(history.RunDir(n3)))
     table = compare(base, load_run(n3), margin=PROVISIONAL_MARGIN).table
     rejected = set(verdict["rejected"])
