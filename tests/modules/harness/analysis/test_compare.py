@@ -10,6 +10,7 @@ import json
 import re
 import shutil
 
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -226,3 +227,44 @@ def test_every_verdict_has_a_severity_and_a_way_to_be_shown():
     assert set(WORST_FIRST) == set(VERDICTS) == set(PRESENTED) == set(ORDER)
     assert len(WORST_FIRST) == 5
     assert [v for v in WORST_FIRST if PRESENTED[v].junit] == ["failed", "slower", "cannot judge"]
+
+
+def test_each_row_gets_its_own_samples_in_whatever_order_they_come():
+    """samples_by_row matches a summary's rows to their samples by key: in step (as collect
+    writes them) by position, otherwise by a join, and a row without samples counts none."""
+    from harness.analysis.sides import _in_step, samples_by_row
+
+    rows = pd.DataFrame(
+        {
+            "job": ["a", "a", "b"],
+            "workload": ["allreduce", "allreduce", "synthetic"],
+            "scaling": ["", "", "weak"],
+            "collective": ["all_reduce", "all_reduce", ""],
+            "group": ["world", "world", ""],
+            "size_bytes": [8, 16, 0],
+        }
+    ).astype(dict.fromkeys(("job", "workload", "scaling", "collective", "group"), "string") | {"size_bytes": "Int64"})
+    samples = pa.table(
+        {
+            "job": ["a", "a", "b"],
+            "workload": ["allreduce", "allreduce", "synthetic"],
+            "scaling": [None, None, "weak"],
+            "collective": ["all_reduce", "all_reduce", None],
+            "group": ["world", "world", ""],
+            "size_bytes": [8, 16, 0],
+            "metric": ["time_us", "time_us", "step_time_ms"],
+            "values": [[1.0, 2.0], [3.0, 4.0, 5.0], [6.0]],
+        }
+    )
+
+    def got(table, metric, n_rows):
+        vals, counts = samples_by_row(table, rows.iloc[:n_rows])[metric]
+        return [list(v[:c]) for v, c in zip(vals, counts)]
+
+    assert got(samples, "time_us", 3) == [[1.0, 2.0], [3.0, 4.0, 5.0], []]
+    assert got(samples, "step_time_ms", 3) == [[], [], [6.0]]
+    collective = samples.slice(0, 2)
+    assert _in_step(rows.iloc[:2], collective.drop(["values"]).to_pandas().fillna(""))
+    assert got(collective, "time_us", 2) == [[1.0, 2.0], [3.0, 4.0, 5.0]]
+    backwards = collective.take([1, 0])  # as many samples as rows, not in their order
+    assert got(backwards, "time_us", 2) == [[1.0, 2.0], [3.0, 4.0, 5.0]]
