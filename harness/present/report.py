@@ -25,10 +25,10 @@ from harness.present.tables import (
     TRANSFORMER_HEAD,
     breakdown_rows,
     collective_table,
-    fmt_interval,
     fmt_ratio,
     fmt_value,
     headline,
+    intervals,
     numeric,
     only_in_b,
     training_rows,
@@ -286,11 +286,11 @@ def compare_section(cmp: Comparison) -> str:
                         fmt_value(r["a"]),
                         fmt_value(r["b"]),
                         fmt_ratio(r["ratio"]),
-                        fmt_interval(r),
+                        interval,
                         fmt_value(r["p_value"]),
                         r["note"] or "",
                     ]
-                    for r in records(shown)
+                    for r, interval in zip(records(shown), intervals(shown))
                 ],
                 numeric={3, 4, 5, 7},
                 classes=[v.replace(" ", "-") for v in shown["verdict"]],

@@ -51,16 +51,37 @@ def fmt_value(v: Any, spec: str = ".4g") -> str:
     return format(v, spec)
 
 
-def fmt_interval(row: dict[str, Any]) -> str:
-    """The interval a row was judged by: the band of A's runs, or the 95% CI of the samples."""
-    if row.get("verdict") == FAILED:
-        return "-"
-    if row.get("test") in (BY_RUNS, REFERENCE):
-        return f"band [{row['band_low']:.3f}, {row['band_high']:.3f}]"
-    lo, hi = row.get("ci_low"), row.get("ci_high")
-    if lo is None or hi is None or math.isnan(lo) or math.isnan(hi):
-        return "-"
-    return f"[{lo:.3f}, {hi:.3f}]"
+def intervals(t: pd.DataFrame) -> list[str]:
+    """The interval each row was judged by: the band of A's runs, or the 95% CI of the samples;
+    '-' for a failed key or a CI with an end missing. Column by column: a dict per row took
+    0.12 s at 100,000 rows, this 0.055 s."""
+    out = []
+    for verdict, test, band_low, band_high, lo, hi in zip(
+        _objects(t, "verdict"), _objects(t, "test"), _floats(t, "band_low"), _floats(t, "band_high"),
+        _floats(t, "ci_low"), _floats(t, "ci_high"),
+    ):  # fmt: skip
+        if verdict == FAILED:
+            out.append("-")
+        elif test in (BY_RUNS, REFERENCE):
+            out.append(f"band [{band_low:.3f}, {band_high:.3f}]")
+        elif lo != lo or hi != hi:  # NaN: an end missing
+            out.append("-")
+        else:
+            out.append(f"[{lo:.3f}, {hi:.3f}]")
+    return out
+
+
+def _floats(t: pd.DataFrame, name: str) -> list[float]:
+    """A column as floats, NaN where missing or where the table has no such column."""
+    import numpy as np
+
+    return t[name].to_numpy(dtype=float, na_value=np.nan).tolist() if name in t else [math.nan] * len(t)
+
+
+def _objects(t: pd.DataFrame, name: str) -> list[Any]:
+    """A column as Python objects, None where missing or where the table has no such column."""
+    # pandas takes None as na_value; pandas-stubs leaves it out of the annotation
+    return t[name].to_numpy(dtype=object, na_value=None).tolist() if name in t else [None] * len(t)  # type: ignore[call-overload]
 
 
 def fmt_ratio(v: Any) -> str:
@@ -171,24 +192,18 @@ def _md_table(t: pd.DataFrame) -> list[str]:
         "| metric | key | A | B | B/A | interval | p | runs A | verdict | note |",
         "|---|---|---:|---:|---:|---|---:|---:|---|---|",
     ]
+
     # column by column: a dict per row of all the table's columns cost 0.4 s at 68,000 rows
-    import numpy as np
-
     def numbers(name: str, spec: str = ".4g") -> list[str]:  # fmt_value over a float column
-        values = t[name].to_numpy(dtype=float, na_value=np.nan).tolist() if name in t else [math.nan] * len(t)
-        return ["-" if v != v else format(v, spec) for v in values]
+        return ["-" if v != v else format(v, spec) for v in _floats(t, name)]
 
-    def texts(name: str) -> list[Any]:
-        return t[name].to_numpy(dtype=object, na_value=None).tolist() if name in t else [None] * len(t)  # type: ignore[call-overload]
-
-    notes = [(n or "").replace("|", "\\|").replace("\n", " ") for n in texts("note")]
-    judged = records(t[[c for c in ("verdict", "test", "band_low", "band_high", "ci_low", "ci_high") if c in t]])
-    runs = [fmt_value(v, "d") for v in texts("runs_a")]
-    for metric, key, a, b, ratio, row, p, n, verdict, note in zip(
-        texts("metric"), texts("key"), numbers("a"), numbers("b"), numbers("ratio", ".3f"), judged,
-        numbers("p_value"), runs, texts("verdict"), notes,
+    notes = [(n or "").replace("|", "\\|").replace("\n", " ") for n in _objects(t, "note")]
+    runs = [fmt_value(v, "d") for v in _objects(t, "runs_a")]
+    for metric, key, a, b, ratio, interval, p, n, verdict, note in zip(
+        _objects(t, "metric"), _objects(t, "key"), numbers("a"), numbers("b"), numbers("ratio", ".3f"), intervals(t),
+        numbers("p_value"), runs, _objects(t, "verdict"), notes,
     ):  # fmt: skip
-        out.append(f"| {metric} | {key} | {a} | {b} | {ratio} | {fmt_interval(row)} | {p} | {n} | {verdict} | {note} |")
+        out.append(f"| {metric} | {key} | {a} | {b} | {ratio} | {interval} | {p} | {n} | {verdict} | {note} |")
     return out
 
 
@@ -378,12 +393,13 @@ def print_comparison(console: Console, cmp: Comparison, top: int) -> None:
         f"{cmp.threshold:.1%}; {shown(cmp.method)})",
         title_justify="left",
     )
-    worst = records(cmp.table.head(top))
+    head = cmp.table.head(top)
+    worst = records(head)
     notes = any(r.get("note") for r in worst)
     for col in ("verdict", "metric", "key", "A", "B", "B/A", "interval", "p") + (("note",) if notes else ()):
         t.add_column(col, justify="right" if col in ("A", "B", "B/A", "p") else "left")
     style = {v: p.colour for v, p in PRESENTED.items() if p.colour}
-    for r in worst:
+    for r, interval in zip(worst, intervals(head)):
         t.add_row(
             r["verdict"],
             METRICS[r["metric"]].label,
@@ -391,7 +407,7 @@ def print_comparison(console: Console, cmp: Comparison, top: int) -> None:
             fmt_value(r["a"]),
             fmt_value(r["b"]),
             fmt_ratio(r["ratio"]),
-            fmt_interval(r),
+            interval,
             fmt_value(r.get("p_value")),
             *((shown(r.get("note") or ""),) if notes else ()),
             style=style.get(r["verdict"]),
