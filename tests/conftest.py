@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import shlex
 import shutil
 import signal
 import stat
+import statistics
 import subprocess
 import sys
 import time
@@ -347,9 +349,6 @@ def copy_run(
 def _narrowed(row: list[float], spread: float) -> list[float]:
     """The samples drawn toward their median in log space: v -> m * (v/m)**e, with e such that
     the largest over the smallest is at most `spread`; their order and median stay."""
-    import math
-    import statistics
-
     if not row or min(row) <= 0 or max(row) / min(row) <= spread:
         return row
     m = statistics.median(row)
