@@ -361,11 +361,13 @@ def samples_by_row(samples: pa.Table, rows: pd.DataFrame) -> dict[str, tuple[Val
     values = samples.column("values")
     out = {}
     for metric_name, part in sdf.groupby("metric", sort=False):
-        if _in_step(rows, part):  # as collect writes them, a run's rows and its samples of a metric
-            pos = part["_pos"].to_numpy(dtype=float)
-        else:
-            merged = rows[SAMPLE_JOIN].merge(part.drop(columns="metric"), on=SAMPLE_JOIN, how="left")
-            pos = merged["_pos"].to_numpy(dtype=float)
+        # in step, as collect writes a run's rows and its samples of a metric: their order is the join
+        matched = (
+            part
+            if _in_step(rows, part)
+            else rows[SAMPLE_JOIN].merge(part.drop(columns="metric"), on=SAMPLE_JOIN, how="left")
+        )
+        pos = matched["_pos"].to_numpy(dtype=float)
         have = ~np.isnan(pos)
         taken = values.take(pa.array(np.where(have, pos, 0).astype(np.int64)))
         vals, counts = stats.padded(taken)
