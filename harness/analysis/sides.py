@@ -271,7 +271,7 @@ def grouped_side(
     groups = len(rows)
     runs = stats.pool_columns(codes, figures, groups, order)
     for name in METRICS:
-        rows[name] = _median_rows(*runs[name])
+        rows[name] = stats.row_medians(runs[name][0])
     rows["runs"] = np.bincount(codes, minlength=groups) if groups else np.zeros(0, int)
     others = others[KEYS + ["status", "reason", "job"]]
     rows["failed_runs"], rows["failed_status"], rows["failed_note"] = _failed_replicates(rows, others)
@@ -333,19 +333,6 @@ def usable(values: Values) -> Mask:
 
     with np.errstate(invalid="ignore"):
         return np.isfinite(values) & (values > 0)
-
-
-def _median_rows(values: Values, counts: Counts) -> Values:
-    """Each row's median of its first `counts` values (the rest are NaN padding): the two middle
-    values of the row sorted, NaN last, as nanmedian takes them, at a fifth of its time."""
-    import numpy as np
-
-    out = np.full(len(counts), np.nan)
-    have = np.flatnonzero(counts > 0)
-    if len(have):
-        rows, n = np.sort(values[have], axis=1), counts[have]
-        out[have] = (rows[np.arange(len(have)), (n - 1) // 2] + rows[np.arange(len(have)), n // 2]) / 2
-    return out
 
 
 def samples_by_row(samples: pa.Table, rows: pd.DataFrame) -> dict[str, tuple[Values, Counts]]:

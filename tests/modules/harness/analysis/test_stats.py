@@ -81,6 +81,26 @@ def test_the_band_s_spread_takes_the_small_sample_factor_of_its_count():
     assert np.isnan(centre[4]) and np.isnan(spread[4])
 
 
+def test_row_medians_are_nanmedian_s_worked_by_hand():
+    """Each row's median of its values but NaN: odd and even counts, NaN anywhere in the row,
+    an infinity among them, a row of NaN alone, and rows of no width."""
+    rows = np.array(
+        [
+            [5.0, 1.0, 3.0, NAN],  # 1, 3, 5: 3
+            [NAN, 4.0, 1.0, 2.0],  # 1, 2, 4 -> the middle one, 2
+            [8.0, 2.0, 6.0, 4.0],  # 2, 4, 6, 8: (4 + 6) / 2
+            [-np.inf, 1.0, 2.0, NAN],  # -inf, 1, 2: 1
+            [-np.inf, 3.0, NAN, NAN],  # -inf, 3: -inf, as (-inf + 3) / 2
+            [NAN, NAN, NAN, NAN],
+        ]
+    )
+    got = stats.row_medians(rows)
+    np.testing.assert_array_equal(got, [3.0, 2.0, 5.0, 1.0, -np.inf, NAN])
+    with np.errstate(all="ignore"), pytest.warns(RuntimeWarning):  # nanmedian warns of the row of NaN
+        np.testing.assert_array_equal(got, np.nanmedian(rows, axis=1))
+    assert np.isnan(stats.row_medians(np.zeros((2, 0)))).all()
+
+
 @pytest.mark.parametrize(
     "codes, want",
     [
