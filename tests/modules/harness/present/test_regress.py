@@ -105,3 +105,45 @@ def test_each_row_shows_the_interval_it_was_judged_by():
     )
     assert intervals(t) == ["-", "band [0.812, 1.200]", "band [0.800, 1.250]", "[1.062, 1.500]", "-", "-"]
     assert intervals(t.drop(columns=["ci_low", "ci_high"]))[3] == "-"  # a table without the CI
+
+
+def test_junit_lines_keep_xml_s_special_characters_as_text():
+    """A size's line carries its note, which can quote anything a job printed: junit.xml holds it
+    escaped, and an XML reader gets the very text back, with the line's arrow."""
+    from harness.present.regress import _testcases
+
+    note = 'job 3 FAILED: <exit 1> & "bad" \x07'
+    t = pd.DataFrame(
+        {
+            "metric": ["busbw_gbps"] * 2,
+            "workload": ["allreduce"] * 2,
+            "collective": ["all_reduce"] * 2,
+            "group": ["world"] * 2,
+            "scaling": [""] * 2,
+            "nodes": [2, 2],
+            "gpus_per_node": [1, 1],
+            "launcher": ["torchrun"] * 2,
+            "nccl_config": ["default"] * 2,
+            "size_bytes": [1024, 2048],
+            "verdict": [FAILED, SAME],
+            "test": [None, BY_RUNS],
+            "a": [2.0, 3.0],
+            "b": [float("nan"), 3.3],
+            "ratio": [float("nan"), 1.1],
+            "ci_low": [float("nan")] * 2,
+            "ci_high": [float("nan")] * 2,
+            "band_low": [float("nan"), 0.9],
+            "band_high": [float("nan"), 1.2],
+            "change": [-float("inf"), 0.1],
+            "note": [note, None],
+        }
+    )
+    cases, kinds = _testcases(t, strict=True)
+    assert kinds == ["failure"]
+    failure = ET.fromstring(cases[0]).find("failure")
+    read = note.replace("\x07", "\ufffd")  # XML 1.0 cannot hold BEL even escaped
+    assert failure.text.splitlines() == [
+        f"1K: failed, busbw GB/s 2 -> -, B/A (Hodges-Lehmann of the samples) -, 95% CI [-, -]; {read}",
+        "2K: no significant change, busbw GB/s 3 -> 3.3, B/A 1.100, band [0.900, 1.200]",
+    ]
+    assert failure.get("message") == f"failed: 1K: {read}"
