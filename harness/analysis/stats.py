@@ -147,6 +147,23 @@ def _packed(group: npt.NDArray[np.intp], flat: Values, groups: int) -> tuple[Val
     return out.reshape(groups, width), sizes
 
 
+def _by_column(values: Values, valid: Mask) -> tuple[Values, Counts]:
+    """_packed's result for a matrix of rows by group: each row's valid values moved to its
+    front, in order, the rest NaN, as wide as the fullest row."""
+    import numpy as np
+
+    sizes = valid.sum(axis=1).astype(np.int64)
+    width = max(int(sizes.max()), 1)
+    out = values[:, :width].copy()  # C order, never a view of the caller's column
+    short = np.flatnonzero(sizes < values.shape[1])  # rows with a value left out
+    if len(short):
+        front = np.argsort(~valid[short], axis=1, kind="stable")[:, :width]  # valid first, in order
+        moved = np.take_along_axis(values[short], front, axis=1)
+        moved[np.arange(width)[None, :] >= sizes[short][:, None]] = np.nan
+        out[short] = moved
+    return out, sizes
+
+
 def pool_columns(
     codes: npt.NDArray[np.intp], columns: dict[str, Values], groups: int, order: npt.NDArray[np.intp] | None = None
 ) -> dict[str, tuple[Values, Counts]]:
@@ -162,6 +179,15 @@ def pool_columns(
         with np.errstate(invalid="ignore"):
             checked[name] = (values, np.isfinite(values) & (values > 0))
     out = {name: _packed(codes[:0], values[:0], groups) for name, (values, valid) in checked.items() if not valid.any()}
+    parts = len(codes) // groups if groups else 0
+    matrix = parts and parts * groups == len(codes)
+    if len(out) < len(checked) and matrix and (codes.reshape(parts, groups) == np.arange(groups)).all():
+        # every part gives every group once, in order (a month of nights of one plan): each
+        # group's values are a column of the parts' matrix, read without a sort or a gather
+        for name, (values, valid) in checked.items():
+            if name not in out:
+                out[name] = _by_column(values.reshape(parts, groups).T, valid.reshape(parts, groups).T)
+        return {name: out[name] for name in columns}
     if len(out) < len(checked):  # a metric none of the rows holds needs no sort
         order = np.argsort(codes, kind="stable") if order is None else order
         by_group = codes[order]

@@ -128,3 +128,29 @@ def test_can_reject_is_the_exact_smallest_p():
     for m, n in itertools.product(range(1, 8), repeat=2):
         exact = 2 / math.comb(m + n, m)
         assert bool(stats.can_reject(m, n)) == (exact < 0.05), (m, n)
+
+
+def test_pool_columns_reads_nights_of_one_plan_by_column():
+    """Three nights of the same three keys, row by row (codes 0 1 2 0 1 2 0 1 2): each key's
+    values in night order, a value that cannot be judged left out and the rest moved up, as
+    wide as the fullest key; the column passed in is left as it was."""
+    codes = np.tile(np.arange(3), 3)
+    values = np.array([1.0, 2.0, 3.0, -4.0, 5.0, NAN, 7.0, 8.0, NAN])
+    kept = values.copy()
+    pooled, counts = stats.pool_columns(codes, {"m": values}, 3)["m"]
+    np.testing.assert_array_equal(pooled, [[1.0, 7.0, NAN], [2.0, 5.0, 8.0], [3.0, NAN, NAN]])
+    assert counts.tolist() == [2, 3, 1] and pooled.flags.c_contiguous
+    np.testing.assert_array_equal(values, kept)
+    # a key with no value in any night, and the fullest with two: two columns wide
+    pooled, counts = stats.pool_columns(codes, {"m": np.array([1.0, NAN, 3.0, 4.0, NAN, NAN, NAN, NAN, 9.0])}, 3)["m"]
+    np.testing.assert_array_equal(pooled, [[1.0, 4.0], [NAN, NAN], [3.0, 9.0]])
+    assert counts.tolist() == [2, 0, 2]
+    # one key of 30 nights, every third not usable: the other twenty in night order, and the
+    # column of a single key (a view of it would be the result) left as it was
+    values = np.arange(1.0, 31.0)
+    values[::3] = NAN
+    kept = values.copy()
+    pooled, counts = stats.pool_columns(np.zeros(30, dtype=np.intp), {"m": values}, 1)["m"]
+    np.testing.assert_array_equal(pooled, [kept[np.isfinite(kept)]])
+    assert counts.tolist() == [20]
+    np.testing.assert_array_equal(values, kept)
