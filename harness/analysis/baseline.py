@@ -63,7 +63,9 @@ class Drawn:
 
     rows: pd.DataFrame  # the first chosen row of each key, job names as "ID/job" ("-/job": the newest's)
     codes: npt.NDArray[np.intp]  # each completed row's key: its row in `rows`
-    order: npt.NDArray[np.intp]  # the completed rows by key, in the order taken (a stable sort of codes)
+    # the completed rows by key, in the order taken (a stable sort of codes); None where that
+    # is the parts' matrix read by column (_by_key)
+    order: npt.NDArray[np.intp] | None
     figures: dict[str, Values]  # each metric's value per completed row
     pooled: dict[str, tuple[Values, Counts]]  # samples by key, where the runs are too few for a band
     others: pd.DataFrame  # the newest run's rows that did not complete
@@ -257,17 +259,18 @@ class _Choice:
 
 def _by_key(
     codes: list[npt.NDArray[np.intp]], places: list[npt.NDArray[np.int64]], groups: int
-) -> npt.NDArray[np.intp]:
+) -> npt.NDArray[np.intp] | None:
     """The rows of all parts (their codes, and each row's place among its key's rows) in key
-    order: a stable sort of their codes, by where each row goes. When every part that gives
-    rows gives every key once, in the first part's order (a month of nights of one plan), that
-    order is the parts' matrix read by column, with no scatter of 3,000,000 rows (0.2 s)."""
+    order: a stable sort of their codes, by where each row goes. None when every part that
+    gives rows gives every key once, in key order (a month of nights of one plan): the order
+    is then the parts' matrix read by column, which stats.pool_columns reads as such, with no
+    order of 3,000,000 rows built (0.05 s) and none scattered (0.2 s)."""
     import numpy as np
 
     given = [c for c in codes if len(c)]
     every = given and np.array_equal(given[0], np.arange(groups))  # the first part: each key once, in order
     if every and all(np.array_equal(c, given[0]) for c in given[1:]):
-        return np.arange(len(given) * groups, dtype=np.intp).reshape(len(given), groups).T.ravel()
+        return None
     code = np.concatenate(codes)
     starts = np.concatenate([[0], np.cumsum(np.bincount(code, minlength=groups))[:-1]]).astype(np.int64)
     at = np.concatenate(places)
