@@ -56,16 +56,16 @@ def key_strings(df: pd.DataFrame) -> list[str]:
     """Each row's key as stored in gate_keys: the JSON list of its KEYS columns, numbers as
     integers and missing texts as "" (as compare.key_frame makes them joinable)."""
     cols = [
-        _per_value(df[k].fillna(0), lambda v: str(int(float(v))))
+        per_value(df[k].fillna(0), lambda v: str(int(float(v))))
         if k in _INT_KEYS
-        else _per_value(df[k], lambda v: json.dumps(str(v)), missing='""')
+        else per_value(df[k], lambda v: json.dumps(str(v)), missing='""')
         for k in KEYS
     ]
     # json.dumps(row, separators=(",", ":")) of each row
     return ["[" + ",".join(row) + "]" for row in zip(*cols)]
 
 
-def _per_value(column: pd.Series, encode: Callable[[Any], str], missing: str | None = None) -> list[str]:
+def per_value(column: pd.Series, encode: Callable[[Any], str], missing: str | None = None) -> list[str]:
     """`encode` of each row of a column of a few distinct values, called once per value;
     `missing`: what a missing value is (None: missing values are encoded as any other)."""
     import numpy as np
@@ -99,13 +99,13 @@ def document(
     a = table["a"].to_numpy(dtype=float, na_value=np.nan)
     bands = {
         "key": every,
-        "metric": _per_value(table["metric"], str),
+        "metric": per_value(table["metric"], str),
         "baseline": _numbers(a),
         "low": _numbers(a * table["band_low"].to_numpy(dtype=float, na_value=np.nan)),
         "high": _numbers(a * table["band_high"].to_numpy(dtype=float, na_value=np.nan)),
         "value": _numbers(table["b"].to_numpy(dtype=float, na_value=np.nan)),
-        "verdict": _per_value(table["verdict"], str),
-        "test": _per_value(table["test"], str),
+        "verdict": per_value(table["verdict"], str),
+        "test": per_value(table["test"], str),
     }
     return {
         "bench_gate": FORMAT,

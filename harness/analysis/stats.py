@@ -164,6 +164,18 @@ def _by_column(values: Values, valid: Mask) -> tuple[Values, Counts]:
     return out, sizes
 
 
+def matrix_parts(codes: npt.NDArray[np.intp], groups: int) -> int:
+    """How many parts `codes` is made of when each part gives every group once, in group order
+    (a month of nights of one plan): its stable sort is then the parts' matrix read by column.
+    0 when it is not so made."""
+    import numpy as np
+
+    parts = len(codes) // groups if groups else 0
+    if parts and parts * groups == len(codes) and (codes.reshape(parts, groups) == np.arange(groups)).all():
+        return parts
+    return 0
+
+
 def pool_columns(
     codes: npt.NDArray[np.intp], columns: dict[str, Values], groups: int, order: npt.NDArray[np.intp] | None = None
 ) -> dict[str, tuple[Values, Counts]]:
@@ -179,11 +191,8 @@ def pool_columns(
         with np.errstate(invalid="ignore"):
             checked[name] = (values, np.isfinite(values) & (values > 0))
     out = {name: _packed(codes[:0], values[:0], groups) for name, (values, valid) in checked.items() if not valid.any()}
-    parts = len(codes) // groups if groups else 0
-    matrix = parts and parts * groups == len(codes)
-    if len(out) < len(checked) and matrix and (codes.reshape(parts, groups) == np.arange(groups)).all():
-        # every part gives every group once, in order (a month of nights of one plan): each
-        # group's values are a column of the parts' matrix, read without a sort or a gather
+    if len(out) < len(checked) and (parts := matrix_parts(codes, groups)):
+        # each group's values are a column of the parts' matrix, read without a sort or a gather
         for name, (values, valid) in checked.items():
             if name not in out:
                 out[name] = _by_column(values.reshape(parts, groups).T, valid.reshape(parts, groups).T)

@@ -43,6 +43,7 @@ from harness.analysis.compare import (
     WORST_FIRST,
     Comparison,
 )
+from harness.analysis.gate import per_value
 from harness.analysis.sides import KEYS, METRICS, Side, key_texts, records
 from harness.present.tables import PRESENTED, markdown, run_mismatches
 
@@ -133,15 +134,6 @@ def junit(cmp: Comparison, strict: bool = True) -> str:
     return "\n".join(lines)
 
 
-def _escape_each(column: pd.Series) -> list[str]:
-    """_attr of each row's text, computed once per distinct text."""
-    import numpy as np
-    import pandas as pd
-
-    codes, uniques = pd.factorize(column.astype(str))
-    return np.array([_attr(u) for u in uniques], dtype=object)[codes].tolist()
-
-
 def _fmt(values: npt.ArrayLike, spec: str) -> list[str]:
     """printf-formatted numbers, '-' where not finite (Python's % over a list: numpy's char.mod
     calls it per element too, at 2.5 times the cost)."""
@@ -175,13 +167,16 @@ def _testcases(t: pd.DataFrame, strict: bool) -> tuple[list[str], list[str]]:
     size = t["size_bytes"].map({int(v): format_size(int(v)) for v in t["size_bytes"].unique()}).astype(str)
     what = size.where(t["workload"] == COLLECTIVE_WORKLOAD, t["workload"].astype(str) + " " + t["scaling"].astype(str))
     note = t["note"].fillna("").astype(str)
-    # escaped as written: the texts per distinct value; the numbers need none
+
+    def escaped(column: pd.Series) -> list[str]:  # each distinct text once; the numbers need none
+        return per_value(column.astype(str), _attr)
+
     text = [
         f"{w}: {v}, {label} {a} -&gt; {b}, {words[band][0]} {r}, {words[band][1]} [{lo}, {hi}]"
         + (f"; {n}" if n else "")
         for w, v, label, a, b, band, r, lo, hi, n in zip(
-            _escape_each(what), _escape_each(t["verdict"]), _escape_each(labels), _fmt(t["a"], "%.4g"),
-            _fmt(t["b"], "%.4g"), by_runs.tolist(), _fmt(t["ratio"], "%.3f"), low, high, _escape_each(note),
+            escaped(what), escaped(t["verdict"]), escaped(labels), _fmt(t["a"], "%.4g"),
+            _fmt(t["b"], "%.4g"), by_runs.tolist(), _fmt(t["ratio"], "%.3f"), low, high, escaped(note),
         )
     ]  # fmt: skip
     config = t["metric"].astype(str) + "[" + key_texts(t, sizes=False).astype(str) + "]"

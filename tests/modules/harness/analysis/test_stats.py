@@ -130,6 +130,22 @@ def test_can_reject_is_the_exact_smallest_p():
         assert bool(stats.can_reject(m, n)) == (exact < 0.05), (m, n)
 
 
+@pytest.mark.parametrize(
+    ("codes", "groups", "parts"),
+    [
+        ([0, 1, 2, 0, 1, 2], 3, 2),
+        ([0, 0, 0], 1, 3),
+        ([0, 1, 2, 0, 2, 1], 3, 0),  # a night in another order
+        ([0, 1, 0, 1, 0], 2, 0),  # a night short of a key
+        ([0, 1, 2, 0, 1], 3, 0),
+        ([], 0, 0),
+        ([], 3, 0),
+    ],
+)
+def test_matrix_parts_counts_nights_that_each_give_every_key_in_order(codes, groups, parts):
+    assert stats.matrix_parts(np.array(codes, dtype=np.intp), groups) == parts
+
+
 def test_pool_columns_reads_nights_of_one_plan_by_column():
     """Three nights of the same three keys, row by row (codes 0 1 2 0 1 2 0 1 2): each key's
     values in night order, a value that cannot be judged left out and the rest moved up, as
