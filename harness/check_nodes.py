@@ -177,6 +177,8 @@ def start(
         rounds = nodecheck.schedule(names, options)
     except ValueError as exc:
         raise UsageError(f"--reference: {exc}") from None
+    if batch:
+        executor.check_jobs([check_job(plan, time_limit_min)], "--time-limit")
     steps = sum(len(members) for _, members in rounds)
     console.print(
         f"node check: {len(names)} nodes x {options.gpus_per_node} rank(s), {steps} steps in {len(rounds)} rounds"

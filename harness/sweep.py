@@ -47,12 +47,15 @@ def start(
     answers for the user). The exit status: 0 when every job completed, 1 when some did not."""
     if not dry_run:
         check_passthrough((*sweep.env_passthrough, *(profile.env_passthrough if profile else ())))
+    limit_from = str(sweep_file)
     if sweep.time_limit_min is None and profile is not None and profile.time_limit_min is not None:
         sweep = dataclasses.replace(sweep, time_limit_min=profile.time_limit_min)
+        limit_from = f"cluster profile {profile.name}"
     try:
         jobs = expand(sweep)
     except PlanError as exc:
         raise PlanError(f"{sweep_file}: {exc}") from None
+    kind.check_jobs(jobs, limit_from)
     kind.preflight(out, "--out", profile, _warn(console))
     if kind.batch:
         confirm(cost.estimate(jobs, profile), profile or DEFAULT_PROFILE, console, dry_run=dry_run, yes=yes)
@@ -85,6 +88,7 @@ def resume(run: RunDir, console: Console, yes: bool = False) -> int:
     profile = build(ClusterProfile, recorded, "cluster") if recorded else None
     check_passthrough((*plan["sweep"].get("env_passthrough", ()), *(profile.env_passthrough if profile else ())))
     kind = executors.get(plan["executor"])
+    kind.check_jobs(jobs, str(run.plan_file))
     kind.preflight(run.path, "--resume", profile, _warn(console))
     if kind.batch:
         saved = run.read_table(jobs)

@@ -46,6 +46,12 @@ class Executor(ABC):
         return None
 
     @classmethod
+    def check_jobs(cls, jobs: list[Job], where: str) -> None:
+        """Refuse (UsageError) planned jobs that this backend cannot run as planned, `where`
+        naming what planned them. Here: any will do."""
+        return None
+
+    @classmethod
     def preflight(cls, out: Path, given: str, profile: ClusterProfile | None, warn: Callable[[str], None]) -> None:
         """Before a sweep claims or resumes the run directory `out` (named by the flag `given`):
         raise UsageError for what cannot work there, and `warn` of what may not. Here: nothing."""

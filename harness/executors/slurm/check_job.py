@@ -18,7 +18,6 @@ from typing import Any
 from harness.cluster import ClusterProfile
 from harness.executors.slurm.executor import SCRIPT, SlurmExecutor
 from harness.executors.slurm.script import (
-    SIGNAL_LEAD_S,
     _quote,
     container_import_lines,
     env_prefix,
@@ -28,6 +27,7 @@ from harness.executors.slurm.script import (
     script_head,
     step_python,
     tasks_and_cpus,
+    warning_comment,
 )
 from harness.executors.slurm.via_submitit import SubmititExecutor
 from harness.hostlists import HOSTLIST_RE
@@ -77,9 +77,9 @@ def render_check_script(job: Job, profile: ClusterProfile, plan: Plan) -> str:
     lines += container_import_lines(profile)
     lines += [
         "",
-        f"# Near the time limit Slurm sends USR2 (--signal=B:USR2@{SIGNAL_LEAD_S}), which would end bash; the note",
-        "# says so, and the driver keeps its record until Slurm ends it (TIMEOUT). bash runs a trap",
-        "# only once the foreground command ends, so the driver runs in the background.",
+        *warning_comment(job, "it would end bash, so a trap notes it instead"),
+        "# The driver keeps its record until Slurm ends the job (TIMEOUT). bash runs a trap only once",
+        "# the foreground command ends, so the driver runs in the background.",
         f"trap 'echo \"$(date -Is) time limit near\" >> {FOLDER}/time-limit.txt' USR2",
         f"{python} -m harness.nodesteps {FOLDER} &",
         "driver=$!",

@@ -595,8 +595,11 @@ class SlurmExecutor(Executor):
             who = f" by {user_name(a.by_uid)}" if a.by_uid is not None else ""
             return f"cancelled{who}" + (f" during {step}" if step else " before it started")
         if a.state == TIMEOUT:
+            # The results on disk name the step the limit cut; the warning's note names the step
+            # running when it came, up to three minutes before, and is read only without them.
             note = tail(self.run.job_dir(job) / "time-limit.txt", lines=1)
-            during = note.rsplit(" during ", 1)[-1] if " during " in note else step
+            noted = note.rsplit(" during ", 1)[-1] if " during " in note else None
+            during = step or (noted if noted != "none" else None)
             return f"time limit of {format_time_limit(job.time_limit_min)} reached" + (
                 f" during {during}" if during else ""
             )

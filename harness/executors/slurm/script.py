@@ -25,18 +25,34 @@ from benchmarks.common import TORCHRUN_NO_LOG_DIR
 from harness.cluster import CONTAINER_CODE, ClusterProfile
 from harness.plan import PER_STEP, Job, WorkloadRun
 
-# The batch shell gets USR2 this long before the time limit (Slurm may send it up to 60 s
-# earlier); not USR1, which NCCL has caught in some releases (docs/reference.md, Slurm 22.05).
+# The batch shell gets USR2 this long before the time limit; not USR1, which NCCL has caught in
+# some releases. Slurm may send it up to SLURM_EARLY_S earlier than asked (docs/reference.md,
+# Slurm 22.05), and none is asked that could come in a job's first WARN_AFTER_S, while its shell
+# or tasks may not yet catch it: a submitit task the testbed warned at its start died of it.
 SIGNAL_LEAD_S = 120
+SLURM_EARLY_S = 60
+WARN_AFTER_S = 60
+
+
+def limit_seconds(minutes: float) -> int:
+    """A time limit in whole seconds, rounded up, as Slurm is given it."""
+    return max(1, int(-(-minutes * 60 // 1)))
 
 
 def format_time_limit(minutes: float) -> str:
     """Slurm's D-HH:MM:SS, rounded up to whole seconds."""
-    total = max(1, int(-(-minutes * 60 // 1)))
-    days, rest = divmod(total, 86400)
+    days, rest = divmod(limit_seconds(minutes), 86400)
     hours, rest = divmod(rest, 3600)
     mins, secs = divmod(rest, 60)
     return (f"{days}-" if days else "") + f"{hours:02d}:{mins:02d}:{secs:02d}"
+
+
+def signal_lead_s(time_limit_min: float) -> int | None:
+    """How long before the time limit a job asks for USR2: SIGNAL_LEAD_S, less where the limit
+    is too short for that warning to come WARN_AFTER_S into the job at the earliest, and None
+    where even 1 s cannot (a limit of 2 minutes or less: no warning is asked for)."""
+    lead = min(SIGNAL_LEAD_S, limit_seconds(time_limit_min) - SLURM_EARLY_S - WARN_AFTER_S)
+    return lead if lead >= 1 else None
 
 
 def tasks_and_cpus(job: Job, profile: ClusterProfile) -> tuple[int, int]:
@@ -145,12 +161,9 @@ def sbatch_directives(job: Job, profile: ClusterProfile) -> list[str]:
         f"--cpus-per-task={cpus}",
     ]
     out += gpu_request(job, profile)
-    out += [
-        f"--time={format_time_limit(job.time_limit_min)}",
-        f"--output={log}",
-        f"--error={log}",
-        f"--signal=B:USR2@{SIGNAL_LEAD_S}",
-    ]
+    out += [f"--time={format_time_limit(job.time_limit_min)}", f"--output={log}", f"--error={log}"]
+    if lead := signal_lead_s(job.time_limit_min):
+        out.append(f"--signal=B:USR2@{lead}")
     return out + site_directives(profile)
 
 
@@ -441,6 +454,20 @@ def script_head(
     return lines + setup, env, passed
 
 
+def warning_comment(job: Job, what: str) -> list[str]:
+    """The script's comment on the time-limit warning: when it comes, and `what` its trap does."""
+    if lead := signal_lead_s(job.time_limit_min):
+        return [
+            f"# Slurm sends USR2 {lead} s before the time limit, or up to {SLURM_EARLY_S} s sooner"
+            f" (--signal=B:USR2@{lead});",
+            f"# {what}.",
+        ]
+    return [
+        f"# No time-limit warning: Slurm may send one up to {SLURM_EARLY_S} s early, and this job's limit is too",
+        f"# short for one that could not come in its first {WARN_AFTER_S} s (docs/reference.md).",
+    ]
+
+
 def render_script(job: Job, profile: ClusterProfile, timeout_s: float) -> str:
     """The sbatch script of `job`: pure, the same inputs always give the same text."""
     q = shlex.quote
@@ -457,10 +484,10 @@ def render_script(job: Job, profile: ClusterProfile, timeout_s: float) -> str:
     lines, env, passed = script_head(job, profile, comments)
     lines += [
         "",
-        f"# Near the time limit Slurm sends USR2 (--signal=B:USR2@{SIGNAL_LEAD_S}); the note says which step",
-        "# was cut short, the results of finished steps are already on disk, and Slurm then ends the",
-        "# job as TIMEOUT. bash runs a trap only once the foreground command ends, so each step runs",
-        "# in the background while the script waits for it.",
+        *warning_comment(job, "a trap notes the step it came during"),
+        "# The results of finished steps are already on disk, and Slurm ends the job as TIMEOUT. bash",
+        "# runs a trap only once the foreground command ends, so each step runs in the background",
+        "# while the script waits for it.",
         f"# Beside each step a watcher reads the ranks' progress files: when none has moved for {job.stall_s:g} s",
         "# it names the rank that held the others, keeps the record and ends the step (docs/hangs.md).",
         "step=none",

@@ -33,13 +33,15 @@ from harness.errors import SlurmError, UsageError
 from harness.executors.slurm import submitit_task
 from harness.executors.slurm.executor import CALL_TIMEOUT_S, NoAnswer, SlurmExecutor
 from harness.executors.slurm.script import (
-    SIGNAL_LEAD_S,
+    SLURM_EARLY_S,
+    WARN_AFTER_S,
     directive_path_problem,
     environment_lines,
     format_time_limit,
     gpu_request,
     interpreter,
     restart_lines,
+    signal_lead_s,
     site_directives,
     tasks_and_cpus,
 )
@@ -56,6 +58,19 @@ def _as_parameter(option: str) -> tuple[str, str | bool]:
     additional parameter (name, value, or True for a flag); script.py and the profile allowlisted it."""
     name, eq, value = option.removeprefix("--").partition("=")
     return name, value if eq else True
+
+
+def warning_lead(time_limit_min: float, where: str) -> int:
+    """submitit's `slurm_signal_delay_s` for a job of that limit. submitit always asks Slurm for
+    the warning (`--signal=USR2@N`), so a limit too short for one that comes after the tasks
+    have started is refused: one that came sooner would kill a task before it could catch it."""
+    if (lead := signal_lead_s(time_limit_min)) is None:
+        raise UsageError(
+            f"{where}: time_limit_min {time_limit_min:g} is too short for the submitit executor, which always asks for "
+            f"Slurm's time-limit warning: it may come {SLURM_EARLY_S} s early and must come after the first "
+            f"{WARN_AFTER_S} s, so the limit must be over 2 minutes (docs/submitit.md); or use --executor slurm"
+        )
+    return lead
 
 
 def parameters(job: Job, profile: ClusterProfile, run_path: Path) -> dict[str, Any]:
@@ -77,7 +92,7 @@ def parameters(job: Job, profile: ClusterProfile, run_path: Path) -> dict[str, A
         "cpus_per_task": cpus,
         "timeout_min": max(1, math.ceil(job.time_limit_min)),
         "stderr_to_stdout": True,
-        "slurm_signal_delay_s": SIGNAL_LEAD_S,
+        "slurm_signal_delay_s": warning_lead(job.time_limit_min, f"job {job.name}"),
         # run before srun by the batch shell: a failing line fails the job, as in the sbatch script
         "slurm_setup": ["set -euo pipefail", *restart_lines(job), *setup],
         # --cpus-per-task again, and --kill-on-bad-exit: see script.step_command
@@ -113,6 +128,11 @@ class SubmititExecutor(SlurmExecutor):
                 f"{path}: container: the submitit executor cannot run a job in a container "
                 "(submitit starts its own Python in each task, outside the image); use --executor slurm"
             )
+
+    @classmethod
+    def check_jobs(cls, jobs: list[Job], where: str) -> None:
+        for limit in sorted({job.time_limit_min for job in jobs}):
+            warning_lead(limit, where)
 
     @classmethod
     def preflight(cls, out: Path, given: str, profile: ClusterProfile | None, warn: Callable[[str], None]) -> None:

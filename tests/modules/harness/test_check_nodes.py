@@ -257,6 +257,28 @@ def test_a_dry_run_plans_and_prices_a_check_off_the_cluster(local_check, tmp_pat
     assert "no estimate of their time" in other.stdout  # another cluster's check says nothing of this one
 
 
+def test_a_check_too_short_for_the_warning_asks_for_none_or_is_refused_under_submitit(tmp_path):
+    """A 2-minute limit: Slurm's USR2, which may come 60 s early, could come at the job's start
+    (signal_lead_s). The sbatch script asks for none; submitit always asks, so it is refused."""
+    args = ("--nodelist", "gpu[001-004]", "--time-limit", "2", "--dry-run")
+    (tmp_path / "p.yaml").write_text("name: lab\n")
+    r = bench(
+        "nodes", "--executor", "slurm", "--cluster", str(tmp_path / "p.yaml"), *args, "--out", str(tmp_path / "s")
+    )
+    script = (tmp_path / "s" / "jobs" / "nodes" / "job.sbatch").read_text()
+    assert "#SBATCH --time=00:02:00\n" in script and "#SBATCH --signal" not in script, r.describe()
+    out = tmp_path / "t"
+    r = bench(
+        "nodes", "--executor", "submitit", "--cluster", str(tmp_path / "p.yaml"), *args, "--out", str(out), check=False
+    )
+    assert r.returncode == 2 and not out.exists(), r.describe()
+    assert r.stderr.splitlines() == [
+        "bench nodes: error: --time-limit: time_limit_min 2 is too short for the submitit executor, which always asks "
+        "for Slurm's time-limit warning: it may come 60 s early and must come after the first 60 s, so the limit "
+        "must be over 2 minutes (docs/submitit.md); or use --executor slurm"
+    ]
+
+
 # --------------------------------------------------------------------------- the Slurm job's scripts
 
 

@@ -243,3 +243,30 @@ def test_cancelled_by_a_user_says_who(tmp_path, fake_slurm: FakeSlurm):
     _execute(executor, jobs, table)
     rec = table[jobs[0].name]
     assert rec.state == "CANCELLED" and rec.reason == "cancelled by root before it started"
+
+
+@pytest.mark.parametrize(
+    ("note", "said"),
+    [
+        # warned before the first step started: the note cannot say which step the limit cut
+        ("time limit near during none", "allreduce"),
+        # warned while a step ran that then finished: the results on disk say what was cut
+        ("time limit near during synthetic-weak", "allreduce"),
+        # no warning (a limit too short to ask for one)
+        (None, "allreduce"),
+    ],
+)
+def test_a_timeout_names_the_step_without_a_result(tmp_path, fake_slurm: FakeSlurm, note, said):
+    fake_slurm.scenario({"n1-g1-torchrun-default": {"queue": [["RUNNING", "None"]], "state": "TIMEOUT"}})
+    executor, jobs, run = _run(tmp_path, ClusterProfile(name="fake", **FAST), nodes="[1]")
+    original = executor._call
+
+    def warned_while_running(tool, args):  # the trap's line, once the job runs (sbatch clears it before)
+        if tool == "squeue" and note is not None:
+            (run.job_dir(jobs[0]) / "time-limit.txt").write_text(f"2026-11-28T07:00:01+00:00 {note}\n")
+        return original(tool, args)
+
+    executor._call = warned_while_running  # type: ignore[method-assign]
+    rec = _execute(executor, jobs)[jobs[0].name]
+    assert (rec.state, rec.reason) == ("TIMEOUT", f"time limit of 00:10:00 reached during {said}")
+    assert rec.runs == {"allreduce": "TIMEOUT"}

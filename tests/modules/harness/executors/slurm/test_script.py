@@ -19,7 +19,7 @@ from conftest import HOSTILE_VALUES, ROOT, SWEEPS, bench, default_jobs, run
 
 from harness.cluster import ClusterProfile, load_profile
 from harness.errors import SpecError
-from harness.executors.slurm.script import format_time_limit, render_script, sbatch_directives
+from harness.executors.slurm.script import format_time_limit, render_script, sbatch_directives, signal_lead_s
 from harness.plan import expand
 from harness.sweepfile import load_sweep
 
@@ -274,6 +274,24 @@ def test_gpu_request_styles_and_time_format():
     none = sbatch_directives(job, ClusterProfile(name="c", gpu_request="none"))
     assert not any(d.startswith(("--gres", "--gpus")) for d in none)
     assert [format_time_limit(m) for m in (0.25, 30, 90.5, 1500)] == ["00:00:15", "00:30:00", "01:30:30", "1-01:00:00"]
+
+
+def test_the_warning_never_comes_in_a_jobs_first_minute():
+    """Asked for L s before a limit of T s, Slurm's USR2 comes between T - L - 60 and T - L
+    (docs/reference.md): L is 120 where T - 120 - 60 >= 60, T - 120 below that, and no warning
+    where that leaves under 1 s. 2.02 minutes is 121.2 s, given as 122."""
+    minutes = [30, 4, 3, 2.5, 2.02, 2, 1, 0.1]
+    assert [signal_lead_s(m) for m in minutes] == [120, 120, 60, 30, 2, None, None, None]
+    for m in minutes:
+        job = dataclasses.replace(default_jobs()[0], time_limit_min=m)
+        lead = signal_lead_s(m)
+        text = render_script(job, ClusterProfile(name="c"), 60)
+        asked = [line for line in text.splitlines() if line.startswith("#SBATCH --signal")]
+        assert asked == ([f"#SBATCH --signal=B:USR2@{lead}"] if lead else []), m
+        assert ("# No time-limit warning:" in text) == (lead is None)
+        if lead:
+            earliest = int(-(-m * 60 // 1)) - lead - 60
+            assert earliest >= 60, m
 
 
 # '*' is constraint syntax ([rack1*2&rack2*2]) and inert on an #SBATCH line: not hostile there.

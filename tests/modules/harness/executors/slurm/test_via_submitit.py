@@ -166,6 +166,40 @@ def test_a_container_profile_is_refused_before_anything_is_written(tmp_path):
     ]
 
 
+@pytest.mark.parametrize(("minutes", "signal"), [(3, "USR2@60"), (2.5, "USR2@30"), (2.02, "USR2@2")])
+def test_a_short_limit_asks_for_the_warning_after_the_tasks_have_started(site, tmp_path, minutes, signal):
+    """Slurm may warn 60 s before it was asked (docs/reference.md): the lead leaves the tasks
+    60 s to start. 2.02 minutes is 122 s rounded up, so a lead of 122 - 60 - 60 = 2 s."""
+    job = dataclasses.replace(_jobs()[0], time_limit_min=minutes)
+    text = _submitit_script(parameters(job, site, tmp_path), tmp_path / "submitit")
+    assert f"#SBATCH --signal={signal}\n" in text
+
+
+@pytest.mark.parametrize("where", ["sweep", "profile"])
+def test_a_limit_too_short_for_the_warning_is_refused_before_anything_is_written(tmp_path, where):
+    """submitit always asks for the warning: at 2 minutes it could come at the job's start,
+    which killed a task on the testbed before it had set its handler."""
+    profile, sweep = tmp_path / "p.yaml", tmp_path / "s.yaml"
+    profile.write_text("name: short\n" + ("time_limit_min: 2\n" if where == "profile" else ""))
+    text = (SWEEPS / "local.yaml").read_text().replace("time_limit_min: 10 ", "#")
+    sweep.write_text(text + ("time_limit_min: 2\n" if where == "sweep" else ""))
+    out = tmp_path / "run"
+    args = ("--executor", "submitit", "--cluster", str(profile), "--dry-run", "--out", str(out))
+    r = bench("sweep", str(sweep), *args, check=False)
+    assert r.returncode == 2 and not out.exists(), r.stdout
+    named = str(sweep) if where == "sweep" else "cluster profile short"
+    assert r.stderr.strip().splitlines() == [
+        f"bench sweep: error: {named}: time_limit_min 2 is too short for the submitit executor, which always asks "
+        "for Slurm's time-limit warning: it may come 60 s early and must come after the first 60 s, so the limit "
+        "must be over 2 minutes (docs/submitit.md); or use --executor slurm"
+    ]
+    # the Slurm executor asks for no warning instead, and writes the job
+    r = bench("sweep", str(sweep), *args[2:], "--executor", "slurm", check=False)
+    assert r.returncode == 0, r.stderr
+    script = next(out.glob("jobs/*/job.sbatch")).read_text()
+    assert "#SBATCH --signal" not in script and "#SBATCH --time=00:02:00\n" in script
+
+
 def test_the_task_description_pickles_by_reference():
     """submitit pickles the function and its Task; both must load where bench's code is installed."""
     import pickle
