@@ -104,6 +104,7 @@ def start(
         options = dataclasses.replace(options, backend=spec.backend)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise RunDirError(f"{out}: exists and is not an empty directory; bench accept writes a new one")
+    sweep.planned(spec, sweep_path, executor, profile)  # refused now, not after the node check has run
     console.print(f"bench accept: {len(refs)} reference figure(s) of {profile.name}, into {out}", markup=False)
     console.print("1. the node check", markup=False)
     status = check_nodes.start(

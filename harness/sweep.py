@@ -47,15 +47,7 @@ def start(
     answers for the user). The exit status: 0 when every job completed, 1 when some did not."""
     if not dry_run:
         check_passthrough((*sweep.env_passthrough, *(profile.env_passthrough if profile else ())))
-    limit_from = str(sweep_file)
-    if sweep.time_limit_min is None and profile is not None and profile.time_limit_min is not None:
-        sweep = dataclasses.replace(sweep, time_limit_min=profile.time_limit_min)
-        limit_from = f"cluster profile {profile.name}"
-    try:
-        jobs = expand(sweep)
-    except PlanError as exc:
-        raise PlanError(f"{sweep_file}: {exc}") from None
-    kind.check_jobs(jobs, limit_from)
+    sweep, jobs = planned(sweep, sweep_file, kind, profile)
     kind.preflight(out, "--out", profile, _warn(console))
     if kind.batch:
         confirm(cost.estimate(jobs, profile), profile or DEFAULT_PROFILE, console, dry_run=dry_run, yes=yes)
@@ -70,6 +62,23 @@ def start(
             console.print(f"dry run: nothing started; plan written to {run.plan_file}")
             return 0
         return run_and_report(run, executor, jobs, run.read_table(jobs), console)
+
+
+def planned(
+    sweep: Sweep, sweep_file: Path, kind: type[Executor], profile: ClusterProfile | None
+) -> tuple[Sweep, list[Job]]:
+    """`sweep` with the profile's time limit where it states none, and its jobs, refused
+    (PlanError, UsageError) where they cannot be planned or `kind` cannot run them."""
+    limit_from = str(sweep_file)
+    if sweep.time_limit_min is None and profile is not None and profile.time_limit_min is not None:
+        sweep = dataclasses.replace(sweep, time_limit_min=profile.time_limit_min)
+        limit_from = f"cluster profile {profile.name}"
+    try:
+        jobs = expand(sweep)
+    except PlanError as exc:
+        raise PlanError(f"{sweep_file}: {exc}") from None
+    kind.check_jobs(jobs, limit_from)
+    return sweep, jobs
 
 
 def _warn(console: Console) -> Callable[[str], None]:

@@ -51,3 +51,22 @@ def test_a_profile_without_references_is_refused_before_anything_runs(tmp_path, 
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.describe()
     assert f"{tmp_path / 'p.yaml'}: states no reference figures" in r.stderr and not out.exists()
     assert slurm_stand_ins.calls() == []
+
+
+def test_a_sweep_the_executor_cannot_run_is_refused_before_the_node_check(tmp_path, slurm_stand_ins):
+    """submitit always asks for Slurm's time-limit warning, which a 2-minute limit leaves no room
+    for (docs/submitit.md): refused before the node check takes the cluster's time, not after."""
+    profile = tmp_path / "p.yaml"
+    profile.write_text(
+        "name: lab\ntime_limit_min: 2\nreference:\n"
+        "  - {workload: allreduce, size: 1G, nodes: 2, gpus_per_node: 8, busbw_gbps: 370, tolerance: 0.1}\n"
+    )
+    out = tmp_path / "acc"
+    r = bench("accept", "--executor", "submitit", "--cluster", str(profile), "--out", str(out), check=False)
+    assert r.returncode == 2 and not out.exists(), r.describe()
+    assert r.stderr.splitlines() == [
+        "bench accept: error: cluster profile lab: time_limit_min 2 is too short for the submitit executor, which "
+        "always asks for Slurm's time-limit warning: it may come 60 s early and must come after the first 60 s, so "
+        "the limit must be over 2 minutes (docs/submitit.md); or use --executor slurm"
+    ]
+    assert slurm_stand_ins.calls() == []
