@@ -68,7 +68,8 @@ def warning_lead(time_limit_min: float, where: str) -> int:
         raise UsageError(
             f"{where}: time_limit_min {time_limit_min:g} is too short for the submitit executor, which always asks for "
             f"Slurm's time-limit warning: it may come {SLURM_EARLY_S} s early and must come after the first "
-            f"{WARN_AFTER_S} s, so the limit must be over 2 minutes (docs/submitit.md); or use --executor slurm"
+            f"{WARN_AFTER_S} s, so the limit must be over {(SLURM_EARLY_S + WARN_AFTER_S) / 60:g} minutes "
+            "(docs/submitit.md); or use --executor slurm"
         )
     return lead
 
