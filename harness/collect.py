@@ -61,6 +61,15 @@ if TYPE_CHECKING:
 
 _ENV_FIELDS = ("nccl", "torch", "cuda", "gpu_driver", "backend", "python", "bench_version", "measurement_rules")
 SCALING_KEYS = ["workload", "scaling", "launcher", "backend", "device", "nccl_config", "model", "repeat"]
+# every column add_scaling reads
+_SCALING_READS = (
+    "job",
+    "status",
+    "world_size",
+    "nodes",
+    *SCALING_KEYS,
+    *(f"{u}_per_s" for u in sorted(set(UNITS.values()))),
+)
 MISSING = "MISSING"  # the job completed but its result file is absent or unusable
 
 _ROW_FIELDS = (
@@ -158,7 +167,7 @@ class _Builder:
         self.values: list[list[float]] = []
         self.sample_rows: list[int] = []  # the summary row of each entry of `values`
         self.rows = 0
-        # columns as whole lists, made when asked for (add_scaling's, n_samples): name -> list
+        # columns as whole lists, made when asked for (the row-wise ones, n_samples): name -> list
         self.columns = _WholeColumns(self.counts, self.consts, self.per_row)
         self._flat: tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]] | None = None
 
@@ -187,7 +196,7 @@ class _Builder:
         repeated = pa.array(np.repeat(np.arange(len(self.counts)), self.counts))
         arrays = {}
         for name in COLUMNS:
-            if name in self.columns or name in self.row_wise:
+            if name in self.row_wise or name == "n_samples":
                 arrays[name] = pa.array(self.columns[name], type=arrow_type(name))
             else:
                 arrays[name] = _repeated([c.get(name) for c in self.consts], arrow_type(name), repeated)
@@ -198,6 +207,17 @@ class _Builder:
                 STRAGGLERS_KEY: json.dumps(stragglers).encode(),
             }
         )
+
+    def add_scaling(self) -> None:
+        """`speedup` and `efficiency` (add_scaling) for the adds of a workload with a rate, as
+        constants of those adds: a training result is one row, and the 100,000 rows of a
+        collective sweep have no rate to walk. The columns add_scaling reads are never given row
+        by row, so an add's rows agree on them and each add counts as one row."""
+        rated = [c for c in self.consts if c.get("workload") in UNITS]
+        columns = {name: [c.get(name) for c in rated] for name in _SCALING_READS}
+        add_scaling(columns)
+        for const, speedup, efficiency in zip(rated, columns["speedup"], columns["efficiency"]):
+            const["speedup"], const["efficiency"] = speedup, efficiency
 
     def flat(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
         """(each list's length, all the sample values in one array), a null sample (a result
@@ -250,7 +270,7 @@ def _repeated(values: list, arrow: pa.DataType, repeated: pa.Array) -> pa.Array:
 
 
 class _WholeColumns(dict):
-    """A _Builder's columns as whole lists, each made on first use (add_scaling reads a dozen).
+    """A _Builder's columns as whole lists, each made on first use (the row-wise ones, n_samples).
     It holds the builder's lists, not the builder: a cycle would keep every row alive until
     the cycle collector walked them all (0.25 s at 100,000 rows)."""
 
@@ -374,7 +394,7 @@ def _collect(run: RunDir, warn: Callable[[str], None]) -> tuple[pa.Table, pa.Tab
                     and "/" not in ranks_file
                 ):
                     slow += stragglers.judge_file(job.name, path.parent / ranks_file, warn)
-    add_scaling(out.columns)
+    out.add_scaling()
     slow.sort(key=lambda s: -s.slower)
     summary = out.table(envs.result(plan.get("bench")), [asdict(s) for s in slow])
     return summary, out.samples(summary)
