@@ -58,3 +58,34 @@ def test_a_sample_no_float_holds_is_refused():
     for lists in ([[1.0, 2**1100]], [[-(2**54)]]):
         with pytest.raises(ValueError, match="a sample is a whole number past 2"):
             _checked_samples(lists)
+
+
+def test_summary_csv_is_one_csv_though_encoded_in_halves(tmp_path):
+    """write_summary encodes summary.csv as two halves side by side, the second without the
+    header: put together they are the bytes of one write, at any row count."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    from harness.summary import _encoded
+
+    def whole(table: pa.Table) -> bytes:
+        buf = io.BytesIO()
+        pacsv.write_csv(table, buf)
+        return buf.getvalue()
+
+    for n in (0, 1, 2, 7):
+        table = pa.table({"job": [f'j{i},"q"\nx' for i in range(n)], "time_us": [i / 3 for i in range(n)]})
+        parquet, csv, samples = _encoded(table, table[:1])
+        assert csv == whole(table), n
+        assert pq.read_table(io.BytesIO(parquet)).equals(table) and pq.read_table(io.BytesIO(samples)).num_rows == min(
+            n, 1
+        )
+
+    run = make_run(tmp_path / "run", 3)  # 75 rows: halves of 37 and 38
+    bench("collect", str(run.path))
+    summary = pq.read_table(run.summary_parquet)
+    text = run.summary_csv.read_bytes()
+    assert summary.num_rows == 75 and text == whole(summary) and text.count(b'"job"') == 1
