@@ -169,12 +169,8 @@ def kind_of(mode: int) -> str:
 def open_regular(path: Path | str) -> IO[bytes]:
     """`path` opened for reading, if it is a regular file: opened with O_NONBLOCK (so a FIFO
     does not wait for a writer), then checked with fstat. NotARegularFile otherwise."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    fd, _ = _regular_fd(path)
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise NotARegularFile(errno.EINVAL, f"{kind_of(mode)}, not a file", str(path))
-        os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
@@ -183,17 +179,45 @@ def open_regular(path: Path | str) -> IO[bytes]:
 
 def read_regular(path: Path | str, limit: int) -> bytes:
     """The bytes of the regular file `path`, NotARegularFile when it is not one or holds more than
-    `limit` bytes (the bound is read, never more: a file still growing ends there)."""
-    with open_regular(path) as f:
+    `limit` bytes (the bound is read, never more: a file still growing ends there). Read from the
+    descriptor, with no file object: 14 us a file against 19 us, 4,000 results a collect."""
+    fd, size = _regular_fd(path)
+    try:
         # As much as fstat says the file holds, and a byte more to see it grow, never `limit`:
         # a read of 64 MiB allocates 64 MiB before it reads (20 us for each small file).
-        size = os.fstat(f.fileno()).st_size
-        data = f.read(min(size, limit) + 1)
+        data = _read_up_to(fd, min(size, limit) + 1)
         if len(data) > size:  # grown since: read on, to the bound
-            data += f.read(limit + 1 - len(data))
+            data += _read_up_to(fd, limit + 1 - len(data))
+    finally:
+        os.close(fd)
     if len(data) > limit:
         raise NotARegularFile(errno.EFBIG, f"larger than {limit:,} bytes", str(path))
     return data
+
+
+def _regular_fd(path: Path | str) -> tuple[int, int]:
+    """(descriptor, size) of `path` opened for blocking reads, or NotARegularFile: opened with
+    O_NONBLOCK, so that a FIFO does not wait for a writer, and checked with fstat before reading."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotARegularFile(errno.EINVAL, f"{kind_of(st.st_mode)}, not a file", str(path))
+        os.set_blocking(fd, True)
+        return fd, st.st_size
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _read_up_to(fd: int, n: int) -> bytes:
+    """Up to `n` bytes of `fd`, fewer only at the end of the file: read(2) may return less (procfs
+    a page at a time), and each read asks at most 1 MiB, since os.read allocates what it asks."""
+    parts = []
+    while n > 0 and (part := os.read(fd, min(n, 1 << 20))):
+        parts.append(part)
+        n -= len(part)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 # A result is a few KiB and holds its samples: a training result one step time of about 10 bytes
