@@ -723,6 +723,17 @@ def test_bench_run_bad_flags(args, words):
     assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.parametrize(
+    "value,words",
+    [("9", "must be at most 8, found 9"), ("0", "must be at least 1, found 0"), ("2;id", "'2;id' is not an integer")],
+)
+def test_bench_collect_bad_workers(value, words, tmp_path):
+    """--workers forks that many processes: a count past MAX_WORKERS is refused, not obeyed."""
+    r = bench("collect", str(tmp_path), "--workers", value, check=False)
+    assert r.returncode == 2, r.describe()
+    assert r.stderr.strip() == f"bench collect: error: argument --workers: {words} (see bench collect --help)"
+
+
 def test_an_unexpected_error_is_one_line_with_status_70(monkeypatch, capsys):
     """A bug still ends in one line; BENCH_DEBUG=1 gives the traceback to whoever debugs it."""
     from harness.commands import sweeps

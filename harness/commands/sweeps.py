@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from benchmarks.catalog import PROBES, WORKLOADS
 from harness import executors, sweep
-from harness.collect import collect
+from harness.collect import MAX_WORKERS, WORKER_JOBS, collect
 from harness.commands.common import chosen_executor, new_console, positive_int, results_root
 from harness.errors import UsageError, one_line
 from harness.fields import SHIPPED
@@ -78,11 +78,20 @@ def cmd_collect(args: argparse.Namespace) -> int:
     run = RunDir(args.dir)
     run.read_plan()
     with locked(run):
-        summary, samples = collect(run, warn=lambda m: print(f"warning: {one_line(m)}", file=sys.stderr))
+        summary, samples = collect(
+            run, warn=lambda m: print(f"warning: {one_line(m)}", file=sys.stderr), workers=args.workers
+        )
         write_summary(run, summary, samples)
     ok = summary.column("status").to_pylist().count(COMPLETED)
     print(f"{summary.num_rows} summary rows ({ok} COMPLETED) written to {run.summary_parquet} and {run.summary_csv}")
     return 0
+
+
+def _workers(text: str) -> int:
+    value = positive_int(text)
+    if value > MAX_WORKERS:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_WORKERS}, found {value}")
+    return value
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
@@ -175,4 +184,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     ):
         c = sub.add_parser(name, help=text)
         c.add_argument("dir", help="run directory")
+        if name == "collect":
+            c.add_argument(
+                "--workers",
+                type=_workers,
+                metavar="N",
+                help=f"processes that read the results, this one among them, 1 to {MAX_WORKERS} (default: "
+                f"one per {WORKER_JOBS} jobs, at most one per core)",
+            )
         c.set_defaults(func=func)

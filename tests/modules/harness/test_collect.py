@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import ROOT, bench
@@ -89,3 +91,77 @@ def test_summary_csv_is_one_csv_though_encoded_in_halves(tmp_path):
     summary = pq.read_table(run.summary_parquet)
     text = run.summary_csv.read_bytes()
     assert summary.num_rows == 75 and text == whole(summary) and text.count(b'"job"') == 1
+
+
+def _collected(run: Path, *args: str) -> tuple[str, dict]:
+    """`bench collect RUN ARGS`: its warnings, and what it wrote (the tables and the CSV's bytes)."""
+    import pyarrow.parquet as pq
+
+    r = bench("collect", str(run), *args)
+    return r.stderr, {
+        "summary": pq.read_table(run / "summary.parquet"),
+        "samples": pq.read_table(run / "samples.parquet"),
+        "csv": (run / "summary.csv").read_bytes(),
+    }
+
+
+def _damage(run: Path, job: str) -> None:
+    """Cut job's all-reduce result short: collect skips it with a warning naming the file."""
+    path = run / "jobs" / job / "allreduce.json"
+    path.write_bytes(path.read_bytes()[:100])
+
+
+def test_a_run_read_by_two_workers_is_the_run_read_by_one(mixed_run, tmp_path):
+    """Job n1's results read here, n2's by a forked worker: the same tables, the same CSV, the
+    same warnings in the same order; the transformer's speedup at 2 nodes, worked out against
+    the 1-node job of the other share, as one process works it out."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(mixed_run[0], run, symlinks=True)
+    jobs = sorted(p.name for p in (run / "jobs").iterdir())
+    assert len(jobs) == 2, jobs
+    for job in jobs:
+        _damage(run, job)
+    one_warnings, one = _collected(run, "--workers", "1")
+    two_warnings, two = _collected(run, "--workers", "2")
+    assert [line.split(":")[1] for line in one_warnings.splitlines()] == [
+        f" skipping {run}/jobs/{j}/allreduce.json" for j in jobs
+    ]
+    assert two_warnings == one_warnings
+    assert two["summary"].equals(one["summary"], check_metadata=True) and two["csv"] == one["csv"]
+    assert two["samples"].equals(one["samples"], check_metadata=True)
+    summary = two["summary"].to_pylist()
+    strong = {r["nodes"]: r for r in summary if r["workload"] == "transformer" and r["scaling"] == "strong"}
+    assert strong[1]["speedup"] == 1.0
+    assert strong[2]["speedup"] == pytest.approx(strong[2]["tokens_per_s"] / strong[1]["tokens_per_s"])
+
+
+def test_a_worker_killed_has_its_share_read_here(tmp_path):
+    """A worker that dies (SIGKILL, as the kernel's OOM killer sends it) leaves no part: collect
+    reads that share itself and writes the whole summary."""
+    import signal
+    import subprocess
+    import time
+
+    run = make_run(tmp_path / "run", 1000)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "harness.cli", "collect", str(run.path), "--workers", "2"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    children = Path(f"/proc/{p.pid}/task/{p.pid}/children")
+    worker = ""
+    while p.poll() is None and not worker:
+        worker = children.read_text().strip() if children.exists() else ""
+        time.sleep(0.001)
+    assert worker, "collect ended before its worker was seen"
+    os.kill(int(worker), signal.SIGKILL)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0 and err == "", (p.returncode, err)
+    assert "25000 summary rows (25000 COMPLETED)" in out, out
+    _, whole = _collected(run.path, "--workers", "1")
+    _, again = _collected(run.path, "--workers", "2")
+    assert again["summary"].equals(whole["summary"], check_metadata=True) and again["csv"] == whole["csv"]
