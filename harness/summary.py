@@ -27,6 +27,8 @@ from harness.stragglers import Straggler
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterable
 
+    import numpy as np
+    import numpy.typing as npt
     import pandas as pd
     import pyarrow as pa
 
@@ -177,6 +179,97 @@ def arrow_type(name: str) -> pa.DataType:
     import pyarrow as pa
 
     return pa.string() if name in TEXT_COLUMNS else pa.int64() if name in INT_COLUMNS else pa.float64()
+
+
+# Arrays made from their buffers, never by pa.array or pa.scalar: pyarrow imports pandas on its
+# first conversion of anything that is not already Arrow, a NumPy array included (its pandas shim
+# asks whether the object is a Series), and that import is 0.12 s of each process of a collect,
+# which needs pandas for nothing (docs/reference.md, "Arrow and pandas").
+
+
+def numpy_array(values: npt.NDArray[Any], valid: npt.NDArray[np.bool_] | None = None) -> pa.Array:
+    """A NumPy array of numbers as an Arrow array of its type over the same memory; `valid`, where
+    given, says which values are not null."""
+    import numpy as np
+    import pyarrow as pa
+
+    values = np.ascontiguousarray(values)
+    if values.dtype.kind not in "iuf":
+        raise TypeError(f"numpy_array takes numbers, not {values.dtype}")
+    bitmap, nulls = _validity(valid)
+    return pa.Array.from_buffers(
+        pa.from_numpy_dtype(values.dtype), len(values), [bitmap, pa.py_buffer(values)], null_count=nulls
+    )
+
+
+def arrow_array(values: list[Any], arrow: pa.DataType) -> pa.Array:
+    """`values` (None as null) as an Arrow array of `arrow`, a summary column's type (arrow_type):
+    text, whole numbers or numbers. The values are what such a column holds, as check_columns
+    makes sure of a result's: pa.array would refuse others, where NumPy makes numbers of some.
+    One pass over the values where none is null: 100,000 scattered floats cost a pass each."""
+    import numpy as np
+    import pyarrow as pa
+
+    n = len(values)
+    if arrow == pa.string():
+        distinct = list(dict.fromkeys(values))
+        if len(distinct) <= 1:  # one text throughout (a run's dtype), or none
+            return pa.repeat(_texts(distinct)[0], n) if distinct and distinct[0] is not None else pa.nulls(n, arrow)
+        valid = np.fromiter((v is not None for v in values), dtype=bool, count=n) if None in distinct else None
+        if len(distinct) * 4 > n:
+            return _texts(values, valid)
+        # a few texts over many rows (the catalog's collectives and groups): each encoded once
+        place = {v: i for i, v in enumerate(distinct)}
+        texts = _texts(distinct, np.array([v is not None for v in distinct]))
+        return texts.take(numpy_array(np.fromiter(map(place.__getitem__, values), np.int64, n)))
+    dtype = np.int64 if arrow == pa.int64() else np.float64
+    try:  # a None: NaN as a float, TypeError as a whole number
+        numbers = np.fromiter(values, dtype=dtype, count=n)
+        if dtype == np.int64 or not np.isnan(numbers).any():
+            return numpy_array(numbers)
+    except TypeError:
+        numbers = None
+    valid = np.fromiter((v is not None for v in values), dtype=bool, count=n)
+    if not valid.any():
+        return pa.nulls(n, arrow)
+    if numbers is None:
+        numbers = np.fromiter((0 if v is None else v for v in values), dtype=dtype, count=n)
+    return numpy_array(numbers, valid)
+
+
+def arrow_scalar(value: Any, arrow: pa.DataType) -> pa.Scalar:
+    return arrow_array([value], arrow)[0]
+
+
+def _validity(valid: npt.NDArray[np.bool_] | None) -> tuple[pa.Buffer | None, int]:
+    """(Arrow's validity bitmap, a bit a value, least significant first; the count of nulls), or
+    no bitmap where nothing is null."""
+    import numpy as np
+    import pyarrow as pa
+
+    if valid is None:
+        return None, 0
+    nulls = len(valid) - int(np.count_nonzero(valid))
+    return (pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None), nulls
+
+
+def _texts(values: list[str | None], valid: npt.NDArray[np.bool_] | None = None) -> pa.Array:
+    """Texts as a UTF-8 Arrow array: their bytes one after another and where each begins."""
+    import numpy as np
+    import pyarrow as pa
+
+    data = [b"" if v is None else v.encode() for v in values]
+    offsets = np.zeros(len(data) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, data), dtype=np.int64, count=len(data)), out=offsets[1:])
+    if offsets[-1] > np.iinfo(np.int32).max:
+        raise ValueError(f"{offsets[-1]:,} bytes of text, more than an Arrow string column holds")
+    bitmap, nulls = _validity(valid)
+    return pa.Array.from_buffers(
+        pa.string(),
+        len(data),
+        [bitmap, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(data))],
+        null_count=nulls,
+    )
 
 
 # What a value from a result may be in each kind of column, and the largest whole number it may

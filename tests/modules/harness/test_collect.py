@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, bench
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 sys.path.insert(0, str(ROOT / "tests" / "perf"))
 
@@ -165,3 +167,62 @@ def test_a_worker_killed_has_its_share_read_here(tmp_path):
     _, whole = _collected(run.path, "--workers", "1")
     _, again = _collected(run.path, "--workers", "2")
     assert again["summary"].equals(whole["summary"], check_metadata=True) and again["csv"] == whole["csv"]
+
+
+_TEXTS = st.text(max_size=12)
+_FEW_TEXTS = st.sampled_from(["all_reduce", "world", "ünï", "", "nvlink"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(
+        st.tuples(st.just("float64"), st.lists(st.none() | st.floats(allow_nan=False) | st.integers(-(2**53), 2**53))),
+        st.tuples(st.just("int64"), st.lists(st.none() | st.integers(-(2**63), 2**63 - 1))),
+        st.tuples(st.just("string"), st.lists(st.none() | _TEXTS)),
+        st.tuples(st.just("string"), st.lists(st.none() | _FEW_TEXTS, min_size=8, max_size=200)),
+    )
+)
+def test_arrays_made_from_buffers_are_what_pa_array_makes(case):
+    """collect builds its arrays from their buffers (pa.array would import pandas): for every
+    value a summary column holds, the same array as pa.array's, nulls where the Nones are."""
+    import pyarrow as pa
+
+    from harness.summary import arrow_array, arrow_scalar
+
+    name, values = case
+    arrow = getattr(pa, name)()
+    made = arrow_array(values, arrow)
+    assert made.type == arrow and made.equals(pa.array(values, type=arrow)), (values, made)
+    if values:
+        assert arrow_scalar(values[0], arrow).equals(pa.scalar(values[0], type=arrow))
+
+
+def test_arrays_from_numpy_keep_nan_apart_from_null():
+    import numpy as np
+    import pyarrow as pa
+
+    from harness.summary import arrow_array, numpy_array
+
+    values = np.array([1.5, np.nan, -0.0, np.inf, 7.0])
+    made = numpy_array(values, np.array([True, True, False, True, True]))
+    assert [repr(v) for v in made.to_pylist()] == ["1.5", "nan", "None", "inf", "7.0"]
+    assert numpy_array(np.arange(5, dtype=np.int32)).type == pa.int32() and numpy_array(np.arange(3)).null_count == 0
+    assert [repr(v) for v in arrow_array([float("nan"), None, 2], pa.float64()).to_pylist()] == ["nan", "None", "2.0"]
+    with pytest.raises(TypeError):
+        numpy_array(np.array([True, False]))
+
+
+def test_collect_imports_no_pandas(tmp_path):
+    """A collect in a process of its own, with a worker, leaves pandas unimported: 0.12 s of each
+    process (harness/summary.py says why)."""
+    import subprocess
+
+    run = make_run(tmp_path / "run", 4)
+    code = (
+        "import sys; from harness.cli import main; status = main(['collect', sys.argv[1], '--workers', '2']); "
+        "print(status, 'pandas' in sys.modules)"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code, str(run.path)], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert r.stdout.split()[-2:] == ["0", "False"], r.stdout + r.stderr
