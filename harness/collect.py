@@ -23,46 +23,36 @@ import gc
 import hashlib
 import itertools
 import json
-import os
-import pickle
-import signal
 import sys
-import threading
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
-from itertools import repeat
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD, COLLECTIVES, GROUPS, UNITS, WORLD
 from benchmarks.common import redacted
 from benchmarks.results import ResultError, load_result
-from harness import provenance, stragglers, telemetry, transport
+from harness import forked, provenance, stragglers, telemetry, transport
+from harness.builder import Builder
 from harness.cluster import Hardware
 from harness.fields import FieldError
 from harness.rundir import COMPLETED, RunDir
 from harness.stragglers import Straggler
 from harness.summary import (
-    COLUMNS,
     ENVIRONMENT_KEY,
     EXACT_IN_DOUBLE,
     NUMBER_TYPES,
-    SAMPLE_KEYS,
     STRAGGLERS_KEY,
     SUMMARY_VERSION,
     TRAINING_FIGURES,
     VERSION_KEY,
     arrow_array,
-    arrow_scalar,
-    arrow_type,
     check_columns,
     numpy_array,
     within,
 )
 
 if TYPE_CHECKING:
-    import numpy as np
-    import numpy.typing as npt
     import pyarrow as pa
 
     from harness.plan import Job, WorkloadRun
@@ -168,128 +158,6 @@ class _Environments:
         return out
 
 
-class _Builder:
-    """The summary built an add at a time (a result's rows, or a row where no result is): each
-    column is one value per add, repeated over the add's rows in C, unless the add gives it row
-    by row (a collective's figures). 100,000 rows from 4,000 results cost 4,000 adds of a few
-    lists each, not 100,000 rows of 60 columns."""
-
-    def __init__(self) -> None:
-        self.counts: list[int] = []  # rows per add
-        self.consts: list[dict[str, Any]] = []
-        self.per_row: list[dict[str, list]] = []
-        self.row_wise: set[str] = set()  # the columns some add gives row by row
-        self.values: list[list[float]] = []
-        self.sample_rows: list[int] = []  # the summary row of each entry of `values`
-        self.rows = 0
-        # columns as whole lists, made when asked for (the row-wise ones, n_samples): name -> list
-        self.columns = _WholeColumns(self.counts, self.consts, self.per_row)
-        self._flat: tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]] | None = None
-
-    def add(
-        self, n: int, const: dict[str, Any], per_row: dict[str, list] | None = None, values: Sequence[list[float]] = ()
-    ) -> None:
-        """`n` rows: `per_row`'s columns row by row, the others `const`'s value (or null); the
-        sample lists `values` belong to the first len(values) of them. `const` is kept, not
-        copied: the caller does not change it after."""
-        self.sample_rows.extend(range(self.rows, self.rows + len(values)))
-        self.rows += n
-        self.counts.append(n)
-        self.consts.append(const)
-        self.per_row.append(per_row or {})
-        self.row_wise.update(per_row or ())
-        self.values.extend(values)
-
-    def table(self) -> pa.Table:
-        """The summary's rows as a typed Arrow table, converted in C (None becomes null), with no
-        speedup or efficiency yet (_scaled) and none of its metadata."""
-        import numpy as np
-        import pyarrow as pa
-
-        n_samples = self.columns["n_samples"]
-        for row, count in zip(self.sample_rows, usable_counts(*self.flat())):
-            n_samples[row] = count
-        repeated = numpy_array(np.repeat(np.arange(len(self.counts)), self.counts))
-        arrays = {}
-        for name in COLUMNS:
-            if name in self.row_wise or name == "n_samples":
-                arrays[name] = arrow_array(self.columns[name], arrow_type(name))
-            else:
-                arrays[name] = _repeated([c.get(name) for c in self.consts], arrow_type(name), repeated)
-        return pa.table(arrays)
-
-    def flat(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
-        """(each list's length, all the sample values in one array), a null sample (a result
-        writes a non-finite one as null: json_safe) as NaN, which no test uses: never a null in
-        samples.parquet, which would read as damage (sides.check_samples)."""
-        import numpy as np
-
-        if self._flat is None:
-            lengths = np.fromiter(map(len, self.values), dtype=np.int64, count=len(self.values))
-            # in C, without a list of them all first; a None (_checked_samples lets only numbers
-            # and None through) becomes NaN, as np.array makes it
-            flat = np.fromiter(itertools.chain.from_iterable(self.values), dtype=float, count=int(lengths.sum()))
-            self._flat = lengths, flat
-        return self._flat
-
-    def samples(self, summary: pa.Table) -> pa.Table:
-        """One row per summary row with samples: its keys (the summary's, where a training row
-        has "" for collective and group and 0 for size), the metric, the values as a list."""
-        import numpy as np
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        keys = summary.select(SAMPLE_KEYS[:-1]).take(numpy_array(np.array(self.sample_rows, dtype=np.int64)))
-        text = pa.string()
-        # is_in: false, never null, where the workload is null (fill_null would make a scalar)
-        collective = pc.is_in(keys.column("workload"), value_set=arrow_array([COLLECTIVE_WORKLOAD], text))
-        lengths, flat = self.flat()
-        offsets = numpy_array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
-        return pa.table(
-            {
-                **{k: keys.column(k) for k in SAMPLE_KEYS[:3]},
-                "collective": pc.if_else(collective, keys.column("collective"), arrow_scalar("", text)),
-                "group": pc.if_else(collective, keys.column("group"), arrow_scalar("", text)),
-                "size_bytes": pc.if_else(collective, keys.column("size_bytes"), arrow_scalar(0, pa.int64())),
-                "metric": pc.if_else(collective, arrow_scalar("time_us", text), arrow_scalar("step_time_ms", text)),
-                # the list type given, so that its field is named as pa.array names it ("item")
-                "values": pa.ListArray.from_arrays(offsets, numpy_array(flat), type=pa.list_(pa.float64())),
-            }
-        )
-
-
-def _repeated(values: list, arrow: pa.DataType, repeated: pa.Array) -> pa.Array:
-    """A column of one value per add, each repeated over its add's rows (`repeated`: each row's
-    add). One value throughout (a run's device, or null for every collective row's images/s)
-    is repeated without a gather: each gather of 100,000 rows costs 2 ms."""
-    import pyarrow as pa
-
-    first = values[0] if values else None
-    if values.count(first) == len(values):
-        return pa.nulls(len(repeated), arrow) if first is None else pa.repeat(arrow_scalar(first, arrow), len(repeated))
-    return arrow_array(values, arrow).take(repeated)
-
-
-class _WholeColumns(dict):
-    """A _Builder's columns as whole lists, each made on first use (the row-wise ones, n_samples).
-    It holds the builder's lists, not the builder: a cycle would keep every row alive until
-    the cycle collector walked them all (0.25 s at 100,000 rows)."""
-
-    def __init__(self, counts: list[int], consts: list[dict[str, Any]], per_row: list[dict[str, list]]) -> None:
-        super().__init__()
-        self.adds = counts, consts, per_row
-
-    def __missing__(self, name: str) -> list:
-        column: list = []
-        for n, const, per_row in zip(*self.adds):
-            if name in per_row:
-                column.extend(per_row[name])
-            else:
-                column.extend(repeat(const.get(name), n))
-        self[name] = column
-        return column
-
-
 @contextlib.contextmanager
 def _without_cycle_collection() -> Iterator[None]:
     """Building a summary makes millions of small lists, dicts and tuples, none in a cycle;
@@ -309,7 +177,7 @@ def collect(run: RunDir, warn: Callable[[str], None] = _warn, workers: int | Non
     results (`to_frame` turns the summary into a DataFrame). The samples table has one row per
     summary row that has samples: its keys, the metric, and the per-iteration values (worst
     rank) as a list. `workers`: processes that read the results, this one among them (default:
-    one per WORKER_JOBS jobs, at most a core each; docs/run-directory.md, "Collect")."""
+    one per WORKER_JOBS jobs, at most one per core (forked.usable); docs/run-directory.md, "Collect")."""
     with _without_cycle_collection():
         return _collect(run, warn, workers)
 
@@ -321,7 +189,9 @@ def _collect(run: RunDir, warn: Callable[[str], None], workers: int | None) -> t
     jobs = run.jobs(plan)
     table = run.read_table(jobs)
     hardware = _hardware(plan.get("cluster"), warn)
-    parts = _gathered(run, jobs, table, hardware, warn, min(workers or _worker_count(len(jobs)), len(jobs)))
+    parts = _gathered(
+        run, jobs, table, hardware, warn, min(workers or forked.usable(len(jobs) // WORKER_JOBS), len(jobs))
+    )
     envs = _Environments()
     for part in parts:
         envs.merge(part.envs)
@@ -339,21 +209,19 @@ def _collect(run: RunDir, warn: Callable[[str], None], workers: int | None) -> t
 @dataclass
 class _Part:
     """What the results of some of a run's jobs give: the summary's rows (speedup and efficiency
-    not yet worked out), their samples, what they ran on, their stragglers, and the warnings
-    a worker process gathered for this process to give in order."""
+    not yet worked out), their samples, what they ran on, and their stragglers."""
 
     summary: pa.Table
     samples: pa.Table
     envs: _Environments
     slow: list[Straggler]
-    warnings: list[str] = field(default_factory=list)
 
 
 def _gather(
     run: RunDir, jobs: list[Job], table: dict[str, JobRecord], hardware: Hardware | None, warn: Callable[[str], None]
 ) -> _Part:
     """The part of the summary that `jobs` give (_Part)."""
-    out = _Builder()
+    out = Builder()
     envs = _Environments()
     slow: list[Straggler] = []
     for job in jobs:
@@ -435,20 +303,9 @@ def _gather(
 
 
 # Jobs a worker process is worth. A job's result costs about 0.15 ms to read, check and add; a
-# worker adds its fork, its own import of pandas (pyarrow makes it) and its part's Arrow streams.
-# Measured at 200 jobs: 0.36 s with a worker and without; at 400, 0.38-0.39 s against 0.40 s.
+# worker adds its fork and its part's Arrow streams. Measured at 200 jobs: 0.36 s with a worker
+# and without; at 400, 0.38-0.39 s against 0.40 s.
 WORKER_JOBS = 200
-MAX_WORKERS = 8
-
-
-def _worker_count(jobs: int) -> int:
-    """The processes to read `jobs` jobs' results with: one per WORKER_JOBS, at most one per core
-    this process may run on and MAX_WORKERS; one where a fork is not safe (another thread, whose
-    locks the worker would inherit held) or where Linux's affinity and /proc are not there."""
-    linux = all(hasattr(os, f) for f in ("sched_getaffinity", "memfd_create")) and os.path.isdir("/proc/self/fd")
-    if threading.active_count() > 1 or not linux:
-        return 1
-    return max(1, min(len(os.sched_getaffinity(0)), MAX_WORKERS, jobs // WORKER_JOBS))
 
 
 def _gathered(
@@ -460,133 +317,42 @@ def _gathered(
     workers: int,
 ) -> list[_Part]:
     """The parts of the summary in job order, the jobs split in `workers` shares: the first
-    gathered here, each other by a worker process forked for it, side by side. A worker's
-    warnings are given after those of the shares before it, as one process would give them; a
-    worker that does not send a whole part (killed, out of memory), or could not be forked, has
-    its share gathered here."""
+    gathered here, each other by a worker process forked for it (harness/forked.py), side by
+    side. A worker's warnings are given after those of the shares before it, as one process
+    would give them; a worker that does not leave a whole part (killed, out of memory), or could
+    not be forked, has its share gathered here."""
     shares = [jobs[i * len(jobs) // workers : (i + 1) * len(jobs) // workers] for i in range(max(1, workers))]
-    forked: list[_Worker | None] = []
+    started: list[forked.Worker | None] = []
     try:
         for share in shares[1:]:
             try:
-                forked.append(_Worker(functools.partial(_gather, run, share, table, hardware)))
+                started.append(forked.Worker(functools.partial(_in_worker, run, share, table, hardware)))
             except OSError:  # no more processes or memory to fork with
-                forked.append(None)
+                started.append(None)
         parts = [_gather(run, shares[0], table, hardware, warn)]
-        for share, worker in zip(shares[1:], forked):
-            part = worker.part() if worker else None
-            if part is None:
+        for share, worker in zip(shares[1:], started):
+            made = worker.result() if worker else None
+            if made is None:
                 part = _gather(run, share, table, hardware, warn)
-            for message in part.warnings:
-                warn(message)
+            else:
+                (summary, samples), (envs, slow, warnings) = made
+                part = _Part(summary, samples, envs, slow)
+                for message in warnings:
+                    warn(message)
             parts.append(part)
         return parts
     finally:
-        for worker in forked:
+        for worker in started:
             if worker:
                 worker.end()
 
 
-class _Worker:
-    """A forked process that gathers one share of the jobs (`gather`, given where to put its
-    warnings) and leaves its _Part in a memory file (memfd_create(2)) for this process to map:
-    the tables as Arrow IPC streams, read where they lie, the rest pickled. The worker writes it
-    while this process gathers its own share, and nothing of it is copied again on this side."""
-
-    def __init__(self, gather: Callable[[Callable[[str], None]], _Part]) -> None:
-        self.file = os.memfd_create("bench-collect", os.MFD_CLOEXEC)
-        # Ctrl-C held back over the fork, so that the worker meets it only inside _work's catch
-        # and never runs on as a second copy of this process
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        try:
-            self.pid = os.fork()
-            if self.pid == 0:
-                _work(self.file, gather, mask)
-        except BaseException:
-            os.close(self.file)
-            raise
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-
-    def part(self) -> _Part | None:
-        """The worker's part, or None where it did not leave a whole one (it was killed, or ran
-        out of memory)."""
-        _, status = os.waitpid(self.pid, 0)
-        self.pid = 0
-        if status != 0:
-            return None
-        try:
-            return _read_part(self.file)
-        except (OSError, ValueError, EOFError, pickle.UnpicklingError):
-            return None
-
-    def end(self) -> None:
-        """The worker stopped and reaped, where it is still running (this process was interrupted),
-        and its file closed; what was read from it stays mapped."""
-        if self.pid:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signal.SIGKILL)
-            os.waitpid(self.pid, 0)
-            self.pid = 0
-        if self.file >= 0:
-            os.close(self.file)
-            self.file = -1
-
-
-def _work(file: int, gather: Callable[[Callable[[str], None]], _Part], mask: set[int | signal.Signals]) -> NoReturn:
-    """The forked worker: its share gathered and left in `file`, then its end, with no clean-up
-    of the parent's state (os._exit). It keeps no descriptor of the parent's but `file`: above
-    all not the run's lock, whose flock would outlive a killed parent for as long as the worker
-    ran; its standard streams are /dev/null, since the parent gives its warnings."""
-    status = 1
-    try:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        null = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(null, fd)
-        for name in os.listdir("/proc/self/fd"):
-            if int(name) > 2 and int(name) != file:
-                with contextlib.suppress(OSError):
-                    os.close(int(name))
-        warnings: list[str] = []
-        part = gather(warnings.append)
-        _write_part(file, part, warnings)
-        status = 0
-    except BaseException:  # Ctrl-C: the parent stops too, and ends this process if it has not
-        pass
-    os._exit(status)
-
-
-def _write_part(file: int, part: _Part, warnings: list[str]) -> None:
-    """`part` into `file`: the summary's and the samples' IPC streams, each from a multiple of 64
-    bytes (Arrow's alignment), then the pickled rest and its length in the last 8 bytes. Arrow
-    writes the streams straight into the file (opened again through /proc): no copy in memory
-    first, 0.02 s of a worker's 50,000 rows."""
-    import pyarrow as pa
-
-    offsets = []
-    with pa.OSFile(f"/proc/self/fd/{file}", "wb") as sink:
-        for table in (part.summary, part.samples):
-            offsets.append(sink.tell())
-            with pa.ipc.new_stream(sink, table.schema) as stream:
-                stream.write_table(table)
-            sink.write(bytes(-sink.tell() % 64))
-        rest = pickle.dumps((part.envs, part.slow, warnings, offsets), protocol=pickle.HIGHEST_PROTOCOL)
-        sink.write(rest + len(rest).to_bytes(8, "little"))
-
-
-def _read_part(file: int) -> _Part:
-    """What _write_part left in `file`, the tables mapped rather than read."""
-    import mmap
-
-    import pyarrow as pa
-
-    whole = pa.py_buffer(mmap.mmap(file, os.fstat(file).st_size, prot=mmap.PROT_READ))
-    size = int.from_bytes(whole[-8:].to_pybytes(), "little")
-    envs, slow, warnings, (summary_at, samples_at) = pickle.loads(whole[-8 - size : -8].to_pybytes())
-    summary = pa.ipc.open_stream(whole.slice(summary_at, samples_at - summary_at)).read_all()
-    samples = pa.ipc.open_stream(whole.slice(samples_at)).read_all()
-    return _Part(summary, samples, envs, slow, warnings)
+def _in_worker(run: RunDir, jobs: list[Job], table: dict[str, JobRecord], hardware: Hardware | None) -> forked.Made:
+    """A share gathered in a worker: its tables, and what else it found, its warnings kept for
+    the parent to give."""
+    warnings: list[str] = []
+    part = _gather(run, jobs, table, hardware, warnings.append)
+    return [part.summary, part.samples], (part.envs, part.slow, warnings)
 
 
 def _scaled(summary: pa.Table) -> pa.Table:
@@ -645,7 +411,7 @@ MAX_RATE = 1e12
 MAX_STEP_MS = 86_400_000.0
 
 
-def _add_result(out: _Builder, head: dict[str, Any], result: dict[str, Any]) -> None:
+def _add_result(out: Builder, head: dict[str, Any], result: dict[str, Any]) -> None:
     """Add one result's rows and sample lists; raises before adding anything if it is incomplete."""
     workload = head["workload"]
     if workload == COLLECTIVE_WORKLOAD:
@@ -720,17 +486,6 @@ def _checked_samples(lists: list[Any]) -> list[list[float]]:
     if int in found and not within(itertools.chain.from_iterable(lists), EXACT_IN_DOUBLE):
         raise ValueError("a sample is a whole number past 2**53, which no time reaches")
     return lists
-
-
-def usable_counts(lengths: npt.NDArray[np.int64], flat: npt.NDArray[np.float64]) -> list[int]:
-    """How many of each list's samples a test can use: finite, positive times. One pass over
-    all of them (_Builder.flat: the lists' lengths, and their values with a null as NaN)."""
-    import numpy as np
-
-    with np.errstate(invalid="ignore"):
-        usable = np.concatenate([[0], np.cumsum((flat > 0) & np.isfinite(flat))])
-    ends = np.cumsum(lengths)
-    return (usable[ends] - usable[ends - lengths]).tolist()
 
 
 def compared_params(workload: str, result: dict[str, Any]) -> str:

@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING
 
 from benchmarks.catalog import PROBES, WORKLOADS
 from harness import executors, sweep
-from harness.collect import MAX_WORKERS, WORKER_JOBS, collect
+from harness.collect import WORKER_JOBS, collect
 from harness.commands.common import chosen_executor, new_console, positive_int, results_root
 from harness.errors import UsageError, one_line
 from harness.fields import SHIPPED
+from harness.forked import MAX_WORKERS
 from harness.present.plot import draw_all
 from harness.present.tables import print_jobs
 from harness.rundir import COMPLETED, FINAL_STATES, RunDir, in_use, locked
