@@ -121,7 +121,7 @@ def _repeated(values: list, arrow: pa.DataType, repeated: pa.Array) -> pa.Array:
 
 
 class _WholeColumns(dict):
-    """A _Builder's columns as whole lists, each made on first use (the row-wise ones, n_samples).
+    """A Builder's columns as whole lists, each made on first use (the row-wise ones, n_samples).
     It holds the builder's lists, not the builder: a cycle would keep every row alive until
     the cycle collector walked them all (0.25 s at 100,000 rows)."""
 

@@ -367,9 +367,10 @@ def _scaled(summary: pa.Table) -> pa.Table:
     rated = pc.indices_nonzero(pc.is_in(summary.column("workload"), value_set=arrow_array(list(UNITS), pa.string())))
     columns = {name: summary.column(name).take(rated).to_pylist() for name in _SCALING_READS}
     add_scaling(columns)
+    rows = rated.to_pylist()
     for name in ("speedup", "efficiency"):
         values = np.full(summary.num_rows, np.nan)
-        values[rated.to_pylist()] = np.array(columns[name], dtype=float)  # None (not worked out) as NaN
+        values[rows] = np.array(columns[name], dtype=float)  # None (not worked out) as NaN
         column = numpy_array(values, ~np.isnan(values))
         summary = summary.set_column(summary.schema.get_field_index(name), name, column)
     return summary
