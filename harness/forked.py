@@ -1,23 +1,27 @@
 """Work split over forked worker processes, Linux only: each worker runs one function and hands
-back what it made, its Arrow tables as IPC streams in a memory file (memfd_create(2)) that the
-parent maps and reads where they lie, the rest pickled (docs/run-directory.md, "Collect")."""
+back what it made in a memory file (memfd_create(2)) that the parent maps and reads where it
+lies: its Arrow tables as IPC streams, the rest pickled with its arrays' buffers beside the
+pickle (protocol 5's out-of-band buffers, PEP 574), so that they are not copied again on this
+side (docs/run-directory.md, "Collect"; docs/fleet.md, "A large run against a month of nights")."""
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import pickle
 import signal
 import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NoReturn
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+
+from harness.errors import BenchError
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 Made = tuple[list["pa.Table"], Any]  # a worker's tables, and whatever else it made (picklable)
 MAX_WORKERS = 8
+T = TypeVar("T")
 
 
 def usable(wanted: int) -> int:
@@ -75,6 +79,46 @@ class Worker:
             self.file = -1
 
 
+@contextlib.contextmanager
+def beside(work: Callable[[], T]) -> Iterator[Callable[[], T]]:
+    """`work` done by a forked worker while this process goes on with its own: the function
+    given waits for the worker and returns what `work` returned. A BenchError that `work`
+    raised there is raised here. Where no worker can run (usable) or it left no whole result
+    (killed, out of memory, a result that cannot be pickled), `work` is done here when the
+    function is called: the outcome is the same, only later. Leaving the block ends a worker
+    still running (this process was interrupted, or failed in its own part)."""
+    worker = None
+    if usable(2) > 1:
+        with contextlib.suppress(OSError):  # no more processes or memory to fork with
+            worker = Worker(lambda: ([], _outcome(work)))
+
+    def result() -> T:
+        made = worker.result() if worker else None
+        if made is None:
+            return work()
+        done, value = made[1]
+        if not done:
+            raise value
+        return value
+
+    try:
+        yield result
+    finally:
+        if worker:
+            worker.end()
+
+
+def _outcome(work: Callable[[], T]) -> tuple[bool, Any]:
+    """(True, what `work` returned) or (False, the BenchError it raised), for `beside`; an error
+    that would not come back whole from its pickle (one whose __init__ takes other arguments
+    than its message) fails the worker, and the parent does the work itself."""
+    try:
+        return True, work()
+    except BenchError as exc:
+        pickle.loads(pickle.dumps(exc))
+        return False, exc
+
+
 def _run(file: int, work: Callable[[], Made], mask: set[int | signal.Signals]) -> NoReturn:
     """The forked worker: `work` done and left in `file`, then its end, with no clean-up of the
     parent's state (os._exit). It keeps no descriptor of the parent's but `file`: above all not
@@ -98,33 +142,45 @@ def _run(file: int, work: Callable[[], Made], mask: set[int | signal.Signals]) -
 
 
 def _write(file: int, made: Made) -> None:
-    """`made` into `file`: each table's IPC stream from a multiple of 64 bytes (Arrow's
-    alignment), then the pickled rest with the streams' offsets, and its length in the last 8
-    bytes. Arrow writes the streams straight into the file (opened again through /proc): no copy
-    in memory first, 0.025 s of a collect worker's 50,000 rows."""
+    """`made` into `file`: each table's IPC stream, then each out-of-band buffer of the pickled
+    rest, each from a multiple of 64 bytes (Arrow's alignment); then the pickle itself with the
+    pieces' offsets, and its length in the last 8 bytes. Arrow writes the streams straight into
+    the file (opened again through /proc): no copy in memory first, 0.025 s of a collect
+    worker's 50,000 rows."""
     import pyarrow as pa
 
     tables, rest = made
-    offsets = []
+    buffers: list[pickle.PickleBuffer] = []
+    pickled = pickle.dumps(rest, protocol=5, buffer_callback=buffers.append)
+    pieces = []  # (start, end) of each
     with pa.OSFile(f"/proc/self/fd/{file}", "wb") as sink:
         for table in tables:
-            offsets.append(sink.tell())
+            start = sink.tell()
             with pa.ipc.new_stream(sink, table.schema) as stream:
                 stream.write_table(table)
+            pieces.append((start, sink.tell()))
             sink.write(bytes(-sink.tell() % 64))
-        offsets.append(sink.tell())
-        tail = pickle.dumps((rest, offsets), protocol=pickle.HIGHEST_PROTOCOL)
+        for buffer in buffers:
+            start = sink.tell()
+            sink.write(buffer.raw())
+            pieces.append((start, sink.tell()))
+            sink.write(bytes(-sink.tell() % 64))
+        tail = pickle.dumps((len(tables), pieces, pickled), protocol=pickle.HIGHEST_PROTOCOL)
         sink.write(tail + len(tail).to_bytes(8, "little"))
 
 
 def _read(file: int) -> Made:
-    """What _write left in `file`, the tables mapped rather than read."""
+    """What _write left in `file`, mapped rather than read. The mapping is private and writable,
+    so that an array unpickled onto it can be changed in place as one made here could (a change
+    copies the page it touches, and never reaches the file)."""
     import mmap
 
     import pyarrow as pa
 
-    whole = pa.py_buffer(mmap.mmap(file, os.fstat(file).st_size, prot=mmap.PROT_READ))
-    size = int.from_bytes(whole[-8:].to_pybytes(), "little")
-    rest, offsets = pickle.loads(whole[-8 - size : -8].to_pybytes())
-    tables = [pa.ipc.open_stream(whole.slice(a, b - a)).read_all() for a, b in itertools.pairwise(offsets)]
-    return tables, rest
+    size = os.fstat(file).st_size
+    whole = memoryview(mmap.mmap(file, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE))
+    length = int.from_bytes(whole[-8:], "little")
+    n_tables, where, pickled = pickle.loads(whole[-8 - length : -8])
+    pieces = [whole[a:b] for a, b in where]
+    tables = [pa.ipc.open_stream(pa.py_buffer(piece)).read_all() for piece in pieces[:n_tables]]
+    return tables, pickle.loads(pickled, buffers=pieces[n_tables:])

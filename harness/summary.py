@@ -349,9 +349,9 @@ def upgraded(table: pa.Table, wanted: Collection[str] | None = None) -> pa.Table
     return table
 
 
-def run_facts(table: pa.Table) -> tuple[dict[str, Any], list[Straggler]]:
+def run_facts(schema: pa.Schema) -> tuple[dict[str, Any], list[Straggler]]:
     """(environment, stragglers) recorded in a summary's metadata by `collect`."""
-    meta = table.schema.metadata or {}
+    meta = schema.metadata or {}
     env = json.loads(meta.get(ENVIRONMENT_KEY, b"{}"))
     return env, [Straggler(**d) for d in json.loads(meta.get(STRAGGLERS_KEY, b"[]"))]
 

@@ -153,7 +153,7 @@ def add(
     done = (rows["status"] == COMPLETED).to_numpy(dtype=bool)
     keys = rows.drop_duplicates(KEYS)
     not_done = rows[~done].drop_duplicates("job")
-    env, _ = run_facts(summary)
+    env, _ = run_facts(summary.schema)
     stack = series.of(env, plan.get("cluster"))
     points = _points(rows[done])
     blob = _parquet(kept)

@@ -380,11 +380,46 @@ def _parquet(path: Path) -> pa.Table:
         return pq.ParquetFile(f).read()
 
 
-def load_run(path: str | Path, label: str | None = None) -> Side:
+@dataclass
+class RunTables:
+    """A run's tables read and checked, what collect recorded beside them known; its Side is
+    still to be made (`side`), so that what needs only the environment can start first."""
+
+    run: RunDir
+    summary: pa.Table
+    samples: pa.Table | None
+    environment: dict[str, Any]
+    found: list[Straggler]
+
+    def side(self, label: str | None = None) -> Side:
+        run = self.run
+        return side_from_tables(
+            self.summary, self.samples, label or run.path.name, str(run.path), self.environment, self.found
+        )
+
+
+def read_run(path: str | Path) -> RunTables:
     run = RunDir(path)
     summary, samples = read_tables(run)
-    environment, found = run_facts(summary)
-    return side_from_tables(summary, samples, label or run.path.name, str(run.path), environment, found)
+    return RunTables(run, summary, samples, *run_facts(summary.schema))
+
+
+def recorded_environment(run: RunDir) -> dict[str, Any] | None:
+    """The environment collect recorded with a run (run_facts), read from its summary's footer
+    alone, for what needs it before the tables are read; None where it cannot be read, and
+    read_tables says why."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        with open_regular(run.summary_parquet) as f:
+            return run_facts(pq.ParquetFile(f).schema_arrow)[0]
+    except (OSError, ValueError, pa.ArrowException):
+        return None
+
+
+def load_run(path: str | Path, label: str | None = None) -> Side:
+    return read_run(path).side(label)
 
 
 def measurement_rules(environment: dict[str, Any]) -> list[str]:

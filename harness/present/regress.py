@@ -22,6 +22,7 @@ rounds are in samples.parquet and the history.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import platform
 import re
 import socket
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD
 from benchmarks.common import format_size
-from harness import inside
+from harness import forked, inside
 from harness.analysis.compare import (
     BY_RUNS,
     FAILED,
@@ -48,6 +49,8 @@ from harness.analysis.sides import KEYS, METRICS, Side, key_texts, records
 from harness.present.tables import PRESENTED, markdown, run_mismatches
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import numpy as np
     import numpy.typing as npt
     import pandas as pd
@@ -60,25 +63,36 @@ def write_all(
     title: str,
     benchmark_json: bool = False,
     strict: bool = True,
-    verdict: bytes = b"",
+    verdict: Callable[[], bytes] | None = None,
 ) -> dict[str, Path]:
     """Write the outputs into ROOT/FOLDER: the run directory and `regress`, or the directory
     `--out` named and "". Nothing is written through a link below ROOT (harness/inside.py).
     Without benchmark_json an earlier run's benchmark.json is removed, so that a dashboard never
-    reads a stale one beside a new junit.xml."""
+    reads a stale one beside a new junit.xml. `verdict` makes gate.json's text (analysis/gate.py).
+
+    junit.xml's text is made by a forked worker while this process makes and writes the rest
+    (harness/forked.py): at 100,000 keys it is 10 MB, a line a key, and the longest of the three
+    to make (docs/fleet.md, "A large run against a month of nights")."""
     root.mkdir(parents=True, exist_ok=True)
     into = PurePosixPath(folder)
-    paths = {
-        "report": inside.write(root, into / "report.md", (markdown(cmp, title) + "\n").encode()),
-        "junit": inside.write(root, into / "junit.xml", junit(cmp, strict).encode()),
-    }
-    if verdict:  # gate.json (analysis/gate.py)
-        paths["verdict"] = inside.write(root, into / "gate.json", verdict)
+    with forked.beside(functools.partial(_junit_bytes, cmp, strict)) as junit_xml:
+        report = (markdown(cmp, title) + "\n").encode()
+        gate_json = verdict() if verdict else b""
+        paths = {
+            "report": inside.write(root, into / "report.md", report),
+            "junit": inside.write(root, into / "junit.xml", junit_xml()),
+        }
+    if gate_json:
+        paths["verdict"] = inside.write(root, into / "gate.json", gate_json)
     if benchmark_json:
         paths["benchmark"] = inside.write(root, into / "benchmark.json", pytest_benchmark(cmp.b))
     else:
         inside.remove(root, into / "benchmark.json")
     return paths
+
+
+def _junit_bytes(cmp: Comparison, strict: bool) -> bytes:
+    return junit(cmp, strict).encode()
 
 
 _ENTITIES = (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ('"', "&quot;"), ("\n", "&#10;"))  # "&" first

@@ -40,7 +40,7 @@ def test_which_bench_measured_a_run_is_recorded_and_judged(real_run, tmp_path):
     from harness.summary import run_facts
 
     def facts(path):
-        return run_facts(pq.read_table(path / "summary.parquet"))[0]
+        return run_facts(pq.read_schema(path / "summary.parquet"))[0]
 
     version = metadata.version("bench-scaling")
     head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()

@@ -147,3 +147,45 @@ def test_junit_lines_keep_xml_s_special_characters_as_text():
         "2K: no significant change, busbw GB/s 3 -> 3.3, B/A 1.100, band [0.900, 1.200]",
     ]
     assert failure.get("message") == f"failed: 1K: {read}"
+
+
+def _lab_history(real_run, tmp_path):
+    """A history whose cluster lab holds one run: real_run's, made much faster."""
+    db = tmp_path / "history.sqlite"
+    base = copy_run(real_run, tmp_path / "base", time_factor=1 / separating(real_run))
+    plan = base / "plan.json"
+    plan.write_text(plan.read_text().replace('"created": "', '"created": "0', 1))
+    bench("history", "add", str(base), "--cluster", "lab", "--db", str(db))
+    return db
+
+
+def test_regress_on_one_core_writes_what_it_writes_with_a_worker(real_run, tmp_path):
+    """With two cores the run is loaded and junit.xml made by forked workers
+    (harness/forked.py); on one core (taskset) each is done in turn, in this process: the same
+    report.md, gate.json, junit.xml (but its timestamp) and the same lines."""
+    db = _lab_history(real_run, tmp_path)
+    args = ["regress", str(real_run), "--cluster", "lab", "--db", str(db), "--out"]
+    two = bench(*args, str(tmp_path / "two"), check=False)
+    one = run(["taskset", "-c", "0", sys.executable, "-m", "harness.cli", *args, str(tmp_path / "one")], check=False)
+    assert two.returncode == one.returncode == 1, (two.describe(), one.describe())
+    assert two.stdout.replace("/two/", "/one/") == one.stdout and two.stderr == one.stderr
+    for name in ("report.md", "gate.json"):
+        assert (tmp_path / "two" / name).read_bytes() == (tmp_path / "one" / name).read_bytes(), name
+    stamp = re.compile(r' timestamp="[^"]+"')
+    junit = [stamp.sub("", (tmp_path / side / "junit.xml").read_text()) for side in ("two", "one")]
+    assert junit[0] == junit[1] and junit[0].count("<testcase ") == 3
+
+
+def test_a_damaged_run_is_said_before_a_history_without_its_cluster(real_run, tmp_path):
+    """The run's tables are read by a worker while the baseline is drawn here: where both are
+    wrong, the run's error is the one said, as when one was done after the other."""
+    db = _lab_history(real_run, tmp_path)
+    bad = copy_run(real_run, tmp_path / "bad", drop="busbw_gbps")  # its footer reads; its columns do not
+    out = ["--db", str(db), "--out", str(tmp_path / "r")]
+    r = bench("regress", str(bad), "--cluster", "nowhere", *out, check=False)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.describe()
+    assert "summary lacks column busbw_gbps" in r.stderr, r.describe()
+    r = bench(
+        "regress", str(real_run), "--cluster", "nowhere", "--db", str(db), "--out", str(tmp_path / "r"), check=False
+    )
+    assert r.returncode == 2 and "no run of cluster 'nowhere' to use as baseline" in r.stderr, r.describe()
