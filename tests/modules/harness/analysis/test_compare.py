@@ -268,3 +268,73 @@ def test_each_row_gets_its_own_samples_in_whatever_order_they_come():
     assert got(collective, "time_us", 2) == [[1.0, 2.0], [3.0, 4.0, 5.0]]
     backwards = collective.take([1, 0])  # as many samples as rows, not in their order
     assert got(backwards, "time_us", 2) == [[1.0, 2.0], [3.0, 4.0, 5.0]]
+
+
+def test_each_key_is_worded_from_its_own_columns():
+    """key_texts words each configuration once and each size once, then joins them per row:
+    rows that differ in any one column of their configuration are worded apart, by hand."""
+    from harness.analysis.sides import key_texts
+
+    rows = [
+        ("allreduce", "all_reduce", "world", None, 1, 8, "torchrun", "default", 4 << 20),
+        ("allreduce", "all_reduce", "intra", None, 1, 8, "torchrun", "default", 4 << 20),
+        ("allreduce", "all_reduce", "world", None, 1, 8, "torchrun", "default", 128),
+        ("allreduce", "all_to_all", "world", None, 1, 8, "torchrun", "default", 4 << 20),
+        ("allreduce", "all_reduce", "world", None, 2, 8, "torchrun", "default", 4 << 20),
+        ("allreduce", "all_reduce", "world", None, 1, 4, "torchrun", "default", 4 << 20),
+        ("allreduce", "all_reduce", "world", None, 1, 8, "srun", "default", 4 << 20),
+        ("allreduce", "all_reduce", "world", None, 1, 8, "torchrun", "ib", 4 << 20),
+        ("synthetic", None, None, "weak", 2, 1, "srun", "ib", 0),
+        ("synthetic", None, None, "strong", 2, 1, "srun", "ib", 0),
+        ("transformer", None, None, "weak", 2, 1, "srun", "ib", 0),
+        ("allreduce", "all_reduce", "intra", None, 1, 8, "torchrun", "default", 4 << 20),  # a key again
+    ]
+    columns = ["workload", "collective", "group", "scaling", "nodes", "gpus_per_node", "launcher", "nccl_config"]
+    df = pd.DataFrame(rows, columns=[*columns, "size_bytes"], index=range(100, 100 + len(rows)))
+    df = df.astype(dict.fromkeys(("workload", "collective", "group", "scaling", "launcher", "nccl_config"), "string"))
+    df = df.astype(dict.fromkeys(("nodes", "gpus_per_node", "size_bytes"), "Int64"))
+    words = [
+        "allreduce all_reduce 4M, 1x8, torchrun, default",
+        "allreduce all_reduce intra 4M, 1x8, torchrun, default",
+        "allreduce all_reduce 128, 1x8, torchrun, default",
+        "allreduce all_to_all 4M, 1x8, torchrun, default",
+        "allreduce all_reduce 4M, 2x8, torchrun, default",
+        "allreduce all_reduce 4M, 1x4, torchrun, default",
+        "allreduce all_reduce 4M, 1x8, srun, default",
+        "allreduce all_reduce 4M, 1x8, torchrun, ib",
+        "synthetic weak, 2x1, srun, ib",
+        "synthetic strong, 2x1, srun, ib",
+        "transformer weak, 2x1, srun, ib",
+        "allreduce all_reduce intra 4M, 1x8, torchrun, default",
+    ]
+    texts = key_texts(df)
+    assert texts.tolist() == words and list(texts.index) == list(df.index)
+    configs = key_texts(df, sizes=False).tolist()
+    assert configs[0] == configs[2] == "allreduce all_reduce, 1x8, torchrun, default"
+    assert configs[8:] == words[8:11] + ["allreduce all_reduce intra, 1x8, torchrun, default"]
+    assert key_texts(df.iloc[:0]).tolist() == []
+
+
+def test_the_table_is_worst_first_then_by_change():
+    """Failed, slower, cannot judge, unchanged, faster; within each the change smallest first,
+    a missing change last, and rows alike in the order they came."""
+    from harness.analysis.compare import worst_first
+
+    rows = [
+        ("no significant change", 0.01, "a"),
+        ("slower", -0.20, "b"),
+        ("faster", 0.30, "c"),
+        ("slower", -0.50, "d"),
+        ("failed", float("nan"), "e"),
+        ("cannot judge", float("nan"), "f"),
+        ("slower", float("nan"), "g"),
+        ("slower", -0.20, "h"),
+        ("no significant change", -0.02, "i"),
+        ("faster", 0.10, "j"),
+        ("failed", float("nan"), "k"),
+    ]
+    table = pd.DataFrame(rows, columns=["verdict", "change", "key"], index=range(50, 50 + len(rows)))
+    table["verdict"] = table["verdict"].astype("str")
+    ordered = worst_first(table)
+    assert ordered["key"].tolist() == ["e", "k", "d", "b", "h", "g", "f", "i", "a", "j", "c"]
+    assert list(ordered.index) == list(range(len(rows)))
