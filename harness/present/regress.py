@@ -43,9 +43,10 @@ from harness.analysis.compare import (
     UNJUDGED,
     WORST_FIRST,
     Comparison,
+    verdict_ranks,
 )
 from harness.analysis.gate import per_value
-from harness.analysis.sides import CONFIG_KEYS, KEYS, METRICS, Side, key_texts, records
+from harness.analysis.sides import KEYS, METRICS, Side, key_texts, records
 from harness.present.tables import PRESENTED, markdown, run_mismatches
 
 if TYPE_CHECKING:
@@ -193,16 +194,11 @@ def _testcases(t: pd.DataFrame, strict: bool) -> tuple[list[str], list[str]]:
             _fmt(t["b"], "%.4g"), by_runs.tolist(), _fmt(t["ratio"], "%.3f"), low, high, escaped(note),
         )
     ]  # fmt: skip
-    # configurations in the table's order, each named once: 4,000 names for 100,000 rows
-    group = t.groupby(["metric", *CONFIG_KEYS], sort=False, dropna=False).ngroup().to_numpy()
-    one = t.iloc[np.unique(group, return_index=True)[1]]
-    named, names = pd.factorize(one["metric"].astype(str) + "[" + key_texts(one, sizes=False).astype(str) + "]")
-    codes = named[group]
+    config = t["metric"].astype(str) + "[" + key_texts(t, sizes=False).astype(str) + "]"
+    codes, names = pd.factorize(config)  # configurations in the table's order
     order = np.argsort(codes, kind="stable")
     starts = np.concatenate([[0], np.cumsum(np.bincount(codes, minlength=len(names)))])
-    verdict_codes, verdicts_seen = pd.factorize(t["verdict"])  # a missing verdict: -1, ranked as unchanged
-    ranks = np.array([ORDER.get(v, ORDER[SAME]) for v in verdicts_seen] + [ORDER[SAME]])
-    rank = ranks[verdict_codes][order]
+    rank = verdict_ranks(t["verdict"], ORDER[SAME])[order]
     worst = np.minimum.reduceat(rank, starts[:-1]).astype(int)
     body = [text[i] for i in order]
     workload = t["workload"].astype(str).to_numpy()[order]
