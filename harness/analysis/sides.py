@@ -108,10 +108,10 @@ class Side:
     """One side of a comparison.
 
     rows      one row per completed key: KEYS, the metrics (the median over the side's runs of
-              the key), hosts, parameters, `runs`, the number of runs behind the row, and
-              `failed_runs`, how many other runs of the key did not complete (bench sweep
-              --repeat), with the first one's status and "job STATUS: reason" (`failed_status`,
-              `failed_note`)
+              the key; a baseline drawn for some metrics holds those alone), hosts,
+              parameters, `runs`, the number of runs behind the row, and `failed_runs`, how
+              many other runs of the key did not complete (bench sweep --repeat), with the
+              first one's status and "job STATUS: reason" (`failed_status`, `failed_note`)
     samples   samples metric -> (padded per-iteration values, counts), row-aligned, pooled
               over the runs; only finite, positive values
     runs      metric -> (padded per-run values, counts), row-aligned, newest first; only
@@ -265,13 +265,15 @@ def grouped_side(
 ) -> Side:
     """The Side of completed rows grouped by key: `rows` the first row of each key, in the
     order of `codes` (each completed row's key); `figures` each metric's value per completed
-    row; `pooled` the samples pooled by key; `others` the rows that did not complete; `order`
-    the completed rows by key (stats.pool_columns), where known."""
+    row, for every metric the Side holds (a metric not among them is not in its rows either);
+    `pooled` the samples pooled by key; `others` the rows that did not complete; `order` the
+    completed rows by key (stats.pool_columns), where known."""
     import numpy as np
 
     groups = len(rows)
     runs = stats.pool_columns(codes, figures, groups, order)
-    for name in METRICS:
+    rows = rows.drop(columns=[name for name in METRICS if name not in runs and name in rows])
+    for name in runs:
         rows[name] = stats.row_medians(runs[name][0])
     rows["runs"] = np.bincount(codes, minlength=groups) if groups else np.zeros(0, int)
     others = others[KEYS + ["status", "reason", "job"]]

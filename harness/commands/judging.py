@@ -224,7 +224,9 @@ def _run_and_baseline(args: argparse.Namespace, db: Location) -> tuple[Side, Sid
     stack = None if args.across_series else series.of(environment, plan.get("cluster"))
     with forked.beside(load) as loaded:
         try:
-            base, new_series = _baseline(db, args.cluster, args.baseline, history.fingerprint(run_dir), stack)
+            base, new_series = _baseline(
+                db, args.cluster, args.baseline, history.fingerprint(run_dir), stack, metric_names(args.metric)
+            )
         except BenchError:
             loaded()  # the run's own error first, where it has one
             raise
@@ -232,14 +234,15 @@ def _run_and_baseline(args: argparse.Namespace, db: Location) -> tuple[Side, Sid
 
 
 def _baseline(
-    db: Location, cluster: str, how: str, exclude: str, stack: dict[str, Any] | None
+    db: Location, cluster: str, how: str, exclude: str, stack: dict[str, Any] | None, metrics: tuple[str, ...]
 ) -> tuple[Side, history.NewSeries | None]:
-    """The baseline of the run's series; where none of the cluster's runs shares its stack, the
-    baseline of the series before it, with the NewSeries that says so."""
+    """The baseline of the run's series, drawn for the metrics judged; where none of the
+    cluster's runs shares its stack, the baseline of the series before it, with the NewSeries
+    that says so."""
     try:
-        return history.baseline(db, cluster, how, exclude=exclude, stack=stack), None
+        return history.baseline(db, cluster, how, exclude=exclude, stack=stack, metrics=metrics), None
     except history.NewSeries as exc:  # shown against the series before it, and not judged
-        return history.baseline(db, cluster, how, exclude=exclude), exc
+        return history.baseline(db, cluster, how, exclude=exclude, metrics=metrics), exc
 
 
 def cmd_report(args: argparse.Namespace) -> int:

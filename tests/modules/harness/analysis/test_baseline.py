@@ -4,11 +4,12 @@ key, a key never usable and a run the gate rejected a key of."""
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
 from harness.analysis import baseline, gate
-from harness.analysis.sides import Entry, grouped_side, key_frame
+from harness.analysis.sides import METRICS, Entry, grouped_side, key_frame
 from harness.summary import COLUMNS, SUMMARY_VERSION, VERSION_KEY, arrow_type
 
 SIZES = {"a": 1 << 20, "b": 2 << 20, "c": 4 << 20, "d": 8 << 20}
@@ -44,13 +45,14 @@ RUNS = {
 }
 
 
-def _drawn(kind: str, k: int, runs: dict[int, list[dict]] | None = None):
+def _drawn(kind: str, k: int, runs: dict[int, list[dict]] | None = None, metrics: list[str] | None = None):
     runs = RUNS if runs is None else runs
     tables = {run: _table(rows) for run, rows in runs.items()}
-    read = []
+    read, reads = [], []
 
     def reader(entry: Entry, columns: list[str] | None):
         read.append((entry.id, columns is None))
+        reads.append(columns)
         table = tables[entry.id]
         if columns is not None:  # as history reads a part: its texts as dictionaries
             part = table.select(columns)
@@ -60,10 +62,12 @@ def _drawn(kind: str, k: int, runs: dict[int, list[dict]] | None = None):
         return table, {"bench": [f"b{entry.id}"]}
 
     refused = {2: {gate.key_strings(key_frame(tables[2]))[0]}} if runs is RUNS else {}  # run 2's a
-    drawn = baseline.draw([_entry(r) for r in runs], kind, k, reader, lambda e: None, refused)
+    drawn = baseline.draw([_entry(r) for r in runs], kind, k, reader, lambda e: None, refused, metrics or list(METRICS))
     side = grouped_side(
         drawn.rows, drawn.codes, drawn.figures, drawn.pooled, drawn.others, kind, "h", order=drawn.order
     )
+    if metrics is not None:
+        return side, reads
     values, counts = side.runs["time_us"]
     by_key = {
         key: [float(v) for v in values[i, : counts[i]]]
@@ -122,3 +126,38 @@ def test_nights_of_one_plan_pool_each_key_across_the_runs():
     assert _drawn("median", 4, nights)[2] == want
     nights[2] = nights[2][::-1]
     assert _drawn("median", 4, nights)[2] == want
+
+
+@pytest.mark.parametrize("kind", ["median", "best"])
+def test_a_baseline_drawn_for_one_metric_reads_and_holds_that_one_alone(kind):
+    """regress draws for the metrics it judges: busbw's runs and medians are those of a baseline
+    of every metric, and no other figure is read or left in the rows (the first chosen row's
+    algbw would pass for a median)."""
+    whole, _ = _drawn(kind, 3, metrics=list(METRICS))
+    side, reads = _drawn(kind, 3, metrics=["busbw_gbps"])
+    assert list(side.runs) == ["busbw_gbps"]
+    (values, counts), (whole_values, whole_counts) = side.runs["busbw_gbps"], whole.runs["busbw_gbps"]
+    assert counts.tolist() == whole_counts.tolist()
+    assert np.array_equal(values, whole_values, equal_nan=True)
+    assert side.rows["busbw_gbps"].tolist() == whole.rows["busbw_gbps"].tolist()
+    assert not {"algbw_gbps", "images_per_s", "tokens_per_s_per_gpu"} & set(side.rows.columns)
+    parts = [c for c in reads if c is not None]
+    assert parts and all("algbw_gbps" not in c and "busbw_gbps" in c and "time_us" in c for c in parts)
+    # best ranks training rows by images/s and tokens/s, so reads them; median does not
+    assert all(("images_per_s" in c) == (kind == "best") for c in parts)
+
+
+def test_texts_compared_by_their_dictionaries_are_those_compared_row_by_row():
+    """usable_rows finds completed rows by the dictionary of a part read (history's texts): a
+    null row is not one, whatever its slot's index, and a dictionary may name a text twice."""
+    plain = pa.array(["COMPLETED", None, "FAILED", "COMPLETED", None, "x"])
+    chunks = [
+        plain[:3].dictionary_encode(),
+        plain[3:].dictionary_encode(),
+        pa.array([], pa.string()).dictionary_encode(),
+    ]
+    twice = pa.DictionaryArray.from_arrays(pa.array([0, 1, None, 2]), pa.array(["COMPLETED", "FAILED", "COMPLETED"]))
+    want = [True, False, False, True, False, False]
+    assert baseline._texts_equal(pa.table({"s": plain}), "s", "COMPLETED").tolist() == want
+    assert baseline._texts_equal(pa.table({"s": pa.chunked_array(chunks)}), "s", "COMPLETED").tolist() == want
+    assert baseline._texts_equal(pa.table({"s": twice}), "s", "COMPLETED").tolist() == [True, False, False, True]

@@ -178,6 +178,31 @@ def test_a_damaged_entry_is_named_and_removable(real_run, tmp_path, history_of, 
 @pytest.mark.parametrize(
     "sql,words",
     [
+        ("UPDATE data SET summary = x'50415231' WHERE run_id = 1", "run 1 is damaged (its stored tables"),
+        ("DELETE FROM data WHERE run_id = 1", "run 1 is damaged (no stored summary)"),
+    ],
+)
+def test_a_damaged_run_is_said_when_the_baseline_reaches_it(real_run, tmp_path, history_of, sql, words):
+    """The history's runs are read ahead of the draw (history._Ahead), yet a damaged one stops
+    a regress only where the baseline takes rows from it: `last` finds every key in run 2 and
+    stops there; median:3 reaches run 1."""
+    db = history_of(
+        planned_later(copy_run(real_run, tmp_path / "a"), "0"), planned_later(copy_run(real_run, tmp_path / "b"), "1")
+    )
+    con = sqlite3.connect(db)
+    con.execute(sql)
+    con.commit()
+    con.close()
+    ok = regress(real_run, db, tmp_path / "o", "--baseline", "last")
+    assert ok.returncode == 0 and "history run 2 " in (tmp_path / "o" / "report.md").read_text(), ok.describe()
+    r = regress(real_run, db, tmp_path / "p", "--baseline", "median:3")
+    assert r.returncode == 2 and words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.describe()
+    assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.parametrize(
+    "sql,words",
+    [
         ("UPDATE points SET value = 'x' WHERE run_id = 2", "run 2 is damaged (a point of"),
         ("DROP TABLE points", "no such table: points"),
     ],
