@@ -106,6 +106,10 @@ def draw(
     reference = read(found[0], columns)[0] if len(found) > 1 else newest  # its keys, as the others are read
     wanted = np.unique(expected_keys)
     newest_at = np.searchsorted(wanted, expected_keys)  # each newest row's key: its place in wanted
+    # a night of the newest's keys whose rows are all usable, one a key, shares these two arrays
+    # rather than making its own (fresh memory is what a month of nights costs most)
+    every = np.arange(len(newest_at))
+    newest_at.flags.writeable = every.flags.writeable = False
     counted = np.zeros(len(wanted), dtype=np.int64)  # per wanted key: the usable rows read so far
     choice = _Choice(kind, k, len(wanted))
     runs: list[_Run] = []
@@ -124,11 +128,13 @@ def draw(
             ok[known] &= wanted[at[known]] == hashes[known]
         if entry.id in refused:
             ok &= gate.kept(expected if rank == 0 else _frame(table), refused[entry.id])
-        rows = np.flatnonzero(ok)
-        repeat = table.column("repeat").fill_null(np.iinfo(np.int64).max).to_numpy()
-        rows = rows[np.argsort(repeat[rows], kind="stable")]
-        taken = choice.take(rank, table, at[rows], rows, counted)
-        run = _Run(entry, table.select(metrics), rows, at[rows], taken)
+        rows = every if len(ok) == len(every) and ok.all() else np.flatnonzero(ok)
+        repeat = table.column("repeat").fill_null(np.iinfo(np.int64).max).to_numpy()[rows]
+        if len(repeat) and (repeat[1:] < repeat[:-1]).any():  # replicates listed out of order
+            rows = rows[np.argsort(repeat, kind="stable")]
+        keys = at if rows is every else at[rows]
+        taken = choice.take(rank, table, keys, rows, counted)
+        run = _Run(entry, table.select(metrics), rows, keys, taken)
         del table  # its keys' and states' columns, for the next night's read to reuse
         runs.append(run)
         counted += np.bincount(run.keys, minlength=len(wanted))
@@ -148,11 +154,10 @@ def draw(
     # how many rows of its key came before it (pool_columns' order, without a sort of them all)
     done = failed[failed_done]
     chosen = [r for r in runs if r.taken.any()]
-    parts = [(r.keys[r.taken], r.rows[r.taken]) for r in chosen]
+    parts = [(r.keys, r.rows) if r.taken.all() else (r.keys[r.taken], r.rows[r.taken]) for r in chosen]
     parts.append((newest_at[failed_at][failed_done], np.arange(len(done))))
     code_of = np.full(len(wanted), -1, dtype=np.intp)
-    before = np.zeros(len(wanted), dtype=np.int64)
-    codes, places, pieces, groups = [], [], [], 0
+    codes, pieces, groups = [], [], 0
     for i, (keys, rows) in enumerate(parts):
         new = np.flatnonzero(code_of[keys] < 0)
         if len(new):  # the keys this part gives first, in the order they come: their first rows
@@ -167,12 +172,10 @@ def draw(
             else:
                 pieces.append(done.iloc[rows[new]])
         codes.append(code_of[keys])
-        places.append(before[keys] + _occurrence(keys))
-        before += np.bincount(keys, minlength=len(wanted))
     code = np.concatenate(codes)
     # nights of one plan: the order is their matrix read by column, as stats.pool_columns reads
     # it, with no order of 3,000,000 rows built (0.05 s) and none scattered (0.2 s)
-    order = None if matrix_parts(code, groups) else _by_key(code, places, groups)
+    order = None if matrix_parts(code, groups) else _by_key(code, _places([keys for keys, _ in parts]), groups)
 
     figures = {
         name: _figures(name, [(r.metrics, rows) for r, (_, rows) in zip(chosen, parts)], done) for name in metrics
@@ -281,6 +284,19 @@ class _Choice:
         """best: mark the rows that stayed best."""
         for rank, run in enumerate(runs):
             run.taken[self.best_at[self.best_run == rank]] = True
+
+
+def _places(parts: list[npt.NDArray[np.intp]]) -> list[npt.NDArray[np.int64]]:
+    """Each part's rows' places among the rows of their key (given as its place in `wanted`)
+    in all the parts before and in it."""
+    import numpy as np
+
+    before = np.zeros(max((int(keys.max()) + 1 for keys in parts if len(keys)), default=0), dtype=np.int64)
+    places = []
+    for keys in parts:
+        places.append(before[keys] + _occurrence(keys))
+        before += np.bincount(keys, minlength=len(before))
+    return places
 
 
 def _by_key(code: npt.NDArray[np.intp], places: list[npt.NDArray[np.int64]], groups: int) -> npt.NDArray[np.intp]:
