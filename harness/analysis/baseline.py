@@ -175,7 +175,9 @@ def draw(
     code = np.concatenate(codes)
     # nights of one plan: the order is their matrix read by column, as stats.pool_columns reads
     # it, with no order of 3,000,000 rows built (0.05 s) and none scattered (0.2 s)
-    order = None if matrix_parts(code, groups) else _by_key(code, _places([keys for keys, _ in parts]), groups)
+    order = (
+        None if matrix_parts(code, groups) else _by_key(code, _places([keys for keys, _ in parts], len(wanted)), groups)
+    )
 
     figures = {
         name: _figures(name, [(r.metrics, rows) for r, (_, rows) in zip(chosen, parts)], done) for name in metrics
@@ -286,16 +288,16 @@ class _Choice:
             run.taken[self.best_at[self.best_run == rank]] = True
 
 
-def _places(parts: list[npt.NDArray[np.intp]]) -> list[npt.NDArray[np.int64]]:
-    """Each part's rows' places among the rows of their key (given as its place in `wanted`)
-    in all the parts before and in it."""
+def _places(parts: list[npt.NDArray[np.intp]], wanted: int) -> list[npt.NDArray[np.int64]]:
+    """Each part's rows' places among the rows of their key (given as its place among the
+    `wanted` keys) in all the parts before and in it."""
     import numpy as np
 
-    before = np.zeros(max((int(keys.max()) + 1 for keys in parts if len(keys)), default=0), dtype=np.int64)
+    before = np.zeros(wanted, dtype=np.int64)
     places = []
     for keys in parts:
         places.append(before[keys] + _occurrence(keys))
-        before += np.bincount(keys, minlength=len(before))
+        before += np.bincount(keys, minlength=wanted)
     return places
 
 
