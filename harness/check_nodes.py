@@ -209,7 +209,7 @@ def start(
             assert profile is not None
             job = check_job(plan, time_limit_min)
             exe = executors.NODE_CHECKS[executor.name](run, options.timeout_s, profile, plan)
-            run.write_job_files([(job.name, exe.job_files(job))])
+            run.write_job_files([job], exe.job_files)
             confirm(
                 CheckCost.of(len(names), len(rounds), options, job.time_limit_min, *round_time(profile, db)),
                 profile,

@@ -147,13 +147,18 @@ def _write(file: int, made: Made) -> None:
     pieces' offsets, and its length in the last 8 bytes. Arrow writes the streams straight into
     the file (opened again through /proc): no copy in memory first, 0.025 s of a collect
     worker's 50,000 rows."""
-    import pyarrow as pa
-
     tables, rest = made
     buffers: list[pickle.PickleBuffer] = []
     pickled = pickle.dumps(rest, protocol=5, buffer_callback=buffers.append)
     pieces = []  # (start, end) of each
-    with pa.OSFile(f"/proc/self/fd/{file}", "wb") as sink:
+    path = f"/proc/self/fd/{file}"
+    if tables:
+        import pyarrow as pa
+
+        sink: Any = pa.OSFile(path, "wb")
+    else:  # a pickle alone: no import of Arrow (0.1 s) in a process that has none
+        sink = open(path, "wb")  # noqa: SIM115  (closed by the with below)
+    with sink:
         for table in tables:
             start = sink.tell()
             with pa.ipc.new_stream(sink, table.schema) as stream:
@@ -175,12 +180,14 @@ def _read(file: int) -> Made:
     copies the page it touches, and never reaches the file)."""
     import mmap
 
-    import pyarrow as pa
-
     size = os.fstat(file).st_size
     whole = memoryview(mmap.mmap(file, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE))
     length = int.from_bytes(whole[-8:], "little")
     n_tables, where, pickled = pickle.loads(whole[-8 - length : -8])
     pieces = [whole[a:b] for a, b in where]
-    tables = [pa.ipc.open_stream(pa.py_buffer(piece)).read_all() for piece in pieces[:n_tables]]
+    tables = []
+    if n_tables:
+        import pyarrow as pa
+
+        tables = [pa.ipc.open_stream(pa.py_buffer(piece)).read_all() for piece in pieces[:n_tables]]
     return tables, pickle.loads(pickled, buffers=pieces[n_tables:])

@@ -226,8 +226,14 @@ def create_run(sweep: Sweep, sweep_file: str, executor: Executor, jobs: list[Job
     if run.plan_file.exists() or any(e.name != ".lock" for e in path.iterdir()):
         raise RunDirError(f"{path} was taken by another bench process meanwhile; choose another --out")
     try:
-        run.write_job_files((job.name, executor.job_files(job)) for job in jobs)
-        run.write_plan(dataclasses.asdict(sweep), sweep_file, executor.name, jobs, cluster=executor.cluster())
+        run.write_plan(
+            dataclasses.asdict(sweep),
+            sweep_file,
+            executor.name,
+            jobs,
+            executor.cluster(),
+            executor.job_files if executor.writes_job_files else None,
+        )
     except BaseException as exc:
         for entry in path.iterdir():
             if entry.name != ".lock":

@@ -28,6 +28,8 @@ class Executor(ABC):
     launchers: ClassVar[tuple[str, ...]] = LAUNCHERS  # what its jobs can be started with
     # The node check's threshold where --threshold is not given (docs/nodes.md, "Thresholds").
     node_threshold: ClassVar[str] = "10%"
+    # Whether its jobs have files (job_files) written with the plan: a batch system's script.
+    writes_job_files: ClassVar[bool] = False
 
     def __init__(self, run: RunDir, timeout_s: float):
         self.run = run
@@ -80,7 +82,8 @@ class Executor(ABC):
 
     def job_files(self, job: Job) -> dict[str, str]:
         """What runs `job` (a script, say), by file name within its job directory: written with
-        the plan, before any job starts. Pure: the same job always gives the same files."""
+        the plan, before any job starts, where writes_job_files. Pure: the same job always gives
+        the same files."""
         return {}
 
     @abstractmethod

@@ -79,6 +79,9 @@ class LocalExecutor(Executor):
     launchers = ("torchrun",)
     # Emulated nodes are one machine: what tells them apart is its noise (docs/nodes.md).
     node_threshold = "50%"
+    # No job files: the commands depend on the port chosen at run time, and are recorded in
+    # the job directory when the job starts (record_commands).
+    writes_job_files = False
 
     def plan_note(self, jobs: list[Job]) -> str:
         """The plan's line for the local executor: where the jobs run, and how many ranks the
@@ -128,11 +131,6 @@ class LocalExecutor(Executor):
         if gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[node * job.gpus_per_node : (node + 1) * job.gpus_per_node])
         return env
-
-    def job_files(self, job: Job) -> dict[str, str]:
-        """Nothing to write ahead: the commands depend on the port chosen at run time, and are
-        recorded in the job directory when the job starts (see `record_commands`)."""
-        return {}
 
     def record_commands(self, job: Job) -> None:
         """Write the exact commands the job runs, for a person to read or rerun by hand."""

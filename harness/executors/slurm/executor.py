@@ -194,6 +194,7 @@ class SlurmExecutor(Executor):
     name = "slurm"
     interrupt_note = "jobs already submitted keep running in Slurm"
     batch = True
+    writes_job_files = True
 
     def __init__(self, run: RunDir, timeout_s: float, profile: ClusterProfile = DEFAULT_PROFILE):
         super().__init__(run, timeout_s)

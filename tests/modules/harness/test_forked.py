@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -115,3 +117,21 @@ def test_with_one_core_the_work_is_done_here(tmp_path):
     finally:
         os.sched_setaffinity(0, mask)
     assert _pids(tmp_path / "pids") == [os.getpid()]
+
+
+def test_a_worker_that_made_no_table_imports_no_arrow(tmp_path):
+    """Where neither side has Arrow (a sweep writing its job files), the worker's result goes
+    through the memory file as a pickle alone: pyarrow's import, 0.1 s, is in neither process
+    (an audit hook, which the worker inherits, notes each process that imports it)."""
+    code = (
+        "import os, sys\n"
+        "def hook(event, args):\n"
+        "    if event == 'import' and args[0] == 'pyarrow':\n"
+        f"        open({str(tmp_path / 'imported')!r}, 'a').write(f'{{os.getpid()}}\\n')\n"
+        "sys.addaudithook(hook)\n"
+        "from harness import forked\n"
+        "with forked.beside(lambda: os.getpid()) as made:\n"
+        "    print(made() != os.getpid())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout == "True\n" and not (tmp_path / "imported").exists()

@@ -7,6 +7,7 @@ import itertools
 import json
 import os
 import re
+import signal
 import socket
 
 import pytest
@@ -14,8 +15,11 @@ from conftest import SWEEPS, bench
 
 from harness.analysis.compare import parse_across
 from harness.errors import SpecError
+from harness.executors.slurm.executor import SlurmExecutor
+from harness.executors.slurm.script import render_script
 from harness.plan import Job, PlanError, expand
-from harness.rundir import PLAN_VERSION, RunDir
+from harness.rundir import PLAN_VERSION, WORKER_JOBS, RunDir, claim
+from harness.sweep import create_run
 from harness.sweepfile import load_sweep
 
 
@@ -152,6 +156,58 @@ def test_plan_json_is_json_with_a_version_of_its_own_and_one_job_per_line(tmp_pa
     assert [j.name for j in jobs] == [j.name for j in expand(load_sweep(SWEEPS / "default.yaml"))]
     job_lines = [line for line in text.splitlines() if line.lstrip().startswith('{"name": ')]
     assert len(job_lines) == len(jobs) == 80
+
+
+def test_a_large_sweeps_job_files_are_each_jobs_own_half_of_them_written_by_a_worker(tmp_path):
+    """From WORKER_JOBS jobs on, a forked worker renders and writes the second half of the job
+    files while this process writes the first: every job's script is its own, whole, none
+    missing, and plan.json lists them all."""
+    sweep = load_sweep(
+        SWEEPS / "local.yaml",
+        overrides=(
+            *("nodes=[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]", "max_nodes=10", "gpus_per_node=[1, 2, 4, 8]"),
+            *("workloads.synthetic=false", "workloads.real=false"),
+        ),
+    )
+    sweep = dataclasses.replace(sweep, nccl={f"set{i}": {"NCCL_MIN_NCHANNELS": str(i + 1)} for i in range(25)})
+    jobs = expand(sweep)
+    assert len(jobs) == 1_000 >= WORKER_JOBS
+    run, created = claim(tmp_path / "run")
+    executor = SlurmExecutor(run, sweep.timeout_s)
+    create_run(sweep, "local.yaml", executor, jobs, created)
+    written = {p.parent.name: p.read_text() for p in (tmp_path / "run" / "jobs").glob("*/job.sbatch")}
+    assert written == {job.name: render_script(job, executor.profile, sweep.timeout_s) for job in jobs}
+    assert [j.name for j in run.jobs()] == [j.name for j in jobs]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Named:
+    name: str
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="a worker runs beside only with two cores")
+def test_a_worker_killed_part_way_has_its_share_written_here_whole(tmp_path):
+    """The worker is killed (the kernel's out-of-memory killer, say) after it wrote some of its
+    share: this process writes that share again over what the worker left, and every file is
+    whole; O_EXCL there would stop on the first file the worker had made."""
+    here = os.getpid()
+    jobs = [_Named(f"job{i}") for i in range(WORKER_JOBS)]
+    half = WORKER_JOBS // 2
+
+    def files(job: _Named) -> dict[str, str]:
+        if os.getpid() != here and job.name == f"job{half + 10}":
+            (tmp_path / "killed").touch()
+            os.kill(os.getpid(), signal.SIGKILL)  # ten of its jobs' files written
+        return {"job.sbatch": f"#!/bin/bash\n# {job.name}\n" + "x" * 5000, "notes.txt": job.name}
+
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir()
+    run.write_job_files(jobs, files)
+    assert (tmp_path / "killed").exists()
+    for job in jobs:
+        assert (run.job_dir(job.name) / "job.sbatch").read_text() == files(job)["job.sbatch"]
+        assert (run.job_dir(job.name) / "notes.txt").read_text() == job.name
+    assert len(list(run.path.glob("jobs/*/*"))) == 2 * WORKER_JOBS
 
 
 def test_a_run_directory_from_before_the_format_versions_is_read(tmp_path):
