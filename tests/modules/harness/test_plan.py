@@ -61,6 +61,11 @@ def test_expansion_is_deterministic_and_hashes_track_the_configuration():
     assert all(a.name == b.name for a, b in zip(first, changed))
     renamed = expand(dataclasses.replace(sweep, name="other"))
     assert [j.config_hash for j in renamed] == [j.config_hash for j in first]
+    # The hashes every earlier plan and history holds, the workloads' JSON encoded once a sweep
+    # (plan._config_hash): a value with a quote and letters beyond ASCII among them.
+    assert (first[0].config_hash, first[-1].config_hash) == ("a0b814443d", "deaf723c2d")
+    noted = expand(load_sweep(SWEEPS / "default.yaml", overrides=('env.SITE_NOTE="é \\" ü"',)))
+    assert noted[0].env == (("SITE_NOTE", 'é " ü'),) and noted[0].config_hash == "fa6c0a620d"
 
 
 RULES = """
