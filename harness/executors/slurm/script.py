@@ -182,6 +182,12 @@ def site_directives(profile: ClusterProfile) -> list[str]:
 _quote = functools.lru_cache(maxsize=4096)(shlex.quote)
 
 
+@functools.lru_cache(maxsize=64)
+def _quoted(words: tuple[str, ...]) -> str:
+    """A workload's own arguments, quoted and joined once for every job of a sweep that runs it."""
+    return " ".join(map(_quote, words))
+
+
 def bench_code() -> Path:
     """bench's `benchmarks` package on this machine: what a container mounts when the profile
     names no copy of its own in the image."""
@@ -354,7 +360,8 @@ def step_command(
     """The srun line of one workload, shell-quoted, with $VARIABLES left for the batch shell;
     `names` are the variables exported for it, which a container must keep (in_container)."""
     q = _quote
-    args = " ".join(q(a) for a in job.run_args(run, timeout_s))
+    every = job.run_args(run, timeout_s)
+    args = " ".join([_quoted(run.args), *(q(a) for a in every[len(run.args) :])] if run.args else map(q, every))
     container, python = step_python(profile, names)
     tasks_per_node, cpus = tasks_and_cpus(job, profile)
     # --kill-on-bad-exit: when one rank dies the others stop too, rather than wait in a collective
