@@ -67,6 +67,8 @@ FINAL_STATES = frozenset(
 # own version (they carried the result schema_version 1 instead, with the same layout) is read
 # as version 1 of each.
 PLAN_VERSION = 1
+TABLE_VERSION = 1
+
 WORKER_JOBS = 1_000  # jobs from which RunDir.write_job_files shares them with a forked worker
 
 
@@ -76,9 +78,6 @@ class Named(Protocol):
 
 
 N = TypeVar("N", bound=Named)  # a job of a sweep's, or of the node check's
-
-
-TABLE_VERSION = 1
 
 
 def _format_version(data: dict[str, Any], key: str, current: int, where: Path) -> None:
