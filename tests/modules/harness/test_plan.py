@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -9,9 +10,11 @@ import os
 import re
 import signal
 import socket
+import time
+from pathlib import Path
 
 import pytest
-from conftest import SWEEPS, bench
+from conftest import SWEEPS, bench, start_sweep
 
 from harness.analysis.compare import parse_across
 from harness.errors import SpecError
@@ -183,6 +186,38 @@ def test_a_large_sweeps_job_files_are_each_jobs_own_half_of_them_written_by_a_wo
     written = {p.parent.name: p.read_text() for p in (tmp_path / "run" / "jobs").glob("*/job.sbatch")}
     assert written == {job.name: render_script(job, executor.profile, sweep.timeout_s) for job in jobs}
     assert [j.name for j in run.jobs()] == [j.name for j in jobs]
+
+
+def test_ctrl_c_while_a_large_sweeps_job_files_are_written_leaves_nothing(tmp_path):
+    """Ctrl-C while this process and its worker write 10,000 jobs' files: the run directory this
+    sweep made is gone, and no process of the sweep (the worker has its command line) is left to
+    write on: the worker is ended and reaped before the directory is removed."""
+    sweep = tmp_path / "big.yaml"
+    sweep.write_text(
+        (SWEEPS / "local.yaml").read_text()
+        + "\nnodes: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25]"
+        + "\nmax_nodes: 25\ngpus_per_node: [1, 2, 3, 4, 5, 6, 7, 8]\n"
+        + "nccl: {"
+        + ", ".join(f"set{i}: {{NCCL_MIN_NCHANNELS: '{i + 1}'}}" for i in range(50))
+        + "}\nworkloads: {allreduce: {}}\n"
+    )
+    out = tmp_path / "run"
+    sweeping = start_sweep(sweep, out, "--executor", "slurm", "--dry-run")
+    deadline = time.monotonic() + 120
+    while not (out / "jobs").is_dir() or len(os.listdir(out / "jobs")) < 20:
+        assert sweeping.poll() is None and time.monotonic() < deadline, sweeping.stdout.read()
+        time.sleep(0.005)
+    assert not (out / "plan.json").exists()
+    sweeping.send_signal(signal.SIGINT)
+    said = sweeping.communicate(timeout=60)[0]
+    assert sweeping.returncode == 130 and said.endswith("bench sweep: interrupted\n"), said
+    assert not out.exists()
+    left = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            if str(out).encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                left.append(pid)
+    assert left == []
 
 
 @dataclasses.dataclass(frozen=True)
