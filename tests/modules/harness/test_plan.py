@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import SWEEPS, bench, start_sweep
 
 from harness.analysis.compare import parse_across
@@ -192,15 +193,16 @@ def test_ctrl_c_while_a_large_sweeps_job_files_are_written_leaves_nothing(tmp_pa
     """Ctrl-C while this process and its worker write 10,000 jobs' files: the run directory this
     sweep made is gone, and no process of the sweep (the worker has its command line) is left to
     write on: the worker is ended and reaped before the directory is removed."""
-    sweep = tmp_path / "big.yaml"
-    sweep.write_text(
-        (SWEEPS / "local.yaml").read_text()
-        + "\nnodes: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25]"
-        + "\nmax_nodes: 25\ngpus_per_node: [1, 2, 3, 4, 5, 6, 7, 8]\n"
-        + "nccl: {"
-        + ", ".join(f"set{i}: {{NCCL_MIN_NCHANNELS: '{i + 1}'}}" for i in range(50))
-        + "}\nworkloads: {allreduce: {}}\n"
+    text = yaml.safe_load((SWEEPS / "local.yaml").read_text())
+    text.update(
+        nodes=list(range(1, 26)),
+        max_nodes=25,
+        gpus_per_node=list(range(1, 9)),
+        nccl={f"set{i}": {"NCCL_MIN_NCHANNELS": str(i + 1)} for i in range(50)},
+        workloads={"allreduce": {}},
     )
+    sweep = tmp_path / "big.yaml"
+    sweep.write_text(yaml.safe_dump(text))
     out = tmp_path / "run"
     sweeping = start_sweep(sweep, out, "--executor", "slurm", "--dry-run")
     deadline = time.monotonic() + 120
