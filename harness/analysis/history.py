@@ -30,7 +30,7 @@ import io
 import json
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import pairwise, repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +63,7 @@ if TYPE_CHECKING:
 
     import pandas as pd
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
 DEFAULT_BASELINE = "median:5"
 LOOKBACK = 30  # runs looked at beyond K for keys that failed in the newest ones
@@ -385,10 +386,15 @@ def _fetch(con: Connection, db: Location, entry: Entry, with_samples: bool) -> t
 
 
 def _decode(
-    db: Location, entry: Entry, found: tuple[bytes, bytes | None, str], columns: list[str] | None
+    db: Location,
+    entry: Entry,
+    found: tuple[bytes, bytes | None, str],
+    columns: list[str] | None,
+    shared: _Shared | None = None,
 ) -> tuple[pa.Table, pa.Table | None, dict[str, Any]]:
     """_load's tables and environment of what _fetch found, decoded and checked (no connection:
-    a thread may do it)."""
+    a thread may do it). `shared`: columns another entry read stored as the same bytes are taken
+    from it rather than decoded again (_Shared); the first entry decoded with it lends its own."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -403,10 +409,16 @@ def _decode(
         # against a month, eight alternated runs, median 2.005 s against 2.055 s with Arrow's pool
         if columns:
             part = [c for c in columns if c in schema.names]
-            texts = [c for c in part if schema.field(c).type == pa.string()]
-            summary = upgraded(
-                pq.ParquetFile(io.BytesIO(summary_blob), read_dictionary=texts).read(part, use_threads=False), columns
-            )
+            stored = _Stored(summary_blob, stored.metadata, schema, part) if shared is not None else None
+            same = shared.same(stored) if shared is not None and stored is not None else []
+            need = [c for c in part if c not in same]
+            texts = [c for c in need if schema.field(c).type == pa.string()]
+            table = pq.ParquetFile(io.BytesIO(summary_blob), read_dictionary=texts).read(need, use_threads=False)
+            if same:
+                table = shared.joined(table, part, same)  # type: ignore[union-attr]
+            elif shared is not None and stored is not None:
+                shared.lend(table, stored)
+            summary = upgraded(table, columns)
         else:
             summary = upgraded(stored.read())
         samples = upgraded(pq.ParquetFile(io.BytesIO(samples_blob)).read()) if samples_blob else None
@@ -426,6 +438,74 @@ def _decode(
     except DataError as exc:
         raise HistoryError(f"{db}: {exc}{remedy}") from None
     return summary, samples, environment
+
+
+class _Stored:
+    """Some columns of a stored summary as Parquet stores them: per row group its rows, and the
+    column's codec, physical type, number of values and bytes. A column stored alike, of the same
+    Arrow field, decodes alike. Only a file whose column chunks tile its data, each byte between
+    the leading magic and the footer in one chunk, is described (`columns` is None for any
+    other): a footer whose offsets said otherwise could make two unlike columns look alike."""
+
+    def __init__(self, blob: bytes, meta: pq.FileMetaData, schema: pa.Schema, names: list[str]):
+        self.schema = schema
+        data = memoryview(blob)
+        chunks: dict[str, list[tuple[Any, ...]]] = {}
+        spans = []
+        for g in range(meta.num_row_groups):
+            group = meta.row_group(g)
+            for j in range(group.num_columns):
+                c = group.column(j)
+                start = c.dictionary_page_offset if c.has_dictionary_page else c.data_page_offset
+                spans.append((start, start + c.total_compressed_size))
+                stored = (
+                    group.num_rows,
+                    c.compression,
+                    c.physical_type,
+                    c.num_values,
+                    data[spans[-1][0] : spans[-1][1]],
+                )
+                chunks.setdefault(c.path_in_schema, []).append(stored)
+        spans.sort()
+        footer = len(blob) - meta.serialized_size - 8  # the footer, its length and the closing magic
+        tiled = spans and spans[0][0] == 4 and spans[-1][1] == footer and all(a[1] == b[0] for a, b in pairwise(spans))
+        self.columns = {n: chunks[n] for n in names if n in chunks} if tiled else None
+
+
+class _Shared:
+    """The columns the first entry a baseline decodes lends to those decoded after it: nightly
+    runs of one plan store their keys, states and counts as the same bytes night after night,
+    their figures alone differ, and a column stored as the lender's is not decoded again (a
+    month of nights' thirty reads: 0.34 -> 0.10 s). Used by one thread."""
+
+    def __init__(self) -> None:
+        self.table: pa.Table | None = None
+        self.stored: _Stored | None = None
+
+    def lend(self, table: pa.Table, stored: _Stored) -> None:
+        if self.table is None and stored.columns is not None:
+            self.table, self.stored = table, stored
+
+    def same(self, stored: _Stored) -> list[str]:
+        """The columns `stored` holds as the lender stored them, of the same Arrow field."""
+        lender = self.stored
+        if lender is None or lender.columns is None or stored.columns is None:
+            return []
+        return [
+            name
+            for name, chunks in stored.columns.items()
+            if chunks == lender.columns.get(name) and stored.schema.field(name).equals(lender.schema.field(name))
+        ]
+
+    def joined(self, table: pa.Table, names: list[str], same: list[str]) -> pa.Table:
+        """`table`, the columns read, with the lender's `same`, in the order of `names`."""
+        import pyarrow as pa
+
+        assert self.table is not None
+        lent = set(same)
+        columns = [(self.table if name in lent else table).column(name) for name in names]
+        fields = [(self.table if name in lent else table).schema.field(name) for name in names]
+        return pa.Table.from_arrays(columns, schema=pa.schema(fields, metadata=table.schema.metadata))
 
 
 BASELINE_HELP = "median:K | last | best | label:L"
@@ -597,6 +677,7 @@ class _Ahead:
         self.con, self.db, self.found, self.columns = con, db, found, columns
         self.at = {e.id: i for i, e in enumerate(found)}
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="bench-baseline")
+        self.shared = _Shared()  # in the thread alone
         self.decoding: dict[int, Future[tuple[pa.Table, pa.Table | None, dict[str, Any]]]] = {}
         self.submitted = 0
         self._submit(self.AHEAD)
@@ -611,7 +692,7 @@ class _Ahead:
                 self.decoding[entry.id] = Future()
                 self.decoding[entry.id].set_exception(exc)
                 continue
-            self.decoding[entry.id] = self.pool.submit(_decode, self.db, entry, blobs, self.columns)
+            self.decoding[entry.id] = self.pool.submit(_decode, self.db, entry, blobs, self.columns, self.shared)
         self.submitted = max(self.submitted, min(upto + 1, len(self.found)))
 
     def __call__(self, entry: Entry, columns: list[str] | None) -> tuple[pa.Table, dict[str, Any]]:

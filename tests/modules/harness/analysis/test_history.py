@@ -256,3 +256,67 @@ def test_history_list_count_fails_closed(real_run, tmp_path, history_of):
         con.execute("DROP TABLE runs")
     r = bench("history", "list", "--count", "--cluster", "lab", "--db", str(db), check=False)
     assert r.returncode == 2 and r.stdout == "" and "not a bench history" in r.stderr, r.describe()
+
+
+def _stored_summary(rows: int, **changed) -> pa.Table:
+    """A summary of `rows` all_reduce keys as collect writes it, with columns `changed` (name ->
+    function of the row) from it."""
+    from harness.summary import COLUMNS, SUMMARY_VERSION, VERSION_KEY, arrow_type
+
+    values = {
+        "job": lambda i: f"n{i % 4 + 1}-g8", "workload": lambda i: "allreduce", "collective": lambda i: "all_reduce",
+        "group": lambda i: "world", "nodes": lambda i: i % 4 + 1, "gpus_per_node": lambda i: 8,
+        "launcher": lambda i: "torchrun", "nccl_config": lambda i: "default", "status": lambda i: "COMPLETED",
+        "size_bytes": lambda i: 1 << (i // 4 % 30), "time_us": lambda i: 10.0 + i,
+        "busbw_gbps": lambda i: 1e3 / (10 + i),
+        "repeat": lambda i: 0, "n_samples": lambda i: 20, "hosts": lambda i: "n1", "params": lambda i: "{}",
+    } | changed  # fmt: skip
+    columns = {
+        c: pa.array([values[c](i) if c in values else None for i in range(rows)], arrow_type(c)) for c in COLUMNS
+    }
+    return pa.table(columns).replace_schema_metadata({VERSION_KEY: str(SUMMARY_VERSION).encode()})
+
+
+def test_a_column_stored_as_the_first_entrys_is_lent_by_it_and_no_other():
+    """A baseline's reads decode a column the first entry stored as the same bytes once
+    (history._Shared): each night read after a lender is that night read alone, its own figures
+    and the one key that changed among them; its keys, states and counts are the lender's own
+    arrays. A file whose chunks do not tile its data (a page index before its footer) is
+    decoded whole, neither lending nor borrowing."""
+    import io
+
+    from harness.analysis import history
+    from harness.analysis.baseline import columns_read
+    from harness.analysis.sides import METRICS, Entry
+    from harness.analysis.store import Location
+
+    db, rows = Location("h.sqlite"), 2000
+    nights = {
+        1: _stored_summary(rows),
+        2: _stored_summary(rows, time_us=lambda i: 11.0 + i, busbw_gbps=lambda i: 1e3 / (11 + i)),
+        3: _stored_summary(rows, nccl_config=lambda i: "ring" if i == 1234 else "default"),
+    }
+    columns = columns_read("median", list(METRICS))
+
+    def read(run: int, shared: history._Shared | None, blob: bytes | None = None) -> pa.Table:
+        entry = Entry(run, "c", None, f"/r/{run}", "s", "2026-11-01", "", rows, rows, 0)
+        found = (blob or history._parquet(nights[run]), None, "{}")
+        return history._decode(db, entry, found, columns, shared)[0]
+
+    shared = history._Shared()
+    first = read(1, shared)
+    for run in (2, 3):
+        lent = read(run, shared)
+        assert lent.equals(read(run, None), check_metadata=True), run
+        for name in ("workload", "job", "status", "n_samples", "size_bytes", "nccl_config", "time_us"):
+            same = lent.column(name).chunk(0).buffers()[-1].address == first.column(name).chunk(0).buffers()[-1].address
+            assert same == ((run, name) not in ((2, "time_us"), (3, "nccl_config"))), (run, name)
+    assert read(3, shared).column("nccl_config").to_pylist()[1233:1236] == ["default", "ring", "default"]
+
+    indexed = io.BytesIO()
+    pq.write_table(nights[2], indexed, compression="zstd", write_page_index=True)
+    file = pq.ParquetFile(io.BytesIO(indexed.getvalue()))
+    assert history._Stored(indexed.getvalue(), file.metadata, file.schema_arrow, columns).columns is None
+    alone = history._Shared()
+    assert read(2, alone, indexed.getvalue()).equals(read(2, None), check_metadata=True)
+    assert alone.table is None and read(1, alone).equals(first)
