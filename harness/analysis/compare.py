@@ -180,16 +180,14 @@ def compare(
                 )
         a, b = a.where(axis, x, f"{x} vs {y}"), b.where(axis, y, f"{x} vs {y}")
     ignore_settings = across is not None and across[0] == "nccl_config"
+    aligned = _aligned(a, b)
     parts, mismatch_parts, matched = [], [], []
     for name in metrics:
         metric = METRICS[name]
         ra, rb = (_metric_rows(s.rows, metric) for s in (a, b))
         if ra.empty:
             continue
-        m = ra[KEYS + [name, "_i", "runs", *LIKE, *SEEN]].merge(
-            rb[KEYS + [name, "_i", "runs", *LIKE, *SEEN]], on=KEYS, how="left", suffixes=("_a", "_b"), indicator=True
-        )
-        in_b = (m.pop("_merge") == "both").to_numpy()
+        m, in_b = _joined(ra, rb, [name, "_i", "runs", *LIKE, *SEEN], aligned)
         failed = _failed_rows(m[~in_b], b, name)
         if len(failed):
             parts.append(failed)
@@ -247,7 +245,7 @@ def compare(
         a,
         b,
         table,
-        _new_keys(b, a),
+        _new_keys(b, a, aligned),
         ([rules] if rules else []) + ([] if same_run else env_differences(a.environment, b.environment)),
         threshold,
         min_runs,
@@ -533,9 +531,32 @@ def _status_of(keys: pd.DataFrame, side: Side) -> pd.DataFrame:
     return out
 
 
-def _new_keys(b: Side, a: Side) -> pd.DataFrame:
+def _aligned(a: Side, b: Side) -> bool:
+    """Whether A's and B's rows are the same keys in the same order: a run against a baseline of
+    nights of its own plan, or against a run of it. Then a join of their rows is the two side by
+    side (_joined), and B has no key A has not."""
+    return len(a.rows) == len(b.rows) and a.rows[KEYS].equals(b.rows[KEYS])
+
+
+def _joined(ra: pd.DataFrame, rb: pd.DataFrame, columns: list[str], aligned: bool) -> tuple[pd.DataFrame, Mask]:
+    """A's rows with B's of the same key, `columns` of each suffixed _a and _b (a left join on
+    KEYS), and which rows B has. Rows `aligned` are put side by side: the join's frame without
+    pandas' merge of 100,000 keys (0.04 s a metric)."""
+    import numpy as np
+    import pandas as pd
+
+    left, right = ra[KEYS + columns], rb[KEYS + columns]
+    if not aligned:
+        m = left.merge(right, on=KEYS, how="left", suffixes=("_a", "_b"), indicator=True)
+        return m, (m.pop("_merge") == "both").to_numpy()
+    left, right = left.reset_index(drop=True), right[columns].reset_index(drop=True)
+    m = pd.concat([left, right.add_suffix("_b")], axis=1).rename(columns={c: f"{c}_a" for c in columns})
+    return m, np.ones(len(m), dtype=bool)
+
+
+def _new_keys(b: Side, a: Side, aligned: bool = False) -> pd.DataFrame:
     """Keys B completed and A did not, with A's status where A ran the key."""
-    m = b.rows[KEYS].merge(a.rows[KEYS].assign(_in=1), on=KEYS, how="left")
+    m = b.rows[KEYS].assign(_in=1) if aligned else b.rows[KEYS].merge(a.rows[KEYS].assign(_in=1), on=KEYS, how="left")
     only = _status_of(m[m["_in"].isna()][KEYS].reset_index(drop=True), a)
     only["status"] = only["status"].astype(object).where(only["status"].notna(), ABSENT)
     only["key"] = key_texts(only)

@@ -106,6 +106,29 @@ def test_the_ratio_comes_from_the_estimator_its_interval_does(real_run, tmp_path
     assert "B/A the Hodges-Lehmann estimate of the samples' ratio" in cmp.method
 
 
+def test_keys_in_the_same_order_are_joined_as_pandas_merges_them(real_run, tmp_path, monkeypatch):
+    """A run against a slower copy of itself has the same keys in the same order: compare puts
+    their rows side by side rather than merging them (compare._joined), and its table and new
+    keys are those the merge makes, row for row and dtype for dtype. A copy with a key left out
+    is merged."""
+    from harness.analysis import compare as compare_module
+
+    slow = load_run(copy_run(real_run, tmp_path / "slow", time_factor=separating(real_run)))
+    fewer = copy_run(real_run, tmp_path / "fewer")
+    summary = pq.read_table(fewer / "summary.parquet")
+    pq.write_table(
+        summary.filter(pa.compute.not_equal(summary.column("job"), "n2-g1-torchrun-default")), fewer / "summary.parquet"
+    )
+    a = load_run(real_run)
+    assert compare_module._aligned(a, slow) and not compare_module._aligned(a, load_run(fewer))
+    side_by_side = compare(a, slow)
+    monkeypatch.setattr(compare_module, "_aligned", lambda a, b: False)
+    merged = compare(a, slow)
+    pd.testing.assert_frame_equal(side_by_side.table, merged.table)
+    pd.testing.assert_frame_equal(side_by_side.new_in_b, merged.new_in_b)
+    assert set(merged.table["verdict"]) == {SLOWER} and len(merged.table) == 5
+
+
 def test_keys_in_one_run_only(real_run, tmp_path):
     """A key B lacks is a failed row (absent); a key only B has is listed as new."""
     other = copy_run(real_run, tmp_path / "other")
