@@ -170,3 +170,23 @@ def test_pool_columns_reads_nights_of_one_plan_by_column():
     np.testing.assert_array_equal(pooled, [kept[np.isfinite(kept)]])
     assert counts.tolist() == [20]
     np.testing.assert_array_equal(values, kept)
+
+
+def test_pool_of_a_row_a_group_is_each_rows_valid_values_moved_to_its_front():
+    """A run without replicates pools each row into its own group (codes 0..n-1): its rows with
+    their valid values moved up in order, NaN after them, as wide as the fullest row, and the
+    array passed in left as it was; the same as when a group with no row follows them."""
+    rng = np.random.default_rng(7)
+    values = rng.uniform(1.0, 2.0, (500, 6))
+    values[rng.uniform(size=values.shape) < 0.2] = NAN
+    values[3] = NAN  # a row with no valid value
+    values[:, 5] = NAN  # no row uses the last column: one column narrower
+    valid = np.isfinite(values)
+    kept = values.copy()
+    pooled, counts = stats.pool(np.arange(500), values, valid, 500)
+    with_empty, empty_counts = stats.pool(np.arange(500), values, valid, 501)
+    np.testing.assert_array_equal(pooled, with_empty[:500])
+    assert counts.tolist() == empty_counts[:500].tolist() == valid.sum(axis=1).tolist()
+    assert pooled.shape == (500, 5) and np.isnan(pooled[3]).all()
+    np.testing.assert_array_equal(pooled[0, : counts[0]], values[0][valid[0]])
+    np.testing.assert_array_equal(values, kept)
