@@ -71,17 +71,22 @@ def write_all(
     Without benchmark_json an earlier run's benchmark.json is removed, so that a dashboard never
     reads a stale one beside a new junit.xml. `verdict` makes gate.json's text (analysis/gate.py).
 
-    junit.xml's text is made by a forked worker while this process makes and writes the rest
-    (harness/forked.py): at 100,000 keys it is 10 MB, a line a key, and the longest of the three
-    to make (docs/fleet.md, "A large run against a month of nights")."""
+    junit.xml's test cases are made in two shares: the first by a forked worker while this
+    process makes report.md, gate.json and the second (harness/forked.py). At 100,000 keys
+    junit.xml is 10 MB, a line a key, and the longest of the three to make; a worker that made
+    all of it saved nothing, its fork and hand-over costing what the shares overlapped (docs/fleet.md,
+    "A large run against a month of nights")."""
     root.mkdir(parents=True, exist_ok=True)
     into = PurePosixPath(folder)
-    with forked.beside(functools.partial(_junit_bytes, cmp, strict)) as junit_xml:
+    with forked.beside(functools.partial(_cases_text, cmp.table, strict)) as worker_cases:
         report = (markdown(cmp, title) + "\n").encode()
         gate_json = verdict() if verdict else b""
+        cases, kinds = _share(cmp.table, strict, worker=False)
+        made, made_kinds = worker_cases()
+        junit_xml = junit(cmp, strict, ([made] if made else []) + cases, made_kinds + kinds).encode()
         paths = {
             "report": inside.write(root, into / "report.md", report),
-            "junit": inside.write(root, into / "junit.xml", junit_xml()),
+            "junit": inside.write(root, into / "junit.xml", junit_xml),
         }
     if gate_json:
         paths["verdict"] = inside.write(root, into / "gate.json", gate_json)
@@ -92,8 +97,37 @@ def write_all(
     return paths
 
 
-def _junit_bytes(cmp: Comparison, strict: bool) -> bytes:
-    return junit(cmp, strict).encode()
+WORKER_SHARE = 2 / 3  # of junit.xml's rows: the worker's fork and hand-over weigh what report.md and gate.json do
+
+
+def _configurations(t: pd.DataFrame) -> pd.Series:
+    """Each row's test case: its metric and key without its message size."""
+    return t["metric"].astype(str) + "[" + key_texts(t, sizes=False).astype(str) + "]"
+
+
+def _worker_share(config: pd.Series) -> npt.NDArray[np.bool_]:
+    """The rows of the test cases the worker makes: the first cases, in the table's order, up to
+    WORKER_SHARE of its rows. A case is never split between the two."""
+    import numpy as np
+    import pandas as pd
+
+    codes, _ = pd.factorize(config)  # test cases in the order they come
+    rows = np.cumsum(np.bincount(codes)) if len(codes) else np.zeros(0, dtype=np.int64)
+    return codes < np.searchsorted(rows, WORKER_SHARE * len(codes))
+
+
+def _share(t: pd.DataFrame, strict: bool, worker: bool) -> tuple[list[str], list[str]]:
+    """The test cases and kinds of the worker's share of the table's, or of the rest. Each
+    process finds the shares itself (0.05 s at 100,000 keys), the worker from the start."""
+    config = _configurations(t)
+    theirs = _worker_share(config)
+    return _testcases(t, strict, config, theirs if worker else ~theirs)
+
+
+def _cases_text(t: pd.DataFrame, strict: bool) -> tuple[str, list[str]]:
+    """The worker's share of junit.xml: its test cases as one text, and their kinds."""
+    cases, kinds = _share(t, strict, worker=True)
+    return "\n".join(cases), kinds
 
 
 _ENTITIES = (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ('"', "&quot;"), ("\n", "&#10;"))  # "&" first
@@ -112,9 +146,13 @@ def _attr(text: str) -> str:
     return _NOT_XML_RE.sub("\ufffd", text).translate(_XML)
 
 
-def junit(cmp: Comparison, strict: bool = True) -> str:
-    """JUnit XML, written as text: thousands of test cases through ElementTree take seconds."""
-    cases, kinds = _testcases(cmp.table, strict)
+def junit(cmp: Comparison, strict: bool = True, cases: list[str] | None = None, kinds: list[str] | None = None) -> str:
+    """JUnit XML, written as text: thousands of test cases through ElementTree take seconds.
+    `cases` and their `kinds`: the table's test cases made already, a text of several cases
+    counted by its kinds (write_all's shares)."""
+    if cases is None or kinds is None:
+        cases, kinds = _testcases(cmp.table, strict)
+    cases, kinds = list(cases), list(kinds)
     for line in run_mismatches(cmp):  # failed whatever the baseline holds: fail closed
         job, why = line.split(": ", 1)
         cases.append(
@@ -124,7 +162,7 @@ def junit(cmp: Comparison, strict: bool = True) -> str:
         )
         kinds.append("failure")
     stamp = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    n, failures, errors, skipped = len(cases), kinds.count("failure"), kinds.count("error"), kinds.count("skipped")
+    n, failures, errors, skipped = len(kinds), kinds.count("failure"), kinds.count("error"), kinds.count("skipped")
     lines = [
         '<?xml version="1.0" encoding="utf-8"?>',
         f'<testsuites name="bench regress" tests="{n}" failures="{failures}" errors="{errors}" skipped="{skipped}">',
@@ -165,12 +203,18 @@ def _fmt(values: npt.ArrayLike, spec: str) -> list[str]:
 _OUTCOME = {verdict: p.junit for verdict, p in PRESENTED.items() if p.junit}
 
 
-def _testcases(t: pd.DataFrame, strict: bool) -> tuple[list[str], list[str]]:
+def _testcases(
+    t: pd.DataFrame, strict: bool, config: pd.Series | None = None, rows: npt.NDArray[np.bool_] | None = None
+) -> tuple[list[str], list[str]]:
     """One <testcase> per (metric, configuration), its sizes inside, built column-wise: the
-    per-row text is a few array operations however many rows there are."""
+    per-row text is a few array operations however many rows there are. `config`: each row's
+    case (_configurations); `rows`: those of the cases to make, every row of each."""
     import numpy as np
     import pandas as pd
 
+    config = _configurations(t) if config is None else config
+    if rows is not None:
+        t, config = t[rows].reset_index(drop=True), config[rows].reset_index(drop=True)
     if not len(t):
         return [], []
     labels = t["metric"].map({m: METRICS[m].label for m in METRICS}).astype(str)
@@ -194,7 +238,6 @@ def _testcases(t: pd.DataFrame, strict: bool) -> tuple[list[str], list[str]]:
             _fmt(t["b"], "%.4g"), by_runs.tolist(), _fmt(t["ratio"], "%.3f"), low, high, escaped(note),
         )
     ]  # fmt: skip
-    config = t["metric"].astype(str) + "[" + key_texts(t, sizes=False).astype(str) + "]"
     codes, names = pd.factorize(config)  # configurations in the table's order
     order = np.argsort(codes, kind="stable")
     starts = np.concatenate([[0], np.cumsum(np.bincount(codes, minlength=len(names)))])

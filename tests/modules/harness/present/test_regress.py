@@ -149,6 +149,38 @@ def test_junit_lines_keep_xml_s_special_characters_as_text():
     assert failure.get("message") == f"failed: 1K: {read}"
 
 
+def test_junit_cases_made_in_two_shares_are_those_made_whole():
+    """write_all has a worker make the first test cases and makes the rest itself: the two shares
+    together are the cases and kinds made whole, in order, each case in one share alone, though
+    a comparison's rows (worst first) interleave its cases."""
+    import numpy as np
+
+    from harness.present.regress import WORKER_SHARE, _configurations, _testcases, _worker_share
+
+    rng = np.random.default_rng(3)
+    n = 12 * 5  # twelve configurations of five sizes, in an order that mixes them
+    nodes, size = rng.permutation(np.repeat(np.arange(1, 13), 5)), rng.permutation(n)
+    t = pd.DataFrame(
+        {
+            "metric": ["busbw_gbps"] * n, "workload": ["allreduce"] * n, "collective": ["all_reduce"] * n,
+            "group": ["world"] * n, "scaling": [""] * n, "nodes": nodes, "gpus_per_node": [8] * n,
+            "launcher": ["torchrun"] * n, "nccl_config": ["default"] * n, "size_bytes": 1024 << size,
+            "verdict": rng.choice([FAILED, SLOWER, UNJUDGED, FASTER, SAME], n), "test": [BY_RUNS] * n,
+            "a": rng.uniform(1, 2, n), "b": rng.uniform(1, 2, n), "ratio": rng.uniform(0.5, 1.5, n),
+            "ci_low": [float("nan")] * n, "ci_high": [float("nan")] * n, "band_low": [0.9] * n,
+            "band_high": [1.1] * n, "change": rng.uniform(-0.5, 0.5, n), "note": ["why"] * n,
+        }
+    )  # fmt: skip
+    config = _configurations(t)
+    theirs = _worker_share(config)
+    assert not set(config[theirs]) & set(config[~theirs])
+    assert 0.5 < theirs.mean() <= WORKER_SHARE + 5 / n
+    made = _testcases(t, True, config, theirs)
+    mine = _testcases(t, True, config, ~theirs)
+    whole = _testcases(t, True)
+    assert made[0] + mine[0] == whole[0] and made[1] + mine[1] == whole[1] and len(whole[0]) == 12
+
+
 def _lab_history(real_run, tmp_path):
     """A history whose cluster lab holds one run: real_run's, made much faster."""
     db = tmp_path / "history.sqlite"
