@@ -71,18 +71,17 @@ def write_all(
     Without benchmark_json an earlier run's benchmark.json is removed, so that a dashboard never
     reads a stale one beside a new junit.xml. `verdict` makes gate.json's text (analysis/gate.py).
 
-    junit.xml's test cases are made in two shares: the first by a forked worker while this
-    process makes report.md, gate.json and the second (harness/forked.py). At 100,000 keys
-    junit.xml is 10 MB, a line a key, and the longest of the three to make; a worker that made
-    all of it saved nothing, its fork and hand-over costing what the shares overlapped (docs/fleet.md,
-    "A large run against a month of nights")."""
+    A forked worker makes report.md and the first of junit.xml's test cases while this process
+    makes gate.json and the rest (harness/forked.py): at 100,000 keys junit.xml is 10 MB, a line
+    a key, and report.md as large where it lists most keys. A worker that made junit.xml whole
+    saved nothing, its fork and hand-over costing what the overlap saved (docs/fleet.md, "A
+    large run against a month of nights")."""
     root.mkdir(parents=True, exist_ok=True)
     into = PurePosixPath(folder)
-    with forked.beside(functools.partial(_cases_text, cmp.table, strict)) as worker_cases:
-        report = (markdown(cmp, title) + "\n").encode()
+    with forked.beside(functools.partial(_worker_part, cmp, title, strict)) as worker_part:
         gate_json = verdict() if verdict else b""
         cases, kinds = _share(cmp.table, strict, worker=False)
-        made, made_kinds = worker_cases()
+        report, made, made_kinds = worker_part()
         junit_xml = junit(cmp, strict, ([made] if made else []) + cases, made_kinds + kinds).encode()
         paths = {
             "report": inside.write(root, into / "report.md", report),
@@ -97,7 +96,21 @@ def write_all(
     return paths
 
 
-WORKER_SHARE = 2 / 3  # of junit.xml's rows: the worker's fork and hand-over weigh what report.md and gate.json do
+# What making each output costs, in microseconds a row, measured at 100,000 keys on the 2-core
+# VM (only their ratios matter): a test case's row of junit.xml, a key's bands in gate.json, a
+# key report.md lists (all but those unchanged), and the worker's fork and hand-over
+JUNIT_US, GATE_US, LISTED_US, HANDOVER_US = 2.9, 1.4, 2.6, 0.5
+
+
+def _worker_fraction(t: pd.DataFrame) -> float:
+    """The fraction of junit.xml's rows the worker makes beside report.md, so that it and this
+    process (gate.json and the rest) finish together: 0.66 where report.md lists no key, 0.21
+    where it lists every key."""
+    n, listed = len(t), int((t["verdict"] != SAME).sum())
+    if not n:
+        return 0.0
+    fraction = ((GATE_US + JUNIT_US - HANDOVER_US) * n - LISTED_US * listed) / (2 * JUNIT_US * n)
+    return min(max(fraction, 0.0), 1.0)
 
 
 def _configurations(t: pd.DataFrame) -> pd.Series:
@@ -105,29 +118,31 @@ def _configurations(t: pd.DataFrame) -> pd.Series:
     return t["metric"].astype(str) + "[" + key_texts(t, sizes=False).astype(str) + "]"
 
 
-def _worker_share(config: pd.Series) -> npt.NDArray[np.bool_]:
+def _worker_share(config: pd.Series, fraction: float) -> npt.NDArray[np.bool_]:
     """The rows of the test cases the worker makes: the first cases, in the table's order, up to
-    WORKER_SHARE of its rows. A case is never split between the two."""
+    `fraction` of its rows. A case is never split between the two."""
     import numpy as np
     import pandas as pd
 
     codes, _ = pd.factorize(config)  # test cases in the order they come
     rows = np.cumsum(np.bincount(codes)) if len(codes) else np.zeros(0, dtype=np.int64)
-    return codes < np.searchsorted(rows, WORKER_SHARE * len(codes))
+    return codes < np.searchsorted(rows, fraction * len(codes), side="right")
 
 
 def _share(t: pd.DataFrame, strict: bool, worker: bool) -> tuple[list[str], list[str]]:
     """The test cases and kinds of the worker's share of the table's, or of the rest. Each
     process finds the shares itself (0.05 s at 100,000 keys), the worker from the start."""
     config = _configurations(t)
-    theirs = _worker_share(config)
+    theirs = _worker_share(config, _worker_fraction(t))
     return _testcases(t, strict, config, theirs if worker else ~theirs)
 
 
-def _cases_text(t: pd.DataFrame, strict: bool) -> tuple[str, list[str]]:
-    """The worker's share of junit.xml: its test cases as one text, and their kinds."""
-    cases, kinds = _share(t, strict, worker=True)
-    return "\n".join(cases), kinds
+def _worker_part(cmp: Comparison, title: str, strict: bool) -> tuple[bytes, str, list[str]]:
+    """The worker's part: report.md, and its share of junit.xml's test cases as one text with
+    their kinds."""
+    report = (markdown(cmp, title) + "\n").encode()
+    cases, kinds = _share(cmp.table, strict, worker=True)
+    return report, "\n".join(cases), kinds
 
 
 _ENTITIES = (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ('"', "&quot;"), ("\n", "&#10;"))  # "&" first

@@ -10,6 +10,7 @@ import sys
 import xml.etree.ElementTree as ET
 
 import pandas as pd
+import pytest
 from conftest import bench, copy_run, regress, run, separating
 
 from harness.analysis.compare import BY_RUNS, BY_SAMPLES, FAILED, FASTER, REFERENCE, SAME, SLOWER, UNJUDGED
@@ -155,7 +156,7 @@ def test_junit_cases_made_in_two_shares_are_those_made_whole():
     a comparison's rows (worst first) interleave its cases."""
     import numpy as np
 
-    from harness.present.regress import WORKER_SHARE, _configurations, _testcases, _worker_share
+    from harness.present.regress import _configurations, _testcases, _worker_fraction, _worker_share
 
     rng = np.random.default_rng(3)
     n = 12 * 5  # twelve configurations of five sizes, in an order that mixes them
@@ -172,9 +173,14 @@ def test_junit_cases_made_in_two_shares_are_those_made_whole():
         }
     )  # fmt: skip
     config = _configurations(t)
-    theirs = _worker_share(config)
+    theirs = _worker_share(config, 2 / 3)
     assert not set(config[theirs]) & set(config[~theirs])
-    assert 0.5 < theirs.mean() <= WORKER_SHARE + 5 / n
+    assert 0.5 < theirs.mean() <= 2 / 3 + 5 / n
+    assert not _worker_share(config, 0.0).any() and _worker_share(config, 1.0).all()
+    # the worker makes report.md too: the more keys it lists, the fewer test cases the worker makes
+    assert _worker_fraction(t.assign(verdict=SAME)) == pytest.approx(0.655, abs=0.001)
+    every = _worker_fraction(t.assign(verdict=SLOWER))
+    assert every == pytest.approx(0.207, abs=0.001) and every < _worker_fraction(t) < 0.5
     made = _testcases(t, True, config, theirs)
     mine = _testcases(t, True, config, ~theirs)
     whole = _testcases(t, True)
