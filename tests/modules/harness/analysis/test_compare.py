@@ -291,6 +291,11 @@ def test_each_row_gets_its_own_samples_in_whatever_order_they_come():
     assert got(collective, "time_us", 2) == [[1.0, 2.0], [3.0, 4.0, 5.0]]
     backwards = collective.take([1, 0])  # as many samples as rows, not in their order
     assert got(backwards, "time_us", 2) == [[1.0, 2.0], [3.0, 4.0, 5.0]]
+    # in step: a missing text against a missing one, never against a text or an empty one
+    plain = collective.drop(["values"]).to_pandas()
+    assert _in_step(rows.iloc[:2].assign(scaling=pd.array([pd.NA, pd.NA], dtype="string")), plain)
+    assert not _in_step(rows.iloc[:2], plain) and not _in_step(rows.iloc[:2].assign(scaling="x"), plain.fillna(""))
+    assert not _in_step(rows.iloc[:2], backwards.drop(["values"]).to_pandas().fillna(""))
 
 
 def test_each_key_is_worded_from_its_own_columns():
