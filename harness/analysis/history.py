@@ -409,15 +409,15 @@ def _decode(
         # against a month, eight alternated runs, median 2.005 s against 2.055 s with Arrow's pool
         if columns:
             part = [c for c in columns if c in schema.names]
-            stored = _Stored(summary_blob, stored.metadata, schema, part) if shared is not None else None
-            same = shared.same(stored) if shared is not None and stored is not None else []
+            chunks = _Stored(summary_blob, stored.metadata, schema, part) if shared is not None else None
+            same = shared.same(chunks) if shared is not None and chunks is not None else []
             need = [c for c in part if c not in same]
             texts = [c for c in need if schema.field(c).type == pa.string()]
             table = pq.ParquetFile(io.BytesIO(summary_blob), read_dictionary=texts).read(need, use_threads=False)
-            if same:
-                table = shared.joined(table, part, same)  # type: ignore[union-attr]
-            elif shared is not None and stored is not None:
-                shared.lend(table, stored)
+            if shared is not None and same:
+                table = shared.joined(table, part, same)
+            elif shared is not None and chunks is not None:
+                shared.lend(table, chunks)
             summary = upgraded(table, columns)
         else:
             summary = upgraded(stored.read())
