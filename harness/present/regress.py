@@ -82,7 +82,7 @@ def write_all(
         gate_json = verdict() if verdict else b""
         cases, kinds = _share(cmp.table, strict, worker=False)
         report, made, made_kinds = worker_part()
-        junit_xml = junit(cmp, strict, ([made] if made else []) + cases, made_kinds + kinds).encode()
+        junit_xml = junit(cmp, strict, made + cases, made_kinds + kinds).encode()
         paths = {
             "report": inside.write(root, into / "report.md", report),
             "junit": inside.write(root, into / "junit.xml", junit_xml),
@@ -137,12 +137,9 @@ def _share(t: pd.DataFrame, strict: bool, worker: bool) -> tuple[list[str], list
     return _testcases(t, strict, config, theirs if worker else ~theirs)
 
 
-def _worker_part(cmp: Comparison, title: str, strict: bool) -> tuple[bytes, str, list[str]]:
-    """The worker's part: report.md, and its share of junit.xml's test cases as one text with
-    their kinds."""
-    report = (markdown(cmp, title) + "\n").encode()
-    cases, kinds = _share(cmp.table, strict, worker=True)
-    return report, "\n".join(cases), kinds
+def _worker_part(cmp: Comparison, title: str, strict: bool) -> tuple[bytes, list[str], list[str]]:
+    """The worker's part: report.md, and its share of junit.xml's test cases with their kinds."""
+    return ((markdown(cmp, title) + "\n").encode(), *_share(cmp.table, strict, worker=True))
 
 
 _ENTITIES = (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ('"', "&quot;"), ("\n", "&#10;"))  # "&" first
@@ -163,8 +160,7 @@ def _attr(text: str) -> str:
 
 def junit(cmp: Comparison, strict: bool = True, cases: list[str] | None = None, kinds: list[str] | None = None) -> str:
     """JUnit XML, written as text: thousands of test cases through ElementTree take seconds.
-    `cases` and their `kinds`: the table's test cases made already, a text of several cases
-    counted by its kinds (write_all's shares)."""
+    `cases` and their `kinds`: the table's test cases made already (write_all's shares)."""
     if cases is None or kinds is None:
         cases, kinds = _testcases(cmp.table, strict)
     cases, kinds = list(cases), list(kinds)
@@ -177,7 +173,7 @@ def junit(cmp: Comparison, strict: bool = True, cases: list[str] | None = None, 
         )
         kinds.append("failure")
     stamp = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    n, failures, errors, skipped = len(kinds), kinds.count("failure"), kinds.count("error"), kinds.count("skipped")
+    n, failures, errors, skipped = len(cases), kinds.count("failure"), kinds.count("error"), kinds.count("skipped")
     lines = [
         '<?xml version="1.0" encoding="utf-8"?>',
         f'<testsuites name="bench regress" tests="{n}" failures="{failures}" errors="{errors}" skipped="{skipped}">',
