@@ -111,14 +111,20 @@ def draw(
     every = np.arange(len(newest_at))
     newest_at.flags.writeable = every.flags.writeable = False
     counted = np.zeros(len(wanted), dtype=np.int64)  # per wanted key: the usable rows read so far
+    # of a night whose every row is usable, in the newest's order: its rows per key and each
+    # row's replicates before it, worked out once
+    newest_counts = np.bincount(newest_at, minlength=len(wanted))
+    newest_once = _occurrence(newest_at) if kind == "median" else None
     choice = _Choice(kind, k, len(wanted))
+    steady = _Steady(reference, every)
     runs: list[_Run] = []
     for rank, entry in enumerate(found):
         table = newest
         if rank:
             table, environments[entry.id] = read(entry, columns)
-        if rank == 0 or _same_keys(table, reference):  # the newest's keys, row by row
-            at, ok = newest_at, usable_rows(table)
+        same = rank == 0 or _same_keys(table, reference)  # the newest's keys, row by row
+        if same:
+            at, ok = newest_at, steady.usable(table)
         else:
             hashes = key_hash(_frame(table))
             at = np.searchsorted(wanted, hashes)
@@ -129,15 +135,14 @@ def draw(
         if entry.id in refused:
             ok &= gate.kept(expected if rank == 0 else _frame(table), refused[entry.id])
         rows = every if len(ok) == len(every) and ok.all() else np.flatnonzero(ok)
-        repeat = table.column("repeat").fill_null(np.iinfo(np.int64).max).to_numpy()[rows]
-        if len(repeat) and (repeat[1:] < repeat[:-1]).any():  # replicates listed out of order
-            rows = rows[np.argsort(repeat, kind="stable")]
+        rows = steady.by_replicate(table, rows) if same else _by_replicate(table, rows)
         keys = at if rows is every else at[rows]
-        taken = choice.take(rank, table, keys, rows, counted)
+        once = newest_once if keys is newest_at else _occurrence(keys) if kind == "median" else None
+        taken = choice.take(rank, table, keys, rows, counted, once)
         run = _Run(entry, table.select(metrics), rows, keys, taken)
         del table  # its keys' and states' columns, for the next night's read to reuse
         runs.append(run)
-        counted += np.bincount(run.keys, minlength=len(wanted))
+        counted += newest_counts if keys is newest_at else np.bincount(keys, minlength=len(wanted))
         # every expected key with K usable rows (1 for "last") among the runs read so far
         if kind in ("median", "last") and bool((counted >= (k if kind == "median" else 1)).all()):
             break
@@ -258,11 +263,14 @@ class _Choice:
         keys: npt.NDArray[np.intp],
         rows: npt.NDArray[np.intp],
         counted: npt.NDArray[np.int64],
+        once: npt.NDArray[np.int64] | None,
     ) -> npt.NDArray[np.bool_]:
+        """`once`: median's, each row's replicates before it in the run (_occurrence)."""
         import numpy as np
 
         if self.kind == "median":  # a key's first K usable rows, whichever runs hold them
-            return counted[keys] + _occurrence(keys) < self.k
+            assert once is not None
+            return counted[keys] + once < self.k
         if self.kind == "last":  # the newest run where the key is usable, with all its replicates
             first = self.first_rank[keys]
             self.first_rank[keys[first < 0]] = rank
@@ -387,15 +395,72 @@ def _texts_equal(table: pa.Table, name: str, text: str) -> npt.NDArray[np.bool_]
 
 def usable_rows(table: pa.Table) -> npt.NDArray[np.bool_]:
     """Rows a baseline may use: completed, with a finite positive time and two usable samples."""
+    collective, settled = _settled(table)
+    return settled & _timed(table, collective)
+
+
+def _settled(table: pa.Table) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+    """What of usable_rows the figures leave alone: (the collectives' rows, those completed
+    with two samples)."""
+    samples = table.column("n_samples").fill_null(0).to_numpy()
+    return _texts_equal(table, "workload", COLLECTIVE_WORKLOAD), _texts_equal(table, "status", COMPLETED) & (
+        samples >= 2
+    )
+
+
+def _timed(table: pa.Table, collective: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
+    """Rows with a finite positive time: a collective's time_us, a training step's time."""
     import numpy as np
 
-    time = np.where(
-        _texts_equal(table, "workload", COLLECTIVE_WORKLOAD), _floats(table, "time_us"), _floats(table, "step_time_ms")
-    )
+    time = np.where(collective, _floats(table, "time_us"), _floats(table, "step_time_ms"))
     with np.errstate(invalid="ignore"):
-        ok = np.isfinite(time) & (time > 0)
-    samples = table.column("n_samples").fill_null(0).to_numpy()
-    return _texts_equal(table, "status", COMPLETED) & ok & (samples >= 2)
+        return np.isfinite(time) & (time > 0)
+
+
+def _by_replicate(table: pa.Table, rows: npt.NDArray[np.intp]) -> npt.NDArray[np.intp]:
+    """`rows` in the order a baseline takes them: by replicate, stably."""
+    import numpy as np
+
+    repeat = table.column("repeat").fill_null(np.iinfo(np.int64).max).to_numpy()[rows]
+    if len(repeat) and (repeat[1:] < repeat[:-1]).any():  # replicates listed out of order
+        return rows[np.argsort(repeat, kind="stable")]
+    return rows
+
+
+class _Steady:
+    """What of usable_rows and of the replicates' order the draw works out once for the nights
+    whose columns hold what the reference's (the newest night's) hold: nightly runs of one plan
+    store their workloads, states, sample counts and replicates alike (history._Shared lends the
+    first night's to the others), and their figures alone differ night by night. An Arrow column
+    lent is the same memory, and equal at once."""
+
+    SETTLED = ("workload", "status", "n_samples")
+
+    def __init__(self, reference: pa.Table, every: npt.NDArray[np.intp]):
+        self.reference, self.every = reference, every
+        self.settled: tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]] | None = None
+        self.ordered: npt.NDArray[np.intp] | None = None  # `every` by replicate
+
+    def _alike(self, table: pa.Table, names: tuple[str, ...]) -> bool:
+        return all(table.column(n).equals(self.reference.column(n)) for n in names)
+
+    def usable(self, table: pa.Table) -> npt.NDArray[np.bool_]:
+        """usable_rows of a table of the reference's keys, row by row."""
+        if not self._alike(table, self.SETTLED):
+            return usable_rows(table)
+        if self.settled is None:
+            self.settled = _settled(self.reference)
+        collective, settled = self.settled
+        return settled & _timed(table, collective)
+
+    def by_replicate(self, table: pa.Table, rows: npt.NDArray[np.intp]) -> npt.NDArray[np.intp]:
+        """_by_replicate of a table of the reference's keys, row by row."""
+        if rows is not self.every or not self._alike(table, ("repeat",)):
+            return _by_replicate(table, rows)
+        if self.ordered is None:
+            self.ordered = _by_replicate(self.reference, rows)
+            self.ordered.flags.writeable = False
+        return self.ordered
 
 
 def key_hash(df: pd.DataFrame) -> npt.NDArray[np.uint64]:

@@ -128,6 +128,24 @@ def test_nights_of_one_plan_pool_each_key_across_the_runs():
     assert _drawn("median", 4, nights)[2] == want
 
 
+def test_nights_of_the_newests_keys_each_take_their_own_replicates_order():
+    """Nights whose keys are the newest's row by row share what is worked out once of the newest
+    (baseline._Steady), but for what their own columns say: run 2 lists d's replicates the other
+    way round, and is taken by replicate still; and where the newest's two rows of d leave room
+    for one more, one is taken of run 3, not both."""
+    nights = {
+        4: [_row(4, "a"), _row(4, "d", 0), _row(4, "d", 1)],
+        3: [_row(3, "a"), _row(3, "d", 0), _row(3, "d", 1)],
+        2: [_row(2, "a"), _row(2, "d", 1), _row(2, "d", 0)],
+        1: [_row(1, "a"), _row(1, "d", 0), _row(1, "d", 1)],
+    }
+    assert _drawn("median", 3, nights)[2] == {"a": [410.0, 310.0, 210.0], "d": [440.0, 441.0, 340.0]}
+    assert _drawn("median", 8, nights)[2] == {
+        "a": [410.0, 310.0, 210.0, 110.0],
+        "d": [440.0, 441.0, 340.0, 341.0, 240.0, 241.0, 140.0, 141.0],
+    }
+
+
 @pytest.mark.parametrize("kind", ["median", "best"])
 def test_a_baseline_drawn_for_one_metric_reads_and_holds_that_one_alone(kind):
     """regress draws for the metrics it judges: busbw's runs and medians are those of a baseline
