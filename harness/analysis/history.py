@@ -25,6 +25,7 @@ baseline from them are one schema; gate.py and nodehistory.py keep their own tab
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -665,9 +666,9 @@ class _Ahead:
     a few entries ahead of the draw, since Arrow's Parquet reader lets go of the interpreter's
     lock while the draw chooses rows (a month of nights drawn alone: 0.95 -> 0.74 s; less
     beside regress's worker, which has the other core). An entry's error is raised when the
-    draw reads it, as without the thread; one never read is never raised. Any other read is
-    done here. Leaving the block ends the thread: a process with a thread never forks
-    (harness/forked.py)."""
+    draw reads it, as without the thread; one never read is never raised. The newest entry's
+    read of every column is done by the thread too, first; any other read is done here.
+    Leaving the block ends the thread: a process with a thread never forks (harness/forked.py)."""
 
     AHEAD = 4  # entries decoded before the draw asks for them
 
@@ -680,6 +681,12 @@ class _Ahead:
         self.shared = _Shared()  # in the thread alone
         self.decoding: dict[int, Future[tuple[pa.Table, pa.Table | None, dict[str, Any]]]] = {}
         self.submitted = 0
+        # the newest entry read whole, first: the draw begins with it (its keys are those expected),
+        # and it is decoded here while pandas is imported for it
+        self.whole = None
+        if found:
+            with contextlib.suppress(HistoryError):  # said when the draw reads it, by _load
+                self.whole = self.pool.submit(_decode, db, found[0], _fetch(con, db, found[0], False), None)
         self._submit(self.AHEAD)
 
     def _submit(self, upto: int) -> None:
@@ -697,7 +704,9 @@ class _Ahead:
 
     def __call__(self, entry: Entry, columns: list[str] | None) -> tuple[pa.Table, dict[str, Any]]:
         decoding = None
-        if columns == self.columns and entry.id in self.at:
+        if columns is None and self.whole is not None and entry is self.found[0]:
+            decoding, self.whole = self.whole, None
+        elif columns == self.columns and entry.id in self.at:
             self._submit(self.at[entry.id] + self.AHEAD)
             decoding = self.decoding.pop(entry.id, None)  # None: read once already
         summary, _, env = decoding.result() if decoding else _load(self.con, self.db, entry, False, columns)

@@ -320,3 +320,30 @@ def test_a_column_stored_as_the_first_entrys_is_lent_by_it_and_no_other():
     alone = history._Shared()
     assert read(2, alone, indexed.getvalue()).equals(read(2, None), check_metadata=True)
     assert alone.table is None and read(1, alone).equals(first)
+
+
+def test_the_newest_entry_read_ahead_whole_says_which_keys_are_expected(tmp_path):
+    """The draw begins with the newest entry read whole, which the read-ahead thread decodes
+    (history._Ahead): its keys are the baseline's, here 12 where the two older nights have 8;
+    and a newest entry that does not decode is said by name, as a read of it here would."""
+    from harness.analysis import history, store
+    from harness.analysis.store import Location
+
+    db = tmp_path / "h.sqlite"
+    store.migrate(str(db))
+    nights = {1: _stored_summary(8), 2: _stored_summary(8), 3: _stored_summary(12)}
+    with sqlite3.connect(db) as con:
+        for run, table in nights.items():
+            con.execute(
+                "INSERT INTO runs (id, fingerprint, cluster, path, created, added, rows, keys, failed, environment) "
+                "VALUES (?, ?, 'c', ?, ?, ?, ?, ?, 0, '{}')",
+                (run, f"f{run}", f"/r/{run}", f"2026-11-0{run}", f"2026-11-0{run}", table.num_rows, table.num_rows),
+            )
+            con.execute("INSERT INTO data (run_id, summary) VALUES (?, ?)", (run, history._parquet(table)))
+    side = history.baseline(Location(str(db)), "c", "median:3", metrics=["busbw_gbps"])
+    assert sorted(side.rows["size_bytes"].tolist()) == sorted(nights[3].column("size_bytes").to_pylist())
+    assert side.rows["runs"].tolist().count(3) == 8 and side.rows["runs"].tolist().count(1) == 4
+    with sqlite3.connect(db) as con:
+        con.execute("UPDATE data SET summary = x'50415231' WHERE run_id = 3")
+    with pytest.raises(history.HistoryError, match="run 3 is damaged"):
+        history.baseline(Location(str(db)), "c", "median:3", metrics=["busbw_gbps"])
