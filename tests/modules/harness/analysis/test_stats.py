@@ -190,3 +190,26 @@ def test_pool_of_a_row_a_group_is_each_rows_valid_values_moved_to_its_front():
     assert pooled.shape == (500, 5) and np.isnan(pooled[3]).all()
     np.testing.assert_array_equal(pooled[0, : counts[0]], values[0][valid[0]])
     np.testing.assert_array_equal(values, kept)
+
+
+@pytest.mark.parametrize(
+    "lists",
+    [
+        [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]],  # as many values in every row: read as the matrix
+        [[1.0, 2.0, 3.0], [4.0], None, [], [5.0, None, 6.0]],
+        [[], []],
+    ],
+)
+def test_padded_is_each_list_left_aligned_in_a_row_of_nan(lists):
+    """stats.padded, worked by hand: row i holds list i's values from its left, NaN after them
+    (and for a missing value in a list), as wide as the longest list; its count beside it."""
+    import pyarrow as pa
+
+    values, counts = stats.padded(pa.array(lists, type=pa.list_(pa.float64())))
+    width = max((len(v) for v in lists if v), default=0)
+    want = [[math.nan if x is None else x for x in (v or [])] + [math.nan] * (width - len(v or [])) for v in lists]
+    assert values.shape == (len(lists), max(width, 1))
+    assert np.array_equal(values[:, :width], np.array(want).reshape(len(lists), width), equal_nan=True)
+    assert counts.tolist() == [len(v or []) for v in lists]
+    sliced = pa.array([[9.0, 9.0, 9.0], *lists], type=pa.list_(pa.float64()))[1:]  # its offsets from 3
+    assert np.array_equal(stats.padded(sliced)[0], values, equal_nan=True)
