@@ -157,26 +157,6 @@ def cmd_regress(args: argparse.Namespace) -> int:
         cmp.table.loc[figures, "note"] = (
             f"a new series: {'; '.join(new_series.differences)}; shown against the series before it"
         )
-    console = new_console()
-    print_comparison(console, cmp, args.top)
-    if kind == "median":
-        few = int((cmp.table["test"] == BY_SAMPLES).sum())
-        if few:
-            console.print(
-                f"{few} of {len(cmp.table)} keys have fewer than {k} usable runs in the history: judged "
-                f"provisionally, against the median of the runs it has by the within-run test instead "
-                f"of the band, and slower only beyond the provisional margin of {cmp.margin:.0%}",
-                soft_wrap=True,
-            )
-    if new_series is not None:
-        console.print(
-            f"this run starts a new series of cluster {shown(args.cluster)} (stack {new_series.stack}): "
-            f"{shown('; '.join(new_series.differences))}. Its figures are shown against the series before it "
-            f"({shown(new_series.newest.name)} the newest) and not judged; added to the history, it is the first "
-            f"baseline of its series (docs/fleet.md)",
-            markup=False,
-            soft_wrap=True,
-        )
     counts = cmp.counts()
     status = (
         EXIT_FOUND
@@ -185,6 +165,29 @@ def cmd_regress(args: argparse.Namespace) -> int:
         if counts[UNJUDGED] and not args.allow_unjudged
         else 0
     )
+
+    def show() -> None:  # the comparison on the console, while write_all's worker makes its part
+        console = new_console()
+        print_comparison(console, cmp, args.top)
+        if kind == "median":
+            few = int((cmp.table["test"] == BY_SAMPLES).sum())
+            if few:
+                console.print(
+                    f"{few} of {len(cmp.table)} keys have fewer than {k} usable runs in the history: judged "
+                    f"provisionally, against the median of the runs it has by the within-run test instead "
+                    f"of the band, and slower only beyond the provisional margin of {cmp.margin:.0%}",
+                    soft_wrap=True,
+                )
+        if new_series is not None:
+            console.print(
+                f"this run starts a new series of cluster {shown(args.cluster)} (stack {new_series.stack}): "
+                f"{shown('; '.join(new_series.differences))}. Its figures are shown against the series before it "
+                f"({shown(new_series.newest.name)} the newest) and not judged; added to the history, it is the first "
+                f"baseline of its series (docs/fleet.md)",
+                markup=False,
+                soft_wrap=True,
+            )
+
     # the verdict history add stores with the run, so that what failed never becomes a baseline
     fingerprint = history.fingerprint(RunDir(args.dir))
     cluster = None if kind == reference.BASELINE else args.cluster
@@ -196,6 +199,7 @@ def cmd_regress(args: argparse.Namespace) -> int:
         benchmark_json=args.benchmark_json,
         strict=not args.allow_unjudged,
         verdict=lambda: gate.encode(gate.document(cmp, fingerprint, cluster, args.baseline, status, kind, k)),
+        meanwhile=show,
     )
     print("wrote " + ", ".join(str(p) for p in paths.values()))
     word = {EXIT_FOUND: "REGRESSION: ", EXIT_UNJUDGED: "CANNOT JUDGE: ", 0: ""}[status]

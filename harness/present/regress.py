@@ -65,6 +65,7 @@ def write_all(
     benchmark_json: bool = False,
     strict: bool = True,
     verdict: Callable[[], bytes] | None = None,
+    meanwhile: Callable[[], None] | None = None,
 ) -> dict[str, Path]:
     """Write the outputs into ROOT/FOLDER: the run directory and `regress`, or the directory
     `--out` named and "". Nothing is written through a link below ROOT (harness/inside.py).
@@ -75,12 +76,16 @@ def write_all(
     makes gate.json and the rest (harness/forked.py): at 100,000 keys junit.xml is 10 MB, a line
     a key, and report.md as large where it lists most keys. A worker that made junit.xml whole
     saved nothing, its fork and hand-over costing what the overlap saved (docs/fleet.md, "A
-    large run against a month of nights")."""
-    root.mkdir(parents=True, exist_ok=True)
+    large run against a month of nights"). `meanwhile` is done by this process first, beside the
+    worker (regress prints the comparison); what it raises ends the worker, and nothing is written."""
     into = PurePosixPath(folder)
-    with forked.beside(functools.partial(_worker_part, cmp, title, strict)) as worker_part:
+    printed = meanwhile is not None
+    with forked.beside(functools.partial(_worker_part, cmp, title, strict, printed)) as worker_part:
+        if meanwhile:
+            meanwhile()
+        root.mkdir(parents=True, exist_ok=True)
         gate_json = verdict() if verdict else b""
-        cases, kinds = _share(cmp.table, strict, worker=False)
+        cases, kinds = _share(cmp.table, strict, worker=False, printed=printed)
         report, made, made_kinds = worker_part()
         junit_xml = junit(cmp, strict, made + cases, made_kinds + kinds).encode()
         paths = {
@@ -98,18 +103,20 @@ def write_all(
 
 # What making each output costs, in microseconds a row, measured at 100,000 keys on the 2-core
 # VM (only their ratios matter): a test case's row of junit.xml, a key's bands in gate.json, a
-# key report.md lists (all but those unchanged), and the worker's fork and hand-over
-JUNIT_US, GATE_US, LISTED_US, HANDOVER_US = 2.9, 1.4, 2.6, 0.5
+# key report.md lists (all but those unchanged), and the worker's fork and hand-over; and what
+# this process prints beside the worker, where it prints (regress's comparison: 0.03 s)
+JUNIT_US, GATE_US, LISTED_US, HANDOVER_US, PRINTED_US = 2.9, 1.4, 2.6, 0.5, 0.3
 
 
-def _worker_fraction(t: pd.DataFrame) -> float:
+def _worker_fraction(t: pd.DataFrame, printed: bool = False) -> float:
     """The fraction of junit.xml's rows the worker makes beside report.md, so that it and this
-    process (gate.json and the rest) finish together: 0.66 where report.md lists no key, 0.21
-    where it lists every key."""
+    process (gate.json, the rest, and what it prints where `printed`) finish together: 0.66 where
+    report.md lists no key, 0.21 where it lists every key (0.71 and 0.26 printed)."""
     n, listed = len(t), int((t["verdict"] != SAME).sum())
     if not n:
         return 0.0
-    fraction = ((GATE_US + JUNIT_US - HANDOVER_US) * n - LISTED_US * listed) / (2 * JUNIT_US * n)
+    beside = GATE_US + JUNIT_US - HANDOVER_US + (PRINTED_US if printed else 0.0)
+    fraction = (beside * n - LISTED_US * listed) / (2 * JUNIT_US * n)
     return min(max(fraction, 0.0), 1.0)
 
 
@@ -129,17 +136,17 @@ def _worker_share(config: pd.Series, fraction: float) -> npt.NDArray[np.bool_]:
     return codes < np.searchsorted(rows, fraction * len(codes), side="right")
 
 
-def _share(t: pd.DataFrame, strict: bool, worker: bool) -> tuple[list[str], list[str]]:
+def _share(t: pd.DataFrame, strict: bool, worker: bool, printed: bool) -> tuple[list[str], list[str]]:
     """The test cases and kinds of the worker's share of the table's, or of the rest. Each
     process finds the shares itself (0.05 s at 100,000 keys), the worker from the start."""
     config = _configurations(t)
-    theirs = _worker_share(config, _worker_fraction(t))
+    theirs = _worker_share(config, _worker_fraction(t, printed))
     return _testcases(t, strict, config, theirs if worker else ~theirs)
 
 
-def _worker_part(cmp: Comparison, title: str, strict: bool) -> tuple[bytes, list[str], list[str]]:
+def _worker_part(cmp: Comparison, title: str, strict: bool, printed: bool) -> tuple[bytes, list[str], list[str]]:
     """The worker's part: report.md, and its share of junit.xml's test cases with their kinds."""
-    return ((markdown(cmp, title) + "\n").encode(), *_share(cmp.table, strict, worker=True))
+    return ((markdown(cmp, title) + "\n").encode(), *_share(cmp.table, strict, worker=True, printed=printed))
 
 
 _ENTITIES = (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ('"', "&quot;"), ("\n", "&#10;"))  # "&" first

@@ -181,6 +181,8 @@ def test_junit_cases_made_in_two_shares_are_those_made_whole():
     assert _worker_fraction(t.assign(verdict=SAME)) == pytest.approx(0.655, abs=0.001)
     every = _worker_fraction(t.assign(verdict=SLOWER))
     assert every == pytest.approx(0.207, abs=0.001) and every < _worker_fraction(t) < 0.5
+    # what this process prints beside the worker (regress's comparison) leaves the worker more
+    assert _worker_fraction(t.assign(verdict=SAME), printed=True) == pytest.approx(0.707, abs=0.001)
     made = _testcases(t, True, config, theirs)
     mine = _testcases(t, True, config, ~theirs)
     whole = _testcases(t, True)
@@ -227,3 +229,26 @@ def test_a_damaged_run_is_said_before_a_history_without_its_cluster(real_run, tm
         "regress", str(real_run), "--cluster", "nowhere", "--db", str(db), "--out", str(tmp_path / "r"), check=False
     )
     assert r.returncode == 2 and "no run of cluster 'nowhere' to use as baseline" in r.stderr, r.describe()
+
+
+def test_what_is_printed_beside_the_worker_is_printed_first_and_a_failure_writes_nothing(real_run, tmp_path):
+    """write_all does `meanwhile` (regress prints its comparison) beside its worker, before it
+    writes anything: a reader gone (BrokenPipeError) ends the worker, and leaves no folder and no
+    file; otherwise it is done once and the files are written."""
+    from harness.analysis.compare import compare
+    from harness.analysis.sides import load_run
+    from harness.present.regress import write_all
+
+    cmp = compare(load_run(real_run), load_run(real_run))
+    out = tmp_path / "out"
+
+    def gone() -> None:
+        raise BrokenPipeError
+
+    with pytest.raises(BrokenPipeError):
+        write_all(cmp, out, "regress", "t", meanwhile=gone)
+    assert not out.exists()
+    printed = []
+    paths = write_all(cmp, out, "regress", "t", meanwhile=lambda: printed.append(out.exists()))
+    assert printed == [False] and sorted(paths) == ["junit", "report"]
+    assert all(p.is_file() for p in paths.values())
