@@ -385,7 +385,8 @@ def _judge(
         faster = np.where(by_runs, better, significant & (low > 1)) & (perf > 1 + gate)
         # changes the within-run test calls slower or faster, held by the provisional margin
         held = ~by_runs & significant & ((high < 1) & (perf < 1 - threshold) | (low > 1) & (perf > 1 + threshold))
-    verdict = np.where(slower, SLOWER, np.where(faster, FASTER, SAME)).astype(object)
+    verdict = np.full(len(m), SAME, dtype=object)
+    verdict[faster], verdict[slower] = FASTER, SLOWER
     note = np.full(len(m), "", dtype=object)
     held &= ~slower & ~faster
     if held.any():
@@ -401,9 +402,9 @@ def _judge(
             ),
             note,
         )
-    differ = m["params_a"].to_numpy(dtype=object) != m["params_b"].to_numpy(dtype=object)
+    differ = _differ(m, "params")
     if not ignore_settings:
-        differ |= m["settings_hash_a"].to_numpy(dtype=object) != m["settings_hash_b"].to_numpy(dtype=object)
+        differ |= _differ(m, "settings_hash")
     diff_text = _diff_texts(m, differ, ignore_settings)  # of the rows that differ, in order
     # why a key cannot be judged: of the reasons that apply, the one listed last (a figure that
     # cannot be judged outranks too few samples), worded for the rows it applies to only
@@ -462,13 +463,26 @@ def _samples(side: Side, metric: Metric, idx: npt.NDArray[np.int64]) -> tuple[Va
     return vals[idx], counts[idx]
 
 
+def _differ(m: pd.DataFrame, name: str) -> Mask:
+    """Rows whose `name` differs between A and B, as Python's != finds of their objects. Where
+    neither side misses a value, compared as the columns' own arrays: at 100,000 rows 1 ms,
+    where making 200,000 objects to compare took 12."""
+    a, b = m[f"{name}_a"], m[f"{name}_b"]
+    if a.hasnans or b.hasnans:
+        return a.to_numpy(dtype=object) != b.to_numpy(dtype=object)
+    return (a != b).to_numpy(dtype=bool)
+
+
 def _diff_texts(m: pd.DataFrame, differ: Mask, ignore_settings: bool) -> list[str]:
     """For each row where `differ`, in order, what differs between A's and B's parameters
     ('batch_size 8 vs 4'), worked out once per distinct pair."""
+    import numpy as np
+
     cache: dict[tuple, str] = {}
     out = []
+    rows = m.iloc[np.flatnonzero(differ)]  # those alone made objects of
     cols = [
-        m[c].to_numpy(dtype=object)[differ]
+        rows[c].to_numpy(dtype=object)
         for c in ("params_a", "params_b", "settings_a", "settings_b", "settings_hash_a", "settings_hash_b")
     ]
     for pair in zip(*cols):

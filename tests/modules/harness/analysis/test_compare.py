@@ -366,3 +366,26 @@ def test_the_table_is_worst_first_then_by_change():
     ordered = worst_first(table)
     assert ordered["key"].tolist() == ["e", "k", "d", "b", "h", "g", "f", "i", "a", "j", "c"]
     assert list(ordered.index) == list(range(len(rows)))
+
+
+def test_what_differs_is_worked_out_of_the_rows_that_differ_alone():
+    """The rows whose parameters or settings differ, found as the columns' arrays (compare's
+    _differ), and what differs in each, of those rows alone and in their order; a missing value
+    is compared as Python compares the objects: None equals None and no text."""
+    from harness.analysis.compare import _diff_texts, _differ
+
+    m = pd.DataFrame(
+        {
+            "params_a": pd.array(['{"b": 8}', '{"b": 8}', '{"b": 8}', '{"b": 2}'], dtype="string"),
+            "params_b": pd.array(['{"b": 8}', '{"b": 4}', '{"b": 8}', '{"b": 1}'], dtype="string"),
+            "settings_a": ["s"] * 4,
+            "settings_b": ["s", "s", "t", "s"],
+            "settings_hash_a": pd.array(["h"] * 4, dtype="string"),
+            "settings_hash_b": pd.array(["h", "h", "g", "h"], dtype="string"),
+        }
+    )
+    differ = _differ(m, "params") | _differ(m, "settings_hash")
+    assert differ.tolist() == [False, True, True, True]
+    assert _diff_texts(m, differ, ignore_settings=False) == ["b 8 vs 4", "settings s vs t", "b 2 vs 1"]
+    missing = pd.DataFrame({"x_a": ["p", None, "p"], "x_b": ["p", None, None]}, dtype=object)
+    assert _differ(missing, "x").tolist() == [False, False, True]
