@@ -243,9 +243,10 @@ def band(values: Values, counts: Counts) -> tuple[Values, Values]:
     have = counts > 0
     if not have.any():
         return centre, spread
-    inside = np.arange(values.shape[1])[None, :] < counts[:, None]
+    whole = bool(have.all()) and bool((counts == values.shape[1]).all())  # no row shorter than the matrix
+    inside = None if whole else np.arange(values.shape[1])[None, :] < counts[:, None]
     with np.errstate(all="ignore"):
-        logs = np.log(np.where(inside, values, np.nan)[have])
+        logs = np.log(values if inside is None else np.where(inside, values, np.nan)[have])
         mid = row_medians(logs)
         mad = row_medians(np.abs(logs - mid[:, None]))
     k = counts[have].astype(float)
