@@ -266,8 +266,11 @@ def row_medians(values: Values) -> Values:
 
     if not values.shape[1]:
         return np.full(len(values), np.nan)
-    n = np.count_nonzero(~np.isnan(values), axis=1)
     ordered, at = np.sort(values, axis=1), np.arange(len(values))
+    if np.isnan(ordered[:, -1]).any():  # NaN sorts last: a row without one is full
+        n = np.count_nonzero(~np.isnan(ordered), axis=1)
+    else:
+        n = np.full(len(values), values.shape[1])
     with np.errstate(invalid="ignore"):  # -inf and inf in the middle: NaN, as nanmedian gives
         out = (ordered[at, np.maximum(n - 1, 0) // 2] + ordered[at, n // 2]) / 2
     out[n == 0] = np.nan

@@ -99,6 +99,9 @@ def test_row_medians_are_nanmedian_s_worked_by_hand():
     with np.errstate(all="ignore"), pytest.warns(RuntimeWarning):  # nanmedian warns of the row of NaN
         np.testing.assert_array_equal(got, np.nanmedian(rows, axis=1))
     assert np.isnan(stats.row_medians(np.zeros((2, 0)))).all()
+    # rows without a NaN among them: each as long as the matrix
+    np.testing.assert_array_equal(stats.row_medians(rows[2:3]), [5.0])
+    np.testing.assert_array_equal(stats.row_medians(np.array([[3.0, 1.0, 2.0], [9.0, 7.0, 8.0]])), [2.0, 8.0])
 
 
 @pytest.mark.parametrize(
