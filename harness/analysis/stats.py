@@ -305,9 +305,9 @@ def padded(lists: pa.ListArray | pa.ChunkedArray | list[list[float]]) -> tuple[V
     n = len(arr)
     counts = arr.value_lengths().fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
     width = int(counts.max()) if n else 0
-    out = np.full((n, max(width, 1)), np.nan)
     if n and width and bool((counts == width).all()):  # as many values in every row: the matrix
         return arr.flatten().to_numpy(zero_copy_only=False).astype(float).reshape(n, width), counts
+    out = np.full((n, max(width, 1)), np.nan)
     if n and width:
         flat = arr.flatten().to_numpy(zero_copy_only=False).astype(float)
         rows = np.repeat(np.arange(n), counts)
