@@ -54,6 +54,7 @@ from .common import (
     spread,
 )
 from .linkprobe import link_probe
+from .results import wrong_count, wrong_results
 from .runtime import Context, Workload, exit_rank, gather_rows
 from .runtime import main as run_main
 
@@ -186,9 +187,30 @@ def check_args(args: argparse.Namespace, world_size: int | None) -> None:
 # --------------------------------------------------------------------------- measurement
 
 
+PATTERN_MAX = 5  # the largest value of the check pattern
+
+
 def _pattern(rank: int, idx: torch.Tensor) -> torch.Tensor:
     """Rank r's value at element i: ((r + i) mod 5) + 1, small integers exact in every dtype."""
-    return ((idx + rank) % 5 + 1).to(torch.float64)
+    return ((idx + rank) % PATTERN_MAX + 1).to(torch.float64)
+
+
+def tolerance(dtype: torch.dtype, n: int, op: str | None) -> float | None:
+    """How far, relative to the exact value, a correct call's output may be from it: `op` the
+    reduction of n ranks' pattern values, or None for a collective that only moves them (exact).
+    0 where every partial sum of the pattern is a whole number the dtype holds exactly; else
+    the bound on rounding of a sum of n non-negative terms in any order, gamma(n-1) =
+    (n-1)u / (1 - (n-1)u), u the dtype's unit roundoff, one rounding more for avg's division;
+    None where that bound reaches the value itself and no wrong element could be told from
+    rounding: the check cannot judge (docs/reference.md, "The output check")."""
+    if op is None or op in ("max", "min") or not dtype.is_floating_point:
+        return 0.0
+    info = torch.finfo(dtype)
+    if op == "sum" and PATTERN_MAX * n * info.eps <= 2:  # every sum at most 2**p, p = the significand's bits
+        return 0.0
+    roundings = n - 1 + (op == "avg")
+    bound = roundings * info.eps / 2
+    return bound / (1 - bound) if bound < 0.5 else None
 
 
 # Elements filled or checked at once: the float64 temporaries of one slice (the pattern, the
@@ -310,6 +332,7 @@ class CollectiveRun:
         self.name = coll.name
         self.buffers: Buffers = coll.buffers(inp, out, count, self.rank, self.n)
         self.values = CheckValues(op_name, self.n, inp.device)
+        self.tolerance = tolerance(inp.dtype, self.n, op_name if coll.reduces else None)
 
     def call(self, in_place: bool) -> Callable[[], Any]:
         return self.coll.call(self.group.calls, self.buffers, self.op, in_place)
@@ -342,11 +365,8 @@ class CollectiveRun:
             if expected is None:
                 return 0
             diff = (out[start:stop].to(torch.float64) - expected).abs()
-            if out.dtype.is_floating_point:
-                # The pattern's values are small integers, exact until a sum outgrows the
-                # mantissa; past that, at most one rounding per reduction step: n ulps.
-                tol = expected.abs() * torch.finfo(out.dtype).eps * self.n
-                wrong += int((diff > tol).sum().item())
+            if self.tolerance:
+                wrong += int((diff > expected.abs() * self.tolerance).sum().item())
             else:
                 wrong += int((diff != 0).sum().item())
         return wrong
@@ -392,13 +412,14 @@ def _measure_mode(
     time_us = max(r[0] for r in per_rank)
     worst = [max(r[1 + i] for r in per_rank) for i in range(args.iters)]
     wrong = 0
-    for _ in range(args.check):
+    checks = args.check if coll.tolerance is not None else 0  # the same on every rank: one group size
+    for _ in range(checks):
         coll.fill(in_place)
         coll.call(in_place)()
         if ctx.device.type == "cuda":
             torch.cuda.synchronize()
         wrong += coll.wrong(in_place)
-    if args.check:
+    if checks:
         w = torch.tensor([wrong], dtype=torch.int64, device=ctx.device)
         dist.all_reduce(w)
         wrong = int(w.item())
@@ -408,7 +429,7 @@ def _measure_mode(
         "time_us": time_us,
         "algbw_gbps": algbw,
         "busbw_gbps": algbw * coll.coll.bus_factor(coll.n),
-        "wrong": wrong if args.check else None,
+        "wrong": wrong if checks else None,
         "time_us_p10": stats["p10"],
         "time_us_median": stats["median"],
         "time_us_p90": stats["p90"],
@@ -462,6 +483,11 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
             f"# collective {name}  group {kind}{spans}  dtype {DTYPES[args.dtype]}  op {args.op}  world size {world}  "
             f"device {ctx.device.type}  backend {ctx.backend}  iters {args.iters}  warmup {args.warmup_iters}"
         )
+        if args.check and collective(name).reduces and tolerance(dtype, group.size, args.op) is None:
+            ctx.log(
+                f"# check: not run: rounding of {DTYPES[args.dtype]} sums over {group.size} ranks may reach the values"
+                " themselves, and a wrong element could not be told from it (#wrong N/A; -d float checks them)"
+            )
         if collective(name).in_place:
             ctx.log(f"# {'':>41}in-place{'':>31}out-of-place")
         else:  # no in-place form: the headline block is the out-of-place call
@@ -495,6 +521,9 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
         mine = [r["busbw_gbps"] for r in rows if (r["collective"], r["group"]) == (name, kind)]
         where = "" if kind == WORLD else f", {kind}"
         ctx.log(f"# Avg bus bandwidth (in-place, {name}{where}): {sum(mine) / len(mine):.4f} GB/s")
+    if args.check:  # nccl-tests' footer line, and its rule: a wrong element fails the run (failed, below)
+        wrong = sum(wrong_count(r) for r in rows)
+        ctx.log(f"# Out of bounds values : {wrong} {'FAILED' if wrong else 'OK'}")
     links = None
     if args.link_bytes and world > 1:
         ctx.log(
@@ -545,7 +574,12 @@ def _format_row(row: dict[str, Any]) -> str:
     )
 
 
-WORKLOAD = Workload("allreduce", build_parser, measure, check_args)
+def failed(body: dict[str, Any]) -> str | None:
+    """Why a measured result fails its run: elements its output check found wrong."""
+    return wrong_results(body["rows"])
+
+
+WORKLOAD = Workload("allreduce", build_parser, measure, check_args, failed)
 
 
 def main(argv: list[str] | None = None) -> int:

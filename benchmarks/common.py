@@ -234,8 +234,9 @@ def spawn_local_ranks(module: str, argv: list[str], nproc: int) -> int:
     # that 1 and N ranks are measured with the same per-rank thread count.
     env.setdefault("OMP_NUM_THREADS", "1")
     # A usage error only the ranks can see (a collective with nothing to measure on this many
-    # ranks, no CUDA device) is one line and exit 2, as every bad input is: rank 0 writes the
-    # line to the relay file, and torchrun's 35-line report of the failed child is not passed on.
+    # ranks, no CUDA device) is one line and exit 2, as every bad input is, and wrong results
+    # one line and exit 1: rank 0 writes the status and line to the relay file, and torchrun's
+    # 35-line report of the failed child is not passed on.
     fd, relay = tempfile.mkstemp(prefix="bench-usage-", suffix=".txt")
     os.close(fd)
     env[USAGE_RELAY] = relay
@@ -249,9 +250,10 @@ def spawn_local_ranks(module: str, argv: list[str], nproc: int) -> int:
         status = proc.wait()
         with open(relay, encoding="utf-8", errors="replace") as f:
             said = f.readline().rstrip("\n")
-        if said:
-            print(said, file=sys.stderr)
-            return 2
+        if said:  # "STATUS LINE" (runtime.usage_error)
+            code, _, why = said.partition(" ")
+            print(why, file=sys.stderr)
+            return int(code) if code in ("1", "2") else 2
         return status
     finally:
         os.unlink(relay)

@@ -11,7 +11,7 @@ import json
 import os
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -23,6 +23,36 @@ SCHEMA_VERSION = 1
 
 class ResultError(ValueError):
     """A result file that cannot be used: unreadable, partial or of another schema."""
+
+
+# A summary row's status where the collective's output check found a wrong element: measured,
+# and not a figure of a working fabric. nccl-tests fails such a run (its "# Out of bounds values
+# : N FAILED" and exit status 1), and so does bench (docs/reference.md, "The output check").
+WRONG_RESULTS = "WRONG_RESULTS"
+
+
+def wrong_count(row: Mapping[str, Any]) -> int:
+    """Elements of one collective row that failed the output check, in place and out of place:
+    0 where the check passed or did not run. A count that is not a number is left to the
+    result's own checks (harness/collect.py refuses it)."""
+    counts = (row.get("wrong"), row.get("oop_wrong"))
+    return int(sum(c for c in counts if isinstance(c, (int, float)) and not isinstance(c, bool) and c > 0))
+
+
+def wrong_results(rows: Iterable[Mapping[str, Any]]) -> str | None:
+    """What a collective result's output check found, in one phrase that names each collective,
+    group and size count with wrong elements, or None where none was wrong."""
+    total, where = 0, dict[str, int]()
+    for row in rows:
+        n = wrong_count(row)
+        if n:
+            total += n
+            key = f"{row.get('collective')} ({row.get('group', 'world')})"
+            where[key] = where.get(key, 0) + 1
+    if not total:
+        return None
+    at = ", ".join(f"{key} at {n} size{'s' if n > 1 else ''}" for key, n in where.items())
+    return f"wrong results: {total} element{'s' if total > 1 else ''} failed the output check, {at}"
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:

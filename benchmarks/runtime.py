@@ -235,13 +235,14 @@ def exit_rank(status: int) -> NoReturn:
     os._exit(status)
 
 
-def usage_error(line: str) -> None:
-    """Say a usage error in one line: to the launcher that started this rank (`bench run`, which
-    says it in place of torchrun's report of a failed child), else on stderr."""
+def usage_error(line: str, status: int = 2) -> None:
+    """Say why the ranks end with `status` (2, a usage error) in one line: to the launcher that
+    started this rank (`bench run`, which says it in place of torchrun's report of a failed
+    child, and ends with that status), else on stderr."""
     relay = os.environ.get(USAGE_RELAY)
     if relay:
         with contextlib.suppress(OSError), open(relay, "w") as f:
-            f.write(line + "\n")
+            f.write(f"{status} {line}\n")
             return
     print(line, file=sys.stderr, flush=True)
 
@@ -256,6 +257,9 @@ class Workload:
     build_parser: Callable[[], argparse.ArgumentParser]
     measure: Callable[[argparse.Namespace, Context], dict[str, Any]]
     check: Callable[[argparse.Namespace, int | None], None] | None = None
+    # why a measured result fails its run (a collective's wrong elements), or None: the result
+    # is written, and every rank ends with status 1
+    failed: Callable[[dict[str, Any]], str | None] | None = None
 
 
 def main(workload: Workload, argv: list[str] | None) -> int:
@@ -372,4 +376,10 @@ def _measure_and_record(w: Workload, argv: list[str], args: argparse.Namespace, 
             atomic_write_json(args.json, json_safe(result))
             print(f"# result written to {args.json}", flush=True)
     progress("done")
+    failure = w.failed(body) if w.failed else None
+    if failure:
+        if ctx.is_root:
+            usage_error(f"bench run {w.name}: {failure}", status=1)
+        dist.barrier()  # every rank fails alike, and none leaves before rank 0 has said why
+        return 1
     return 0

@@ -231,8 +231,14 @@ def start(
             rec = table[job.name]
             if rec.state != COMPLETED:
                 console.print(f"[red]the check's job ended {rec.state}[/]: {shown(rec.reason or '')}", soft_wrap=True)
-                if not (run.path / FOLDER / RECORD).exists():
-                    return EXIT_UNJUDGED
+            if not (run.path / FOLDER / RECORD).exists():
+                console.print(f"[red]the check's job wrote no {RECORD}[/]: no node or link is judged", soft_wrap=True)
+                return EXIT_UNJUDGED
+            try:
+                return report(run, plan, profile, console, as_json)
+            except ValueError as exc:  # the record the job just wrote, damaged: nothing judged, not bad input
+                console.print(f"[red]the check's record cannot be read[/]: {shown(exc)}", soft_wrap=True)
+                return EXIT_UNJUDGED
         return report(run, plan, profile, console, as_json)
 
 

@@ -197,8 +197,11 @@ class Hardware:
             ("peak_tflops_per_gpu", "TFLOP/s"),
         ):
             value = getattr(self, key)
-            if value is not None and not (math.isfinite(value) and 0 < value <= 1e6):
-                raise FieldError(key, f"must be a positive number of {unit} (at most 1e6), found {value!r}")
+            # from 0.001 (a megabyte a second, a gigaflop: less than any link or device does) up:
+            # a rate of almost nothing divides a plan's time by zero, and a peak of almost nothing
+            # estimates nothing
+            if value is not None and not (math.isfinite(value) and 1e-3 <= value <= 1e6):
+                raise FieldError(key, f"must be a number of {unit} from 0.001 to 1e6, found {value!r}")
         for key, most, fastest in _GBYTES:
             value = getattr(self, key)
             if value is not None and value > most:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD, COLLECTIVES, GROUPS, UNITS, WORLD
 from benchmarks.common import redacted
-from benchmarks.results import ResultError, load_result
+from benchmarks.results import WRONG_RESULTS, ResultError, load_result, wrong_count
 from harness import forked, provenance, stragglers, telemetry, transport
 from harness.builder import Builder
 from harness.cluster import Hardware
@@ -283,12 +283,12 @@ def _gather(
                     why = why or disagrees
                 if status == COMPLETED and why:  # measured, but not over what the set expects
                     head.update(status=transport.TRANSPORT_MISMATCH, reason=why)
-                _add_result(out, head, result)
+                wrong = _add_result(out, head, result)
             except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
                 warn(f"skipping {path}: incomplete result ({type(exc).__name__}: {exc})")
                 out.add(1, {**head, "status": MISSING})
                 continue
-            if status == COMPLETED:
+            if status == COMPLETED or wrong:  # a job its wrong results failed still ran on what it says
                 envs.add(environment, job.nodes)
                 ranks_file = result.get("per_rank_file")
                 if (
@@ -412,8 +412,9 @@ MAX_RATE = 1e12
 MAX_STEP_MS = 86_400_000.0
 
 
-def _add_result(out: Builder, head: dict[str, Any], result: dict[str, Any]) -> None:
-    """Add one result's rows and sample lists; raises before adding anything if it is incomplete."""
+def _add_result(out: Builder, head: dict[str, Any], result: dict[str, Any]) -> bool:
+    """Add one result's rows and sample lists, and say whether any returned wrong results;
+    raises before adding anything if it is incomplete."""
     workload = head["workload"]
     if workload == COLLECTIVE_WORKLOAD:
         rows = result["rows"]
@@ -432,6 +433,7 @@ def _add_result(out: Builder, head: dict[str, Any], result: dict[str, Any]) -> N
             raise ValueError("a collective or group the catalog does not have")
         per_row["size_bytes"] = [int(r["size_bytes"]) for r in rows]
         check_columns(per_row, _ROW_CHECKED)
+        wrong = _fail_wrong_rows(head, rows, per_row)
         samples = _checked_samples([r["samples_us"] for r in rows])
         hw: Hardware | None = head["_hardware"]
         peaks = (
@@ -448,6 +450,7 @@ def _add_result(out: Builder, head: dict[str, Any], result: dict[str, Any]) -> N
                 None if b is None or not p else 100.0 * b / p for b, p in zip(per_row["busbw_gbps"], peaks)
             ]
         out.add(len(rows), head, per_row, samples)
+        return wrong
     else:
         rate = f"{UNITS[workload]}_per_s"
         for field, most in ((rate, MAX_RATE), (f"{rate}_per_gpu", MAX_RATE), ("step_time_ms", MAX_STEP_MS)):
@@ -460,6 +463,22 @@ def _add_result(out: Builder, head: dict[str, Any], result: dict[str, Any]) -> N
             row.update(_mfu(result, head["_peak_tflops"]))
         check_columns({f: [row.get(f)] for f in _TRAINING_CHECKED}, _TRAINING_CHECKED)
         out.add(1, row, values=samples)
+        return False
+
+
+def _fail_wrong_rows(head: dict[str, Any], rows: list[dict[str, Any]], per_row: dict[str, list]) -> bool:
+    """Give each row whose output check found a wrong element the status WRONG_RESULTS and a
+    reason saying how many, whatever its job's state: never COMPLETED, so compare, regress and
+    the history count it failed (docs/reference.md, "The output check")."""
+    counts = [wrong_count(r) for r in rows]
+    if not any(counts):
+        return False
+    per_row["status"] = [WRONG_RESULTS if n else head["status"] for n in counts]
+    per_row["reason"] = [
+        f"wrong results: {n} element{'s' if n > 1 else ''} failed the output check" if n else head.get("reason")
+        for n in counts
+    ]
+    return True
 
 
 # What a sample may be in a result file: a number, or null where it was not finite (json_safe).

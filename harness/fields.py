@@ -412,6 +412,32 @@ class _BoundedLoader(yaml.SafeLoader):
         self._sizes[id(node)] = self._total - before
         return node
 
+    def compose_mapping_node(self, anchor: Any) -> Any:
+        """A mapping, refused where it states a key twice: YAML 1.2 requires keys to be unique
+        (the spec, 3.2.1.1 "Nodes"), but PyYAML keeps the last one and drops the first without a
+        word, so that a profile's second NCCL_IB_HCA would silently replace its first. Keys are
+        compared as written (tag and text), before a merge key (`<<`) brings any in: a key that
+        overrides a merged one is the merge's purpose, not a duplicate."""
+        node = super().compose_mapping_node(anchor)
+        seen: dict[tuple[str, str], Any] = {}
+        for key, _ in node.value:
+            if not isinstance(key, yaml.ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
+                continue
+            first = seen.setdefault((key.tag, key.value), key.start_mark)
+            if first is not key.start_mark:
+                raise DuplicateKey(key.value, first, key.start_mark)
+        return node
+
+
+class DuplicateKey(yaml.composer.ComposerError):
+    """A mapping that states `key` twice: at `first`, then at `again` (marks of the file)."""
+
+    def __init__(self, key: str, first: Any, again: Any) -> None:
+        super().__init__(
+            None, None, f"key {key!r} is given twice in one mapping (first at line {first.line + 1})", again
+        )
+        self.key = key
+
 
 def load_yaml(text: str) -> Any:
     """YAML as `yaml.safe_load` reads it, within MAX_DEPTH and MAX_YAML_VALUES."""

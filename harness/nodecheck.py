@@ -211,12 +211,15 @@ def _median_busbw(result: Mapping[str, Any], collective: str, group: str, where:
         if isinstance(row, dict) and row.get("collective") == collective and row.get("group") == group:
             wrong = _number(row.get("wrong"), f"{where}: {collective} wrong")
             if wrong:
-                raise FigureError(f"{where}: {collective} returned {wrong:.0f} wrong element(s)")
+                raise FigureError(f"{where}: wrong results: {collective} returned {wrong:.0f} wrong element(s)")
             busbw = _number(row.get("busbw_gbps"), f"{where}: {collective} busbw_gbps", positive=True)
             mean, median = (
                 _number(row.get(k), f"{where}: {collective} {k}", positive=True) for k in ("time_us", "time_us_median")
             )
-            return busbw * mean / median
+            figure = busbw * mean / median
+            if not math.isfinite(figure):  # a busbw near the float's limit, times a mean above its median
+                raise FigureError(f"{where}: {collective} busbw_gbps {busbw!r} is no measurement")
+            return figure
     raise FigureError(f"{where}: no {collective} row on the {group} group")
 
 

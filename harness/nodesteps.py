@@ -27,7 +27,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
 from benchmarks.catalog import BACKENDS, DEVICES
-from benchmarks.results import RESULT_LIMIT, json_bytes, load_result, read_regular
+from benchmarks.results import RESULT_LIMIT, json_bytes, load_result, read_regular, wrong_results
 from harness import hostlists, inside, nodecheck
 from harness.hostlists import HOSTLIST_RE, NODE_NAME_RE
 from harness.logs import error_line, tail
@@ -312,6 +312,8 @@ def gather(run: Path, plan: Plan) -> Figures:
                     figures = nodecheck.step_figures(step, load_result(folder / step.result))
                 except ValueError as exc:  # FigureError and ResultError are ValueErrors
                     why = str(exc)
+            else:  # a collective that returned wrong elements fails its ranks, and its result says so
+                why = _wrong_results(folder / step.result) or why
             for metric in nodecheck.step_metrics(step):
                 value = None if figures is None else figures[metric]
                 if len(nodes) == 1:
@@ -323,6 +325,17 @@ def gather(run: Path, plan: Plan) -> Figures:
     if len(record["steps"]) > planned - out.never:
         raise ValueError(f"{where}: its rounds record {len(record['steps'])} steps; the plan has {planned}")
     return out
+
+
+def _wrong_results(path: Path) -> str | None:
+    """What a failed step's result, where it wrote one, says its output check found wrong."""
+    if not path.exists():
+        return None
+    try:
+        rows = load_result(path).get("rows")
+    except ValueError:
+        return None
+    return wrong_results(r for r in rows if isinstance(r, dict)) if isinstance(rows, list) else None
 
 
 # --------------------------------------------------------------------------- the plan

@@ -11,7 +11,7 @@ import yaml
 
 from benchmarks.catalog import WORKLOADS
 from harness.errors import SpecError
-from harness.fields import build, load_yaml, read_mapping
+from harness.fields import DuplicateKey, build, load_yaml, read_mapping
 from harness.spec import AXIS_ALIASES, MATRIX_AXES, MatrixRule, Sweep
 
 
@@ -25,6 +25,8 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
         raise SpecError(f"--set {assignment!r}: empty key in {path!r}")
     try:
         value = load_yaml(raw) if raw.strip() else ""
+    except DuplicateKey as exc:  # a value meant as YAML, which would lose the first
+        raise SpecError(f"--set {path}: {exc.problem}") from None
     except yaml.YAMLError:
         value = raw
     if isinstance(value, dict):

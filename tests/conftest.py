@@ -151,8 +151,14 @@ def stop_a_rank(
 
 
 def regress(run_dir: Path, db: Path, out: Path, *args: str) -> Result:
-    """`bench regress RUN --cluster lab --db DB --out OUT ARGS`, its exit status left to the test."""
-    return bench("regress", str(run_dir), "--cluster", "lab", "--db", str(db), "--out", str(out), *args, check=False)
+    """`bench regress RUN --cluster lab --db DB --out OUT ARGS`, its exit status left to the test.
+    It asks nothing of what a key can catch (--must-catch 100%) unless ARGS name a --must-catch:
+    a test of another verdict on a history of one or two runs would otherwise read "cannot
+    judge" at every key (docs/noise.md, "What a key can catch"); the tests of that rule name it."""
+    catch = () if "--must-catch" in args else ("--must-catch", "100%")
+    return bench(
+        "regress", str(run_dir), "--cluster", "lab", "--db", str(db), "--out", str(out), *catch, *args, check=False
+    )
 
 
 def slurm_sweep(sweep_file: Path, out: Path, *args: str, timeout: float = 1200) -> Result:
@@ -287,6 +293,13 @@ def separating(run: Path) -> float:
     return 2 * max(values) / min(values)
 
 
+def in_place_of(sweep_text: str, section: str) -> str:
+    """A sweep's text with `section`, a top-level section, appended in place of the sweep's own of
+    that name: the test's section alone, since a key stated twice is an error of its own."""
+    name = re.escape(section.split(":", 1)[0])
+    return re.sub(rf"^{name}:.*\n(?:  .*\n)*", "", sweep_text, count=1, flags=re.MULTILINE) + section
+
+
 def snapshot(root: Path) -> dict[str, tuple]:
     """Every entry under root: its kind, mode, size, modification time, and its bytes (a file's)
     or target (a link's); what a command that must change nothing there is compared against."""
@@ -315,20 +328,31 @@ def copy_run(
     version: int | None = None,
     launcher: str | None = None,
     spread: float | None = None,
+    size_factors: dict[int, float] | None = None,
+    widen: float | None = None,
 ) -> Path:
     """A copy of a run whose summary and samples are rewritten: times scaled by time_factor
-    (rates divided), a column dropped, the layout version or the launcher changed. `spread`
+    (rates divided), and the collectives' rows of a message size in `size_factors` by its
+    factor too; a column dropped, the layout version or the launcher changed. `spread`
     draws each row's samples toward their median, in order, until its largest is at most that
     many times its smallest: for a test that needs a change of a given size to be significant
-    within a run, which loopback gloo's 20x spreads (see `separating`) leave to chance."""
+    within a run, which loopback gloo's 20x spreads (see `separating`) leave to chance. `widen`
+    spreads each row's samples away from their median, in log space, by that factor: a busier
+    night's run, its p90/p10 raised to the power `widen`."""
     shutil.copytree(src, dst)
     summary = pq.read_table(dst / "summary.parquet")
     samples = pq.read_table(dst / "samples.parquet")
     cols = {n: summary.column(n) for n in summary.column_names}
+
+    def factors(sizes: pa.ChunkedArray) -> pa.Array:  # each row's time factor
+        by_size = size_factors or {}
+        return pa.array([time_factor * by_size.get(b, 1.0) for b in sizes.to_pylist()], type=pa.float64())
+
+    row_factor = factors(summary.column("size_bytes"))
     for name in ("time_us", "step_time_ms"):
-        cols[name] = pa.compute.multiply(cols[name], time_factor)
+        cols[name] = pa.compute.multiply(cols[name], row_factor)
     for name in ("busbw_gbps", "algbw_gbps", "images_per_s", "images_per_s_per_gpu"):
-        cols[name] = pa.compute.divide(cols[name], time_factor)
+        cols[name] = pa.compute.divide(cols[name], row_factor)
     if launcher:
         cols["launcher"] = pa.array([launcher] * summary.num_rows, type=pa.string())
     meta = dict(summary.schema.metadata or {})
@@ -341,7 +365,10 @@ def copy_run(
     rows = samples.column("values").to_pylist()
     if spread is not None:
         rows = [_narrowed(row, spread) for row in rows]
-    values = pa.array([[v * time_factor for v in row] for row in rows], type=pa.list_(pa.float64()))
+    if widen is not None:
+        rows = [_about_median(row, widen) for row in rows]
+    sample_factor = factors(samples.column("size_bytes")).to_pylist()
+    values = pa.array([[v * f for v in row] for row, f in zip(rows, sample_factor)], type=pa.list_(pa.float64()))
     pq.write_table(samples.set_column(samples.column_names.index("values"), "values", values), dst / "samples.parquet")
     return dst
 
@@ -351,8 +378,14 @@ def _narrowed(row: list[float], spread: float) -> list[float]:
     the largest over the smallest is at most `spread`; their order and median stay."""
     if not row or min(row) <= 0 or max(row) / min(row) <= spread:
         return row
+    return _about_median(row, math.log(spread) / math.log(max(row) / min(row)))
+
+
+def _about_median(row: list[float], e: float) -> list[float]:
+    """v -> m * (v/m)**e for the row's median m: its spread in log space times e."""
+    if not row or min(row) <= 0:
+        return row
     m = statistics.median(row)
-    e = math.log(spread) / math.log(max(row) / min(row))
     return [m * (v / m) ** e for v in row]
 
 
@@ -407,11 +440,14 @@ def judged_history(real_run, local_check, tmp_path_factory) -> Path:
         if i == 3:  # judged: its verdict and bands, and it fails
             r = bench("regress", str(night), "--cluster", "lab", "--db", db, "--baseline", "median:3", check=False)
             assert r.returncode == 1, r.describe()
-        bench("history", "add", str(night), "--cluster", "lab", "--label", f"night{i}", "--db", db)
+        bench("history", "add", str(night), "--create", "--cluster", "lab", "--label", f"night{i}", "--db", db)
     bench("history", "accept", "4", "--reason", "new firmware", "--db", db)
     step = changes.Change("busbw_gbps", "all_reduce 2x1", 4, "run 4", 1.0, 0.5, 0.01, "0123456789ab")
     changes.store(Location(db), "lab", changes.RUNS, ["busbw_gbps"], [step], 0.05)
-    assert bench("history", "add", str(local_check[1]), "--cluster", "lab", "--db", db, check=False).returncode == 3
+    assert (
+        bench("history", "add", str(local_check[1]), "--create", "--cluster", "lab", "--db", db, check=False).returncode
+        == 3
+    )
     return Path(db)
 
 
@@ -422,7 +458,7 @@ def history_of(tmp_path):
     def make(*runs: Path, cluster: str = "lab") -> Path:
         db = tmp_path / "history.sqlite"
         for r in runs:
-            bench("history", "add", str(r), "--cluster", cluster, "--db", str(db))
+            bench("history", "add", str(r), "--create", "--cluster", cluster, "--db", str(db))
         return db
 
     return make

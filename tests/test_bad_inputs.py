@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import SWEEPS, bench, snapshot
+from conftest import SWEEPS, bench, in_place_of, snapshot
 
 from harness.cli import main
 
@@ -40,8 +40,10 @@ def _file(tmp: Path, name: str, content: str | bytes) -> Path:
 
 
 def _sweep(tmp: Path, extra: str = "", replace: tuple[str, str] | None = None) -> str:
+    """local.yaml with `replace` done and `extra` appended; an `extra` env section takes the
+    place of local.yaml's own (a key stated twice is an error of its own)."""
     text = LOCAL.replace(*replace) if replace else LOCAL
-    return str(_file(tmp, "sweep.yaml", text + extra))
+    return str(_file(tmp, "sweep.yaml", in_place_of(text, extra) if extra.startswith("env:") else text + extra))
 
 
 def _dry(tmp: Path, sweep: str, *more: str) -> list[str]:
@@ -181,6 +183,34 @@ CASES = [
     # submitit writes the run directory's path on #SBATCH lines, where Slurm reads '#' and blanks
     Case("sweep-submitit-directive-path", _submitit_out, "#SBATCH", "' '", "'#'", "--out"),
     Case("sweep-top-level-list", lambda t, r: _dry(t, str(_file(t, "s.yaml", "- a\n"))), "mapping"),
+    # ---- a key stated twice, which YAML readers keep the last of without a word
+    Case(
+        "sweep-duplicate-top-level",
+        lambda t, r: _dry(t, _sweep(t, "nodes: [1]\n")),
+        "sweep.yaml: not valid YAML at line",
+        "key 'nodes' is given twice in one mapping (first at line",
+    ),
+    Case(
+        "sweep-duplicate-in-workloads",
+        lambda t, r: _dry(t, _sweep(t, replace=("  allreduce:\n", "  allreduce:\n    iters: 5\n    iters: 6\n"))),
+        "'iters' is given twice",
+    ),
+    Case(
+        "sweep-duplicate-set-value",
+        lambda t, r: _dry(t, _sweep(t), "--set", "workloads.allreduce.collectives=[{a: 1, a: 2}]"),
+        "--set workloads.allreduce.collectives: key 'a' is given twice",
+    ),
+    Case(
+        "profile-duplicate-env",
+        lambda t, r: _slurm_dry(t, "name: c\nenv:\n  NCCL_IB_HCA: mlx5_0\n  NCCL_IB_HCA: mlx5_1\n"),
+        "c.yaml: not valid YAML at line 4, column 3: key 'NCCL_IB_HCA' is given twice in one mapping (first at line 3)",
+    ),
+    Case(
+        "profile-duplicate-in-reference",
+        lambda t, r: _accept(t, ACCEPTABLE.replace("size: 4M,", "size: 4M, size: 8M,")),
+        "line 3",
+        "key 'size' is given twice",
+    ),
     # ---- sweep: values every job would fail on
     Case("yaml11-boolean-env-key", lambda t, r: _dry(t, _sweep(t, 'env: {ON: "1"}\n')), "env", "True", "quote"),
     Case(
@@ -553,6 +583,43 @@ CASES = [
         lambda t, r: ["history", "list", "--db", str(_file(t, "h.sqlite", "hello"))],
         "not a bench history",
     ),
+    # ---- history: the typos of a tired engineer, each refused with nothing created (docs/fleet.md)
+    *(
+        Case(f"{command}-{what}", lambda t, r, argv=argv, db=db: [*argv(t, r), "--db", db], *words)
+        for command, argv in (
+            ("history-add", lambda t, r: ["history", "add", str(r), "--cluster", "c"]),
+            ("regress", lambda t, r: ["regress", str(r), "--cluster", "c"]),
+            ("history-count", lambda t, r: ["history", "list", "--count", "--cluster", "c"]),
+        )
+        for what, db, words in (
+            ("mistyped-scheme", "postgresq://bench@127.0.0.1:5439/bench", ("'postgresq:' is not a history's scheme",)),
+            ("scheme-one-slash", "postgresql:/bench@127.0.0.1/bench", ("a URL begins postgresql://",)),
+            ("no-scheme", "bench@127.0.0.1:5439/bench", ("without its scheme",)),
+            ("no-such-file", "history.sqlite", ("no history database", "--create")),
+        )
+    ),
+    Case(
+        "history-add-mistyped-cluster",
+        lambda t, r: ["history", "add", str(_later(r, t)), "--cluster", "cc", *_db_with(r, t)],
+        "--cluster 'cc'",
+        "did you mean 'c'? its clusters: c",
+        "--new-cluster",
+    ),
+    Case(
+        "history-add-new-cluster-known",
+        lambda t, r: ["history", "add", str(_later(r, t)), "--cluster", "c", "--new-cluster", *_db_with(r, t)],
+        "--new-cluster",
+        "cluster 'c' has 1 run in",
+    ),
+    Case(
+        "history-list-mistyped-cluster",
+        lambda t, r: ["history", "list", "--count", "--cluster", "cc", *_db_with(r, t)],
+        "did you mean 'c'",
+    ),
+    Case(
+        "history-create-not-add", lambda t, r: ["history", "list", "--create", *_db(t)], "--create is for history add"
+    ),
+    Case("regress-mistyped-cluster", lambda t, r: ["regress", str(r), "--cluster", "cc", *_db_with(r, t)], "'cc'"),
     # ---- regress
     Case(
         "regress-out-under-a-file",
@@ -565,6 +632,11 @@ CASES = [
         "baseline",
     ),
     Case("regress-no-history", lambda t, r: ["regress", str(r), "--cluster", "c", *_db(t)], "history"),
+    Case(
+        "regress-must-catch-over-100",
+        lambda t, r: ["regress", str(r), "--cluster", "c", "--must-catch", "101%", *_db_with(r, t)],
+        "--must-catch '101%' must be at least 0% and at most 100%",
+    ),
     # ---- report
     Case("report-out-dir", lambda t, r: ["report", str(r), "--out", str(t)], "--out", "directory"),
     Case("report-out-under-a-file", lambda t, r: ["report", str(r), "--out", str(_not_a_dir_parent(t))], "--out"),
@@ -577,7 +649,19 @@ CASES = [
         "profile-hardware-negative",
         lambda t, r: _slurm_dry(t, "name: x\nhardware: {network_gbps_per_node: -400}\n"),
         "hardware.network_gbps_per_node",
-        "positive number of GB/s",
+        "must be a number of GB/s from 0.001 to 1e6",
+    ),
+    Case(  # a rate of almost nothing divided every plan's time by zero (exit 70)
+        "profile-hardware-denormal",
+        lambda t, r: _slurm_dry(t, "name: x\nhardware: {network_gbps_per_node: 5.0e-324, nics_per_node: 8}\n"),
+        "hardware.network_gbps_per_node",
+        "from 0.001 to 1e6, found 5e-324",
+    ),
+    Case(  # a peak of almost nothing estimated 0 img/s
+        "profile-peak-tiny",
+        lambda t, r: _slurm_dry(t, "name: x\nhardware: {peak_tflops_per_gpu: 1.0e-300}\n"),
+        "hardware.peak_tflops_per_gpu",
+        "must be a number of TFLOP/s from 0.001 to 1e6",
     ),
     Case(
         "profile-hardware-in-gbits",  # 8 x 400 Gb/s written as Gbit/s: refused, never 8x the truth
@@ -649,16 +733,25 @@ def _damaged_band(run: Path, tmp: Path) -> list[str]:
     """A history whose run has a gate band with a key that is no key (another tool wrote it)."""
     args = _db_with(run, tmp)
     con = sqlite3.connect(args[1])
-    con.execute("INSERT INTO gate_bands VALUES (1, 'busbw_gbps', '[\"<b>\"', 1, 1, 1, 1, 'slower', 'between runs')")
+    con.execute(
+        "INSERT INTO gate_bands VALUES (1, 'busbw_gbps', '[\"<b>\"', 1, 1, 1, 1, 'slower', 'between runs', 0.05)"
+    )
     con.commit()
     con.close()
     return args
 
 
+def _later(run: Path, tmp: Path) -> Path:
+    """A copy of the run planned later: a run of its own to the history."""
+    copy = _copy(run, tmp, "later")
+    _edit_json(copy / "plan.json", lambda p: p.update(created="2099-01-01T00:00:00+00:00"))
+    return copy
+
+
 def _db_with(run: Path, tmp: Path) -> list[str]:
     """A history holding the run under cluster c."""
     db = tmp / "with.sqlite"
-    assert main(["history", "add", str(run), "--cluster", "c", "--db", str(db)]) == 0
+    assert main(["history", "add", str(run), "--create", "--cluster", "c", "--db", str(db)]) == 0
     return ["--db", str(db)]
 
 

@@ -13,7 +13,7 @@ from conftest import ROOT, run
 
 # Proofs without the testbed, marked by hand: too long for the default tier (CONTRIBUTING.md)
 LOCAL_PROOFS = (
-    "tests/proofs/test_nightly_testbed.py::test_three_unshaped_nights_pass_on_the_local_executor",
+    "tests/proofs/test_nightly_testbed.py::test_three_unshaped_nights_fail_no_key_on_the_local_executor",
     "tests/test_packaging.py::test_a_wheel_in_a_fresh_venv_runs_the_shipped_sweeps",
     "tests/modules/harness/test_sweep.py::test_a_failing_workload_fails_its_job_and_the_sweep_goes_on",
     "tests/modules/harness/test_sweep.py::test_a_job_past_its_time_limit_is_killed_and_recorded_timeout",

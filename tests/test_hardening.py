@@ -118,7 +118,12 @@ def test_report_and_history_plot_write_through_links(real_run, tmp_path, capsys)
         (["history", "plot", "--cluster", "c", "--db", str(tmp_path / "h.sqlite")], "history.png"),
     ):
         if args[0] == "history":
-            assert main(["history", "add", str(real_run), "--cluster", "c", "--db", str(tmp_path / "h.sqlite")]) == 0
+            assert (
+                main(
+                    ["history", "add", str(real_run), "--create", "--cluster", "c", "--db", str(tmp_path / "h.sqlite")]
+                )
+                == 0
+            )
         target, link = tmp_path / f"real-{name}", tmp_path / name
         target.write_text("old")
         link.symlink_to(target)
@@ -398,7 +403,7 @@ def test_junit_stays_xml_with_control_characters_in_names(real_run, tmp_path, ca
     shutil.copytree(real_run, night)
     planned_later(night)  # a run of its own, not the baseline's copy
     db = str(tmp_path / "h.sqlite")
-    assert main(["history", "add", str(real_run), "--cluster", "c", "--db", db]) == 0
+    assert main(["history", "add", str(real_run), "--create", "--cluster", "c", "--db", db]) == 0
     out = tmp_path / "regress"
     status = main(["regress", str(night), "--cluster", "c", "--db", db, "--baseline", "last", "--out", str(out)])
     assert status in (0, 1, 3), capsys.readouterr().err

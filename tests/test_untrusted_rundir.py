@@ -73,7 +73,7 @@ def _summary_generations(run: Path, outside: Path) -> list[str]:
 
 def _regress_dir(run: Path, outside: Path) -> list[str]:
     db = str(outside.parent / "history.sqlite")
-    assert main(["history", "add", str(run), "--cluster", "c", "--db", db]) == 0
+    assert main(["history", "add", str(run), "--create", "--cluster", "c", "--db", db]) == 0
     plan = json.loads((run / "plan.json").read_text())
     (run / "plan.json").write_text(json.dumps({**plan, "created": "2026-01-01T00:00:00+00:00"}))  # another run
     _link(run / "regress", outside)

@@ -152,9 +152,9 @@ def draw(
         choice.settle(runs)
 
     never = counted[newest_at] == 0
-    failed_at = (expected["status"] != COMPLETED).to_numpy(dtype=bool) | never
+    failed_at = (expected["status"] != COMPLETED).to_numpy(dtype=bool, na_value=True) | never
     failed = expected[failed_at].assign(job="-/" + expected.loc[failed_at, "job"])
-    failed_done = (failed["status"] == COMPLETED).to_numpy(dtype=bool)  # never usable, yet completed
+    failed_done = (failed["status"] == COMPLETED).to_numpy(dtype=bool, na_value=False)  # never usable, yet completed
 
     # the completed rows in the order the baseline takes them, run by run: the chosen rows, then
     # the newest's never usable ones. A key's code is the order it first comes in; a row's place,

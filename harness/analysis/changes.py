@@ -53,6 +53,7 @@ PERMUTATIONS = 499
 MIN_SEGMENT = 3
 RUNS, NODE_CHECKS = "runs", "node checks"  # change_points' kinds
 _CHUNK = 4_000_000  # distance-matrix entries held at once over the shuffles
+DENSE_MAX = 64  # runs up to which a segment's every distance is summed (energy); longer, by ranks
 
 
 class Dated(Protocol):
@@ -84,23 +85,75 @@ class Change:
 
 def energy(x: Values) -> Values:
     """Q(tau) for every split of each row of x (shape (r, n)): an (r, n + 1) array, -inf where
-    a side would be shorter than MIN_SEGMENT."""
+    a side would be shorter than MIN_SEGMENT. Each split needs three sums of |x_i - x_j| over
+    ordered pairs: within [0, tau) (`left`), across (`cross`) and within [tau, n) (`right`)."""
     import numpy as np
 
     r, n = x.shape
-    d = np.abs(x[:, :, None] - x[:, None, :])
-    c = np.zeros((r, n + 1, n + 1))
-    c[:, 1:, 1:] = d.cumsum(axis=1).cumsum(axis=2)
     tau = np.arange(n + 1)
-    full = c[:, n, n][:, None]
-    left = c[:, tau, tau]  # sum over [0, tau) x [0, tau)
-    cross = c[:, tau, n] - left  # [0, tau) x [tau, n)
+    if n <= DENSE_MAX:  # every pair's distance, summed by two cumulative sums
+        d = np.abs(x[:, :, None] - x[:, None, :])
+        c = np.zeros((r, n + 1, n + 1))
+        c[:, 1:, 1:] = d.cumsum(axis=1).cumsum(axis=2)
+        full = c[:, n, n][:, None]
+        left = c[:, tau, tau]  # sum over [0, tau) x [0, tau)
+        cross = c[:, tau, n] - left  # [0, tau) x [tau, n)
+    else:
+        full, left, cross = _pair_sums(x)
     right = full - 2 * cross - left  # [tau, n) x [tau, n)
     m, k = tau.astype(float), (n - tau).astype(float)
     with np.errstate(divide="ignore", invalid="ignore"):
         q = m * k / n * (2 * cross / (m * k) - left / (m * (m - 1)) - right / (k * (k - 1)))
     q[:, (tau < MIN_SEGMENT) | (tau > n - MIN_SEGMENT)] = -np.inf
     return q
+
+
+def _pair_sums(x: Values) -> tuple[Values, Values, Values]:
+    """(full, left, cross) of energy() in O(r n log n) time and O(r n) memory, for long series,
+    where n x n distances per shuffle grow with the square of the nights (CONTRIBUTING.md, "Speed").
+
+    D_i, the sum of |x_i - x_j| over every j, comes from the sorted row's prefix sums; the sum of
+    the first tau rows' D_i is left + cross. `left` grows by 2 sum_{i<t} |x_t - x_i| as x_t joins,
+    and that sum is x_t (c - c') - (s - s') over the earlier values below x_t (count c, sum s)
+    and above it (c', s'), which a Fenwick tree over the values' ranks gives in log n steps:
+    every row's tree at once."""
+    import numpy as np
+
+    r, n = x.shape
+    order = np.argsort(x, axis=1, kind="stable")
+    rows = np.arange(r)
+    rank = np.empty_like(order)
+    rank[rows[:, None], order] = np.arange(n)
+    ordered = np.take_along_axis(x, order, axis=1)
+    below = np.cumsum(ordered, axis=1) - ordered  # the sum of the values sorted before each
+    k = np.arange(n)
+    total = ordered.sum(axis=1, keepdims=True)
+    d_sorted = k * ordered - below + (total - below - ordered) - (n - 1 - k) * ordered
+    d = np.empty_like(x)
+    np.put_along_axis(d, order, d_sorted, axis=1)
+    counts, sums = np.zeros((r, n + 1)), np.zeros((r, n + 1))
+    joined = np.zeros((r, n))  # sum_{i<t} |x_t - x_i|
+    seen = np.zeros(r)
+    for t in range(n):
+        value, at = x[:, t], rank[:, t]
+        c, s = np.zeros(r), np.zeros(r)
+        i = at.copy()  # the tree's positions 1..at hold ranks 0..at-1: the values below
+        while (live := np.flatnonzero(i > 0)).size:
+            c[live] += counts[live, i[live]]
+            s[live] += sums[live, i[live]]
+            i[live] -= i[live] & -i[live]
+        joined[:, t] = value * (2 * c - t) - 2 * s + seen
+        i = at + 1
+        while (live := np.flatnonzero(i <= n)).size:
+            counts[live, i[live]] += 1
+            sums[live, i[live]] += value[live]
+            i[live] += i[live] & -i[live]
+        seen += value
+    left = np.zeros((r, n + 1))
+    left[:, 1:] = np.cumsum(2 * joined, axis=1)
+    before = np.zeros((r, n + 1))
+    before[:, 1:] = np.cumsum(d, axis=1)
+    return before[:, n][:, None], left, before - left
 
 
 def split(x: Values, rng: np.random.Generator) -> tuple[int, float] | None:
@@ -114,7 +167,7 @@ def split(x: Values, rng: np.random.Generator) -> tuple[int, float] | None:
     tau = int(np.argmax(q))
     best = q[tau]
     hits = 0
-    step = max(1, _CHUNK // (n * n))
+    step = max(1, _CHUNK // (n * n)) if n <= DENSE_MAX else PERMUTATIONS  # _pair_sums holds r x n
     for start in range(0, PERMUTATIONS, step):
         count = min(step, PERMUTATIONS - start)
         shuffled = rng.permuted(np.broadcast_to(x, (count, n)), axis=1)

@@ -2,15 +2,16 @@
 the history), key by key.
 
 A key is a point of the matrix: workload, collective, scaling mode, nodes, GPUs per node,
-launcher, settings set and message size. Every key side A completed gets one row per metric
-asked for, with one verdict:
+launcher, settings set and message size. Every key A completed or B planned and did not complete
+gets one row per metric asked for, with one verdict:
 
-    failed                   A completed the key and B did not (FAILED, TIMEOUT, CANCELLED,
-                             MISSING, or absent); the row carries B's status and the job's reason
+    failed                   B's job for it did not complete it, whether or not A has it (FAILED,
+                             WRONG_RESULTS, ...): the row carries B's status and the job's reason
+    only in A                A completed the key and B never planned it (another sweep): nothing
+                             failed, and nothing was judged
     slower / faster          the change passes the threshold AND the noise test (below)
-    cannot judge             the values or samples cannot carry a verdict: zero, NaN or inf
-                             values, fewer samples than the test needs, or workload parameters
-                             that differ between the sides
+    cannot judge             the figures cannot carry a verdict: zero, NaN or inf, fewer samples
+                             than the test needs, or workload parameters that differ
     no significant change    otherwise
 
 The noise test, per key (stats.py says how):
@@ -55,6 +56,7 @@ from harness.analysis.sides import (
     check_rules,
     env_differences,
     key_texts,
+    unfinished_beyond,
     usable,
 )
 from harness.errors import DataError
@@ -70,9 +72,10 @@ if TYPE_CHECKING:
 # Axes that `--across` compares inside one run: the configurations a sweep lays side by side.
 AXES = ("nccl_config", "launcher")
 FAILED, SLOWER, UNJUDGED, SAME, FASTER = "failed", "slower", "cannot judge", "no significant change", "faster"
-WORST_FIRST = (FAILED, SLOWER, UNJUDGED, SAME, FASTER)  # severity: tables, gates and reports sort by it
+ONLY_A = "only in A"  # a key B never planned: not a failure ("failed" is a job's), and not judged
+WORST_FIRST = (FAILED, SLOWER, UNJUDGED, ONLY_A, SAME, FASTER)  # severity: tables, gates and reports sort by it
 ORDER = {v: i for i, v in enumerate(WORST_FIRST)}
-VERDICTS = (FAILED, SLOWER, UNJUDGED, FASTER, SAME)  # the order a summary line counts them in
+VERDICTS = (FAILED, SLOWER, UNJUDGED, ONLY_A, FASTER, SAME)  # the order a summary line counts them in
 BY_RUNS, BY_SAMPLES = "between runs", "within run"
 REFERENCE = "reference"  # judged against a cluster profile's stated figure (analysis/reference.py)
 ABSENT = "absent"  # status_b of a key B never planned
@@ -97,10 +100,25 @@ class Comparison:
     allow_mismatch: bool = False
     across: tuple[str, str, str] | None = None  # (axis, A's value, B's value)
     margin: float = 0.0  # what a change judged within a run must also pass (compare's `margin`)
+    must_catch: float | None = None  # the fall every unchanged key could have caught (gating.hold_to)
+    gate_min_size: int | None = None  # collective keys below it do not gate (gating.watch_below)
+    run_noise: str | None = None  # why B, noisier than its history, was not judged (gating.weigh_run_noise)
 
     def counts(self) -> dict[str, int]:
         v = self.table["verdict"]
         return {k: int((v == k).sum()) for k in VERDICTS}
+
+    def gate_counts(self) -> dict[str, int]:
+        """counts() of the keys that set a gate's exit status: every key but those
+        gating.watch_below left out, and every failed key whatever its size (a job failed)."""
+        v = self.table["verdict"]
+        counted = self.gating() | (v == FAILED).to_numpy(dtype=bool)
+        return {k: int(((v == k).to_numpy(dtype=bool) & counted).sum()) for k in VERDICTS}
+
+    def gating(self) -> Mask:
+        """Which rows gate: all (no row lacks a verdict), but those gating.watch_below marked."""
+        t = self.table
+        return t["gating"].to_numpy(dtype=bool) if "gating" in t else t["verdict"].notna().to_numpy()
 
     @property
     def method(self) -> str:
@@ -119,15 +137,15 @@ class Comparison:
 # --------------------------------------------------------------------------- comparing
 
 
-def parse_threshold(text: str, option: str = "--threshold") -> float:
-    """'5%' or '0.05' -> 0.05."""
+def parse_threshold(text: str, option: str = "--threshold", whole: bool = False) -> float:
+    """'5%' or '0.05' -> 0.05; below 100%, or up to 100% itself where `whole` is allowed."""
     t = text.strip()
     try:
         value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
     except ValueError:
         raise ValueError(f"{option} {text!r} is not a percentage like 5%") from None
-    if not 0 <= value < 1 or math.isnan(value):
-        raise ValueError(f"{option} {text!r} must be at least 0% and below 100%")
+    if not (0 <= value <= 1 if whole else 0 <= value < 1) or math.isnan(value):
+        raise ValueError(f"{option} {text!r} must be at least 0% and {'at most' if whole else 'below'} 100%")
     return value
 
 
@@ -188,9 +206,9 @@ def compare(
         if ra.empty:
             continue
         m, in_b = _joined(ra, rb, [name, "_i", "runs", *LIKE, *SEEN], aligned)
-        failed = _failed_rows(m[~in_b], b, name)
-        if len(failed):
-            parts.append(failed)
+        for lost in (m[~in_b], unfinished_beyond(b, ra, metric).assign(**{f"{name}_a": np.nan, "runs_a": 0})):
+            if len(failed := _failed_rows(lost, b, name)):
+                parts.append(failed)
         m = m[in_b]
         if metric.zero_for_one_rank:
             m = m[(m["nodes"] * m["gpus_per_node"] > 1).to_numpy(dtype=bool)]
@@ -302,7 +320,8 @@ def verdict_ranks(verdicts: pd.Series, missing: float) -> npt.NDArray[np.float64
 
 
 def _failed_rows(m: pd.DataFrame, b: Side, name: str) -> pd.DataFrame:
-    """Rows for keys A completed and B did not: B's status and reason, or absent."""
+    """Rows for keys A completed and B did not: failed, with B's status and reason, or only in
+    A where B never planned the key."""
     import numpy as np
 
     out = m[KEYS].reset_index(drop=True)
@@ -313,7 +332,7 @@ def _failed_rows(m: pd.DataFrame, b: Side, name: str) -> pd.DataFrame:
     notes = []
     for st, reason, job in zip(status, out["reason"].astype(object), out["job"].astype(object)):
         if st is None:
-            notes.append(f"absent from {b.label}")
+            notes.append(f"never planned in {b.label}")
         else:
             why = f": {reason}" if isinstance(reason, str) and reason else ""
             notes.append(f"{job} {st} in {b.label}{why}")
@@ -324,11 +343,13 @@ def _failed_rows(m: pd.DataFrame, b: Side, name: str) -> pd.DataFrame:
     out["a"] = m[f"{name}_a"].to_numpy(dtype=float)
     for col in ("b", "ratio", "ci_low", "ci_high", "p_value", "band_low", "band_high"):
         out[col] = np.nan
-    out["change"] = -np.inf
+    never = np.array([st is None for st in status], dtype=bool)
+    out["change"] = np.where(never, np.nan, -np.inf)  # a failed key's change is total; an absent one has none
+    out["catches"] = np.nan
     out["runs_a"], out["runs_b"] = m["runs_a"].to_numpy(), 0
     out["n_a"], out["n_b"] = 0, 0
     out["test"] = None
-    out["verdict"] = FAILED
+    out["verdict"] = np.where(never, ONLY_A, FAILED).astype(object)
     out["note"] = notes
     out["status_b"] = status_b
     out["mismatch"] = False
@@ -443,6 +464,8 @@ def _judge(
     part["band_low"] = np.where(by_runs, band_low, np.nan)
     part["band_high"] = np.where(by_runs, band_high, np.nan)
     part["change"] = perf - 1
+    caught = stats.catches(by_runs, band_low if metric.higher_is_better else 1 / band_high, shift, threshold, margin)
+    part["catches"] = np.where(np.isin(verdict, (SAME, SLOWER, FASTER)), caught, np.nan)  # of a judged key only
     part["runs_a"], part["runs_b"] = runs_a, m["runs_b"].to_numpy()
     part["n_a"], part["n_b"] = ca, cb
     part["test"] = np.where(by_runs, BY_RUNS, BY_SAMPLES)

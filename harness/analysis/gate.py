@@ -11,14 +11,16 @@ the run:
                  when someone accepted it (`bench history accept RUN --reason R`) and why
     gate_keys    the keys the gate rejected in it, each as the JSON list of its key columns
     gate_bands   each key's baseline value, band and value in the metric's unit, with its
-                 verdict and test (as Bencher keeps a metric's limits beside it)
+                 verdict, test and catches: the smallest fall its verdict would have flagged
+                 (as Bencher keeps a metric's limits beside it)
 
 A baseline never draws on a rejected key of a run that was not accepted, nor on any key of a run
 rejected whole (it failed for what it ran on, a transport mismatch, rather than for a key). So a
 regression keeps failing, night after night, until it is fixed or accepted. Accepting a run says
-that its level is the cluster's new normal: from then on, baselines draw on that run and the runs
-after it only. The tables are made by the numbered migrations (store.py); a history whose
-runs were never judged has no verdicts, and nothing is rejected.
+that its level is its series' new normal: from then on, that series' baselines draw on that run
+and the runs after it only; another series of the cluster is not moved. The tables are made by
+the numbered migrations (store.py); a history whose runs were never judged has no verdicts, and
+nothing is rejected.
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.results import read_regular
-from harness.analysis.compare import FAILED, SLOWER, Comparison
-from harness.analysis.sides import KEYS
+from harness.analysis.compare import BY_RUNS, FAILED, REFERENCE, SLOWER, Comparison
+from harness.analysis.sides import KEYS, METRICS
 from harness.analysis.store import Connection, now
 from harness.errors import HistoryError
 
@@ -40,14 +42,15 @@ if TYPE_CHECKING:
     import pandas as pd
 
 FILE = "gate.json"
-FORMAT = 2  # 1: no method, rules or bands (read as such)
+FORMAT = 3  # 1: no method, rules or bands; 2: no catches or must_catch (each read as such)
 # The version of the gate's rules: how a baseline is drawn from the history and a key judged
 # against it (history.baseline, compare.compare, docs/noise.md). A verdict stored under other
 # rules was reached another way; raise it when they change.
 RULES = 1
-_BAND_COLUMNS = ("key", "metric", "baseline", "low", "high", "value", "verdict", "test")
+_BAND_COLUMNS = ("key", "metric", "baseline", "low", "high", "value", "verdict", "test", "catches")
 FILE_LIMIT = 64 << 20  # bytes: a 100,000-key run whose every key regressed is about 12 MB
 PASSED, REJECTED, UNJUDGED = "passed", "failed", "cannot judge"
+_VERDICT_OF = {0: PASSED, 1: REJECTED, 3: UNJUDGED}  # by bench regress's exit status
 WHOLE = "*"  # gate_keys' key of a run rejected whole
 _INT_KEYS = frozenset({"nodes", "gpus_per_node", "size_bytes"})
 
@@ -106,6 +109,7 @@ def document(
         "value": _numbers(table["b"].to_numpy(dtype=float, na_value=np.nan)),
         "verdict": per_value(table["verdict"], str),
         "test": per_value(table["test"], str),
+        "catches": _numbers(table["catches"].to_numpy(dtype=float, na_value=np.nan)),
     }
     return {
         "bench_gate": FORMAT,
@@ -113,14 +117,16 @@ def document(
         "cluster": cluster,
         "baseline": baseline,
         "status": status,
-        "verdict": PASSED if status == 0 else UNJUDGED if status == 3 else REJECTED,
+        "verdict": _VERDICT_OF[status],
         # a run that failed with no key slower or failed failed for what it ran on (a transport
-        # mismatch): none of its keys can serve
-        "rejected": [WHOLE] if status == 1 and not keys else keys,
+        # mismatch), and one noisier than its history was measured through the noise: none of
+        # their keys can serve
+        "rejected": [WHOLE] if (status == 1 and not keys) or cmp.run_noise else keys,
         "method": method,
         "k": k,
         "threshold": cmp.threshold,
         "margin": cmp.margin,
+        "must_catch": cmp.must_catch,
         "rules": RULES,
         "comparison": cmp.method,
         "bands": bands,
@@ -163,7 +169,7 @@ def read(path: Path, run: str, cluster: str) -> dict[str, Any] | None:
         doc = json.loads(data)
         ok = (
             isinstance(doc, dict)
-            and doc.get("bench_gate") in (1, FORMAT)
+            and doc.get("bench_gate") in (1, 2, FORMAT)
             and isinstance(doc.get("run"), str)
             and (doc.get("cluster") is None or isinstance(doc.get("cluster"), str))
             and isinstance(doc.get("baseline"), str)
@@ -189,7 +195,47 @@ def read(path: Path, run: str, cluster: str) -> dict[str, Any] | None:
             f"{path}: the run was judged against the history of cluster {doc['cluster']!r}, not {cluster!r}; "
             f"add it to that cluster, or judge it against {cluster!r} first"
         )
+    why = _disagreement(doc)
+    if why:
+        raise HistoryError(
+            f"{path}: {why}: not a verdict bench regress wrote; judge the run again with `bench regress` "
+            "before adding it"
+        )
+    if doc["cluster"] is None:  # judged against published figures: never a pass of this cluster's history
+        doc = {**doc, "verdict": f"{doc['verdict']} against {REFERENCE} figures"}
     return doc
+
+
+def _disagreement(doc: dict[str, Any]) -> str | None:
+    """Where a verdict's fields disagree with each other, as document() never writes them: its
+    word and status, the keys it rejected and the bands' verdicts, a band's verdict and the
+    figures it was reached from, a cluster and its method. None where they agree."""
+    import math
+
+    if doc["verdict"] != _VERDICT_OF[doc["status"]]:
+        return f"its verdict {doc['verdict']!r} is not what status {doc['status']} says"
+    if doc["bench_gate"] == 1:
+        return None
+    if (doc["cluster"] is None) != (doc["method"] == REFERENCE):
+        return f"method {doc['method']!r} with cluster {doc['cluster']!r}: only a reference verdict has no cluster"
+    bands = doc["bands"]
+    bad = sorted({k for k, v in zip(bands["key"], bands["verdict"]) if v in (SLOWER, FAILED)})
+    if doc["rejected"] != bad and doc["rejected"] != [WHOLE]:
+        return f"it rejects {len(doc['rejected'])} key(s) where its bands fail {len(bad)}"
+    threshold = doc["threshold"]
+    for key, name, base, low, high, value, verdict, test in zip(*(bands[c] for c in _BAND_COLUMNS[:-1])):
+        if verdict in (SLOWER, FAILED, UNJUDGED) or test != BY_RUNS:
+            continue
+        metric = METRICS.get(name)
+        if metric is None:
+            return f"a band of metric {name!r}, which bench does not have"
+        if not all(isinstance(x, (int, float)) and math.isfinite(x) and x > 0 for x in (base, low, high, value)):
+            continue
+        worse = value < low if metric.higher_is_better else value > high
+        perf = value / base if metric.higher_is_better else base / value
+        if worse and perf < 1 - threshold:
+            return f"key {key} is {verdict!r} though its value {value:g} lies {1 - perf:.0%} worse, beyond its band"
+    return None
 
 
 def _judged_by(doc: dict[str, Any]) -> bool:
@@ -202,53 +248,61 @@ def _judged_by(doc: dict[str, Any]) -> bool:
         and all(isinstance(doc.get(f), number) for f in ("threshold", "margin"))
         and isinstance(doc.get("rules"), int)
         and isinstance(doc.get("comparison"), str)
+        and (doc.get("must_catch") is None or isinstance(doc.get("must_catch"), number))
         and isinstance(bands, dict)
-        and set(bands) == set(_BAND_COLUMNS)
-        and all(isinstance(bands[c], list) for c in _BAND_COLUMNS)
+        and set(bands) == set(columns := _band_columns(doc))
+        and all(isinstance(bands[c], list) for c in columns)
     ):
         return False
     n = len(bands["key"])
     texts = ("key", "metric", "verdict", "test")
-    return all(len(bands[c]) == n for c in _BAND_COLUMNS) and all(
+    return all(len(bands[c]) == n for c in columns) and all(
         all(isinstance(v, str) and len(v) <= 4096 for v in bands[c])
         if c in texts
         else all(v is None or isinstance(v, number) for v in bands[c])
-        for c in _BAND_COLUMNS
+        for c in columns
     )
+
+
+def _band_columns(doc: dict[str, Any]) -> tuple[str, ...]:
+    """The bands' lists a verdict of its format holds: format 2 had no catches."""
+    return _BAND_COLUMNS if doc.get("bench_gate") == FORMAT else _BAND_COLUMNS[:-1]
 
 
 def store(con: Connection, run_id: int, doc: dict[str, Any]) -> None:
     """In add's transaction: the verdict of the run just inserted, with its bands."""
     con.execute(
-        "INSERT INTO gate_runs (run_id, verdict, status, baseline, method, k, threshold, margin, rules, comparison) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO gate_runs (run_id, verdict, status, baseline, method, k, threshold, margin, rules, comparison, "
+        "must_catch) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             run_id,
             doc["verdict"],
             doc["status"],
             doc["baseline"],
-            *(doc.get(f) for f in ("method", "k", "threshold", "margin", "rules", "comparison")),
+            *(doc.get(f) for f in ("method", "k", "threshold", "margin", "rules", "comparison", "must_catch")),
         ),
     )
     con.executemany("INSERT INTO gate_keys VALUES (?, ?)", [(run_id, k) for k in doc["rejected"]])
     bands = doc.get("bands")
     if bands:
-        columns = [bands[c] for c in _BAND_COLUMNS]
+        n = len(bands["key"])
+        columns = [bands[c] if c in bands else [None] * n for c in _BAND_COLUMNS]  # format 2: no catches
         con.executemany(
-            "INSERT INTO gate_bands (run_id, key, metric, baseline, low, high, value, verdict, test) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO gate_bands (run_id, {', '.join(_BAND_COLUMNS)}) VALUES (?{', ?' * len(_BAND_COLUMNS)})",
             [(run_id, *row) for row in zip(*columns)],
         )
 
 
-def accepted_since(con: Connection, cluster: str) -> tuple[str, int] | None:
-    """(created, id) of the cluster's newest accepted run: baselines begin there."""
-    row = con.execute(
+def accepted_since(con: Connection, run_ids: Sequence[int]) -> tuple[str, int] | None:
+    """(created, id) of the newest accepted run among these, the runs that may serve a baseline
+    (one series' runs, never the run under test): the baseline begins there. An acceptance in
+    another series moves nothing here."""
+    sql = (
         "SELECT r.created, r.id FROM runs r JOIN gate_runs g ON g.run_id = r.id "
-        "WHERE r.cluster = ? AND g.accepted IS NOT NULL ORDER BY r.created DESC, r.id DESC LIMIT 1",
-        (cluster,),
-    ).fetchone()
-    return (str(row[0]), int(row[1])) if row else None
+        "WHERE g.accepted IS NOT NULL AND r.id IN ({marks})"
+    )
+    rows = _by_run(con, sql, run_ids)
+    return max((str(created), int(run_id)) for created, run_id in rows) if rows else None
 
 
 def _by_run(con: Connection, sql: str, run_ids: Sequence[int], first: Sequence[Any] = ()) -> list[tuple]:

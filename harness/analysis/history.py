@@ -53,7 +53,8 @@ from harness.analysis.sides import (
     key_texts,
     read_tables,
 )
-from harness.analysis.store import SQLITE, Connection, Location, now, session
+from harness.analysis.stats import SPREAD_RUNS, padded, spread_rows, within_spread
+from harness.analysis.store import SQLITE, Connection, Location, admit_cluster, now, session
 from harness.analysis.store import error as store_error
 from harness.errors import DataError, HistoryError
 from harness.rundir import COMPLETED, RUN_FILE_LIMIT, RunDir
@@ -138,6 +139,9 @@ def add(
     label: str | None = None,
     verdict: Path | None = None,
     replace: bool = False,
+    *,
+    create: bool = False,
+    new_cluster: bool = False,
 ) -> Added:
     """Store a run, failed keys and all, with the gate's verdict on it: `verdict` (a gate.json
     bench regress wrote), else the run's own regress/gate.json where there is one. Everything
@@ -147,7 +151,11 @@ def add(
     and label is there already: nothing is written, and the entry says so. Other figures, or
     another cluster or label, under its identity are refused, unless `replace`, which takes the
     stored run out and this one in, in the same transaction. Two writers adding one run at the
-    same moment: the run's identity is unique, so the second finds the first's row."""
+    same moment: the run's identity is unique, so the second finds the first's row.
+
+    Nothing is created or started by mistake: an SQLite history that does not exist is made
+    only with `create`, and a cluster the history does not know is taken only as a
+    `new_cluster` (store.admit_cluster)."""
     check_name("--cluster", cluster)
     check_name("--label", label)
     run = RunDir(path)
@@ -155,7 +163,7 @@ def add(
     plan = run.read_plan()
     kept = summary.select(REQUIRED).replace_schema_metadata(summary.schema.metadata)
     rows = to_frame(kept)
-    done = (rows["status"] == COMPLETED).to_numpy(dtype=bool)
+    done = (rows["status"] == COMPLETED).to_numpy(dtype=bool, na_value=False)
     keys = rows.drop_duplicates(KEYS)
     not_done = rows[~done].drop_duplicates("job")
     env, _ = run_facts(summary.schema)
@@ -169,19 +177,23 @@ def add(
         raise HistoryError(f"--verdict {verdict}: no such file; bench regress writes gate.json in its --out")
     created = plan.get("created") or ""
     payload = hashlib.sha256(blob + (sblob or b"")).hexdigest()
+    spread = samples_spread(samples) if samples is not None else None
     failed_jobs = [f"{j} {s}" for j, s in zip(not_done["job"], not_done["status"])]
     replaced = None
-    with session(db, create=True) as con:
+    with session(db, create=create) as con:
         with con.transaction():
             held = _held(con, fp, payload, cluster, label, run.path, replace)
             if held is not None and not replace:
                 return Added(held, failed_jobs, judged, existing=True)
-            if held is not None:
+            if held is None:
+                admit_cluster(con, cluster, "runs", new_cluster, create)
+            else:  # --replace: the run of its identity, under its own cluster, goes out
                 _remove_rows(con, held.id)
                 replaced = held.id
             found = con.execute(
                 "INSERT INTO runs (fingerprint, cluster, label, path, sweep, created, added, rows, keys, failed, "
-                "environment, payload, stack, stack_fields) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "environment, payload, stack, stack_fields, spread) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (fingerprint) DO NOTHING RETURNING id",
                 (
                     fp,
@@ -198,6 +210,7 @@ def add(
                     payload,
                     series.digest(stack),
                     json.dumps(stack, sort_keys=True),
+                    spread,
                 ),
             ).fetchone()
             if found is None:  # another writer stored it since this one looked (PostgreSQL)
@@ -236,7 +249,11 @@ def _held(
 
 
 def entries(db: Location, cluster: str | None = None) -> list[Entry]:
+    """The runs of the history, or of `cluster`, which it must know (store.admit_cluster): a
+    mistyped name is refused, never counted as a cluster without runs."""
     with session(db) as con:
+        if cluster:
+            admit_cluster(con, cluster, "runs", new=False, create=False)
         cur = con.execute(
             _ENTRY + " WHERE cluster = ? ORDER BY created, id"
             if cluster
@@ -318,7 +335,7 @@ def _remove_rows(con: Connection, run_id: int) -> None:
 
 
 def accept(db: Location, run_id: int, reason: str) -> Entry:
-    """Accept a run's level as the cluster's new normal (analysis/gate.py): baselines begin at it."""
+    """Accept a run's level as its series' new normal (analysis/gate.py): baselines begin at it."""
     check_name("--reason", reason)
     with session(db) as con:
         row = con.execute(_ENTRY + " WHERE id = ?", (run_id,)).fetchone()
@@ -563,14 +580,11 @@ def baseline(
         found = [Entry(*r) for r in con.execute(q, params)]
         if stack is not None and found:
             found = _of_series(con, db, cluster, found, stack)
-        since = gate.accepted_since(con, cluster) if kind != "label" else None
-        if since is not None:  # an accepted run is the new normal: nothing before it serves
+        # an accepted run of the series is its new normal: nothing before it serves, and the
+        # accepted run itself always does (the run under test is never among `found`)
+        since = gate.accepted_since(con, [e.id for e in found]) if kind != "label" else None
+        if since is not None:
             found = [e for e in found if (e.created, e.id) >= since]
-            if not found:
-                raise HistoryError(
-                    f"{db}: run {since[1]} of cluster {cluster!r} was accepted as its new normal, and the run "
-                    f"under test is the only one since; judge a later run against it"
-                )
         if (
             not found
             and exclude
@@ -593,6 +607,46 @@ def baseline(
         elif kind != "best":
             found = found[: k + LOOKBACK]
         return _baseline(con, db, found, kind, k, how, list(METRICS if metrics is None else metrics))
+
+
+def spreads(db: Location, entries: list[Entry], n: int = SPREAD_RUNS) -> list[float]:
+    """The within-run spread of each of the newest `n` of a baseline's runs that have one: what
+    its history shows of a run's own noise, for gating.weigh_run_noise. Stored when a run is
+    added; a run added before (migration 10) has it worked out from its samples."""
+    import math
+
+    newest = sorted(entries, key=lambda e: (e.created, e.id), reverse=True)
+    if not newest:
+        return []
+    out = []
+    with session(db) as con:
+        marks = ", ".join("?" * len(newest))
+        stored = dict(con.execute(f"SELECT id, spread FROM runs WHERE id IN ({marks})", [e.id for e in newest]))
+        for entry in newest:
+            spread = stored.get(entry.id)
+            if spread is None:
+                samples = _load(con, db, entry, True, ["job"])[1]
+                spread = samples_spread(samples) if samples is not None else None
+            if spread is not None and not math.isnan(spread):
+                out.append(float(spread))
+            if len(out) == n:
+                break
+    return out
+
+
+def samples_spread(samples: pa.Table) -> float | None:
+    """stats.within_spread of a run's samples table, the rows it reads alone made a matrix;
+    None where no row has enough samples."""
+    import pyarrow.compute as pc
+
+    metric = samples.column("metric")  # each row's sampled time: time_us or step_time_ms
+    parts = []
+    for name in pc.unique(metric):
+        values = samples.filter(pc.equal(metric, name)).column("values")
+        lengths = pc.list_value_length(values).fill_null(0).to_numpy()
+        parts.append(padded(values.take(spread_rows(lengths))))
+    spread, rows = within_spread(parts)
+    return spread if rows else None
 
 
 def stacks(con: Connection, cluster: str | None) -> dict[int, dict[str, Any]]:

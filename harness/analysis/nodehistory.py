@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from benchmarks.results import read_regular
-from harness.analysis.store import SQLITE, Connection, Location, located, now, session
+from harness.analysis.store import SQLITE, Connection, Location, admit_cluster, located, now, session
 from harness.errors import HistoryError
 from harness.nodecheck import METRICS
 from harness.nodesteps import FOLDER, PLAN, RECORD, read_record
@@ -70,11 +70,21 @@ def rows(v: Verdict) -> list[tuple[str, str, float | None]]:
     return out
 
 
-def add(db: Location, path: Path, cluster: str, label: str | None, v: Verdict) -> NodeEntry:
+def add(
+    db: Location,
+    path: Path,
+    cluster: str,
+    label: str | None,
+    v: Verdict,
+    *,
+    create: bool = False,
+    new_cluster: bool = False,
+) -> NodeEntry:
     """Store the check in `path`, judged as `v`: its figures, and what it named. A check is
     known by its plan and its steps' record, figures and all: the same check again, with the
     same cluster and label, adds nothing (the entry says so); under another cluster or label it
-    is refused. Two writers adding one check at once: the second finds the first's row."""
+    is refused. Two writers adding one check at once: the second finds the first's row. The
+    history and the cluster are made or started only as history.add makes them."""
     named = "; ".join(
         [
             *([f"drain {v.drain}"] if v.drain else []),
@@ -88,11 +98,12 @@ def add(db: Location, path: Path, cluster: str, label: str | None, v: Verdict) -
     fp = digest.hexdigest()
     created = _created(path)
     round_s = _median_round_s(path)
-    with session(db, create=True) as con:
+    with session(db, create=create) as con:
         with con.transaction():
             held = _held(con, fp, cluster, label, path)
             if held is not None:
                 return held
+            admit_cluster(con, cluster, "node_checks", new_cluster, create)
             found = con.execute(
                 "INSERT INTO node_checks (fingerprint, cluster, label, path, created, added, nodes, named) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (fingerprint) DO NOTHING RETURNING id",
@@ -159,7 +170,10 @@ def _created(path: Path) -> str:
 
 
 def entries(db: Location, cluster: str | None = None) -> list[NodeEntry]:
+    """The node checks of the history, or of `cluster`, which it must know (as history.entries)."""
     with session(db) as con:
+        if cluster:
+            admit_cluster(con, cluster, "node_checks", new=False, create=False)
         where, args = (" WHERE cluster = ?", (cluster,)) if cluster else ("", ())
         return [NodeEntry(*r) for r in con.execute(_ENTRY + where + " ORDER BY created, id", args)]
 

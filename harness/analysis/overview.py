@@ -86,6 +86,7 @@ class Series:
     low: npt.NDArray[np.float64]  # the band, NaN where there was none
     high: npt.NDArray[np.float64]
     verdict: npt.NDArray[np.int8]  # codes into CODES
+    catches: npt.NDArray[np.float64]  # the smallest fall its verdict would have flagged, NaN: not said
 
     @property
     def last(self) -> str:
@@ -190,15 +191,21 @@ def rank(verdict: str) -> int:
 def _day(when: str, added: str) -> float:
     """Days since the epoch of when a run ran (as the Grafana views take it: the plan's time,
     else when it was added, which the history keeps in UTC)."""
-    for text in (when, added.replace(" ", "T") + "+00:00"):
+    for text in (when, str(added).replace(" ", "T") + "+00:00"):
         try:
             t = dt.datetime.fromisoformat(text)
         except (TypeError, ValueError):
             continue
         if t.tzinfo is None:
             t = t.replace(tzinfo=dt.timezone.utc)
-        return t.timestamp() / 86400
+        # a time a chart can draw and date_of can name: year 9999 with a negative offset is past
+        # datetime's range in UTC, year 1 with a positive one before it (OverflowError)
+        if FIRST_YEAR <= t.year <= LAST_YEAR:
+            return t.timestamp() / 86400
     return 0.0
+
+
+FIRST_YEAR, LAST_YEAR = 1970, 9998
 
 
 def date_of(day: float) -> str:
@@ -257,7 +264,7 @@ def _series(con: Any, db: Location, cluster: Cluster) -> list[Series]:
     import pandas as pd
 
     rows = con.execute(
-        "SELECT b.run_id, b.key, b.metric, b.low, b.high, b.value, b.verdict FROM gate_bands b "
+        "SELECT b.run_id, b.key, b.metric, b.low, b.high, b.value, b.verdict, b.catches FROM gate_bands b "
         "JOIN runs r ON r.id = b.run_id WHERE r.cluster = ?",
         (cluster.name,),
     ).fetchall()
@@ -266,7 +273,7 @@ def _series(con: Any, db: Location, cluster: Cluster) -> list[Series]:
     rows += _figures(db, cluster, [n.run for n in cluster.nights if n.run not in judged], metrics)
     if not rows:
         return []
-    df = pd.DataFrame(rows, columns=["run", "key", "metric", "low", "high", "value", "verdict"])
+    df = pd.DataFrame(rows, columns=["run", "key", "metric", "low", "high", "value", "verdict", "catches"])
     night = {n.run: i for i, n in enumerate(cluster.nights)}
     at = df["run"].map(night).to_numpy(dtype=np.intp)
     keys, key_names = pd.factorize(df["key"])
@@ -274,7 +281,7 @@ def _series(con: Any, db: Location, cluster: Cluster) -> list[Series]:
     sid = keys.astype(np.int64) * len(metric_names) + metrics
     order = np.lexsort((at, sid))
     sid, at = sid[order], at[order]
-    numbers = {c: df[c].to_numpy(dtype=float, na_value=np.nan)[order] for c in ("value", "low", "high")}
+    numbers = {c: df[c].to_numpy(dtype=float, na_value=np.nan)[order] for c in ("value", "low", "high", "catches")}
     verdict = pd.Categorical(df["verdict"], categories=CODES).codes[order]
     verdict = np.where(verdict < 0, CODES.index(UNJUDGED), verdict).astype(np.int8)
     parsed = [_key(db, cluster.name, text) for text in key_names]
@@ -296,6 +303,7 @@ def _series(con: Any, db: Location, cluster: Cluster) -> list[Series]:
                 numbers["low"][a:b],
                 numbers["high"][a:b],
                 verdict[a:b],
+                numbers["catches"][a:b],
             )
         )
     out.sort(key=lambda s: (GROUPS.index(s.group), s.text, s.metric))
@@ -323,7 +331,7 @@ def _figures(db: Location, cluster: Cluster, runs: list[int], metrics: list[str]
             v = df[metric].to_numpy(dtype=float, na_value=np.nan)
             ok = df["workload"].isin(METRICS[metric].workloads).to_numpy(dtype=bool) & (v > 0)
             median = pd.Series(v[ok]).groupby(keys[ok]).median()
-            out += [(entry.id, k, metric, None, None, float(x), NOT_JUDGED) for k, x in median.items()]
+            out += [(entry.id, k, metric, None, None, float(x), NOT_JUDGED, None) for k, x in median.items()]
     return out
 
 

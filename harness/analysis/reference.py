@@ -103,6 +103,8 @@ def against_reference(run: Side, refs: tuple[Reference, ...], profile: str) -> C
             )
     table = pd.DataFrame(rows)
     table["change"] = table["ratio"] - 1
+    # a fall past the tolerance is what the reference calls slower (stats.catches for a band)
+    table["catches"] = np.where(table["verdict"].isin((SLOWER, FASTER, SAME)), 1 - table["band_low"], np.nan)
     for col in ("ci_low", "ci_high", "p_value"):
         table[col] = np.nan
     table["runs_a"], table["runs_b"], table["n_a"], table["n_b"] = 1, 1, 0, 0

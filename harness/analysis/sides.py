@@ -7,6 +7,7 @@ side from many runs.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -128,6 +129,7 @@ class Side:
     stragglers: list[Straggler] = field(default_factory=list)
     others: pd.DataFrame | None = None
     entries: list[Entry] = field(default_factory=list)  # the history runs a baseline was drawn from
+    run_spread: float = math.nan  # a run's within-run spread (stats.within_spread); NaN for a baseline
 
     def spread(self) -> pd.DataFrame:
         """The rows with the p10 and p90 of each sampled time (time_us, step_time_ms) over the
@@ -236,19 +238,24 @@ def side_from_tables(
     import numpy as np
 
     df = key_frame(summary)
-    done = df[(df["status"] == COMPLETED).to_numpy(dtype=bool)].reset_index(drop=True)
+    done = df[(df["status"] == COMPLETED).to_numpy(dtype=bool, na_value=False)].reset_index(drop=True)
     codes = done.groupby(KEYS, sort=False, dropna=False).ngroup().to_numpy() if len(done) else np.zeros(0, int)
     groups = int(codes.max()) + 1 if len(codes) else 0
     first = np.unique(codes, return_index=True)[1]
     pooled: dict[str, tuple[Values, Counts]] = {}
+    spread = math.nan
     if samples is not None and samples.num_rows and len(done):
-        for metric_name, (vals, counts) in samples_by_row(samples, done).items():
+        by_row = samples_by_row(samples, done)
+        spread = stats.within_spread(by_row.values())[0]  # replicate by replicate, before they are pooled
+        for metric_name, (vals, counts) in by_row.items():
             mask = (np.arange(vals.shape[1])[None, :] < counts[:, None]) & usable(vals)
             pooled[metric_name] = stats.pool(codes, vals, mask, groups)
     figures = {name: done[name].to_numpy(dtype=float, na_value=np.nan) for name in METRICS}
-    others = df[(df["status"] != COMPLETED).to_numpy(dtype=bool)]
+    others = df[(df["status"] != COMPLETED).to_numpy(dtype=bool, na_value=True)]
     rows = done.iloc[first].reset_index(drop=True)
-    return grouped_side(rows, codes, figures, pooled, others, label, source, environment, found)
+    side = grouped_side(rows, codes, figures, pooled, others, label, source, environment, found)
+    side.run_spread = spread
+    return side
 
 
 def grouped_side(
@@ -375,9 +382,14 @@ def _in_step(rows: pd.DataFrame, part: pd.DataFrame) -> bool:
 
     if len(rows) != len(part):
         return False
+
+    def whole(column: pd.Series) -> pa.Array:  # pandas' own str columns give Arrow in chunks
+        array = pa.array(column, from_pandas=True)
+        return array.combine_chunks() if isinstance(array, pa.ChunkedArray) else array
+
     try:
         for c in SAMPLE_JOIN:
-            mine, theirs = pa.array(rows[c], from_pandas=True), pa.array(part[c], from_pandas=True)
+            mine, theirs = whole(rows[c]), whole(part[c])
             if not mine.equals(theirs if theirs.type == mine.type else theirs.cast(mine.type)):
                 return False
     except pa.ArrowException:
@@ -523,3 +535,20 @@ def key_texts(df: pd.DataFrame, sizes: bool = True) -> pd.Series:
     size[(df["workload"] != COLLECTIVE_WORKLOAD).to_numpy(dtype=bool)] = ""
     text = what.to_numpy(dtype=object)[config] + size + where.to_numpy(dtype=object)[config]
     return pd.Series(text, index=df.index, dtype=object)
+
+
+def unfinished_beyond(b: Side, ra: pd.DataFrame, metric: Metric) -> pd.DataFrame:
+    """The keys of `metric` B planned and did not complete that A has no row of: failed all the
+    same, never dropped because the baseline lacks them (a smaller sweep its newest night). A
+    row that stands for a whole job (no collective, no size) is A's already where A has a key
+    of its configuration (compare._status_of)."""
+    others = b.others
+    if others is None or not len(others):
+        return ra[KEYS].iloc[:0]
+    mine = others[others["workload"].isin(metric.workloads).to_numpy(dtype=bool)][KEYS]
+    if not len(mine) or not len(ra):
+        return mine.drop_duplicates().reset_index(drop=True)
+    whole = ((mine["collective"] == "") & (mine["size_bytes"] == 0)).to_numpy(dtype=bool)
+    known = mine.merge(ra[KEYS].drop_duplicates().assign(_in=1), on=KEYS, how="left")["_in"].notna().to_numpy()
+    in_config = mine.merge(ra[CONFIG].drop_duplicates().assign(_in=1), on=CONFIG, how="left")["_in"].notna().to_numpy()
+    return mine[~known & ~(whole & in_config)].drop_duplicates().reset_index(drop=True)

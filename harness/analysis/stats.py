@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     import numpy as np
     import numpy.typing as npt
     import pyarrow as pa
@@ -292,6 +294,72 @@ def band_limits(centre: Values, spread: Values, floor: float, c: float = BAND_C)
 
     width = c * np.fmax(spread, floor)
     return np.exp(centre - width), np.exp(centre + width)
+
+
+def catches(by_runs: Mask, band_floor: Values, shift: Shift, threshold: float, margin: float) -> Values:
+    """Per row, the smallest fall of performance (0.25: a quarter) its verdict would have called
+    slower, from what judged it (docs/noise.md, "What a key can catch"). Between runs: B must
+    fall below the band, whose low end is `band_floor` x A's value in performance terms, and past
+    the threshold. Within a run: the samples' 95% interval of B/A must lie below 1, and the
+    change must pass the threshold and the margin; the interval keeps its width as the ratio
+    moves, so the estimate must fall below ratio / high, `shift` being the samples' rate shift
+    (B/A as performance, with its interval). NaN where the test could not run."""
+    import numpy as np
+
+    with np.errstate(all="ignore"):
+        band = np.maximum(1 - band_floor, threshold)
+        within = np.maximum(1 - shift.ratio / shift.high, max(threshold, margin))
+        out = np.where(by_runs, band, within)
+    out[~np.isfinite(out)] = np.nan
+    return out
+
+
+# The rows a run's within-run spread is read on: evenly spaced, at most this many, of its rows
+# with at least SPREAD_SAMPLES samples (docs/noise.md, "A run noisier than its history")
+SPREAD_ROWS = 4000
+SPREAD_SAMPLES = 5
+SPREAD_RUNS = 5  # the newest runs of a baseline whose spreads are what its history shows
+
+
+def within_spread(parts: Iterable[tuple[Values, Counts]]) -> tuple[float, int]:
+    """A run's within-run spread and the rows it was read on: the median over its rows of
+    ln(p90 / p10) of each row's samples, the percentiles taken of their logs as NumPy's linear
+    percentile takes them (`parts`: each sampled time's padded samples and counts, as padded
+    gives them), its positive samples alone; NaN of no row."""
+    import numpy as np
+
+    spreads = []
+    for values, counts in parts:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            chosen = values[spread_rows(counts)]
+            logs = np.sort(np.log(np.where(chosen > 0, chosen, np.nan)), axis=1)  # NaN last
+        n = np.sum(np.isfinite(logs), axis=1)
+        logs, n = logs[n >= SPREAD_SAMPLES], n[n >= SPREAD_SAMPLES]
+        if len(n):
+            spreads.append(_row_percentile(logs, n, 0.9) - _row_percentile(logs, n, 0.1))
+    every = np.concatenate(spreads) if spreads else np.zeros(0)
+    return (float(np.median(every)), len(every)) if len(every) else (math.nan, 0)
+
+
+def spread_rows(counts: Counts) -> npt.NDArray[np.intp]:
+    """The rows within_spread reads of a sampled time: those with SPREAD_SAMPLES samples or
+    more, evenly spaced, at most SPREAD_ROWS."""
+    import numpy as np
+
+    rows = np.flatnonzero(counts >= SPREAD_SAMPLES)
+    return rows[np.linspace(0, len(rows) - 1, SPREAD_ROWS).astype(np.intp)] if len(rows) > SPREAD_ROWS else rows
+
+
+def _row_percentile(ordered: Values, n: Counts, q: float) -> Values:
+    """Each row's q-quantile of its first n values, sorted: linear between the two nearest, as
+    np.percentile's default, for all rows at once (np.nanpercentile takes a row at a time)."""
+    import numpy as np
+
+    at = (n - 1) * q
+    low = np.floor(at).astype(np.intp)
+    high = np.minimum(low + 1, n - 1)
+    rows = np.arange(len(n))
+    return ordered[rows, low] + (at - low) * (ordered[rows, high] - ordered[rows, low])
 
 
 def padded(lists: pa.ListArray | pa.ChunkedArray | list[list[float]]) -> tuple[Values, Counts]:

@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import quote
 
+from benchmarks.results import kind_of
 from harness.errors import HistoryError
 
 SQLITE, POSTGRES = "sqlite", "postgresql"
@@ -72,33 +73,88 @@ class Location:
         return redacted(self.given) if self.kind == POSTGRES else self.given
 
 
+# "word:/" at the start: a URL's scheme, or what a path makes of one ("postgresq://h/db" is the
+# relative path postgresq:/h/db); and "user@host:port", a URL that lost its scheme
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):/")
+_NO_SCHEME = re.compile(r"^[^/@]+@[^/@:]+:\d+(/|$)")
+
+
+def parse_location(given: str, name: str) -> Location:
+    """What `name` (--db, BENCH_HISTORY, history copy's FROM or TO) gives: an SQLite file's path,
+    or a postgresql:// or postgres:// URL (libpq's two schemes, its docs "Connection URIs").
+    Anything else that looks like a URL is refused, so that a mistyped scheme never becomes an
+    SQLite file named after the URL (docs/fleet.md, "Where the history is")."""
+    if given.startswith(SCHEMES):
+        _unreadable(given, name)
+        return Location(given)
+    # a URL bench does not read: shown without its user part and query, which may hold a password
+    shown = re.sub(r"^([^/@]*//)?[^/?#]*@", r"\1", given).partition("?")[0]
+    if m := _SCHEME.match(given):
+        scheme = m[1]
+        fix = (
+            f"a URL begins {scheme.lower()}://"
+            if scheme.lower() in ("postgresql", "postgres")
+            else "a history is an SQLite file's path or a postgresql:// (or postgres://) URL"
+        )
+        raise HistoryError(f"{name} {shown}: {scheme + ':'!r} is not a history's scheme; {fix}")
+    if _NO_SCHEME.match(given):
+        raise HistoryError(
+            f"{name} {shown}: looks like a URL without its scheme; a PostgreSQL history is postgresql://{shown}"
+        )
+    return Location(given)
+
+
 def located(db: Location | Path | str) -> Location:
     """A Location from what a caller holds: a Location, a path or a URL."""
     return db if isinstance(db, Location) else Location(str(db))
 
 
-def redacted(url: str) -> str:
-    """The URL without a password, in its user part or its query."""
+def conninfo(url: str) -> dict[str, str] | None:
+    """The URL's parameters as libpq reads them (psycopg's conninfo_to_dict, libpq's own parser),
+    or None where libpq cannot read it. Its error is never shown: it quotes the URL's text,
+    password and all."""
+    from psycopg.conninfo import conninfo_to_dict
+
     try:
-        parts = urlsplit(url)
-        netloc = parts.netloc.rpartition("@")
-        host = netloc[2]
-        user = netloc[0].partition(":")[0]
-        query = urlencode([(k, v) for k, v in parse_qsl(parts.query) if k.lower() != "password"])
-        return urlunsplit(parts._replace(netloc=f"{user}@{host}" if user else host, query=query))
-    except ValueError:
+        return {k: str(v) for k, v in conninfo_to_dict(url).items()}
+    except Exception:  # psycopg's ProgrammingError for a URL it cannot read
+        return None
+
+
+def redacted(url: str) -> str:
+    """What a message may show of a PostgreSQL URL: its user, host, port and database as libpq
+    reads them, and nothing else (no password, in its user part or its query, no other option)."""
+    given = conninfo(url)
+    if given is None:
         return "postgresql://<an unreadable URL>"
+    user = quote(given.get("user", ""), safe="")
+    host = given.get("host", "")
+    host = f"[{host}]" if ":" in host else quote(host, safe=",/")
+    port = f":{given['port']}" if given.get("port") else ""
+    return f"postgresql://{user + '@' if user else ''}{host}{port}/{quote(given.get('dbname', ''), safe='')}"
+
+
+def _unreadable(given: str, name: str) -> None:
+    """Refuse, in one line that shows none of it, a PostgreSQL URL libpq cannot read or reads
+    otherwise than its writer meant: a raw @ in a password, which libpq takes as part of the
+    host, and so would any message that names the host."""
+    parsed = conninfo(given)
+    if parsed is None:
+        raise HistoryError(
+            f"{name}: libpq cannot read this postgresql:// URL (a % not followed by two hex digits, an unclosed "
+            f"[ or another mistake; its text is not shown, as it may hold a password); write % as %25"
+        )
+    if "@" in parsed.get("host", ""):
+        raise HistoryError(
+            f"{name}: this postgresql:// URL has an @ after its user part's (its text is not shown, as it may "
+            f"hold a password); write @ in a password as %40"
+        )
 
 
 def where(location: Location) -> str:
     """'host H, port P, database D' of a PostgreSQL location, as libpq would resolve it from
     the URL and the PG* variables (libpq's docs, "Environment Variables")."""
-    from psycopg.conninfo import conninfo_to_dict
-
-    try:
-        given = conninfo_to_dict(location.given)
-    except Exception:  # psycopg's ProgrammingError for a URL it cannot read
-        given = {}
+    given = conninfo(location.given) or {}
     host = given.get("host") or os.environ.get("PGHOST") or "localhost"
     port = given.get("port") or os.environ.get("PGPORT") or "5432"
     user = given.get("user") or os.environ.get("PGUSER") or "-"
@@ -177,8 +233,14 @@ class Connection:
                 )
             return 0
         meta = dict(self.execute("SELECT key, value FROM meta WHERE key IN ('schema', 'version')").fetchall())
-        if "schema" in meta and str(meta["schema"]).isdigit():
-            return int(meta["schema"])
+        if "schema" in meta:
+            text = str(meta["schema"])
+            if not (text.isascii() and text.isdigit() and len(text) <= 6):  # '²' is a digit to str.isdigit
+                raise HistoryError(
+                    f"{self.location}: its meta schema {text[:20]!r} is not a migration's number: the history is "
+                    f"damaged; copy what it holds from a backup"
+                )
+            return int(text)
         if meta.get("version") == "2":
             return 1
         raise HistoryError(
@@ -261,7 +323,8 @@ def connect(location: Location | Path | str, create: bool = False) -> Connection
             con.migrate()
         elif found == 0:
             raise HistoryError(
-                f"{location}: the history is empty; add a run first with `bench history add RUN --cluster NAME`"
+                f"{location}: the history is empty; add a run first with "
+                f"`bench history add RUN --cluster NAME --create`"
                 if location.kind == SQLITE
                 else f"{location}: no bench history in this database; `bench history migrate --db {location}` "
                 f"creates its tables"
@@ -286,7 +349,10 @@ def _open(location: Location, create: bool) -> Connection:
         return _open_postgres(location)
     db = location.path
     if not create and not db.exists():
-        raise HistoryError(f"{db}: no history database; add a run first with `bench history add RUN --cluster NAME`")
+        raise HistoryError(
+            f"{db}: no history database; `bench history add RUN --cluster NAME --create` starts one with its "
+            f"first run (or `bench history migrate --db {db}`, an empty one)"
+        )
     if create:
         try:
             db.parent.mkdir(parents=True, exist_ok=True)
@@ -294,6 +360,8 @@ def _open(location: Location, create: bool) -> Connection:
             raise HistoryError(f"--db {db}: cannot create {db.parent} ({exc.strerror or exc})") from None
     if db.is_dir():
         raise HistoryError(f"--db {db}: is a directory; give the database file")
+    if db.exists() and not db.is_file():  # SQLite would open /dev/null, and leave a journal beside it
+        raise HistoryError(f"--db {db}: is {kind_of(db.stat().st_mode)}, not a file; give the database file")
     raw = None
     try:
         raw = sqlite3.connect(db, timeout=BUSY_TIMEOUT_S, isolation_level=None)
@@ -313,11 +381,39 @@ def _open_postgres(location: Location) -> Connection:
         raw = psycopg.connect(location.given, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
     except psycopg.Error as exc:
         reason = " ".join(str(exc).split())
-        password = urlsplit(location.given).password
+        password = (conninfo(location.given) or {}).get("password") or os.environ.get("PGPASSWORD")
         if password:
             reason = reason.replace(password, "<password>")
         raise HistoryError(f"{location}: cannot connect ({where(location)}): {reason}") from None
     return Connection(location, raw)
+
+
+def admit_cluster(con: Connection, cluster: str, table: str, new: bool, create: bool) -> None:
+    """Refuse to add to `table` (runs or node_checks) under `cluster` unless the history knows
+    the cluster (it has a run or a node check of it) or the caller said it is `new`: a mistyped
+    name would otherwise start a cluster of its own, whose first night passes unjudged. A
+    cluster said to be new that has entries in `table` already is refused too, so that a first
+    night's flag left set never skips the gate again. `create`: the history was asked to be
+    created, and where it holds no cluster yet, its first one is new by necessity."""
+    known = sorted(r[0] for r in con.execute("SELECT cluster FROM runs UNION SELECT cluster FROM node_checks"))
+    if new:
+        (held,) = con.execute(f"SELECT count(*) FROM {table} WHERE cluster = ?", (cluster,)).fetchone()
+        what = ("run" if table == "runs" else "node check") + ("s" if held != 1 else "")
+        if held:
+            raise HistoryError(
+                f"--new-cluster: cluster {cluster!r} has {held} {what} in {con.location} already; add to it without "
+                f"--new-cluster (recipes/nightly.sh: unset BENCH_FIRST_NIGHT)"
+            )
+    elif cluster not in known and (known or not create):
+        import difflib
+
+        close = difflib.get_close_matches(cluster, known, n=1)
+        listed = ", ".join(known[:20]) + (f" and {len(known) - 20} more" if len(known) > 20 else "")
+        raise HistoryError(
+            f"--cluster {cluster!r}: {con.location} has no cluster of that name "
+            f"({f'did you mean {close[0]!r}? ' if close else ''}its clusters: {listed or 'none'}); "
+            f"a new cluster's first run is added with --new-cluster"
+        )
 
 
 def error(location: Location, exc: Exception, what: str | None = None) -> HistoryError:
@@ -371,6 +467,14 @@ def grant_reader(location: Location | Path | str, role: str) -> str:
         )
     if not (role and len(role) <= 63 and role.isprintable()):
         raise HistoryError(f"history grant {role[:80]!r}: give a role name of 1 to 63 printable characters")
+    # PUBLIC is every role, now and later, quoted or not; pg_* are the server's own roles
+    # (PostgreSQL 15 documentation, "GRANT" and "Predefined Roles")
+    if role.lower() == "public" or role.lower().startswith("pg_"):
+        what = "every role (PUBLIC)" if role.lower() == "public" else "a predefined role"
+        raise HistoryError(
+            f"history grant {role!r}: that is {what}, not one reader; create a role for those who may read "
+            f"the history and grant to it"
+        )
     from psycopg import sql
 
     with session(location) as con, con.transaction():

@@ -11,11 +11,12 @@ with other figures, cluster or label is refused, naming both, and nothing is cop
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.analysis.store import SQLITE, Connection, Location, session
+from harness.analysis.store import SCHEMA_VERSION, SQLITE, Connection, Location, session
 from harness.errors import HistoryError
 
 # Each stored thing: its table, and the tables that hang on it by (table, its reference column).
@@ -40,6 +41,25 @@ def _columns(con: Connection, table: str) -> list[str]:
     return [d[0] for d in cur.description]
 
 
+_NAME = re.compile(r"[a-z_][a-z0-9_]*\Z")  # the names bench's migrations give columns
+
+
+def _schema_columns(src: Connection, dst: Connection, table: str, source: Location) -> list[str]:
+    """The columns of `table` as the target has them (bench's schema, made by its migrations),
+    never as the source names them: a name from a file never reaches SQL. A source whose columns
+    are not those is refused: a name is text for SQLite and a statement for PostgreSQL, whose
+    comments nest where SQLite's end at the first */."""
+    ours, theirs = _columns(dst, table), _columns(src, table)
+    if sorted(theirs) != sorted(ours) or not all(_NAME.match(c) for c in ours):
+        odd = [c for c in theirs if c not in ours] or [c for c in ours if c not in theirs]
+        shown = ", ".join(repr(c[:60]) for c in odd[:3])
+        raise HistoryError(
+            f"history copy: table {table} of {source} has columns bench's schema {SCHEMA_VERSION} does not have or "
+            f"lacks ({shown}); nothing copied. Copy from a history bench made"
+        )
+    return ours
+
+
 def _rows(con: Connection, table: str, columns: list[str], where: str = "", params: tuple = ()) -> Iterator[tuple]:
     yield from con.execute(f"SELECT {', '.join(columns)} FROM {table}{where}", params)
 
@@ -61,9 +81,9 @@ def copy(source: Location, target: Location) -> Copied:
             "node_checks": {},
         }  # source id -> target id, of what was copied now
         for table, dependents, ref in (RUNS, CHECKS):
-            columns = _columns(src, table)
+            columns = _schema_columns(src, dst, table, source)
             kept = [c for c in columns if c != "id"]
-            dep_columns = {d: _columns(src, d) for d in dependents}
+            dep_columns = {d: _schema_columns(src, dst, d, source) for d in dependents}
             for row in list(_rows(src, table, columns, " ORDER BY id")):
                 stored = dict(zip(columns, row))
                 if _held(dst, table, stored, source, target):
@@ -80,7 +100,7 @@ def copy(source: Location, target: Location) -> Copied:
                     ]
                     dst.executemany(_insert(dep, cols), rows)
                     done.add(dep, len(rows))
-        cols = _columns(src, CHANGE_POINTS)
+        cols = _schema_columns(src, dst, CHANGE_POINTS, source)
         run_at, check_at = cols.index("run_id"), cols.index("check_id")
         rows = []
         for r in _rows(src, CHANGE_POINTS, cols):

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, TextIO
 from harness import executors
 from harness.analysis.compare import parse_threshold
 from harness.analysis.sides import DEFAULT_METRICS
-from harness.analysis.store import Location
+from harness.analysis.store import Location, parse_location
 from harness.cluster import ClusterProfile, load_profile
 from harness.errors import UsageError
 from harness.executors.slurm.executor import python_check
@@ -69,15 +69,16 @@ DB_HELP = (
 
 def history_db(args: argparse.Namespace) -> Location:
     """The history: --db, else $BENCH_HISTORY, else history.sqlite in the results root."""
-    given = args.db or os.environ.get("BENCH_HISTORY")
+    given, name = (args.db, "--db") if args.db else (os.environ.get("BENCH_HISTORY"), "BENCH_HISTORY")
     if given is not None and not given.strip():
         raise UsageError("BENCH_HISTORY is set but empty; unset it or give a path or a postgresql:// URL")
-    return Location(given or str(results_root() / "history.sqlite"))
+    return parse_location(given, name) if given else Location(str(results_root() / "history.sqlite"))
 
 
-def threshold_arg(text: str, option: str = "--threshold") -> float:
+def threshold_arg(text: str, option: str = "--threshold", whole: bool = False) -> float:
+    """A percentage from 0% to below 100%, or to 100% itself where `whole` is allowed."""
     try:
-        return parse_threshold(text, option)
+        return parse_threshold(text, option, whole)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 

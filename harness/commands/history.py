@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,7 +12,6 @@ from benchmarks.results import atomic_write_bytes
 from harness import check_nodes, user_files
 from harness.analysis import changes, gate, history, nodehistory, overview, store, transfer
 from harness.analysis.sides import METRICS
-from harness.analysis.store import Location
 from harness.commands.common import (
     DB_HELP,
     history_db,
@@ -45,11 +43,12 @@ def cmd_history(args: argparse.Namespace) -> int:
         )
     if args.action == "accept" and not args.reason:
         raise UsageError(
-            "history accept needs --reason TEXT: why this run's level is the cluster's new normal "
+            "history accept needs --reason TEXT: why this run's level is its series' new normal "
             "(kept with it, and shown by history list)"
         )
-    if args.replace and args.action != "add":
-        raise UsageError("--replace is for history add")
+    for flag, given in (("--replace", args.replace), ("--create", args.create), ("--new-cluster", args.new_cluster)):
+        if given and args.action != "add":
+            raise UsageError(f"{flag} is for history add")
     if args.count and args.action != "list":
         raise UsageError("--count is for history list")
     if args.store and args.action != "changes":
@@ -61,7 +60,7 @@ def cmd_history(args: argparse.Namespace) -> int:
             else f"history {args.action} takes one argument; two are for history copy FROM TO"
         )
     if args.action == "copy":
-        source, target = Location(args.dir), Location(args.to)
+        source, target = store.parse_location(args.dir, "history copy FROM"), store.parse_location(args.to, "TO")
         done = transfer.copy(source, target)
         n_runs, n_checks = done.counts.get("runs", 0), done.counts.get("node_checks", 0)
         print(
@@ -78,7 +77,9 @@ def cmd_history(args: argparse.Namespace) -> int:
         return 0
     if args.action == "add" and nodehistory.is_check(Path(args.dir)):
         judged = check_nodes.verdict_of(Path(args.dir))
-        check = nodehistory.add(db, Path(args.dir), args.cluster, args.label, judged)
+        check = nodehistory.add(
+            db, Path(args.dir), args.cluster, args.label, judged, create=args.create, new_cluster=args.new_cluster
+        )
         if check.existing:
             print(
                 f"{args.dir} is in {db} already, as node check {check.id} of cluster {check.cluster} with these "
@@ -94,7 +95,16 @@ def cmd_history(args: argparse.Namespace) -> int:
             return EXIT_UNJUDGED
     elif args.action == "add":
         verdict_file = Path(args.verdict) if args.verdict else None
-        added = history.add(db, args.dir, args.cluster, args.label, verdict_file, replace=args.replace)
+        added = history.add(
+            db,
+            args.dir,
+            args.cluster,
+            args.label,
+            verdict_file,
+            replace=args.replace,
+            create=args.create,
+            new_cluster=args.new_cluster,
+        )
         e = added.entry
         if added.existing:
             print(
@@ -125,7 +135,7 @@ def cmd_history(args: argparse.Namespace) -> int:
         e = history.accept(db, _run_id(args.dir, "accept"), args.reason)
         print(
             f"accepted run {e.id} of cluster {e.cluster} ({e.label or 'no label'}, ran {e.created}) as its new "
-            f"normal: baselines begin at it"
+            f"normal: its series' baselines begin at it"
         )
     elif args.action == "remove":
         run_id = _run_id(args.dir, "remove")
@@ -159,12 +169,10 @@ def cmd_history(args: argparse.Namespace) -> int:
             + (f"{len(problems)} problem{'s' if len(problems) != 1 else ''}" if problems else "all readable")
         )
         return 1 if problems else 0
-    elif args.action == "list" and args.count:  # for scripts (recipes/nightly.sh): a number, or a failure
-        if db.kind == store.SQLITE and not db.path.exists():
-            print(f"bench history: {db} does not exist yet: 0 runs", file=sys.stderr)
-            print(0)
-        else:
-            print(len(history.entries(db, args.cluster)))
+    elif args.action == "list" and args.count:
+        # for scripts (recipes/nightly.sh): a number, or exit 2 with a line where the history does
+        # not exist or does not know the cluster; never a 0 that a script would take for a first night
+        print(len(history.entries(db, args.cluster)))
     elif args.action == "list":
         from rich.table import Table
 
@@ -264,6 +272,8 @@ def _gate_cell(verdict: tuple[str, int, str | None, str | None] | None) -> str:
     word, rejected, accepted, reason = verdict
     if word == gate.REJECTED:
         word = f"failed ({'whole run' if rejected < 0 else f'{rejected} keys'})"
+    elif rejected < 0:  # not judged, and kept out of every baseline: a run noisier than its history
+        word = f"{word} (serves no baseline)"
     return word + (f"; accepted {accepted}: {reason}" if accepted else "")
 
 
@@ -319,6 +329,17 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "--replace",
         action="store_true",
         help="history add: store the run in place of the one of its identity (its plan) with other figures",
+    )
+    h.add_argument(
+        "--create",
+        action="store_true",
+        help="history add: create the SQLite history if there is none (nothing else creates one but "
+        "history migrate); a PostgreSQL history is created by history migrate",
+    )
+    h.add_argument(
+        "--new-cluster",
+        action="store_true",
+        help="history add: the cluster's first run; without it, a cluster the history does not know is refused",
     )
     h.add_argument("--count", action="store_true", help="history list: print only the number of runs, for scripts")
     h.add_argument(

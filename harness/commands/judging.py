@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from benchmarks.common import parse_size
 from benchmarks.results import open_regular
 from harness import executors, forked, inside, transport, user_files
 from harness.analysis import gate, history, reference, series
@@ -21,12 +22,14 @@ from harness.analysis.compare import (
     BY_SAMPLES,
     FAILED,
     MIN_RUNS,
+    ONLY_A,
     PROVISIONAL_MARGIN,
     SLOWER,
     UNJUDGED,
     compare,
     parse_across,
 )
+from harness.analysis.gating import MUST_CATCH, hold_to, watch_below, weigh_run_noise
 from harness.analysis.history import BASELINE_HELP, DEFAULT_BASELINE
 from harness.analysis.sides import METRICS, Side, load_run, read_run, recorded_environment
 from harness.commands.common import (
@@ -66,6 +69,13 @@ def _labels(text: str | None, a: str, b: str) -> tuple[str, str]:
     if len(parts) != 2 or not all(p.strip() for p in parts) or parts[0].strip() == parts[1].strip():
         raise UsageError(f"--labels {text!r} must be two different names separated by a comma, e.g. before,after")
     return parts[0].strip(), parts[1].strip()
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _min_runs(value: int) -> int:
@@ -124,6 +134,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_regress(args: argparse.Namespace) -> int:
     threshold = threshold_arg(args.threshold)
+    must_catch = threshold_arg(args.must_catch, "--must-catch", whole=True)
     named = out_dir_arg(args.out, "--out")
     db = history_db(args)
     new_series: history.NewSeries | None = None
@@ -157,12 +168,17 @@ def cmd_regress(args: argparse.Namespace) -> int:
         cmp.table.loc[figures, "note"] = (
             f"a new series: {'; '.join(new_series.differences)}; shown against the series before it"
         )
-    counts = cmp.counts()
+    elif kind != reference.BASELINE:
+        weigh_run_noise(cmp, run.run_spread, lambda: history.spreads(db, base.entries), must_catch)
+    hold_to(cmp, must_catch)
+    if args.gate_min_size is not None:
+        watch_below(cmp, args.gate_min_size)
+    counts = cmp.gate_counts()
     status = (
         EXIT_FOUND
         if counts[SLOWER] or counts[FAILED] or run_mismatches(cmp)
         else EXIT_UNJUDGED
-        if counts[UNJUDGED] and not args.allow_unjudged
+        if (counts[UNJUDGED] or counts[ONLY_A]) and not args.allow_unjudged
         else 0
     )
 
@@ -402,6 +418,21 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="draw the baseline from every run of the cluster, not only those of the run's stack "
         '(its GPUs, drivers, NCCL, torch, profile: docs/fleet.md, "What a series is")',
+    )
+    g.add_argument(
+        "--must-catch",
+        metavar="PCT",
+        default=f"{MUST_CATCH:.0%}",
+        help="the fall every key must be able to catch: a key with no significant change whose noise hides a "
+        "fall this large cannot be judged (exit 3), not unchanged; 100%% asks nothing "
+        f"(default {MUST_CATCH * 100:.0f}%%, docs/noise.md)",
+    )
+    g.add_argument(
+        "--gate-min-size",
+        metavar="SIZE",
+        type=_size,
+        help="collective keys of smaller messages are watched: judged and listed, but only a failed job among "
+        "them sets the exit status (e.g. 1M; training keys always gate)",
     )
     g.add_argument(
         "--provisional-margin",

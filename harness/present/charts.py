@@ -294,7 +294,8 @@ def timeseries(
     ]
     ok_band = np.isfinite(low) & np.isfinite(high)
     if ok_band.any():
-        parts.append(f'<path class="band" d="{area(x, frame.y(low), frame.y(high), ok_band)}"/>')
+        bottom, top = (frame.y(np.where(ok_band, v, frame.values[0])) for v in (low, high))  # no NaN cast to int
+        parts.append(f'<path class="band" d="{area(x, bottom, top, ok_band)}"/>')
     ok = np.isfinite(value)
     y = frame.y(np.where(ok, value, frame.values[0]))
     if ok.any():

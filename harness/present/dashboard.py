@@ -14,15 +14,14 @@ nothing in a page depends on the clock, the order rows come back in, or where th
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import shutil
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.analysis.compare import FAILED, FASTER, SAME, SLOWER, UNJUDGED
+from harness.analysis.compare import FAILED, FASTER, ONLY_A, SAME, SLOWER, UNJUDGED
+from harness.analysis.gating import catch_text
 from harness.analysis.overview import (
     CODES,
     GROUPS,
@@ -38,11 +37,10 @@ from harness.analysis.overview import (
     regressions,
 )
 from harness.analysis.sides import METRICS
-from harness.errors import UsageError
 from harness.nodecheck import METRICS as NODE_METRICS
+from harness.present import sitedir
 from harness.present.charts import Frame, Mark, esc, figure, heatmap, minus, percent, sparkline, timeseries, value_range
 
-MARKER = ".bench-dashboard"  # in a directory this command wrote, which it may replace
 NIGHTS_LISTED = 30  # rows of a cluster's table of nights, and checks of its node page, newest first
 WORST_NODES = 32  # nodes listed per node metric, worst first
 HEATMAP_NODES = 64  # nodes a heatmap shows; a larger check shows its worst pairs as a table
@@ -55,6 +53,7 @@ SHOWN = {
     FAILED: ("failed", "failed"),
     SLOWER: ("slower", "slower"),
     UNJUDGED: ("cannot judge", "cannot"),
+    ONLY_A: ("not run", "cannot"),  # a key of the baseline the night never planned
     SAME: ("unchanged", "same"),
     FASTER: ("faster", "faster"),
     NOT_JUDGED: ("not judged", "not"),
@@ -267,7 +266,7 @@ def cluster_page(c: Cluster) -> bytes:
                 f"band {figure(s.low[i], unit)} to {figure(s.high[i], unit)}"
                 if np.isfinite(s.low[i]) and np.isfinite(s.high[i])
                 else "no band"
-            )
+            ) + caught(s, i)
             parts.append(
                 f'<h3 class="key">{esc(s.text)} · {esc(metric_words(s.metric))}</h3>'
                 f"<p>{verdict(s.last)} on {c.nights[int(s.at[-1])].date}: {esc(figure(s.value[i], unit))}, {esc(band)}"
@@ -333,6 +332,12 @@ def efficiency_section(c: Cluster, newest: int | None) -> str:
 # --------------------------------------------------------------------------- a key across clusters
 
 
+def caught(s: Series, i: int) -> str:
+    """', catches a fall ≥ 30%' of the key's night `i`, where the gate said what it could catch
+    (docs/noise.md, "What a key can catch"); '' where it did not."""
+    return f", catches a fall {catch_text(s.catches[i])}" if s.catches[i] == s.catches[i] else ""
+
+
 def across_page(k: KeyPage, members: list[tuple[Cluster, Series]]) -> bytes:
     import numpy as np
 
@@ -357,6 +362,7 @@ def across_page(k: KeyPage, members: list[tuple[Cluster, Series]]) -> bytes:
             f'<h3><a href="{slug("cluster", c.name)}">{esc(c.name)}</a> · NCCL set {esc(s.key["nccl_config"])}</h3>'
             f"<p>{verdict(s.last)} on {c.nights[int(s.at[-1])].date}: {esc(figure(s.value[i], unit))}"
             + (f", median {esc(figure(float(np.nanmedian(s.value)), unit))}" if np.isfinite(s.value).any() else "")
+            + esc(caught(s, i))
             + "</p>"
             + series_chart(s, c, frame, marks, f"{c.name} {s.text}")
         )
@@ -378,7 +384,7 @@ def nodes_page(c: Cluster) -> bytes:
         nav,
         f"<h1>{esc(c.name)}: node checks</h1>",
         f"<p>{len(ch.entries)} check{'s' if len(ch.entries) != 1 else ''}; the newest on {date_of(ch.days[last])} "
-        f"of {ch.entries[last].nodes} nodes: {verdict(ch.verdict(last))} "
+        f"of {esc(str(ch.entries[last].nodes))} nodes: {verdict(ch.verdict(last))} "
         f"{esc(ch.entries[last].named or 'nothing named')}</p>",
         "<h2>Drain list</h2>",
     ]
@@ -447,7 +453,8 @@ def nodes_page(c: Cluster) -> bytes:
         "<h2>Checks, newest first</h2><table><tr><th>check</th><th>id</th><th>nodes</th><th>verdict</th>"
         "<th>named</th></tr>"
         + "".join(
-            f'<tr><td>{date_of(ch.days[i])}</td><td class="n">{e.id}</td><td class="n">{e.nodes}</td>'
+            f'<tr><td>{date_of(ch.days[i])}</td><td class="n">{esc(str(e.id))}</td>'
+            f'<td class="n">{esc(str(e.nodes))}</td>'
             f"<td>{verdict(ch.verdict(i))}</td><td>{esc(e.named)}</td></tr>"
             for i, e in reversed(list(enumerate(ch.entries))[-NIGHTS_LISTED:])
         )
@@ -554,29 +561,5 @@ def pages(clusters: list[Cluster]) -> Iterator[tuple[str, Callable[[], bytes]]]:
 
 
 def build(clusters: list[Cluster], out: Path) -> dict[str, int]:
-    """Write the site to `out` whole: into a directory beside it, then in its place, so that a
-    failure or Ctrl-C leaves the old site or none, never half of one. `out` must be new, empty,
-    or a site this command wrote (it holds MARKER). Returns each file's size."""
-    if out.exists() and not (out.is_dir() and (not any(out.iterdir()) or (out / MARKER).is_file())):
-        raise UsageError(
-            f"--out {out}: exists and is not a dashboard bench wrote (no {MARKER} in it); give a new or empty directory"
-        )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    work = out.parent / f".{out.name}.{os.getpid()}.new"
-    old = out.parent / f".{out.name}.{os.getpid()}.old"
-    sizes: dict[str, int] = {}
-    os.mkdir(work)  # honours the umask, as every file opened below does
-    try:
-        for name, make in pages(clusters):
-            data = make()
-            with open(work / name, "xb") as f:
-                f.write(data)
-            sizes[name] = len(data)
-        (work / MARKER).write_bytes(b"a site of bench dashboard; bench dashboard replaces this directory whole\n")
-        if out.exists():
-            os.rename(out, old)
-        os.rename(work, out)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-        shutil.rmtree(old, ignore_errors=True)
-    return sizes
+    """Write the site to `out` whole (sitedir.replace); each file's size."""
+    return sitedir.replace(out, pages(clusters))

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness import inside
 from harness.cluster import ClusterProfile
-from harness.errors import DataError
+from harness.errors import DataError, shown
 from harness.nodecheck import METRICS, exchange_group, planned_metrics
 from harness.nodesteps import Plan, gather
 from harness.nodeverdict import Verdict, judge
@@ -130,15 +130,17 @@ def print_verdict(console: Console, v: Verdict, record: dict[str, Any]) -> None:
     named = {f.nodes[0]: f for f in v.nodes}
     for node in v.names:
         cells = ["failed" if x is None else f"{x:.4g}" for x in v.node_row(node)]
-        verdict_cell = "[red]drain[/]: " + "; ".join(named[node].reasons) if node in named else "ok"
-        table.add_row(node, *cells, verdict_cell)
+        verdict_cell = "[red]drain[/]: " + shown("; ".join(named[node].reasons)) if node in named else "ok"
+        table.add_row(shown(node), *cells, verdict_cell)
     console.print(table)
     for f in v.links:
-        console.print(f"[red]link {f.nodes[0]} - {f.nodes[1]}[/]: {'; '.join(f.reasons)}", soft_wrap=True)
+        console.print(
+            f"[red]link {shown(f.nodes[0])} - {shown(f.nodes[1])}[/]: {shown('; '.join(f.reasons))}", soft_wrap=True
+        )
     for line in v.cluster:
-        console.print(f"[red]every node[/]: {line}", soft_wrap=True)
+        console.print(f"[red]every node[/]: {shown(line)}", soft_wrap=True)
     for line in v.unjudged:
-        console.print(f"[yellow]not judged[/]: {line}", soft_wrap=True)
+        console.print(f"[yellow]not judged[/]: {shown(line)}", soft_wrap=True)
     steps = record["steps"]
     failed = sum(s.get("state") != COMPLETED for s in steps.values())
     console.print(

@@ -36,6 +36,7 @@ from harness.analysis.compare import (
     BY_RUNS,
     FAILED,
     FASTER,
+    ONLY_A,
     ORDER,
     REFERENCE,
     SAME,
@@ -46,6 +47,7 @@ from harness.analysis.compare import (
     verdict_ranks,
 )
 from harness.analysis.gate import per_value
+from harness.analysis.gating import RUN_TOO_NOISY, TOO_NOISY, catch_text, catch_texts
 from harness.analysis.sides import KEYS, METRICS, Side, key_texts, records
 from harness.present.tables import PRESENTED, markdown, run_mismatches
 
@@ -248,19 +250,28 @@ def _testcases(
     def escaped(column: pd.Series) -> list[str]:  # each distinct text once; the numbers need none
         return per_value(column.astype(str), _attr)
 
+    catches = t["catches"].to_numpy(dtype=float) if "catches" in t else np.full(len(t), np.nan)
+    caught = [", catches " + c if c != "-" else "" for c in catch_texts(catches)]
     text = [
         f"{w}: {v}, {label} {a} -&gt; {b}, {words[band][0]} {r}, {words[band][1]} [{lo}, {hi}]"
-        + (f"; {n}" if n else "")
-        for w, v, label, a, b, band, r, lo, hi, n in zip(
+        + c + (f"; {n}" if n else "")
+        for w, v, label, a, b, band, r, lo, hi, c, n in zip(
             escaped(what), escaped(t["verdict"]), escaped(labels), _fmt(t["a"], "%.4g"),
-            _fmt(t["b"], "%.4g"), by_runs.tolist(), _fmt(t["ratio"], "%.3f"), low, high, escaped(note),
+            _fmt(t["b"], "%.4g"), by_runs.tolist(), _fmt(t["ratio"], "%.3f"), low, high, caught, escaped(note),
         )
     ]  # fmt: skip
     codes, names = pd.factorize(config)  # configurations in the table's order
     order = np.argsort(codes, kind="stable")
     starts = np.concatenate([[0], np.cumsum(np.bincount(codes, minlength=len(names)))])
-    rank = verdict_ranks(t["verdict"], ORDER[SAME])[order]
+    rank = verdict_ranks(t["verdict"], ORDER[SAME])
+    if "gating" in t:  # a watched key's verdict is shown, but only a failed job of it sets the case's outcome
+        watched = ~t["gating"].to_numpy(dtype=bool) & (t["verdict"] != FAILED).to_numpy(dtype=bool)
+        rank[watched] = np.maximum(rank[watched], ORDER[SAME])
+    rank = rank[order]
     worst = np.minimum.reduceat(rank, starts[:-1]).astype(int)
+    # the case's weakest key: the largest fall one of its sizes could have missed
+    with np.errstate(invalid="ignore"):
+        weakest = np.fmax.reduceat(catches[order], starts[:-1]) if len(t) else np.zeros(0)
     body = [text[i] for i in order]
     workload = t["workload"].astype(str).to_numpy()[order]
     what, verdicts = what.to_numpy(dtype=object)[order], t["verdict"].to_numpy(dtype=object)[order]
@@ -269,16 +280,18 @@ def _testcases(
     for g, name in enumerate(names):
         lo, hi = starts[g], starts[g + 1]
         head = f'    <testcase classname="bench.{_attr(workload[lo])}" name="{_attr(name)}" time="0">'
+        if weakest[g] == weakest[g]:  # JUnit's properties of a test case (its catches)
+            head += f'<properties><property name="catches" value="{catch_text(weakest[g])}"/></properties>'
         text_g = "\n".join(body[lo:hi])
         verdict = WORST_FIRST[int(worst[g])]
         outcome = _OUTCOME.get(verdict)
-        if outcome and verdict == UNJUDGED and not strict:
-            outcome = ("skipped", "cannot-judge")
+        if outcome and verdict in (UNJUDGED, ONLY_A) and not strict:
+            outcome = ("skipped", outcome[1])
         if outcome is None:
             cases.append(f"{head}<system-out>{text_g}</system-out></testcase>")
             kinds.append("passed")
             continue
-        hit = [i for i in range(lo, hi) if verdicts[i] == verdict]
+        hit = [i for i in range(lo, hi) if verdicts[i] == verdict and rank[i] == worst[g]]
         if verdict == SLOWER:
             message = "regression: " + ", ".join(f"{what[i]} {change[i] * 100:+.1f}%" for i in hit)
         else:
@@ -403,11 +416,33 @@ def pytest_benchmark(side: Side) -> bytes:
 
 
 def summary_line(cmp: Comparison) -> str:
-    c = cmp.counts()
+    """What the gate found among the keys that gate, then what it found among those watched."""
+    import numpy as np
+
+    c, every = cmp.gate_counts(), cmp.counts()
     plural = lambda n, word: f"{n} {word}{'s' if n != 1 else ''}"  # noqa: E731
     mismatched = len(run_mismatches(cmp))
+    t, gating = cmp.table, cmp.gating()
+    noisy = int(
+        (gating & (t["verdict"] == UNJUDGED).to_numpy(dtype=bool) & t["note"].fillna("").str.startswith(TOO_NOISY))
+        .to_numpy(dtype=bool)
+        .sum()
+    )
+    watched = int((~gating).sum())
+    seen = {k: every[k] - c[k] for k in (SLOWER, UNJUDGED, ONLY_A)}
     return (
-        f"{plural(c[SLOWER], 'regression')}, {plural(c[FAILED], 'failed key')}, {c[UNJUDGED]} cannot judge, "
-        f"{plural(c[FASTER], 'improvement')}, {c[SAME]} unchanged of {len(cmp.table)} compared"
+        f"{plural(c[SLOWER], 'regression')}, {plural(c[FAILED], 'failed key')}, {c[UNJUDGED]} cannot judge"
+        + (f" ({noisy} {TOO_NOISY} {cmp.must_catch:.0%})" if noisy and cmp.must_catch is not None else "")
+        + (f" ({RUN_TOO_NOISY})" if cmp.run_noise else "")
+        + ", "
+        + (f"{c[ONLY_A]} only in the baseline (never planned in the run), " if c[ONLY_A] else "")
+        + f"{plural(c[FASTER], 'improvement')}, {c[SAME]} unchanged of {int(np.sum(gating))} "
+        + ("compared" if cmp.gate_min_size is None else "gating")
+        + (
+            f"; {watched} watched below {format_size(cmp.gate_min_size)}: {seen[SLOWER]} slower, "
+            f"{seen[UNJUDGED]} cannot judge" + (f", {seen[ONLY_A]} only in the baseline" if seen[ONLY_A] else "")
+            if cmp.gate_min_size is not None
+            else ""
+        )
         + (f"; {plural(mismatched, 'job')} with a transport mismatch" if mismatched else "")
     )

@@ -18,6 +18,7 @@ from harness.analysis.compare import (
     FAILED,
     FASTER,
     HELD,
+    ONLY_A,
     REFERENCE,
     SAME,
     SLOWER,
@@ -26,6 +27,7 @@ from harness.analysis.compare import (
     WORST_FIRST,
     Comparison,
 )
+from harness.analysis.gating import catch_texts
 from harness.analysis.sides import METRICS, Side, measured, records
 from harness.errors import one_line, shown
 from harness.rundir import COMPLETED, PENDING, RUNNING, JobRecord, RunDir
@@ -60,7 +62,7 @@ def intervals(t: pd.DataFrame) -> list[str]:
         _objects(t, "verdict"), _objects(t, "test"), _floats(t, "band_low"), _floats(t, "band_high"),
         _floats(t, "ci_low"), _floats(t, "ci_high"),
     ):  # fmt: skip
-        if verdict == FAILED:
+        if verdict in (FAILED, ONLY_A):
             out.append("-")
         elif test in (BY_RUNS, REFERENCE):
             out.append(f"band [{band_low:.3f}, {band_high:.3f}]")
@@ -91,7 +93,8 @@ def fmt_ratio(v: Any) -> str:
 def headline(cmp: Comparison) -> str:
     """'1 failed, 2 slower, 0 cannot judge, 0 faster, 11 no significant change, of 14 compared'."""
     c = cmp.counts()
-    return ", ".join(f"{c[k]} {k}" for k in VERDICTS) + f", of {len(cmp.table)} compared"
+    said = [k for k in VERDICTS if c[k] or k != ONLY_A]  # "only in A" where there is such a key
+    return ", ".join(f"{c[k]} {k}" for k in said) + f", of {len(cmp.table)} compared"
 
 
 MISMATCH_HEADING = "Transport mismatch: a settings set did not run over what it expects (docs/transport.md)"
@@ -129,6 +132,8 @@ def warnings(cmp: Comparison) -> list[tuple[str, list[str]]]:
         )
     if cmp.env_diffs:
         out.append(("The environments differ", cmp.env_diffs))
+    if cmp.run_noise:
+        out.append(("Not judged: the run is noisier than its history (docs/noise.md)", [cmp.run_noise]))
     return out
 
 
@@ -144,8 +149,18 @@ def markdown(cmp: Comparison, title: str, include_same: bool = False) -> str:
         f"- B: `{cmp.b.label}` ({cmp.b.source})",
         f"- threshold: {cmp.threshold:.1%}; statistics: {cmp.method}",
         f"- {headline(cmp)} (metric, key) pairs",
-        "",
     ]
+    if cmp.must_catch is not None:
+        lines.append(
+            f"- must catch: {cmp.must_catch:.0%}: a key whose noise hides a fall that large cannot be judged; "
+            f"each key's catches column is the smallest fall its verdict would have flagged (docs/noise.md)"
+        )
+    if cmp.gate_min_size is not None:
+        lines.append(
+            f"- gating: every key but the collectives' below {format_size(cmp.gate_min_size)}, which are watched "
+            f"(listed, but only a failed job of them sets the exit status)"
+        )
+    lines.append("")
     for heading, items in warnings(cmp):
         lines += [f"## Warning: {heading}", ""] + [f"- {d}" for d in items] + [""]
     named = [(side, s) for side in _distinct_sides(cmp) for s in side.stragglers]
@@ -189,8 +204,8 @@ def _distinct_sides(cmp: Comparison) -> list[Side]:
 
 def _md_table(t: pd.DataFrame) -> list[str]:
     out = [
-        "| metric | key | A | B | B/A | interval | p | runs A | verdict | note |",
-        "|---|---|---:|---:|---:|---|---:|---:|---|---|",
+        "| metric | key | A | B | B/A | interval | p | runs A | catches | verdict | note |",
+        "|---|---|---:|---:|---:|---|---:|---:|---:|---|---|",
     ]
 
     # column by column: a dict per row of all the table's columns cost 0.4 s at 68,000 rows
@@ -199,11 +214,13 @@ def _md_table(t: pd.DataFrame) -> list[str]:
 
     notes = [(n or "").replace("|", "\\|").replace("\n", " ") for n in _objects(t, "note")]
     runs = [fmt_value(v, "d") for v in _objects(t, "runs_a")]
-    for metric, key, a, b, ratio, interval, p, n, verdict, note in zip(
+    for metric, key, a, b, ratio, interval, p, n, catch, verdict, note in zip(
         _objects(t, "metric"), _objects(t, "key"), numbers("a"), numbers("b"), numbers("ratio", ".3f"), intervals(t),
-        numbers("p_value"), runs, _objects(t, "verdict"), notes,
+        numbers("p_value"), runs, catch_texts(_floats(t, "catches")), _objects(t, "verdict"), notes,
     ):  # fmt: skip
-        out.append(f"| {metric} | {key} | {a} | {b} | {ratio} | {interval} | {p} | {n} | {verdict} | {note} |")
+        out.append(
+            f"| {metric} | {key} | {a} | {b} | {ratio} | {interval} | {p} | {n} | {catch} | {verdict} | {note} |"
+        )
     return out
 
 
@@ -237,9 +254,10 @@ class Presented:
 
 
 PRESENTED = {
-    FAILED: Presented("Failed (completed in A, not in B)", "red", ("failure", "failed"), always=False),
+    FAILED: Presented("Failed (planned in B, its job failed)", "red", ("failure", "failed"), always=False),
     SLOWER: Presented("Slower (regressions)", "red", ("failure", "regression")),
     UNJUDGED: Presented("Cannot judge", "yellow", ("error", "cannot-judge"), always=False),
+    ONLY_A: Presented("Only in A (never planned in B: not judged)", "yellow", ("error", "only-in-a"), always=False),
     FASTER: Presented("Faster (improvements)", "green"),
     SAME: Presented(None),
 }
@@ -396,10 +414,10 @@ def print_comparison(console: Console, cmp: Comparison, top: int) -> None:
     head = cmp.table.head(top)
     worst = records(head)
     notes = any(r.get("note") for r in worst)
-    for col in ("verdict", "metric", "key", "A", "B", "B/A", "interval", "p") + (("note",) if notes else ()):
-        t.add_column(col, justify="right" if col in ("A", "B", "B/A", "p") else "left")
+    for col in ("verdict", "metric", "key", "A", "B", "B/A", "interval", "p", "catches") + (("note",) if notes else ()):
+        t.add_column(col, justify="right" if col in ("A", "B", "B/A", "p", "catches") else "left")
     style = {v: p.colour for v, p in PRESENTED.items() if p.colour}
-    for r, interval in zip(worst, intervals(head)):
+    for r, interval, catch in zip(worst, intervals(head), catch_texts(_floats(head, "catches"))):
         t.add_row(
             r["verdict"],
             METRICS[r["metric"]].label,
@@ -409,6 +427,7 @@ def print_comparison(console: Console, cmp: Comparison, top: int) -> None:
             fmt_ratio(r["ratio"]),
             interval,
             fmt_value(r.get("p_value")),
+            catch,
             *((shown(r.get("note") or ""),) if notes else ()),
             style=style.get(r["verdict"]),
         )

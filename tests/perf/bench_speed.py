@@ -195,7 +195,7 @@ def history_of_five_100k(tmp_path_factory, two_runs_100k):
         plan = run.plan_file
         plan.write_text(plan.read_text().replace('"created": "', f'"created": "0{k}', 1))
         write_summary(run, *collect(run))
-        history.add(db, run.path, "big")
+        history.add(db, run.path, "big", create=True)
     return db
 
 
@@ -252,7 +252,7 @@ def month_100k(request, tmp_path_factory, two_runs_100k):
         plan = run.plan_file  # another night of the same run: a plan the history has not seen
         plan.write_text(plan.read_text().replace('"created": "', f'"created": "{k:02d}', 1))
         write_summary(run, *collect(run))
-        history.add(db, run.path, "month")
+        history.add(db, run.path, "month", create=True)
     return db, request.param
 
 
@@ -300,7 +300,7 @@ def history_1000(tmp_path_factory):
         # a distinct plan per run: the history refuses a plan it has seen
         plan = template.plan_file.read_text().replace('"created": "', f'"created": "{i:04d}-', 1)
         template.plan_file.write_text(plan)
-        history.add(db, template.path, "c1000", label=f"r{i}")
+        history.add(db, template.path, "c1000", label=f"r{i}", create=True)
     return db, template
 
 

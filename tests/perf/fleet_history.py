@@ -76,7 +76,7 @@ def template_rows(root: Path) -> tuple[Path, dict[str, tuple[list[str], list[tup
     bench("collect", str(run.path))
     db = root / "template.sqlite"
     first = night(root, run.path, "first")
-    bench("history", "add", str(first), "--cluster", "c", "--db", str(db))
+    bench("history", "add", str(first), "--create", "--cluster", "c", "--db", str(db))
     # the fixture's results name no measurement rules (1) in a plan of rules 2: allowed, as alike
     bench("regress", str(run.path), "--cluster", "c", "--db", str(db), "--baseline", "last", *MIXED)
     bench("history", "add", str(run.path), "--cluster", "c", "--db", str(db))

@@ -1,13 +1,14 @@
 """The README's nightly recipe (recipes/nightly.sh), unchanged, night after night, with its
-defaults (no --threshold of its own): on the testbed, the first seeds the history and passes,
-the second and third are judged provisionally (fewer than 5 runs, docs/noise.md) and pass, the
+defaults (no --threshold of its own): on the testbed, the first seeds the history and passes
+(BENCH_FIRST_NIGHT=1), the second and third are judged provisionally (fewer than 5 runs,
+docs/noise.md), fail no key and say they cannot catch 25% (exit 3), the
 fourth runs over links shaped to a third of the rate the slowest of them amounts to and fails with
 the regression in its JUnit file (and so does that night judged against night 1 alone, and
 nights 1 and 2: a throttled link is caught from night 2); the fifth, shaped too, fails again (a
 failed night never joins a baseline) and passes only once night 4 is accepted; and the sixth
 measures each key twice with one of the two jobs cancelled, and fails. The history keeps all
 six. The testbed's nights keep their history in PostgreSQL (docs/fleet.md), the local
-executor's in SQLite. On the local executor, three unshaped nights pass."""
+executor's in SQLite. On the local executor, three unshaped nights fail no key."""
 
 from __future__ import annotations
 
@@ -61,24 +62,35 @@ def busbw(tmp_path: Path) -> list[float]:
     return [float(pd.read_csv(r / "summary.csv")["busbw_gbps"].iloc[0]) for r in runs]
 
 
-def unshaped_nights(tmp_path: Path, nights: int, **env_vars: str) -> None:
-    """The first nights: the first seeds the history, the others are judged provisionally, and
-    every one passes."""
-    status, out = night(tmp_path, **env_vars)
+def unshaped_nights(tmp_path: Path, nights: int, sweep_text: str = SWEEP, **env_vars: str) -> None:
+    """The first nights: the first seeds the history (BENCH_FIRST_NIGHT=1), the others are
+    judged provisionally, and none fails a key. Provisionally a key catches only falls beyond the
+    margin, 40%, so with the default --must-catch of 25% each of them says it cannot judge (exit
+    3, docs/noise.md), and is added to the history all the same. A night of replicates counts
+    each as a run: once the history holds 5 (K), a night is judged by its band, exit 0 or 3."""
+    status, out = night(tmp_path, sweep_text, BENCH_FIRST_NIGHT="1", **env_vars)
     assert status == 0 and "the first run of lab in" in out and "becomes its baseline" in out, out
     assert not (tmp_path / "junit.xml").exists()
+    replicates = 1 + sum(int(line.split(":")[1]) - 1 for line in sweep_text.splitlines() if line.startswith("repeat:"))
     for n in range(2, nights + 1):
-        status, out = night(tmp_path, **env_vars)
+        status, out = night(tmp_path, sweep_text, **env_vars)
         print(f"night {n}: busbw so far {busbw(tmp_path)}\n{out}")
-        assert status == 0, out
-        assert "judged provisionally" in out and "median of the runs it has" in " ".join(out.split()), out
+        assert "0 regressions, 0 failed keys" in out, out
+        if (n - 1) * replicates < 5:  # fewer runs of the key than a band needs (median:5)
+            assert status == 3 and "too noisy to catch 25%" in out, out
+            assert "judged provisionally" in out and "median of the runs it has" in " ".join(out.split()), out
+        else:
+            assert status in (0, 3), out
         cases = ET.parse(tmp_path / "junit.xml").getroot().iter("testcase")
-        assert [c for c in cases if c.find("failure") is not None or c.find("error") is not None] == []
+        assert [c for c in cases if c.find("failure") is not None] == []
 
 
 @pytest.mark.proof  # three local sweeps: the default tier has no room for them
-def test_three_unshaped_nights_pass_on_the_local_executor(tmp_path):
-    unshaped_nights(tmp_path, 3, EXECUTOR="local")
+def test_three_unshaped_nights_fail_no_key_on_the_local_executor(tmp_path):
+    """Each night measures its key three times, interleaved (repeat: 3), its samples pooled: two
+    loopback ranks on this 2-vCPU machine run some nights at about half speed, a mode of the
+    machine, not of the link, that one night's five samples cannot outvote (docs/noise.md)."""
+    unshaped_nights(tmp_path, 3, SWEEP + "repeat: 3\n", EXECUTOR="local")
     with sqlite3.connect(tmp_path / "history.sqlite") as con:
         assert con.execute("SELECT count(*) FROM runs").fetchone() == (3,)
 
@@ -111,15 +123,17 @@ def test_six_nights_of_the_recipe(testbed, tmp_path, postgres):
     # ... until someone accepts the slower level as the new normal: night 5 judged again passes
     db_args = ["--db", url]
     bench("history", "accept", "4", "--reason", "links throttled on purpose", *db_args)
-    again = bench("regress", str(shaped_nights[1]), "--cluster", "lab", "--out", str(tmp_path / "again"), *db_args)
-    assert "REGRESSION" not in again.stdout + again.stderr, again.describe()
+    again = bench(
+        "regress", str(shaped_nights[1]), "--cluster", "lab", "--out", str(tmp_path / "again"), *db_args, check=False
+    )  # against night 4 alone: provisional, so it cannot catch 25% (exit 3), and nothing regressed
+    assert again.returncode in (0, 3) and "REGRESSION" not in again.stdout + again.stderr, again.describe()
     # The same night had it come second or third: against a history of night 1 alone, and of
     # nights 1 and 2, judged as `bench regress` judges (in process: no more sweeps), it fails too.
     shaped = load_run(shaped_nights[0])
     for nights in (1, 2):
         db = tmp_path / f"nights-1-to-{nights}.sqlite"
         for r in unshaped[:nights]:
-            history.add(db, r, "lab", "nightly")
+            history.add(db, r, "lab", "nightly", create=True)
         cmp = compare(history.baseline(db, "lab"), shaped, margin=PROVISIONAL_MARGIN)
         print(f"against night(s) 1-{nights}:\n{cmp.table[['key', 'a', 'b', 'change', 'verdict']].to_string()}")
         assert set(cmp.table["test"]) == {BY_SAMPLES}, cmp.table  # provisional: no band yet
@@ -148,7 +162,8 @@ def test_six_nights_of_the_recipe(testbed, tmp_path, postgres):
             v for (v,) in con.execute("SELECT g.verdict FROM runs r JOIN gate_runs g ON g.run_id = r.id ORDER BY r.id")
         ]
     assert rows == [("lab", "nightly")] * 6
-    assert verdicts == ["passed", "passed", "failed", "failed", "failed"], verdicts  # night 1 was not judged
+    # night 1 was not judged; nights 2 and 3, judged provisionally, could not catch 25% (docs/noise.md)
+    assert verdicts == ["cannot judge", "cannot judge", "failed", "failed", "failed"], verdicts
     assert len(list((tmp_path / "results").glob("nightly-*"))) == 6
 
 

@@ -3,8 +3,11 @@ Slurm testbed, with links shaped by `testbed shape` (tc tbf on both ends of a no
 
 1. no false alarm: five unshaped runs of sweeps/testbed-regress.yaml in a history; a sixth, of
    three interleaved replicates (--repeat 3), regressed against median:5 with this machine's
-   noise margin (NOISE, below), exits 0;
-2. detection power: every node shaped to the rate that halves the unshaped multi-node busbw at
+   noise margin (NOISE, below), fails no key: it exits 0, or 3 naming exactly the keys whose
+   band cannot catch a 25% fall (--must-catch);
+2. detection power: the link at about three quarters of its rate is caught on every multi-node
+   key whose stated catches is 25% or less, and the others are those said to be too noisy; and
+   every node shaped to the rate that halves the unshaped multi-node busbw at
    4M (derived from the unshaped runs), then to 200mbit and a level in between: regress flags
    every multi-node all-reduce size whose band the shaped link cannot reach (a halving leaves
    the band when the runs spread less than 17%, as on a quiet machine), 4M below the halving
@@ -20,7 +23,7 @@ Slurm testbed, with links shaped by `testbed shape` (tc tbf on both ends of a no
 8. the step's breakdown: over a 1 Gbit/s link a 2-node training job's exposed communication
    rises and its compute-only step does not.
 
-15 sweeps of 1, 2 and 4 emulated nodes, six of them all-reduce only and one training only (CONTRIBUTING.md gives their
+16 sweeps of 1, 2 and 4 emulated nodes, seven of them all-reduce only and one training only (CONTRIBUTING.md gives their
 time on the 2-vCPU test machine). The
 figures each proof measured are printed (pytest -s shows them)."""
 
@@ -52,9 +55,10 @@ def sweep(out, *args, sweep_file=SWEEP, ok: bool = True) -> None:
     assert r.returncode == (0 if ok else 1), r.describe()
 
 
-def busbw_4m(path, nodes: int) -> float:
+def busbw_at(path, nodes: int, size: int = 4 << 20) -> float:
+    """A run's busbw on `nodes` nodes at one all-reduce size, 4M unless said."""
     t = pd.read_csv(path / "summary.csv")
-    return float(t[(t["size_bytes"] == 4 << 20) & (t["nodes"] == nodes)]["busbw_gbps"].iloc[0])
+    return float(t[(t["size_bytes"] == size) & (t["nodes"] == nodes)]["busbw_gbps"].iloc[0])
 
 
 @pytest.fixture(scope="module")
@@ -74,19 +78,32 @@ def runs(testbed, tmp_path_factory):
         # 2-vCPU machine's scheduling that no band of five runs holds (docs/noise.md)
         out["u6"] = root / "u6"
         sweep(out["u6"], "--repeat", "3")
-        unshaped = min(sorted(busbw_4m(out[f"u{k}"], n) for k in range(1, 6))[2] for n in (2, 4))
+        unshaped = min(sorted(busbw_at(out[f"u{k}"], n) for k in range(1, 6))[2] for n in (2, 4))
         # busbw is what each link carries (nccl-tests' bus factor), so a link at half of it
         # halves it: GB/s -> Mbit/s, halved. The lower of the node counts, so both are halved.
         half = f"{int(unshaped * 8e3 / 2)}mbit"
         middle = f"{int(math.sqrt(200 * int(half[:-4])))}mbit"
+        # 70% of the rate of the slowest multi-node key (2M or 4M, 2 or 4 nodes, median of
+        # u1..u5), so that every such key is pushed down by 30% or more, past the 25% that
+        # --must-catch's default asks every gating key to be able to catch (docs/noise.md). From
+        # 4M alone, 2M on 4 nodes sat at the shaped rate already and read 0.94-0.96 of its median.
+        slowest = min(
+            sorted(busbw_at(out[f"u{k}"], n, size) for k in range(1, 6))[2]
+            for n in (2, 4)
+            for size in (2 << 20, 4 << 20)
+        )
+        quarter = f"{int(slowest * 8e3 * 0.7)}mbit"
         # What these runs are judged on is the all-reduce (busbw, and the link probe that names a
         # straggler): no training, whose 47 MB of gradients a step would crawl over the link.
-        for name, rate in (("half", half), ("middle", middle), ("slow", SLOW)):
+        for name, rate in (("quarter", quarter), ("half", half), ("middle", middle), ("slow", SLOW)):
             shape("--link", "eth0", "--rate", rate)
             out[name] = root / name
             sweep(out[name], *ALLREDUCE_ONLY)
             shape("--clear", "--link", "eth0")
-        out["rates"] = {"half": half, "middle": middle, "slow": SLOW, "unshaped_gbps": unshaped}
+        out["rates"] = {
+            "quarter": quarter, "half": half, "middle": middle, "slow": SLOW, "unshaped_gbps": unshaped,
+            "slowest_gbps": slowest,
+        }  # fmt: skip
         # The step's breakdown over a 1 Gbit/s link (docs/breakdown.md): the 2-node training job
         # alone, as the unshaped runs ran it
         shape("--link", "eth0", "--rate", GBE)
@@ -116,7 +133,8 @@ def runs(testbed, tmp_path_factory):
         shape("--clear")
     db = root / "history.sqlite"
     for k in range(1, 6):
-        bench("history", "add", str(out[f"u{k}"]), "--cluster", CLUSTER, "--label", f"night{k}", "--db", str(db))
+        bench("history", "add", str(out[f"u{k}"]), "--create", "--cluster", CLUSTER, "--label", f"night{k}",
+              "--db", str(db))  # fmt: skip
     out["db"] = db
     return out
 
@@ -166,16 +184,52 @@ def failures(junit_dir) -> list[str]:
 # lay (0.816); u6's replicates (median 0.914) and the broken run's 2-node job (0.848) were then
 # called slower. Those five runs spanned 0.82-1.07 of their median (docs/noise.md has wider sets).
 NOISE = ("--threshold", "25%")
+# The dashboard's nights are judged as before what a key can catch was asked (docs/noise.md): the
+# first four have fewer than five runs, and would all read "cannot judge" at --must-catch 25%.
+ASK_NOTHING = ("--must-catch", "100%")
 
 
 def test_no_false_alarm_against_five_runs(runs, tmp_path):
+    """u6 against u1..u5: no key fails. A key whose band cannot catch the default --must-catch
+    (25%) is "cannot judge" (exit 3), never a pass and never a false alarm; with --must-catch
+    100% the run passes whole."""
     r, out = regress(runs, "u6", tmp_path, *NOISE)
     report = (out / "report.md").read_text()
     print(f"\nu6 against median:5 of u1..u5:\n{report}")
-    assert r.returncode == 0, r.describe()
-    assert failures(out) == []
-    assert "0 regressions, 0 failed keys, 0 cannot judge" in r.stdout
+    assert r.returncode in (0, 3), r.describe()
+    assert failures(out) == [] and "0 regressions, 0 failed keys" in r.stdout + r.stderr
+    bands = json.loads((out / "gate.json").read_text())["bands"]
+    noisy = {k for k, c in zip(bands["key"], bands["catches"]) if c is not None and c > 0.25}
+    said = {k for k, v in zip(bands["key"], bands["verdict"]) if v == "cannot judge"}
+    assert said == noisy and (r.returncode == 3) == bool(noisy), (said, noisy)
     assert "between runs" in report and "keys have fewer than" not in r.stdout
+    r, out = regress(runs, "u6", tmp_path / "all", *NOISE, "--must-catch", "100%")
+    assert r.returncode == 0 and "0 regressions, 0 failed keys, 0 cannot judge" in r.stdout, r.describe()
+
+
+def test_a_quarter_slower_link_is_caught_where_the_gate_said_it_could(runs, tmp_path):
+    """The link at 70% of the slowest multi-node key's rate, which pushes every multi-node key
+    down by 30% or more: with the defaults (--must-catch 25%), every multi-node busbw key the
+    report says catches 25% or less is slower, and every one it did not flag is one the report
+    said could not catch 25%. The unshaped night before it (u6) failed none
+    (test_no_false_alarm_against_five_runs), so the false-alarm count of both is 0."""
+    r, out = regress(runs, "quarter", tmp_path, *BUSBW)
+    report = (out / "report.md").read_text()
+    rates = runs["rates"]
+    print(f"\nquarter ({rates['quarter']}, slowest key {rates['slowest_gbps']:.3f} GB/s) against median:5 of u1..u5:")
+    print(report)
+    bands = json.loads((out / "gate.json").read_text())["bands"]
+    multi = [
+        (k, v, c, b / a if a and b else None)
+        for k, v, c, a, b in zip(bands["key"], bands["verdict"], bands["catches"], bands["baseline"], bands["value"])
+        if json.loads(k)[4] > 1  # nodes, the fifth of the key's columns (sides.KEYS)
+    ]
+    for key, verdict, catches, ratio in multi:
+        print(f"{key}: {verdict}, catches {catches}, B/A {ratio}")
+    assert multi, bands["key"]
+    assert all(v == "slower" for _, v, c, _ in multi if c is not None and c <= 0.25), multi
+    assert all(c is not None and c > 0.25 for _, v, c, _ in multi if v != "slower"), multi
+    assert r.returncode == (1 if any(v == "slower" for _, v, _, _ in multi) else 3), r.describe()
 
 
 def link_gbps(rate: str) -> float:
@@ -225,7 +279,7 @@ def test_shaped_links_are_caught_at_every_level(runs, tmp_path):
         assert not [f for f in failed if ", 1x1," in f], (name, failed)
         rows = verdicts(out)
         multi = [v for (metric, key), v in rows.items() if metric == "busbw_gbps"]
-        ratio = busbw_4m(runs[name], 4) / pd.Series([busbw_4m(runs[f"u{k}"], 4) for k in range(1, 6)]).median()
+        ratio = busbw_at(runs[name], 4) / pd.Series([busbw_at(runs[f"u{k}"], 4) for k in range(1, 6)]).median()
         table.append(
             (
                 runs["rates"][name],
@@ -281,7 +335,10 @@ def test_a_failed_multi_node_job_fails_the_gate(runs, tmp_path):
     assert failure.get("type") == "failed"
     assert "n4-g1-torchrun-default FAILED" in failure.get("message") and "eth0" in failure.get("message")
     assert cases["images_per_s[synthetic weak, 4x1, torchrun, default]"].find("failure") is not None
-    assert cases["busbw_gbps[allreduce all_reduce, 2x1, torchrun, default]"].find("failure") is None
+    # the failed job is named where it failed alone; the 2-node job ran, and its figures are judged as
+    # any night's (a loaded hour has read them 40% low: a run-level noise the gate cannot yet tell)
+    two = cases["busbw_gbps[allreduce all_reduce, 2x1, torchrun, default]"].find("failure")
+    assert two is None or two.get("type") != "failed", two.attrib
 
 
 def test_a_different_batch_size_is_refused_then_stated(runs, tmp_path):
@@ -357,8 +414,9 @@ def test_a_damaged_history_entry_is_named_and_removed(runs, tmp_path):
     assert len(r.stderr.strip().splitlines()) == 1
     bench("history", "remove", "3", "--db", str(db))
     r = bench(*args, check=False)
-    # four runs left: fewer than median:5 asks, so the keys are judged provisionally against their median
-    assert r.returncode in (0, 1) and "keys have fewer than 5 usable runs" in r.stdout, r.describe()
+    # four runs left: fewer than median:5 asks, so the keys are judged provisionally against their median,
+    # and can catch no fall under the margin's 40%: "cannot judge" at the default --must-catch of 25%
+    assert r.returncode in (0, 1, 3) and "keys have fewer than 5 usable runs" in r.stdout, r.describe()
 
 
 # The dashboard's nights: four healthy, then the link shaped to half rate from night 5 on, for six
@@ -380,10 +438,10 @@ def test_the_dashboard_shows_a_shaped_link_from_night_5_and_the_slow_node(runs, 
     from harness.present import dashboard
 
     def by_4m(name):  # how far each multi-node 4M figure is from the unshaped runs' median
-        return max(abs(busbw_4m(runs[name], n) / median[n] - 1) for n in (2, 4))
+        return max(abs(busbw_at(runs[name], n) / median[n] - 1) for n in (2, 4))
 
     unshaped = [f"u{k}" for k in range(1, 7)]
-    median = {n: sorted(busbw_4m(runs[u], n) for u in unshaped)[3] for n in (2, 4)}
+    median = {n: sorted(busbw_at(runs[u], n) for u in unshaped)[3] for n in (2, 4)}
     # the healthy week: the four unshaped runs that agree best, as a quiet cluster's nights would
     # (this machine has one run in a few with a key at half speed, docs/noise.md; the gate's
     # immunity to it is test_no_false_alarm_against_five_runs's)
@@ -407,11 +465,12 @@ def test_the_dashboard_shows_a_shaped_link_from_night_5_and_the_slow_node(runs, 
                 str(path / "regress"),
                 *BUSBW,
                 *NOISE,
+                *ASK_NOTHING,
                 check=False,
             )
             assert r.returncode == (1 if night >= 5 else 0), f"night {night} ({source}): {r.describe()}"
             verdict = ["--verdict", str(path / "regress" / "gate.json")]
-        bench("history", "add", str(path), "--cluster", name, "--label", source, "--db", db, *verdict)
+        bench("history", "add", str(path), "--create", "--cluster", name, "--label", source, "--db", db, *verdict)
     r = bench("history", "changes", "--cluster", name, "--metric", "busbw_gbps", "--store", "--db", db)
     print(r.stdout)
     # node checks of the four nodes, as test_nodes_testbed.py runs them: clean, then bnode3's link shaped
@@ -426,7 +485,7 @@ def test_the_dashboard_shows_a_shaped_link_from_night_5_and_the_slow_node(runs, 
         shape("--clear", "--link", "eth0")
     assert r.returncode == 1 and "bnode3" in r.stdout, r.describe()
     for c in ("clean", "bnode3"):
-        bench("history", "add", str(tmp_path / c), "--cluster", name, "--db", db)
+        bench("history", "add", str(tmp_path / c), "--create", "--cluster", name, "--db", db)
     site = tmp_path / "site"
     r = bench("dashboard", "--db", db, "--out", str(site))
     assert r.returncode == 0, r.describe()

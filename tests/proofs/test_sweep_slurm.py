@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import HOSTILE_VALUES, ROOT, SLURM_ENV, SWEEPS, bench, sacct_rows, slurm
+from conftest import HOSTILE_VALUES, ROOT, SLURM_ENV, SWEEPS, bench, in_place_of, sacct_rows, slurm
 from PIL import Image
 
 from harness import telemetry
@@ -414,7 +414,7 @@ def test_hostile_values_are_refused_before_anything_is_submitted(testbed, tmp_pa
     before = sacct_rows("-S", "now-1days")
     value = json.dumps(hostile)
     profile = tmp_path / "p.yaml"
-    profile.write_text(PROFILE.read_text() + f"partition: {value}\n")
+    profile.write_text(in_place_of(PROFILE.read_text(), f"partition: {value}\n"))
     cases = {"partition": (SWEEPS / "testbed.yaml", profile)}
     for key, text in (
         ("nccl", f"nccl: {{{value}: {{}}}}"),

@@ -35,7 +35,7 @@ def runs(testbed, tmp_path_factory):
     shutil.copytree(root / "t2", root / "t1")
     planned_later(root / "t1", tag="0")
     db = root / "history.sqlite"
-    bench("history", "add", str(root / "t1"), "--cluster", "lab", "--db", str(db))
+    bench("history", "add", str(root / "t1"), "--create", "--cluster", "lab", "--db", str(db))
     return {"t1": root / "t1", "t2": root / "t2", "db": db, "sweep": sweep}
 
 

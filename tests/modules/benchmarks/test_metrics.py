@@ -126,6 +126,68 @@ def test_only_the_root_of_reduce_and_gather_is_checked(name):
     assert root.wrong(True) == root.output(True).numel()
 
 
+def _world_of(n: int, dtype: torch.dtype, op: str = "sum", count: int = 600) -> CollectiveRun:
+    """Rank 0 of an all-reduce over n ranks, with no process group: its check alone."""
+    group = Group(WORLD, GroupCalls(None, list(range(n))), 0, n, [list(range(n))])
+    buffers = torch.empty(count, dtype=dtype), torch.empty(count, dtype=dtype)
+    return CollectiveRun(COLLECTIVES["all_reduce"], None, op, count, *buffers, group)
+
+
+def _rounded_sum(coll: CollectiveRun) -> torch.Tensor:
+    """What a ring gives: each element's sum taken one rank at a time in the dtype, from a
+    starting rank that moves with the element, as a ring's chunks start at different ranks."""
+    n, count, dtype = coll.n, coll.count, coll.output(True).dtype
+    idx = torch.arange(count)
+    acc = torch.zeros(count, dtype=dtype)
+    for step in range(n):
+        ranks = (idx + step) % n
+        values = (idx + ranks) % collectives.PATTERN_MAX + 1  # _pattern(rank, idx) for each element's rank
+        acc = (acc.to(torch.float32) + values.to(torch.float32)).to(dtype)
+    return acc
+
+
+@pytest.mark.parametrize(
+    "dtype,n,want",
+    [
+        # every sum of the pattern (values 1-5) is a whole number of at most 5n: exact while
+        # 5n <= 2**p, p the significand's bits (bf16 8, fp16 11, fp32 24)
+        (torch.bfloat16, 51, 0.0),
+        (torch.float16, 409, 0.0),
+        (torch.float32, 8192, 0.0),
+        # past that, gamma(n-1) = (n-1)u / (1 - (n-1)u), u = 2**-p: bf16 at 52 ranks 51/256 / (1 - 51/256)
+        (torch.bfloat16, 52, (51 / 256) / (1 - 51 / 256)),
+        (torch.float16, 1024, (1023 / 2048) / (1 - 1023 / 2048)),
+        # (n-1)u >= 1/2: the bound reaches the value itself, and the check cannot judge
+        (torch.bfloat16, 129, None),
+        (torch.float16, 1025, None),
+    ],
+)
+def test_the_checks_tolerance_per_dtype(dtype, n, want):
+    got = collectives.tolerance(dtype, n, "sum")
+    assert got == (None if want is None else pytest.approx(want)), (dtype, n, got)
+    assert collectives.tolerance(dtype, n, "max") == collectives.tolerance(dtype, n, None) == 0.0  # nothing rounds
+
+
+@pytest.mark.parametrize(
+    "dtype,n", [(torch.bfloat16, 51), (torch.bfloat16, 128), (torch.float16, 409), (torch.float16, 1024)]
+)
+def test_rounding_of_bf16_and_fp16_sums_is_not_called_wrong(dtype, n):
+    """A sum rounded in the dtype at every step of a ring passes at every size the check judges;
+    a rank's output that never received the others' (its own values) is wrong at every element,
+    and, where sums are exact, so is one contribution missing."""
+    coll = _world_of(n, dtype)
+    target = coll.output(True)
+    target.copy_(_rounded_sum(coll))
+    exact = coll.expected(0, coll.count)
+    assert (coll.tolerance == 0) == torch.equal(target.to(torch.float64), exact), "exact where said, rounded elsewhere"
+    assert coll.wrong(True) == 0
+    target.copy_(collectives._pattern(0, torch.arange(coll.count)).to(dtype))
+    assert coll.wrong(True) == coll.count
+    if coll.tolerance == 0:
+        target.copy_((exact - collectives._pattern(n - 1, torch.arange(coll.count))).to(dtype))
+        assert coll.wrong(True) == coll.count
+
+
 # Bytes each rank sends over its link for a message of S bytes, counted by hand:
 # all_to_all: S/n to each of the n-1 others; alltoallv: all but its 1 unit of n(n+1)/2 units;
 # gather and scatter: the root receives or sends S/n from or to each of n-1 others; reduce: the

@@ -70,3 +70,25 @@ def test_a_sweep_the_executor_cannot_run_is_refused_before_the_node_check(tmp_pa
         "the limit must be over 2 minutes (docs/submitit.md); or use --executor slurm"
     ]
     assert slurm_stand_ins.calls() == []
+
+
+def test_a_node_check_that_wrote_no_record_is_not_accepted(tmp_path, fake_slurm):
+    """The node check's job completes (sacct says so) without writing its record (steps.json):
+    bench accept exits 3, NOT ACCEPTED, with its verdict.json and report.html and the reason,
+    never a bare exit 2 with nothing to sign (docs/accept.md)."""
+    import json
+
+    profile = tmp_path / "p.yaml"
+    profile.write_text(
+        "name: lab\nreference:\n"
+        "  - {workload: allreduce, size: 1M, nodes: 2, gpus_per_node: 1, busbw_gbps: 1, tolerance: 0.1}\n"
+    )
+    out = tmp_path / "acc"
+    r = bench("accept", "--executor", "slurm", "--cluster", str(profile), "--nodelist", "bnode[1-2]",
+              "--out", str(out), "--yes", check=False)  # fmt: skip
+    assert r.returncode == 3, r.describe()
+    assert "wrote no steps.json" in r.stdout and "NOT ACCEPTED" in r.stdout, r.describe()
+    verdict = json.loads((out / "verdict.json").read_text())
+    assert verdict["accepted"] is False and verdict["status"] == 3 and (out / "report.html").is_file(), verdict
+    assert "the node check could not judge every node and link" in verdict["reasons"]
+    assert fake_slurm.calls("sbatch"), "the check's job was submitted"

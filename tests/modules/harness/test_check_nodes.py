@@ -107,16 +107,45 @@ def test_a_tampered_check_is_one_line_and_exit_2(local_check, tmp_path, rel, edi
     assert (copy / "verdict.json").read_bytes() == before  # nothing rewritten
 
 
-def test_a_result_with_wrong_elements_fails_its_step(local_check, tmp_path):
+@pytest.mark.parametrize("state", ["COMPLETED", "FAILED"])
+def test_a_result_with_wrong_elements_fails_its_step(local_check, tmp_path, state):
+    """Wrong elements fail a step, named "wrong results": in a result its step completed (written
+    before the ranks failed alike), or in the result of the step their exit 1 failed."""
     copy = _tamper(
         tmp_path, local_check[1], "jobs/nodes/steps/pair-0-1.json", lambda t: t.replace('"wrong": 0', '"wrong": 7', 1)
     )
+    rounds = copy / "jobs/nodes/rounds/0.json"
+    record = json.loads(rounds.read_text())
+    record["pair-0-1"].update(state=state, reason=None if state == "COMPLETED" else "exit 1")
+    rounds.write_text(json.dumps(record))
     r = bench("nodes", "--report", str(copy), "--json", check=False)
     v = json.loads(r.stdout)
     assert r.returncode == 3 and v["pair_figures"]["busbw_gbps"]["local0 local1"] is None
-    assert (
-        "1 of 1 pairs failed (first: pair-0-1 pair-0-1: all_reduce returned 7 wrong element(s))" in v["not_judged"][0]
+    said = "pair-0-1: wrong results: all_reduce returned 7 wrong element(s)" if state == "COMPLETED" else (
+        "wrong results: 7 elements failed the output check, all_reduce (world) at 1 size")  # fmt: skip
+    assert f"1 of 1 pairs failed (first: pair-0-1 {said}" in v["not_judged"][0], v["not_judged"]
+
+
+def test_a_hostile_reason_or_figure_is_shown_not_obeyed(local_check, tmp_path):
+    """A failed step's reason with rich's markup and a terminal's escape sequence is printed as
+    text, and a busbw of 1e308 (infinite once weighed by mean over median) fails its step: never
+    exit 70, an escape on the terminal, or Infinity in JSON."""
+    copy = _tamper(
+        tmp_path,
+        local_check[1],
+        "jobs/nodes/steps/pair-0-1.json",
+        lambda t: t.replace('"busbw_gbps": ', '"busbw_gbps": 1e308, "x": ', 1),
     )
+    r = bench("nodes", "--report", str(copy), "--json", check=False)
+    assert r.returncode == 3 and "Infinity" not in r.stdout, r.describe()
+    assert "Infinity" not in (copy / "verdict.json").read_text()
+    rounds = copy / "jobs/nodes/rounds/0.json"
+    record = json.loads(rounds.read_text())
+    record["pair-0-1"].update(state="FAILED", reason="exit 1: [/] [bold red]\x1b[2Jcleared")
+    rounds.write_text(json.dumps(record))
+    r = bench("nodes", "--report", str(copy), check=False)
+    assert r.returncode == 3 and "\x1b" not in r.stdout + r.stderr, r.describe()
+    assert "exit 1: [/] [bold red]\\x1b[2Jcleared" in " ".join(r.stdout.split()), r.stdout
 
 
 @pytest.mark.parametrize(
@@ -153,7 +182,7 @@ def test_a_pair_that_read_0_is_no_measurement(local_check, tmp_path):
 def test_history_add_of_a_check_that_judged_nothing_is_not_clean(local_check, tmp_path):
     """A check of 2 nodes judges no population: history add keeps it, says so, and exits 3."""
     db = tmp_path / "h.sqlite"
-    r = bench("history", "add", str(local_check[1]), "--cluster", "lab", "--db", str(db), check=False)
+    r = bench("history", "add", str(local_check[1]), "--create", "--cluster", "lab", "--db", str(db), check=False)
     assert r.returncode == 3 and "named not judged: " in r.stdout, r.describe()
     assert nodehistory.entries(db)[0].named.startswith("not judged: ")
 
@@ -247,7 +276,10 @@ def test_a_dry_run_plans_and_prices_a_check_off_the_cluster(local_check, tmp_pat
     # by hand: 64 rounds x 30 s = 0.53 h, over 64 nodes 34.1 node-hours
     assert "64 rounds: 0.53 h, 34.1 node-hours, at 30 s a round (the profile's node_check_round_s)" in stated.stdout
     assert (
-        bench("history", "add", str(local_check[1]), "--cluster", "lab", "--db", str(db), check=False).returncode == 3
+        bench(
+            "history", "add", str(local_check[1]), "--create", "--cluster", "lab", "--db", str(db), check=False
+        ).returncode
+        == 3
     )
     record = json.loads((local_check[1] / "jobs/nodes/steps.json").read_text())
     median = statistics.median(record["round_s"])
@@ -387,18 +419,18 @@ def _night(source: Path, dest: Path, k: int, slow: float) -> Path:
 def test_a_link_that_degrades_is_a_change_point_of_the_history(local_check, tmp_path):
     db = tmp_path / "history.sqlite"
     first = _night(local_check[1], tmp_path / "n0", 0, 1.0)
-    r = bench("history", "add", str(first), "--cluster", "lab", "--db", str(db), check=False)
+    r = bench("history", "add", str(first), "--create", "--cluster", "lab", "--db", str(db), check=False)
     assert r.returncode == 3 and "as node check 1 of cluster lab: 2 nodes" in r.stdout  # 2 nodes: not judged
     for k in range(1, 8):  # in this process: what the command adds, without its start-up
         night = _night(local_check[1], tmp_path / f"n{k}", k, 1.0 if k < 4 else 0.4)
-        check = nodehistory.add(db, night, "lab", f"night{k}", check_nodes.verdict_of(night))
+        check = nodehistory.add(db, night, "lab", f"night{k}", check_nodes.verdict_of(night), create=True)
         assert check.id == k + 1 and check.nodes == 2
     # the same check again adds nothing, and says so, with the check's own status (not judged);
     # under another cluster it is refused
-    again = bench("history", "add", str(tmp_path / "n0"), "--cluster", "lab", "--db", str(db), check=False)
+    again = bench("history", "add", str(tmp_path / "n0"), "--create", "--cluster", "lab", "--db", str(db), check=False)
     said = again.stdout.strip()
     assert again.returncode == 3 and said.endswith("as node check 1 of cluster lab with these figures: nothing added")
-    other = bench("history", "add", str(tmp_path / "n0"), "--cluster", "lab2", "--db", str(db), check=False)
+    other = bench("history", "add", str(tmp_path / "n0"), "--create", "--cluster", "lab2", "--db", str(db), check=False)
     assert other.returncode == 2 and "already in the history as node check 1 (cluster lab, label -" in other.stderr
     r = bench("history", "changes", "--nodes", "--cluster", "lab", "--db", str(db))
     found = {

@@ -198,6 +198,13 @@ def test_a_first_run_meets_its_reference(run, tmp_path):
     assert "0 regressions, 0 failed keys, 0 cannot judge, 0 improvements, 2 unchanged of 2 compared" in r.stdout
     junit = (tmp_path / "rg" / "junit.xml").read_text()
     assert "band [0.800, 1.200]" in junit and "<failure" not in junit
+    # added to a cluster's history, the verdict is kept as what it is, never as that cluster's pass
+    db = tmp_path / "h.sqlite"
+    bench("history", "add", str(copy), "--verdict", str(tmp_path / "rg" / "gate.json"), "--create", "--cluster",
+          "other", "--db", str(db))  # fmt: skip
+    from harness.analysis import history
+
+    assert history.gate_verdicts(db, history.entries(db))[1][0] == "passed against reference figures"
 
 
 def test_a_first_run_below_its_reference_fails(run, tmp_path):

@@ -55,7 +55,7 @@ def test_which_bench_measured_a_run_is_recorded_and_judged(real_run, tmp_path):
                             "measurement rules 2)"]  # fmt: skip
     assert env["torch"] and env["python"] == [sys.version.split()[0]]
     db = tmp_path / "history.sqlite"
-    bench("history", "add", str(real_run), "--cluster", "lab", "--db", str(db))
+    bench("history", "add", str(real_run), "--create", "--cluster", "lab", "--db", str(db))
     with contextlib.closing(sqlite3.connect(db)) as con:
         (stored,) = con.execute("SELECT environment FROM runs").fetchone()
     assert {k: json.loads(stored)[k] for k in env} == env
@@ -69,7 +69,7 @@ def test_which_bench_measured_a_run_is_recorded_and_judged(real_run, tmp_path):
     assert "measurement rules: 1 vs 2, judged anyway (--allow-rules-change)" in judged.stdout, judged.describe()
     # the gate too: a history of the older bench's run does not judge tonight's
     other = tmp_path / "db2.sqlite"
-    bench("history", "add", str(old), "--cluster", "lab", "--db", str(other))
+    bench("history", "add", str(old), "--create", "--cluster", "lab", "--db", str(other))
     gate = regress(real_run, other, tmp_path / "gate")
     assert gate.returncode == 2 and "--allow-rules-change" in gate.stderr, gate.describe()
     # other rules are another series (docs/fleet.md): shown, not judged, unless across series

@@ -193,6 +193,26 @@ def test_malformed_files(tmp_path, text, words):
         assert word in str(info.value)
 
 
+def test_a_key_stated_twice_is_refused_at_any_depth_but_a_merge_may_override():
+    """YAML's merge key (`<<`) brings keys in to be overridden: that is no duplicate. A key stated
+    twice in one mapping is, at the top, in a section, and in a mapping inside a list."""
+    from harness.fields import DuplicateKey, load_yaml
+
+    merged = load_yaml("base: &b {iters: 5, op: sum}\nrun: {<<: *b, iters: 6}\n")
+    assert merged["run"] == {"iters": 6, "op": "sum"}
+    assert load_yaml("a: {x: 1}\nb: {x: 2}\n") == {"a": {"x": 1}, "b": {"x": 2}}  # alike keys, two mappings
+    for text, key, line, first in (
+        ("a: 1\nb: 2\na: 3\n", "a", 3, 1),
+        ("w:\n  r:\n    s: 1\n    s: 2\n", "s", 4, 3),
+        ("ref:\n  - {size: 4M, nodes: 2, size: 8M}\n", "size", 2, 2),
+        ("1: a\n1: b\n", "1", 2, 1),
+    ):
+        with pytest.raises(DuplicateKey) as info:
+            load_yaml(text)
+        assert info.value.key == key and info.value.problem_mark.line + 1 == line
+        assert f"(first at line {first})" in str(info.value.problem), info.value.problem
+
+
 def test_missing_file():
     with pytest.raises(SpecError, match="cannot read sweep file"):
         load_sweep("/nonexistent/sweep.yaml")

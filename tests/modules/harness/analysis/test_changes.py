@@ -26,6 +26,23 @@ def test_energy_statistic_matches_its_definition():
     assert np.isneginf(q[: changes.MIN_SEGMENT]).all()
 
 
+@pytest.mark.parametrize("n", [6, 7, 40, 129])
+def test_long_series_are_summed_by_rank_as_every_pair_sums_them(n, monkeypatch):
+    """The O(n log n) sums a long series takes (changes._pair_sums) give every split's Q as the
+    n x n distances do, ties included, and so the same steps with the same p."""
+    rng = np.random.default_rng(n)
+    x = np.round(rng.normal(0, 0.1, (4, n)), 2)  # rounded: values repeat
+    monkeypatch.setattr(changes, "DENSE_MAX", 10**9)
+    dense = changes.energy(x)
+    step = np.r_[rng.normal(0, 0.05, n - n // 3), rng.normal(np.log(0.7), 0.05, n // 3)]
+    found = changes.change_points(step, seed=4)
+    monkeypatch.setattr(changes, "DENSE_MAX", 0)
+    ranked = changes.energy(x)
+    assert np.array_equal(np.isneginf(dense), np.isneginf(ranked))
+    assert np.allclose(dense[np.isfinite(dense)], ranked[np.isfinite(ranked)], rtol=1e-9, atol=1e-12)
+    assert changes.change_points(step, seed=4) == found
+
+
 def test_change_points_find_a_step_and_leave_noise_alone():
     rng = np.random.default_rng(11)
     step = np.r_[rng.normal(0, 0.05, 8), rng.normal(np.log(0.5), 0.05, 6)]
@@ -43,7 +60,7 @@ def test_history_changes_names_the_run_a_step_started_with(real_run, tmp_path, h
     for i in range(8):  # 5 + 3: the fewest runs an exact permutation test can split at 0.05
         factor = (1.0 if i < 5 else 2.0) * float(rng.uniform(0.98, 1.02))
         run = planned_later(copy_run(real_run, tmp_path / f"r{i}", time_factor=factor), f"0{i}")
-        bench("history", "add", str(run), "--cluster", "lab", "--label", f"night{i}", "--db", history_at)
+        bench("history", "add", str(run), "--create", "--cluster", "lab", "--label", f"night{i}", "--db", history_at)
     r = bench("history", "changes", "--cluster", "lab", "--db", history_at)
     assert "change points in 5 series of cluster lab (8 runs; E-divisive means" in r.stdout, r.describe()
     steps = [line for line in r.stdout.splitlines() if line.startswith("run ")]

@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import bench, copy_run, separating
+from conftest import bench, copy_run, planned_later, regress, separating
 from PIL import Image
 
 from harness.analysis.compare import SLOWER, compare
@@ -130,16 +132,16 @@ def test_keys_in_the_same_order_are_joined_as_pandas_merges_them(real_run, tmp_p
 
 
 def test_keys_in_one_run_only(real_run, tmp_path):
-    """A key B lacks is a failed row (absent); a key only B has is listed as new."""
+    """A key B never planned is "only in A", never "failed" (nothing failed: B's sweep is
+    another), and the summary counts it so; a key only B has is listed as only completed in B.
+    `bench regress` cannot judge such a key: exit 3, and an <error> in junit.xml."""
     other = copy_run(real_run, tmp_path / "other")
     summary = pq.read_table(other / "summary.parquet")
     keep = pa.compute.not_equal(summary.column("job"), "n2-g1-torchrun-default")
     pq.write_table(summary.filter(keep), other / "summary.parquet")
     r = bench("compare", str(real_run), str(other))
-    assert re.search(r"failed .* allreduce all_reduce 64K, 2x1, torchrun, default .* absent from other", r.stdout), (
-        r.describe()
-    )
-    assert "4 failed, 0 slower" in r.stdout, r.describe()
+    assert len(re.findall(r"│ only in A .* never planned in other │", r.stdout)) == 4, r.describe()
+    assert "0 failed, 0 slower, 0 cannot judge, 4 only in A, " in r.stdout, r.describe()
     back = bench("compare", str(other), str(real_run))
     # one group per state in the other run, each key once: not "(absent in other)" after every key
     assert re.search(
@@ -147,6 +149,53 @@ def test_keys_in_one_run_only(real_run, tmp_path):
         back.stdout,
     ), back.describe()
     assert back.stdout.count("absent in other") == 1, back.describe()
+    db = tmp_path / "h.sqlite"
+    bench("history", "add", str(real_run), "--create", "--cluster", "lab", "--db", str(db))
+    gated = regress(planned_later(other, "9"), db, tmp_path / "g")
+    assert gated.returncode == 3 and "4 only in the baseline (never planned in the run)" in gated.stderr, (
+        gated.describe()
+    )
+    errors = [c.find("error") for c in ET.parse(tmp_path / "g" / "junit.xml").getroot().iter("testcase")]
+    assert [e.get("type") for e in errors if e is not None] == ["only-in-a"] * 2  # busbw and time, one configuration
+    assert "## Only in A (never planned in B: not judged): 4" in (tmp_path / "g" / "report.md").read_text()
+
+
+def _rewritten(run: Path, edit) -> Path:
+    """The run with its summary's table passed through `edit` (rows kept, dropped or changed)."""
+    summary = pq.read_table(run / "summary.parquet")
+    pq.write_table(edit(summary), run / "summary.parquet")
+    return run
+
+
+def test_a_key_that_failed_in_the_run_fails_where_the_baseline_lacks_it(real_run, tmp_path):
+    """The history's newest run a smaller sweep (no 64K): a night whose every 64K key failed
+    fails on those keys, each named, where it passed "unchanged" while the baseline's keys alone
+    were looked at; with the baseline holding them too, the same keys fail the same way."""
+    size = pa.compute.field("size_bytes")
+    smaller = _rewritten(copy_run(real_run, tmp_path / "smaller"), lambda t: t.filter(size != 64 << 10))
+
+    def failed_64k(t: pa.Table) -> pa.Table:
+        at = pa.compute.fill_null(pa.compute.equal(t.column("size_bytes"), 64 << 10), False)
+        for name, value in (("status", "FAILED"), ("reason", "exit 1: a rank lost its link")):
+            column = pa.compute.if_else(at, pa.scalar(value, pa.string()), t.column(name).cast(pa.string()))
+            t = t.set_column(t.schema.get_field_index(name), name, column.cast(t.schema.field(name).type))
+        return t
+
+    night = planned_later(_rewritten(copy_run(real_run, tmp_path / "night"), failed_64k), "4")
+    failed = set(pq.read_table(night / "summary.parquet").filter(size == 64 << 10).column("job").to_pylist())
+    assert failed == {"n1-g1-torchrun-default", "n2-g1-torchrun-default"}
+    for newest in (planned_later(smaller, "3"), None):
+        db = tmp_path / f"h-{newest is None}.sqlite"
+        for run in (real_run, newest) if newest else (real_run,):
+            bench("history", "add", str(run), "--create", "--cluster", "lab", "--db", str(db))
+        out = tmp_path / f"g-{newest is None}"
+        r = regress(night, db, out)
+        assert r.returncode == 1, r.describe()
+        bands = json.loads((out / "gate.json").read_text())["bands"]
+        keys = {k for k, v in zip(bands["key"], bands["verdict"]) if v == "failed"}
+        # the 64K keys: time on 1 and 2 nodes, busbw on 2 (1 rank has none)
+        assert {json.loads(k)[-1] for k in keys} == {64 << 10} and len(keys) >= 2, bands
+        assert "a rank lost its link" in (out / "report.md").read_text()
 
 
 def test_environment_differences_are_warned(real_run, tmp_path):
@@ -180,7 +229,7 @@ def _no_summary(real_run, tmp_path):
 def _every_reader(good, bad, db):
     return [
         ["compare", str(good), str(bad)],
-        ["history", "add", str(bad), "--cluster", "c", "--db", str(db)],
+        ["history", "add", str(bad), "--create", "--cluster", "c", "--db", str(db)],
         ["regress", str(bad), "--cluster", "c", "--db", str(db)],
         ["report", str(bad)],
     ]
@@ -248,8 +297,8 @@ def test_every_verdict_has_a_severity_and_a_way_to_be_shown():
     from harness.present.tables import PRESENTED
 
     assert set(WORST_FIRST) == set(VERDICTS) == set(PRESENTED) == set(ORDER)
-    assert len(WORST_FIRST) == 5
-    assert [v for v in WORST_FIRST if PRESENTED[v].junit] == ["failed", "slower", "cannot judge"]
+    assert len(WORST_FIRST) == 6
+    assert [v for v in WORST_FIRST if PRESENTED[v].junit] == ["failed", "slower", "cannot judge", "only in A"]
 
 
 def test_each_row_gets_its_own_samples_in_whatever_order_they_come():
@@ -296,6 +345,14 @@ def test_each_row_gets_its_own_samples_in_whatever_order_they_come():
     assert _in_step(rows.iloc[:2].assign(scaling=pd.array([pd.NA, pd.NA], dtype="string")), plain)
     assert not _in_step(rows.iloc[:2], plain) and not _in_step(rows.iloc[:2].assign(scaling="x"), plain.fillna(""))
     assert not _in_step(rows.iloc[:2], backwards.drop(["values"]).to_pandas().fillna(""))
+
+    # rows of two runs concatenated (pandas' own str columns, Arrow in chunks) against one
+    # run's samples of another text type: compared value by value, never an internal error
+    def two_runs(first, second):
+        return pd.concat([rows.iloc[first].astype({"job": "str"}), rows.iloc[second].astype({"job": "str"})])
+
+    assert _in_step(two_runs([0], [1]), plain.fillna("").astype({"job": object}))
+    assert not _in_step(two_runs([0], [2]), plain.fillna("").astype({"job": object}))
 
 
 def test_each_key_is_worded_from_its_own_columns():

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sqlite3
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -72,7 +73,7 @@ def test_a_failed_job_fails_the_gate_and_names_its_reason(real_run, tmp_path, hi
     assert FAILED_JOB in failure.get("message") and "RuntimeError: Connection closed by peer" in failure.get("message")
     assert suite.get("failures") == "1"
     report = (out / "report.md").read_text()
-    assert "## Failed (completed in A, not in B): 1" in report and REASON in report
+    assert "## Failed (planned in B, its job failed): 1" in report and REASON in report
     # the all-reduce of that job completed, and is judged as usual (3 sizes) with the 1x1 training row
     assert "## No significant change: 4" in report
 
@@ -113,9 +114,9 @@ def test_a_collective_that_failed_before_measuring_fails_every_size(real_run, tm
 def test_history_add_keeps_failures_and_baselines_skip_them(real_run, tmp_path):
     db = tmp_path / "history.sqlite"
     old = planned_later(copy_run(real_run, tmp_path / "old", time_factor=1 / separating(real_run)), "0")
-    bench("history", "add", str(old), "--cluster", "lab", "--db", str(db))
+    bench("history", "add", str(old), "--create", "--cluster", "lab", "--db", str(db))
     broken = with_failed_job(real_run, tmp_path / "broken")
-    r = bench("history", "add", str(broken), "--cluster", "lab", "--db", str(db))
+    r = bench("history", "add", str(broken), "--create", "--cluster", "lab", "--db", str(db))
     assert re.search(
         rf"note: 1 job did not complete \({FAILED_JOB} FAILED\); their 1 rows are stored as failed", r.stdout
     )
@@ -214,7 +215,9 @@ def test_a_failed_night_never_joins_a_baseline_until_accepted(real_run, tmp_path
     n2 = planned_later(copy_run(real_run, tmp_path / "n2", time_factor=2, spread=1.3), "1")
     n3 = planned_later(copy_run(real_run, tmp_path / "n3", time_factor=2, spread=1.3), "9")
     assert regress(n2, db, n2 / "regress").returncode == 1
-    added = bench("history", "add", str(n2), "--cluster", "lab", "--label", "nightly", "--db", str(db)).stdout
+    added = bench(
+        "history", "add", str(n2), "--create", "--cluster", "lab", "--label", "nightly", "--db", str(db)
+    ).stdout
     assert "it failed the gate (median:5)" in added and "bench history accept 2 --reason" in added, added
     verdict = json.loads((n2 / "regress" / "gate.json").read_text())
     assert verdict["run"] == history.fingerprint(history.RunDir(n2)) and verdict["verdict"] == "failed"
@@ -241,42 +244,64 @@ def test_a_failed_night_never_joins_a_baseline_until_accepted(real_run, tmp_path
     for verdict_text in ((n2 / "regress" / "gate.json").read_text(), "{"):
         (other / "regress").mkdir(exist_ok=True)
         (other / "regress" / "gate.json").write_text(verdict_text)
-        r = bench("history", "add", str(other), "--cluster", "lab", "--db", str(db), check=False)
+        r = bench("history", "add", str(other), "--create", "--cluster", "lab", "--db", str(db), check=False)
         assert r.returncode == 2 and "gate.json" in r.stderr and len(r.stderr.splitlines()) == 1, r.describe()
     assert bench("history", "list", "--count", "--cluster", "lab", "--db", str(db)).stdout == "2\n"
 
 
 def test_the_verdict_is_stored_with_what_judged_it_and_each_band(real_run, tmp_path, history_at):
     """Three nights at 1.0, a fourth at half their rates judged by median:3: gate.json and the
-    history keep the method, K, threshold, margin and rules, and each key's band in its unit;
-    the slower keys' value is half their baseline, and a band judged between runs holds it."""
+    history keep the method, K, threshold, margin, must-catch and rules, and each key's band in
+    its unit with what it catches; the slower keys' value is half their baseline, and a band
+    judged between runs holds it. Three alike nights draw a band of no width: every key judged
+    between runs catches the threshold's 5%."""
     from harness.analysis import store
 
     for i in range(3):
         night = planned_later(copy_run(real_run, tmp_path / f"n{i}"), f"0{i}")
-        bench("history", "add", str(night), "--cluster", "lab", "--db", history_at)
+        bench("history", "add", str(night), "--create", "--cluster", "lab", "--db", history_at)
     slow = planned_later(copy_run(real_run, tmp_path / "slow", time_factor=2), "1")
     r = bench("regress", str(slow), "--cluster", "lab", "--db", history_at, "--baseline", "median:3", check=False)
     assert r.returncode == 1, r.describe()
     doc = json.loads((slow / "regress" / "gate.json").read_text())
-    assert doc["bench_gate"] == 2 and (doc["method"], doc["k"], doc["rules"]) == ("median", 3, gate.RULES)
+    assert doc["bench_gate"] == 3 and (doc["method"], doc["k"], doc["rules"]) == ("median", 3, gate.RULES)
+    assert doc["must_catch"] == 0.25
     assert (doc["threshold"], doc["margin"]) == (0.05, PROVISIONAL_MARGIN) and "between runs" in doc["comparison"]
-    bench("history", "add", str(slow), "--cluster", "lab", "--db", history_at)
+    # a verdict edited to pass is refused before anything is stored: its word, its rejected keys,
+    # its bands' verdicts, each against the rest; a verdict against no cluster's history
+    forged = tmp_path / "forged.json"
+    n = len(doc["bands"]["key"])
+    passing = {"status": 0, "verdict": "passed", "rejected": []}
+    for edit, words in (
+        ({"verdict": "passed"}, "its verdict 'passed' is not what status 1 says"),
+        (passing, "it rejects 0 key(s) where its bands fail"),
+        ({**passing, "bands": {**doc["bands"], "verdict": ["no significant change"] * n}}, "worse, beyond its band"),
+        ({"cluster": None}, "only a reference verdict has no cluster"),
+    ):  # fmt: skip
+        forged.write_text(json.dumps({**doc, **edit}))
+        r = bench("history", "add", str(slow), "--verdict", str(forged), "--cluster", "lab", "--db", history_at,
+                  check=False)  # fmt: skip
+        assert r.returncode == 2 and words in r.stderr and len(r.stderr.splitlines()) == 1, r.describe()
+    assert bench("history", "list", "--count", "--db", history_at).stdout == "3\n"
+    bench("history", "add", str(slow), "--create", "--cluster", "lab", "--db", history_at)
     with store.session(history_at) as con:
-        judged = con.execute("SELECT method, k, threshold, margin, rules, comparison FROM gate_runs").fetchall()
-        bands = con.execute(
-            "SELECT key, metric, baseline, low, high, value, verdict, test FROM gate_bands WHERE run_id = 4"
+        judged = con.execute(
+            "SELECT method, k, threshold, margin, rules, comparison, must_catch FROM gate_runs"
         ).fetchall()
-    assert judged == [("median", 3, 0.05, PROVISIONAL_MARGIN, gate.RULES, doc["comparison"])], judged
+        bands = con.execute(
+            "SELECT key, metric, baseline, low, high, value, verdict, test, catches FROM gate_bands WHERE run_id = 4"
+        ).fetchall()
+    assert judged == [("median", 3, 0.05, PROVISIONAL_MARGIN, gate.RULES, doc["comparison"], 0.25)], judged
+    assert {round(c, 9) for *_, t, c in bands if t == "between runs"} == {0.05}, bands
     assert len(bands) == len(doc["bands"]["key"]) > 0
     assert sorted(map(list, bands)) == sorted(map(list, zip(*(doc["bands"][c] for c in gate._BAND_COLUMNS))))
     slower = [b for b in bands if b[6] == "slower"]
-    assert slower and all(math.isclose(v, base / 2, rel_tol=1e-9) for *_, base, _, _, v, _, _ in slower), slower
+    assert slower and all(math.isclose(v, base / 2, rel_tol=1e-9) for _, _, base, _, _, v, *_ in slower), slower
     by_runs = [b for b in bands if b[7] == "between runs"]
     # the limits are the baseline times the band's ratios: equal to it within rounding at worst
     held = [low * (1 - 1e-12) <= base <= high * (1 + 1e-12) for _, _, base, low, high, *_ in by_runs]
     assert by_runs and all(held), by_runs
-    assert all(low is None and high is None for _, _, _, low, high, _, _, t in bands if t != "between runs")
+    assert all(low is None and high is None for _, _, _, low, high, _, _, t, _ in bands if t != "between runs")
     # removed with its run
     bench("history", "remove", "4", "--db", history_at)
     with store.session(history_at) as con:
@@ -392,7 +417,7 @@ def test_across_compares_two_sets_of_one_run(two_sets, tmp_path):
         str(plots),
     )
     assert "run:debug against run:plain" in r.stdout, r.describe()
-    assert re.search(r"allreduce all_reduce 64K, 2x1, torchrun, plain vs debug", r.stdout), r.stdout
+    assert "allreduce all_reduce 64K, 2x1, torchrun, plain vs debug" in md.read_text(), r.stdout  # unwrapped
     assert "of 3 compared" in r.stdout and "between runs" in r.stdout
     assert "band [" in md.read_text()
     assert (plots / "compare_busbw.png").exists()
@@ -494,3 +519,126 @@ def test_a_keys_text_is_its_json_list_and_gate_json_reads_back():
     text = gate.encode(doc).decode()
     assert json.loads(text) == doc and text.endswith("}\n")
     assert [line for line in text.splitlines() if line.startswith('  "low"')] == ['  "low": [null,1.5]']
+
+
+NOISY = 64 << 10  # the key the newcomer's machine spread: 64K, the smallest the run measures
+
+
+def test_a_key_too_noisy_to_catch_a_halving_is_named_and_cannot_pass(real_run, tmp_path, history_of):
+    """The newcomer's case, on copies of one real run: five nights alike but for the 64K key, whose
+    figures spread 0.03x to 30x of each other as a loaded machine spread them. The band of that
+    key is too wide to catch a halving: a night with nothing changed is not "unchanged" there but
+    "cannot judge", named with what it could catch, and the gate exits 3. Gating on the larger
+    messages only (--gate-min-size 256K), the 64K key is watched, and the exit status is what the
+    others' figures say: 0 for the same night, 1 for a night whose 1M busbw halved."""
+    spreads = (1.0, 30.0, 1 / 30, 5.0, 0.2)  # the 64K key's time factor, night by night
+    nights = [
+        planned_later(copy_run(real_run, tmp_path / f"n{i}", time_factor=f, size_factors={NOISY: s}), f"0{i}")
+        for i, (f, s) in enumerate(zip((1.0, 1.02, 0.98, 1.01, 0.99), spreads))
+    ]
+    db = history_of(*nights)
+    same = planned_later(copy_run(real_run, tmp_path / "same"), "9")
+    r = regress(same, db, tmp_path / "g", "--must-catch", "25%")
+    report = (tmp_path / "g" / "report.md").read_text()
+    noisy = [line for line in report.splitlines() if "all_reduce 64K, 2x1" in line]
+    assert r.returncode == 3 and "1 cannot judge (1 too noisy to catch 25%)" in r.stderr, r.describe()
+    assert len(noisy) == 1 and "| cannot judge | too noisy to catch 25% (catches > 99%)" in noisy[0], report
+    gate_json = json.loads((tmp_path / "g" / "gate.json").read_text())
+    assert gate_json["verdict"] == "cannot judge" and gate_json["must_catch"] == 0.25
+    caught = dict(zip(gate_json["bands"]["key"], gate_json["bands"]["catches"]))
+    assert max(caught.values()) > 0.9 and sorted(caught.values())[-2] < 0.25, caught  # the one key, and no other
+    # the large messages alone gate: the 64K key is still listed, with what it could catch
+    r = regress(same, db, tmp_path / "g2", "--gate-min-size", "256K", "--must-catch", "25%")
+    assert r.returncode == 0 and "; 1 watched below 256K: 0 slower, 1 cannot judge" in r.stdout, r.describe()
+    assert "watched, not gating (below --gate-min-size 256K)" in (tmp_path / "g2" / "report.md").read_text()
+    halved = planned_later(copy_run(real_run, tmp_path / "halved", size_factors={1 << 20: 2.0}), "8")
+    r = regress(halved, db, tmp_path / "g3", "--gate-min-size", "256K", "--must-catch", "25%")
+    assert r.returncode == 1 and "1 regression," in r.stderr and "2 regressions" not in r.stderr, r.describe()
+    cases = ET.parse(tmp_path / "g3" / "junit.xml").getroot().iter("testcase")
+    failed = [c for c in cases if c.find("failure") is not None]
+    assert len(failed) == 1 and "1M " in failed[0].find("failure").get("message")  # busbw, of 2x1
+
+
+def test_what_a_key_can_catch_worked_by_hand(real_run, tmp_path, history_of):
+    """docs/noise.md's worked example, "What a key can catch": five nights at time factors 1, 1.1,
+    0.95, 1.05 and 1 of one run. On the log scale of a rate the values lie 0, -0.0953, +0.0513,
+    -0.0488 and 0 from the first; their median is 0 and their MAD 0.0488, so the spread is
+    1.4826 x 0.0488 x 1.206 (K = 5) = 0.0872 and the band's low end exp(-4 x 0.0872) = 0.7054 of
+    the median: each key catches a fall of 29.46% or more, above the 5% threshold, said as
+    "≥ 30%". With --must-catch 30% every key is judged; with 25% none can be."""
+    nights = [
+        planned_later(copy_run(real_run, tmp_path / f"n{i}", time_factor=f), f"0{i}")
+        for i, f in enumerate((1.0, 1.1, 0.95, 1.05, 1.0))
+    ]
+    db = history_of(*nights)
+    logs = [0.0, math.log(1 / 1.1), math.log(1 / 0.95), math.log(1 / 1.05), 0.0]
+    mad = sorted(abs(v) for v in logs)[2]
+    catches = 1 - math.exp(-4 * 1.4826 * mad * 1.206)
+    assert catches == pytest.approx(0.2946, abs=1e-4)
+    same = planned_later(copy_run(real_run, tmp_path / "same"), "9")
+    r = regress(same, db, tmp_path / "g", "--must-catch", "30%")
+    assert r.returncode == 0 and "5 unchanged of 5 compared" in r.stdout, r.describe()
+    stored = json.loads((tmp_path / "g" / "gate.json").read_text())["bands"]["catches"]
+    assert stored == pytest.approx([catches] * 5, abs=2e-4)  # the small-sample factor's table holds 3 places
+    r = regress(same, db, tmp_path / "g2", "--must-catch", "25%")
+    assert r.returncode == 3 and "5 cannot judge (5 too noisy to catch 25%)" in r.stderr, r.describe()
+    assert "(catches ≥ 30%)" in (tmp_path / "g2" / "report.md").read_text()
+
+
+def test_a_run_noisier_than_its_history_is_not_judged(real_run, tmp_path, history_of):
+    """A night whose samples a busy machine spread is said to be so rather than judged: five
+    nights of one run, then the run with each row's samples spread past 2.5 times (NOISY_RUN) as
+    wide in log space (p90/p10 cubed), and wider than the 25% the gate must catch,
+    is "cannot judge" on every key, each note and the report saying why, exit 3, and serves no
+    baseline; spread so and 35% slower as well, as the night CI's machine read every key 30-40%
+    low, it is not called a regression either (exit 3, not 1). A run twice as spread as its
+    history is judged as ever, and so is a slower one; --must-catch 100% asks nothing."""
+    from harness.analysis.gating import RUN_TOO_NOISY
+
+    MUST_CATCH = ("--must-catch", "25%")  # the default, which conftest's regress() sets to 100%
+
+    nights = [planned_later(copy_run(real_run, tmp_path / f"n{i}"), f"0{i}") for i in range(5)]
+    db = history_of(*nights)
+    busy = planned_later(copy_run(real_run, tmp_path / "busy", widen=3.0), "9")
+    r = regress(busy, db, tmp_path / "g", *MUST_CATCH)
+    report = (tmp_path / "g" / "report.md").read_text()
+    assert r.returncode == 3 and f"5 cannot judge ({RUN_TOO_NOISY})" in r.stderr, r.describe()
+    assert "## Warning: Not judged: the run is noisier than its history" in report, report
+    # the history's p90/p10 cubed, on the median of its six sampled keys
+    own, usual = load_run(busy).run_spread, load_run(nights[0]).run_spread
+    assert own == pytest.approx(3 * usual, rel=1e-6) and own > -math.log(0.75)
+    assert f"its samples' p90/p10 is x{math.exp(own):.3g} on its median key, against x{math.exp(usual):.3g}" in report
+    judged = json.loads((tmp_path / "g" / "gate.json").read_text())
+    assert set(judged["bands"]["verdict"]) == {UNJUDGED} and judged["rejected"] == [gate.WHOLE], judged
+    # each run's spread is stored when it is added; one added before (NULL) is read of its samples
+    with sqlite3.connect(db) as con:
+        assert [s for (s,) in con.execute("SELECT spread FROM runs")] == pytest.approx([usual] * 5)
+        con.execute("UPDATE runs SET spread = NULL")
+    assert regress(busy, db, tmp_path / "g-older", *MUST_CATCH).returncode == 3
+    # a site that asks nothing of what a key can catch asks nothing of the run's noise either
+    assert regress(busy, db, tmp_path / "g-nothing").returncode == 0
+    # added with its verdict, the noisy night serves no baseline: the next is judged on the five
+    bench("history", "add", str(busy), "--cluster", "lab", "--db", str(db), "--verdict", str(tmp_path / "g/gate.json"))
+    with sqlite3.connect(db) as con:
+        assert con.execute("SELECT key FROM gate_keys WHERE run_id = 6").fetchall() == [(gate.WHOLE,)]
+    assert "cannot judge (serves" in bench("history", "list", "--db", str(db)).stdout  # "no baseline)" wrapped
+    next_night = planned_later(copy_run(real_run, tmp_path / "next"), "95")
+    assert regress(next_night, db, tmp_path / "g-next", *MUST_CATCH).returncode == 0
+    assert "(history runs 1, 2, 3, 4, 5)" in (tmp_path / "g-next" / "report.md").read_text()
+    slow_and_busy = planned_later(copy_run(real_run, tmp_path / "slow-busy", widen=3.0, time_factor=1 / 0.65), "8")
+    r = regress(slow_and_busy, db, tmp_path / "g2", *MUST_CATCH)
+    assert r.returncode == 3 and "0 regressions" in r.stderr, r.describe()
+    for factor, expected in ((1.0, 0), (1 / 0.65, 1)):
+        night = planned_later(copy_run(real_run, tmp_path / f"x{factor}", widen=2.0, time_factor=factor), "7")
+        r = regress(night, db, tmp_path / f"g{factor}", *MUST_CATCH)
+        assert r.returncode == expected and RUN_TOO_NOISY not in r.stdout + r.stderr, r.describe()
+    # a quiet cluster's history, each row's samples within 5% of each other: a night three times
+    # as spread still spans less than the 25% fall, which it can neither make nor hide: judged
+    quiet_db = tmp_path / "quiet.sqlite"
+    for i in range(5):
+        quiet = planned_later(copy_run(real_run, tmp_path / f"q{i}", spread=1.05), f"0{i}")
+        bench("history", "add", str(quiet), "--create", "--cluster", "lab", "--db", str(quiet_db))
+    louder = planned_later(copy_run(real_run, tmp_path / "louder", spread=1.05, widen=3.0), "9")
+    assert 3 * math.log(1.05) > load_run(louder).run_spread > 2.5 * load_run(quiet).run_spread
+    r = regress(louder, quiet_db, tmp_path / "g-quiet", *MUST_CATCH)
+    assert r.returncode == 0 and RUN_TOO_NOISY not in r.stdout + r.stderr, r.describe()

@@ -6,23 +6,26 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import os
 import shutil
 import sqlite3
+import sys
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import bench, copy_run, planned_later, regress
+from conftest import ROOT, bench, copy_run, planned_later, regress, snapshot
+from conftest import run as run_command
 from PIL import Image
 
 
 def test_history_add_list_plot_and_duplicates(real_run, tmp_path):
     db = tmp_path / "h" / "history.sqlite"
-    r = bench("history", "add", str(real_run), "--cluster", "lab", "--label", "first", "--db", str(db))
+    r = bench("history", "add", str(real_run), "--create", "--cluster", "lab", "--label", "first", "--db", str(db))
     assert "as run 1 of cluster lab (label first)" in r.stdout
     before = db.read_bytes()
-    dup = bench("history", "add", str(real_run), "--cluster", "other", "--db", str(db), check=False)
+    dup = bench("history", "add", str(real_run), "--create", "--cluster", "other", "--db", str(db), check=False)
     assert dup.returncode == 2 and "already in the history as run 1 (cluster lab, label first" in dup.stderr, (
         dup.describe()
     )
@@ -30,10 +33,11 @@ def test_history_add_list_plot_and_duplicates(real_run, tmp_path):
     shutil.copytree(real_run, tmp_path / "second")
     plan = tmp_path / "second" / "plan.json"
     plan.write_text(plan.read_text().replace('"created": "', '"created": "9', 1))  # planned later: a new run
-    bench("history", "add", str(tmp_path / "second"), "--cluster", "lab", "--db", str(db))
+    bench("history", "add", str(tmp_path / "second"), "--create", "--cluster", "lab", "--db", str(db))
     listed = bench("history", "list", "--cluster", "lab", "--db", str(db)).stdout
     assert "2 runs" in listed and "first" in listed
-    assert "0 runs" in bench("history", "list", "--cluster", "nosuch", "--db", str(db)).stdout
+    nosuch = bench("history", "list", "--cluster", "nosuch", "--db", str(db), check=False)
+    assert nosuch.returncode == 2 and "has no cluster of that name (its clusters: lab)" in nosuch.stderr
     out = tmp_path / "h.png"
     bench("history", "plot", "--cluster", "lab", "--db", str(db), "--out", str(out))
     Image.open(out).verify()
@@ -71,7 +75,7 @@ def _history_of(cluster):
         other = copy_run(real_run, tmp_path / "other")
         plan = other / "plan.json"
         plan.write_text(plan.read_text().replace('"created": "', '"created": "0', 1))
-        bench("history", "add", str(other), "--cluster", cluster, "--db", str(db))
+        bench("history", "add", str(other), "--create", "--cluster", cluster, "--db", str(db))
 
     return make
 
@@ -245,17 +249,59 @@ def test_history_remove_of_an_unknown_id(real_run, tmp_path, history_of):
 
 
 def test_history_list_count_fails_closed(real_run, tmp_path, history_of):
-    """What recipes/nightly.sh reads: a number, 0 before the first night, and a failure, never 0,
-    when the history cannot be read."""
-    missing = bench("history", "list", "--count", "--cluster", "lab", "--db", str(tmp_path / "none.sqlite"))
-    assert missing.stdout == "0\n" and "does not exist yet" in missing.stderr
+    """What recipes/nightly.sh reads: a number, and a failure, never 0, when the history does not
+    exist, cannot be read or does not know the cluster (a typo is no first night)."""
+    none = tmp_path / "none.sqlite"
+    missing = bench("history", "list", "--count", "--cluster", "lab", "--db", str(none), check=False)
+    assert missing.returncode == 2 and missing.stdout == "" and "no history database" in missing.stderr
+    assert not none.exists()
     db = history_of(planned_later(copy_run(real_run, tmp_path / "a"), "0"))
     assert bench("history", "list", "--count", "--cluster", "lab", "--db", str(db)).stdout == "1\n"
-    assert bench("history", "list", "--count", "--cluster", "other", "--db", str(db)).stdout == "0\n"
+    typo = bench("history", "list", "--count", "--cluster", "lba", "--db", str(db), check=False)
+    assert typo.returncode == 2 and typo.stdout == "", typo.describe()
+    assert "no cluster of that name (did you mean 'lab'? its clusters: lab)" in typo.stderr, typo.describe()
     with sqlite3.connect(db) as con:
         con.execute("DROP TABLE runs")
     r = bench("history", "list", "--count", "--cluster", "lab", "--db", str(db), check=False)
     assert r.returncode == 2 and r.stdout == "" and "not a bench history" in r.stderr, r.describe()
+
+
+@pytest.mark.parametrize(
+    "given,cluster,words",
+    [
+        ("postgresq://bench@127.0.0.1:5439/bench", "lab", "'postgresq:' is not a history's scheme"),
+        ("nosuch.sqlite", "lab", "no history database"),
+        ("history.sqlite", "lba", "did you mean 'lab'?"),
+        ("history.sqlite", "lab", None),  # the history knows lab: the night would go on to the sweep
+    ],
+)
+def test_a_typo_stops_the_nightly_recipe_before_its_sweep(real_run, tmp_path, given, cluster, words):
+    """recipes/nightly.sh with a mistyped history URL, a history that does not exist, or a cluster
+    the history does not know: exit 2 with bench's one line, before anything is swept, and no file
+    made anywhere (the working directory, where a mistyped URL would have become an SQLite file,
+    and the results). `bench` is a stand-in that fails the sweep loudly: a night that gets that
+    far says so."""
+    work = tmp_path / "work"
+    work.mkdir()
+    bench("history", "add", str(real_run), "--create", "--cluster", "lab", "--db", str(work / "history.sqlite"))
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    sweep = 'if [ "$1" = sweep ]; then echo "swept" >&2; exit 64; fi'
+    (tools / "bench").write_text(f'#!/bin/sh\n{sweep}\nexec {sys.executable} -m harness.cli "$@"\n')
+    (tools / "bench").chmod(0o755)
+    env = {"PATH": f"{tools}:{os.environ['PATH']}", "BENCH_RESULTS": str(tmp_path / "results"), "NAME": cluster}
+    before = snapshot(tmp_path)
+    recipe = ["bash", str(ROOT / "recipes" / "nightly.sh")]
+    r = run_command(recipe, env={**env, "BENCH_HISTORY": given}, cwd=work, check=False)
+    if words is None:
+        assert r.returncode == 64 and "swept" in r.stderr, r.describe()
+        return
+    assert r.returncode == 2 and r.stdout == "" and "swept" not in r.stderr, r.describe()
+    assert len(r.stderr.splitlines()) == 1 and words in r.stderr, r.describe()
+    assert snapshot(tmp_path) == before
+    for first in ("yes", "2"):  # only 1 seeds a night
+        r = run_command(recipe, env={**env, "BENCH_HISTORY": given, "BENCH_FIRST_NIGHT": first}, cwd=work, check=False)
+        assert r.returncode == 2 and "BENCH_FIRST_NIGHT" in r.stderr and "swept" not in r.stderr, r.describe()
 
 
 def _stored_summary(rows: int, **changed) -> pa.Table:

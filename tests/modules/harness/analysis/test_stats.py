@@ -216,3 +216,28 @@ def test_padded_is_each_list_left_aligned_in_a_row_of_nan(lists):
     assert counts.tolist() == [len(v or []) for v in lists]
     sliced = pa.array([[9.0, 9.0, 9.0], *lists], type=pa.list_(pa.float64()))[1:]  # its offsets from 3
     assert np.array_equal(stats.padded(sliced)[0], values, equal_nan=True)
+
+
+def test_a_runs_within_run_spread_worked_by_hand():
+    """within_spread: each row's ln(p90 / p10), the percentiles of its logs taken linearly (at
+    (n - 1) q of its sorted values), and their median over the rows of every sampled time. Rows
+    of fewer than 5 positive samples are not read; a run of no such row has NaN of 0 rows."""
+    e = math.e
+    times = np.array(
+        [
+            [1.0, e, e**2, e**3, e**4, NAN],  # logs 0..4: p10 at 0.4, p90 at 3.6, spread 3.2
+            [1.0, 1.0, 1.0, 1.0, e, e],  # logs 0,0,0,0,1,1: p10 0, p90 at 4.5 -> 1; spread 1
+            [e, 0.0, -1.0, NAN, NAN, NAN],  # one positive sample: not read
+        ]
+    )
+    steps = np.array([[e**2, e**2, e**2, e**2, e**2, e**4]])  # logs 2 x5, 4: p90 at 4.5 -> 3; spread 1
+    got, rows = stats.within_spread([(times, np.array([5, 6, 3])), (steps, np.array([6]))])
+    assert rows == 3 and got == pytest.approx(statistics.median([3.2, 1.0, 1.0]))
+    logs = np.log(times[0, :5])
+    assert np.percentile(logs, 90) - np.percentile(logs, 10) == pytest.approx(3.2)
+    assert stats.within_spread([(times[2:], np.array([3]))]) == (pytest.approx(NAN, nan_ok=True), 0)
+    # at most SPREAD_ROWS rows, evenly spaced: of as many tight rows (logs 0 x5, 1: 0.5) as wide
+    # ones after them (logs 0..5: 4.0), half and half, their median halfway
+    tight, wide = [1.0] * 5 + [e], [1.0, e, e**2, e**3, e**4, e**5]
+    many = np.array([tight] * stats.SPREAD_ROWS + [wide] * stats.SPREAD_ROWS)
+    assert stats.within_spread([(many, np.full(len(many), 6))]) == (pytest.approx(2.25), stats.SPREAD_ROWS)

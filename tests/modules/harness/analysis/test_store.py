@@ -10,6 +10,7 @@ import math
 import re
 import sqlite3
 import time
+from pathlib import Path
 
 import pytest
 from conftest import bench, copy_run, planned_later
@@ -27,22 +28,27 @@ def test_the_same_run_again_is_a_no_op_and_replace_swaps_it(real_run, tmp_path, 
     a = planned_later(copy_run(real_run, tmp_path / "a"), "0")
     b = planned_later(copy_run(real_run, tmp_path / "b"), "1")
     for run in (a, b):
-        bench("history", "add", str(run), "--cluster", "lab", "--db", history_at)
+        bench("history", "add", str(run), "--create", "--cluster", "lab", "--db", history_at)
     # the same run again: nothing added, and said; other figures under its identity: refused
     # unless --replace, which stores them in its place
-    again = _same(bench("history", "add", str(b), "--cluster", "lab", "--db", history_at).stdout, history_at)
+    again = _same(
+        bench("history", "add", str(b), "--create", "--cluster", "lab", "--db", history_at).stdout, history_at
+    )
     assert again.strip() == f"{b} is in DB already, as run 2 of cluster lab with these figures: nothing added"
     slower = copy_run(b, tmp_path / "b-slower", time_factor=2)  # the same plan, other figures
-    r = bench("history", "add", str(slower), "--cluster", "lab", "--db", history_at, check=False)
+    r = bench("history", "add", str(slower), "--create", "--cluster", "lab", "--db", history_at, check=False)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.describe()
     assert "already in the history as run 2" in r.stderr and "this one has other figures: `--replace`" in r.stderr
-    other = bench("history", "add", str(b), "--cluster", "other", "--db", history_at, check=False)
+    other = bench("history", "add", str(b), "--create", "--cluster", "other", "--db", history_at, check=False)
     assert other.returncode == 2 and "this one has cluster other, label -" in other.stderr, other.describe()
-    replaced = bench("history", "add", str(slower), "--cluster", "lab", "--replace", "--db", history_at).stdout
+    replaced = bench(
+        "history", "add", str(slower), "--create", "--cluster", "lab", "--replace", "--db", history_at
+    ).stdout
     assert "as run 3 of cluster lab" in replaced and "in place of run 2" in replaced, replaced
     assert bench("history", "list", "--count", "--cluster", "lab", "--db", history_at).stdout == "2\n"
-    bench("history", "add", str(b), "--cluster", "lab", "--replace", "--db", history_at)
-    r = bench("regress", str(real_run), "--cluster", "lab", "--db", history_at, "--out", str(tmp_path / "g"))
+    bench("history", "add", str(b), "--create", "--cluster", "lab", "--replace", "--db", history_at)
+    r = bench("regress", str(real_run), "--cluster", "lab", "--db", history_at, "--out", str(tmp_path / "g"),
+              "--must-catch", "100%")  # fmt: skip
     assert r.returncode == 0 and "(history runs 1, 4)" in (tmp_path / "g" / "report.md").read_text()
 
 
@@ -57,8 +63,22 @@ def test_every_history_command_says_the_same_on_both_backends(real_run, tmp_path
         out = tmp_path / name
         script = [
             ["history", "migrate"],
-            *(["history", "add", str(n), "--cluster", "lab", "--label", f"night{i}"] for i, n in enumerate(nights[:3])),
-            ["regress", str(nights[3]), "--cluster", "lab", "--baseline", "median:3", "--out", str(out / "g")],
+            *(
+                ["history", "add", str(n), "--create", "--cluster", "lab", "--label", f"night{i}"]
+                for i, n in enumerate(nights[:3])
+            ),
+            [
+                "regress",
+                str(nights[3]),
+                "--cluster",
+                "lab",
+                "--baseline",
+                "median:3",
+                "--out",
+                str(out / "g"),
+                "--must-catch",
+                "100%",
+            ],
             ["history", "add", str(nights[3]), "--cluster", "lab", "--verdict", str(out / "g" / "gate.json")],
             ["history", "add", str(nights[3]), "--cluster", "lab"],
             ["history", "add", str(nights[3]), "--cluster", "other"],
@@ -68,7 +88,7 @@ def test_every_history_command_says_the_same_on_both_backends(real_run, tmp_path
             ["history", "plot", "--cluster", "lab", "--out", str(out / "h.png")],
             ["history", "changes", "--cluster", "lab", "--store"],
             ["history", "check"],
-            ["regress", str(nights[4]), "--cluster", "lab", "--out", str(out / "g2")],
+            ["regress", str(nights[4]), "--cluster", "lab", "--out", str(out / "g2"), "--must-catch", "100%"],
             ["history", "remove", "1"],
             ["history", "list", "--count", "--cluster", "lab"],
             ["history", "remove", "9"],
@@ -88,7 +108,7 @@ def test_every_history_command_says_the_same_on_both_backends(real_run, tmp_path
         assert lite == pg, f"step {step}: {lite} != {pg}"
     statuses = [s for s, _, _ in said["sqlite"]]
     # night 5 against night 4, accepted: judged provisionally, which loopback may leave unjudged
-    assert statuses[:14] + statuses[15:] == [0, 0, 0, 0, 1, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0], statuses
+    assert statuses[:14] + statuses[15:] == [0, 0, 0, 0, 1, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0], said["sqlite"]
     assert statuses[14] in (0, 3) and "history run 4 (" in said["sqlite"][-1][2]
     assert "nothing added" in said["sqlite"][6][1] and "4 runs" in said["sqlite"][9][1]
 
@@ -102,6 +122,24 @@ def test_migrate_makes_a_history_and_then_has_nothing_to_do(tmp_path, postgres):
         assert again.strip() == f"{store.Location(db)}: already at schema {store.SCHEMA_VERSION}, nothing to do"
 
 
+def test_a_damaged_schema_number_or_a_device_is_one_line(tmp_path):
+    """meta's schema '²' (a digit to str.isdigit, not to int) or 5,000 digits (past int()'s
+    limit), in list and in migrate; and --db a character device, which SQLite would open and
+    leave a journal beside: one line, exit 2, and nothing made."""
+    db = tmp_path / "h.sqlite"
+    bench("history", "migrate", "--db", str(db))
+    for schema in ("²", "9" * 5000):
+        with sqlite3.connect(db) as con:
+            con.execute("UPDATE meta SET value = ? WHERE key = 'schema'", (schema,))
+        for action in ("list", "migrate"):
+            r = bench("history", action, "--db", str(db), check=False)
+            assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.describe()
+            assert "is not a migration's number: the history is damaged" in r.stderr, r.stderr
+    r = bench("history", "list", "--db", "/dev/null", check=False)
+    assert r.returncode == 2 and "--db /dev/null: is a character device, not a file" in r.stderr, r.describe()
+    assert not Path("/dev/null-journal").exists()
+
+
 def test_a_history_at_an_older_schema_is_refused_until_migrated(real_run, tmp_path):
     """A history written before migrations were numbered: meta's version 2, runs, data and
     points, no gate or node tables. Writers and readers name the command; it migrates."""
@@ -109,20 +147,21 @@ def test_a_history_at_an_older_schema_is_refused_until_migrated(real_run, tmp_pa
     _, _, first = store.migrations()[0]
     with sqlite3.connect(db) as con:
         con.executescript(first.format(**store.TYPES[store.SQLITE]))
-    for args in (["history", "add", str(real_run), "--cluster", "lab"], ["history", "list"]):
+    for args in (["history", "add", str(real_run), "--create", "--cluster", "lab"], ["history", "list"]):
         r = bench(*args, "--db", str(db), check=False)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.describe()
         want = f"at schema 1, this bench writes {store.SCHEMA_VERSION}; run `bench history migrate --db {db}`"
         assert want in r.stderr, r.stderr
     assert f"migrated from schema 1 to {store.SCHEMA_VERSION}" in bench("history", "migrate", "--db", str(db)).stdout
     assert (
-        "as run 1 of cluster lab" in bench("history", "add", str(real_run), "--cluster", "lab", "--db", str(db)).stdout
+        "as run 1 of cluster lab"
+        in bench("history", "add", str(real_run), "--create", "--cluster", "lab", "--db", str(db)).stdout
     )
 
 
 def test_an_empty_postgresql_database_is_not_set_up_by_a_writer(real_run, postgres):
     url = postgres.new_database("empty")
-    r = bench("history", "add", str(real_run), "--cluster", "lab", "--db", url, check=False)
+    r = bench("history", "add", str(real_run), "--create", "--cluster", "lab", "--db", url, check=False)
     assert r.returncode == 2 and f"`bench history migrate --db {store.Location(url)}`" in r.stderr, r.describe()
     assert postgres.password not in r.stderr + r.stdout
 
@@ -140,6 +179,21 @@ def test_a_server_that_cannot_be_used_is_one_line_without_the_password(postgres,
         port = re.search(r":(\d+)/", url)[1]
         assert f"host 127.0.0.1, port {port}, database {url.rsplit('/', 1)[1]}" in r.stderr, r.stderr
         assert words in r.stderr and "wrong-secret" not in r.stderr and postgres.password not in r.stderr
+    # URLs that libpq reads otherwise than urlsplit, or not at all, and a password from the
+    # environment: one line, exit 2, no piece of the secret (its halves either side of the @)
+    base = f"127.0.0.1:{postgres.port}/postgres"
+    for url, env, words in (
+        (f"postgresql://u:tops3cret@lEak3d@{base}", {}, "write @ in a password as %40"),
+        (f"postgresql://u@{base}?password=tops3cret%zzlEak3d", {}, "write % as %25"),
+        ("postgresql://u:tops3cret@[::1/postgres?x=lEak3d", {}, "an unclosed ["),
+        (f"postgresql://u:tops3cretlEak3d@{base}", {}, "password authentication failed"),
+        (f"postgresql://u@{base}?password=tops3cretlEak3d", {}, "password authentication failed"),
+        (f"postgresql://u@{base}", {"PGPASSWORD": "tops3cretlEak3d"}, "password authentication failed"),
+    ):
+        r = bench("history", "list", "--db", url, check=False, env=env)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.describe()
+        said = r.stdout + r.stderr
+        assert words in said and "tops3cret" not in said and "lEak3d" not in said, said
 
 
 def test_migrations_at_the_same_moment_leave_one_schema(postgres):
@@ -178,7 +232,7 @@ def test_two_migrations_and_six_writers_at_once_leave_each_row_once(real_run, tm
         hold.execute("SELECT pg_advisory_lock(%s)", (store.MIGRATION_LOCK,))
         migrations = [pool.submit(bench, "history", "migrate", "--db", url, timeout=180, check=False) for _ in range(2)]
         until(2, hold)
-        adds = [pool.submit(bench, "history", "add", str(r), "--cluster", "lab", "--db", url, timeout=180,
+        adds = [pool.submit(bench, "history", "add", str(r), "--create", "--cluster", "lab", "--db", url, timeout=180,
                             check=False) for r in runs * 2]  # fmt: skip
         until(8, hold)
         hold.execute("SELECT pg_advisory_unlock(%s)", (store.MIGRATION_LOCK,))
@@ -209,7 +263,10 @@ def test_writers_at_the_same_moment_store_each_run_once(real_run, tmp_path, hist
         hold = psycopg.connect(history_at)
         hold.execute("LOCK TABLE runs IN SHARE MODE")
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        adds = [pool.submit(bench, "history", "add", str(r), "--cluster", "lab", "--db", history_at) for r in runs * 2]
+        adds = [
+            pool.submit(bench, "history", "add", str(r), "--create", "--cluster", "lab", "--db", history_at)
+            for r in runs * 2
+        ]
         if hold is not None:
             waiting = "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'runs'::regclass"
             deadline = time.monotonic() + 120
@@ -279,20 +336,34 @@ def test_grafana_reads_the_views_as_a_reader_that_cannot_write(judged_history, p
     # bench as the reader: it reads, and a write is one line, exit 2, without the password
     assert "4 runs" in bench("history", "list", "--db", reader).stdout
     new = planned_later(copy_run(judged_history.parent / "n0", tmp_path / "new"), "5")
-    r = bench("history", "add", str(new), "--cluster", "lab", "--db", reader, check=False)
+    r = bench("history", "add", str(new), "--create", "--cluster", "lab", "--db", reader, check=False)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.describe()
     assert "permission denied" in r.stderr and "grafana-secret" not in r.stderr + r.stdout
     # a writer as docs/fleet.md grants one: table privileges alone
     postgres.sql("CREATE ROLE nightly LOGIN PASSWORD 'nightly-secret'")
     postgres.sql("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO nightly", database="fleet")
     writer = postgres.url("fleet", user="nightly", password="nightly-secret")
-    assert "as run 5 of cluster lab" in bench("history", "add", str(new), "--cluster", "lab", "--db", writer).stdout
+    assert (
+        "as run 5 of cluster lab"
+        in bench("history", "add", str(new), "--create", "--cluster", "lab", "--db", writer).stdout
+    )
     # a role that is not there, however it is spelled, is one line; nothing else happens
     for role in ('x"; DROP TABLE runs; --', "nobody"):
         r = bench("history", "grant", role, "--db", url, check=False)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "does not exist" in r.stderr, (
             r.describe()
         )
+    # PUBLIC (every role, now and later), however spelled, and the server's predefined roles
+    for role, words in (("public", "every role (PUBLIC)"), ("PUBLIC", "every role (PUBLIC)"),
+                        ("pg_read_all_data", "a predefined role")):  # fmt: skip
+        r = bench("history", "grant", role, "--db", url, check=False)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and words in r.stderr, r.describe()
+    with psycopg.connect(postgres.url("fleet")) as con:
+        granted = con.execute(
+            "SELECT count(*) FROM information_schema.role_table_grants "
+            "WHERE grantee = 'PUBLIC' AND table_schema = 'public'"
+        )
+        assert granted.fetchone() == (0,)
     r = bench("history", "grant", "grafana", "--db", str(judged_history), check=False)
     assert r.returncode == 2 and "grant is for a postgresql:// history" in r.stderr, r.describe()
     assert "5 runs" in bench("history", "list", "--db", url).stdout
@@ -312,7 +383,8 @@ def test_hostile_names_are_stored_and_come_back_verbatim(real_run, tmp_path, his
     listed, judged against and copied as given, on both backends; the tables are all there."""
     for i, name in enumerate(HOSTILE):
         run = planned_later(copy_run(real_run, tmp_path / f"r{i}"), f"0{i}")
-        said = bench("history", "add", str(run), "--cluster", name, "--label", name[::-1], "--db", history_at).stdout
+        said = bench("history", "add", str(run), "--create", "--new-cluster", "--cluster", name, "--label", name[::-1],
+                     "--db", history_at).stdout  # fmt: skip
         assert f"as run {i + 1} of cluster {name} (label {name[::-1]})" in said, said
         r = bench("regress", str(real_run), "--cluster", name, "--db", history_at, "--out", str(tmp_path / f"g{i}"),
                   "--baseline", "last", check=False)  # fmt: skip

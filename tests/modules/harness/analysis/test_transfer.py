@@ -55,7 +55,7 @@ def test_a_history_copied_to_postgresql_and_back_is_the_same(judged_history, tmp
     # a run held with other figures under its identity: refused, one line, nothing copied
     clash = str(tmp_path / "c.sqlite")
     other = copy_run(judged_history.parent / "n0", tmp_path / "n0-other", time_factor=3)
-    bench("history", "add", str(other), "--cluster", "lab", "--label", "night0", "--db", clash)
+    bench("history", "add", str(other), "--create", "--cluster", "lab", "--label", "night0", "--db", clash)
     r = bench("history", "copy", source, clash, check=False)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.describe()
     assert f"run 1 of {source} (cluster lab, label night0) is in {clash} as run 1 with other" in r.stderr, r.stderr
@@ -63,3 +63,30 @@ def test_a_history_copied_to_postgresql_and_back_is_the_same(judged_history, tmp
     for args in (["copy", source], ["copy", source, source], ["list", source, clash], ["copy", source, pg, "--db", pg]):
         r = bench("history", *args, check=False)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.describe()
+
+
+# what SQLite reads as a column and PostgreSQL, whose comments nest, as a statement of its own
+HOSTILE = "id /* /* */ FROM runs -- */) SELECT pg_sleep(3), (SELECT rolpassword FROM pg_authid LIMIT 1) RETURNING id --"
+
+
+def test_a_source_whose_columns_are_not_benchs_is_refused(judged_history, tmp_path, postgres):
+    """Column names come from bench's schema, never from the source: a history with a column of
+    its own, named to run SQL on PostgreSQL, or without one of bench's, is refused in one line
+    and nothing is copied."""
+    import shutil
+    import sqlite3
+
+    pg = postgres.new_database("hostile")
+    bench("history", "migrate", "--db", pg)
+    for name, statement in (
+        ("extra", f'ALTER TABLE runs ADD COLUMN "{HOSTILE}" TEXT'),
+        ("renamed", "ALTER TABLE gate_bands RENAME COLUMN catches TO caught"),
+    ):
+        source = tmp_path / f"{name}.sqlite"
+        shutil.copyfile(judged_history, source)
+        with sqlite3.connect(source) as con:
+            con.execute(statement)
+        r = bench("history", "copy", str(source), pg, check=False)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.describe()
+        assert "has columns bench's schema" in r.stderr and "nothing copied" in r.stderr, r.stderr
+        assert _dump(pg) == {t: [] for t in TABLES}

@@ -21,7 +21,7 @@ from conftest import bench
 from harness.analysis import overview, store
 from harness.analysis.compare import FAILED, FASTER, SAME, SLOWER, UNJUDGED
 from harness.analysis.sides import KEYS
-from harness.present import dashboard
+from harness.present import dashboard, sitedir
 from harness.present.charts import figure
 
 ATOM = "{http://www.w3.org/2005/Atom}"
@@ -50,7 +50,7 @@ def night_like(con, template: int, cluster: str, created: str, by_group: dict[st
         verdict = by_group[overview.group_of(dict(zip(KEYS, json.loads(key))))]
         value = {FAILED: None, SLOWER: base / 2, FASTER: base * 1.5}.get(verdict, base)
         con.execute(
-            "INSERT INTO gate_bands VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO gate_bands VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)",
             (new, metric, key, base, low, high, value, verdict, "between runs"),
         )
     return new
@@ -209,7 +209,10 @@ def test_a_cluster_page_draws_every_key_with_its_band_and_marks(site, fleet):
     one_m = next(s for s in lab.series if s.key["size_bytes"] == 1 << 20)  # at half of nights 1-3's busbw
     assert one_m.value[-1] == pytest.approx(one_m.low[-1] / 2, rel=0.01)
     band = f"{figure(one_m.low[-1], 'GB/s')} to {figure(one_m.high[-1], 'GB/s')}"
-    assert f"slower on 2026-11-04: {figure(one_m.value[-1], 'GB/s')}, band {band}" in text
+    # three alike nights draw a band of no width: what it catches is the threshold's 5%
+    assert f"slower on 2026-11-04: {figure(one_m.value[-1], 'GB/s')}, band {band}, catches a fall ≥ 5%" in text
+    across = "".join(parsed(site / dashboard.key_page(one_m).file).text)  # the key across clusters
+    assert "catches a fall ≥ 5%" in across, across
     # the efficiency of 2 GPUs against 1, weak scaling: images/s per GPU over one GPU's
     rate = {s.key["nodes"]: s.value[-1] for s in lab.series if s.metric == "images_per_s"}
     assert f"synthetic weak, torchrun, default2{rate[2] / 2 / rate[1]:.1%}none" in text
@@ -289,6 +292,9 @@ def test_the_browser_shows_every_cluster_and_key_and_asks_the_network_for_nothin
     print(f"screenshots: {tmp_path / 'index.png'} {tmp_path / 'cluster.png'}")
 
 
+REFRESH = '<meta http-equiv="refresh" content="0;url=https://198.18.0.9/">'
+
+
 @pytest.fixture(scope="module")
 def hostile(judged_history, tmp_path_factory) -> tuple[Path, Path]:
     """A history whose every text is hostile: cluster names, labels, keys, reasons, node names,
@@ -304,7 +310,8 @@ def hostile(judged_history, tmp_path_factory) -> tuple[Path, Path]:
             con.execute("UPDATE gate_runs SET accepted = ?, reason = ? WHERE run_id = ?", (HOSTILE, HOSTILE, new))
             key = json.dumps(["synthetic", "", "", HOSTILE, 1, 1, HOSTILE, HOSTILE, 0])
             con.execute(
-                "INSERT INTO gate_bands VALUES (?, 'images_per_s', ?, 1, 0.9, 1.1, 0.5, 'slower', 'between runs')",
+                "INSERT INTO gate_bands VALUES (?, 'images_per_s', ?, 1, 0.9, 1.1, 0.5, 'slower', 'between runs', "
+                "NULL)",
                 (new, key),
             )
             con.execute(
@@ -319,6 +326,11 @@ def hostile(judged_history, tmp_path_factory) -> tuple[Path, Path]:
                 f"drain {HOSTILE}; link {HOSTILE}",
                 [(f"node {HOSTILE}", "busbw_gbps", 0.5), (f"pair {HOSTILE} {LONG}", "busbw_gbps", 0.5)],
             )
+            # a check's node count is a column SQLite does not type: a tag that would send the page away
+            con.execute("UPDATE node_checks SET nodes = ? WHERE cluster = ?", (REFRESH, name))
+        # times past datetime's range once in UTC (they were exit 70, and no site at all)
+        for created in ("9999-12-31T23:00:00-05:00", "0001-01-01T00:30:00+01:00"):
+            night_like(con, 4, HOSTILE, created, dict.fromkeys(overview.GROUPS, SAME), "passed")
     out = tmp_path_factory.mktemp("hostile-site") / "site"
     r = bench("dashboard", "--db", str(db), "--out", str(out))
     assert r.returncode == 0, r.describe()
@@ -333,6 +345,7 @@ def test_hostile_texts_come_out_escaped_in_every_page_and_the_feed(hostile):
     for page in pages:
         raw = page.read_text()
         assert "<script" not in raw and "\x01" not in raw and "\x1b" not in raw, page.name
+        assert REFRESH not in raw and raw.count("<meta") == 3, page.name  # charset, viewport, the CSP
         tags = parsed(page)
         for tag, attrs in tags.tags:
             assert tag != "script", page.name
@@ -370,6 +383,28 @@ def test_a_directory_not_a_dashboard_is_refused_and_kept(fleet, tmp_path):
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.describe()
     assert not (tmp_path / "new").exists()
     assert sorted(os.listdir(tmp_path)) == ["file", "mine"]  # nothing left beside them
+    # a marker planted empty, or as a link to a site's, or a site with a file of someone else's
+    # in it: each kept whole; and --out a link to a site: refused, the link and the site kept
+    site = tmp_path / "site"
+    bench("dashboard", "--db", str(fleet), "--out", str(site))
+    planted = {"empty": (lambda d: (d / sitedir.MARKER).write_bytes(b""), "no .bench-dashboard of bench's"),
+               "linked": (lambda d: (d / sitedir.MARKER).symlink_to(site / sitedir.MARKER), "of bench's"),
+               "beside": (lambda d: shutil.copytree(site, d, dirs_exist_ok=True), "holds 'notes.txt'")}  # fmt: skip
+    for name, (plant, words) in planted.items():
+        victim = tmp_path / name
+        victim.mkdir()
+        (victim / "notes.txt").write_text("mine")
+        plant(victim)
+        before = sorted(os.listdir(victim))
+        r = bench("dashboard", "--db", str(fleet), "--out", str(victim), check=False)
+        assert r.returncode == 2 and words in r.stderr and r.stderr.count("\n") == 1, (name, r.describe())
+        assert sorted(os.listdir(victim)) == before and (victim / "notes.txt").read_text() == "mine"
+    link = tmp_path / "link"
+    link.symlink_to(site)
+    r = bench("dashboard", "--db", str(fleet), "--out", str(link), check=False)
+    assert r.returncode == 2 and "is a link" in r.stderr, r.describe()
+    assert link.is_symlink() and (site / sitedir.MARKER).is_file()
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".")]  # no .NAME.PID.old or .new left
 
 
 def test_a_site_is_replaced_whole_with_the_umask_honoured(fleet, tmp_path):

@@ -71,7 +71,7 @@ def test_openmetrics_carries_the_run_s_start_and_its_verdict(real_run, tmp_path)
     every collective's bus factor, not all-reduce's alone."""
     created = dt.datetime.fromisoformat(json.loads((real_run / "plan.json").read_text())["created"])
     db = tmp_path / "history.sqlite"
-    bench("history", "add", str(real_run), "--cluster", "lab", "--db", str(db))
+    bench("history", "add", str(real_run), "--create", "--cluster", "lab", "--db", str(db))
     slow = planned_later(copy_run(real_run, tmp_path / "slow", time_factor=separating(real_run)))
     judged = bench("regress", str(slow), "--cluster", "lab", "--db", str(db), check=False)
     assert judged.returncode == 1, judged.describe()

@@ -23,7 +23,7 @@ def test_regress_outputs_for_ci(real_run, tmp_path):
     base = copy_run(real_run, tmp_path / "base", time_factor=1 / separating(real_run))  # a much faster baseline
     plan = base / "plan.json"
     plan.write_text(plan.read_text().replace('"created": "', '"created": "0', 1))
-    bench("history", "add", str(base), "--cluster", "lab", "--label", "good", "--db", str(db))
+    bench("history", "add", str(base), "--create", "--cluster", "lab", "--label", "good", "--db", str(db))
     out = tmp_path / "out"
     r = regress(real_run, db, out, "--baseline", "label:good")
     assert (
@@ -43,9 +43,9 @@ def test_regress_outputs_for_ci(real_run, tmp_path):
     assert curve.find("failure").get("type") == "regression"
     assert re.fullmatch(r"regression: (\d+[KM] -\d+\.\d%(, )?){3}", curve.find("failure").get("message"))
     # each size a line: its verdict, A -> B, and B/A with the interval it was judged by (one
-    # run of A: the samples' ratio and CI)
+    # run of A: the samples' ratio and CI), and what it catches (at least the provisional margin)
     size_line = r"\d+[KM]: slower, busbw GB/s [\d.]+ -> [\d.]+, B/A \(Hodges-Lehmann of the samples\) 0\.\d{3}, "
-    size_line += r"95% CI \[0\.\d{3}, 0\.\d{3}\]"
+    size_line += r"95% CI \[0\.\d{3}, 0\.\d{3}\], catches ≥ (4\d|[5-9]\d)%"
     lines = curve.find("failure").text.splitlines()
     assert len(lines) == 3 and all(re.fullmatch(size_line, line) for line in lines), lines
     assert not (out / "benchmark.json").exists()  # opt-in
@@ -195,7 +195,7 @@ def _lab_history(real_run, tmp_path):
     base = copy_run(real_run, tmp_path / "base", time_factor=1 / separating(real_run))
     plan = base / "plan.json"
     plan.write_text(plan.read_text().replace('"created": "', '"created": "0', 1))
-    bench("history", "add", str(base), "--cluster", "lab", "--db", str(db))
+    bench("history", "add", str(base), "--create", "--cluster", "lab", "--db", str(db))
     return db
 
 
@@ -204,7 +204,7 @@ def test_regress_on_one_core_writes_what_it_writes_with_a_worker(real_run, tmp_p
     (harness/forked.py); on one core (taskset) each is done in turn, in this process: the same
     report.md, gate.json, junit.xml (but its timestamp) and the same lines."""
     db = _lab_history(real_run, tmp_path)
-    args = ["regress", str(real_run), "--cluster", "lab", "--db", str(db), "--out"]
+    args = ["regress", str(real_run), "--cluster", "lab", "--db", str(db), "--must-catch", "100%", "--out"]
     two = bench(*args, str(tmp_path / "two"), check=False)
     one = run(["taskset", "-c", "0", sys.executable, "-m", "harness.cli", *args, str(tmp_path / "one")], check=False)
     assert two.returncode == one.returncode == 1, (two.describe(), one.describe())

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import HOSTILE_VALUES, ROOT, SWEEPS, bench, default_jobs, run
+from conftest import HOSTILE_VALUES, ROOT, SWEEPS, bench, default_jobs, in_place_of, run
 
 from harness.cluster import ClusterProfile, load_profile
 from harness.errors import SpecError
@@ -626,7 +626,7 @@ def test_reserved_variables_cannot_be_set(tmp_path, name):
         ("env_passthrough", f"env_passthrough: [{name}]\n"),
     ):
         sweep = tmp_path / "s.yaml"
-        sweep.write_text((SWEEPS / "local.yaml").read_text() + text)
+        sweep.write_text(in_place_of((SWEEPS / "local.yaml").read_text(), text))
         with pytest.raises(SpecError) as info:
             load_sweep(sweep)
         assert f"{where}" in str(info.value) and f"{name} is set by bench" in str(info.value)
