@@ -611,6 +611,31 @@ CASES = [
         "--new-cluster",
         "cluster 'c' has 1 run in",
     ),
+    *(
+        Case(
+            f"history-add-created-{name}",
+            lambda t, r, created=created: [
+                "history",
+                "add",
+                str(_dated(r, t, created)),
+                "--cluster",
+                "c",
+                "--create",
+                *_db(t),
+            ],
+            "plan.json: created",
+            "is not a time bench writes",
+            "years 1970-9998",
+        )
+        for name, created in (
+            ("garbage", "garbage"),
+            ("number", 20261202),
+            ("no-offset", "2026-12-02T03:00:00"),
+            ("year-9999", "9999-12-31T23:00:00-05:00"),
+            ("year-1", "0001-01-01T00:30:00+01:00"),
+            ("missing", None),
+        )
+    ),
     Case(
         "history-list-mistyped-cluster",
         lambda t, r: ["history", "list", "--count", "--cluster", "cc", *_db_with(r, t)],
@@ -745,6 +770,13 @@ def _later(run: Path, tmp: Path) -> Path:
     """A copy of the run planned later: a run of its own to the history."""
     copy = _copy(run, tmp, "later")
     _edit_json(copy / "plan.json", lambda p: p.update(created="2099-01-01T00:00:00+00:00"))
+    return copy
+
+
+def _dated(run: Path, tmp: Path, created: object) -> Path:
+    """A copy of the run whose plan names `created` as its time (None: names none)."""
+    copy = _copy(run, tmp, "dated")
+    _edit_json(copy / "plan.json", lambda p: p.update(created=created) if created is not None else p.pop("created"))
     return copy
 
 

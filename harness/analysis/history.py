@@ -54,7 +54,17 @@ from harness.analysis.sides import (
     read_tables,
 )
 from harness.analysis.stats import SPREAD_RUNS, padded, spread_rows, within_spread
-from harness.analysis.store import SQLITE, Connection, Location, admit_cluster, now, session
+from harness.analysis.store import (
+    FIRST_YEAR,
+    LAST_YEAR,
+    SQLITE,
+    Connection,
+    Location,
+    admit_cluster,
+    now,
+    run_time,
+    session,
+)
 from harness.analysis.store import error as store_error
 from harness.errors import DataError, HistoryError
 from harness.rundir import COMPLETED, RUN_FILE_LIMIT, RunDir
@@ -175,7 +185,12 @@ def add(
     judged = gate.read(verdict or run.path / "regress" / gate.FILE, fp, cluster)
     if verdict is not None and judged is None:
         raise HistoryError(f"--verdict {verdict}: no such file; bench regress writes gate.json in its --out")
-    created = plan.get("created") or ""
+    created = plan.get("created")
+    if run_time(created) is None:
+        raise HistoryError(
+            f"{run.path / 'plan.json'}: created {str(created)[:40]!r} is not a time bench writes "
+            f"(ISO 8601 with its UTC offset, years {FIRST_YEAR}-{LAST_YEAR}): the history orders runs by it"
+        )
     payload = hashlib.sha256(blob + (sblob or b"")).hexdigest()
     spread = samples_spread(samples) if samples is not None else None
     failed_jobs = [f"{j} {s}" for j, s in zip(not_done["job"], not_done["status"])]

@@ -21,7 +21,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from benchmarks.results import read_regular
-from harness.analysis.store import SQLITE, Connection, Location, admit_cluster, located, now, session
+from harness.analysis.store import (
+    FIRST_YEAR,
+    LAST_YEAR,
+    SQLITE,
+    Connection,
+    Location,
+    admit_cluster,
+    located,
+    now,
+    run_time,
+    session,
+)
 from harness.errors import HistoryError
 from harness.nodecheck import METRICS
 from harness.nodesteps import FOLDER, PLAN, RECORD, read_record
@@ -165,8 +176,18 @@ def last_round_s(db: Location, cluster: str) -> tuple[float, NodeEntry] | None:
 
 def _created(path: Path) -> str:
     """When the check ran: its record's time, as the file system keeps it (ISO 8601, UTC)."""
-    stamp = (path / FOLDER / RECORD).stat().st_mtime
-    return dt.datetime.fromtimestamp(stamp, dt.timezone.utc).isoformat(timespec="seconds")
+    record = path / FOLDER / RECORD
+    stamp = record.stat().st_mtime
+    try:
+        created = dt.datetime.fromtimestamp(stamp, dt.timezone.utc).isoformat(timespec="seconds")
+    except (OverflowError, OSError, ValueError):
+        created = ""
+    if run_time(created) is None:
+        raise HistoryError(
+            f"{record}: modified at a time outside years {FIRST_YEAR}-{LAST_YEAR}; "
+            "the history orders checks by it (touch the file to date it now)"
+        )
+    return created
 
 
 def entries(db: Location, cluster: str | None = None) -> list[NodeEntry]:

@@ -22,7 +22,7 @@ from harness.analysis.compare import FAILED, ORDER, SAME, SLOWER, UNJUDGED, WORS
 from harness.analysis.gate import PASSED, REJECTED
 from harness.analysis.nodehistory import NodeEntry, entries
 from harness.analysis.sides import DEFAULT_METRICS, KEYS, METRICS, key_texts
-from harness.analysis.store import Location, session
+from harness.analysis.store import Location, run_time, session
 from harness.errors import HistoryError
 from harness.hostlists import expand_hostlist
 
@@ -190,22 +190,13 @@ def rank(verdict: str) -> int:
 
 def _day(when: str, added: str) -> float:
     """Days since the epoch of when a run ran (as the Grafana views take it: the plan's time,
-    else when it was added, which the history keeps in UTC)."""
+    else when it was added, which the history keeps in UTC); a history written before times were
+    checked on adding may hold anything (store.run_time)."""
     for text in (when, str(added).replace(" ", "T") + "+00:00"):
-        try:
-            t = dt.datetime.fromisoformat(text)
-        except (TypeError, ValueError):
-            continue
-        if t.tzinfo is None:
-            t = t.replace(tzinfo=dt.timezone.utc)
-        # a time a chart can draw and date_of can name: year 9999 with a negative offset is past
-        # datetime's range in UTC, year 1 with a positive one before it (OverflowError)
-        if FIRST_YEAR <= t.year <= LAST_YEAR:
+        t = run_time(text)
+        if t is not None:
             return t.timestamp() / 86400
     return 0.0
-
-
-FIRST_YEAR, LAST_YEAR = 1970, 9998
 
 
 def date_of(day: float) -> str:

@@ -167,6 +167,28 @@ def now() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
+# The years a run's time may name: a chart can draw them and a date can be named in UTC for
+# every offset (year 9999 with a negative offset is past datetime's range in UTC, year 1 with a
+# positive one before it).
+FIRST_YEAR, LAST_YEAR = 1970, 9998
+
+
+def run_time(text: object) -> dt.datetime | None:
+    """When a run ran, from the ISO 8601 time with its UTC offset that bench's plan.json holds
+    (harness/rundir.py), or None for anything else: another type, no offset, a year outside
+    FIRST_YEAR..LAST_YEAR. The history orders a cluster's runs by it (the newest is the
+    baseline's), so nothing else is stored."""
+    if not isinstance(text, str) or len(text) > 64:
+        return None
+    try:
+        t = dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if t.tzinfo is None or not FIRST_YEAR <= t.year <= LAST_YEAR:
+        return None
+    return t
+
+
 def migrations() -> list[tuple[int, str, str]]:
     """(number, name, SQL) of each migration shipped, in order; numbered 1, 2, ... without a gap."""
     folder = resources.files("harness.analysis") / "migrations"

@@ -14,6 +14,7 @@ nodes under 2 s. Where each stands is in CONTRIBUTING.md ("Speed").
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
 import json
 import subprocess
@@ -21,7 +22,7 @@ import sys
 
 import pytest
 import yaml
-from fixtures import FIXTURES, SWEEPS, make_run
+from fixtures import FIRST_NIGHT, FIXTURES, SWEEPS, dated, make_run
 
 
 @pytest.fixture(scope="session")
@@ -155,8 +156,8 @@ def two_runs_100k(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("compare")
     runs = [make_run(root / name, 4000, seed=seed) for name, seed in (("a", 0), ("b", 1))]
-    plan = runs[1].plan_file  # planned in the same second as a: make it another run
-    plan.write_text(plan.read_text().replace('"created": "', '"created": "b', 1))
+    dated(runs[0].path, FIRST_NIGHT)  # planned in the same second: made two runs, b the later
+    dated(runs[1].path, FIRST_NIGHT + dt.timedelta(hours=1))
     for run in runs:
         write_summary(run, *collect(run))
     return runs
@@ -192,8 +193,7 @@ def history_of_five_100k(tmp_path_factory, two_runs_100k):
     db = root / "history.sqlite"
     for k in range(5):
         run = make_run(root / f"h{k}", 4000, seed=10 + k)
-        plan = run.plan_file
-        plan.write_text(plan.read_text().replace('"created": "', f'"created": "0{k}', 1))
+        dated(run.path, FIRST_NIGHT + dt.timedelta(days=k))
         write_summary(run, *collect(run))
         history.add(db, run.path, "big", create=True)
     return db
@@ -249,8 +249,7 @@ def month_100k(request, tmp_path_factory, two_runs_100k):
     for k in range(30):
         if request.param == "ordinary" and k:
             run = make_run(root / f"night{k}", 4000, seed=100 + k)
-        plan = run.plan_file  # another night of the same run: a plan the history has not seen
-        plan.write_text(plan.read_text().replace('"created": "', f'"created": "{k:02d}', 1))
+        dated(run.path, FIRST_NIGHT + dt.timedelta(days=k))  # another night: a plan the history has not seen
         write_summary(run, *collect(run))
         history.add(db, run.path, "month", create=True)
     return db, request.param
@@ -298,8 +297,7 @@ def history_1000(tmp_path_factory):
     write_summary(template, *collect(template))
     for i in range(1000):
         # a distinct plan per run: the history refuses a plan it has seen
-        plan = template.plan_file.read_text().replace('"created": "', f'"created": "{i:04d}-', 1)
-        template.plan_file.write_text(plan)
+        dated(template.path, FIRST_NIGHT + dt.timedelta(hours=i))
         history.add(db, template.path, "c1000", label=f"r{i}", create=True)
     return db, template
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import random
 from pathlib import Path
@@ -55,6 +56,18 @@ def _allreduce_result(rng: random.Random, world: int, iters: int) -> dict:
             "measurement_rules": MEASUREMENT_RULES,
         },
     }
+
+
+# The first night of the histories these benchmarks build: a real time, as bench's plans hold.
+FIRST_NIGHT = dt.datetime(2026, 1, 1, 2, tzinfo=dt.timezone.utc)
+
+
+def dated(run_dir: Path, when: dt.datetime) -> Path:
+    """Give a run's plan another time, and with it another identity in the history (which holds
+    each plan once and orders a cluster's runs by their times)."""
+    plan = run_dir / "plan.json"
+    plan.write_text(json.dumps({**json.loads(plan.read_text()), "created": when.isoformat()}))
+    return run_dir
 
 
 def make_run(root: Path, n_jobs: int, world: int = 8, iters: int = 20, seed: int = 0) -> RunDir:

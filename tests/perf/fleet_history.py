@@ -32,11 +32,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parents[1])]  # fixtures, postgres, bench
 
-from fixtures import make_run  # noqa: E402
+from fixtures import dated, make_run  # noqa: E402
 
 from harness.analysis import store  # noqa: E402
 
 START = dt.datetime(2025, 11, 1, 2, tzinfo=dt.timezone.utc)
+LATER = dt.datetime(2030, 1, 1, 2, tzinfo=dt.timezone.utc)  # the nights measured: after every seeded one
 # What is written per night, in the order of the tables' references
 MIXED = ("--allow-rules-change",)
 TABLES = ("runs", "data", "points", "gate_runs", "gate_keys", "gate_bands")
@@ -60,13 +61,11 @@ def bench(*args: str, checkout: Path = CHECKOUT) -> float:
     return took
 
 
-def night(root: Path, template: Path, tag: str) -> Path:
+def night(root: Path, template: Path, tag: str, when: dt.datetime) -> Path:
     """A copy of the template night with a plan of its own (so an identity of its own)."""
     out = root / tag
     shutil.copytree(template, out, symlinks=True, ignore=shutil.ignore_patterns("regress"))
-    plan = out / "plan.json"
-    plan.write_text(plan.read_text().replace('"created": "', f'"created": "{tag}-', 1))
-    return out
+    return dated(out, when)
 
 
 def template_rows(root: Path) -> tuple[Path, dict[str, tuple[list[str], list[tuple]]]]:
@@ -75,7 +74,7 @@ def template_rows(root: Path) -> tuple[Path, dict[str, tuple[list[str], list[tup
     run = make_run(root / "night", 8)
     bench("collect", str(run.path))
     db = root / "template.sqlite"
-    first = night(root, run.path, "first")
+    first = night(root, run.path, "first", START - dt.timedelta(days=1))
     bench("history", "add", str(first), "--create", "--cluster", "c", "--db", str(db))
     # the fixture's results name no measurement rules (1) in a plan of rules 2: allowed, as alike
     bench("regress", str(run.path), "--cluster", "c", "--db", str(db), "--baseline", "last", *MIXED)
@@ -134,7 +133,7 @@ def measure(
     root.mkdir()
     times: dict[str, list[float]] = {"history add (a new night)": [], "regress (median:5)": [], "history list": []}
     for i in range(rounds):
-        new = night(root, template, f"{root.name}{i}")
+        new = night(root, template, f"{root.name}{i}", LATER + dt.timedelta(hours=i))
         times["history add (a new night)"].append(
             bench("history", "add", str(new), "--cluster", cluster, "--db", db, checkout=checkout)
         )

@@ -4,6 +4,7 @@ noise left alone, and `history changes` naming the run a step started with."""
 from __future__ import annotations
 
 import itertools
+import json
 import re
 
 import numpy as np
@@ -64,7 +65,8 @@ def test_history_changes_names_the_run_a_step_started_with(real_run, tmp_path, h
     r = bench("history", "changes", "--cluster", "lab", "--db", history_at)
     assert "change points in 5 series of cluster lab (8 runs; E-divisive means" in r.stdout, r.describe()
     steps = [line for line in r.stdout.splitlines() if line.startswith("run ")]
-    assert len(steps) == 5 and all(line.startswith("run 6 (night5) of 0") for line in steps), r.stdout
+    night5 = json.loads((tmp_path / "r5" / "plan.json").read_text())["created"]
+    assert len(steps) == 5 and all(line.startswith(f"run 6 (night5) of {night5}:") for line in steps), r.stdout
     assert all(re.search(r"\(-4\d\.\d%, p 0\.0\d\d\)", line) for line in steps), r.stdout
     assert changes.stored(history_at, "lab") == []  # a search without --store keeps nothing
     for _ in range(2):

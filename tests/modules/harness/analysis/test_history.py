@@ -31,8 +31,7 @@ def test_history_add_list_plot_and_duplicates(real_run, tmp_path):
     )
     assert db.read_bytes() == before
     shutil.copytree(real_run, tmp_path / "second")
-    plan = tmp_path / "second" / "plan.json"
-    plan.write_text(plan.read_text().replace('"created": "', '"created": "9', 1))  # planned later: a new run
+    planned_later(tmp_path / "second")  # a new run
     bench("history", "add", str(tmp_path / "second"), "--create", "--cluster", "lab", "--db", str(db))
     listed = bench("history", "list", "--cluster", "lab", "--db", str(db)).stdout
     assert "2 runs" in listed and "first" in listed
@@ -73,8 +72,7 @@ def test_history_add_list_plot_and_duplicates(real_run, tmp_path):
 def _history_of(cluster):
     def make(db, real_run, tmp_path):
         other = copy_run(real_run, tmp_path / "other")
-        plan = other / "plan.json"
-        plan.write_text(plan.read_text().replace('"created": "', '"created": "0', 1))
+        planned_later(other, "0")
         bench("history", "add", str(other), "--create", "--cluster", cluster, "--db", str(db))
 
     return make

@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 
 import pandas as pd
 import pytest
-from conftest import bench, copy_run, regress, run, separating
+from conftest import bench, copy_run, planned_later, regress, run, separating
 
 from harness.analysis.compare import BY_RUNS, BY_SAMPLES, FAILED, FASTER, REFERENCE, SAME, SLOWER, UNJUDGED
 from harness.present.regress import _fmt
@@ -21,8 +21,7 @@ from harness.present.tables import intervals
 def test_regress_outputs_for_ci(real_run, tmp_path):
     db = tmp_path / "history.sqlite"
     base = copy_run(real_run, tmp_path / "base", time_factor=1 / separating(real_run))  # a much faster baseline
-    plan = base / "plan.json"
-    plan.write_text(plan.read_text().replace('"created": "', '"created": "0', 1))
+    planned_later(base, "0")
     bench("history", "add", str(base), "--create", "--cluster", "lab", "--label", "good", "--db", str(db))
     out = tmp_path / "out"
     r = regress(real_run, db, out, "--baseline", "label:good")
@@ -193,8 +192,7 @@ def _lab_history(real_run, tmp_path):
     """A history whose cluster lab holds one run: real_run's, made much faster."""
     db = tmp_path / "history.sqlite"
     base = copy_run(real_run, tmp_path / "base", time_factor=1 / separating(real_run))
-    plan = base / "plan.json"
-    plan.write_text(plan.read_text().replace('"created": "', '"created": "0', 1))
+    planned_later(base, "0")
     bench("history", "add", str(base), "--create", "--cluster", "lab", "--db", str(db))
     return db
 
