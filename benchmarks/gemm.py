@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from . import memory
 from .common import OneLineParser, UsageError, add_common_args
 from .runtime import Context, Workload, exit_rank, gather_rows
 from .runtime import main as run_main
@@ -54,6 +55,13 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
     gpu = ctx.device.type == "cuda"
     size = args.size or (8192 if gpu else 1024)
     dtype = DTYPES[args.dtype] or (torch.bfloat16 if gpu else torch.float32)
+    memory.check(
+        memory.gemm_bytes(size, dtype.itemsize),
+        ctx.device,
+        ctx.launch.local_world_size,
+        f"gemm of {size}x{size} {str(dtype).removeprefix('torch.')}",
+        "--size",
+    )
     gen = torch.Generator(device="cpu").manual_seed(ctx.launch.rank)
     a = torch.randn(size, size, generator=gen).to(ctx.device, dtype)
     b = torch.randn(size, size, generator=gen).to(ctx.device, dtype)

@@ -5,11 +5,20 @@ or by the OOM killer.
 
     collectives   the input and output buffers of the largest message (benchmarks/collectives.py
                   allocates both once), and the link probe's send and receive buffers
-    transformer   parameters, gradients and AdamW's two moments, 16 bytes a parameter in fp32
-                  (sharded over the world under FSDP), plus activations: per layer
-                  s·b·h·(34 + 5·a·s/h) bytes in 16-bit precision (Korthikanti et al. 2022,
-                  "Reducing Activation Recomputation in Large Transformer Models", section 4.1,
-                  eq. 1), twice that in fp32, and the logits with their gradient, 8·b·s·V bytes
+    gemm          its three matrices and the finiteness check's mask of the product
+    transformer   the tensors benchmarks/transformer.py's step holds at its peak, counted from
+                  what each operation keeps for the backward pass (docs/hardening.md, "Memory"):
+                  parameters, gradients and AdamW's two moments, 16 bytes a parameter in fp32
+                  (sharded over the world under FSDP, with the all-gathered root and two blocks on
+                  top; DDP's gradient buckets, 4 more, under DDP; autocast's 16-bit copies of the
+                  weights, 2 more, under mixed precision); per layer 20·s·b·h activations, 4 bytes
+                  each in fp32, 44·s·b·h bytes under autocast, whose residual stream stays fp32,
+                  and the attention's log-sum-exp, 4·a·s·b bytes: scaled_dot_product_attention's
+                  fused kernels never hold the s x s scores (Korthikanti et al. 2022, "Reducing
+                  Activation Recomputation in Large Transformer Models", eq. 1, counts 5·a·s²·b
+                  bytes for them, and two bytes of dropout masks a layer this model has not);
+                  the backward pass's gradients of one block's MLP, 9·s·b·h values; and the
+                  logits, their log-softmax and the gradients of both, 18·b·s·V bytes
 
 An estimate: allocator caching, CUDA context and NCCL's buffers come on top, so a workload that
 fits on paper can still fail; one that does not fit on paper never runs.
@@ -58,14 +67,25 @@ def collective_bytes(max_message: int, link_bytes: int) -> int:
     return 2 * max_message + 2 * link_bytes
 
 
+def gemm_bytes(size: int, element: int) -> int:
+    return 3 * size * size * element + size * size
+
+
 def transformer_bytes(shape: Shape, batch: int, world: int, fsdp: bool, half: bool) -> int:
-    params = decoder_params(shape) + shape.seq_len * shape.width  # the position table too
-    state = 16 * params // (world if fsdp else 1)
-    s, b, h, a = shape.seq_len, batch, shape.width, shape.heads
-    per_layer = s * b * h * 34 + 5 * a * s * s * b
-    activations = shape.layers * per_layer * (1 if half else 2)
-    logits = 8 * b * s * shape.vocab
-    return state + activations + logits
+    d = shape.width
+    params = decoder_params(shape) + shape.seq_len * d  # the position table too
+    if fsdp:  # each rank's shard, and the root (embeddings, final norm) and two blocks unsharded with their gradients
+        state = 16 * params // world + 8 * (params - shape.layers * 12 * d * d + 2 * 12 * d * d)
+    else:
+        state = 20 * params
+    if half:
+        state += 2 * params
+    sbh = shape.seq_len * batch * d
+    per_layer = (44 if half else 80) * sbh + 4 * shape.heads * shape.seq_len * batch
+    backward = 9 * sbh * (2 if half else 4)
+    final = 2 * sbh * 4  # the final norm's input and output, the head's input
+    logits = 18 * batch * shape.seq_len * shape.vocab
+    return state + shape.layers * per_layer + backward + final + logits
 
 
 def _gib(n: int) -> str:

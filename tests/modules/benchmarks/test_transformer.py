@@ -86,14 +86,29 @@ def test_without_a_peak_mfu_is_null_and_one_rank_exposes_no_communication(tmp_pa
 def test_the_memory_estimate_by_hand():
     """The small shape of tests/conftest.py's mixed_run, batch 2, one rank, fp32 (docs: the
     estimate in benchmarks/memory.py). N = 2 x (12 x 32² + 4 x 32) + 2 x 32 + 64 x 32 = 26,944,
-    and the position table 16 x 32 = 512: 27,456 parameters, 16 bytes each (weights, gradients,
-    AdamW's two moments) 439,296. Activations per layer s·b·h·34 + 5·a·s²·b = 16·2·32·34 +
-    5·4·256·2 = 34,816 + 10,240 = 45,056, x 2 layers x 2 (fp32) 180,224. Logits 8·b·s·V = 16,384.
-    In all 635,904; under FSDP over 4 ranks the state is a quarter: 109,824 + 196,608."""
+    and the position table 16 x 32 = 512: 27,456 parameters, 20 bytes each under DDP (weights,
+    gradients, AdamW's two moments, DDP's buckets) 549,120. s·b·h = 16 x 2 x 32 = 1,024:
+    per layer 80 x 1,024 + the log-sum-exp 4 x 4 x 16 x 2 = 81,920 + 512 = 82,432, x 2 layers
+    164,864; the backward's 9 x 1,024 x 4 = 36,864; the final norm's 2 x 1,024 x 4 = 8,192;
+    logits 18 x 2 x 16 x 64 = 36,864. In all 795,904. Under FSDP over 4 ranks the state is a
+    quarter of 16 bytes, 109,824, and the root and two blocks (here all of it) 8 x 27,456 =
+    219,648. Under autocast the state is 22 bytes, 604,032, a layer 44 x 1,024 + 512 = 45,568,
+    the backward's 18,432. No s x s scores: scaled_dot_product_attention never holds them."""
     shape = Shape(layers=2, width=32, heads=4, seq_len=16, vocab=64)
-    assert memory.transformer_bytes(shape, 2, 1, fsdp=False, half=False) == 635_904
-    assert memory.transformer_bytes(shape, 2, 4, fsdp=True, half=False) == 109_824 + 180_224 + 16_384
-    assert memory.transformer_bytes(shape, 2, 1, fsdp=False, half=True) == 439_296 + 90_112 + 16_384
+    rest = 164_864 + 36_864 + 8_192 + 36_864
+    assert memory.transformer_bytes(shape, 2, 1, fsdp=False, half=False) == 549_120 + rest == 795_904
+    assert memory.transformer_bytes(shape, 2, 4, fsdp=True, half=False) == 109_824 + 219_648 + rest
+    assert memory.transformer_bytes(shape, 2, 1, fsdp=False, half=True) == 604_032 + 91_136 + 18_432 + 8_192 + 36_864
+
+
+def test_attention_scores_are_not_counted():
+    """A long sequence: 4,096 tokens, 32 heads, width 1,024, batch 8, two layers, autocast.
+    Korthikanti's 5·a·s²·b bytes a layer, the scores and softmax a plain attention holds, would
+    be 40 GiB; scaled_dot_product_attention's fused kernels hold none of it, so the estimate,
+    4.5 GiB, grows with s, not s²: doubling s less than doubles it."""
+    short, long = (Shape(layers=2, width=1024, heads=32, seq_len=s, vocab=512) for s in (4096, 8192))
+    once, twice = (memory.transformer_bytes(x, 8, 1, fsdp=False, half=True) for x in (short, long))
+    assert 4 * 2**30 < once < 5 * 2**30 and twice < 2 * once
 
 
 @pytest.mark.parametrize(
@@ -101,6 +116,7 @@ def test_the_memory_estimate_by_hand():
     [
         (["allreduce", "-b", "64G", "-e", "64G"], "--max-bytes 64G needs about 128.0 GiB per rank, more than the"),
         (["transformer", "--width", "16384", "--layers", "64"], "lower --batch-size, --seq-len, --width or --layers"),
+        (["gemm", "--size", "65536"], "gemm of 65536x65536 float32 needs about 52.0 GiB per rank, more than the"),
     ],
 )
 def test_what_cannot_fit_is_refused_before_it_allocates(args, words):
