@@ -11,6 +11,9 @@ over them as root. So:
   A directory is removed through descriptors, level by level, each opened with O_NOFOLLOW. So
   nothing outside the run directory is written or removed, whatever the directory holds and
   however it changes underneath.
+- A job's own shell (harness/executors/slurm/script.py) removes and appends through the same
+  descriptors, by `python -m harness.inside clear PATTERN...` and `... append FILE`, run in the
+  run directory: the shell's `rm` and `>>` would follow a link planted while the job waited.
 - Reading (benchmarks/results.py, `open_regular` and `read_regular`): a file is opened without
   blocking and checked to be a regular file before a byte is read (a FIFO would wait for a
   writer forever, a device never end), and read up to a bound.
@@ -22,10 +25,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fnmatch
 import os
 import secrets
 import stat
-from collections.abc import Callable, Iterator
+import sys
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
@@ -223,3 +228,41 @@ def fsync(root: Path, rel: str | PurePosixPath = "") -> None:
     """Flush the directory ROOT/REL, so that renames in it survive a crash."""
     with directory(root, rel) as d:
         os.fsync(d)
+
+
+def clear(root: Path, patterns: Iterable[str]) -> None:
+    """Remove what matches each pattern, a folder below ROOT and a glob of names in it (Job's
+    attempt_files): nothing when the folder is not there, RunDirError when it is not bench's."""
+    for pattern in patterns:
+        folder, files = pattern.rsplit("/", 1)
+        for name in fnmatch.filter(listing(root, folder), files):
+            remove(root, f"{folder}/{name}")
+
+
+# What one `append` takes from its standard input: a line of the job script's (a phase mark, the
+# time-limit note), never a stream.
+APPEND_LIMIT = 64 * 1024
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`clear PATTERN...` and `append FILE` (its standard input, appended), for a job's shell,
+    relative to the working directory, the run directory; a refusal is one line, exit 2."""
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        if len(args) >= 2 and args[0] == "clear":
+            clear(Path("."), args[1:])
+        elif len(args) == 2 and args[0] == "append":
+            data = sys.stdin.buffer.read(APPEND_LIMIT)
+            with append(Path("."), args[1]) as out:
+                write_all(out.fileno(), data)
+        else:
+            print("usage: python -m harness.inside clear PATTERN... | append FILE", file=sys.stderr)
+            return 2
+    except (RunDirError, ValueError, OSError) as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -19,7 +19,6 @@ import contextlib
 import ctypes
 import datetime as dt
 import fcntl
-import fnmatch
 import json
 import os
 import re
@@ -298,10 +297,7 @@ class RunDir:
         """Remove the result files of an earlier attempt, its hang records and progress files
         (docs/hangs.md) and its telemetry (docs/telemetry.md), so they cannot pass for the next
         one's."""
-        for pattern in job.attempt_files():
-            folder, files = pattern.rsplit("/", 1)
-            for name in fnmatch.filter(inside.listing(self.path, folder), files):
-                inside.remove(self.path, f"{folder}/{name}")
+        inside.clear(self.path, job.attempt_files())
 
     def check_job_dirs(self, jobs: Iterable[Job]) -> None:
         """RunDirError unless each directory a job's attempt writes in or clears (its own, its

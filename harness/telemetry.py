@@ -42,6 +42,7 @@ from typing import Any
 
 from benchmarks.catalog import COLLECTIVES, WORLD, collective
 from benchmarks.results import bounded_lines, open_regular
+from harness import inside
 
 DIR = "telemetry"  # jobs/<job>/telemetry/
 PHASES = "phases.jsonl"
@@ -196,7 +197,14 @@ class _Lines:
     which the reader skips."""
 
     def __init__(self, path: Path) -> None:
-        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o666)
+        # made with its folders and reached through no link below the run directory, the working
+        # directory of a job's processes (harness/inside.py); an absolute path, below its parent
+        if path.is_absolute():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.file = inside.append(path.parent, path.name)
+        else:
+            self.file = inside.append(Path("."), path.as_posix())
+        self.fd = self.file.fileno()
         self.lock = threading.Lock()
 
     def write(self, record: Mapping[str, Any]) -> None:
@@ -205,7 +213,7 @@ class _Lines:
             os.write(self.fd, data)
 
     def close(self) -> None:
-        os.close(self.fd)
+        self.file.close()
 
 
 def _dmon(command: list[str], out: _Lines) -> subprocess.Popen[str] | None:
@@ -238,7 +246,6 @@ def sample(folder: Path, interval_s: float, host: str | None = None, stop: threa
     """Sample this node into folder/<host>.samples.jsonl until `stop` is set or one of STOP_SIGNALS arrives;
     the last sample is taken on the way out, so a workload's end is always bracketed."""
     host = host or socket.gethostname()
-    folder.mkdir(parents=True, exist_ok=True)
     path = host_file(folder, host)
     stop = stop or threading.Event()
     if threading.current_thread() is threading.main_thread():
@@ -282,7 +289,6 @@ def sample(folder: Path, interval_s: float, host: str | None = None, stop: threa
 
 def mark(folder: Path, key: str, event: str) -> None:
     """Record that workload `key` started or ended ("start", "end") now."""
-    folder.mkdir(parents=True, exist_ok=True)
     lines = _Lines(folder / PHASES)
     try:
         lines.write({"key": key, "event": event, "t": time.time()})

@@ -127,3 +127,28 @@ def test_a_job_whose_node_fails_is_submitted_again(testbed, tmp_path):
     assert final["reason"] in said, (final["reason"], said)
     result = json.loads((out / "jobs" / JOB / "synthetic-weak.json").read_text())
     assert result["environment"]["variables"]["SLURM_JOB_ID"] == final["job_id"]
+
+
+def test_a_requeued_job_removes_nothing_through_a_link_planted_while_it_waited(testbed, tmp_path):
+    """While a requeued job waits in the queue, anyone who may write in the run directory may
+    replace its telemetry/ by a link. The job's clean-up, run again from the top, once ran
+    `rm -f -- .../telemetry/*.jsonl` and deleted through it; now the link fails the job with one
+    line naming it, and what it points at is untouched (docs/preemption.md)."""
+    proc, out = _start(tmp_path)
+    row = _wait_for(out, lambda r: r.get("runs", {}).get("allreduce") == "COMPLETED" and r["state"] == "RUNNING")
+    slurm("scontrol", "requeue", row["job_id"])
+    _wait_for(out, lambda r: r["state"] == "PENDING")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.samples.jsonl").write_text("not bench's\n")
+    folder = out / "jobs" / JOB / telemetry.DIR
+    folder.rename(tmp_path / "moved")  # the first run's samples, out of the way
+    folder.symlink_to(outside)
+    output, _ = proc.communicate(timeout=600)
+    final = _table(out)
+    assert proc.returncode != 0 and final["state"] == "FAILED", (final, output)
+    assert [p.name for p in outside.iterdir()] == ["keep.samples.jsonl"]
+    assert (outside / "keep.samples.jsonl").read_text() == "not bench's\n"
+    log = "".join(p.read_text() for p in (out / "jobs" / JOB).glob("slurm-*.out"))
+    said = f"bench: jobs/{JOB}/telemetry: a symbolic link where bench keeps a directory"
+    assert said in log, log[-2000:]

@@ -27,6 +27,7 @@ from harness.executors.slurm.script import (
     script_head,
     step_python,
     tasks_and_cpus,
+    time_limit_trap,
     warning_comment,
 )
 from harness.executors.slurm.via_submitit import SubmititExecutor
@@ -80,7 +81,7 @@ def render_check_script(job: Job, profile: ClusterProfile, plan: Plan) -> str:
         *warning_comment(job, "it would end bash, so a trap notes it instead"),
         "# The driver keeps its record until Slurm ends the job (TIMEOUT). bash runs a trap only once",
         "# the foreground command ends, so the driver runs in the background.",
-        f"trap 'echo \"$(date -Is) time limit near\" >> {FOLDER}/time-limit.txt' USR2",
+        time_limit_trap(job, python, "time limit near"),
         f"{python} -m harness.nodesteps {FOLDER} &",
         "driver=$!",
         "while true; do",

@@ -123,29 +123,32 @@ def sampler_lines(job: Job, profile: ClusterProfile, python: str) -> list[str]:
 SAFE_GLOB_RE = re.compile(r"[A-Za-z0-9_./*-]+")
 
 
-def restart_lines(job: Job) -> list[str]:
+def restart_lines(job: Job, python: str) -> list[str]:
     """A job Slurm requeued (preemption, a node failure, `scontrol requeue`) runs the script
     again from the top with SLURM_RESTART_COUNT set (sbatch(1), Slurm 22.05): what the earlier
     run left is removed first, the same files bench removes before it resubmits a job
-    (Job.attempt_files), so that none of it passes for this run's (docs/preemption.md)."""
+    (Job.attempt_files), so that none of it passes for this run's (docs/preemption.md). `python`
+    (quoted) removes them through the run directory's descriptors, as bench does: `rm` would
+    follow a link planted while the job waited, and a link fails the job instead."""
     patterns = job.attempt_files()
     assert all(SAFE_GLOB_RE.fullmatch(p) for p in patterns), patterns  # built from allowlisted names
     return [
         "# Requeued by Slurm: the earlier run's results, logs and samples go before this run starts",
-        "# (docs/preemption.md).",
+        "# (docs/preemption.md), through no link.",
         'if [ -n "${SLURM_RESTART_COUNT:-}" ] && [ "$SLURM_RESTART_COUNT" != 0 ]; then',
-        f"  rm -f -- {' '.join(patterns)}",
+        f"  {python} -m harness.inside clear {' '.join(_quote(p) for p in patterns)}",
         "fi",
     ]
 
 
-def mark_lines(job: Job) -> list[str]:
-    """`mark KEY start|end`: a workload's phase, for the telemetry's timeline; never fails the job."""
+def mark_lines(job: Job, python: str) -> list[str]:
+    """`mark KEY start|end`: a workload's phase, for the telemetry's timeline, appended through no
+    link (harness/inside.py); never fails the job."""
     phases = _quote(f"jobs/{job.name}/telemetry/phases.jsonl")
     return [
         "mark() {",
         """  { printf '{"key":"%s","event":"%s","t":%s}\\n' "$1" "$2" "$(date +%s.%N)" """
-        f">> {phases}; }} 2>/dev/null || true",
+        f"| {python} -m harness.inside append {phases}; }} 2>/dev/null || true",
         "}",
     ]
 
@@ -455,10 +458,18 @@ def script_head(
         *(f"#SBATCH {d}" for d in (*sbatch_directives(job, profile), *directives)),
         "",
         "set -euo pipefail",
-        *restart_lines(job),
     ]
     setup, env, passed = environment_lines(job, profile)
-    return lines + setup, env, passed
+    return lines + setup + restart_lines(job, shlex.quote(interpreter(profile))), env, passed
+
+
+def time_limit_trap(job: Job, python: str, note: str) -> str:
+    """The trap that notes Slurm's time-limit warning in the job's time-limit.txt, with `note`
+    (expanded when the signal comes), appended through no link (harness/inside.py); a note that
+    cannot be written is said on the job's log, and never ends the job (strict mode would)."""
+    path = _quote(f"jobs/{job.name}/time-limit.txt")
+    append = f'echo "$(date -Is) {note}" | {python} -m harness.inside append {path} || true'
+    return f"trap {shlex.quote(append)} USR2"
 
 
 def warning_comment(job: Job, what: str) -> list[str]:
@@ -498,8 +509,8 @@ def render_script(job: Job, profile: ClusterProfile, timeout_s: float) -> str:
         f"# Beside each step a watcher reads the ranks' progress files: when none has moved for {job.stall_s:g} s",
         "# it names the rank that held the others, keeps the record and ends the step (docs/hangs.md).",
         "step=none",
-        f"trap 'echo \"$(date -Is) time limit near during $step\" >> jobs/{job.name}/time-limit.txt' USR2",
-        *(mark_lines(job) if job.sample_s else []),
+        time_limit_trap(job, python, "time limit near during $step"),
+        *(mark_lines(job, python) if job.sample_s else []),
         "run_step() {",
         "  step=$1; shift",
         *(['  mark "$step" start'] if job.sample_s else []),

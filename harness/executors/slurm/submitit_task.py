@@ -28,7 +28,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import hangs, telemetry
+from harness import hangs, inside, telemetry
+from harness.errors import RunDirError
 from harness.executors.slurm.script import torchrun_words
 from harness.procs import sampler
 
@@ -94,8 +95,10 @@ def run(task: Task) -> None:
 
     def near_limit(signum: int, frame: object) -> None:
         if rank == 0:
-            with contextlib.suppress(OSError), open(job_dir / "time-limit.txt", "a") as f:
-                f.write(f"time limit near during {current[0]}\n")
+            # through no link (harness/inside.py), relative to the run directory, the task's own
+            note = f"{task.job_dir}/time-limit.txt"
+            with contextlib.suppress(OSError, ValueError, RunDirError), inside.append(Path("."), note) as f:
+                f.write(f"time limit near during {current[0]}\n".encode())
 
     signal.signal(signal.SIGUSR2, near_limit)
     marks = job_dir / telemetry.DIR

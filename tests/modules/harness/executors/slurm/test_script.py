@@ -475,6 +475,81 @@ def test_usr2_is_noted_and_the_step_runs_on(tmp_path):
     assert "time limit near during synthetic-weak" in note
 
 
+def _planted(tmp_path: Path) -> tuple[Path, Path, str, str]:
+    """A run directory whose job folder holds a result and a telemetry/ planted as a link to a
+    folder outside it holding a telemetry file and time-limit.txt as a link to a file outside:
+    (run directory, outside, the job's name, its script)."""
+    job = dataclasses.replace(expand(load_sweep(SWEEPS / "local.yaml"))[0], sample_s=1.0)  # marks its phases
+    text = render_script(job, ClusterProfile(name="c"), 60)
+    run_dir, outside = tmp_path / "run", tmp_path / "outside"
+    folder = run_dir / "jobs" / job.name
+    folder.mkdir(parents=True)
+    outside.mkdir()
+    (outside / "node1.samples.jsonl").write_text("theirs\n")
+    (outside / "notes.txt").write_text("theirs\n")
+    (folder / "telemetry").symlink_to(outside)
+    (folder / "time-limit.txt").symlink_to(outside / "notes.txt")
+    return run_dir, outside, job.name, text
+
+
+def _lines(text: str, first: str, last: str) -> str:
+    start = text.index(first)
+    return text[start : text.index(last, start) + len(last)]
+
+
+def test_a_requeued_job_removes_nothing_through_a_link(tmp_path):
+    """Slurm runs a requeued job's script again with SLURM_RESTART_COUNT set; its clean-up once
+    ran `rm -f -- jobs/J/telemetry/*.jsonl ...`, which deleted through a telemetry/ replaced by a
+    link while the job waited. Now the link fails the job, one line naming it, and nothing
+    outside the run directory goes; without a link the earlier attempt's files go as before."""
+    run_dir, outside, name, text = _planted(tmp_path)
+    clean = "set -euo pipefail\n" + _lines(text, 'if [ -n "${SLURM_RESTART_COUNT:-}" ]', "\nfi\n") + "echo cleared\n"
+    env = {**os.environ, "SLURM_RESTART_COUNT": "1"}
+    r = run(["bash", "-c", clean], cwd=run_dir, env=env, check=False)
+    assert r.returncode == 2 and not r.stdout, r.describe()
+    assert r.stderr.count("\n") == 1 and "telemetry: a symbolic link where bench keeps a directory" in r.stderr
+    assert sorted(p.name for p in outside.iterdir()) == ["node1.samples.jsonl", "notes.txt"]
+    (run_dir / "jobs" / name / "telemetry").unlink()
+    (run_dir / "jobs" / name / "telemetry").mkdir()
+    (run_dir / "jobs" / name / "telemetry" / "node1.samples.jsonl").write_text("earlier\n")
+    (run_dir / "jobs" / name / "progress").mkdir()
+    (run_dir / "jobs" / name / "progress" / "allreduce.rank0").write_text("earlier\n")
+    r = run(["bash", "-c", clean], cwd=run_dir, env=env)
+    assert r.stdout == "cleared\n" and (outside / "notes.txt").read_text() == "theirs\n"
+    left = sorted(p.relative_to(run_dir).as_posix() for p in run_dir.rglob("*"))
+    assert left == ["jobs", f"jobs/{name}", f"jobs/{name}/progress", f"jobs/{name}/telemetry"], left
+
+
+def test_the_job_s_notes_are_appended_through_no_link(tmp_path):
+    """The time-limit note and the workloads' phase marks were `>>` appends, which follow a
+    link: each now goes through the run directory's descriptors, and a planted link is left
+    alone (the mark never fails the job; the note's trap says why it wrote nothing)."""
+    run_dir, outside, name, text = _planted(tmp_path)
+    start = text.index("step=none")
+    harness = "set -euo pipefail\n" + text[start : text.index("\n}\n", text.index("run_step() {", start)) + 3]
+    steps = "run_step synthetic-weak sleep 2\nmark synthetic-weak end\necho finished $?\n"
+    proc = subprocess.Popen(
+        ["bash", "-c", harness + steps], cwd=run_dir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    time.sleep(1)
+    proc.send_signal(signal.SIGUSR2)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and out.strip() == "finished 0", (out, err)
+    assert "time-limit.txt: a symbolic link where bench keeps a file" in err, err
+    assert (outside / "notes.txt").read_text() == "theirs\n"
+    assert sorted(p.name for p in outside.iterdir()) == ["node1.samples.jsonl", "notes.txt"]
+    (run_dir / "jobs" / name / "telemetry").unlink()
+    (run_dir / "jobs" / name / "time-limit.txt").unlink()
+    proc = subprocess.Popen(["bash", "-c", harness + steps], cwd=run_dir, stdout=subprocess.PIPE, text=True)
+    time.sleep(1)
+    proc.send_signal(signal.SIGUSR2)
+    out, _ = proc.communicate(timeout=60)
+    assert out.strip() == "finished 0"
+    assert "time limit near during synthetic-weak" in (run_dir / "jobs" / name / "time-limit.txt").read_text()
+    phases = (run_dir / "jobs" / name / "telemetry" / "phases.jsonl").read_text().splitlines()
+    assert [json.loads(line)["event"] for line in phases] == ["start", "end", "end"], phases
+
+
 def test_a_failing_step_fails_the_script_with_its_status(tmp_path):
     script = _trap_harness(tmp_path, "run_step allreduce bash -c 'exit 3'\necho not reached\n")
     r = run(["bash", str(script)], cwd=tmp_path, check=False)

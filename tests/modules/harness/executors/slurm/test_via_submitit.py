@@ -106,7 +106,9 @@ def test_submitit_asks_slurm_for_what_the_sbatch_script_asks(site, tmp_path, nam
     script = render_script(job, site, 600)
     block = script[script.index("module load cuda/12.4") : script.index("export MASTER_ADDR MASTER_PORT")]
     assert block.replace(f"BENCH_LAUNCHER=slurm-{job.launcher}", f"BENCH_LAUNCHER=submitit-{job.launcher}") in setup
-    assert setup.startswith("# setup\nset -euo pipefail\n# Requeued by Slurm")
+    assert setup.startswith("# setup\nset -euo pipefail\nmodule load")
+    requeue = "# Requeued by Slurm"  # after the set-up, whose environment holds the python it runs
+    assert setup.index(requeue) > setup.index("MASTER_PORT") and " -m harness.inside clear " in setup
 
 
 @pytest.mark.parametrize("name", ["n2-g4-torchrun-ib", "n2-g4-srun-socket"])
