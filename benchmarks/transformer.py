@@ -258,6 +258,33 @@ def wrap(model: nn.Module, parallel: str, ctx: Context) -> tuple[nn.Module, Call
     return model, no_sync
 
 
+def training_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    autocast: Callable[[], Any],
+    scaler: Any,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+) -> Callable[[], None]:
+    """One step of next-token training: forward under `autocast`, the loss in fp32, backward
+    (scaled when `scaler`), the optimizer's step. tests/perf/memory_peaks.py measures it."""
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        with autocast():
+            logits = model(inputs)
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            optimizer.step()
+
+    return step
+
+
 def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
     world = ctx.launch.world_size
     batch, scaling = per_gpu_batch(args, world)
@@ -282,19 +309,7 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
     tokens = torch.randint(0, shape.vocab, (batch, shape.seq_len + 1), generator=gen).to(ctx.device)
     inputs, targets = tokens[:, :-1], tokens[:, 1:]
 
-    def step() -> None:
-        optimizer.zero_grad(set_to_none=True)
-        with autocast():
-            logits = runnable(inputs)
-            loss = F.cross_entropy(logits.reshape(-1, shape.vocab).float(), targets.reshape(-1))
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            loss.backward()
-            optimizer.step()
-
+    step = training_step(runnable, optimizer, autocast, scaler, inputs, targets)
     ctx.log(
         f"# transformer {args.parallel} {scaling} scaling: {shape.layers} layers, width {shape.width}, "
         f"{shape.heads} heads, {shape.seq_len} tokens x {batch} sequences per rank, vocabulary {shape.vocab}, "

@@ -26,17 +26,16 @@ MODES = [("ddp", "off"), ("ddp", "bf16"), ("fsdp", "off")]
 
 def rank(layers: int, width: int, heads: int, seq_len: int, vocab: int, batch: int, parallel: str, amp: str) -> dict:
     """One shape's peak, in this process (a rank of world 1)."""
-    import contextlib
     import resource
     from types import SimpleNamespace
 
     import torch
     import torch.distributed as dist
-    import torch.nn.functional as F
 
     from benchmarks import memory
     from benchmarks.catalog import Shape
-    from benchmarks.transformer import Decoder, wrap
+    from benchmarks.training import mixed_precision
+    from benchmarks.transformer import Decoder, training_step, wrap
 
     def resident() -> int:
         for line in Path("/proc/self/status").read_text().splitlines():
@@ -54,14 +53,9 @@ def rank(layers: int, width: int, heads: int, seq_len: int, vocab: int, batch: i
     ctx = SimpleNamespace(device=torch.device("cpu"), launch=SimpleNamespace(world_size=1))
     model, _ = wrap(Decoder(shape), parallel, ctx)  # type: ignore[arg-type]
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if amp == "bf16" else contextlib.nullcontext
-    for _ in range(3):  # as benchmarks/transformer.py's step
-        optimizer.zero_grad(set_to_none=True)
-        with autocast():
-            logits = model(inputs)
-            loss = F.cross_entropy(logits.reshape(-1, vocab).float(), targets.reshape(-1))
-        loss.backward()
-        optimizer.step()
+    step = training_step(model, optimizer, *mixed_precision(amp, ctx.device), inputs, targets)
+    for _ in range(3):
+        step()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     estimate = memory.transformer_bytes(shape, batch, 1, parallel == "fsdp", amp != "off")
     return {"peak": peak - before, "estimate": estimate}
