@@ -15,7 +15,9 @@ The choice per key (history.baseline says what each --baseline means): the rows 
 use (usable_rows), newest run first and in a run by replicate; median:K takes the first K,
 last the newest run's, best the one best figure, label:L its one run's. A key of the newest run
 that no run read gives a usable row keeps the newest's row, completed or not: the comparison
-finds it failed or without the samples it needs, never left out.
+finds it failed or without the samples it needs, never left out. Keys of the run under test
+that the newest lacks (keys_beyond: the newest a smaller sweep) are drawn from the older runs
+that hold them, when asked for.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from benchmarks.catalog import COLLECTIVE_WORKLOAD
 from harness.analysis import gate
 from harness.analysis.compare import MIN_RUNS
-from harness.analysis.sides import KEYS, Entry, key_frame, samples_by_row, usable
+from harness.analysis.sides import KEYS, Entry, Side, key_frame, samples_by_row, usable
 from harness.analysis.stats import matrix_parts, pool
 from harness.rundir import COMPLETED
 
@@ -92,9 +94,12 @@ def draw(
     read_samples: SampleReader,
     refused: dict[int, set[str]],
     metrics: list[str],
+    also: pd.DataFrame | None = None,
 ) -> Drawn:
     """The baseline's rows from the entries (newest first), for `metrics` (figures holds those
-    alone); `refused`: run id -> keys the gate rejected (gate.rejected), never a baseline."""
+    alone); `refused`: run id -> keys the gate rejected (gate.rejected), never a baseline.
+    `also`: keys (KEYS columns) wanted beyond the newest run's, drawn from the older runs that
+    hold them: the run under test's, where the newest run was a smaller sweep."""
     import numpy as np
     import pandas as pd
 
@@ -106,8 +111,9 @@ def draw(
     reference = read(found[0], columns)[0] if len(found) > 1 else newest  # its keys, as the others are read
     # each newest row's key: its place in wanted. One sort gives both: at 100,000 keys 2 ms, where
     # np.unique alone (hashing) and a search of each key in its result took 23
-    wanted, newest_at = np.unique(expected_keys, return_inverse=True)
-    newest_at = newest_at.reshape(-1)
+    extra = key_hash(also) if also is not None and len(also) else expected_keys[:0]
+    wanted, newest_at = np.unique(np.concatenate([expected_keys, extra]), return_inverse=True)
+    newest_at = newest_at.reshape(-1)[: len(expected_keys)]
     # a night of the newest's keys whose rows are all usable, one a key, shares these two arrays
     # rather than making its own (fresh memory is what a month of nights costs most)
     every = np.arange(len(newest_at))
@@ -463,6 +469,22 @@ class _Steady:
             self.ordered = _by_replicate(self.reference, rows)
             self.ordered.flags.writeable = False
         return self.ordered
+
+
+def keys_beyond(b: Side, a: Side) -> pd.DataFrame:
+    """The keys (KEYS columns) B planned, completed or not, that A has no row of: those a
+    baseline drawn from the history's newest run lacks when that run was a smaller sweep."""
+    import numpy as np
+    import pandas as pd
+
+    def keys(side: Side) -> pd.DataFrame:
+        return pd.concat([side.rows[KEYS], *([side.others[KEYS]] if side.others is not None else [])])
+
+    if (b.others is None or not len(b.others)) and len(b.rows) == len(a.rows) and b.rows[KEYS].equals(a.rows[KEYS]):
+        return b.rows[KEYS].iloc[:0]  # a night of the newest's plan, every key completed
+    mine = keys(b)
+    new = ~np.isin(key_hash(mine), key_hash(keys(a)))
+    return mine[new].drop_duplicates().reset_index(drop=True)
 
 
 def key_hash(df: pd.DataFrame) -> npt.NDArray[np.uint64]:

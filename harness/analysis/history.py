@@ -565,6 +565,7 @@ def baseline(
     exclude: str | None = None,
     stack: dict[str, Any] | None = None,
     metrics: Collection[str] | None = None,
+    also: pd.DataFrame | None = None,
 ) -> Side:
     """The baseline a new run is judged against, from the cluster's runs in the history.
 
@@ -576,7 +577,9 @@ def baseline(
     best      per key, the run with the best value (busbw, images/s)
     label:L   the most recent run labelled L
 
-    The keys expected of the run under test are those planned in the newest run considered.
+    The keys expected of the run under test are those planned in the newest run considered,
+    and `also` (KEYS columns), drawn from the older runs that hold them: the run's own keys that
+    the newest lacks (a smaller sweep), judged rather than listed as the run's alone.
     `exclude`: the fingerprint of the run under test, never its own baseline. `stack`: the run
     under test's (analysis/series.py): only runs of its series serve; None takes every run of
     the cluster (`bench regress --across-series`). `metrics`: the figures the baseline is drawn
@@ -621,7 +624,7 @@ def baseline(
             found = found[:1]
         elif kind != "best":
             found = found[: k + LOOKBACK]
-        return _baseline(con, db, found, kind, k, how, list(METRICS if metrics is None else metrics))
+        return _baseline(con, db, found, kind, k, how, list(METRICS if metrics is None else metrics), also)
 
 
 def spreads(db: Location, entries: list[Entry], n: int = SPREAD_RUNS) -> list[float]:
@@ -692,7 +695,14 @@ class NewSeries(HistoryError):
 
 
 def _baseline(
-    con: Connection, db: Location, found: list[Entry], kind: str, k: int, how: str, metrics: list[str]
+    con: Connection,
+    db: Location,
+    found: list[Entry],
+    kind: str,
+    k: int,
+    how: str,
+    metrics: list[str],
+    also: pd.DataFrame | None,
 ) -> Side:
     """Choose each key's runs from the entries, newest first (analysis/baseline.py), then build
     one Side of them. The chosen rows' job names carry their entry's id, so that their samples
@@ -703,7 +713,7 @@ def _baseline(
 
     refused = gate.rejected(con, [e.id for e in found])
     with _Ahead(con, db, found, baseline_rows.columns_read(kind, metrics)) as read:
-        drawn = baseline_rows.draw(found, kind, k, read, read_samples, refused, metrics)
+        drawn = baseline_rows.draw(found, kind, k, read, read_samples, refused, metrics, also)
     used, environment = drawn.used, drawn.environments[found[0].id]
     # the rules and benches of every run the baseline draws on, not the newest's alone: one run
     # of other rules among them makes the comparison one across rules (docs/provenance.md)

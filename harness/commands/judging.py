@@ -17,6 +17,7 @@ from benchmarks.common import parse_size
 from benchmarks.results import open_regular
 from harness import executors, forked, inside, transport, user_files
 from harness.analysis import gate, history, reference, series
+from harness.analysis.baseline import keys_beyond
 from harness.analysis.compare import (
     AXES,
     BY_SAMPLES,
@@ -50,6 +51,8 @@ from harness.rundir import RunDir, RunDirError
 from harness.spec import NAME_RE
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from harness.analysis.store import Location
 
 
@@ -250,19 +253,31 @@ def _run_and_baseline(args: argparse.Namespace, db: Location) -> tuple[Side, Sid
         except BenchError:
             loaded()  # the run's own error first, where it has one
             raise
-        return loaded(), base, new_series
+        side = loaded()
+    beyond = keys_beyond(side, base)
+    if len(beyond):  # the history's newest run a smaller sweep: the older runs that hold them judge them
+        base, new_series = _baseline(
+            db, args.cluster, args.baseline, history.fingerprint(run_dir), stack, metric_names(args.metric), beyond
+        )
+    return side, base, new_series
 
 
 def _baseline(
-    db: Location, cluster: str, how: str, exclude: str, stack: dict[str, Any] | None, metrics: tuple[str, ...]
+    db: Location,
+    cluster: str,
+    how: str,
+    exclude: str,
+    stack: dict[str, Any] | None,
+    metrics: tuple[str, ...],
+    also: pd.DataFrame | None = None,
 ) -> tuple[Side, history.NewSeries | None]:
-    """The baseline of the run's series, drawn for the metrics judged; where none of the
-    cluster's runs shares its stack, the baseline of the series before it, with the NewSeries
-    that says so."""
+    """The baseline of the run's series, drawn for the metrics judged (and `also` the keys it
+    names, history.baseline); where none of the cluster's runs shares its stack, the baseline
+    of the series before it, with the NewSeries that says so."""
     try:
-        return history.baseline(db, cluster, how, exclude=exclude, stack=stack, metrics=metrics), None
+        return history.baseline(db, cluster, how, exclude=exclude, stack=stack, metrics=metrics, also=also), None
     except history.NewSeries as exc:  # shown against the series before it, and not judged
-        return history.baseline(db, cluster, how, exclude=exclude, metrics=metrics), exc
+        return history.baseline(db, cluster, how, exclude=exclude, metrics=metrics, also=also), exc
 
 
 def cmd_report(args: argparse.Namespace) -> int:

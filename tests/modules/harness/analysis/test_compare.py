@@ -198,6 +198,33 @@ def test_a_key_that_failed_in_the_run_fails_where_the_baseline_lacks_it(real_run
         assert "a rank lost its link" in (out / "report.md").read_text()
 
 
+def test_a_key_the_newest_run_lacks_is_judged_against_the_older_runs_that_hold_it(real_run, tmp_path):
+    """The history's newest run a smaller sweep (no 64K), an older one the whole sweep: a night
+    whose 64K keys are slower is judged slower on them against the older run, where it was
+    listed "only completed" and passed; a key no run of the history holds stays listed, unjudged."""
+    size = pa.compute.field("size_bytes")
+    smaller = _rewritten(copy_run(real_run, tmp_path / "smaller"), lambda t: t.filter(size != 64 << 10))
+    factor = separating(real_run)
+    night = planned_later(copy_run(real_run, tmp_path / "night", size_factors={64 << 10: factor}), "4")
+    db = tmp_path / "h.sqlite"
+    for run in (real_run, planned_later(smaller, "3")):
+        bench("history", "add", str(run), "--create", "--cluster", "lab", "--db", str(db))
+    r = regress(night, db, tmp_path / "g")
+    assert r.returncode == 1, r.describe()
+    bands = json.loads((tmp_path / "g" / "gate.json").read_text())["bands"]
+    slower = {json.loads(k)[-1] for k, v in zip(bands["key"], bands["verdict"]) if v == "slower"}
+    assert slower == {64 << 10}, bands
+    assert "only completed" not in (tmp_path / "g" / "report.md").read_text()
+    alone = tmp_path / "alone.sqlite"  # no run of it holds 64K: those keys are new, listed
+    bench("history", "add", str(smaller), "--create", "--cluster", "lab", "--db", str(alone))
+    r = regress(night, alone, tmp_path / "new")
+    bands = json.loads((tmp_path / "new" / "gate.json").read_text())["bands"]
+    assert 64 << 10 not in {json.loads(k)[-1] for k in bands["key"]}, bands
+    assert re.search(
+        r"only completed in night: 4 keys: absent in median:5 of 1 run: allreduce all_reduce 64K", r.stdout
+    )
+
+
 def test_environment_differences_are_warned(real_run, tmp_path):
     other = tmp_path / "other"
     shutil.copytree(real_run, other)
