@@ -117,6 +117,15 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> typing.NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> tuple[argparse.Namespace, list[str]]:
+        """argparse's, the namespace noting the deepest (sub)command's parser as `_parser`: a
+        subcommand parses before its parent, so that an error found after, such as arguments
+        left over, names the subcommand (`bench history list: error: ...`)."""
+        parsed, extras = super().parse_known_args(args, namespace)
+        if not hasattr(parsed, "_parser"):
+            parsed._parser = self
+        return parsed, extras
+
 
 def format_size(n: int) -> str:
     for suffix, scale in (("G", 1024**3), ("M", 1024**2), ("K", 1024)):
@@ -128,7 +137,7 @@ def format_size(n: int) -> str:
 # --------------------------------------------------------------------------- launch
 
 # Given to every torchrun agent bench starts: without it each agent leaves an empty
-# torchelastic_* tree in the node's /tmp; /dev/null makes none (docs/reference.md, "torchrun").
+# torchelastic_* tree in the node's /tmp; /dev/null makes none (docs/sources.md, "torchrun").
 TORCHRUN_NO_LOG_DIR = "--log-dir=/dev/null"
 
 

@@ -17,7 +17,7 @@ import socket
 import time
 from typing import IO
 
-STACK_SIGNAL = signal.SIGUSR2  # not SIGUSR1, which NCCL has caught in some releases (docs/reference.md)
+STACK_SIGNAL = signal.SIGUSR2  # not SIGUSR1, which NCCL has caught in some releases (docs/sources.md)
 DIR = "progress"  # beside the workload's result file: jobs/<job>/progress/
 
 

@@ -27,7 +27,7 @@ class ResultError(ValueError):
 
 # A summary row's status where the collective's output check found a wrong element: measured,
 # and not a figure of a working fabric. nccl-tests fails such a run (its "# Out of bounds values
-# : N FAILED" and exit status 1), and so does bench (docs/reference.md, "The output check").
+# : N FAILED" and exit status 1), and so does bench (docs/sources.md, "The output check").
 WRONG_RESULTS = "WRONG_RESULTS"
 
 

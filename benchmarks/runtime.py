@@ -87,7 +87,7 @@ def resolve_backend(requested: str, device: torch.device) -> str:
 
 def init_process_group(launch: Launch, backend: str, device: torch.device, timeout_s: float) -> None:
     # Short timeout: a dead rank otherwise leaves the others blocked in a collective for
-    # 10-30 min, the torch defaults (docs/reference.md).
+    # 10-30 min, the torch defaults (docs/sources.md).
     kwargs: dict[str, Any] = {}
     if device.type == "cuda":
         kwargs["device_id"] = device

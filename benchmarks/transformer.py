@@ -10,7 +10,7 @@ reduce-scatter), with no data loading.
 A GPT-style model: token embedding tied to the output projection, learned positions, pre-norm
 blocks of causal self-attention and a 4x MLP (GELU), no biases in the linear layers.
 Reports tokens_per_s over all ranks and per GPU, flops_per_token = 6N + 12·L·D·T (PaLM,
-Chowdhery et al. 2022, appendix B; docs/reference.md), achieved TFLOP/s per GPU and mfu,
+Chowdhery et al. 2022, appendix B; docs/sources.md), achieved TFLOP/s per GPU and mfu,
 that over --peak-tflops (null without it: never a guessed peak). --sync-free-steps steps with
 gradient synchronisation skipped, spread among the measured ones, give the compute-only step and
 the ranks' spread, from which the step's exposed communication and rank imbalance

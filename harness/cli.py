@@ -45,7 +45,7 @@ GROUPS = {
 # The commands whose work is Arrow tables: pyarrow comes up with the C library's malloc as its
 # default pool, not mimalloc, with which on the 2-core VM regress against median:30 of
 # 100,000-row runs took 3.59 s against 3.13 s, medians of six alternated, and 12% more memory
-# (docs/reference.md, "Arrow's allocator").
+# (docs/sources.md, "Arrow's allocator").
 TABLE_COMMANDS = frozenset({"collect", "plot", "compare", "regress", "report", "export", "history", "dashboard"})
 POOL_VARIABLE = "ARROW_DEFAULT_MEMORY_POOL"
 
@@ -93,7 +93,12 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) >= 2 and argv[0] == "run" and argv[1] in (*WORKLOADS, *PROBES):
         run = importlib.import_module("harness.commands.sweeps").cmd_run
         return int(run(argparse.Namespace(workload=argv[1], workload_args=argv[2:])))
-    args = build_parser(argv[0] if argv else None).parse_args(argv)
+    try:
+        args, extra = build_parser(argv[0] if argv else None).parse_known_args(argv)
+        if extra:
+            args._parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    except SystemExit as exc:  # argparse's one line said (or --help printed)
+        return exc.code if isinstance(exc.code, int) else 2
     if args.command in TABLE_COMMANDS:
         _system_allocator()
     try:

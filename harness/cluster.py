@@ -7,7 +7,7 @@ are compared.
 
 Values that reach an `#SBATCH` line are held to an allowlist here, when the profile is loaded:
 Slurm parses those lines itself, not the shell, so quoting cannot make them safe
-(docs/hardening.md, docs/reference.md).
+(docs/hardening.md, docs/sources.md).
 """
 
 from __future__ import annotations
@@ -182,7 +182,7 @@ class Hardware:
     network in GB/s (NICs x rate: 8 x NDR400 at 50 GB/s is 400) and how many NICs carry it, and
     the bandwidth inside a node per GPU (NVLink, or whatever joins the node's GPUs); and a GPU's
     peak dense TFLOP/s at the training precision, which the transformer's MFU is taken against
-    (docs/reference.md)."""
+    (docs/sources.md)."""
 
     network_gbps_per_node: float | None = None
     # NCCL runs a ring per NIC, so what a job reaches depends on how many NICs its ranks reach
@@ -248,7 +248,7 @@ class Reference:
     nodes: int
     gpus_per_node: int | None = None
     collective: str | None = None  # allreduce only; all_reduce when left out
-    group: str | None = None  # allreduce only; world (every rank) when left out (docs/reference.md)
+    group: str | None = None  # allreduce only; world (every rank) when left out (docs/sources.md)
     size: int | None = field(default=None, metadata={"size": True})  # allreduce only
     scaling: str | None = None  # training only
     launcher: str | None = None

@@ -469,7 +469,7 @@ def _add_result(out: Builder, head: dict[str, Any], result: dict[str, Any]) -> b
 def _fail_wrong_rows(head: dict[str, Any], rows: list[dict[str, Any]], per_row: dict[str, list]) -> bool:
     """Give each row whose output check found a wrong element the status WRONG_RESULTS and a
     reason saying how many, whatever its job's state: never COMPLETED, so compare, regress and
-    the history count it failed (docs/reference.md, "The output check")."""
+    the history count it failed (docs/sources.md, "The output check")."""
     counts = [wrong_count(r) for r in rows]
     if not any(counts):
         return False

@@ -34,7 +34,7 @@ from harness.plan import Job, WorkloadRun
 # initialisation and building the model (docs/cost.md). CPU jobs skip CUDA and NCCL.
 START_S = {"cuda": 30.0, "cpu": 10.0}
 # One GPU training ResNet-50 at 224 px: NVIDIA's DeepLearningExamples, DGX A100 80GB, 2,470 img/s
-# with AMP and 938 in TF32 (docs/reference.md); another GPU's, where the profile states its peak,
+# with AMP and 938 in TF32 (docs/sources.md); another GPU's, where the profile states its peak,
 # by the ratio of the two peaks (docs/cost.md). One CPU rank on one thread: the testbed's
 # ResNet-18 at 64 px, 76-93 img/s, scaled to ResNet-50 at 224 px by the ratio of their FLOPs.
 RESNET50_IMAGES_PER_S = {"cuda-amp": 2470.0, "cuda-fp32": 938.0, "cpu": 80.0 * 1.81 / 4.09 * (64 / 224) ** 2}
@@ -53,7 +53,7 @@ MODEL_GFLOPS = {
 }
 # The transformer's achieved FLOP/s per rank. A GPU: 40% of its peak dense TFLOP/s (the profile's
 # hardware.peak_tflops_per_gpu, else an A100's 312 in bf16, 156 in TF32), torchtitan's MFU for
-# Llama-3 8B on H100s (docs/reference.md). One CPU rank on one thread: the small preset measured
+# Llama-3 8B on H100s (docs/sources.md). One CPU rank on one thread: the small preset measured
 # on this project's 2-core machine, 0.0065 TFLOP/s (1,500 tokens/s at 4.33 MFLOP per token).
 TRANSFORMER_MFU = 0.4
 A100_TFLOPS = {"cuda-amp": 312.0, "cuda-fp32": 156.0}
@@ -61,7 +61,7 @@ CPU_TFLOPS = 0.0065
 # The links where the profile states no hardware (docs/cost.md): 8 NDR400 NICs a node at the
 # 46 GB/s NVIDIA measures of one, and 8x A100 over NVLink inside a node (230 GB/s busbw), whose
 # peak each collective's model gives (harness/peak.py); gloo over TCP about 0.11 GB/s on 1 GbE
-# (docs/reference.md). A collective also pays a latency per call.
+# (docs/sources.md). A collective also pays a latency per call.
 ASSUMED = Hardware(network_gbps_per_node=8 * 46.0, nics_per_node=8, intra_node_gbps_per_gpu=230.0)
 CPU_BUSBW_GBPS = 0.11
 LATENCY_S = {"cuda": 30e-6, "cpu": 300e-6}

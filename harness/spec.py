@@ -74,7 +74,7 @@ class AllreduceSpec:
     dtype: str = COLLECTIVE_DEFAULTS.dtype
     op: str = COLLECTIVE_DEFAULTS.op
     collectives: tuple[str, ...] = COLLECTIVE_DEFAULTS.collectives
-    # each collective over every rank, each node's ranks, and one rank per node (docs/reference.md,
+    # each collective over every rank, each node's ranks, and one rank per node (docs/sources.md,
     # "Groups"); a group a job's layout lacks is skipped
     groups: tuple[str, ...] = GROUPS
     out_of_place: bool = COLLECTIVE_DEFAULTS.out_of_place

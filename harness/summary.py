@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-# The transformer's figures (benchmarks/transformer.py; docs/reference.md, "FLOPs per token and
+# The transformer's figures (benchmarks/transformer.py; docs/sources.md, "FLOPs per token and
 # MFU"): throughput in tokens, the model's size and FLOPs, and MFU against a stated peak
 TRANSFORMER_COLUMNS = (
     "tokens_per_s",
@@ -184,7 +184,7 @@ def arrow_type(name: str) -> pa.DataType:
 # Arrays made from their buffers, never by pa.array or pa.scalar: pyarrow imports pandas on its
 # first conversion of anything that is not already Arrow, a NumPy array included (its pandas shim
 # asks whether the object is a Series), and that import is 0.12 s of each process of a collect,
-# which needs pandas for nothing (docs/reference.md, "Arrow and pandas").
+# which needs pandas for nothing (docs/sources.md, "Arrow and pandas").
 
 
 def numpy_array(values: npt.NDArray[Any], valid: npt.NDArray[np.bool_] | None = None) -> pa.Array:
@@ -329,7 +329,7 @@ def within(values: Iterable[Any], most: int) -> bool:
 def upgraded(table: pa.Table, wanted: Collection[str] | None = None) -> pa.Table:
     """A summary or samples table collected by an earlier bench of SUMMARY_VERSION, with the
     columns that came later within it, as collect writes them now: the `group` column
-    (docs/reference.md, "Groups"), "world" on collective rows and null (summary) or "" (samples)
+    (docs/sources.md, "Groups"), "world" on collective rows and null (summary) or "" (samples)
     on the others; and the summary's LATER_COLUMNS, null: those `wanted` of a table read for
     some of its columns (100,000 rows of a null column cost a millisecond each)."""
     import pyarrow as pa

@@ -186,7 +186,7 @@ def left_in(run: Path) -> list[str]:
 
 def left_in_tmp(tmp: Path) -> list[str]:
     """What the commands run with TMPDIR=`tmp` left there: nothing, for bench and every torchrun
-    agent it starts (--log-dir=/dev/null, docs/reference.md). torchinductor_USER, which
+    agent it starts (--log-dir=/dev/null, docs/sources.md). torchinductor_USER, which
     `import torch` itself makes (torch 2.14: an empty compile cache, one per user, reused), is
     torch's and not counted."""
     return sorted(p.name for p in tmp.iterdir() if not p.name.startswith("torchinductor_"))

@@ -492,7 +492,7 @@ def records(df: pd.DataFrame) -> list[dict[str, Any]]:
 
 def measured(df: pd.DataFrame) -> pd.Series:
     """What each collective row measured, in words: its collective, and its group where that is
-    not the world ('all_reduce', 'all_reduce intra'; docs/reference.md, "Groups")."""
+    not the world ('all_reduce', 'all_reduce intra'; docs/sources.md, "Groups")."""
     names = df["collective"].astype(str)
     if "group" not in df.columns:
         return names

@@ -294,7 +294,7 @@ TRAINING_COLUMNS = (
     _STEP,
     *_SCALING_COLUMNS,
 )
-# The transformer's: MFU only where a peak was stated (docs/reference.md, "FLOPs per token and MFU")
+# The transformer's: MFU only where a peak was stated (docs/sources.md, "FLOPs per token and MFU")
 TRANSFORMER_COLUMNS = (
     _text("scaling"),
     _text("job"),

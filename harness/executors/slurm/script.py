@@ -4,7 +4,7 @@ Rendering is pure: a job and a profile in, the script's text out. Values reach t
 two ways, each with its own defence:
 - `#SBATCH` lines are parsed by Slurm, not the shell: a backslash escapes even inside quotes,
   '#' starts a comment, a newline ends the directive and an unmatched quote is fatal
-  (docs/reference.md, Slurm 22.05). Quoting cannot make those safe, so every value there is held to an
+  (docs/sources.md, Slurm 22.05). Quoting cannot make those safe, so every value there is held to an
   allowlist, and relative paths are built from allowlisted job names only.
 - The script body is bash: every value is shell-quoted, except the profile's `setup` lines,
   which are shell by design (the profile's author writes them, like a module file).
@@ -26,7 +26,7 @@ from harness.cluster import CONTAINER_CODE, ClusterProfile
 from harness.plan import PER_STEP, Job, WorkloadRun
 
 # The batch shell gets USR2 this long before the time limit; not USR1, which NCCL has caught in
-# some releases. Slurm may send it up to SLURM_EARLY_S earlier than asked (docs/reference.md,
+# some releases. Slurm may send it up to SLURM_EARLY_S earlier than asked (docs/sources.md,
 # Slurm 22.05), and none is asked that could come in a job's first WARN_AFTER_S, while its shell
 # or tasks may not yet catch it: a submitit task the testbed warned at its start died of it.
 SIGNAL_LEAD_S = 120
@@ -58,7 +58,7 @@ def signal_lead_s(time_limit_min: float) -> int | None:
 def tasks_and_cpus(job: Job, profile: ClusterProfile) -> tuple[int, int]:
     """(tasks per node, CPUs per task): one torchrun agent per node with all the node's CPUs,
     or one srun task per GPU. Never both G tasks and G workers each (the recipes' 16 processes
-    on 4 GPUs, docs/reference.md)."""
+    on 4 GPUs, docs/sources.md)."""
     if job.launcher == "torchrun":
         return 1, profile.cpus_per_gpu * job.gpus_per_node
     return job.gpus_per_node, profile.cpus_per_gpu
@@ -368,7 +368,7 @@ def step_command(
     container, python = step_python(profile, names)
     tasks_per_node, cpus = tasks_and_cpus(job, profile)
     # --kill-on-bad-exit: when one rank dies the others stop too, rather than wait in a collective
-    # until the process-group timeout (KillOnBadExit defaults to 0, docs/reference.md).
+    # until the process-group timeout (KillOnBadExit defaults to 0, docs/sources.md).
     # --cpus-per-task again: from Slurm 22.05 srun does not take it from the allocation (22.05
     # release notes: give it to srun, or set SRUN_CPUS_PER_TASK).
     srun = " ".join(
@@ -482,7 +482,7 @@ def warning_comment(job: Job, what: str) -> list[str]:
         ]
     return [
         f"# No time-limit warning: Slurm may send one up to {SLURM_EARLY_S} s early, and this job's limit is too",
-        f"# short for one that could not come in its first {WARN_AFTER_S} s (docs/reference.md).",
+        f"# short for one that could not come in its first {WARN_AFTER_S} s (docs/sources.md).",
     ]
 
 

@@ -78,7 +78,7 @@ def local_run(tmp_path_factory, sweep_tmp):
 
 def test_a_sweep_leaves_nothing_in_tmp(local_run, sweep_tmp):
     """Nothing outside the run directory is left: a torchrun agent given no --log-dir leaves an
-    empty torchelastic_* tree in TMPDIR, one per agent and launch (docs/reference.md)."""
+    empty torchelastic_* tree in TMPDIR, one per agent and launch (docs/sources.md)."""
     assert left_in_tmp(sweep_tmp) == []
 
 

@@ -278,7 +278,7 @@ def test_gpu_request_styles_and_time_format():
 
 def test_the_warning_never_comes_in_a_jobs_first_minute():
     """Asked for L s before a limit of T s, Slurm's USR2 comes between T - L - 60 and T - L
-    (docs/reference.md): L is 120 where T - 120 - 60 >= 60, T - 120 below that, and no warning
+    (docs/sources.md): L is 120 where T - 120 - 60 >= 60, T - 120 below that, and no warning
     where that leaves under 1 s. 2.02 minutes is 121.2 s, given as 122."""
     minutes = [30, 4, 3, 2.5, 2.02, 2, 1, 0.1]
     assert [signal_lead_s(m) for m in minutes] == [120, 120, 60, 30, 2, None, None, None]

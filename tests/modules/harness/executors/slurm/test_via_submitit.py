@@ -170,7 +170,7 @@ def test_a_container_profile_is_refused_before_anything_is_written(tmp_path):
 
 @pytest.mark.parametrize(("minutes", "signal"), [(3, "USR2@60"), (2.5, "USR2@30"), (2.02, "USR2@2")])
 def test_a_short_limit_asks_for_the_warning_after_the_tasks_have_started(site, tmp_path, minutes, signal):
-    """Slurm may warn 60 s before it was asked (docs/reference.md): the lead leaves the tasks
+    """Slurm may warn 60 s before it was asked (docs/sources.md): the lead leaves the tasks
     60 s to start. 2.02 minutes is 122 s rounded up, so a lead of 122 - 60 - 60 = 2 s."""
     job = dataclasses.replace(_jobs()[0], time_limit_min=minutes)
     text = _submitit_script(parameters(job, site, tmp_path), tmp_path / "submitit")
