@@ -117,7 +117,9 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> typing.NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
-    def parse_known_args(self, args: Any = None, namespace: Any = None) -> tuple[argparse.Namespace, list[str]]:
+    def parse_known_args(  # type: ignore[override]  # typeshed overloads it by namespace type
+        self, args: Any = None, namespace: Any = None
+    ) -> tuple[argparse.Namespace, list[str]]:
         """argparse's, the namespace noting the deepest (sub)command's parser as `_parser`: a
         subcommand parses before its parent, so that an error found after, such as arguments
         left over, names the subcommand (`bench history list: error: ...`)."""
