@@ -115,7 +115,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="correctness-check iterations per size, 0 to skip (default %(default)s)",
     )
-    p.add_argument("-d", "--dtype", "--datatype", dest="dtype", choices=sorted(DTYPES), default=D.dtype)
+    p.add_argument(
+        "-d",
+        "--dtype",
+        "--datatype",
+        dest="dtype",
+        choices=sorted(DTYPES),
+        default=D.dtype,
+        help="element type of the buffers (default %(default)s)",
+    )
     p.add_argument("-o", "--op", choices=OPS, default=D.op, help="reduction op (avg needs nccl)")
     p.add_argument(
         "--collective",

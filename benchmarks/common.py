@@ -370,8 +370,10 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--nproc", type=int, default=1, help="ranks to start on this machine when not inside torchrun/srun (default 1)"
     )
-    g.add_argument("--device", choices=DEVICES, default="auto")
-    g.add_argument("--backend", choices=BACKENDS, default="auto")
+    g.add_argument("--device", choices=DEVICES, default="auto", help="auto: cuda where a GPU is seen, else cpu")
+    g.add_argument(
+        "--backend", choices=BACKENDS, default="auto", help="auto: nccl on cuda, gloo on cpu; nccl needs cuda"
+    )
     g.add_argument("--json", metavar="PATH", help="rank 0 writes the result here (atomically)")
     g.add_argument(
         "--timeout",

@@ -69,7 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=D.data_images_per_class,
         help="images per class of a generated set (default %(default)s)",
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of the generated data set and of the sampler's shuffle (default 0)"
+    )
     return p
 
 

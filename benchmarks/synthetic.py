@@ -37,7 +37,9 @@ from .training import (
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="bench run synthetic", description=__doc__.split("\n\n")[0])
     add_training_args(p)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of the generated batches, each rank's plus its rank (default 0)"
+    )
     return p
 
 

@@ -28,7 +28,7 @@ from .runtime import Context, gather_rows
 def add_training_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("training")
     g.add_argument("--model", default=D.model, help="torchvision model name (default %(default)s)")
-    g.add_argument("--num-classes", type=int, default=1000)
+    g.add_argument("--num-classes", type=int, default=1000, help="classes of the model's last layer (default 1000)")
     g.add_argument(
         "--batch-size",
         type=int,
@@ -68,9 +68,17 @@ def add_training_args(p: argparse.ArgumentParser) -> None:
         help="DDP gradient bucket size (default %(default)s, torch's)",
     )
     g.add_argument(
-        "--gradient-as-bucket-view", action=argparse.BooleanOptionalAction, default=D.gradient_as_bucket_view
+        "--gradient-as-bucket-view",
+        action=argparse.BooleanOptionalAction,
+        default=D.gradient_as_bucket_view,
+        help="DDP's gradient_as_bucket_view: gradients are views into its buckets",
     )
-    g.add_argument("--static-graph", action=argparse.BooleanOptionalAction, default=D.static_graph)
+    g.add_argument(
+        "--static-graph",
+        action=argparse.BooleanOptionalAction,
+        default=D.static_graph,
+        help="DDP's static_graph: the graph is the same every step",
+    )
     g.add_argument("--lr", type=positive_arg, default=0.1, help="SGD learning rate (momentum 0.9)")
     g.add_argument(
         "--sync-free-steps",

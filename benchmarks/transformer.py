@@ -157,7 +157,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="the GPU's peak dense TFLOP/s at the training precision, for MFU (e.g. 989 for H100 SXM bf16)",
     )
-    t.add_argument("--seed", type=int, default=0)
+    t.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the weights (every rank's alike) and of each rank's tokens (default 0)",
+    )
     add_common_args(p)
     return p
 

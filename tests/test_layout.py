@@ -157,7 +157,7 @@ def test_every_test_file_the_text_names_exists():
     """A path of a test file in the docs, the code or the tests' own words is a real file."""
     pattern = re.compile(r"tests/[\w/]*test_\w+\.py")
     sources = [
-        *(ROOT / "docs").glob("*.md"),
+        *(ROOT / "docs").rglob("*.md"),
         ROOT / "README.md",
         ROOT / "CONTRIBUTING.md",
         *(ROOT / "harness").rglob("*.py"),

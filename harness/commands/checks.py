@@ -15,6 +15,7 @@ from harness import accept, check_nodes, executors
 from harness.analysis.compare import parse_threshold
 from harness.commands.common import (
     DB_HELP,
+    EXECUTOR_HELP,
     chosen_executor,
     console_to,
     history_db,
@@ -138,7 +139,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     n = sub.add_parser(
         "nodes", help="check every node and every pair of nodes, and name the ones to drain (docs/nodes.md)"
     )
-    n.add_argument("--executor", choices=(executors.AUTO, *executors.NAMES), default=executors.AUTO)
+    n.add_argument("--executor", choices=(executors.AUTO, *executors.NAMES), default=executors.AUTO, help=EXECUTOR_HELP)
     n.add_argument("--cluster", metavar="PROFILE", help="cluster profile YAML (default $BENCH_CLUSTER)")
     n.add_argument("--db", help=DB_HELP + "; the estimate takes the last check of the profile's cluster")
     n.add_argument(
@@ -148,8 +149,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     n.add_argument("--nodes", type=positive_int, metavar="N", help="emulated nodes of the local executor (default 4)")
     n.add_argument("--gpus-per-node", type=positive_int, default=1, metavar="G", help="ranks per node (default 1)")
-    n.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
-    n.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto")
+    n.add_argument(
+        "--device", choices=("auto", "cuda", "cpu"), default="auto", help="auto: cuda where a GPU is seen, else cpu"
+    )
+    n.add_argument(
+        "--backend", choices=("auto", "nccl", "gloo"), default="auto", help="auto: nccl on cuda, gloo on cpu"
+    )
     n.add_argument(
         "--bytes", default="64M", metavar="SIZE", help="message of the all-reduce and the exchange (default 64M)"
     )
@@ -213,7 +218,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="after maintenance: the node check, the sweep the profile's references name, one verdict and a "
         "report to sign (docs/accept.md)",
     )
-    a.add_argument("--executor", choices=(executors.AUTO, *executors.BATCH), default=executors.AUTO)
+    a.add_argument("--executor", choices=(executors.AUTO, *executors.BATCH), default=executors.AUTO, help=EXECUTOR_HELP)
     a.add_argument(
         "--cluster", metavar="PROFILE", help="cluster profile YAML, with reference: figures (default $BENCH_CLUSTER)"
     )

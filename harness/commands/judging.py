@@ -472,7 +472,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "export", help="a run's figures for node_exporter's textfile collector (OpenMetrics) or InfluxDB"
     )
     x.add_argument("dir", help="run directory")
-    x.add_argument("--format", choices=export.FORMATS, required=True)
+    x.add_argument(
+        "--format",
+        choices=export.FORMATS,
+        required=True,
+        help="openmetrics (node_exporter's textfile collector) or influx",
+    )
     x.add_argument("--out", metavar="FILE", help="file to write, replaced atomically (default: standard output)")
     x.add_argument("--cluster", help="the cluster label (default: the run's cluster profile name, or local)")
     x.set_defaults(func=cmd_export)

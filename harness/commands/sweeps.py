@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from benchmarks.catalog import PROBES, WORKLOADS
 from harness import executors, sweep
 from harness.collect import WORKER_JOBS, collect
-from harness.commands.common import chosen_executor, new_console, positive_int, results_root
+from harness.commands.common import EXECUTOR_HELP, chosen_executor, new_console, positive_int, results_root
 from harness.errors import UsageError, one_line
 from harness.fields import SHIPPED
 from harness.forked import MAX_WORKERS
@@ -141,7 +141,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         metavar="N",
         help="run every job N times, replicate by replicate across the matrix (sweep key repeat)",
     )
-    s.add_argument("--executor", choices=(executors.AUTO, *executors.NAMES), default=executors.AUTO)
+    s.add_argument("--executor", choices=(executors.AUTO, *executors.NAMES), default=executors.AUTO, help=EXECUTOR_HELP)
     s.add_argument("--out", help="run directory (default <sweep>-<timestamp> in $BENCH_RESULTS, else in results/)")
     s.add_argument(
         "--yes",
