@@ -1,6 +1,6 @@
 """What the workload library offers: its workloads, collectives, data types and reduction ops.
 
-One record per collective, as nccl-tests keeps one per test (docs/sources.md): its bus
+One record per collective, as nccl-tests keeps one per test (docs/reference/sources.md): its bus
 factor, how it lays out its buffers, the torch.distributed call, and the values a correct call
 leaves behind. `benchmarks.collectives` measures with these records; the harness validates
 sweeps against the same tables. This module imports no torch, so the harness can read it at
@@ -54,7 +54,7 @@ def decoder_params(shape: Shape) -> int:
 
 def flops_per_token(n_params: int, shape: Shape) -> int:
     """Training FLOPs per token: 6N (forward 2N, backward 4N) plus attention's 12·L·H·Q·T, where
-    H·Q is the width (PaLM, appendix B; docs/sources.md). Like PaLM, the causal mask's
+    H·Q is the width (PaLM, appendix B; docs/reference/sources.md). Like PaLM, the causal mask's
     skipped half is counted: the figure is the model's, not a kernel's."""
     return 6 * n_params + 12 * shape.layers * shape.width * shape.seq_len
 
@@ -72,7 +72,7 @@ DEVICES = ("auto", "cuda", "cpu")
 BACKENDS = ("auto", "nccl", "gloo")
 AMPS = ("auto", "bf16", "fp16", "off")
 
-# Where a training step went (docs/breakdown.md): result fields, and summary columns. The four
+# Where a training step went (docs/concepts/breakdown.md): result fields, and summary columns. The four
 # fractions add up to the step: compute + imbalance + data wait + exposed communication = 1.
 BREAKDOWN = (
     "compute_time_ms",
@@ -124,7 +124,7 @@ class TrainingDefaults:
     bucket_cap_mb: float = 25.0  # torch's DistributedDataParallel default
     gradient_as_bucket_view: bool = True
     static_graph: bool = False
-    sync_free_steps: int = 10  # docs/breakdown.md
+    sync_free_steps: int = 10  # docs/concepts/breakdown.md
     # real's generated data set and its loader
     workers: int = 4
     data_classes: int = 8
@@ -140,7 +140,7 @@ class TransformerDefaults:
     batch_size: int = 4
     steps: int = 10
     warmup_steps: int = 3
-    sync_free_steps: int = 5  # docs/breakdown.md
+    sync_free_steps: int = 5  # docs/concepts/breakdown.md
     amp: str = "auto"
 
 
@@ -149,7 +149,7 @@ TRAINING_DEFAULTS = TrainingDefaults()
 TRANSFORMER_DEFAULTS = TransformerDefaults()
 
 
-# Which ranks one call of a collective spans (docs/sources.md, "Groups"): every rank; the
+# Which ranks one call of a collective spans (docs/reference/sources.md, "Groups"): every rank; the
 # ranks of one node, every node's group at once; or one rank per node, the ranks of one local
 # index across nodes, every local index's group at once: the two legs of a hierarchical collective.
 WORLD, INTRA, INTER = "world", "intra", "inter"
@@ -222,7 +222,7 @@ class Collective:
     min_ranks: int = 1  # sendrecv needs a neighbour
     # (size, rank, n): the bytes this rank sends to each other rank in one call of `size` bytes
     # under gloo, which the NIC cross-check expects on the wire (harness/telemetry.py,
-    # docs/telemetry.md); None where gloo's algorithm is not accounted for
+    # docs/concepts/telemetry.md); None where gloo's algorithm is not accounted for
     gloo_sent: Callable[[int, int, int], dict[int, float]] | None = None
 
     def chunks(self, world_size: int) -> int:
@@ -235,7 +235,7 @@ ROOT = 0  # the root of reduce, gather, scatter and broadcast, as in nccl-tests'
 
 def _ring_sent(size: int, rank: int, n: int) -> dict[int, float]:
     """gloo's all_reduce is a ring in rank order (reduce-scatter, then all-gather): 2(n-1)/n x
-    size to the next rank (docs/sources.md)."""
+    size to the next rank (docs/reference/sources.md)."""
     return {(rank + 1) % n: 2 * (n - 1) / n * size}
 
 
@@ -255,10 +255,10 @@ def _next_sent(size: int, rank: int, n: int) -> dict[int, float]:
     return {(rank + 1) % n: float(size)}
 
 
-# Bus factors from nccl-tests' PERFORMANCE.md (docs/sources.md): the share of the message that
+# Bus factors from nccl-tests' PERFORMANCE.md (docs/reference/sources.md): the share of the message that
 # crosses each rank's link, so busbw is comparable with link speed for any n. all_reduce
 # 2(n-1)/n; all_gather, reduce_scatter, alltoall, gather and scatter (n-1)/n; broadcast, reduce
-# and sendrecv 1. alltoallv's is derived the same way for its shares (docs/sources.md).
+# and sendrecv 1. alltoallv's is derived the same way for its shares (docs/reference/sources.md).
 
 
 def _one(n: int) -> int:

@@ -11,7 +11,7 @@ For every message size and collective:
 - `time_us`: the nccl-tests way: warmup, barrier, n back-to-back calls, one device sync,
   elapsed / n, and the worst rank's figure (a collective is as slow as its slowest member).
 - `algbw_gbps` = size / time, `busbw_gbps` = algbw x the collective's bus factor, GB = 1e9
-  (factors from nccl-tests' PERFORMANCE.md, kept in benchmarks/catalog.py; docs/sources.md).
+  (factors from nccl-tests' PERFORMANCE.md, kept in benchmarks/catalog.py; docs/reference/sources.md).
 - `wrong`: elements that failed the check (-c iterations, buffers filled with rank-dependent
   values so a missing, duplicated or mis-ordered contribution shows), summed over ranks.
 - per-iteration samples (each call timed on its own: CUDA events on GPU, host clock on CPU,
@@ -210,7 +210,7 @@ def tolerance(dtype: torch.dtype, n: int, op: str | None) -> float | None:
     the bound on rounding of a sum of n non-negative terms in any order, gamma(n-1) =
     (n-1)u / (1 - (n-1)u), u the dtype's unit roundoff, one rounding more for avg's division;
     None where that bound reaches the value itself and no wrong element could be told from
-    rounding: the check cannot judge (docs/sources.md, "The output check")."""
+    rounding: the check cannot judge (docs/reference/sources.md, "The output check")."""
     if op is None or op in ("max", "min") or not dtype.is_floating_point:
         return 0.0
     info = torch.finfo(dtype)

@@ -23,7 +23,7 @@ from .catalog import BACKENDS, DEVICES
 # The distribution bench is installed as (pyproject.toml), whose version every result records.
 DISTRIBUTION = "bench-scaling"
 # How bench measures, as a number that changes whenever the same cluster would give a different
-# figure (docs/provenance.md lists each change): results, plans, summaries and the history
+# figure (docs/concepts/provenance.md lists each change): results, plans, summaries and the history
 # record it, and compare and regress refuse to judge across two of them unless told to. 1 is
 # every run before the number was recorded.
 MEASUREMENT_RULES = 2
@@ -139,7 +139,7 @@ def format_size(n: int) -> str:
 # --------------------------------------------------------------------------- launch
 
 # Given to every torchrun agent bench starts: without it each agent leaves an empty
-# torchelastic_* tree in the node's /tmp; /dev/null makes none (docs/sources.md, "torchrun").
+# torchelastic_* tree in the node's /tmp; /dev/null makes none (docs/reference/sources.md, "torchrun").
 TORCHRUN_NO_LOG_DIR = "--log-dir=/dev/null"
 
 

@@ -1,5 +1,5 @@
 """Which network interfaces this process's TCP connections actually use: what gloo gives as its
-transport facts (docs/transport.md). Read from the sockets themselves, not from
+transport facts (docs/concepts/transport.md). Read from the sockets themselves, not from
 GLOO_SOCKET_IFNAME, which only asks.
 
 The process's sockets are the `socket:[inode]` links in /proc/self/fd; their addresses are in

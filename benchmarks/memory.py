@@ -1,5 +1,5 @@
 """What a workload's rank will hold in memory, estimated before it allocates, against what its
-device has (docs/hardening.md, "Memory"). A message or a model that cannot fit is refused with
+device has (docs/concepts/hardening.md, "Memory"). A message or a model that cannot fit is refused with
 one line naming the setting to lower, rather than found by the allocator as a traceback per rank
 or by the OOM killer.
 
@@ -7,7 +7,7 @@ or by the OOM killer.
                   allocates both once), and the link probe's send and receive buffers
     gemm          its three matrices and the finiteness check's mask of the product
     transformer   the tensors benchmarks/transformer.py's step holds at its peak, counted from
-                  what each operation keeps for the backward pass (docs/hardening.md, "Memory"):
+                  what each operation keeps for the backward pass (docs/concepts/hardening.md, "Memory"):
                   parameters, gradients and AdamW's two moments, 16 bytes a parameter in fp32
                   (sharded over the world under FSDP, with the all-gathered root and two blocks on
                   top; DDP's gradient buckets, 4 more, under DDP; autocast's 16-bit copies of the

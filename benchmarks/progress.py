@@ -1,4 +1,4 @@
-"""Where each rank is, for hang attribution (docs/hangs.md).
+"""Where each rank is, for hang attribution (docs/guides/hangs.md).
 
 Each rank rewrites a small progress file at every phase of its workload (a message size, a
 training step), outside the timed regions, and registers `faulthandler` on STACK_SIGNAL: the
@@ -17,7 +17,7 @@ import socket
 import time
 from typing import IO
 
-STACK_SIGNAL = signal.SIGUSR2  # not SIGUSR1, which NCCL has caught in some releases (docs/sources.md)
+STACK_SIGNAL = signal.SIGUSR2  # not SIGUSR1, which NCCL has caught in some releases (docs/reference/sources.md)
 DIR = "progress"  # beside the workload's result file: jobs/<job>/progress/
 
 

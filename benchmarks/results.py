@@ -27,7 +27,7 @@ class ResultError(ValueError):
 
 # A summary row's status where the collective's output check found a wrong element: measured,
 # and not a figure of a working fabric. nccl-tests fails such a run (its "# Out of bounds values
-# : N FAILED" and exit status 1), and so does bench (docs/sources.md, "The output check").
+# : N FAILED" and exit status 1), and so does bench (docs/reference/sources.md, "The output check").
 WRONG_RESULTS = "WRONG_RESULTS"
 
 
@@ -100,7 +100,7 @@ def _mode(path: str | os.PathLike) -> int | None:
 def _write_through(path: Path, data: bytes) -> bool:
     """Whether `path` names a character device or a FIFO (/dev/null, a named pipe), which is
     written through, never replaced by a file: renaming over /dev/null as root would remove the
-    device (docs/hardening.md, "Outputs"). A directory, a block device or a socket is an
+    device (docs/concepts/hardening.md, "Outputs"). A directory, a block device or a socket is an
     OSError naming it; anything else is for the atomic write."""
     mode = _mode(path)
     if mode is None or stat.S_ISREG(mode):
@@ -256,7 +256,7 @@ def _read_up_to(fd: int, n: int) -> bytes:
 RESULT_LIMIT = 64 * 2**20
 
 
-LINE_LIMIT = 64 * 1024  # longer than any line NCCL, torch or bench prints (docs/transport.md)
+LINE_LIMIT = 64 * 1024  # longer than any line NCCL, torch or bench prints (docs/concepts/transport.md)
 
 
 def bounded_lines(f: IO[bytes], limit: int = LINE_LIMIT, chunk: int = 2**20) -> Iterator[str]:

@@ -87,7 +87,7 @@ def resolve_backend(requested: str, device: torch.device) -> str:
 
 def init_process_group(launch: Launch, backend: str, device: torch.device, timeout_s: float) -> None:
     # Short timeout: a dead rank otherwise leaves the others blocked in a collective for
-    # 10-30 min, the torch defaults (docs/sources.md).
+    # 10-30 min, the torch defaults (docs/reference/sources.md).
     kwargs: dict[str, Any] = {}
     if device.type == "cuda":
         kwargs["device_id"] = device
@@ -171,7 +171,7 @@ def capture_environment(launch: Launch, device: torch.device, backend: str) -> d
 
 
 def transport_evidence(launch: Launch, backend: str) -> dict[str, Any]:
-    """Where the facts of the transport this job used are (docs/transport.md); a collective call.
+    """Where the facts of the transport this job used are (docs/concepts/transport.md); a collective call.
 
     gloo: each rank's own connections, by interface, leaving out the rendezvous store's (on
     MASTER_PORT), which is not the collectives' transport. NCCL: its debug log, whose path
@@ -269,7 +269,7 @@ def main(workload: Workload, argv: list[str] | None) -> int:
 
 def in_turn(steps: list[tuple[Workload, list[str]]]) -> int:
     """Run workloads one after another in this launch's ranks, joining the process group once
-    (docs/architecture.md, "One launch per job"). Each is parsed, checked, measured and recorded
+    (docs/concepts/architecture.md, "One launch per job"). Each is parsed, checked, measured and recorded
     as its turn comes, as a launch of its own would be, and the first that fails ends the turns
     with its status. One workload outside a launch starts `--nproc` ranks of itself; several
     need a launch (torchrun, srun)."""

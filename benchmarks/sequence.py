@@ -1,6 +1,6 @@
 """A job's workloads in one launch: each rank starts, imports torch and joins the process group
 once, then runs the workloads one after another, each measured and recorded as its own launch
-would (docs/architecture.md, "One launch per job"). The local executor runs its gloo jobs so.
+would (docs/concepts/architecture.md, "One launch per job"). The local executor runs its gloo jobs so.
 
     torchrun --nproc-per-node 2 -m benchmarks.sequence \\
         allreduce -b 1K -e 4M --json a.json --then synthetic --scaling weak --json b.json

@@ -250,7 +250,7 @@ def timed_steps(ctx: Context, phase: str, count: int, step: Callable[[], Any]) -
 def schedule(steps: int, free: int) -> list[bool]:
     """The order of `steps` measured and `free` sync-free steps, True where a sync-free one runs:
     spread evenly through the measured ones (Bresenham's rule, rounded to the nearest), so that
-    noise, warm-up and clocks fall on both sides alike (docs/breakdown.md). The same on every
+    noise, warm-up and clocks fall on both sides alike (docs/concepts/breakdown.md). The same on every
     rank: the measured steps' collectives must line up."""
     total, half = steps + free, 2 * (steps + free)
     return [((2 * j + 2) * free + total) // half > (2 * j * free + total) // half for j in range(total)]
@@ -266,7 +266,7 @@ def interleaved(
 ) -> list[float]:
     """Run measured(i) for each of `steps` measured steps (it times and records itself), with
     `free` steps of `compute` run inside `no_sync()`, gradient synchronisation skipped, placed
-    among them by schedule(), after one untimed; the sync-free steps' seconds (docs/breakdown.md).
+    among them by schedule(), after one untimed; the sync-free steps' seconds (docs/concepts/breakdown.md).
     With one rank, which synchronises nothing, there are none: breakdown() needs none there."""
 
     def sync_free() -> None:
@@ -298,7 +298,7 @@ def measured_steps(
 
 
 def breakdown(ctx: Context, step_ms: float, free_s: list[float], wait_ms: float = 0.0) -> dict[str, Any]:
-    """Where the step went (docs/breakdown.md), from the median step `step_ms` (slowest rank per
+    """Where the step went (docs/concepts/breakdown.md), from the median step `step_ms` (slowest rank per
     step), its median wait for data `wait_ms`, and this rank's steps with gradient
     synchronisation skipped (`free_s`, seconds, compute only); a collective call when there are
     any, and every rank has as many.

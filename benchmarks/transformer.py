@@ -10,11 +10,11 @@ reduce-scatter), with no data loading.
 A GPT-style model: token embedding tied to the output projection, learned positions, pre-norm
 blocks of causal self-attention and a 4x MLP (GELU), no biases in the linear layers.
 Reports tokens_per_s over all ranks and per GPU, flops_per_token = 6N + 12·L·D·T (PaLM,
-Chowdhery et al. 2022, appendix B; docs/sources.md), achieved TFLOP/s per GPU and mfu,
+Chowdhery et al. 2022, appendix B; docs/reference/sources.md), achieved TFLOP/s per GPU and mfu,
 that over --peak-tflops (null without it: never a guessed peak). --sync-free-steps steps with
 gradient synchronisation skipped, spread among the measured ones, give the compute-only step and
 the ranks' spread, from which the step's exposed communication and rank imbalance
-(docs/breakdown.md).
+(docs/concepts/breakdown.md).
 """
 
 from __future__ import annotations
@@ -239,7 +239,7 @@ def _fully_shard(device: torch.device) -> Callable[..., Any]:
 def wrap(model: nn.Module, parallel: str, ctx: Context) -> tuple[nn.Module, Callable[[], Any]]:
     """The model under DDP or FSDP2, and a context manager that skips gradient synchronisation
     for the steps inside it: DDP's no_sync; FSDP2's set_requires_gradient_sync(False), which
-    skips the gradients' reduce-scatter but still all-gathers the parameters (docs/breakdown.md)."""
+    skips the gradients' reduce-scatter but still all-gathers the parameters (docs/concepts/breakdown.md)."""
     cuda = ctx.device.type == "cuda"
     if parallel == "ddp":
         ddp = DDP(model, device_ids=[ctx.device.index] if cuda else None)

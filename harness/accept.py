@@ -1,4 +1,4 @@
-"""`bench accept`: after maintenance, one command and one verdict (docs/accept.md).
+"""`bench accept`: after maintenance, one command and one verdict (docs/guides/accept.md).
 
 1. The node check of every node and link (`bench nodes`), into DIR/nodes.
 2. When it names nothing: the acceptance sweep narrowed to the keys the cluster profile's
@@ -95,7 +95,7 @@ def start(
     if not refs:
         raise UsageError(
             f"{profile_path}: states no reference figures, which the acceptance sweep is judged against; add a "
-            'reference: block (docs/expected.md, "Reference figures")'
+            'reference: block (docs/concepts/expected.md, "Reference figures")'
         )
     spec = load_sweep(sweep_path, overrides=narrowing(refs))
     if spec.device != "auto" and options.device == "auto":

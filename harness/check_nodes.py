@@ -1,5 +1,5 @@
 """`bench nodes`: check every node and every link of a partition (or of emulated nodes on this
-machine), then name what to drain (docs/nodes.md). Plan the check into a new run directory,
+machine), then name what to drain (docs/guides/nodes.md). Plan the check into a new run directory,
 run it (one Slurm job, or the local driver), judge, write the verdict's files and print it.
 
 The exit status: 0 when nothing is named, 1 when a node, a link or the whole population is
@@ -44,7 +44,7 @@ _CALL_TIMEOUT_S = 60
 
 @dataclass(frozen=True)
 class CheckCost(Cost):
-    """What the check's one job can cost, as `bench sweep` shows a sweep's (docs/cost.md): the
+    """What the check's one job can cost, as `bench sweep` shows a sweep's (docs/concepts/cost.md): the
     bound, and the rounds at a round's seconds where some source states them."""
 
     nodes: int = 0
@@ -68,7 +68,7 @@ class CheckCost(Cost):
             return [
                 head,
                 f"  {self.rounds} rounds: no estimate of their time; state node_check_round_s in the profile, or "
-                'add a check of this cluster to the history (docs/nodes.md, "Cost")',
+                'add a check of this cluster to the history (docs/guides/nodes.md, "Cost")',
             ]
         hours = self.rounds * self.round_s / 3600
         return [

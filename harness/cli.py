@@ -45,13 +45,13 @@ GROUPS = {
 # The commands whose work is Arrow tables: pyarrow comes up with the C library's malloc as its
 # default pool, not mimalloc, with which on the 2-core VM regress against median:30 of
 # 100,000-row runs took 3.59 s against 3.13 s, medians of six alternated, and 12% more memory
-# (docs/sources.md, "Arrow's allocator").
+# (docs/reference/sources.md, "Arrow's allocator").
 TABLE_COMMANDS = frozenset({"collect", "plot", "compare", "regress", "report", "export", "history", "dashboard"})
 POOL_VARIABLE = "ARROW_DEFAULT_MEMORY_POOL"
 
 
 class _Version(argparse.Action):
-    """`bench --version`: which bench this is (docs/provenance.md), read only when asked, since
+    """`bench --version`: which bench this is (docs/concepts/provenance.md), read only when asked, since
     the commit takes a git call."""
 
     def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:

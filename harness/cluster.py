@@ -7,7 +7,7 @@ are compared.
 
 Values that reach an `#SBATCH` line are held to an allowlist here, when the profile is loaded:
 Slurm parses those lines itself, not the shell, so quoting cannot make them safe
-(docs/hardening.md, docs/sources.md).
+(docs/concepts/hardening.md, docs/reference/sources.md).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ PROGRAM_RE = re.compile(r"[A-Za-z0-9_./+-]+")
 GPU_REQUESTS = ("gres", "gpus-per-node", "none")
 # Options an extra sbatch option may not give: those the renderer sets itself (and their
 # aliases), and those that change where the job's output goes, whose job it is, where it is
-# submitted, or how bench tracks it (docs/hardening.md).
+# submitted, or how bench tracks it (docs/concepts/hardening.md).
 RESERVED_OPTIONS = (
     "--job-name",
     "--nodes",
@@ -178,11 +178,11 @@ _GBYTES = (
 
 @dataclass(frozen=True, kw_only=True)
 class Hardware:
-    """What a cluster's links can carry, as its owner states it (docs/expected.md): the node's
+    """What a cluster's links can carry, as its owner states it (docs/concepts/expected.md): the node's
     network in GB/s (NICs x rate: 8 x NDR400 at 50 GB/s is 400) and how many NICs carry it, and
     the bandwidth inside a node per GPU (NVLink, or whatever joins the node's GPUs); and a GPU's
     peak dense TFLOP/s at the training precision, which the transformer's MFU is taken against
-    (docs/sources.md)."""
+    (docs/reference/sources.md)."""
 
     network_gbps_per_node: float | None = None
     # NCCL runs a ring per NIC, so what a job reaches depends on how many NICs its ranks reach
@@ -218,14 +218,14 @@ class Hardware:
                 "nics_per_node",
                 "network_gbps_per_node and nics_per_node go together: the node's NICs x their rate in GB/s, "
                 "and how many NICs that is (400 and 8 for 8 x NDR400), since NCCL runs a ring on each NIC "
-                "(docs/expected.md)",
+                "(docs/concepts/expected.md)",
             )
 
     def peak_busbw_gbps(
         self, nodes: int, gpus_per_node: int, group: str = WORLD, collective: str = "all_reduce"
     ) -> float | None:
         """The busbw a job's links allow for `collective` over `group`, comparable with busbw
-        (harness/peak.py, docs/expected.md); None for one rank, or when the link it is bounded
+        (harness/peak.py, docs/concepts/expected.md); None for one rank, or when the link it is bounded
         by is not stated."""
         return peak.peak_busbw_gbps(
             name=collective,
@@ -241,14 +241,14 @@ class Hardware:
 @dataclass(frozen=True, kw_only=True)
 class Reference:
     """One expected figure of a cluster, in the manner of ReFrame's performance references
-    (docs/expected.md): a key of the matrix, its value, and how far below it a run may fall.
+    (docs/concepts/expected.md): a key of the matrix, its value, and how far below it a run may fall.
     The fields left out match any value (every launcher, settings set, ...)."""
 
     workload: str
     nodes: int
     gpus_per_node: int | None = None
     collective: str | None = None  # allreduce only; all_reduce when left out
-    group: str | None = None  # allreduce only; world (every rank) when left out (docs/sources.md)
+    group: str | None = None  # allreduce only; world (every rank) when left out (docs/reference/sources.md)
     size: int | None = field(default=None, metadata={"size": True})  # allreduce only
     scaling: str | None = None  # training only
     launcher: str | None = None
@@ -340,7 +340,7 @@ CONTAINER_CODE = "/opt/bench"
 
 @dataclass(frozen=True, kw_only=True)
 class Container:
-    """The image every workload step runs in (docs/containers.md). pyxis adds srun options
+    """The image every workload step runs in (docs/guides/containers.md). pyxis adds srun options
     (--container-image, --container-mounts, ...); Apptainer and Singularity wrap the command in
     `apptainer exec`. The run directory is mounted at its own path and is the working directory."""
 
@@ -419,9 +419,9 @@ class ClusterProfile:
     # (every job to its time limit); --yes answers, and without a terminal --yes is needed.
     confirm_above_node_hours: float = 4.0
     # Attempts a job gets when the cluster ends it (PREEMPTED, NODE_FAIL, BOOT_FAIL) or Slurm
-    # requeues it: bench submits it again until this many have run (docs/preemption.md).
+    # requeues it: bench submits it again until this many have run (docs/concepts/preemption.md).
     max_attempts: int = 3
-    container: Container | None = field(default=None, metadata={"null": True})  # docs/containers.md
+    container: Container | None = field(default=None, metadata={"null": True})  # docs/guides/containers.md
     # At most this many jobs of a sweep at once (None: as many as Slurm will run): jobs that
     # would share CPUs or links, as on the testbed, then do not disturb each other's figures.
     max_running_jobs: int | None = None
@@ -429,7 +429,7 @@ class ClusterProfile:
     poll_min_s: float = 2.0
     poll_max_s: float = 30.0
     hardware: Hardware | None = None  # stated link speeds: busbw is then also a % of peak
-    # Seconds one round of `bench nodes` takes here, for its estimate (docs/nodes.md, "Cost");
+    # Seconds one round of `bench nodes` takes here, for its estimate (docs/guides/nodes.md, "Cost");
     # without it, the cluster's last check in the history says, else there is no estimate.
     node_check_round_s: float | None = None
     reference: tuple[Reference, ...] = ()  # expected figures: `bench regress --baseline reference`

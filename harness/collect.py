@@ -147,7 +147,7 @@ class _Environments:
 
     def result(self, planned: Any = None) -> dict[str, Any]:
         """The fields seen, and what plan.json says of the bench that planned the run
-        (docs/provenance.md): `bench` in words, its rules among the measurement rules; results
+        (docs/concepts/provenance.md): `bench` in words, its rules among the measurement rules; results
         and plans made before either was recorded count as rules 1."""
         measured = self.seen["measurement_rules"] or ({"1"} if self.largest else set())
         self.seen["measurement_rules"] = measured | {str(provenance.rules(planned))}
@@ -177,7 +177,7 @@ def collect(run: RunDir, warn: Callable[[str], None] = _warn, workers: int | Non
     results (`to_frame` turns the summary into a DataFrame). The samples table has one row per
     summary row that has samples: its keys, the metric, and the per-iteration values (worst
     rank) as a list. `workers`: processes that read the results, this one among them (default:
-    one per WORKER_JOBS jobs, at most one per core (forked.usable); docs/run-directory.md, "Collect")."""
+    one per WORKER_JOBS jobs, at most one per core (forked.usable); docs/reference/run-directory.md, "Collect")."""
     with _without_cycle_collection():
         return _collect(run, warn, workers)
 
@@ -469,7 +469,7 @@ def _add_result(out: Builder, head: dict[str, Any], result: dict[str, Any]) -> b
 def _fail_wrong_rows(head: dict[str, Any], rows: list[dict[str, Any]], per_row: dict[str, list]) -> bool:
     """Give each row whose output check found a wrong element the status WRONG_RESULTS and a
     reason saying how many, whatever its job's state: never COMPLETED, so compare, regress and
-    the history count it failed (docs/sources.md, "The output check")."""
+    the history count it failed (docs/reference/sources.md, "The output check")."""
     counts = [wrong_count(r) for r in rows]
     if not any(counts):
         return False

@@ -1,10 +1,10 @@
-"""What a sweep costs before it is submitted (docs/cost.md).
+"""What a sweep costs before it is submitted (docs/concepts/cost.md).
 
 Two figures per sweep. The bound: every job held for its whole time limit, which is the most
 Slurm can charge. The estimate: each workload's step counts and message sizes at a stated rate,
 plus a start-up per workload step. The rates are the profile's own reference figures where it
 states them, else published figures for one GPU, or this project's own CPU measurement for
-`device: cpu`; docs/cost.md lists them with their sources and the estimate against measured
+`device: cpu`; docs/concepts/cost.md lists them with their sources and the estimate against measured
 sweeps.
 """
 
@@ -31,11 +31,11 @@ from harness.cluster import ClusterProfile, Hardware
 from harness.plan import Job, WorkloadRun
 
 # Launching one workload step: srun or torchrun, importing torch, the rendezvous, CUDA and NCCL
-# initialisation and building the model (docs/cost.md). CPU jobs skip CUDA and NCCL.
+# initialisation and building the model (docs/concepts/cost.md). CPU jobs skip CUDA and NCCL.
 START_S = {"cuda": 30.0, "cpu": 10.0}
 # One GPU training ResNet-50 at 224 px: NVIDIA's DeepLearningExamples, DGX A100 80GB, 2,470 img/s
-# with AMP and 938 in TF32 (docs/sources.md); another GPU's, where the profile states its peak,
-# by the ratio of the two peaks (docs/cost.md). One CPU rank on one thread: the testbed's
+# with AMP and 938 in TF32 (docs/reference/sources.md); another GPU's, where the profile states its peak,
+# by the ratio of the two peaks (docs/concepts/cost.md). One CPU rank on one thread: the testbed's
 # ResNet-18 at 64 px, 76-93 img/s, scaled to ResNet-50 at 224 px by the ratio of their FLOPs.
 RESNET50_IMAGES_PER_S = {"cuda-amp": 2470.0, "cuda-fp32": 938.0, "cpu": 80.0 * 1.81 / 4.09 * (64 / 224) ** 2}
 # GFLOPs of one 224 px forward pass, torchvision's model documentation: the rate of another
@@ -53,15 +53,15 @@ MODEL_GFLOPS = {
 }
 # The transformer's achieved FLOP/s per rank. A GPU: 40% of its peak dense TFLOP/s (the profile's
 # hardware.peak_tflops_per_gpu, else an A100's 312 in bf16, 156 in TF32), torchtitan's MFU for
-# Llama-3 8B on H100s (docs/sources.md). One CPU rank on one thread: the small preset measured
+# Llama-3 8B on H100s (docs/reference/sources.md). One CPU rank on one thread: the small preset measured
 # on this project's 2-core machine, 0.0065 TFLOP/s (1,500 tokens/s at 4.33 MFLOP per token).
 TRANSFORMER_MFU = 0.4
 A100_TFLOPS = {"cuda-amp": 312.0, "cuda-fp32": 156.0}
 CPU_TFLOPS = 0.0065
-# The links where the profile states no hardware (docs/cost.md): 8 NDR400 NICs a node at the
+# The links where the profile states no hardware (docs/concepts/cost.md): 8 NDR400 NICs a node at the
 # 46 GB/s NVIDIA measures of one, and 8x A100 over NVLink inside a node (230 GB/s busbw), whose
 # peak each collective's model gives (harness/peak.py); gloo over TCP about 0.11 GB/s on 1 GbE
-# (docs/sources.md). A collective also pays a latency per call.
+# (docs/reference/sources.md). A collective also pays a latency per call.
 ASSUMED = Hardware(network_gbps_per_node=8 * 46.0, nics_per_node=8, intra_node_gbps_per_gpu=230.0)
 CPU_BUSBW_GBPS = 0.11
 LATENCY_S = {"cuda": 30e-6, "cpu": 300e-6}
@@ -82,7 +82,8 @@ class Cost:
             f"cost: {self.jobs} job(s), at most {self.bound_node_hours:,.1f} node-hours "
             f"({self.bound_gpu_hours:,.1f} GPU-hours) if each runs to its {self.time_limit_min:g}-min time limit",
             f"  estimated from the workloads' step counts: {self.estimate_node_hours:,.2f} node-hours "
-            f"({self.estimate_gpu_hours:,.2f} GPU-hours), at {'; '.join(self.rates) or 'link speed'} (docs/cost.md)",
+            f"({self.estimate_gpu_hours:,.2f} GPU-hours), at {'; '.join(self.rates) or 'link speed'} "
+            "(docs/concepts/cost.md)",
         ]
 
 
@@ -188,7 +189,9 @@ def _training_s(job: Job, run: WorkloadRun, device: str, profile: ClusterProfile
     a = _args(run)
     steps = int(a["--steps"]) + int(a.get("--warmup-steps", "0"))
     free = int(a.get("--sync-free-steps", "0"))
-    steps += free + 1 if free and job.world_size > 1 else 0  # and one untimed; one rank runs none (docs/breakdown.md)
+    steps += (
+        free + 1 if free and job.world_size > 1 else 0
+    )  # and one untimed; one rank runs none (docs/concepts/breakdown.md)
     batch = int(a["--batch-size"]) if run.scaling == "weak" else int(a["--global-batch"]) // job.world_size
     if run.workload == "transformer":  # a batch of sequences, counted in tokens
         rate, source = _tokens_per_s(job, run, device, profile)

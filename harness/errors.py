@@ -8,7 +8,7 @@ prints that line; anything else reaching `main` is a bug in bench, reported as o
 
 from __future__ import annotations
 
-# A verdict's statuses (regress, nodes, accept; README.md, "Regressions"): 0 nothing found.
+# A verdict's statuses (regress, nodes, accept; docs/reference/exit-status.md): 0 nothing found.
 EXIT_FOUND = 1  # a key slower or failed, a node or link named, an acceptance failed
 EXIT_UNJUDGED = 3  # nothing found, but part of it could not be judged (fail closed)
 EXIT_USAGE = 2  # bad input: a flag, a file, a directory, a value

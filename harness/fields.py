@@ -79,7 +79,7 @@ def safe_text(key: str, value: str) -> None:
 
 
 # Variables bench, Slurm or torchrun set for every job, or that change how the job script's
-# bash reads its own lines (docs/hardening.md lists the sources): a sweep or profile cannot set
+# bash reads its own lines (docs/concepts/hardening.md lists the sources): a sweep or profile cannot set
 # them. A value here would at best be overwritten and at worst reach shell arithmetic, as
 # SLURM_JOB_ID does in the script's MASTER_PORT line.
 RESERVED_ENV_PREFIXES = (
@@ -137,7 +137,7 @@ def secret_text(value: str) -> bool:
 
 def check_recorded(key: str, value: Any) -> None:
     """Every text of a sweep or a profile reaches plan.json or a job script, so none may hold a
-    secret (docs/hardening.md, "Secrets"): the scalars and lists of this level (the mappings are
+    secret (docs/concepts/hardening.md, "Secrets"): the scalars and lists of this level (the mappings are
     their own level, or variables, which check_env judges by name too)."""
     for i, text in enumerate(value if isinstance(value, list) else [value]):
         if isinstance(text, str) and secret_text(text):

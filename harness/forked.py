@@ -2,7 +2,7 @@
 back what it made in a memory file (memfd_create(2)) that the parent maps and reads where it
 lies: its Arrow tables as IPC streams, the rest pickled with its arrays' buffers beside the
 pickle (protocol 5's out-of-band buffers, PEP 574), so that they are not copied again on this
-side (docs/run-directory.md, "Collect"; docs/fleet.md, "A large run against a month of nights")."""
+side (docs/reference/run-directory.md, "Collect"; docs/guides/fleet.md, "A large run against a month of nights")."""
 
 from __future__ import annotations
 

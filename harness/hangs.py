@@ -1,4 +1,4 @@
-"""Hang attribution (docs/hangs.md): when a workload's ranks stop making progress, say which rank
+"""Hang attribution (docs/guides/hangs.md): when a workload's ranks stop making progress, say which rank
 held the others and where each one was.
 
 Each rank keeps a progress file (benchmarks/progress.py) with its host, pid and phase. When no

@@ -1,4 +1,4 @@
-"""Files under a run directory, which is data and not instructions (docs/hardening.md, "Files").
+"""Files under a run directory, which is data and not instructions (docs/concepts/hardening.md, "Files").
 
 Other users share run directories, copy them and can plant anything in them, and bench may run
 over them as root. So:

@@ -1,7 +1,7 @@
 """Reading job logs: their last lines, and the one line that says why a launch failed.
 
 The executors record both in the job table; the patterns are the lines torchrun, srun and the
-workloads themselves print when a rank fails (docs/sources.md).
+workloads themselves print when a rank fails (docs/reference/sources.md).
 """
 
 from __future__ import annotations

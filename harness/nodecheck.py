@@ -1,5 +1,5 @@
 """The cluster-wide node and link check (`bench nodes`), pure: its plan of steps in rounds and the
-figures read from the steps' results (docs/nodes.md); the verdict on them is harness/nodeverdict.py.
+figures read from the steps' results (docs/guides/nodes.md); the verdict on them is harness/nodeverdict.py.
 
 Every node is first measured alone (a matmul on each of its devices, and with two or more
 ranks per node an all-reduce among them). Then every pair of nodes runs a two-node all-reduce
@@ -25,7 +25,7 @@ def rounds(n: int, first: int | None = None) -> list[list[tuple[int, int]]]:
     """The rounds of a round-robin tournament of nodes 0..n-1: each a list of disjoint pairs
     (low, high); every pair of nodes meets in exactly one round. With `first`, only the first
     that many: the circle method gives round r directly, so planning k rounds of N nodes costs
-    k x N/2 pairs, not the whole tournament's N²/2 (docs/nodes.md, "What each part costs")."""
+    k x N/2 pairs, not the whole tournament's N²/2 (docs/guides/nodes.md, "What each part costs")."""
     if n < 2:
         return []
     m = tournament(n)  # the nodes that rotate, as many as rounds; the fixed one is m, a phantom when n is odd
@@ -88,7 +88,7 @@ def pair_rounds(n: int, partners: int | None = None, reference: Sequence[int] = 
     """The rounds of pairs the check runs: every pair; the first `partners` rounds, in which
     each node meets that many others; or, with reference nodes, every pair of them, then each
     other node with one of them, each reference in one pair per round: R - 1 + ceil((N - R) / R)
-    rounds for R references (docs/nodes.md)."""
+    rounds for R references (docs/guides/nodes.md)."""
     if reference:
         refs = list(reference)
         out = [

@@ -6,7 +6,7 @@ this machine, where each emulated node is a torchrun agent as in the local execu
 A step that fails or outlives the step timeout is recorded and the check goes on: a dead node
 fails its steps, and the verdict names it, rather than ending the check. After each round its
 steps' record (`rounds/K.json` in the check's folder) and then `steps.json` (the nodes, the
-rounds that ran and each one's seconds) are replaced atomically (docs/nodes.md, "The record").
+rounds that ran and each one's seconds) are replaced atomically (docs/guides/nodes.md, "The record").
 """
 
 from __future__ import annotations
@@ -285,7 +285,7 @@ def gather(run: Path, plan: Plan) -> Figures:
     out = Figures(names, {}, {}, {}, 0, record)
     where = folder / RECORD
     # the record must be of the check the plan asked for: a record that judged fewer nodes, or
-    # other rounds and steps, would pass what was never checked (docs/nodes.md, "Fail closed")
+    # other rounds and steps, would pass what was never checked (docs/guides/nodes.md, "Fail closed")
     if len(names) != plan.nodes or len(names) < 2:
         raise ValueError(f"{where}: hosts names {len(names)} node(s); the check's plan has {plan.nodes}")
     try:
@@ -347,7 +347,7 @@ class Plan:
 
     executor: str
     options: Options
-    threshold: float  # the smallest shortfall against the population that names (docs/nodes.md)
+    threshold: float  # the smallest shortfall against the population that names (docs/guides/nodes.md)
     nodes: int  # how many: the emulated nodes (local) or the allocation's
     nodelist: str | None = None  # Slurm's hostlist of the nodes, when the user named them
     cluster: dict[str, Any] | None = None  # the cluster profile, as the sweep's plan keeps it

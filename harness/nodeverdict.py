@@ -1,4 +1,4 @@
-"""The node check's verdict (`bench nodes`, docs/nodes.md), pure: each figure's population of
+"""The node check's verdict (`bench nodes`, docs/guides/nodes.md), pure: each figure's population of
 nodes, the nodes that lie low against the others or against the stated hardware, the links that
 lie low against their two nodes, and the scontrol line that drains what was named. Its figures
 are harness/nodecheck.py's, per node and per pair of nodes; a check of every pair of 2,048 nodes
@@ -236,7 +236,7 @@ def judge(
     expected: Mapping[str, float | None],
     failures: Mapping[str, str] | None = None,
 ) -> Verdict:
-    """Name the nodes and links to drain (docs/nodes.md).
+    """Name the nodes and links to drain (docs/guides/nodes.md).
 
     `node_figures[metric][node]` and `pair_figures[metric][(a, b)]` are the steps' figures,
     None where the step failed (`failures` says why, by node or by "a b"). A node is named when

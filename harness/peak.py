@@ -2,7 +2,7 @@
 
 busbw is nccl-tests' bus bandwidth, algbw x the collective's bus factor (benchmarks/catalog.py),
 which makes it "comparable with the hardware link speed whatever n is". What hardware it is
-comparable with depends on how NCCL moves the bytes (docs/expected.md has the derivation, its
+comparable with depends on how NCCL moves the bytes (docs/concepts/expected.md has the derivation, its
 sources and the published figures it is checked against):
 
 - **Rings** (all_reduce, all_gather, reduce_scatter, broadcast, reduce). NCCL splits the message
@@ -96,7 +96,7 @@ def peak_busbw_gbps(
     intra_node_gbps_per_gpu: float | None,
 ) -> float | None:
     """The busbw a job of `nodes` x `gpus_per_node` ranks can reach with collective `name` over
-    `group` (docs/expected.md), in GB/s; None when it moves nothing over a link, or when the
+    `group` (docs/concepts/expected.md), in GB/s; None when it moves nothing over a link, or when the
     link it is bounded by is not stated."""
     # one rank's share of its node's NICs: the NIC next to it, or its part of the ones it shares
     per_rank = (

@@ -40,11 +40,11 @@ class WorkloadRun:
         return f"benchmarks.{self.workload}"
 
 
-# NCCL's own account of the transport it chose (docs/transport.md), on for every job that may run
+# NCCL's own account of the transport it chose (docs/concepts/transport.md), on for every job that may run
 # NCCL unless the sweep, its settings set or the cluster profile sets the variable itself.
 NCCL_DEBUG_DEFAULTS = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET,GRAPH"}
 # PyTorch's flight recorder on NCCL process groups: the last collectives of each rank, dumped
-# when the process-group timeout fires (docs/hangs.md). torch 2.x reads these names (newer
+# when the process-group timeout fires (docs/guides/hangs.md). torch 2.x reads these names (newer
 # releases also TORCH_FR_*, with these as the fallback).
 FLIGHT_RECORDER_DEFAULTS = {"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1"}
 # The variables that name a file per workload step, so each step's files stay apart.
@@ -70,8 +70,8 @@ class Job:
     # What the job's settings set expects of its transport (fields.EXPECT_KEYS); not part of the
     # config hash, since it changes what is checked, not what is measured.
     expect: tuple[tuple[str, Any], ...] = ()
-    stall_s: float = 300.0  # no progress this long is a hang (docs/hangs.md); not in the config hash
-    sample_s: float = 1.0  # the telemetry sampler's interval, 0 for none (docs/telemetry.md); not hashed
+    stall_s: float = 300.0  # no progress this long is a hang (docs/guides/hangs.md); not in the config hash
+    sample_s: float = 1.0  # the telemetry sampler's interval, 0 for none (docs/concepts/telemetry.md); not hashed
 
     @property
     def world_size(self) -> int:
@@ -91,9 +91,9 @@ class Job:
     def attempt_files(self) -> list[str]:
         """What one attempt of the job leaves that the next must not inherit, as glob patterns
         relative to the run directory: results and their per-rank files, hang records and
-        progress files (docs/hangs.md), NCCL logs and flight-recorder dumps (docs/transport.md),
-        telemetry (docs/telemetry.md) and the time-limit note. Bench removes them before it
-        submits a job again, and a job Slurm requeued removes them itself (docs/preemption.md)."""
+        progress files (docs/guides/hangs.md), NCCL logs and flight-recorder dumps (docs/concepts/transport.md),
+        telemetry (docs/concepts/telemetry.md) and the time-limit note. Bench removes them before it
+        submits a job again, and a job Slurm requeued removes them itself (docs/concepts/preemption.md)."""
         folder = f"jobs/{self.name}"
         out = []
         for run in self.runs:

@@ -119,7 +119,7 @@ def agent_command(
 
 @contextlib.contextmanager
 def sampler(folder: Path, interval_s: float, log: BinaryIO) -> Iterator[None]:
-    """This machine's telemetry sampler for the life of one job (docs/telemetry.md); its last
+    """This machine's telemetry sampler for the life of one job (docs/concepts/telemetry.md); its last
     sample is taken after the job's last workload ended. Nothing where interval_s is 0."""
     if not interval_s:
         yield

@@ -1,5 +1,5 @@
 """Which bench produced a result: its version, the commit of the checkout it runs from, and the
-measurement rules it follows (docs/provenance.md). plan.json records it for the harness that
+measurement rules it follows (docs/concepts/provenance.md). plan.json records it for the harness that
 planned the run, each result for the workloads that measured it; the summary and the history
 carry both, and compare and regress read them."""
 

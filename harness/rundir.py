@@ -6,7 +6,7 @@
     DIR/data/                     a generated image set, when the real workload needs one
     DIR/summary.parquet, .csv     one row per (job, workload, scaling, collective, size)
     DIR/samples.parquet           per-iteration samples behind the summary's statistics
-    DIR/.summary/                 the generations those three link into (docs/run-directory.md)
+    DIR/.summary/                 the generations those three link into (docs/reference/run-directory.md)
     DIR/plots/                    PNG plots and the CSV of each plot's points
 
 Everything is written atomically, and the job table after every change, so a crash or
@@ -255,7 +255,7 @@ class RunDir:
     summary_parquet = property(lambda self: self.path / "summary.parquet")
     summary_csv = property(lambda self: self.path / "summary.csv")
     samples_parquet = property(lambda self: self.path / "samples.parquet")
-    # The summary files are one set, committed at once (docs/run-directory.md): each is a link
+    # The summary files are one set, committed at once (docs/reference/run-directory.md): each is a link
     # into GENERATIONS/current, and `current` names the newest complete generation.
     generations = property(lambda self: self.path / ".summary")
 
@@ -295,7 +295,7 @@ class RunDir:
 
     def clear_results(self, job: Job) -> None:
         """Remove the result files of an earlier attempt, its hang records and progress files
-        (docs/hangs.md) and its telemetry (docs/telemetry.md), so they cannot pass for the next
+        (docs/guides/hangs.md) and its telemetry (docs/concepts/telemetry.md), so they cannot pass for the next
         one's."""
         inside.clear(self.path, job.attempt_files())
 
@@ -359,7 +359,7 @@ class RunDir:
             plan = {
                 "plan_version": PLAN_VERSION,
                 "created": now(),
-                "bench": provenance.record(),  # which bench planned the run (docs/provenance.md)
+                "bench": provenance.record(),  # which bench planned the run (docs/concepts/provenance.md)
                 "sweep_file": sweep_file,
                 "executor": executor,
                 "cluster": cluster,

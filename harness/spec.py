@@ -74,7 +74,7 @@ class AllreduceSpec:
     dtype: str = COLLECTIVE_DEFAULTS.dtype
     op: str = COLLECTIVE_DEFAULTS.op
     collectives: tuple[str, ...] = COLLECTIVE_DEFAULTS.collectives
-    # each collective over every rank, each node's ranks, and one rank per node (docs/sources.md,
+    # each collective over every rank, each node's ranks, and one rank per node (docs/reference/sources.md,
     # "Groups"); a group a job's layout lacks is skipped
     groups: tuple[str, ...] = GROUPS
     out_of_place: bool = COLLECTIVE_DEFAULTS.out_of_place
@@ -166,7 +166,7 @@ class TrainingSpec:
     bucket_cap_mb: float = TRAINING_DEFAULTS.bucket_cap_mb
     gradient_as_bucket_view: bool = TRAINING_DEFAULTS.gradient_as_bucket_view
     static_graph: bool = TRAINING_DEFAULTS.static_graph
-    # steps with DDP's all-reduce skipped, among the measured (docs/breakdown.md)
+    # steps with DDP's all-reduce skipped, among the measured (docs/concepts/breakdown.md)
     sync_free_steps: int = TRAINING_DEFAULTS.sync_free_steps
 
     def __post_init__(self) -> None:
@@ -258,7 +258,7 @@ class TransformerSpec:
     global_batch: int | None = None  # sequences over all ranks, strong scaling
     steps: int = TRANSFORMER_DEFAULTS.steps
     warmup_steps: int = TRANSFORMER_DEFAULTS.warmup_steps
-    # steps with gradient synchronisation skipped (docs/breakdown.md)
+    # steps with gradient synchronisation skipped (docs/concepts/breakdown.md)
     sync_free_steps: int = TRANSFORMER_DEFAULTS.sync_free_steps
     amp: str = TRANSFORMER_DEFAULTS.amp
 
@@ -371,7 +371,7 @@ class Sweep:
     launchers: tuple[str, ...] = ("torchrun",)
     nccl: dict[str, dict[str, str]] = field(default_factory=lambda: {"default": {}}, metadata={"mapping": "env_sets"})
     # What each settings set declares it runs over (`nccl: {ib: {env: {...}, expect: {...}}}`),
-    # read from the `nccl` key; checked against each job's transport facts (docs/transport.md).
+    # read from the `nccl` key; checked against each job's transport facts (docs/concepts/transport.md).
     nccl_expect: dict[str, dict[str, Any]] = field(default_factory=dict, metadata={"derived": True})
     env: dict[str, str] = field(default_factory=dict, metadata={"mapping": "env"})
     # Variables every job takes from the environment bench runs in, by name only: how a job gets
@@ -380,11 +380,11 @@ class Sweep:
     time_limit_min: float | None = None  # each job's; left out: the cluster profile's, else 30 min
     timeout_s: float = 300.0
     # A workload whose ranks all stop making progress this long is ended and the rank that held
-    # the others named (docs/hangs.md); by default 80% of timeout_s, at most 300 s, so it acts
+    # the others named (docs/guides/hangs.md); by default 80% of timeout_s, at most 300 s, so it acts
     # before the process-group timeout does.
     stall_s: float | None = None
     # Every node of a job records its CPU, memory, NIC and GPU counters this often while the job
-    # runs (docs/telemetry.md); 0 turns the sampler off.
+    # runs (docs/concepts/telemetry.md); 0 turns the sampler off.
     sample_s: float = 1.0
     repeat: int = 1  # replicates of every job, interleaved across the matrix
     # Which points of the matrix run: those matching an include rule (every point, without

@@ -1,7 +1,7 @@
 """The summary set of a run: its columns and their types, its layout's version and the
 columns later versions added (read as null from older runs), the run's facts in its metadata,
 and its storage: summary.parquet, summary.csv and samples.parquet committed at once as one
-generation (docs/run-directory.md), and read back. harness/collect.py builds the tables.
+generation (docs/reference/run-directory.md), and read back. harness/collect.py builds the tables.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-# The transformer's figures (benchmarks/transformer.py; docs/sources.md, "FLOPs per token and
+# The transformer's figures (benchmarks/transformer.py; docs/reference/sources.md, "FLOPs per token and
 # MFU"): throughput in tokens, the model's size and FLOPs, and MFU against a stated peak
 TRANSFORMER_COLUMNS = (
     "tokens_per_s",
@@ -120,9 +120,9 @@ COLUMNS = [
 # transformer's columns came later within 4: a summary without them reads as null there
 # (upgraded, to_frame; the group as "world"), so histories of older runs stay usable.
 SUMMARY_VERSION = 4
-# busbw against what the profile says the links carry (docs/expected.md)
+# busbw against what the profile says the links carry (docs/concepts/expected.md)
 PEAK_COLUMNS = ("busbw_peak_gbps", "busbw_pct_peak")
-# the collectives' bytes against the NIC counters (docs/telemetry.md): the worst node's ratio, and
+# the collectives' bytes against the NIC counters (docs/concepts/telemetry.md): the worst node's ratio, and
 # what was found, in words
 NIC_COLUMNS = ("nic_bytes_ratio", "nic_check")
 LATER_COLUMNS = (*transport.COLUMNS, *PEAK_COLUMNS, *NIC_COLUMNS, *BREAKDOWN, *TRANSFORMER_COLUMNS)
@@ -184,7 +184,7 @@ def arrow_type(name: str) -> pa.DataType:
 # Arrays made from their buffers, never by pa.array or pa.scalar: pyarrow imports pandas on its
 # first conversion of anything that is not already Arrow, a NumPy array included (its pandas shim
 # asks whether the object is a Series), and that import is 0.12 s of each process of a collect,
-# which needs pandas for nothing (docs/sources.md, "Arrow and pandas").
+# which needs pandas for nothing (docs/reference/sources.md, "Arrow and pandas").
 
 
 def numpy_array(values: npt.NDArray[Any], valid: npt.NDArray[np.bool_] | None = None) -> pa.Array:
@@ -329,7 +329,7 @@ def within(values: Iterable[Any], most: int) -> bool:
 def upgraded(table: pa.Table, wanted: Collection[str] | None = None) -> pa.Table:
     """A summary or samples table collected by an earlier bench of SUMMARY_VERSION, with the
     columns that came later within it, as collect writes them now: the `group` column
-    (docs/sources.md, "Groups"), "world" on collective rows and null (summary) or "" (samples)
+    (docs/reference/sources.md, "Groups"), "world" on collective rows and null (summary) or "" (samples)
     on the others; and the summary's LATER_COLUMNS, null: those `wanted` of a table read for
     some of its columns (100,000 rows of a null column cost a millisecond each)."""
     import pyarrow as pa
@@ -383,7 +383,7 @@ def write_summary(run: RunDir, summary: pa.Table, samples: pa.Table) -> None:
     The three are written into a new generation directory under `run.generations`, and one
     rename of the `current` link commits them together; DIR/summary.parquet and its siblings
     are links through `current`. A kill at any moment therefore leaves the old set or the new
-    one, never a mix (docs/run-directory.md). The caller holds the run's lock: what an earlier,
+    one, never a mix (docs/reference/run-directory.md). The caller holds the run's lock: what an earlier,
     interrupted collect left behind is removed here.
     """
     gens = run.generations.name

@@ -1,4 +1,4 @@
-"""Per-node telemetry during a job (docs/telemetry.md): what each node's CPUs, memory, network
+"""Per-node telemetry during a job (docs/concepts/telemetry.md): what each node's CPUs, memory, network
 interfaces and GPUs did while the job's workloads ran, and whether the bytes its NIC counters
 saw agree with what the all-reduce says it sent.
 
@@ -53,7 +53,7 @@ _IDLE = (CPU_FIELDS.index("idle"), CPU_FIELDS.index("iowait"))
 # /proc/net/dev's columns kept: receive bytes and packets, transmit bytes and packets
 NET_FIELDS = ("rx_bytes", "rx_packets", "tx_bytes", "tx_packets")
 # sysfs IB port counters, in the same order. PortRcvData and PortXmitData count octets divided
-# by 4 (InfiniBand Architecture Specification vol. 1, PortCounters; docs/telemetry.md).
+# by 4 (InfiniBand Architecture Specification vol. 1, PortCounters; docs/concepts/telemetry.md).
 _IB_COUNTERS = (("port_rcv_data", 4), ("port_rcv_packets", 1), ("port_xmit_data", 4), ("port_xmit_packets", 1))
 LOOPBACK = "lo"  # not a NIC: it carries the machine's own traffic
 _HOST_SAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -252,7 +252,7 @@ def sample(folder: Path, interval_s: float, host: str | None = None, stop: threa
         for sig in STOP_SIGNALS:
             signal.signal(sig, lambda *_: stop.set())
         # Slurm's time-limit warning, which reaches every process of a submitit job's step
-        # (docs/submitit.md): the sampler goes on to the job's end, to take its last sample.
+        # (docs/guides/submitit.md): the sampler goes on to the job's end, to take its last sample.
         signal.signal(signal.SIGUSR2, signal.SIG_IGN)
     out = _Lines(path)
     started = time.time()
@@ -468,7 +468,7 @@ def series(h: Host) -> dict[str, list[float]]:
 # --------------------------------------------------------------------------- the NIC cross-check
 
 # A node's NICs must carry, during the all-reduce step, between AGREE[0] and AGREE[1] times the
-# bytes the workload says its ranks sent across nodes (docs/telemetry.md, where these figures
+# bytes the workload says its ranks sent across nodes (docs/concepts/telemetry.md, where these figures
 # were measured). Below: the traffic took another path, or the counters are not the NIC's.
 # Above: something else used the link, or the workload moved more than it accounts for; either
 # way busbw is not what the link did.
@@ -597,7 +597,7 @@ def nic_columns(result: Mapping[str, Any], key: str, tele: Telemetry) -> tuple[d
         text = (
             "NIC counters disagree with the collectives' bytes: "
             + "; ".join(c.line() for c in off)
-            + f"; agreement is {AGREE[0]:g}-{AGREE[1]:g}x (docs/telemetry.md)"
+            + f"; agreement is {AGREE[0]:g}-{AGREE[1]:g}x (docs/concepts/telemetry.md)"
         )
         return {"nic_bytes_ratio": worst.ratio, "nic_check": text}, text
     ratios = [c.ratio for c in checks]

@@ -3,7 +3,7 @@ and, on gloo, the sockets each rank's connections actually used.
 
 Every fact is taken from a line that states it; a fact with no such line is None, never a guess
 from the variables that asked for it. The line formats, and the NCCL versions that print them,
-are in docs/transport.md.
+are in docs/concepts/transport.md.
 """
 
 from __future__ import annotations
@@ -347,7 +347,7 @@ def describe(facts: Mapping[str, Any]) -> list[str]:
 
 # --------------------------------------------------------------------------- a job's facts
 
-# The summary's transport columns (docs/transport.md), each from the job's combined facts.
+# The summary's transport columns (docs/concepts/transport.md), each from the job's combined facts.
 COLUMNS = ("net", "net_devices", "gdr", "intra_transport", "nccl_channels", "nccl_warnings")
 TRANSPORT_MISMATCH = "TRANSPORT_MISMATCH"  # a summary status: the facts contradict the set's expect
 NETWORK_FACTS = ("net", "net_devices", "link_layer", "gdr")  # checked on multi-node jobs only

@@ -1,6 +1,6 @@
 """Writing an output the user named (`--csv`, `--markdown`, `report --out`, `history plot --out`).
 
-What each kind of path gets (docs/hardening.md):
+What each kind of path gets (docs/concepts/hardening.md):
 - a regular file, or a new one: written atomically (a temporary file renamed over it), with the
   replaced file's mode, or 0666 less the umask for a new file;
 - a symbolic link: followed, and its final target gets the rule for its kind; the link stays;

@@ -1,12 +1,12 @@
 #!/bin/bash
-# bench's nightly regression gate (README, "A nightly regression gate"): sweep, judge the run
+# bench's nightly regression gate (docs/guides/nightly.md): sweep, judge the run
 # against the cluster's history, then add it to the history. The exit status is the verdict:
 # 0 nothing regressed, 1 a key regressed or failed, 3 some key could not be judged, 2 bad input.
 # The first run of a cluster has no baseline: run with BENCH_FIRST_NIGHT=1, it is added (an
 # SQLite history created if need be) and passes, and the nights after it are judged. Without it,
 # a history or cluster with no run stops the night before the sweep, with exit 2: a mistyped NAME
 # or BENCH_HISTORY never starts a history of its own. Until the history holds 5 runs of a key, a
-# key fails only beyond the provisional margin of 40% (docs/noise.md); from then on, outside the
+# key fails only beyond the provisional margin of 40% (docs/concepts/noise.md); from then on, outside the
 # band its last 5 runs draw. A night that failed is kept with its verdict and never joins a
 # baseline, so a regression fails every night until it is fixed or `bench history accept ID
 # --reason TEXT` makes it the new normal. The verdicts for the CI to publish are in
@@ -17,7 +17,7 @@
 #   BENCH_CLUSTER=/shared/bench/site.yaml BENCH_RESULTS=/shared/bench/results \
 #   BENCH_HISTORY=/shared/bench/history.sqlite NAME=site recipes/nightly.sh                       # nightly
 #
-# Several clusters share one history in PostgreSQL (docs/fleet.md): BENCH_HISTORY is then a
+# Several clusters share one history in PostgreSQL (docs/guides/fleet.md): BENCH_HISTORY is then a
 # postgresql:// URL without its password, which libpq reads from PGPASSWORD or ~/.pgpass.
 set -uo pipefail
 : "${BENCH_RESULTS:?where runs go: a directory on the filesystem the compute nodes share}"

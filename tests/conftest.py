@@ -121,7 +121,7 @@ def start_sweep(sweep_file: Path, out: Path, *args: str, env: dict[str, str] | N
 
 
 def stall_sweep(path: Path, nodes: int, stall_s: int, timeout_s: int = 120) -> Path:
-    """A sweep of one all-reduce job long enough to be stopped in (docs/hangs.md)."""
+    """A sweep of one all-reduce job long enough to be stopped in (docs/guides/hangs.md)."""
     path.write_text(
         f"name: h\ndevice: cpu\nbackend: gloo\nnodes: [{nodes}]\ngpus_per_node: [1]\nlaunchers: [torchrun]\n"
         f"env: {{OMP_NUM_THREADS: '1'}}\ntimeout_s: {timeout_s}\nstall_s: {stall_s}\ntime_limit_min: 5\n"
@@ -155,7 +155,7 @@ def regress(run_dir: Path, db: Path, out: Path, *args: str) -> Result:
     """`bench regress RUN --cluster lab --db DB --out OUT ARGS`, its exit status left to the test.
     It asks nothing of what a key can catch (--must-catch 100%) unless ARGS name a --must-catch:
     a test of another verdict on a history of one or two runs would otherwise read "cannot
-    judge" at every key (docs/noise.md, "What a key can catch"); the tests of that rule name it."""
+    judge" at every key (docs/concepts/noise.md, "What a key can catch"); the tests of that rule name it."""
     catch = () if "--must-catch" in args else ("--must-catch", "100%")
     return bench(
         "regress", str(run_dir), "--cluster", "lab", "--db", str(db), "--out", str(out), *catch, *args, check=False
@@ -186,7 +186,7 @@ def left_in(run: Path) -> list[str]:
 
 def left_in_tmp(tmp: Path) -> list[str]:
     """What the commands run with TMPDIR=`tmp` left there: nothing, for bench and every torchrun
-    agent it starts (--log-dir=/dev/null, docs/sources.md). torchinductor_USER, which
+    agent it starts (--log-dir=/dev/null, docs/reference/sources.md). torchinductor_USER, which
     `import torch` itself makes (torch 2.14: an empty compile cache, one per user, reused), is
     torch's and not counted."""
     return sorted(p.name for p in tmp.iterdir() if not p.name.startswith("torchinductor_"))
@@ -200,7 +200,7 @@ def read_json(path: str | Path) -> dict:
 
 
 def check_breakdown(row, wait_ms: float | None = None) -> bool:
-    """A result's or summary row's step breakdown (docs/breakdown.md), checked: either judged,
+    """A result's or summary row's step breakdown (docs/concepts/breakdown.md), checked: either judged,
     its four shares each in [0, 1] and adding up to the step within what 7 kept digits allow,
     the exposed part the step less the data wait (`wait_ms`, else the row's own share of it) and
     the slowest rank's compute; or not judged, no share at all, because the slowest rank's

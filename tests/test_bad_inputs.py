@@ -51,7 +51,7 @@ def _dry(tmp: Path, sweep: str, *more: str) -> list[str]:
     return ["sweep", sweep, "--dry-run", "--executor", "local", "--out", str(tmp / "out"), *more]
 
 
-# A profile `bench accept` takes: one reference figure (docs/accept.md)
+# A profile `bench accept` takes: one reference figure (docs/guides/accept.md)
 ACCEPTABLE = "name: lab\nreference:\n  - {workload: allreduce, size: 4M, nodes: 2, busbw_gbps: 1}\n"
 
 
@@ -289,7 +289,7 @@ CASES = [
         "env_passthrough",
     ),
     Case("env-token-by-name", lambda t, r: _dry(t, _sweep(t, "env: {HF_TOKEN: abc}\n")), "secret"),
-    # every recorded text, not only the variables (docs/hardening.md, "Secrets")
+    # every recorded text, not only the variables (docs/concepts/hardening.md, "Secrets")
     Case(
         "description-holds-a-token",
         lambda t, r: _dry(t, _sweep(t, replace=("description: CPU", "description: hf_abcdefghijklmnopqrstuvwx CPU"))),
@@ -460,7 +460,7 @@ CASES = [
         "plot-truncated-summary", lambda t, r: ["plot", str(_truncated_summary(r, t))], "summary.parquet", "unreadable"
     ),
     Case("plot-no-summary", lambda t, r: ["plot", str(_no_summary(r, t))], "bench collect"),
-    # ---- accept (docs/accept.md): refused before anything runs
+    # ---- accept (docs/guides/accept.md): refused before anything runs
     Case("accept-no-reference", lambda t, r: _accept(t, "name: lab\n"), "states no reference figures", "reference:"),
     Case("accept-bytes", lambda t, r: _accept(t, ACCEPTABLE, "--bytes", "12Q"), "12Q"),
     Case("accept-threshold", lambda t, r: _accept(t, ACCEPTABLE, "--threshold", "150%"), "--threshold"),
@@ -588,7 +588,7 @@ CASES = [
         lambda t, r: ["history", "list", "--db", str(_file(t, "h.sqlite", "hello"))],
         "not a bench history",
     ),
-    # ---- history: the typos of a tired engineer, each refused with nothing created (docs/fleet.md)
+    # ---- history: the typos of a tired engineer, each refused with nothing created (docs/guides/fleet.md)
     *(
         Case(f"{command}-{what}", lambda t, r, argv=argv, db=db: [*argv(t, r), "--db", db], *words)
         for command, argv in (
@@ -676,7 +676,7 @@ CASES = [
     # ---- transport: logs that are not there or not files
     Case("transport-missing", lambda t, r: ["transport", str(t / "nope.log")], "nope.log", "no such file"),
     Case("transport-fifo", lambda t, r: ["transport", _fifo(t)], "fifo", "not a regular file"),
-    # ---- cluster profile: stated hardware and reference figures (docs/expected.md)
+    # ---- cluster profile: stated hardware and reference figures (docs/concepts/expected.md)
     Case(
         "profile-hardware-negative",
         lambda t, r: _slurm_dry(t, "name: x\nhardware: {network_gbps_per_node: -400}\n"),

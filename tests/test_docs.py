@@ -143,3 +143,24 @@ def test_every_page_the_code_and_the_docs_cite_exists():
     assert len(cited) > 15
     missing = {page: sorted(where) for page, where in cited.items() if not (ROOT / page).is_file()}
     assert missing == {}
+
+
+def test_the_readme_s_index_lists_every_page():
+    """The README's "Documentation" section names every page under docs/, and no other."""
+    readme = (ROOT / "README.md").read_text()
+    index = readme.split("\n## Documentation\n", 1)[1].split("\n## ", 1)[0]
+    listed = re.findall(r"^- (docs/[\w/.-]+\.md):", index, re.M)
+    pages = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").rglob("*.md"))
+    assert sorted(listed) == pages and len(set(listed)) == len(listed)
+
+
+def test_the_readme_s_command_table_has_every_command():
+    from harness.cli import GROUPS
+
+    readme = (ROOT / "README.md").read_text()
+    table = readme.split("\n## Commands\n", 1)[1].split("\n## ", 1)[0]
+    cells = re.findall(r"^\| (.+?) \| ", table, re.M)[1:]  # each row's first cell, past the heading
+    named = {
+        re.match(r"(?:bench )?([a-z]+)", span).group(1) for cell in cells for span in re.findall(r"`([^`]+)`", cell)
+    }
+    assert named == {c for commands in GROUPS.values() for c in commands}

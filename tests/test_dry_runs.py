@@ -1,4 +1,4 @@
-"""A dry run never runs (docs/hardening.md, "Dry runs"): `bench sweep`, `bench nodes` and `bench
+"""A dry run never runs (docs/concepts/hardening.md, "Dry runs"): `bench sweep`, `bench nodes` and `bench
 accept` with --dry-run, on every executor each takes, start no workload and call no Slurm
 command. Slurm's commands are stand-ins on PATH that record any call; the run directory must
 hold plans and scripts only, no log, no result, no process.
@@ -47,7 +47,7 @@ def test_a_dry_run_starts_nothing(tmp_path, slurm_stand_ins, command, executor, 
     assert left_in(out) == []
 
 
-# ---- the GPU acceptance run (docs/gpu-acceptance.md): here, its refusal and its plan
+# ---- the GPU acceptance run (docs/guides/gpu-acceptance.md): here, its refusal and its plan
 
 ACCEPTANCE = ROOT / "tests" / "gpu" / "acceptance.sh"
 

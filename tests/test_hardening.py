@@ -1,5 +1,5 @@
 """What bench does to files that are not plain, to a directory two sweeps want, to results that
-are not their job's, and to secrets (docs/hardening.md)."""
+are not their job's, and to secrets (docs/concepts/hardening.md)."""
 
 from __future__ import annotations
 

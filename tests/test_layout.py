@@ -1,5 +1,5 @@
 """The codebase's shape, held by tests where no tool holds it: executors are told apart by
-their classes, never by their names, outside harness/executors/ (docs/architecture.md)."""
+their classes, never by their names, outside harness/executors/ (docs/concepts/architecture.md)."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def test_the_name_test_finds_what_it_looks_for(tmp_path):
 
 
 def _listed(doc: str, heading: str) -> set[str]:
-    """The modules a table of docs/architecture.md under `heading` lists (its first column)."""
+    """The modules a table of docs/concepts/architecture.md under `heading` lists (its first column)."""
     section = doc.split(f"## {heading}", 1)[1].split("\n## ", 1)[0]
     return set(re.findall(r"^\| `([\w/]+\.py)` \|", section, re.M))
 
@@ -78,11 +78,13 @@ def _modules(package: str) -> set[str]:
 
 
 def test_the_architecture_lists_every_module():
-    doc = (ROOT / "docs" / "architecture.md").read_text()
+    doc = (ROOT / "docs" / "concepts" / "architecture.md").read_text()
     for package, heading in (("harness", "harness/"), ("benchmarks", "benchmarks/")):
         listed, tree = _listed(doc, heading), _modules(package)
         assert len(tree) > 10
-        assert listed == tree, f"docs/architecture.md, {package}/: not listed {tree - listed}, gone {listed - tree}"
+        assert listed == tree, (
+            f"docs/concepts/architecture.md, {package}/: not listed {tree - listed}, gone {listed - tree}"
+        )
 
 
 LONG = 600  # lines past which a module must say why it is one file

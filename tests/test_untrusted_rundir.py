@@ -1,4 +1,4 @@
-"""A run directory is data, not instructions (docs/hardening.md, "Files"): links, FIFOs and
+"""A run directory is data, not instructions (docs/concepts/hardening.md, "Files"): links, FIFOs and
 devices planted in one never make bench write, remove or wait outside it.
 
 Each case copies a real run, plants something in the copy, and runs bench's real `main` on it

@@ -1,2 +1,2 @@
 """Analysis: summaries in, judgements out. Statistics, run-to-run comparison, stragglers,
-change points, and the history database (docs/architecture.md)."""
+change points, and the history database (docs/concepts/architecture.md)."""

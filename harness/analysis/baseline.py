@@ -197,7 +197,7 @@ def draw(
     }
 
     # a key with fewer chosen rows than a band needs: their median against the run's value, their
-    # samples pooled for the within-run test, provisionally (docs/noise.md, "With fewer than K runs")
+    # samples pooled for the within-run test, provisionally (docs/concepts/noise.md, "With fewer than K runs")
     chosen_codes = codes[: len(chosen)]
     n_chosen = np.bincount(code[: len(code) - len(done)], minlength=groups)  # `done` comes last
     within = n_chosen < (k if kind == "median" else MIN_RUNS)

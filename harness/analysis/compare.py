@@ -21,7 +21,7 @@ The noise test, per key (stats.py says how):
                    those runs draw
     within a run   otherwise, the Mann-Whitney test on the per-iteration samples must be
                    significant and its interval must exclude 1; with a `margin` (bench
-                   regress: the provisional margin of the first nights, docs/noise.md), the
+                   regress: the provisional margin of the first nights, docs/concepts/noise.md), the
                    change must also pass it, since that test cannot see run-to-run noise
 
 Two rows are comparable only when the workload parameters that decide what a figure measures
@@ -82,7 +82,7 @@ ABSENT = "absent"  # status_b of a key B never planned
 MIN_RUNS = 5
 # What a change must pass while A has fewer than MIN_RUNS runs of a key (bench regress): above
 # the largest fall measured between two unshaped runs of one key where the link sets the time
-# (35%), below a halving (docs/noise.md, "With fewer than K runs").
+# (35%), below a halving (docs/concepts/noise.md, "With fewer than K runs").
 PROVISIONAL_MARGIN = 0.40
 HELD = "inside the provisional margin"  # in the note of a change that margin held
 

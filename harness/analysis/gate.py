@@ -1,4 +1,4 @@
-"""The gate's verdict on a run, and what the history keeps of it (docs/noise.md, "A failed night
+"""The gate's verdict on a run, and what the history keeps of it (docs/concepts/noise.md, "A failed night
 never becomes a baseline").
 
 `bench regress` writes gate.json beside its report: the run it judged (its plan's fingerprint),
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 FILE = "gate.json"
 FORMAT = 3  # 1: no method, rules or bands; 2: no catches or must_catch (each read as such)
 # The version of the gate's rules: how a baseline is drawn from the history and a key judged
-# against it (history.baseline, compare.compare, docs/noise.md). A verdict stored under other
+# against it (history.baseline, compare.compare, docs/concepts/noise.md). A verdict stored under other
 # rules was reached another way; raise it when they change.
 RULES = 1
 _BAND_COLUMNS = ("key", "metric", "baseline", "low", "high", "value", "verdict", "test", "catches")

@@ -1,4 +1,4 @@
-"""What a gate asks of a comparison beyond its verdicts (docs/noise.md, "What a key can catch"):
+"""What a gate asks of a comparison beyond its verdicts (docs/concepts/noise.md, "What a key can catch"):
 that a key it calls unchanged could have caught the fall the site needs caught (`hold_to`,
 `bench regress --must-catch`), that the run is no noisier than its history (`weigh_run_noise`),
 and which keys set its exit status (`watch_below`, `--gate-min-size`). Each key's catches, the
@@ -23,12 +23,12 @@ if TYPE_CHECKING:
 
 # The fall `bench regress` must be able to catch on a key to call it unchanged: a quarter of a
 # link, which a real cluster's large messages are steady enough to catch from their fifth night
-# (docs/noise.md, "What a key can catch"); 100% asks nothing.
+# (docs/concepts/noise.md, "What a key can catch"); 100% asks nothing.
 MUST_CATCH = 0.25
 TOO_NOISY = "too noisy to catch"  # in the note of a key that could not have caught MUST_CATCH
 # A run whose samples spread more than NOISY_RUN times as wide as its history's, wider than any
 # of its runs and than the fall the gate must catch, on the median key, is not judged;
-# MIN_SPREADS runs are the least that shows a history's spread (docs/noise.md, "A run noisier
+# MIN_SPREADS runs are the least that shows a history's spread (docs/concepts/noise.md, "A run noisier
 # than its history")
 NOISY_RUN = 2.5
 MIN_SPREADS = 3
@@ -54,7 +54,7 @@ def hold_to(cmp: Comparison, must_catch: float) -> None:
 
 
 def weigh_run_noise(cmp: Comparison, own: float, read_history: Callable[[], list[float]], must_catch: float) -> None:
-    """A run noisier than its history is not judged (docs/noise.md, "A run noisier than its
+    """A run noisier than its history is not judged (docs/concepts/noise.md, "A run noisier than its
     history"). The run's within-run spread (stats.within_spread, ln(p90/p10) on its median key)
     is too wide when it is more than NOISY_RUN times the median of its history's newest runs,
     wider than every one of them, and wider than the fall the gate must catch, so that the

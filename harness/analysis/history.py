@@ -690,7 +690,7 @@ class NewSeries(HistoryError):
         self.newest, self.differences, self.stack = newest, differences, stack
         super().__init__(
             f"no run of this cluster ran on this run's stack {stack}; the newest, {newest.name}, differs in "
-            f'{"; ".join(differences)}: this run starts a new series (docs/fleet.md, "What a series is")'
+            f'{"; ".join(differences)}: this run starts a new series (docs/guides/fleet.md, "What a series is")'
         )
 
 
@@ -716,7 +716,7 @@ def _baseline(
         drawn = baseline_rows.draw(found, kind, k, read, read_samples, refused, metrics, also)
     used, environment = drawn.used, drawn.environments[found[0].id]
     # the rules and benches of every run the baseline draws on, not the newest's alone: one run
-    # of other rules among them makes the comparison one across rules (docs/provenance.md)
+    # of other rules among them makes the comparison one across rules (docs/concepts/provenance.md)
     for key, default in (("measurement_rules", ["1"]), ("bench", [])):
         seen = {str(v) for e in used for v in drawn.environments[e.id].get(key) or default}
         environment = {**environment, key: sorted(seen)} if seen else environment

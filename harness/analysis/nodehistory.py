@@ -1,4 +1,4 @@
-"""Node checks in the history database (docs/nodes.md), beside the runs of sweeps:
+"""Node checks in the history database (docs/guides/nodes.md), beside the runs of sweeps:
 
     node_checks    one row per added check: cluster, label, when it ran, its nodes, what it named
     node_figures   its figures: per node ("node bnode3") its matmul, its all-reduce and, of each
@@ -65,7 +65,7 @@ def is_check(path: Path) -> bool:
 
 
 # The check's own row among its figures: the median seconds of its rounds, which the next check's
-# estimate takes (`bench nodes`, docs/nodes.md "Cost"); not a metric, so no change is searched in it.
+# estimate takes (`bench nodes`, docs/guides/nodes.md "Cost"); not a metric, so no change is searched in it.
 ROUND_S = ("check", "round_s")
 
 

@@ -1,4 +1,4 @@
-"""A history as the dashboard shows it (present/dashboard.py, docs/dashboard.md): each cluster's
+"""A history as the dashboard shows it (present/dashboard.py, docs/guides/dashboard.md): each cluster's
 nights with the gate's verdict on them, each key's series of figures and bands as the gate
 judged them, the change points `history changes --store` kept, and the node checks with their
 figures and drain lists. Read from either backend in one pass per cluster.
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 # The key groups of the index, in its order. Collectives by the regime of their message size:
 # small messages are latency's, large ones bandwidth's; where they meet depends on the machine
 # (NCCL picks its protocol per size from its own model), so the boundaries are bench's choice
-# (docs/dashboard.md, "What it holds").
+# (docs/guides/dashboard.md, "What it holds").
 SMALL, LARGE = 64 << 10, 16 << 20
 GROUPS = (
     "collectives < 64 KiB",

@@ -1,6 +1,6 @@
 """A run judged against the figures its cluster profile states (`reference:`), in the manner of
 ReFrame's performance references: the first run on a new cluster gets a verdict without any
-history (docs/expected.md).
+history (docs/concepts/expected.md).
 
 Each reference names a key of the matrix (the fields it leaves out match any value), its value
 and a tolerance. A completed row below value x (1 - tolerance) is slower, above value x
@@ -61,7 +61,7 @@ def against_reference(run: Side, refs: tuple[Reference, ...], profile: str) -> C
     if not refs:
         raise DataError(
             f"{run.source}: its cluster profile {profile!r} states no reference figures; add a reference: "
-            f"block to the profile (docs/expected.md), or judge against the history with --baseline median:5"
+            f"block to the profile (docs/concepts/expected.md), or judge against the history with --baseline median:5"
         )
     rows: list[dict[str, Any]] = []
     others = run.others if run.others is not None else pd.DataFrame(columns=[*KEYS, "status", "reason", "job"])

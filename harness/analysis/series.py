@@ -1,4 +1,4 @@
-"""What makes two runs of a cluster comparable: the stack they ran on (docs/fleet.md, "What a
+"""What makes two runs of a cluster comparable: the stack they ran on (docs/guides/fleet.md, "What a
 series is").
 
 A series is a cluster, a stack and a key. The stack is a documented list of fields of the run's
@@ -10,12 +10,12 @@ of the run's own series only. Each run stores its stack's fields (JSON) and thei
     backend, python, measurement_rules      each the list of values seen in the run
     profile.gpu_type, profile.partition,    which nodes the jobs asked Slurm for
     profile.constraint
-    profile.hardware                        the stated links and peak (docs/expected.md)
-    profile.container                       the image the steps ran in (docs/containers.md)
+    profile.hardware                        the stated links and peak (docs/concepts/expected.md)
+    profile.container                       the image the steps ran in (docs/guides/containers.md)
     profile.env                             the variables the profile sets (NCCL_IB_HCA ...)
 
 GPUs per node, node count, launcher and settings are in the key; the bench's version is not in
-the stack, since its measurement rules are (docs/provenance.md). A run added before bench
+the stack, since its measurement rules are (docs/concepts/provenance.md). A run added before bench
 recorded stacks has its environment's fields, taken from its stored environment, and no profile
 fields: a field one of two runs did not record is no difference between them.
 """

@@ -68,11 +68,11 @@ METRICS = {
 DEFAULT_METRICS = ("busbw_gbps", "images_per_s", "tokens_per_s")
 LIKE = ["params", "settings", "settings_hash"]  # what makes two rows comparable
 REQUIRED = ["job", "status", *KEYS, *METRICS, "hosts", "reason", "repeat", "n_samples", *LIKE]
-# What each side's jobs ran over (docs/transport.md): a verdict between two transports says so.
+# What each side's jobs ran over (docs/concepts/transport.md): a verdict between two transports says so.
 SEEN = ["net", "net_devices"]
 # What makes two runs incomparable by accident (pyperf checks its metadata the same way).
 CHECKED_ENV = {
-    "bench": "bench",  # docs/provenance.md: a change in bench can look like one in the cluster
+    "bench": "bench",  # docs/concepts/provenance.md: a change in bench can look like one in the cluster
     "bench_version": "bench that measured",
     "gpu": "GPU model",
     "nccl": "NCCL",
@@ -448,7 +448,7 @@ def load_run(path: str | Path, label: str | None = None) -> Side:
 
 
 def measurement_rules(environment: dict[str, Any]) -> list[str]:
-    """The measurement rules a side's runs were measured under (docs/provenance.md); 1 for a
+    """The measurement rules a side's runs were measured under (docs/concepts/provenance.md); 1 for a
     summary made before they were recorded."""
     return [str(r) for r in environment.get("measurement_rules") or ["1"]]
 
@@ -463,7 +463,7 @@ def check_rules(a: Side, b: Side, allowed: bool) -> str | None:
     if not allowed:
         raise DataError(
             f"{a.source} was measured under bench's measurement rules {', '.join(ra)} and {b.source} under "
-            f"{', '.join(rb)} (docs/provenance.md says what changed): a difference may be bench's, not the "
+            f"{', '.join(rb)} (docs/concepts/provenance.md says what changed): a difference may be bench's, not the "
             "cluster's; judge anyway with --allow-rules-change"
         )
     return f"{said}, judged anyway (--allow-rules-change)"
@@ -492,7 +492,7 @@ def records(df: pd.DataFrame) -> list[dict[str, Any]]:
 
 def measured(df: pd.DataFrame) -> pd.Series:
     """What each collective row measured, in words: its collective, and its group where that is
-    not the world ('all_reduce', 'all_reduce intra'; docs/sources.md, "Groups")."""
+    not the world ('all_reduce', 'all_reduce intra'; docs/reference/sources.md, "Groups")."""
     names = df["collective"].astype(str)
     if "group" not in df.columns:
         return names

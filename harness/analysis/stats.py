@@ -221,7 +221,7 @@ def pool_columns(
 # band closes. Run-level noise is much alike across the keys of one comparison, so no key's
 # spread is taken below the median spread of all the keys judged between runs, of every metric
 # (at least POOL_MIN of them). The band is centre +- BAND_C spreads. Measured on the 4-node
-# testbed (docs/noise.md): in two sets of six unshaped runs, each run judged against the other
+# testbed (docs/concepts/noise.md): in two sets of six unshaped runs, each run judged against the other
 # five, no key fell more than 3.4 spreads below its band's centre, while shaping the links moved
 # the multi-node keys 7 spreads and more.
 BAND_C = 4.0
@@ -298,7 +298,7 @@ def band_limits(centre: Values, spread: Values, floor: float, c: float = BAND_C)
 
 def catches(by_runs: Mask, band_floor: Values, shift: Shift, threshold: float, margin: float) -> Values:
     """Per row, the smallest fall of performance (0.25: a quarter) its verdict would have called
-    slower, from what judged it (docs/noise.md, "What a key can catch"). Between runs: B must
+    slower, from what judged it (docs/concepts/noise.md, "What a key can catch"). Between runs: B must
     fall below the band, whose low end is `band_floor` x A's value in performance terms, and past
     the threshold. Within a run: the samples' 95% interval of B/A must lie below 1, and the
     change must pass the threshold and the margin; the interval keeps its width as the ratio
@@ -315,7 +315,7 @@ def catches(by_runs: Mask, band_floor: Values, shift: Shift, threshold: float, m
 
 
 # The rows a run's within-run spread is read on: evenly spaced, at most this many, of its rows
-# with at least SPREAD_SAMPLES samples (docs/noise.md, "A run noisier than its history")
+# with at least SPREAD_SAMPLES samples (docs/concepts/noise.md, "A run noisier than its history")
 SPREAD_ROWS = 4000
 SPREAD_SAMPLES = 5
 SPREAD_RUNS = 5  # the newest runs of a baseline whose spreads are what its history shows

@@ -1,4 +1,4 @@
-"""Where a history lives (docs/fleet.md): an SQLite file, the default, or a PostgreSQL database
+"""Where a history lives (docs/guides/fleet.md): an SQLite file, the default, or a PostgreSQL database
 named by a postgresql:// URL, with libpq's PG* variables for what the URL leaves out. One
 connection type serves both, and one list of numbered migrations gives both the same schema.
 
@@ -83,7 +83,7 @@ def parse_location(given: str, name: str) -> Location:
     """What `name` (--db, BENCH_HISTORY, history copy's FROM or TO) gives: an SQLite file's path,
     or a postgresql:// or postgres:// URL (libpq's two schemes, its docs "Connection URIs").
     Anything else that looks like a URL is refused, so that a mistyped scheme never becomes an
-    SQLite file named after the URL (docs/fleet.md, "Where the history is")."""
+    SQLite file named after the URL (docs/guides/fleet.md, "Where the history is")."""
     if given.startswith(SCHEMES):
         _unreadable(given, name)
         return Location(given)

@@ -1,5 +1,5 @@
 """`bench history copy FROM TO`: every run, figure, verdict, change point and node check of one
-history into another, SQLite or PostgreSQL either way (docs/fleet.md, "Moving a history").
+history into another, SQLite or PostgreSQL either way (docs/guides/fleet.md, "Moving a history").
 
 Both histories are at this bench's schema. The copy is one transaction on TO, so a failure
 leaves TO as it was. Ids are TO's own: a run gets the next id there, and what refers to it

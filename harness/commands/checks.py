@@ -137,7 +137,7 @@ def cmd_accept(args: argparse.Namespace) -> int:
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """The group's subcommands, on `sub`."""
     n = sub.add_parser(
-        "nodes", help="check every node and every pair of nodes, and name the ones to drain (docs/nodes.md)"
+        "nodes", help="check every node and every pair of nodes, and name the ones to drain (docs/guides/nodes.md)"
     )
     n.add_argument("--executor", choices=(executors.AUTO, *executors.NAMES), default=executors.AUTO, help=EXECUTOR_HELP)
     n.add_argument("--cluster", metavar="PROFILE", help="cluster profile YAML (default $BENCH_CLUSTER)")
@@ -216,7 +216,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     a = sub.add_parser(
         "accept",
         help="after maintenance: the node check, the sweep the profile's references name, one verdict and a "
-        "report to sign (docs/accept.md)",
+        "report to sign (docs/guides/accept.md)",
     )
     a.add_argument("--executor", choices=(executors.AUTO, *executors.BATCH), default=executors.AUTO, help=EXECUTOR_HELP)
     a.add_argument(

@@ -63,7 +63,7 @@ def results_root() -> Path:
 
 EXECUTOR_HELP = "where the jobs run: auto is slurm where sbatch is on PATH, this machine otherwise"
 DB_HELP = (
-    "history: an SQLite file or a postgresql:// URL (docs/fleet.md); default $BENCH_HISTORY, else "
+    "history: an SQLite file or a postgresql:// URL (docs/guides/fleet.md); default $BENCH_HISTORY, else "
     "history.sqlite in $BENCH_RESULTS or results/"
 )
 

@@ -90,7 +90,7 @@ def _add_check(args: argparse.Namespace, db: store.Location) -> int:
             f"{f' (label {check.label})' if check.label else ''}: {check.nodes} nodes"
             + (f", named {check.named}" if check.named else "")
         )
-    if judged.unjudged and not judged.named:  # kept as history, but not a clean check (docs/nodes.md)
+    if judged.unjudged and not judged.named:  # kept as history, but not a clean check (docs/guides/nodes.md)
         return EXIT_UNJUDGED
     return 0
 
@@ -180,7 +180,7 @@ def history_plot(args: argparse.Namespace) -> int:
 
 def history_changes(args: argparse.Namespace) -> int:
     """`bench history changes --cluster NAME`: the change points of the runs' figures, or with
-    --nodes of the node checks' (docs/fleet.md); --store keeps them."""
+    --nodes of the node checks' (docs/guides/fleet.md); --store keeps them."""
     db = history_db(args)
     console = new_console()
     threshold = threshold_arg(args.threshold)
@@ -319,7 +319,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     """The group's subcommands, on `sub`."""
     d = sub.add_parser(
         "dashboard",
-        help="write a static site of a history: every cluster's keys, verdicts, node checks (docs/dashboard.md)",
+        help="write a static site of a history: every cluster's keys, verdicts, node checks (docs/guides/dashboard.md)",
     )
     d.add_argument("--db", help=DB_HELP)
     d.add_argument(
@@ -369,7 +369,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     a = action("plot", history_plot, "draw each key's figures over the cluster's runs, with their points as CSV")
     a.add_argument("--cluster", required=True, help="the cluster")
     a.add_argument("--out", help="image file (default beside the database)")
-    a = action("changes", history_changes, "find the change points in the cluster's figures (docs/fleet.md)")
+    a = action("changes", history_changes, "find the change points in the cluster's figures (docs/guides/fleet.md)")
     a.add_argument("--cluster", required=True, help="the cluster")
     a.add_argument(
         "--metric", action="append", choices=list(METRICS), help="metric whose series to search (repeatable)"

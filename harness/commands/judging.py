@@ -202,7 +202,7 @@ def cmd_regress(args: argparse.Namespace) -> int:
                 f"this run starts a new series of cluster {shown(args.cluster)} (stack {new_series.stack}): "
                 f"{shown('; '.join(new_series.differences))}. Its figures are shown against the series before it "
                 f"({shown(new_series.newest.name)} the newest) and not judged; added to the history, it is the first "
-                f"baseline of its series (docs/fleet.md)",
+                f"baseline of its series (docs/guides/fleet.md)",
                 markup=False,
                 soft_wrap=True,
             )
@@ -229,7 +229,7 @@ def cmd_regress(args: argparse.Namespace) -> int:
 def _run_and_baseline(args: argparse.Namespace, db: Location) -> tuple[Side, Side, history.NewSeries | None]:
     """The run under test, loaded by a forked worker, and its baseline, drawn from the history by
     this process meanwhile (harness/forked.py): at 100,000 keys against a month of nights,
-    1.4-1.5 s side by side where one after the other took 1.7-2.1 s (docs/fleet.md, "A large
+    1.4-1.5 s side by side where one after the other took 1.7-2.1 s (docs/guides/fleet.md, "A large
     run against a month of nights"). The baseline needs only the stack the run ran on, read from
     its plan and its summary's footer. A run that cannot be read is said before anything of the
     history, as when the two were done in turn."""
@@ -319,7 +319,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     if not isinstance(cluster, str) or not NAME_RE.fullmatch(cluster):
         raise UsageError(f"--cluster {cluster!r}: not a valid name; use letters, digits, '_', '.', '-' (at most 64)")
     side = load_run(args.dir)
-    labels = {"cluster": cluster}  # bounded: the run's name is no label (docs/export.md)
+    labels = {"cluster": cluster}  # bounded: the run's name is no label (docs/guides/export.md)
     created = plan.get("created")
     try:
         when = dt.datetime.fromisoformat(created) if isinstance(created, str) else None
@@ -372,7 +372,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         c.add_argument(
             "--allow-rules-change",
             action="store_true",
-            help="judge runs measured under different measurement rules of bench (docs/provenance.md; "
+            help="judge runs measured under different measurement rules of bench (docs/concepts/provenance.md; "
             "every output says so)",
         )
 
@@ -432,7 +432,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "--across-series",
         action="store_true",
         help="draw the baseline from every run of the cluster, not only those of the run's stack "
-        '(its GPUs, drivers, NCCL, torch, profile: docs/fleet.md, "What a series is")',
+        '(its GPUs, drivers, NCCL, torch, profile: docs/guides/fleet.md, "What a series is")',
     )
     g.add_argument(
         "--must-catch",
@@ -440,7 +440,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         default=f"{MUST_CATCH:.0%}",
         help="the fall every key must be able to catch: a key with no significant change whose noise hides a "
         "fall this large cannot be judged (exit 3), not unchanged; 100%% asks nothing "
-        f"(default {MUST_CATCH * 100:.0f}%%, docs/noise.md)",
+        f"(default {MUST_CATCH * 100:.0f}%%, docs/concepts/noise.md)",
     )
     g.add_argument(
         "--gate-min-size",
@@ -455,7 +455,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         default=f"{PROVISIONAL_MARGIN:.0%}",
         help="while the history holds fewer runs of a key than the band needs (a gate's first nights), "
         "a change must pass this too to count; 0%% leaves --threshold alone "
-        f"(default {PROVISIONAL_MARGIN * 100:.0f}%%, docs/noise.md)",
+        f"(default {PROVISIONAL_MARGIN * 100:.0f}%%, docs/concepts/noise.md)",
     )
     analysis(g)
     g.set_defaults(func=cmd_regress)

@@ -26,7 +26,7 @@ class Executor(ABC):
     batch: ClassVar[bool] = False
     default_sweep: ClassVar[str] = "default.yaml"  # of the sweeps bench ships (harness/sweeps)
     launchers: ClassVar[tuple[str, ...]] = LAUNCHERS  # what its jobs can be started with
-    # The node check's threshold where --threshold is not given (docs/nodes.md, "Thresholds").
+    # The node check's threshold where --threshold is not given (docs/guides/nodes.md, "Thresholds").
     node_threshold: ClassVar[str] = "10%"
     # Whether its jobs have files (job_files) written with the plan: a batch system's script.
     writes_job_files: ClassVar[bool] = False

@@ -77,7 +77,7 @@ class LocalExecutor(Executor):
     interrupt_note = "the running job was stopped and recorded CANCELLED"
     default_sweep = "local.yaml"
     launchers = ("torchrun",)
-    # Emulated nodes are one machine: what tells them apart is its noise (docs/nodes.md).
+    # Emulated nodes are one machine: what tells them apart is its noise (docs/guides/nodes.md).
     node_threshold = "50%"
     # No job files: the commands depend on the port chosen at run time, and are recorded in
     # the job directory when the job starts (record_commands).
@@ -103,7 +103,7 @@ class LocalExecutor(Executor):
     def launches(job: Job) -> list[tuple[WorkloadRun, ...]]:
         """The job's workloads by launch. A gloo job's run in one launch (benchmarks/sequence.py):
         its ranks import torch and join once, not once per workload, which was most of a small
-        job's time (docs/architecture.md, "One launch per job"). Any other backend's run a launch
+        job's time (docs/concepts/architecture.md, "One launch per job"). Any other backend's run a launch
         each, as the Slurm executor's steps do: NCCL reads NCCL_DEBUG_FILE once per process, and
         each workload's log is kept apart (Job.debug_env)."""
         if job.backend == "gloo" and len(job.runs) > 1:
@@ -231,7 +231,7 @@ class LocalExecutor(Executor):
     def _hung(
         self, job: Job, run: WorkloadRun, procs: list[subprocess.Popen], tag: str, progress_dir: Path, log: BinaryIO
     ) -> tuple[str, int | None, str | None]:
-        """A workload that stopped making progress: name who held it (docs/hangs.md), then end it."""
+        """A workload that stopped making progress: name who held it (docs/guides/hangs.md), then end it."""
         why, ranks = hangs.diagnose(progress_dir, run.key, job.world_size)
         kill_groups(procs, tag)
         hangs.record(self.run.job_dir(job), run.key, job.stall_s, why, ranks)

@@ -1,4 +1,4 @@
-"""`bench accept`'s verdict as files (docs/accept.md): verdict.json, and report.html, one
+"""`bench accept`'s verdict as files (docs/guides/accept.md): verdict.json, and report.html, one
 self-contained page to sign: the verdict and why, what was checked and on which nodes, with
 which bench and software, what to drain, the node check's findings and heatmap, each reference
 against what the sweep measured, and the sweep's jobs."""

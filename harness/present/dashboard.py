@@ -1,4 +1,4 @@
-"""`bench dashboard`: a history as a static site (docs/dashboard.md). The index is a matrix of
+"""`bench dashboard`: a history as a static site (docs/guides/dashboard.md). The index is a matrix of
 clusters by key groups with the last night's verdict of each; a page per cluster draws each key
 over the nights with the gate's band, failed nights and change points, and the scaling
 efficiency of its newest night against its last healthy one; a page per key sets every
@@ -334,7 +334,7 @@ def efficiency_section(c: Cluster, newest: int | None) -> str:
 
 def caught(s: Series, i: int) -> str:
     """', catches a fall ≥ 30%' of the key's night `i`, where the gate said what it could catch
-    (docs/noise.md, "What a key can catch"); '' where it did not."""
+    (docs/concepts/noise.md, "What a key can catch"); '' where it did not."""
     return f", catches a fall {catch_text(s.catches[i])}" if s.catches[i] == s.catches[i] else ""
 
 

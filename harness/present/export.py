@@ -1,4 +1,4 @@
-"""A run's figures for the monitoring systems clusters already run (docs/export.md).
+"""A run's figures for the monitoring systems clusters already run (docs/guides/export.md).
 
 `bench export DIR --format openmetrics` writes the OpenMetrics text format, which node_exporter's
 textfile collector reads from a `*.prom` file. `--format influx` writes InfluxDB's line protocol.
@@ -21,7 +21,7 @@ from harness.analysis.sides import METRICS, Side
 from harness.errors import DataError, one_line
 
 FORMATS = ("openmetrics", "influx")
-# The figures exported, with what they are (the summary's columns; README, "The summary").
+# The figures exported, with what they are (the summary's columns; docs/reference/summary.md).
 HELP = {
     "busbw_gbps": "collective bus bandwidth, GB/s: nccl-tests' busbw, algbw x the bus factor of the collective "
     "the collective label names (2(n-1)/n for all_reduce, (n-1)/n for all_gather, 1 for broadcast, ...)",

@@ -1,5 +1,5 @@
 """A node check's run directory in, its verdict out: the figures of every step, the nodes and
-links named, and the files an admin reads or a script takes (docs/nodes.md):
+links named, and the files an admin reads or a script takes (docs/guides/nodes.md):
 
     verdict.json   everything below, for a script (`bench nodes --json` prints it)
     nodes.csv      one row per node: each figure, and why it is named
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 
 def expected(profile: ClusterProfile | None, gpus_per_node: int) -> dict[str, float | None]:
-    """The stated hardware's figure of each metric (docs/expected.md), None where not stated:
+    """The stated hardware's figure of each metric (docs/concepts/expected.md), None where not stated:
     the matmul against a device's peak TFLOP/s, and each step's collective against the peak of
     its layout (harness/peak.py): the node's all-reduce inside the node, a pair's all-reduce
     over both nodes' ranks (every NIC the ranks reach), and a pair's exchange on one rank's

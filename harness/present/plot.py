@@ -180,7 +180,7 @@ def _peak_lines(
     ax: Axes, sub: pd.DataFrame, palette: dict[object, tuple[float, float, float]], where: tuple[str, str, str]
 ) -> list[tuple[str, str, str, str, str, int, float]]:
     """A dashed line at each series' peak busbw, where the cluster profile states its link
-    speeds (docs/expected.md), and its points: one per series, at the largest size. Series of
+    speeds (docs/concepts/expected.md), and its points: one per series, at the largest size. Series of
     one peak share its line and name, grey when they are several (three series at 25 GB/s once
     printed three names, one over another)."""
     if "busbw_peak_gbps" not in sub:
@@ -290,7 +290,7 @@ def _collective_figure(summary: pd.DataFrame, metric: str) -> Made | None:
     return fig, pd.DataFrame(points, columns=["plot", "collective", *POINT_COLUMNS[1:]])
 
 
-# The parts of a training step, bottom to top (docs/breakdown.md): the summary's fractions,
+# The parts of a training step, bottom to top (docs/concepts/breakdown.md): the summary's fractions,
 # which add up to the step
 STEP_PARTS = tuple(
     zip(
@@ -376,7 +376,7 @@ RUN_PLOTS = (
     RunPlot("allreduce_busbw", "bus bandwidth vs message size", COLLECTIVES, busbw_figure),
     # time per call vs message size, log-log: the latency end
     RunPlot("allreduce_time", "time per call vs message size", COLLECTIVES, latency_figure),
-    # where each training job's step went (docs/breakdown.md)
+    # where each training job's step went (docs/concepts/breakdown.md)
     RunPlot("step_breakdown", "where each training step went", BREAKDOWN, breakdown_figure),
 )
 
@@ -396,7 +396,7 @@ def draw_all(run: RunDir, summary: pd.DataFrame) -> list[Path]:
 
 
 def timeline_figure(job: str, tele: Telemetry) -> Made | None:
-    """What each node of one job did over time (docs/telemetry.md): the bytes it sent on its
+    """What each node of one job did over time (docs/concepts/telemetry.md): the bytes it sent on its
     interfaces but loopback, CPU busy and, where nvidia-smi ran, GPU SM utilisation, with each
     workload's span shaded and named."""
     import pandas as pd
@@ -459,7 +459,7 @@ def draw_heatmap(root: Path, v: Verdict) -> Path | None:
 def heatmap_figure(v: Verdict) -> Made | None:
     """The node check's pair matrix, one panel per pair metric: each cell a pair's figure (its
     value written in it up to 16 nodes), white where its step failed or a pair was not measured,
-    the diagonal empty; named nodes' labels in red and named links' cells outlined (docs/nodes.md)."""
+    the diagonal empty; named nodes' labels in red and named links' cells outlined (docs/guides/nodes.md)."""
     import numpy as np
     import pandas as pd
 

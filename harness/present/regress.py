@@ -77,7 +77,7 @@ def write_all(
     A forked worker makes report.md and the first of junit.xml's test cases while this process
     makes gate.json and the rest (harness/forked.py): at 100,000 keys junit.xml is 10 MB, a line
     a key, and report.md as large where it lists most keys. A worker that made junit.xml whole
-    saved nothing, its fork and hand-over costing what the overlap saved (docs/fleet.md, "A
+    saved nothing, its fork and hand-over costing what the overlap saved (docs/guides/fleet.md, "A
     large run against a month of nights"). `meanwhile` is done by this process first, beside the
     worker (regress prints the comparison); what it raises ends the worker, and nothing is written."""
     into = PurePosixPath(folder)

@@ -151,7 +151,7 @@ def run_section(run: RunDir, side: Side) -> str:
         parts.append(
             "<p>Each training step as the median rank's compute, the slowest rank's lead over it"
             " (imbalance), the wait for data and the communication that computation did not hide,"
-            " from steps run with gradient synchronisation skipped (docs/breakdown.md says what"
+            " from steps run with gradient synchronisation skipped (docs/concepts/breakdown.md says what"
             " that assumes).</p>"
         )
         parts.append(_figures(plot.run_plots(summary, plot.BREAKDOWN, titled=True)))
@@ -234,14 +234,17 @@ def compact(coll: pd.DataFrame, bucket: int) -> pd.DataFrame:
 
 
 def timelines(run: RunDir, jobs: list[str], summary: pd.DataFrame) -> list[str]:
-    """Each job's timeline (docs/telemetry.md), folded: NIC, CPU and GPU against its workloads,
+    """Each job's timeline (docs/concepts/telemetry.md), folded: NIC, CPU and GPU against its workloads,
     and what the all-reduce's NIC cross-check found."""
     found = {name: tele for name in jobs if (tele := telemetry.read(run.job_dir(name))) is not None}
     if not found:
         return []
     checked = summary[summary["nic_check"].notna()].drop_duplicates("job")
     checks = dict(zip(checked["job"], checked["nic_check"], strict=True))
-    out = ["<h2>Timelines</h2>", "<p>What each node did while the job ran, sampled by bench (docs/telemetry.md).</p>"]
+    out = [
+        "<h2>Timelines</h2>",
+        "<p>What each node did while the job ran, sampled by bench (docs/concepts/telemetry.md).</p>",
+    ]
     for name, tele in found.items():
         overhead = [h.overhead for h in tele.hosts.values() if h.overhead is not None]
         note = f"{len(tele.hosts)} node(s)" + (

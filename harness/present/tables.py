@@ -97,7 +97,7 @@ def headline(cmp: Comparison) -> str:
     return ", ".join(f"{c[k]} {k}" for k in said) + f", of {len(cmp.table)} compared"
 
 
-MISMATCH_HEADING = "Transport mismatch: a settings set did not run over what it expects (docs/transport.md)"
+MISMATCH_HEADING = "Transport mismatch: a settings set did not run over what it expects (docs/concepts/transport.md)"
 
 
 def transport_mismatches(frame: pd.DataFrame) -> list[str]:
@@ -133,7 +133,7 @@ def warnings(cmp: Comparison) -> list[tuple[str, list[str]]]:
     if cmp.env_diffs:
         out.append(("The environments differ", cmp.env_diffs))
     if cmp.run_noise:
-        out.append(("Not judged: the run is noisier than its history (docs/noise.md)", [cmp.run_noise]))
+        out.append(("Not judged: the run is noisier than its history (docs/concepts/noise.md)", [cmp.run_noise]))
     return out
 
 
@@ -153,7 +153,7 @@ def markdown(cmp: Comparison, title: str, include_same: bool = False) -> str:
     if cmp.must_catch is not None:
         lines.append(
             f"- must catch: {cmp.must_catch:.0%}: a key whose noise hides a fall that large cannot be judged; "
-            f"each key's catches column is the smallest fall its verdict would have flagged (docs/noise.md)"
+            f"each key's catches column is the smallest fall its verdict would have flagged (docs/concepts/noise.md)"
         )
     if cmp.gate_min_size is not None:
         lines.append(
@@ -235,8 +235,8 @@ def table_csv(table: pd.DataFrame) -> bytes:
 
 
 COLLECTIVE_HEAD = ["job", "collective", "size", "time us", "algbw GB/s", "busbw GB/s", "#wrong"]
-PEAK_HEAD = "% of peak"  # where the cluster profile states its link speeds (docs/expected.md)
-# The summary's transport columns the collective tables show, and their heads (docs/transport.md)
+PEAK_HEAD = "% of peak"  # where the cluster profile states its link speeds (docs/concepts/expected.md)
+# The summary's transport columns the collective tables show, and their heads (docs/concepts/transport.md)
 TRANSPORT_HEAD = {"net": "net", "net_devices": "net devices", "gdr": "GDR"}
 
 
@@ -294,7 +294,7 @@ TRAINING_COLUMNS = (
     _STEP,
     *_SCALING_COLUMNS,
 )
-# The transformer's: MFU only where a peak was stated (docs/sources.md, "FLOPs per token and MFU")
+# The transformer's: MFU only where a peak was stated (docs/reference/sources.md, "FLOPs per token and MFU")
 TRANSFORMER_COLUMNS = (
     _text("scaling"),
     _text("job"),
@@ -310,7 +310,7 @@ TRANSFORMER_COLUMNS = (
 
 
 def _share(head: str, field: str, noise: str = "") -> Column:
-    """A share of the step (docs/breakdown.md); `noise` in place of a row's share whose
+    """A share of the step (docs/concepts/breakdown.md); `noise` in place of a row's share whose
     compute-only step was longer than its step."""
     return Column(head, lambda r: noise if r["breakdown_note"] else fmt_value(r[field], ".1%"))
 
@@ -342,7 +342,7 @@ def _cells(columns: tuple[Column, ...], rows: Iterable[dict[str, Any]]) -> list[
 
 
 def breakdown_rows(train: pd.DataFrame) -> list[list[str]]:
-    """Where each training row's step went (BREAKDOWN_COLUMNS; docs/breakdown.md), for the rows
+    """Where each training row's step went (BREAKDOWN_COLUMNS; docs/concepts/breakdown.md), for the rows
     that measured a compute-only step."""
     return _cells(BREAKDOWN_COLUMNS, (r for r in records(train) if r["compute_time_ms"] is not None))
 
@@ -361,7 +361,7 @@ def transformer_rows(train: pd.DataFrame) -> list[list[str]]:
 def collective_table(coll: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     """The collective table's head and cells, one row per summary row; busbw as % of the
     links' peak too, where the profile stated it for any row; and what NCCL ran over (net, its
-    devices, GPUDirect RDMA; docs/transport.md), where any row's log said, since a comparison of
+    devices, GPUDirect RDMA; docs/concepts/transport.md), where any row's log said, since a comparison of
     IB and sockets is about exactly that."""
     peak = "busbw_pct_peak" in coll and bool(coll["busbw_pct_peak"].notna().any())
     facts = [c for c in TRANSPORT_HEAD if c in coll and bool(coll[c].notna().any())]
@@ -491,7 +491,7 @@ def print_jobs(console: Console, table: dict[str, JobRecord], title: str) -> Non
     from rich.table import Table
 
     t = Table(title=title, title_justify="left")
-    # sacct's figures, where the executor had them (docs/telemetry.md): CPU time and its share of
+    # sacct's figures, where the executor had them (docs/concepts/telemetry.md): CPU time and its share of
     # the allocated CPUs over the elapsed time, memory and its share of the allocation
     usage = any(rec.cpu_s is not None or rec.mem_bytes is not None for rec in table.values())
     for col in ("job", "id", "state", "exit", "elapsed", "nodes", "tries", *(("cpu", "mem") if usage else ())):

@@ -1,5 +1,5 @@
 """bench's first run on a GPU: every CUDA path it has, one command, a PASS/FAIL table with the
-figure each path measured (docs/gpu-acceptance.md). Run it through tests/gpu/acceptance.sh:
+figure each path measured (docs/guides/gpu-acceptance.md). Run it through tests/gpu/acceptance.sh:
 
     tests/gpu/acceptance.sh [--out DIR] [--peak-tflops TF]   # on a machine with 1 to 8 GPUs
     tests/gpu/acceptance.sh --dry-run [--gpus N]            # what it would run, anywhere

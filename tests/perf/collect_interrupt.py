@@ -8,7 +8,7 @@ its uninterrupted duration with SIGINT (Ctrl-C) or SIGKILL, and reads what is th
 summary.parquet, summary.csv and samples.parquet as a reader resolves them. Each must hold the
 same marker, the old one or the new one, never a mix. The next `bench collect` must then leave
 no temporary file or stale generation behind. tests/modules/harness/test_collect.py runs a small
-version of this; the figures in docs/run-directory.md come from this script's output.
+version of this; the figures in docs/reference/run-directory.md come from this script's output.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`bench dashboard` of a fleet at size (docs/dashboard.md, "Speed"): 100 clusters x 365 nights x
+"""`bench dashboard` of a fleet at size (docs/guides/dashboard.md, "Speed"): 100 clusters x 365 nights x
 200 keys, 7.3 million judged figures with their bands, in PostgreSQL. Not part of the test suite;
 run
 

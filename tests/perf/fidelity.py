@@ -11,7 +11,7 @@ alternated as often (fidelity_within.py): what bench does inside its measurement
 noise of where each launch's processes land. For each case it prints each side's median and
 every figure, and the ratio bench / plain as the Hodges-Lehmann estimate (the median of every
 bench/plain pair of rounds) with its distribution-free 95% interval (harness/analysis/stats.py,
-Lehmann 1975). Target (docs/fidelity.md): a ratio of 0.99 or better, with the interval holding
+Lehmann 1975). Target (docs/concepts/fidelity.md): a ratio of 0.99 or better, with the interval holding
 1.0; `ok` or `MISS` says which. --sampler runs bench's
 per-node telemetry sampler beside bench's side, started as a sweep's job starts it
 (harness/procs.py). --in-turn runs bench's side as the local executor runs a job: in one launch,

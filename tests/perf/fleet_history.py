@@ -1,4 +1,4 @@
-"""A fleet's history at size (docs/fleet.md, "Speed"): 100 clusters x 365 nights x 200 keys,
+"""A fleet's history at size (docs/guides/fleet.md, "Speed"): 100 clusters x 365 nights x 200 keys,
 7.3 million figures, in PostgreSQL; and one cluster's 365 nights in SQLite, the default. Not part
 of the test suite; run
 

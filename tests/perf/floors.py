@@ -4,7 +4,7 @@
 
 - the disk's part of `bench sweep --executor slurm --dry-run` of 10,000 jobs: a directory and a
   job.sbatch of its size for each, then one syncfs(2), as RunDir.write_job_files does, in one
-  process (bench gives half of a large sweep's to a worker: docs/run-directory.md);
+  process (bench gives half of a large sweep's to a worker: docs/reference/run-directory.md);
 - the least `bench collect` of 100,000 rows could be: the 4,000 result files of
   tests/perf/fixtures.py read and parsed (orjson), their collective rows turned into columns,
   an Arrow table of them, and summary.parquet, summary.csv and samples.parquet encoded in memory,

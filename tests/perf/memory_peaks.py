@@ -5,7 +5,7 @@ the model was built) is set beside the estimate.
 
     python tests/perf/memory_peaks.py
 
-docs/hardening.md ("Memory") quotes its output. A GPU's allocator is not measured here: no GPU
+docs/concepts/hardening.md ("Memory") quotes its output. A GPU's allocator is not measured here: no GPU
 is lent to this project.
 """
 

@@ -4,7 +4,7 @@ figures. Not part of the test suite; run
 
     python tests/perf/node_plan.py
 
-Both should grow linearly with the nodes (docs/nodes.md, "What each part costs"): the circle
+Both should grow linearly with the nodes (docs/guides/nodes.md, "What each part costs"): the circle
 method gives round r directly, so the first three rounds of 100,000 nodes are 150,000 pairs.
 """
 

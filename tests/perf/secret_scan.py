@@ -3,7 +3,7 @@ Not part of the test suite; run
 
     python tests/perf/secret_scan.py
 
-Every text of a sweep or a profile (up to 1 MiB, docs/hardening.md) passes `fields.secret_text`
+Every text of a sweep or a profile (up to 1 MiB, docs/concepts/hardening.md) passes `fields.secret_text`
 before it is planned. Two texts that made a pattern quadratic are timed at growing lengths: a
 run of letters (a URL scheme was once tried from each of its characters) and "a://" followed by
 colons (a URL's user:password was once split at each colon). Linear: the time grows as the length.

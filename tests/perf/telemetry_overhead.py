@@ -5,7 +5,7 @@ samples' self_cpu_s) against wall time, after its first sample, and the one-off 
     python tests/perf/telemetry_overhead.py --seconds 30 --interval-s 0.1
     python tests/perf/telemetry_overhead.py --run RUN_DIR   # every host of every job of a run
 
-Target: under 1% of one core per node (docs/telemetry.md).
+Target: under 1% of one core per node (docs/concepts/telemetry.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Hang attribution inside a Slurm job (docs/hangs.md), on the testbed: a 4-node all-reduce in
+"""Hang attribution inside a Slurm job (docs/guides/hangs.md), on the testbed: a 4-node all-reduce in
 which the rank on bnode3 is stopped with SIGSTOP. The job's own watcher sees the stall, probes
 every node with `srun --overlap`, names the stopped rank and the ranks left waiting in
 all_reduce, and ends the step well before gloo's process-group timeout (120 s) would. About 1

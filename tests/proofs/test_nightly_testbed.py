@@ -1,13 +1,13 @@
-"""The README's nightly recipe (recipes/nightly.sh), unchanged, night after night, with its
+"""The nightly recipe (recipes/nightly.sh, quoted in docs/guides/nightly.md), unchanged, night after night, with its
 defaults (no --threshold of its own): on the testbed, the first seeds the history and passes
 (BENCH_FIRST_NIGHT=1), the second and third are judged provisionally (fewer than 5 runs,
-docs/noise.md), fail no key and say they cannot catch 25% (exit 3), the
+docs/concepts/noise.md), fail no key and say they cannot catch 25% (exit 3), the
 fourth runs over links shaped to a third of the rate the slowest of them amounts to and fails with
 the regression in its JUnit file (and so does that night judged against night 1 alone, and
 nights 1 and 2: a throttled link is caught from night 2); the fifth, shaped too, fails again (a
 failed night never joins a baseline) and passes only once night 4 is accepted; and the sixth
 measures each key twice with one of the two jobs cancelled, and fails. The history keeps all
-six. The testbed's nights keep their history in PostgreSQL (docs/fleet.md), the local
+six. The testbed's nights keep their history in PostgreSQL (docs/guides/fleet.md), the local
 executor's in SQLite. On the local executor, three unshaped nights fail no key."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from harness.analysis.sides import load_run
 
 pytestmark = pytest.mark.slow
 TESTBED = ROOT / "tests" / "testbed" / "testbed"
-SWEEP = (SWEEPS / "testbed-nightly.yaml").read_text()  # the README's too
+SWEEP = (SWEEPS / "testbed-nightly.yaml").read_text()  # the guide's too (docs/guides/nightly.md)
 
 
 def night(tmp_path: Path, sweep_text: str = SWEEP, **env_vars: str) -> tuple[int, str]:
@@ -66,7 +66,7 @@ def unshaped_nights(tmp_path: Path, nights: int, sweep_text: str = SWEEP, **env_
     """The first nights: the first seeds the history (BENCH_FIRST_NIGHT=1), the others are
     judged provisionally, and none fails a key. Provisionally a key catches only falls beyond the
     margin, 40%, so with the default --must-catch of 25% each of them says it cannot judge (exit
-    3, docs/noise.md), and is added to the history all the same. A night of replicates counts
+    3, docs/concepts/noise.md), and is added to the history all the same. A night of replicates counts
     each as a run: once the history holds 5 (K), a night is judged by its band, exit 0 or 3."""
     status, out = night(tmp_path, sweep_text, BENCH_FIRST_NIGHT="1", **env_vars)
     assert status == 0 and "the first run of lab in" in out and "becomes its baseline" in out, out
@@ -94,7 +94,7 @@ def unshaped_nights(tmp_path: Path, nights: int, sweep_text: str = SWEEP, **env_
 def test_three_unshaped_nights_fail_no_key_on_the_local_executor(tmp_path):
     """Each night measures its key three times, interleaved (repeat: 3), its samples pooled: two
     loopback ranks on this 2-vCPU machine run some nights at about half speed, a mode of the
-    machine, not of the link, that one night's five samples cannot outvote (docs/noise.md)."""
+    machine, not of the link, that one night's five samples cannot outvote (docs/concepts/noise.md)."""
     unshaped_nights(tmp_path, 3, SWEEP + "repeat: 3\n", EXECUTOR="local")
     with sqlite3.connect(tmp_path / "history.sqlite") as con:
         assert con.execute("SELECT count(*) FROM runs").fetchone() == (3,)
@@ -103,7 +103,7 @@ def test_three_unshaped_nights_fail_no_key_on_the_local_executor(tmp_path):
 def test_six_nights_of_the_recipe(testbed, tmp_path, postgres):
     url = postgres.new_database("nightly")
     bench("history", "migrate", "--db", url)
-    # the password from libpq's variable, as docs/fleet.md advises: never on a command line
+    # the password from libpq's variable, as docs/guides/fleet.md advises: never on a command line
     where = {"BENCH_HISTORY": url.replace(f":{postgres.password}@", "@"), "PGPASSWORD": postgres.password}
     unshaped_nights(tmp_path, 3, **where)
     unshaped = sorted((tmp_path / "results").glob("nightly-*"))
@@ -168,7 +168,7 @@ def test_six_nights_of_the_recipe(testbed, tmp_path, postgres):
         ]
     assert rows == [("lab", "nightly")] * 6
     # night 1 was not judged; nights 2 and 3, judged provisionally, could not catch 25%
-    # (docs/noise.md), or found their key faster; the three slower nights failed
+    # (docs/concepts/noise.md), or found their key faster; the three slower nights failed
     assert set(verdicts[:2]) <= {"cannot judge", "passed"} and verdicts[2:] == ["failed"] * 3, verdicts
     assert len(list((tmp_path / "results").glob("nightly-*"))) == 6
 
@@ -186,6 +186,6 @@ def _cancel_second_replicate(stop: threading.Event, cancelled: list[str]) -> Non
                 return
 
 
-def test_the_readme_quotes_the_recipe_as_it_is():
-    readme = (ROOT / "README.md").read_text()
-    assert "```bash\n" + (ROOT / "recipes" / "nightly.sh").read_text() + "```\n" in readme
+def test_the_guide_quotes_the_recipe_as_it_is():
+    guide = (ROOT / "docs" / "guides" / "nightly.md").read_text()
+    assert "```bash\n" + (ROOT / "recipes" / "nightly.sh").read_text() + "```\n" in guide

@@ -3,7 +3,7 @@
 1. 8 nodes (through sbatch) and 4 nodes of 2 ranks (through submitit: each node's all-reduce,
    then the exchange on the inter group), nothing shaped: nothing named, exit 0; the 8 are one
    Slurm job of 28 pair steps in 7 rounds.
-2. `bench accept` of bnode[1-4] against a reference of the 2-node all-reduce (docs/accept.md):
+2. `bench accept` of bnode[1-4] against a reference of the 2-node all-reduce (docs/guides/accept.md):
    nothing shaped, the check clean and the reference met, exit 0 with a report; then bnode3's
    link shaped (`testbed shape --node bnode3`): its check names bnode3 and no other, exit 1, the
    drain list `bnode3`, and the sweep does not run. That check is this module's slow-node check.
@@ -32,7 +32,7 @@ CHECK = ("nodes", "--executor", "slurm", "--cluster", str(PROFILE), "--device", 
 CHECK += ("--iters", "20", "--threshold", "50%", "--yes")
 RATE = "1gbit"  # an eighth of gloo's 0.7-0.9 GB/s here
 # The acceptance's reference: 2-node all-reduce at 4M, where unshaped gloo here reads 0.5-0.9 GB/s
-# (docs/noise.md) and a link shaped to 1gbit 0.12: at least 0.15 passes.
+# (docs/concepts/noise.md) and a link shaped to 1gbit 0.12: at least 0.15 passes.
 ACCEPT_REFERENCE = (
     "reference:\n  - {workload: allreduce, size: 4M, nodes: 2, gpus_per_node: 1, busbw_gbps: 0.3, tolerance: 0.5}\n"
 )
@@ -64,7 +64,7 @@ def checks(eight, tmp_path_factory):
     shape("--clear")
     check("eight")
     check("four", "--nodelist", "bnode[1-4]", "--executor", "submitit", "--gpus-per-node", "2")
-    # bench accept (docs/accept.md): its node check is this module's 4-node check, and with bnode3
+    # bench accept (docs/guides/accept.md): its node check is this module's 4-node check, and with bnode3
     # shaped, the slow-node check itself (what it found is read from ACCEPTED/nodes)
     profile = root / "accept.yaml"
     profile.write_text(PROFILE.read_text() + ACCEPT_REFERENCE)

@@ -1,4 +1,4 @@
-"""Preemption and node failure on the real testbed (docs/preemption.md): a job Slurm requeues
+"""Preemption and node failure on the real testbed (docs/concepts/preemption.md): a job Slurm requeues
 (`scontrol requeue`) is followed through the requeue and completes once, its earlier run's
 files gone; a job whose node fails without a requeue (NODE_FAIL, `--no-requeue`) is submitted
 again by bench and completes on its second attempt."""
@@ -133,7 +133,7 @@ def test_a_requeued_job_removes_nothing_through_a_link_planted_while_it_waited(t
     """While a requeued job waits in the queue, anyone who may write in the run directory may
     replace its telemetry/ by a link. The job's clean-up, run again from the top, once ran
     `rm -f -- .../telemetry/*.jsonl` and deleted through it; now the link fails the job with one
-    line naming it, and what it points at is untouched (docs/preemption.md)."""
+    line naming it, and what it points at is untouched (docs/concepts/preemption.md)."""
     proc, out = _start(tmp_path)
     row = _wait_for(out, lambda r: r.get("runs", {}).get("allreduce") == "COMPLETED" and r["state"] == "RUNNING")
     slurm("scontrol", "requeue", row["job_id"])

@@ -75,7 +75,7 @@ def runs(testbed, tmp_path_factory):
             sweep(out[f"u{k}"])
         # The run under test measures each key three times, interleaved (--repeat 3), and is
         # judged by their median: one run in a few here has a key at half speed, a mode of this
-        # 2-vCPU machine's scheduling that no band of five runs holds (docs/noise.md)
+        # 2-vCPU machine's scheduling that no band of five runs holds (docs/concepts/noise.md)
         out["u6"] = root / "u6"
         sweep(out["u6"], "--repeat", "3")
         unshaped = min(sorted(busbw_at(out[f"u{k}"], n) for k in range(1, 6))[2] for n in (2, 4))
@@ -85,7 +85,7 @@ def runs(testbed, tmp_path_factory):
         middle = f"{int(math.sqrt(200 * int(half[:-4])))}mbit"
         # 70% of the rate of the slowest multi-node key (2M or 4M, 2 or 4 nodes, median of
         # u1..u5), so that every such key is pushed down by 30% or more, past the 25% that
-        # --must-catch's default asks every gating key to be able to catch (docs/noise.md). From
+        # --must-catch's default asks every gating key to be able to catch (docs/concepts/noise.md). From
         # 4M alone, 2M on 4 nodes sat at the shaped rate already and read 0.94-0.96 of its median.
         slowest = min(
             sorted(busbw_at(out[f"u{k}"], n, size) for k in range(1, 6))[2]
@@ -104,7 +104,7 @@ def runs(testbed, tmp_path_factory):
             "quarter": quarter, "half": half, "middle": middle, "slow": SLOW, "unshaped_gbps": unshaped,
             "slowest_gbps": slowest,
         }  # fmt: skip
-        # The step's breakdown over a 1 Gbit/s link (docs/breakdown.md): the 2-node training job
+        # The step's breakdown over a 1 Gbit/s link (docs/concepts/breakdown.md): the 2-node training job
         # alone, as the unshaped runs ran it
         shape("--link", "eth0", "--rate", GBE)
         out["gbe"] = root / "gbe"
@@ -182,9 +182,9 @@ def failures(junit_dir) -> list[str]:
 # close it. At 674c88e under CI, 2-node 2M read 0.617, 0.621, 0.507, 0.667 and 0.622 GB/s in
 # u1..u5: a MAD of 0.0065 on the log scale, a band of [0.952, 1.050], outside which u3 itself
 # lay (0.816); u6's replicates (median 0.914) and the broken run's 2-node job (0.848) were then
-# called slower. Those five runs spanned 0.82-1.07 of their median (docs/noise.md has wider sets).
+# called slower. Those five runs spanned 0.82-1.07 of their median (docs/concepts/noise.md has wider sets).
 NOISE = ("--threshold", "25%")
-# The dashboard's nights are judged as before what a key can catch was asked (docs/noise.md): the
+# The dashboard's nights are judged as before what a key can catch was asked (docs/concepts/noise.md): the
 # first four have fewer than five runs, and would all read "cannot judge" at --must-catch 25%.
 ASK_NOTHING = ("--must-catch", "100%")
 
@@ -302,7 +302,7 @@ def test_shaped_links_are_caught_at_every_level(runs, tmp_path):
 
 
 def test_a_slower_link_shows_as_exposed_communication_not_as_compute(runs):
-    """ResNet-18 under DDP on 2 nodes (docs/breakdown.md): over a 1 Gbit/s link the step's
+    """ResNet-18 under DDP on 2 nodes (docs/concepts/breakdown.md): over a 1 Gbit/s link the step's
     exposed communication rises against the five unshaped runs, and the compute-only step (the
     sync-free steps, which send nothing) stays where it was."""
 
@@ -314,7 +314,7 @@ def test_a_slower_link_shows_as_exposed_communication_not_as_compute(runs):
     shaped = row(runs["gbe"])
     cols = ["step_time_ms", "compute_time_ms", "slowest_compute_time_ms", "exposed_comm_fraction", "imbalance_fraction"]
     print(f"\n2-node synthetic, unshaped u1..u5:\n{base[cols].to_string(index=False)}\nover {GBE}:\n{shaped[cols]}")
-    # every row's four shares add up to its step, or it says it was not judged (docs/breakdown.md);
+    # every row's four shares add up to its step, or it says it was not judged (docs/concepts/breakdown.md);
     # the shaped run's is judged
     judged = [check_breakdown(r) for r in base.to_dict("records")]
     print(f"unshaped breakdowns judged: {sum(judged)} of {len(judged)}")
@@ -443,7 +443,7 @@ def test_the_dashboard_shows_a_shaped_link_from_night_5_and_the_slow_node(runs, 
     unshaped = [f"u{k}" for k in range(1, 7)]
     median = {n: sorted(busbw_at(runs[u], n) for u in unshaped)[3] for n in (2, 4)}
     # the healthy week: the four unshaped runs that agree best, as a quiet cluster's nights would
-    # (this machine has one run in a few with a key at half speed, docs/noise.md; the gate's
+    # (this machine has one run in a few with a key at half speed, docs/concepts/noise.md; the gate's
     # immunity to it is test_no_false_alarm_against_five_runs's)
     healthy = sorted(unshaped, key=by_4m)[:4]
     db, name = str(tmp_path / "history.sqlite"), "shaped-from-night-5"

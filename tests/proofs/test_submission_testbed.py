@@ -1,4 +1,4 @@
-"""Submitting to Slurm cannot surprise (docs/cost.md): no profile, no submission; a sweep above
+"""Submitting to Slurm cannot surprise (docs/concepts/cost.md): no profile, no submission; a sweep above
 the profile's confirm_above_node_hours is asked about at a terminal and refused without one
 unless --yes; and a profile's site keys (hostlists, srun options, its time limit) reach the real
 testbed's jobs."""

@@ -155,7 +155,7 @@ def test_status_from_another_shell(testbed_sweep):
 
 
 def test_nic_counters_agree_with_every_multi_node_collective_step(testbed_sweep):
-    """The NIC cross-check on the testbed (docs/telemetry.md): the bytes eth0 sent on each node
+    """The NIC cross-check on the testbed (docs/concepts/telemetry.md): the bytes eth0 sent on each node
     during each 2- and 4-node collective step, all_reduce then all_to_all, against what the
     workload accounts for (a ring's 2(n-1)/n x size per call, (n-1)/n of each all_to_all buffer
     straight to the other ranks, and the link probe). all_to_all is about a fifth of the
@@ -260,7 +260,7 @@ def test_submitit_runs_the_testbed_sweep_to_completed(submitit_sweep):
 # --------------------------------------------------------------------------- jobs that go wrong
 
 # The time limit is 3 minutes: the warning (USR2) is asked for 60 s before it, not 120 s, since
-# Slurm may send it up to 60 s early (docs/sources.md), so it comes 60-120 s in, while the
+# Slurm may send it up to 60 s early (docs/reference/sources.md), so it comes 60-120 s in, while the
 # workload runs. With a 1-minute limit and a lead of 120 s, a CI run of 2026-11-28 had it before
 # the first step: "during none" for both executors, and the submitit task of the broken job
 # killed by USR2 before it had set its handler (signal_lead_s now asks for no such warning).

@@ -152,7 +152,7 @@ def noise_from(node: str, rate: float) -> Iterator[dict[str, int]]:
 
 
 def test_a_neighbour_on_the_link_is_caught_by_the_nic_counters(runs, tmp_path):
-    """The NIC cross-check's other side (docs/telemetry.md): while the 2-node jobs run, bnode2
+    """The NIC cross-check's other side (docs/concepts/telemetry.md): while the 2-node jobs run, bnode2
     sends 40 MB/s of someone else's traffic out of eth0. The eth0 set's all-reduce cannot account
     for those bytes: its rows are a transport mismatch naming bnode2's eth0, and regress fails on
     it. The eth1 set, whose link carried only its own traffic, agrees and is not flagged."""

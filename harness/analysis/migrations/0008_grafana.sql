@@ -1,5 +1,5 @@
 -- only: postgresql
--- Read-only views in the form Grafana's PostgreSQL data source reads (docs/fleet.md, "Grafana"):
+-- Read-only views in the form Grafana's PostgreSQL data source reads (docs/guides/fleet.md, "Grafana"):
 -- a `time` column of a timestamp type, for time series and for annotations (`time`, `text`,
 -- `tags` as a comma-separated string: Grafana's docs, "PostgreSQL annotations"). A run's time
 -- is when it was planned (its plan's `created`, ISO 8601), else when it was added (UTC).

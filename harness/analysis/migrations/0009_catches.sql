@@ -1,4 +1,4 @@
--- What each key could catch (docs/noise.md, "What a key can catch"): the smallest fall of
+-- What each key could catch (docs/concepts/noise.md, "What a key can catch"): the smallest fall of
 -- performance its verdict would have flagged, as a fraction (0.25: a quarter), NULL where it was
 -- not judged; and the fall the gate required every unchanged key to catch (--must-catch). Rows
 -- from before it hold NULL: gate.json did not say.

@@ -1,4 +1,4 @@
-"""The node check on Slurm (docs/nodes.md): one job of every node checked, whose batch shell runs
+"""The node check on Slurm (docs/guides/nodes.md): one job of every node checked, whose batch shell runs
 the check's driver (`python -m harness.nodesteps`), which starts each step as an srun step on
 its one or two nodes through the step script rendered here. One allocation for the whole check,
 so it waits in the queue once and its rounds follow one another without gaps.
@@ -71,7 +71,7 @@ def render_check_script(job: Job, profile: ClusterProfile, plan: Plan) -> str:
     comments = [
         f"# bench node check: {job.nodes} nodes x {job.gpus_per_node} rank(s), cluster profile {profile.name}",
         "# Every node alone, then every pair in rounds of disjoint pairs, each step an srun step on its",
-        "# nodes (docs/nodes.md). Submitted from the run directory, which relative paths are relative to.",
+        "# nodes (docs/guides/nodes.md). Submitted from the run directory, which relative paths are relative to.",
     ]
     nodelist = [f"--nodelist={plan.nodelist}"] if plan.nodelist else []
     lines, _, _ = script_head(job, profile, comments, nodelist)
@@ -144,7 +144,7 @@ def render_step_script(job: Job, profile: ClusterProfile, plan: Plan, overlap: b
 
 class NodesSubmitit(SubmititExecutor):
     """The submitit executor, submitting the check's one job: every task calls
-    `nodesteps.in_submitit_task`, whose first runs the driver (docs/submitit.md)."""
+    `nodesteps.in_submitit_task`, whose first runs the driver (docs/guides/submitit.md)."""
 
     def __init__(self, run: RunDir, timeout_s: float, profile: ClusterProfile, plan: Plan):
         super().__init__(run, timeout_s, profile)

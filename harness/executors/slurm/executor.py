@@ -78,7 +78,7 @@ from harness.rundir import (
 SCRIPT = "job.sbatch"  # in each job's directory
 # squeue states of a job that waits to run; every other state squeue lists is a live one.
 # Final states the cluster caused, not the job: such a job is submitted again, up to the
-# profile's max_attempts (docs/preemption.md).
+# profile's max_attempts (docs/concepts/preemption.md).
 RESUBMITTED = frozenset({"PREEMPTED", "NODE_FAIL", "BOOT_FAIL"})
 QUEUED_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SPECIAL_EXIT"})
 # Bounds on Slurm's commands: consecutive failures of squeue or sacct before the sweep stops
@@ -117,7 +117,7 @@ UNRUNNABLE_GRACE_S = 30.0
 ACCOUNTING_GRACE_S = 300.0
 
 
-# What runs on the nodes with the profile's Python, beside the workloads (docs/containers.md,
+# What runs on the nodes with the profile's Python, beside the workloads (docs/guides/containers.md,
 # "What stays on the host"): the modules each imports, and what is lost without them.
 HOST_MODULES = ("harness.hangs", "harness.telemetry", "harness.nodesteps", "benchmarks.runtime")
 _IMPORT_TIMEOUT_S = 60
@@ -217,7 +217,7 @@ class SlurmExecutor(Executor):
     @classmethod
     def preflight(cls, out: Path, given: str, profile: ClusterProfile | None, warn: Callable[[str], None]) -> None:
         """The run directory must be one the compute nodes see (a warning: bench cannot know),
-        and one a container can mount (docs/containers.md)."""
+        and one a container can mount (docs/guides/containers.md)."""
         if why := looks_local(out):
             warn(
                 f"the run directory {shown(str(out))} may not be visible to the compute nodes: {why}; "

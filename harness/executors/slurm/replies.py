@@ -1,6 +1,6 @@
 """What Slurm's client commands reply, parsed: sbatch's job id, squeue's states and reasons,
 sacct's accounting of each allocation (its earlier runs under the same id too) and its CPU and
-memory figures, in the formats Slurm 22.05 prints (docs/sources.md). Pure: text in, records
+memory figures, in the formats Slurm 22.05 prints (docs/reference/sources.md). Pure: text in, records
 out; the Slurm executor (executor.py) makes the calls.
 """
 

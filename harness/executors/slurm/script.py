@@ -4,7 +4,7 @@ Rendering is pure: a job and a profile in, the script's text out. Values reach t
 two ways, each with its own defence:
 - `#SBATCH` lines are parsed by Slurm, not the shell: a backslash escapes even inside quotes,
   '#' starts a comment, a newline ends the directive and an unmatched quote is fatal
-  (docs/sources.md, Slurm 22.05). Quoting cannot make those safe, so every value there is held to an
+  (docs/reference/sources.md, Slurm 22.05). Quoting cannot make those safe, so every value there is held to an
   allowlist, and relative paths are built from allowlisted job names only.
 - The script body is bash: every value is shell-quoted, except the profile's `setup` lines,
   which are shell by design (the profile's author writes them, like a module file).
@@ -26,7 +26,7 @@ from harness.cluster import CONTAINER_CODE, ClusterProfile
 from harness.plan import PER_STEP, Job, WorkloadRun
 
 # The batch shell gets USR2 this long before the time limit; not USR1, which NCCL has caught in
-# some releases. Slurm may send it up to SLURM_EARLY_S earlier than asked (docs/sources.md,
+# some releases. Slurm may send it up to SLURM_EARLY_S earlier than asked (docs/reference/sources.md,
 # Slurm 22.05), and none is asked that could come in a job's first WARN_AFTER_S, while its shell
 # or tasks may not yet catch it: a submitit task the testbed warned at its start died of it.
 SIGNAL_LEAD_S = 120
@@ -58,7 +58,7 @@ def signal_lead_s(time_limit_min: float) -> int | None:
 def tasks_and_cpus(job: Job, profile: ClusterProfile) -> tuple[int, int]:
     """(tasks per node, CPUs per task): one torchrun agent per node with all the node's CPUs,
     or one srun task per GPU. Never both G tasks and G workers each (the recipes' 16 processes
-    on 4 GPUs, docs/sources.md)."""
+    on 4 GPUs, docs/reference/sources.md)."""
     if job.launcher == "torchrun":
         return 1, profile.cpus_per_gpu * job.gpus_per_node
     return job.gpus_per_node, profile.cpus_per_gpu
@@ -85,7 +85,7 @@ def interpreter(profile: ClusterProfile) -> str:
 
 def sampler_lines(job: Job, profile: ClusterProfile, python: str) -> list[str]:
     """The telemetry sampler, one task per node beside the steps for the job's life
-    (docs/telemetry.md). --overlap lets it share the CPUs, memory and GPUs the steps use (srun(1),
+    (docs/concepts/telemetry.md). --overlap lets it share the CPUs, memory and GPUs the steps use (srun(1),
     Slurm 22.05); the GPUs are asked for so that nvidia-smi sees them where devices are confined.
     The script waits for each node's first sample, so the first workload's start is bracketed,
     and ends the sampler on its way out, which takes a last sample."""
@@ -96,7 +96,7 @@ def sampler_lines(job: Job, profile: ClusterProfile, python: str) -> list[str]:
     return [
         "",
         f"# Every node records its CPU, memory, NIC and GPU counters every {job.sample_s:g} s while the job runs",
-        "# (docs/telemetry.md); run_step marks each workload's start and end.",
+        "# (docs/concepts/telemetry.md); run_step marks each workload's start and end.",
         f"mkdir -p {folder}",
         f"srun {options} --job-name=bench-telemetry {python} -m harness.telemetry sample {folder}"
         f" --interval-s={job.sample_s:g} &",
@@ -127,14 +127,14 @@ def restart_lines(job: Job, python: str) -> list[str]:
     """A job Slurm requeued (preemption, a node failure, `scontrol requeue`) runs the script
     again from the top with SLURM_RESTART_COUNT set (sbatch(1), Slurm 22.05): what the earlier
     run left is removed first, the same files bench removes before it resubmits a job
-    (Job.attempt_files), so that none of it passes for this run's (docs/preemption.md). `python`
+    (Job.attempt_files), so that none of it passes for this run's (docs/concepts/preemption.md). `python`
     (quoted) removes them through the run directory's descriptors, as bench does: `rm` would
     follow a link planted while the job waited, and a link fails the job instead."""
     patterns = job.attempt_files()
     assert all(SAFE_GLOB_RE.fullmatch(p) for p in patterns), patterns  # built from allowlisted names
     return [
         "# Requeued by Slurm: the earlier run's results, logs and samples go before this run starts",
-        "# (docs/preemption.md), through no link.",
+        "# (docs/concepts/preemption.md), through no link.",
         'if [ -n "${SLURM_RESTART_COUNT:-}" ] && [ "$SLURM_RESTART_COUNT" != 0 ]; then',
         f"  {python} -m harness.inside clear {' '.join(_quote(p) for p in patterns)}",
         "fi",
@@ -208,7 +208,7 @@ CONTAINER_NAME = 'bench-"$SLURM_JOB_ID"'
 
 def container_import_lines(profile: ClusterProfile, on_exit: tuple[str, ...] = ()) -> list[str]:
     """The pyxis image imported on every node of the job, before the first timed step and outside
-    every step's limits (docs/containers.md), and removed again on the way out; `on_exit`, what
+    every step's limits (docs/guides/containers.md), and removed again on the way out; `on_exit`, what
     else the EXIT trap must call (the one trap bash keeps). Nothing for Apptainer, whose .sif
     is a file, or no container."""
     c = profile.container
@@ -226,7 +226,7 @@ def container_import_lines(profile: ClusterProfile, on_exit: tuple[str, ...] = (
         "",
         "# The image, imported once a node before the first timed step, outside every step's limits;",
         "# each step then starts the named container this leaves, and the job removes it on its way",
-        "# out (pyxis keeps named containers across jobs by default; docs/containers.md).",
+        "# out (pyxis keeps named containers across jobs by default; docs/guides/containers.md).",
         " ".join([every_node, *(q(o) for o in profile.srun_options), *options, "true"]),
         "remove_container() {",
         f'  {every_node} enroot remove -f "pyxis_bench-$SLURM_JOB_ID" >/dev/null 2>&1 || true',
@@ -237,7 +237,7 @@ def container_import_lines(profile: ClusterProfile, on_exit: tuple[str, ...] = (
 
 def in_container(profile: ClusterProfile, names: Iterable[str]) -> tuple[list[str], str]:
     """(extra srun options, the command's prefix) that run a workload step in the profile's
-    container (docs/containers.md). `names` are the variables bench exports for the step: an
+    container (docs/guides/containers.md). `names` are the variables bench exports for the step: an
     image's own value of a variable wins over the host's in both engines (pyxis's tests,
     "--container-env overriding container variable"; Apptainer's user guide, "Environment from
     the host"), so pyxis is told to keep the host's (--container-env) and Apptainer gets them
@@ -284,7 +284,7 @@ LOCAL_DIRS = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"))
 
 def looks_local(path: Path, mounts: Path = Path("/proc/self/mounts")) -> str | None:
     """Why `path` seems private to this machine, or None: a batch job runs on other nodes, which
-    must see the run directory at the same path (docs/cost.md). The filesystem is the longest
+    must see the run directory at the same path (docs/concepts/cost.md). The filesystem is the longest
     mount point above the path, as /proc/self/mounts lists it (octal escapes for blanks)."""
     path = Path(os.path.abspath(path))
     try:
@@ -368,7 +368,7 @@ def step_command(
     container, python = step_python(profile, names)
     tasks_per_node, cpus = tasks_and_cpus(job, profile)
     # --kill-on-bad-exit: when one rank dies the others stop too, rather than wait in a collective
-    # until the process-group timeout (KillOnBadExit defaults to 0, docs/sources.md).
+    # until the process-group timeout (KillOnBadExit defaults to 0, docs/reference/sources.md).
     # --cpus-per-task again: from Slurm 22.05 srun does not take it from the allocation (22.05
     # release notes: give it to srun, or set SRUN_CPUS_PER_TASK).
     srun = " ".join(
@@ -482,7 +482,7 @@ def warning_comment(job: Job, what: str) -> list[str]:
         ]
     return [
         f"# No time-limit warning: Slurm may send one up to {SLURM_EARLY_S} s early, and this job's limit is too",
-        f"# short for one that could not come in its first {WARN_AFTER_S} s (docs/sources.md).",
+        f"# short for one that could not come in its first {WARN_AFTER_S} s (docs/reference/sources.md).",
     ]
 
 
@@ -496,7 +496,7 @@ def render_script(job: Job, profile: ClusterProfile, timeout_s: float) -> str:
         f"# matrix point: {job.nodes} node(s) x {job.gpus_per_node} GPU(s) per node = world size {job.world_size},"
         f" launcher {job.launcher}, NCCL set {job.nccl_config}",
         f"# workloads, in turn: {' '.join(r.key for r in job.runs)}",
-        *([f"# each workload step runs in the {c.engine} image {c.image} (docs/containers.md)"] if c else []),
+        *([f"# each workload step runs in the {c.engine} image {c.image} (docs/guides/containers.md)"] if c else []),
         "# Submitted from the run directory, which relative paths below are relative to.",
     ]
     lines, env, passed = script_head(job, profile, comments)
@@ -507,7 +507,7 @@ def render_script(job: Job, profile: ClusterProfile, timeout_s: float) -> str:
         "# runs a trap only once the foreground command ends, so each step runs in the background",
         "# while the script waits for it.",
         f"# Beside each step a watcher reads the ranks' progress files: when none has moved for {job.stall_s:g} s",
-        "# it names the rank that held the others, keeps the record and ends the step (docs/hangs.md).",
+        "# it names the rank that held the others, keeps the record and ends the step (docs/guides/hangs.md).",
         "step=none",
         time_limit_trap(job, python, "time limit near during $step"),
         *(mark_lines(job, python) if job.sample_s else []),
@@ -538,8 +538,8 @@ def render_script(job: Job, profile: ClusterProfile, timeout_s: float) -> str:
     if debug or per_step:
         lines += [
             "",
-            "# NCCL's own log of the transport it chose (docs/transport.md) and PyTorch's flight",
-            "# recorder, dumped on a process-group timeout (docs/hangs.md): files per rank",
+            "# NCCL's own log of the transport it chose (docs/concepts/transport.md) and PyTorch's flight",
+            "# recorder, dumped on a process-group timeout (docs/guides/hangs.md): files per rank",
         ]
         lines += exports(debug.items(), profile)
         folders = {"NCCL_DEBUG_FILE": job.nccl_log_dir, "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": job.flight_dir}

@@ -1,4 +1,4 @@
-"""What each Slurm task of a job submitted through submitit runs (docs/submitit.md).
+"""What each Slurm task of a job submitted through submitit runs (docs/guides/submitit.md).
 
 submitit's batch script runs the profile's setup, bench's exports and the rendezvous address
 (script.environment_lines), then one srun of `python -m submitit.core._submit`, which unpickles
@@ -8,7 +8,7 @@ is what the sbatch script runs (the same modules, arguments and variables), and 
 shell's other duties itself:
 - local rank 0 of each node keeps the node's telemetry sampler for the job's life;
 - global rank 0 marks each workload's start and end, and watches its progress files for a
-  stall (docs/hangs.md), ending the step as the sbatch script's watcher does;
+  stall (docs/guides/hangs.md), ending the step as the sbatch script's watcher does;
 - near the time limit (USR2, which Slurm sends to every process of the step), the note of the
   step that was cut short is written, and the children ignore the signal, so that the job runs
   on to its limit and ends TIMEOUT as an sbatch job does.

@@ -1,5 +1,5 @@
 """The submitit executor: the plan's jobs submitted through submitit's AutoExecutor, for sites
-that standardise on submitit (docs/submitit.md).
+that standardise on submitit (docs/guides/submitit.md).
 
 Each job is one `AutoExecutor.submit` of submitit_task.run with the job's Task, into the job's
 own submitit folder (DIR/jobs/<job>/submitit/): submitit writes the batch script and the pickle
@@ -69,7 +69,7 @@ def warning_lead(time_limit_min: float, where: str) -> int:
             f"{where}: time_limit_min {time_limit_min:g} is too short for the submitit executor, which always asks for "
             f"Slurm's time-limit warning: it may come {SLURM_EARLY_S} s early and must come after the first "
             f"{WARN_AFTER_S} s, so the limit must be over {(SLURM_EARLY_S + WARN_AFTER_S) / 60:g} minutes "
-            "(docs/submitit.md); or use --executor slurm"
+            "(docs/guides/submitit.md); or use --executor slurm"
         )
     return lead
 

@@ -1,4 +1,4 @@
-"""Each collective on each node's ranks and on one rank per node, inside one job (docs/sources.md,
+"""Each collective on each node's ranks and on one rank per node, inside one job (docs/reference/sources.md,
 "Groups"): a real local sweep of 1 and 2 emulated nodes of 2 gloo ranks, every collective of the
 catalog (tests/conftest.py, `mixed_run`), checked on every group and keyed by it from the result
 to the summary, the comparison, the plot and the report."""

@@ -70,7 +70,7 @@ def test_real_ranks_report_tokens_flops_and_mfu(tmp_path, parallel, ranks):
 @pytest.mark.slow
 def test_without_a_peak_mfu_is_null_and_one_rank_exposes_no_communication(tmp_path):
     """One rank communicates nothing: its breakdown is all compute by construction, with no
-    sync-free step run (docs/breakdown.md); a one-rank job once showed 18.6% exposed."""
+    sync-free step run (docs/concepts/breakdown.md); a one-rank job once showed 18.6% exposed."""
     out = tmp_path / "t.json"
     bench(
         "run", "transformer", *SMALL_ARGS, "--steps", "2", "--warmup-steps", "0", "--sync-free-steps", "3",

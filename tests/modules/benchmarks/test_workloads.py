@@ -110,7 +110,7 @@ def test_synthetic_weak_and_strong(tmp_path):
         assert res["measured_time_s"] == pytest.approx(max(sum(r) for r in per_rank) / 1e3)
         assert res["params"]["model"] == "resnet18" and res["params"]["amp"] == "off"
         # where the step went: 10 sync-free steps by default, among the 4 measured
-        # (docs/breakdown.md), whose shares add up to the step
+        # (docs/concepts/breakdown.md), whose shares add up to the step
         assert res["params"]["sync_free_steps"] == 10
         check_breakdown(res)
 

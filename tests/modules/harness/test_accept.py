@@ -1,4 +1,4 @@
-"""`bench accept` (docs/accept.md) off the testbed: the acceptance sweep narrowed to the keys the
+"""`bench accept` (docs/guides/accept.md) off the testbed: the acceptance sweep narrowed to the keys the
 profile's references name, and what is refused before anything runs. The acceptance itself runs
 on the Slurm testbed (tests/proofs/test_nodes_testbed.py)."""
 
@@ -55,7 +55,7 @@ def test_a_profile_without_references_is_refused_before_anything_runs(tmp_path, 
 
 def test_a_sweep_the_executor_cannot_run_is_refused_before_the_node_check(tmp_path, slurm_stand_ins):
     """submitit always asks for Slurm's time-limit warning, which a 2-minute limit leaves no room
-    for (docs/submitit.md): refused before the node check takes the cluster's time, not after."""
+    for (docs/guides/submitit.md): refused before the node check takes the cluster's time, not after."""
     profile = tmp_path / "p.yaml"
     profile.write_text(
         "name: lab\ntime_limit_min: 2\nreference:\n"
@@ -67,7 +67,7 @@ def test_a_sweep_the_executor_cannot_run_is_refused_before_the_node_check(tmp_pa
     assert r.stderr.splitlines() == [
         "bench accept: error: cluster profile lab: time_limit_min 2 is too short for the submitit executor, which "
         "always asks for Slurm's time-limit warning: it may come 60 s early and must come after the first 60 s, so "
-        "the limit must be over 2 minutes (docs/submitit.md); or use --executor slurm"
+        "the limit must be over 2 minutes (docs/guides/submitit.md); or use --executor slurm"
     ]
     assert slurm_stand_ins.calls() == []
 
@@ -75,7 +75,7 @@ def test_a_sweep_the_executor_cannot_run_is_refused_before_the_node_check(tmp_pa
 def test_a_node_check_that_wrote_no_record_is_not_accepted(tmp_path, fake_slurm):
     """The node check's job completes (sacct says so) without writing its record (steps.json):
     bench accept exits 3, NOT ACCEPTED, with its verdict.json and report.html and the reason,
-    never a bare exit 2 with nothing to sign (docs/accept.md)."""
+    never a bare exit 2 with nothing to sign (docs/guides/accept.md)."""
     import json
 
     profile = tmp_path / "p.yaml"

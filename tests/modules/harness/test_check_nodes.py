@@ -266,7 +266,7 @@ def _dry_check(tmp_path: Path, profile: str, name: str, *args: str):
 
 def test_a_dry_run_plans_and_prices_a_check_off_the_cluster(local_check, tmp_path):
     """The estimate's round time: the profile's, else the cluster's last check in the history,
-    else none, said so (docs/nodes.md, "Cost"); the hostlist expanded without scontrol."""
+    else none, said so (docs/guides/nodes.md, "Cost"); the hostlist expanded without scontrol."""
     db = tmp_path / "history.sqlite"
     none = _dry_check(tmp_path, "name: lab\n", "a", "--db", str(db))
     assert "64 nodes x 1 rank(s), 2080 steps in 64 rounds" in none.stdout, none.describe()
@@ -307,7 +307,7 @@ def test_a_check_too_short_for_the_warning_asks_for_none_or_is_refused_under_sub
     assert r.stderr.splitlines() == [
         "bench nodes: error: --time-limit: time_limit_min 2 is too short for the submitit executor, which always asks "
         "for Slurm's time-limit warning: it may come 60 s early and must come after the first 60 s, so the limit "
-        "must be over 2 minutes (docs/submitit.md); or use --executor slurm"
+        "must be over 2 minutes (docs/guides/submitit.md); or use --executor slurm"
     ]
 
 

@@ -1,6 +1,6 @@
 """`bench collect` stopped at many points, by Ctrl-C and by kill -9: what a reader then finds is
 the old summary set or the new one, never a mix, and the next collect leaves nothing behind
-(docs/run-directory.md; tests/perf/collect_interrupt.py is the large version)."""
+(docs/reference/run-directory.md; tests/perf/collect_interrupt.py is the large version)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The cost of a sweep before it is submitted (docs/cost.md), counted by hand for the default
+"""The cost of a sweep before it is submitted (docs/concepts/cost.md), counted by hand for the default
 sweep on the example profile."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def test_the_cost_of_the_default_sweep_on_the_example_profile():
     # (7,829.5 img/s), 71 steps (10 warmup, 50 measured, 10 sync-free and one
     # untimed) of 64 images (weak, synthetic and real) and of 256 / 16 (strong); the collectives:
     # 28 sizes from 8 B to 1 GiB, 26 calls each, every call 30 us plus size x its bus factor over
-    # its peak (docs/expected.md): the rings over the node's 8 NICs, 400 GB/s (all_reduce
+    # its peak (docs/concepts/expected.md): the rings over the node's 8 NICs, 400 GB/s (all_reduce
     # 2(16-1)/16; all_gather and reduce_scatter (16-1)/16), all_to_all (15/16) at 93.75 GB/s (half
     # of each rank's S leaves the node, through its NIC's 50). Then each node's 8 ranks over
     # NVLink's 450 GB/s per GPU (factors 2 x 7/8 and 7/8), and the 2 ranks of each local index

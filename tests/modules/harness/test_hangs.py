@@ -1,4 +1,4 @@
-"""Hang attribution (docs/hangs.md): real processes stopped with SIGSTOP, real faulthandler
+"""Hang attribution (docs/guides/hangs.md): real processes stopped with SIGSTOP, real faulthandler
 dumps from ranks blocked in gloo, and the words that name the rank that held the others."""
 
 from __future__ import annotations

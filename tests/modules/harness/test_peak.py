@@ -1,4 +1,4 @@
-"""Expected figures (docs/expected.md): busbw as a % of the peak a cluster profile states, checked
+"""Expected figures (docs/concepts/expected.md): busbw as a % of the peak a cluster profile states, checked
 against a hand computation; and `bench regress --baseline reference`, which judges a run
 against the profile's reference figures without any history."""
 
@@ -16,7 +16,7 @@ from harness.cluster import Hardware, load_profile
 from harness.fields import FieldError
 from harness.present.node_verdict import expected
 
-# 8 NDR400 NICs per node at 50 GB/s, NVLink at 450 GB/s per GPU (docs/expected.md)
+# 8 NDR400 NICs per node at 50 GB/s, NVLink at 450 GB/s per GPU (docs/concepts/expected.md)
 H100 = Hardware(network_gbps_per_node=400, nics_per_node=8, intra_node_gbps_per_gpu=450)
 # 8 HDR200 NICs at 25 GB/s, NVLink 3 at 300 GB/s per GPU
 A100 = Hardware(network_gbps_per_node=200, nics_per_node=8, intra_node_gbps_per_gpu=300)
@@ -91,7 +91,7 @@ def test_the_network_needs_its_nic_count():
 
 
 def test_the_node_check_judges_each_step_against_its_own_peak(tmp_path):
-    """bench nodes' hardware rule (docs/nodes.md): a pair's all-reduce of 2 x 8 H100 against the
+    """bench nodes' hardware rule (docs/guides/nodes.md): a pair's all-reduce of 2 x 8 H100 against the
     rings over 8 NICs (400 GB/s, not a GPU's share, 50, which passed a pair at an eighth of its
     links), its exchange against each rank's NIC (50), the node's all-reduce against NVLink."""
     (tmp_path / "p.yaml").write_text(

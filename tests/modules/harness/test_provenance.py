@@ -1,4 +1,4 @@
-"""Which bench measured a run (docs/provenance.md): recorded in the plan, each result and the
+"""Which bench measured a run (docs/concepts/provenance.md): recorded in the plan, each result and the
 summary, and judged by compare when two runs were measured by different benches."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def _older_bench(real_run, dst):
 
 
 def test_which_bench_measured_a_run_is_recorded_and_judged(real_run, tmp_path):
-    """docs/provenance.md: `bench --version`; the bench, torch and Python in plan.json, the
+    """docs/concepts/provenance.md: `bench --version`; the bench, torch and Python in plan.json, the
     summary and the history; a comparison across measurement rules refused, then passed with
     --allow-rules-change, saying so."""
     from importlib import metadata
@@ -72,7 +72,7 @@ def test_which_bench_measured_a_run_is_recorded_and_judged(real_run, tmp_path):
     bench("history", "add", str(old), "--create", "--cluster", "lab", "--db", str(other))
     gate = regress(real_run, other, tmp_path / "gate")
     assert gate.returncode == 2 and "--allow-rules-change" in gate.stderr, gate.describe()
-    # other rules are another series (docs/fleet.md): shown, not judged, unless across series
+    # other rules are another series (docs/guides/fleet.md): shown, not judged, unless across series
     allowed = regress(real_run, other, tmp_path / "gate2", "--allow-rules-change")
     said = " ".join(allowed.stdout.split())
     assert allowed.returncode == 3 and "measurement_rules 1 -> 2" in said, allowed.describe()

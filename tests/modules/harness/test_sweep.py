@@ -78,7 +78,7 @@ def local_run(tmp_path_factory, sweep_tmp):
 
 def test_a_sweep_leaves_nothing_in_tmp(local_run, sweep_tmp):
     """Nothing outside the run directory is left: a torchrun agent given no --log-dir leaves an
-    empty torchelastic_* tree in TMPDIR, one per agent and launch (docs/sources.md)."""
+    empty torchelastic_* tree in TMPDIR, one per agent and launch (docs/reference/sources.md)."""
     assert left_in_tmp(sweep_tmp) == []
 
 
@@ -146,7 +146,7 @@ def test_summary_rows_and_values(local_run):
         (("synthetic", "weak"), 4),
     ]
     assert (train["images_per_s"] > 0).all()
-    # the breakdown's columns (docs/breakdown.md) on every training row, none on the collectives'
+    # the breakdown's columns (docs/concepts/breakdown.md) on every training row, none on the collectives'
     for row in records(train):
         check_breakdown(row)
     assert ar[["compute_time_ms", "exposed_comm_fraction", "imbalance_fraction"]].isna().all().all()
@@ -176,7 +176,7 @@ def test_summary_rows_and_values(local_run):
 
 
 def test_each_job_was_sampled_while_its_workloads_ran(local_run):
-    """The local executor's sampler (docs/telemetry.md): one host file per job, each workload's
+    """The local executor's sampler (docs/concepts/telemetry.md): one host file per job, each workload's
     start and end marked inside the sampled span; loopback is not a NIC, so nothing is judged."""
     out, _ = local_run
     summary = pd.read_csv(out / "summary.csv")

@@ -1,4 +1,4 @@
-"""Per-node telemetry (docs/telemetry.md): the dmon parser against recorded nvidia-smi output, the
+"""Per-node telemetry (docs/concepts/telemetry.md): the dmon parser against recorded nvidia-smi output, the
 sampler as a real process (with a fake nvidia-smi that replays a recording), the bytes the
 collectives account for, worked by hand, and the NIC cross-check's verdicts."""
 

@@ -1,6 +1,6 @@
 """A collective whose output check finds a wrong element fails, as nccl-tests fails it: the ranks
 exit 1 after writing their result, the job fails, its rows are WRONG_RESULTS, and regress fails
-each such key naming "wrong results" (docs/sources.md, "The output check"). The wrong elements
+each such key naming "wrong results" (docs/reference/sources.md, "The output check"). The wrong elements
 come from tests/fakes/wrong (rank 1 adds 1 to an element of every all_reduce); the ranks, gloo
 and the check are real."""
 

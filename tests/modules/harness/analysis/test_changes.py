@@ -1,4 +1,4 @@
-"""Change points (docs/noise.md): the energy statistic against its definition, a step found and
+"""Change points (docs/concepts/noise.md): the energy statistic against its definition, a step found and
 noise left alone, and `history changes` naming the run a step started with."""
 
 from __future__ import annotations

@@ -152,7 +152,7 @@ def test_too_few_samples_cannot_be_judged(real_run, tmp_path, history_of):
 
 def test_the_first_nights_fail_only_beyond_the_provisional_margin(real_run, tmp_path, history_of):
     """With one run in the history, the within-run test calls a 33% fall slower, but a run-to-run
-    fall of that size is noise on this machine (docs/noise.md): the gate's first nights hold it
+    fall of that size is noise on this machine (docs/concepts/noise.md): the gate's first nights hold it
     and say so; a fall of 60%, beyond the margin of 40%, fails. --provisional-margin 0% judges
     by --threshold alone, as before. (Neither a 20% nor a 33% fall was always significant within
     a run of this machine's loopback samples, and then nothing was held to be said: the copies'
@@ -560,7 +560,7 @@ def test_a_key_too_noisy_to_catch_a_halving_is_named_and_cannot_pass(real_run, t
 
 
 def test_what_a_key_can_catch_worked_by_hand(real_run, tmp_path, history_of):
-    """docs/noise.md's worked example, "What a key can catch": five nights at time factors 1, 1.1,
+    """docs/concepts/noise.md's worked example, "What a key can catch": five nights at time factors 1, 1.1,
     0.95, 1.05 and 1 of one run. On the log scale of a rate the values lie 0, -0.0953, +0.0513,
     -0.0488 and 0 from the first; their median is 0 and their MAD 0.0488, so the spread is
     1.4826 x 0.0488 x 1.206 (K = 5) = 0.0872 and the band's low end exp(-4 x 0.0872) = 0.7054 of

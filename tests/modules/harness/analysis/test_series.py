@@ -1,4 +1,4 @@
-"""What a series is (harness/analysis/series.py, docs/fleet.md): the stack a run ran on, a new
+"""What a series is (harness/analysis/series.py, docs/guides/fleet.md): the stack a run ran on, a new
 series where it changes, baselines from the run's own series, and `history list` saying why."""
 
 from __future__ import annotations

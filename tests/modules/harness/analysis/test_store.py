@@ -1,4 +1,4 @@
-"""Where a history lives (harness/analysis/store.py, docs/fleet.md): an SQLite file or a
+"""Where a history lives (harness/analysis/store.py, docs/guides/fleet.md): an SQLite file or a
 PostgreSQL database on a real server (tests/postgres.py), the numbered migrations and what a
 history at another schema gets, and the one line a server that cannot be reached gives."""
 
@@ -339,7 +339,7 @@ def test_grafana_reads_the_views_as_a_reader_that_cannot_write(judged_history, p
     r = bench("history", "add", str(new), "--create", "--cluster", "lab", "--db", reader, check=False)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.describe()
     assert "permission denied" in r.stderr and "grafana-secret" not in r.stderr + r.stdout
-    # a writer as docs/fleet.md grants one: table privileges alone
+    # a writer as docs/guides/fleet.md grants one: table privileges alone
     postgres.sql("CREATE ROLE nightly LOGIN PASSWORD 'nightly-secret'")
     postgres.sql("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO nightly", database="fleet")
     writer = postgres.url("fleet", user="nightly", password="nightly-secret")

@@ -1,4 +1,4 @@
-"""`bench history copy FROM TO` (harness/analysis/transfer.py, docs/fleet.md): a history moved
+"""`bench history copy FROM TO` (harness/analysis/transfer.py, docs/guides/fleet.md): a history moved
 from SQLite to PostgreSQL and back is the same, table by table; a second copy adds nothing; a
 run held under the same identity with other figures is refused and nothing is copied."""
 

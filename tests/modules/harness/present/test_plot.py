@@ -335,7 +335,7 @@ def test_comparison_plots_draw_each_run_s_p10_p90_band_from_its_pooled_samples()
 
 
 def test_the_step_breakdown_stacks_each_job_s_parts_in_the_bars_it_draws():
-    """Each job's step (docs/breakdown.md): the four shares the summary holds, which add up to
+    """Each job's step (docs/concepts/breakdown.md): the four shares the summary holds, which add up to
     the step, stacked; a row not judged (noise) is not drawn. The 4-node, 2-GPU job: compute
     0.6, imbalance 0.05, data wait 0.15, exposed 0.2."""
     df = training("weak")

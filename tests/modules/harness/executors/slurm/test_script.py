@@ -126,7 +126,7 @@ def test_every_step_runs_in_the_container_with_bench_s_variables(tmp_path, engin
 
 
 def test_pyxis_imports_the_image_once_a_job_outside_the_step_limits(tmp_path):
-    """docs/containers.md: one srun imports the image on every node before the first timed step
+    """docs/guides/containers.md: one srun imports the image on every node before the first timed step
     (the hang watcher's stall limit and a node check step's --time never see the pull); every
     step names the same container, of this job alone, and the job removes it on its way out.
     bash runs the script's lines with srun and enroot standing in, each printing its argv."""
@@ -278,7 +278,7 @@ def test_gpu_request_styles_and_time_format():
 
 def test_the_warning_never_comes_in_a_jobs_first_minute():
     """Asked for L s before a limit of T s, Slurm's USR2 comes between T - L - 60 and T - L
-    (docs/sources.md): L is 120 where T - 120 - 60 >= 60, T - 120 below that, and no warning
+    (docs/reference/sources.md): L is 120 where T - 120 - 60 >= 60, T - 120 below that, and no warning
     where that leaves under 1 s. 2.02 minutes is 121.2 s, given as 122."""
     minutes = [30, 4, 3, 2.5, 2.02, 2, 1, 0.1]
     assert [signal_lead_s(m) for m in minutes] == [120, 120, 60, 30, 2, None, None, None]

@@ -44,7 +44,7 @@ sbatch_options:
 srun_options: [--mpi=pmix, --cpu-bind=cores]
 """
 
-# Directives one writer has and the other has not, by design (docs/submitit.md): the logs'
+# Directives one writer has and the other has not, by design (docs/guides/submitit.md): the logs'
 # paths, submitit's wckey, append mode and working directory, and the signal (B:USR2 to the
 # batch shell for the sbatch script, USR2 to the step's tasks for submitit).
 OWN = {"--output", "--error", "--signal", "--wckey", "--open-mode", "--chdir"}
@@ -170,7 +170,7 @@ def test_a_container_profile_is_refused_before_anything_is_written(tmp_path):
 
 @pytest.mark.parametrize(("minutes", "signal"), [(3, "USR2@60"), (2.5, "USR2@30"), (2.02, "USR2@2")])
 def test_a_short_limit_asks_for_the_warning_after_the_tasks_have_started(site, tmp_path, minutes, signal):
-    """Slurm may warn 60 s before it was asked (docs/sources.md): the lead leaves the tasks
+    """Slurm may warn 60 s before it was asked (docs/reference/sources.md): the lead leaves the tasks
     60 s to start. 2.02 minutes is 122 s rounded up, so a lead of 122 - 60 - 60 = 2 s."""
     job = dataclasses.replace(_jobs()[0], time_limit_min=minutes)
     text = _submitit_script(parameters(job, site, tmp_path), tmp_path / "submitit")
@@ -193,7 +193,7 @@ def test_a_limit_too_short_for_the_warning_is_refused_before_anything_is_written
     assert r.stderr.strip().splitlines() == [
         f"bench sweep: error: {named}: time_limit_min 2 is too short for the submitit executor, which always asks "
         "for Slurm's time-limit warning: it may come 60 s early and must come after the first 60 s, so the limit "
-        "must be over 2 minutes (docs/submitit.md); or use --executor slurm"
+        "must be over 2 minutes (docs/guides/submitit.md); or use --executor slurm"
     ]
     # the Slurm executor asks for no warning instead, and writes the job
     r = bench("sweep", str(sweep), *args[2:], "--executor", "slurm", check=False)
