@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 class Builder:
     """The summary built an add at a time (a result's rows, or a row where no result is): each
     column is one value per add, repeated over the add's rows in C, unless the add gives it row
-    by row (a collective's figures). 100,000 rows from 4,000 results cost 4,000 adds of a few
-    lists each, not 100,000 rows of 60 columns."""
+    by row (a collective's figures): a result's rows are one add of a few lists, not a row of
+    60 columns each."""
 
     def __init__(self) -> None:
         self.counts: list[int] = []  # rows per add
@@ -111,7 +111,7 @@ class Builder:
 def _repeated(values: list, arrow: pa.DataType, repeated: pa.Array) -> pa.Array:
     """A column of one value per add, each repeated over its add's rows (`repeated`: each row's
     add). One value throughout (a run's device, or null for every collective row's images/s)
-    is repeated without a gather: each gather of 100,000 rows costs 2 ms."""
+    is repeated without a gather of every row."""
     import pyarrow as pa
 
     first = values[0] if values else None
@@ -123,7 +123,7 @@ def _repeated(values: list, arrow: pa.DataType, repeated: pa.Array) -> pa.Array:
 class _WholeColumns(dict):
     """A Builder's columns as whole lists, each made on first use (the row-wise ones, n_samples).
     It holds the builder's lists, not the builder: a cycle would keep every row alive until
-    the cycle collector walked them all (0.25 s at 100,000 rows)."""
+    the cycle collector walked them all."""
 
     def __init__(self, counts: list[int], consts: list[dict[str, Any]], per_row: list[dict[str, list]]) -> None:
         super().__init__()

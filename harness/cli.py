@@ -34,7 +34,7 @@ from harness.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, BenchError, one_line
 
 # The command groups, in the order `bench --help` lists them, with the commands each adds
 # (tests/modules/harness/test_cli.py holds each to what it adds). A command loads its own group
-# alone: regress is spared the others' imports, 0.07 s of its 0.28 s.
+# alone: regress is spared the others' imports, a quarter of its start.
 GROUPS = {
     "harness.commands.sweeps": ("sweep", "run", "collect", "plot", "status"),
     "harness.commands.judging": ("compare", "regress", "report", "export", "transport"),
@@ -43,8 +43,7 @@ GROUPS = {
 }
 
 # The commands whose work is Arrow tables: pyarrow comes up with the C library's malloc as its
-# default pool, not mimalloc, with which on the 2-core VM regress against median:30 of
-# 100,000-row runs took 3.59 s against 3.13 s, medians of six alternated, and 12% more memory
+# default pool, not mimalloc, with which regress of large runs took longer and more memory
 # (docs/reference/sources.md, "Arrow's allocator").
 TABLE_COMMANDS = frozenset({"collect", "plot", "compare", "regress", "report", "export", "history", "dashboard"})
 POOL_VARIABLE = "ARROW_DEFAULT_MEMORY_POOL"

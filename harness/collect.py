@@ -162,7 +162,7 @@ class _Environments:
 def _without_cycle_collection() -> Iterator[None]:
     """Building a summary makes millions of small lists, dicts and tuples, none in a cycle;
     Python's cycle collector would walk them over and over, a third of collect's time at 100,000
-    rows (measured: 1.45 s against 0.93 s). Reference counting still frees everything."""
+    rows. Reference counting still frees everything."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -302,9 +302,8 @@ def _gather(
     return _Part(summary, out.samples(summary), envs, slow)
 
 
-# Jobs a worker process is worth. A job's result costs about 0.15 ms to read, check and add; a
-# worker adds its fork and its part's Arrow streams. Measured at 200 jobs: 0.36 s with a worker
-# and without; at 400, 0.38-0.39 s against 0.40 s.
+# Jobs a worker process is worth: a worker adds its fork and its part's Arrow streams, which the
+# results of 200 jobs pay for, and fewer do not (docs/reference/run-directory.md, "Collect").
 WORKER_JOBS = 200
 
 
@@ -422,7 +421,7 @@ def _add_result(out: Builder, head: dict[str, Any], result: dict[str, Any]) -> b
         # (all_to_all, alltoallv, sendrecv) beside others that have one.
         if not rows:
             raise ValueError("no rows")
-        # a set comparison of each row's keys, in C: a generator over 13 fields took 0.2 s at 100,000 rows
+        # a set comparison of each row's keys, in C, not a generator over its 13 fields
         rows = [r if r.keys() >= _ROW_DEFAULTS.keys() else {**_ROW_DEFAULTS, **r} for r in rows]
         per_row = dict(zip(_ROW_FIELDS, map(list, zip(*map(_row_getter, rows)))))
         per_row["collective"] = [r["collective"] for r in rows]

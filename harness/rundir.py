@@ -118,7 +118,7 @@ def _write_job_files(
             try:
                 for name, text in named.items():
                     # 0o666: the process's umask applies, as to any file a tool creates. Bytes
-                    # to the descriptor, with no file object: 10 us a file less.
+                    # to the descriptor, with no file object, for each of thousands of files.
                     fd = os.open(name, flags, 0o666, dir_fd=job_fd)
                     try:
                         write_all(fd, text.encode())
@@ -324,7 +324,7 @@ class RunDir:
         """write_job_files' files, not yet flushed: whether there were any. Names are opened
         relative to their directory; from WORKER_JOBS jobs on, the second half is rendered and
         written by a forked worker (harness/forked.py) while this process does the first: the
-        kernel's part, 35-130 us a directory or file on this project's machine, is most of it."""
+        kernel's part, a directory and a file per job, is most of it."""
         (self.path / "jobs").mkdir(exist_ok=True)
         if len(jobs) < WORKER_JOBS:
             return _write_job_files(self.path / "jobs", jobs, files)
@@ -349,8 +349,8 @@ class RunDir:
         """plan.json with one job per line. Every job of a sweep runs the same workloads, so
         they are stored once, under "runs", rather than in each job. With `files`, each job's
         files come first (write_job_files), flushed to disk by a thread while plan.json's text
-        is made, since syncfs mostly waits on the disk (0.01 s of its 0.11 s on the processor,
-        10,000 jobs' files); plan.json, the commit point, is written once they are on disk."""
+        is made, since syncfs mostly waits on the disk, not the processor; plan.json, the commit
+        point, is written once they are on disk."""
         with contextlib.ExitStack() as stack:
             flushed = None
             if files is not None and self._create_job_files(jobs, files):

@@ -437,9 +437,9 @@ def _decode(
     try:
         stored = pq.ParquetFile(io.BytesIO(summary_blob))
         schema = stored.schema_arrow
-        # its texts as dictionaries: a tenth of the time of decoding 100,000 texts each; in one
-        # thread, since a baseline's reads are decoded beside the draw already (_Ahead): regress
-        # against a month, eight alternated runs, median 2.005 s against 2.055 s with Arrow's pool
+        # its texts as dictionaries: a tenth of the time of decoding each text; in one thread,
+        # since a baseline's reads are decoded beside the draw already (_Ahead), and Arrow's pool
+        # of threads gained nothing more (docs/guides/fleet.md, "A large run against a month of nights")
         if columns:
             part = [c for c in columns if c in schema.names]
             chunks = _Stored(summary_blob, stored.metadata, schema, part) if shared is not None else None
@@ -508,8 +508,8 @@ class _Stored:
 class _Shared:
     """The columns the first entry a baseline decodes lends to those decoded after it: nightly
     runs of one plan store their keys, states and counts as the same bytes night after night,
-    their figures alone differ, and a column stored as the lender's is not decoded again (a
-    month of nights' thirty reads: 0.34 -> 0.10 s). Used by one thread."""
+    their figures alone differ, and a column stored as the lender's is not decoded again: most
+    of a month of nights' thirty reads. Used by one thread."""
 
     def __init__(self) -> None:
         self.table: pa.Table | None = None
@@ -743,8 +743,8 @@ class _Ahead:
     """A baseline's reads of its entries' summaries. The draw reads the same columns of each
     entry in turn, newest first: those are fetched here and decoded and checked by one thread
     a few entries ahead of the draw, since Arrow's Parquet reader lets go of the interpreter's
-    lock while the draw chooses rows (a month of nights drawn alone: 0.95 -> 0.74 s; less
-    beside regress's worker, which has the other core). An entry's error is raised when the
+    lock while the draw chooses rows (docs/guides/fleet.md, "A large run against a month of
+    nights"). An entry's error is raised when the
     draw reads it, as without the thread; one never read is never raised. The newest entry's
     read of every column is done by the thread too, first; any other read is done here.
     Leaving the block ends the thread: a process with a thread never forks (harness/forked.py)."""

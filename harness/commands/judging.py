@@ -228,9 +228,9 @@ def cmd_regress(args: argparse.Namespace) -> int:
 
 def _run_and_baseline(args: argparse.Namespace, db: Location) -> tuple[Side, Side, history.NewSeries | None]:
     """The run under test, loaded by a forked worker, and its baseline, drawn from the history by
-    this process meanwhile (harness/forked.py): at 100,000 keys against a month of nights,
-    1.4-1.5 s side by side where one after the other took 1.7-2.1 s (docs/guides/fleet.md, "A large
-    run against a month of nights"). The baseline needs only the stack the run ran on, read from
+    this process meanwhile (harness/forked.py), side by side rather than one after the other
+    (docs/guides/fleet.md, "A large run against a month of nights"). The baseline needs only the
+    stack the run ran on, read from
     its plan and its summary's footer. A run that cannot be read is said before anything of the
     history, as when the two were done in turn."""
     run_dir = RunDir(args.dir)

@@ -106,7 +106,7 @@ def write_all(
 # What making each output costs, in microseconds a row, measured at 100,000 keys on the 2-core
 # VM (only their ratios matter): a test case's row of junit.xml, a key's bands in gate.json, a
 # key report.md lists (all but those unchanged), and the worker's fork and hand-over; and what
-# this process prints beside the worker, where it prints (regress's comparison: 0.03 s)
+# this process prints beside the worker, where it prints (regress's comparison)
 JUNIT_US, GATE_US, LISTED_US, HANDOVER_US, PRINTED_US = 2.9, 1.4, 2.6, 0.5, 0.3
 
 
@@ -140,7 +140,7 @@ def _worker_share(config: pd.Series, fraction: float) -> npt.NDArray[np.bool_]:
 
 def _share(t: pd.DataFrame, strict: bool, worker: bool, printed: bool) -> tuple[list[str], list[str]]:
     """The test cases and kinds of the worker's share of the table's, or of the rest. Each
-    process finds the shares itself (0.05 s at 100,000 keys), the worker from the start."""
+    process finds the shares itself, the worker from the start."""
     config = _configurations(t)
     theirs = _worker_share(config, _worker_fraction(t, printed))
     return _testcases(t, strict, config, theirs if worker else ~theirs)
