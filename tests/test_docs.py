@@ -130,7 +130,7 @@ def test_every_page_the_code_and_the_docs_cite_exists():
     """A `docs/...md` named in a comment, a message or a page is a page of docs/: a page moved
     or renamed leaves no citation behind."""
     cited: dict[str, set[str]] = {}
-    sources = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *(ROOT / "docs").rglob("*.md")]
+    sources = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "CHANGELOG.md", *(ROOT / "docs").rglob("*.md")]
     for folder in ("harness", "benchmarks", "tests", "recipes", "sweeps", ".ci"):
         sources += [p for p in (ROOT / folder).rglob("*") if p.is_file() and p.suffix in (".py", ".sh", ".yaml", "")]
     for path in sources:

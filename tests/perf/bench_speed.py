@@ -34,7 +34,7 @@ def _bytecode(tmp_path_factory):
 def _as_installed(_bytecode, monkeypatch):
     """Each timed command runs as an installed bench does: with its modules' bytecode, compiled
     once. This machine sets PYTHONDONTWRITEBYTECODE=1, under which every command compiled bench's
-    70 modules from source: 0.1 s of each (CONTRIBUTING.md, "Speed"), which no user's install
+    70 modules from source: 0.1 s of each (CHANGELOG.md, "Speed, as measured"), which no user's install
     pays. The bytecode goes to a directory of the session's (PYTHONPYCACHEPREFIX), never into
     the checkout; each benchmark's warm-up round fills it."""
     monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
