@@ -247,134 +247,164 @@ def judge(
     population of pairs' figures each divided by the lesser score of its two nodes. When most
     figures of a metric failed, the check failed, not the nodes: nothing is named by that
     metric, and it says why."""
-    failures = failures or {}
-    findings: dict[str, Finding] = {}
-    cluster: list[str] = []
-    unjudged: list[str] = []
-    populations: dict[str, Population] = {}
-    scores: dict[str, dict[str, float]] = {}
+    judging = _Judging(threshold, expected, failures or {})
+    judging.nodes_alone(node_figures)
+    judged = judging.nodes_by_their_pairs(names, pair_figures)
+    links = judging.links(judged)
+    order = {n: i for i, n in enumerate(names)}
+    return Verdict(
+        names=names,
+        node_figures=node_figures,
+        node_scores=judging.scores,
+        pair_figures=pair_figures,
+        populations=judging.populations,
+        nodes=sorted(judging.findings.values(), key=lambda f: order.get(f.nodes[0], 0)),
+        links=sorted(links.values(), key=lambda f: tuple(order.get(n, 0) for n in f.nodes)),
+        cluster=judging.cluster,
+        unjudged=judging.unjudged,
+    )
 
-    def name(node: str, why: str) -> None:
-        findings.setdefault(node, Finding((node,))).reasons.append(why)
 
-    def against(metric: str, values: dict[str, float], noise: float = 0.0) -> None:
+class _Judging:
+    """What `judge` finds as it goes, stage by stage: the nodes named and why, what the cluster
+    as a whole shows, what could not be judged, and each metric's population and node scores."""
+
+    def __init__(self, threshold: float, expected: Mapping[str, float | None], failures: Mapping[str, str]):
+        self.threshold, self.expected, self.failures = threshold, expected, failures
+        self.findings: dict[str, Finding] = {}
+        self.cluster: list[str] = []
+        self.unjudged: list[str] = []
+        self.populations: dict[str, Population] = {}
+        self.scores: dict[str, dict[str, float]] = {}
+        self.noises: dict[str, float] = {}
+
+    def name(self, node: str, why: str) -> None:
+        self.findings.setdefault(node, Finding((node,))).reasons.append(why)
+
+    def against(self, metric: str, values: dict[str, float], noise: float = 0.0) -> None:
         """Name the nodes whose figure lies low against the other nodes' (each node is left out
         of its own population, so that with few nodes a slow one does not widen the spread it
         is judged by), and against the stated hardware."""
         label, unit, _ = METRICS[metric]
         if len(values) >= MIN_NODES:
-            populations[metric] = Population.of(values.values(), threshold, noise)
-            others = Population.leave_one_out(list(values.values()), threshold, noise)
+            self.populations[metric] = Population.of(values.values(), self.threshold, noise)
+            others = Population.leave_one_out(list(values.values()), self.threshold, noise)
             for (node, v), pop in zip(values.items(), others):
                 if v < pop.low:
                     below = 1 - v / pop.centre if pop.centre else 0.0
-                    name(
+                    self.name(
                         node, f"{label} {_fmt(v)} {unit}, {below:.0%} below the other nodes' median {_fmt(pop.centre)}"
                     )
         else:
-            unjudged.append(f"{label}: {len(values)} node(s) measured; the population takes {MIN_NODES}")
-        want = expected.get(metric)
+            self.unjudged.append(f"{label}: {len(values)} node(s) measured; the population takes {MIN_NODES}")
+        want = self.expected.get(metric)
         if want:
             floor = EXPECTED_SHARE * want
             centre = statistics.median(values.values()) if values else None
             if centre is not None and centre < floor:
-                cluster.append(
+                self.cluster.append(
                     f"{label}: the median node's {_fmt(centre)} {unit} is below {EXPECTED_SHARE:.0%} of the "
                     f"stated hardware's {_fmt(want)}: a setting every node shares, not one node"
                 )
             else:
                 for node, v in values.items():
                     if v < floor:
-                        name(node, f"{label} {_fmt(v)} {unit}, below {EXPECTED_SHARE:.0%} of the stated {_fmt(want)}")
+                        self.name(
+                            node, f"{label} {_fmt(v)} {unit}, below {EXPECTED_SHARE:.0%} of the stated {_fmt(want)}"
+                        )
 
-    def systemic(metric: str, lost: int, total: int, first: str, what: str) -> bool:
+    def systemic(self, metric: str, lost: int, total: int, first: str, what: str) -> bool:
         """Most figures of a metric failed (`lost` of `total`, the first `first`): the check's
         setup, not the nodes; nothing is named by it."""
         if lost <= total / 2:
             return False
-        unjudged.append(
+        self.unjudged.append(
             f"{METRICS[metric][0]}: {lost} of {total} {what} failed (first: "
-            f"{failures.get(first, 'no result')}): the check's setup, profile or software, not a node; "
+            f"{self.failures.get(first, 'no result')}): the check's setup, profile or software, not a node; "
             "nothing is named by it"
         )
         return True
 
-    for metric, figures in node_figures.items():
-        label = METRICS[metric][0]
-        lost = [node for node, v in figures.items() if v is None]
-        if systemic(metric, len(lost), len(figures), lost[0] if lost else "", "nodes"):
-            continue
-        for node, v in figures.items():
-            if v is None:
-                name(node, f"{label} failed: {failures.get(node, 'no result')}")
-        against(metric, {n: v for n, v in figures.items() if v is not None})
+    def nodes_alone(self, node_figures: dict[str, dict[str, float | None]]) -> None:
+        """Each node by its own steps' figures: a failed step names it, a low figure too."""
+        for metric, figures in node_figures.items():
+            label = METRICS[metric][0]
+            lost = [node for node, v in figures.items() if v is None]
+            if self.systemic(metric, len(lost), len(figures), lost[0] if lost else "", "nodes"):
+                continue
+            for node, v in figures.items():
+                if v is None:
+                    self.name(node, f"{label} failed: {self.failures.get(node, 'no result')}")
+            self.against(metric, {n: v for n, v in figures.items() if v is not None})
 
-    import numpy as np
+    def nodes_by_their_pairs(
+        self, names: list[str], pair_figures: dict[str, dict[tuple[str, str], float | None]]
+    ) -> dict[str, _Pairs]:
+        """Each node by the median of its pairs' figures (a failed pair counting 0), against the
+        other nodes': the pair metrics judged, by metric (a metric most of whose pairs failed
+        is not)."""
+        import numpy as np
 
-    noises: dict[str, float] = {}
-    judged: dict[str, _Pairs] = {}
-    previous = None
-    for metric, by_pair in pair_figures.items():
-        pairs = previous = _Pairs.of(by_pair, names, previous)
-        failed = np.isnan(pairs.value)
-        first = " ".join(pairs.keys[int(np.argmax(failed))]) if failed.any() else ""
-        if not systemic(metric, int(failed.sum()), len(failed), first, "pairs"):
-            judged[metric] = pairs
-    for metric, pairs in judged.items():
-        # Each node's pairs, in the order the figures came (_Pairs.by_node)
-        values = np.repeat(pairs.value, 2)[pairs.by_node]
-        lost = np.isnan(values)
-        starts, counts = pairs.bounds[:-1], np.diff(pairs.bounds)
-        n_lost = np.add.reduceat(lost.astype(np.intp), starts) if len(starts) else starts
-        medians = _group_medians(np.where(lost, 0.0, values), counts)
-        # A node most of whose pairs failed is named for that, and left out of the population,
-        # where its zeros would widen the spread the others are judged by.
-        score = scores[metric] = {}
-        for k, node in enumerate(pairs.nodes):  # in the order each node first came
-            if n_lost[k] > counts[k] / 2:
-                start = starts[k]
-                failed = pairs.keys[pairs.by_node[start + int(np.argmax(lost[start : start + counts[k]]))] // 2]
-                why = failures.get(" ".join(failed), "no result")
-                name(node, f"{METRICS[metric][0]}: {n_lost[k]} of {counts[k]} pairs failed (first: {why})")
-            else:
-                score[node] = float(medians[k])
-        noises[metric] = pair_noise(pairs.ratios(score)[1])
-        against(metric, score, noises[metric])
+        judged: dict[str, _Pairs] = {}
+        previous = None
+        for metric, by_pair in pair_figures.items():
+            pairs = previous = _Pairs.of(by_pair, names, previous)
+            failed = np.isnan(pairs.value)
+            first = " ".join(pairs.keys[int(np.argmax(failed))]) if failed.any() else ""
+            if not self.systemic(metric, int(failed.sum()), len(failed), first, "pairs"):
+                judged[metric] = pairs
+        for metric, pairs in judged.items():
+            # Each node's pairs, in the order the figures came (_Pairs.by_node)
+            values = np.repeat(pairs.value, 2)[pairs.by_node]
+            lost = np.isnan(values)
+            starts, counts = pairs.bounds[:-1], np.diff(pairs.bounds)
+            n_lost = np.add.reduceat(lost.astype(np.intp), starts) if len(starts) else starts
+            medians = _group_medians(np.where(lost, 0.0, values), counts)
+            # A node most of whose pairs failed is named for that, and left out of the population,
+            # where its zeros would widen the spread the others are judged by.
+            score = self.scores[metric] = {}
+            for k, node in enumerate(pairs.nodes):  # in the order each node first came
+                if n_lost[k] > counts[k] / 2:
+                    start = starts[k]
+                    failed = pairs.keys[pairs.by_node[start + int(np.argmax(lost[start : start + counts[k]]))] // 2]
+                    why = self.failures.get(" ".join(failed), "no result")
+                    self.name(node, f"{METRICS[metric][0]}: {n_lost[k]} of {counts[k]} pairs failed (first: {why})")
+                else:
+                    score[node] = float(medians[k])
+            self.noises[metric] = pair_noise(pairs.ratios(score)[1])
+            self.against(metric, score, self.noises[metric])
+        return judged
 
-    links: dict[tuple[str, str], Finding] = {}
-    for metric, pairs in judged.items():
-        label, unit, _ = METRICS[metric]
-        score = scores[metric]
-        named = np.array([n in findings for n in pairs.nodes], dtype=bool)
-        healthy = ~(named[pairs.a] | named[pairs.b])
-        for i in np.flatnonzero(healthy & np.isnan(pairs.value)):
-            a, b = pairs.keys[i]
-            links.setdefault((a, b), Finding((a, b))).reasons.append(
-                f"{label} failed: {failures.get(f'{a} {b}', 'no result')}"
-            )
-        which, ratios = pairs.ratios(score, healthy)
-        spanned = np.unique(np.concatenate((pairs.a[which], pairs.b[which])))
-        if len(spanned) < MIN_NODES + 1 or len(ratios) < MIN_NODES:
-            if len(ratios):
-                unjudged.append(f"{label} of single links: {len(ratios)} pair(s) of healthy nodes; it takes 4 nodes")
-            continue
-        pop = Population.of(ratios, threshold, noises[metric])
-        populations[f"{metric}/link"] = pop
-        for i, r in zip(which[ratios < pop.low], ratios[ratios < pop.low]):
-            a, b = pairs.keys[i]
-            links.setdefault((a, b), Finding((a, b))).reasons.append(
-                f"{label} {_fmt(float(pairs.value[i]))} {unit}, {1 - r:.0%} below the lesser of its nodes' medians "
-                f"({_fmt(min(score[a], score[b]))})"
-            )
-    order = {n: i for i, n in enumerate(names)}
-    return Verdict(
-        names=names,
-        node_figures=node_figures,
-        node_scores=scores,
-        pair_figures=pair_figures,
-        populations=populations,
-        nodes=sorted(findings.values(), key=lambda f: order.get(f.nodes[0], 0)),
-        links=sorted(links.values(), key=lambda f: tuple(order.get(n, 0) for n in f.nodes)),
-        cluster=cluster,
-        unjudged=unjudged,
-    )
+    def links(self, judged: dict[str, _Pairs]) -> dict[tuple[str, str], Finding]:
+        """The links of two nodes not named that failed, or whose figure lies low against the
+        other pairs', each divided by the lesser score of its two nodes."""
+        import numpy as np
+
+        links: dict[tuple[str, str], Finding] = {}
+        for metric, pairs in judged.items():
+            label, unit, _ = METRICS[metric]
+            score = self.scores[metric]
+            named = np.array([n in self.findings for n in pairs.nodes], dtype=bool)
+            healthy = ~(named[pairs.a] | named[pairs.b])
+            for i in np.flatnonzero(healthy & np.isnan(pairs.value)):
+                a, b = pairs.keys[i]
+                links.setdefault((a, b), Finding((a, b))).reasons.append(
+                    f"{label} failed: {self.failures.get(f'{a} {b}', 'no result')}"
+                )
+            which, ratios = pairs.ratios(score, healthy)
+            spanned = np.unique(np.concatenate((pairs.a[which], pairs.b[which])))
+            if len(spanned) < MIN_NODES + 1 or len(ratios) < MIN_NODES:
+                if len(ratios):
+                    self.unjudged.append(
+                        f"{label} of single links: {len(ratios)} pair(s) of healthy nodes; it takes 4 nodes"
+                    )
+                continue
+            pop = Population.of(ratios, self.threshold, self.noises[metric])
+            self.populations[f"{metric}/link"] = pop
+            for i, r in zip(which[ratios < pop.low], ratios[ratios < pop.low]):
+                a, b = pairs.keys[i]
+                links.setdefault((a, b), Finding((a, b))).reasons.append(
+                    f"{label} {_fmt(float(pairs.value[i]))} {unit}, {1 - r:.0%} below the lesser of its nodes' medians "
+                    f"({_fmt(min(score[a], score[b]))})"
+                )
+        return links
