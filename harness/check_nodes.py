@@ -146,21 +146,10 @@ def start(
     as_json: bool,
     db: Location | None = None,
 ) -> int:
+    """`bench nodes`: plan the check of the nodes asked for, run it here or as one Slurm job, and
+    report its verdict (docs/guides/nodes.md)."""
     batch = executor.batch
-    if not batch:
-        if nodelist:
-            raise UsageError("--nodelist names Slurm nodes; the local executor emulates --nodes N on this machine")
-        names = [f"local{i}" for i in range(count or 4)]
-    else:
-        names = expand(nodelist) if nodelist else partition_nodes(profile or ClusterProfile(name="default"))
-        if count is not None:
-            raise UsageError("--nodes counts emulated nodes of the local executor; on Slurm give --nodelist")
-        where = f"--nodelist {nodelist}" if nodelist else f"partition {profile.partition if profile else '(default)'}"
-        if not names:
-            raise UsageError(f"{where}: no node that can join an allocation")
-        nodelist = hostlists.hostlist(names)
-    if len(names) < 2:
-        raise UsageError(f"the check needs at least 2 nodes, found {len(names)}: {', '.join(names)}")
+    names, nodelist = _nodes_to_check(batch, profile, count, nodelist)
     if options.partners is not None and options.partners >= nodecheck.tournament(len(names)):
         options = dataclasses.replace(options, partners=None)  # as many as every pair
     if options.reference and not batch:
@@ -179,6 +168,50 @@ def start(
         raise UsageError(f"--reference: {exc}") from None
     if batch:
         executor.check_jobs([check_job(plan, time_limit_min)], "--time-limit")
+    _announce(console, names, options, rounds)
+    run, _ = claim(out)
+    with locked(run):
+        plan.write(run.path)
+        if not batch and dry_run:  # a dry run never runs, on any executor
+            console.print(f"dry run: nothing ran; the check's plan is in {run.path / PLAN}", markup=False)
+            return 0
+        if batch:
+            assert profile is not None
+            return _on_slurm(executor, run, plan, profile, rounds, time_limit_min, db, console, yes, dry_run, as_json)
+        try:
+            Driver(run.path, FOLDER, names, options, LocalLauncher(run.path, options)).drive(
+                lambda line: console.print(line, markup=False)
+            )
+        except KeyboardInterrupt:
+            console.print(f"\ninterrupted: the steps were ended; {run.path} keeps what ran", markup=False)
+            return 130
+        return report(run, plan, profile, console, as_json)
+
+
+def _nodes_to_check(
+    batch: bool, profile: ClusterProfile | None, count: int | None, nodelist: str | None
+) -> tuple[list[str], str | None]:
+    """The nodes' names, and their hostlist on Slurm: `count` emulated nodes here; the nodelist,
+    or the profile's partition, on Slurm. Fewer than 2 is bad input."""
+    if not batch:
+        if nodelist:
+            raise UsageError("--nodelist names Slurm nodes; the local executor emulates --nodes N on this machine")
+        names = [f"local{i}" for i in range(count or 4)]
+    else:
+        names = expand(nodelist) if nodelist else partition_nodes(profile or ClusterProfile(name="default"))
+        if count is not None:
+            raise UsageError("--nodes counts emulated nodes of the local executor; on Slurm give --nodelist")
+        where = f"--nodelist {nodelist}" if nodelist else f"partition {profile.partition if profile else '(default)'}"
+        if not names:
+            raise UsageError(f"{where}: no node that can join an allocation")
+        nodelist = hostlists.hostlist(names)
+    if len(names) < 2:
+        raise UsageError(f"the check needs at least 2 nodes, found {len(names)}: {', '.join(names)}")
+    return names, nodelist
+
+
+def _announce(console: Console, names: list[str], options: Options, rounds: list[nodecheck.Round]) -> None:
+    """The check's first line: its nodes, steps and rounds, and how pairs are chosen."""
     steps = sum(len(members) for _, members in rounds)
     console.print(
         f"node check: {len(names)} nodes x {options.gpus_per_node} rank(s), {steps} steps in {len(rounds)} rounds"
@@ -191,55 +224,54 @@ def start(
         ),
         markup=False,
     )
-    run, _ = claim(out)
-    with locked(run):
-        plan.write(run.path)
-        if not batch and dry_run:  # a dry run never runs, on any executor
-            console.print(f"dry run: nothing ran; the check's plan is in {run.path / PLAN}", markup=False)
-            return 0
-        if not batch:
-            try:
-                Driver(run.path, FOLDER, names, options, LocalLauncher(run.path, options)).drive(
-                    lambda line: console.print(line, markup=False)
-                )
-            except KeyboardInterrupt:
-                console.print(f"\ninterrupted: the steps were ended; {run.path} keeps what ran", markup=False)
-                return 130
-        else:
-            assert profile is not None
-            job = check_job(plan, time_limit_min)
-            exe = executors.NODE_CHECKS[executor.name](run, options.timeout_s, profile, plan)
-            run.write_job_files([job], exe.job_files)
-            confirm(
-                CheckCost.of(len(names), len(rounds), options, job.time_limit_min, *round_time(profile, db)),
-                profile,
-                console,
-                dry_run=dry_run,
-                yes=yes,
-            )
-            if dry_run:
-                console.print(
-                    f"dry run: nothing submitted; the job's scripts are in {run.path}/{FOLDER}/", markup=False
-                )
-                return 0
-            table = run.read_table([job])
-            try:
-                execute(run, exe, [job], table, console)
-            except KeyboardInterrupt:
-                console.print(f"\ninterrupted ({exe.interrupt_note}): {run.path}", markup=False)
-                return 130
-            rec = table[job.name]
-            if rec.state != COMPLETED:
-                console.print(f"[red]the check's job ended {rec.state}[/]: {shown(rec.reason or '')}", soft_wrap=True)
-            if not (run.path / FOLDER / RECORD).exists():
-                console.print(f"[red]the check's job wrote no {RECORD}[/]: no node or link is judged", soft_wrap=True)
-                return EXIT_UNJUDGED
-            try:
-                return report(run, plan, profile, console, as_json)
-            except ValueError as exc:  # the record the job just wrote, damaged: nothing judged, not bad input
-                console.print(f"[red]the check's record cannot be read[/]: {shown(exc)}", soft_wrap=True)
-                return EXIT_UNJUDGED
+
+
+def _on_slurm(
+    executor: type[Executor],
+    run: RunDir,
+    plan: Plan,
+    profile: ClusterProfile,
+    rounds: list[nodecheck.Round],
+    time_limit_min: float | None,
+    db: Location | None,
+    console: Console,
+    yes: bool,
+    dry_run: bool,
+    as_json: bool,
+) -> int:
+    """The check as one job: its scripts written, its cost confirmed, submitted and tracked to
+    its end, and its verdict reported; a job that left no record is "cannot judge"."""
+    options = plan.options
+    job = check_job(plan, time_limit_min)
+    exe = executors.NODE_CHECKS[executor.name](run, options.timeout_s, profile, plan)
+    run.write_job_files([job], exe.job_files)
+    confirm(
+        CheckCost.of(plan.nodes, len(rounds), options, job.time_limit_min, *round_time(profile, db)),
+        profile,
+        console,
+        dry_run=dry_run,
+        yes=yes,
+    )
+    if dry_run:
+        console.print(f"dry run: nothing submitted; the job's scripts are in {run.path}/{FOLDER}/", markup=False)
+        return 0
+    table = run.read_table([job])
+    try:
+        execute(run, exe, [job], table, console)
+    except KeyboardInterrupt:
+        console.print(f"\ninterrupted ({exe.interrupt_note}): {run.path}", markup=False)
+        return 130
+    rec = table[job.name]
+    if rec.state != COMPLETED:
+        console.print(f"[red]the check's job ended {rec.state}[/]: {shown(rec.reason or '')}", soft_wrap=True)
+    if not (run.path / FOLDER / RECORD).exists():
+        console.print(f"[red]the check's job wrote no {RECORD}[/]: no node or link is judged", soft_wrap=True)
+        return EXIT_UNJUDGED
+    try:
         return report(run, plan, profile, console, as_json)
+    except ValueError as exc:  # the record the job just wrote, damaged: nothing judged, not bad input
+        console.print(f"[red]the check's record cannot be read[/]: {shown(exc)}", soft_wrap=True)
+        return EXIT_UNJUDGED
 
 
 def checked(path: Path) -> tuple[Plan, ClusterProfile | None]:
