@@ -139,6 +139,9 @@ def test_tests_that_share_a_sweep_run_on_one_worker(tmp_path):
     and both workers build it, which doubled the default tier's sweeps."""
     (tmp_path / "tests").mkdir()
     shutil.copy(ROOT / "tests" / "conftest.py", tmp_path / "tests" / "conftest.py")
+    shutil.copytree(
+        ROOT / "tests" / "support", tmp_path / "tests" / "support", ignore=shutil.ignore_patterns("__pycache__")
+    )
     (tmp_path / "tests" / "test_sharing.py").write_text(SHARING)
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     builds = tmp_path / "builds"
