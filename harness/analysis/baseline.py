@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD
 from harness.analysis import gate
-from harness.analysis.compare import MIN_RUNS
+from harness.analysis.compare import MIN_RUNS, aligned_sides
 from harness.analysis.sides import KEYS, Entry, Side, key_frame, samples_by_row, usable
 from harness.analysis.stats import matrix_parts, pool
 from harness.rundir import COMPLETED
@@ -480,7 +480,7 @@ def keys_beyond(b: Side, a: Side) -> pd.DataFrame:
     def keys(side: Side) -> pd.DataFrame:
         return pd.concat([side.rows[KEYS], *([side.others[KEYS]] if side.others is not None else [])])
 
-    if (b.others is None or not len(b.others)) and len(b.rows) == len(a.rows) and b.rows[KEYS].equals(a.rows[KEYS]):
+    if (b.others is None or not len(b.others)) and aligned_sides(a, b):
         return b.rows[KEYS].iloc[:0]  # a night of the newest's plan, every key completed
     mine = keys(b)
     new = ~np.isin(key_hash(mine), key_hash(keys(a)))

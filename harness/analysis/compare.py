@@ -198,7 +198,7 @@ def compare(
                 )
         a, b = a.where(axis, x, f"{x} vs {y}"), b.where(axis, y, f"{x} vs {y}")
     ignore_settings = across is not None and across[0] == "nccl_config"
-    aligned = _aligned(a, b)
+    aligned = aligned_sides(a, b)
     parts, mismatch_parts, matched = [], [], []
     for name in metrics:
         metric = METRICS[name]
@@ -568,7 +568,7 @@ def _status_of(keys: pd.DataFrame, side: Side) -> pd.DataFrame:
     return out
 
 
-def _aligned(a: Side, b: Side) -> bool:
+def aligned_sides(a: Side, b: Side) -> bool:
     """Whether A's and B's rows are the same keys in the same order: a run against a baseline of
     nights of its own plan, or against a run of it. Then a join of their rows is the two side by
     side (_joined), and B has no key A has not."""

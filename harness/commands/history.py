@@ -28,6 +28,8 @@ from harness.present.compare_plot import history_figure
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from rich.console import Console
+
 
 def history_add(args: argparse.Namespace) -> int:
     """`bench history add DIR --cluster NAME`: a run, or a node check (bench nodes), and the
@@ -104,48 +106,52 @@ def history_list(args: argparse.Namespace) -> int:
         # not exist or does not know the cluster; never a 0 that a script would take for a first night
         print(len(history.entries(db, args.cluster)))
         return 0
-    from rich.table import Table
-
     console = new_console()
     checks = nodehistory.entries(db, args.cluster)
     if checks:
-        t = Table(title="Node checks (bench nodes)", title_justify="left")
-        for col in ("id", "cluster", "label", "ran", "added", "nodes", "named", "path"):
-            t.add_column(col)
-        for c in checks:
-            t.add_row(
-                str(c.id),
-                shown(c.cluster),
-                shown(c.label or "-"),
-                c.created,
-                c.added,
-                str(c.nodes),
-                shown(c.named or "-"),
-                shown(c.path),
-            )
-        console.print(t)
+        _print_table(
+            console,
+            "Node checks (bench nodes)",
+            ("id", "cluster", "label", "ran", "added", "nodes", "named", "path"),
+            [
+                (
+                    str(c.id),
+                    shown(c.cluster),
+                    shown(c.label or "-"),
+                    c.created,
+                    c.added,
+                    str(c.nodes),
+                    shown(c.named or "-"),
+                    shown(c.path),
+                )
+                for c in checks
+            ],
+        )
         console.print(f"{len(checks)} node check{'s' if len(checks) != 1 else ''}")
     found = history.entries(db, args.cluster)
     gated = history.gate_verdicts(db, found)
     stacks = history.series_of(db, found, args.cluster)
-    t = Table(title=f"Runs in {shown(str(db))}", title_justify="left")
-    for col in ("id", "cluster", "label", "sweep", "ran", "added", "keys", "failed rows", "gate", "stack", "path"):
-        t.add_column(col)
-    for e in found:
-        t.add_row(
-            str(e.id),
-            shown(e.cluster),
-            shown(e.label or "-"),
-            shown(e.sweep or "-"),
-            e.created,
-            e.added,
-            str(e.keys),
-            str(e.failed),
-            shown(_gate_cell(gated.get(e.id))),
-            stacks[e.id][0],
-            shown(e.path),
-        )
-    console.print(t)
+    _print_table(
+        console,
+        f"Runs in {shown(str(db))}",
+        ("id", "cluster", "label", "sweep", "ran", "added", "keys", "failed rows", "gate", "stack", "path"),
+        [
+            (
+                str(e.id),
+                shown(e.cluster),
+                shown(e.label or "-"),
+                shown(e.sweep or "-"),
+                e.created,
+                e.added,
+                str(e.keys),
+                str(e.failed),
+                shown(_gate_cell(gated.get(e.id))),
+                stacks[e.id][0],
+                shown(e.path),
+            )
+            for e in found
+        ],
+    )
     for e in found:  # where a series starts, runs before it are not compared with runs after
         differs = stacks[e.id][1]
         if differs:
@@ -157,6 +163,18 @@ def history_list(args: argparse.Namespace) -> int:
             )
     console.print(f"{len(found)} run{'s' if len(found) != 1 else ''}")
     return 0
+
+
+def _print_table(console: Console, title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    """One table of history list: its title, columns and rows, each cell text already made safe."""
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left")
+    for col in columns:
+        t.add_column(col)
+    for row in rows:
+        t.add_row(*row)
+    console.print(t)
 
 
 def history_plot(args: argparse.Namespace) -> int:

@@ -230,9 +230,10 @@ def _run_and_baseline(args: argparse.Namespace, db: Location) -> tuple[Side, Sid
     """The run under test, loaded by a forked worker, and its baseline, drawn from the history by
     this process meanwhile (harness/forked.py), side by side rather than one after the other
     (docs/guides/fleet.md, "A large run against a month of nights"). The baseline needs only the
-    stack the run ran on, read from
-    its plan and its summary's footer. A run that cannot be read is said before anything of the
-    history, as when the two were done in turn."""
+    stack the run ran on, read from its plan and its summary's footer. A run that cannot be read
+    is said before anything of the history, as when the two were done in turn. Where the run has
+    keys the baseline lacks (the history's newest run a smaller sweep), the baseline is drawn
+    again with them, from the older runs that hold them."""
     run_dir = RunDir(args.dir)
     environment = recorded_environment(run_dir)
     try:
@@ -245,20 +246,19 @@ def _run_and_baseline(args: argparse.Namespace, db: Location) -> tuple[Side, Sid
     else:
         load = functools.partial(load_run, args.dir)
     stack = None if args.across_series else series.of(environment, plan.get("cluster"))
+    draw = functools.partial(
+        _baseline, db, args.cluster, args.baseline, history.fingerprint(run_dir), stack, metric_names(args.metric)
+    )
     with forked.beside(load) as loaded:
         try:
-            base, new_series = _baseline(
-                db, args.cluster, args.baseline, history.fingerprint(run_dir), stack, metric_names(args.metric)
-            )
+            base, new_series = draw()
         except BenchError:
             loaded()  # the run's own error first, where it has one
             raise
         side = loaded()
     beyond = keys_beyond(side, base)
-    if len(beyond):  # the history's newest run a smaller sweep: the older runs that hold them judge them
-        base, new_series = _baseline(
-            db, args.cluster, args.baseline, history.fingerprint(run_dir), stack, metric_names(args.metric), beyond
-        )
+    if len(beyond):
+        base, new_series = draw(beyond)
     return side, base, new_series
 
 

@@ -122,9 +122,9 @@ def test_keys_in_the_same_order_are_joined_as_pandas_merges_them(real_run, tmp_p
         summary.filter(pa.compute.not_equal(summary.column("job"), "n2-g1-torchrun-default")), fewer / "summary.parquet"
     )
     a = load_run(real_run)
-    assert compare_module._aligned(a, slow) and not compare_module._aligned(a, load_run(fewer))
+    assert compare_module.aligned_sides(a, slow) and not compare_module.aligned_sides(a, load_run(fewer))
     side_by_side = compare(a, slow)
-    monkeypatch.setattr(compare_module, "_aligned", lambda a, b: False)
+    monkeypatch.setattr(compare_module, "aligned_sides", lambda a, b: False)
     merged = compare(a, slow)
     pd.testing.assert_frame_equal(side_by_side.table, merged.table)
     pd.testing.assert_frame_equal(side_by_side.new_in_b, merged.new_in_b)
