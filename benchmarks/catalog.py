@@ -47,7 +47,7 @@ def decoder_params(shape: Shape) -> int:
     """N of benchmarks.transformer's Decoder, as `counted_parameters` counts it: per block, the
     attention's qkv and output projections (4D^2), the MLP's D x 4D and 4D x D (8D^2) and two
     LayerNorms (4D); the final LayerNorm (2D); the token embedding, tied to the output projection
-    (V x D); not the position table, a lookup. For estimates made without torch (harness.cost)."""
+    (V x D); not the position table, a lookup. For estimates made without torch (harness.run.cost)."""
     d = shape.width
     return shape.layers * (12 * d * d + 4 * d) + 2 * d + shape.vocab * d
 
@@ -88,8 +88,8 @@ BREAKDOWN_FRACTIONS = ("compute_fraction", "imbalance_fraction", "step_data_wait
 
 # --------------------------------------------------------------------------- defaults
 # Each workload parameter's default, written once: the workload's parser (`bench run WORKLOAD`)
-# and the sweep's schema (harness/spec.py) both read it, so a sweep that names no value runs
-# what `bench run` runs with no flag (tests/modules/harness/test_spec.py holds the two equal).
+# and the sweep's schema (harness/config/spec.py) both read it, so a sweep that names no value runs
+# what `bench run` runs with no flag (tests/modules/harness/config/test_spec.py holds the two equal).
 
 
 @dataclass(frozen=True)
@@ -221,7 +221,7 @@ class Collective:
     in_place: bool = True
     min_ranks: int = 1  # sendrecv needs a neighbour
     # (size, rank, n): the bytes this rank sends to each other rank in one call of `size` bytes
-    # under gloo, which the NIC cross-check expects on the wire (harness/telemetry.py,
+    # under gloo, which the NIC cross-check expects on the wire (harness/evidence/telemetry.py,
     # docs/concepts/telemetry.md); None where gloo's algorithm is not accounted for
     gloo_sent: Callable[[int, int, int], dict[int, float]] | None = None
 

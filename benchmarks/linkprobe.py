@@ -1,6 +1,6 @@
 """The pairwise link probe of the collectives workload (benchmarks/collectives.py, --link-bytes):
 every pair of ranks exchanges a message once per pass, one pair at a time, so a slow link or
-NIC shows in the pairs that hold its node and in no other (harness/stragglers.py names it).
+NIC shows in the pairs that hold its node and in no other (harness/evidence/stragglers.py names it).
 """
 
 from __future__ import annotations

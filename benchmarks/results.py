@@ -34,7 +34,7 @@ WRONG_RESULTS = "WRONG_RESULTS"
 def wrong_count(row: Mapping[str, Any]) -> int:
     """Elements of one collective row that failed the output check, in place and out of place:
     0 where the check passed or did not run. A count that is not a number is left to the
-    result's own checks (harness/collect.py refuses it)."""
+    result's own checks (harness/collect/gather.py refuses it)."""
     counts = (row.get("wrong"), row.get("oop_wrong"))
     return int(sum(c for c in counts if isinstance(c, (int, float)) and not isinstance(c, bool) and c > 0))
 

@@ -23,18 +23,19 @@ from typing import TYPE_CHECKING, Any
 from benchmarks.catalog import COLLECTIVE_WORKLOAD, TRAINING, WORLD
 from benchmarks.common import format_size
 from benchmarks.results import read_regular
-from harness import check_nodes, provenance, sweep
-from harness.analysis import reference
+from harness import check_nodes, sweep
+from harness.analysis import profile_reference
 from harness.analysis.compare import FAILED, SLOWER, UNJUDGED
 from harness.analysis.sides import load_run
 from harness.analysis.store import Location
-from harness.cluster import ClusterProfile, Reference
+from harness.config.cluster_profile import ClusterProfile, Reference
+from harness.config.sweepfile import load_sweep
 from harness.errors import EXIT_FOUND, EXIT_INTERRUPTED, EXIT_UNJUDGED, RunDirError, UsageError
-from harness.nodecheck import Options
-from harness.present import accept as present
+from harness.nodes.rounds import Options
+from harness.present import acceptance as present
 from harness.present.regress import write_all
-from harness.rundir import COMPLETED, RUN_FILE_LIMIT, RunDir
-from harness.sweepfile import load_sweep
+from harness.run import provenance
+from harness.run.rundir import COMPLETED, RUN_FILE_LIMIT, RunDir
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -176,7 +177,7 @@ def _judge(outcome: present.Outcome, out: Path, refs: tuple[Reference, ...], nam
         outcome.unjudged = True
         return
     outcome.environment = side.environment
-    cmp = reference.against_reference(side, refs, name)
+    cmp = profile_reference.against_reference(side, refs, name)
     outcome.comparison = cmp
     write_all(cmp, out, "regress", f"bench accept: {side.label} against the reference of {name}")
     counts = cmp.counts()

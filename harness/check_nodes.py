@@ -17,21 +17,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness import executors, hostlists, nodecheck, nodeverdict
+from harness import executors
 from harness.analysis import nodehistory
 from harness.analysis.store import Location
-from harness.cluster import ClusterProfile
-from harness.cost import Cost
+from harness.config import hostlists
+from harness.config.cluster_profile import ClusterProfile
+from harness.config.fields import FieldError, build
+from harness.config.hostlists import HOSTLIST_RE, NODE_NAME_RE
 from harness.errors import EXIT_FOUND, EXIT_UNJUDGED, HistoryError, RunDirError, SlurmError, UsageError, shown
 from harness.executors import Executor
 from harness.executors.slurm.check_job import check_job
-from harness.fields import FieldError, build
-from harness.hostlists import HOSTLIST_RE, NODE_NAME_RE
-from harness.nodecheck import Options
-from harness.nodesteps import FOLDER, PLAN, RECORD, Driver, LocalLauncher, Plan, load_plan
-from harness.nodeverdict import Verdict
-from harness.present import node_verdict as present
-from harness.rundir import COMPLETED, RunDir, claim, locked
+from harness.nodes.driver import FOLDER, PLAN, RECORD, Driver, LocalLauncher, Plan, load_plan
+from harness.nodes.rounds import Options, Round, schedule, tournament
+from harness.nodes.verdict import Verdict, drain_command, judge_check
+from harness.present import node_report as present
+from harness.run.cost import Cost
+from harness.run.rundir import COMPLETED, RunDir, claim, locked
 from harness.sweep import confirm, execute
 
 if TYPE_CHECKING:
@@ -150,7 +151,7 @@ def start(
     report its verdict (docs/guides/nodes.md)."""
     batch = executor.batch
     names, nodelist = _nodes_to_check(batch, profile, count, nodelist)
-    if options.partners is not None and options.partners >= nodecheck.tournament(len(names)):
+    if options.partners is not None and options.partners >= tournament(len(names)):
         options = dataclasses.replace(options, partners=None)  # as many as every pair
     if options.reference and not batch:
         raise UsageError("--reference names Slurm nodes; the local executor's nodes are local0..localN-1")
@@ -163,7 +164,7 @@ def start(
         dataclasses.asdict(profile) if profile and batch else None,
     )
     try:
-        rounds = nodecheck.schedule(names, options)
+        rounds = schedule(names, options)
     except ValueError as exc:
         raise UsageError(f"--reference: {exc}") from None
     if batch:
@@ -210,7 +211,7 @@ def _nodes_to_check(
     return names, nodelist
 
 
-def _announce(console: Console, names: list[str], options: Options, rounds: list[nodecheck.Round]) -> None:
+def _announce(console: Console, names: list[str], options: Options, rounds: list[Round]) -> None:
     """The check's first line: its nodes, steps and rounds, and how pairs are chosen."""
     steps = sum(len(members) for _, members in rounds)
     console.print(
@@ -231,7 +232,7 @@ def _on_slurm(
     run: RunDir,
     plan: Plan,
     profile: ClusterProfile,
-    rounds: list[nodecheck.Round],
+    rounds: list[Round],
     time_limit_min: float | None,
     db: Location | None,
     console: Console,
@@ -306,12 +307,12 @@ def judge_again(path: Path, threshold: float | None, console: Console, as_json: 
 def verdict_of(path: Path) -> Verdict:
     """The verdict of the check in `path`, as its plan judges it (`bench history add`)."""
     plan, profile = checked(path)
-    return present.verdict(path, plan, profile)[0]
+    return judge_check(path, plan, profile)[0]
 
 
 def report(run: RunDir, plan: Plan, profile: ClusterProfile | None, console: Console, as_json: bool) -> int:
     """Judge the check in `run`, write its files, print the verdict; the exit status."""
-    verdict, record = present.verdict(run.path, plan, profile)
+    verdict, record = judge_check(run.path, plan, profile)
     present.write_outputs(run.path, verdict, record, plan)
     if as_json:
         json.dump(present.as_json(verdict, record, plan), sys.stdout, indent=2)
@@ -321,9 +322,7 @@ def report(run: RunDir, plan: Plan, profile: ClusterProfile | None, console: Con
         if verdict.drain:
             console.print(f"[red]drain:[/] {verdict.drain}", soft_wrap=True)
             console.print(
-                f"  {nodeverdict.drain_command(verdict.drain, f'bench nodes: {run.path.name}')}",
-                markup=False,
-                soft_wrap=True,
+                f"  {drain_command(verdict.drain, f'bench nodes: {run.path.name}')}", markup=False, soft_wrap=True
             )
         console.print(f"results: {run.path} (verdict.json, nodes.csv, pairs.csv, heatmap.png, drain.txt)", markup=False)
     if verdict.named:

@@ -25,58 +25,16 @@ import importlib
 import os
 import signal
 import sys
-from typing import Any
 
 from benchmarks.catalog import PROBES, WORKLOADS
-from benchmarks.common import OneLineParser
-from harness import provenance
+from harness.commands import build_parser
 from harness.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, BenchError, one_line
-
-# The command groups, in the order `bench --help` lists them, with the commands each adds
-# (tests/modules/harness/test_cli.py holds each to what it adds). A command loads its own group
-# alone: regress is spared the others' imports, a quarter of its start.
-GROUPS = {
-    "harness.commands.sweeps": ("sweep", "run", "collect", "plot", "status"),
-    "harness.commands.judging": ("compare", "regress", "report", "export", "transport"),
-    "harness.commands.history": ("dashboard", "history"),
-    "harness.commands.checks": ("nodes", "accept"),
-}
 
 # The commands whose work is Arrow tables: pyarrow comes up with the C library's malloc as its
 # default pool, not mimalloc, with which regress of large runs took longer and more memory
 # (docs/reference/sources.md, "Arrow's allocator").
 TABLE_COMMANDS = frozenset({"collect", "plot", "compare", "regress", "report", "export", "history", "dashboard"})
 POOL_VARIABLE = "ARROW_DEFAULT_MEMORY_POOL"
-
-
-class _Version(argparse.Action):
-    """`bench --version`: which bench this is (docs/concepts/provenance.md), read only when asked, since
-    the commit takes a git call."""
-
-    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
-        super().__init__(option_strings, dest, nargs=0, help="print bench's version, commit and measurement rules")
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option: Any = None) -> None:
-        import platform
-        from importlib import metadata
-
-        try:
-            torch = metadata.version("torch")
-        except metadata.PackageNotFoundError:
-            torch = "not installed"
-        print(f"bench {provenance.describe(provenance.record())}; Python {platform.python_version()}, torch {torch}")
-        parser.exit()
-
-
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """bench's parser: with the subcommands of the group that adds `command` where one does, of
-    every group otherwise (`bench --help`, a command mistyped)."""
-    p = OneLineParser(prog="bench", description="Scaling benchmarks for distributed PyTorch training.")
-    p.add_argument("--version", action=_Version)
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in [g for g, commands in GROUPS.items() if command in commands] or GROUPS:
-        importlib.import_module(name).add_parsers(sub)
-    return p
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,10 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     # `bench run WORKLOAD ...` hands everything after the workload to it, --help included; the
     # run subcommand has no --help of its own, so `bench run --help` is answered here.
     if argv[:1] == ["run"] and argv[1:] in (["-h"], ["--help"]):
-        print(importlib.import_module("harness.commands.sweeps").RUN_HELP)
+        print(importlib.import_module("harness.commands.running").RUN_HELP)
         return 0
     if len(argv) >= 2 and argv[0] == "run" and argv[1] in (*WORKLOADS, *PROBES):
-        run = importlib.import_module("harness.commands.sweeps").cmd_run
+        run = importlib.import_module("harness.commands.running").cmd_run
         return int(run(argparse.Namespace(workload=argv[1], workload_args=argv[2:])))
     try:
         args, extra = build_parser(argv[0] if argv else None).parse_known_args(argv)

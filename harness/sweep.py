@@ -13,19 +13,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness import cost, executors
-from harness.cluster import DEFAULT_PROFILE, ClusterProfile
-from harness.collect import collect
-from harness.cost import Cost
+from harness import executors
+from harness.collect.gather import collect
+from harness.collect.summary import to_frame, write_summary
+from harness.config.cluster_profile import DEFAULT_PROFILE, ClusterProfile
+from harness.config.fields import FieldError, build, check_time
+from harness.config.spec import Sweep
 from harness.errors import PlanError, SlurmError, UsageError, shown
 from harness.executors import Executor
-from harness.fields import FieldError, build, check_time
-from harness.plan import Job, expand
 from harness.present.plot import draw_all
 from harness.present.tables import print_jobs, print_plan, print_results, transport_mismatches
-from harness.rundir import COMPLETED, FINAL_STATES, RUNNING, JobRecord, RunDir, RunDirError, claim, locked
-from harness.spec import Sweep
-from harness.summary import to_frame, write_summary
+from harness.run import cost
+from harness.run.cost import Cost
+from harness.run.plan import Job, expand
+from harness.run.rundir import COMPLETED, FINAL_STATES, RUNNING, JobRecord, RunDir, RunDirError, claim, locked
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -117,7 +118,7 @@ def resume(run: RunDir, console: Console, yes: bool = False) -> int:
 
 def _recorded_timeout(run: RunDir, plan: dict) -> float:
     """The sweep's process-group timeout as plan.json records it, held to the sweep file's range
-    (harness/spec.py): it reaches every rank's command line."""
+    (harness/config/spec.py): it reaches every rank's command line."""
     value = plan["sweep"].get("timeout_s", 300.0)
     try:
         check_time("timeout_s", value, "sweep.timeout_s")

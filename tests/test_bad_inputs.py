@@ -816,7 +816,7 @@ def test_a_bad_input_gives_one_line_and_exit_2(case, real_run, tmp_path, capsys,
 
 
 def test_the_corpus_covers_every_subcommand():
-    from harness.cli import build_parser
+    from harness.commands import build_parser
 
     commands = set(build_parser()._subparsers._group_actions[0].choices) - {"run"}  # run: tested below
     covered = {c.name.split("-")[0] for c in CASES}
@@ -868,12 +868,12 @@ def test_bench_collect_bad_workers(value, words, tmp_path):
 
 def test_an_unexpected_error_is_one_line_with_status_70(monkeypatch, capsys):
     """A bug still ends in one line; BENCH_DEBUG=1 gives the traceback to whoever debugs it."""
-    from harness.commands import sweeps
+    from harness.commands import running
 
     def boom(args):
         raise KeyError("surprise")
 
-    monkeypatch.setattr(sweeps, "cmd_status", boom)
+    monkeypatch.setattr(running, "cmd_status", boom)
     monkeypatch.delenv("BENCH_DEBUG", raising=False)
     assert main(["status", "x"]) == 70
     err = capsys.readouterr().err

@@ -1,7 +1,7 @@
 """The reference pages held to the code (docs/reference/): the summary's columns, the sweep's
 and the cluster profile's keys, and the exit statuses. Each check is tried on a page with a
 planted omission too, so that it is seen to fail. The command-line page is written from the
-parsers: tests/modules/harness/test_manual.py."""
+parsers: tests/modules/harness/commands/test_manual.py."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ import pytest
 import yaml
 
 from harness import errors
-from harness.cluster import ClusterProfile, load_profile
-from harness.spec import Sweep
-from harness.summary import COLUMNS
-from harness.sweepfile import load_sweep
+from harness.collect.summary import COLUMNS
+from harness.config.cluster_profile import ClusterProfile, load_profile
+from harness.config.spec import Sweep
+from harness.config.sweepfile import load_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "docs" / "reference"
@@ -155,7 +155,7 @@ def test_the_readme_s_index_lists_every_page():
 
 
 def test_the_readme_s_command_table_has_every_command():
-    from harness.cli import GROUPS
+    from harness.commands import GROUPS
 
     readme = (ROOT / "README.md").read_text()
     table = readme.split("\n## Commands\n", 1)[1].split("\n## ", 1)[0]

@@ -73,8 +73,8 @@ def test_the_gpu_acceptance_plan_is_commands_bench_accepts(tmp_path):
     workload's checks for 2 GPUs, and its sweep file plans a 1-node and a 2-node job on NCCL."""
     import importlib
 
-    from harness.plan import expand
-    from harness.sweepfile import load_sweep
+    from harness.config.sweepfile import load_sweep
+    from harness.run.plan import expand
 
     r = _acceptance("--dry-run", "--gpus", "2", "--peak-tflops", "989", "--out", str(tmp_path / "acc"))
     assert r.returncode == 0, r.stderr

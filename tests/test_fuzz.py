@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from harness.cli import main
 from harness.errors import BenchError
-from harness.rundir import RunDir
+from harness.run.rundir import RunDir
 
 sys.path.insert(0, str(Path(__file__).parent / "perf"))
 from fixtures import make_run
@@ -152,7 +152,7 @@ def _result_path(run: RunDir) -> Path:
 def test_any_result_file_is_collected_or_left_out(one_job_run, data):
     """A result that parses but holds anything at all: collect keeps it or leaves it out with a
     warning naming it, and never raises."""
-    from harness.collect import collect
+    from harness.collect.gather import collect
 
     path = _result_path(one_job_run)
     good = json.loads(path.read_text())

@@ -175,3 +175,60 @@ def test_every_test_file_the_text_names_exists():
         if not (ROOT / cited).is_file()
     )
     assert missing == []
+
+
+# The paths job scripts name, each a few lines that run the module of the same name in its package
+# (docs/concepts/architecture.md, "Paths job scripts name").
+JOB_PATHS = {"harness/telemetry.py", "harness/hangs.py", "harness/inside.py", "harness/nodesteps.py"}
+
+
+def _names(paths: list[str]) -> list[str]:
+    """The module names that more than one of `paths` has."""
+    names = [Path(p).stem for p in paths]
+    return sorted({n for n in names if names.count(n) > 1})
+
+
+def test_no_two_modules_share_a_name():
+    """A name says what a module holds, so it is one module's (CONTRIBUTING.md, "A module"): but
+    for the paths job scripts name, which run the module they are named after."""
+    modules = [
+        f"{package}/{m}"
+        for package in ("harness", "benchmarks")
+        for m in _modules(package)
+        if not m.endswith("__init__.py")
+    ]
+    assert len(modules) > 90
+    assert _names([m for m in modules if m not in JOB_PATHS]) == []
+    assert all(m in modules for m in JOB_PATHS)
+    assert _names(modules) == ["hangs", "inside", "telemetry"]  # the check sees a shared name
+
+
+def test_harness_s_top_holds_the_command_flows_and_the_packages():
+    top = sorted(p.name for p in HARNESS.glob("*.py"))
+    assert top == sorted(
+        [
+            "__init__.py",
+            "cli.py",
+            "errors.py",
+            "sweep.py",
+            "check_nodes.py",
+            "accept.py",
+            *(Path(p).name for p in JOB_PATHS),
+        ]
+    )
+    packages = sorted(p.parent.name for p in HARNESS.glob("*/__init__.py"))
+    assert packages == [
+        "analysis",
+        "collect",
+        "commands",
+        "config",
+        "evidence",
+        "executors",
+        "files",
+        "nodes",
+        "present",
+        "run",
+    ]
+    for package in packages:
+        doc = ast.get_docstring(ast.parse((HARNESS / package / "__init__.py").read_text()))
+        assert doc and len(doc.split()) >= 20, f"harness/{package}/__init__.py: say what lives there"

@@ -20,9 +20,10 @@ import pytest
 from conftest import snapshot
 
 from benchmarks.results import LINE_LIMIT, bounded_lines
-from harness import inside, transport
 from harness.cli import main
 from harness.errors import RunDirError
+from harness.evidence import transport
+from harness.files import inside
 
 ALARM_S = 60
 
@@ -214,7 +215,7 @@ def test_a_planted_file_moves_nothing_outside_the_run(case, real_run, tmp_path, 
 
 
 def test_writes_and_removals_stay_inside_whatever_the_links(tmp_path):
-    """harness/inside.py on its own: a file written over a link replaces the link; a directory
+    """harness/files/inside.py on its own: a file written over a link replaces the link; a directory
     removed with a link to the outside in it loses the link, and the outside keeps its files."""
     run, outside = tmp_path / "run", tmp_path / "outside"
     run.mkdir()

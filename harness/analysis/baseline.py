@@ -30,7 +30,7 @@ from harness.analysis import gate
 from harness.analysis.compare import MIN_RUNS, aligned_sides
 from harness.analysis.sides import KEYS, Entry, Side, key_frame, samples_by_row, usable
 from harness.analysis.stats import matrix_parts, pool
-from harness.rundir import COMPLETED
+from harness.run.rundir import COMPLETED
 
 if TYPE_CHECKING:
     from collections.abc import Callable

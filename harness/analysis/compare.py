@@ -60,7 +60,7 @@ from harness.analysis.sides import (
     usable,
 )
 from harness.errors import DataError
-from harness.rundir import COMPLETED
+from harness.run.rundir import COMPLETED
 
 if TYPE_CHECKING:
     import numpy as np

@@ -66,9 +66,9 @@ from harness.analysis.store import (
     session,
 )
 from harness.analysis.store import error as store_error
+from harness.collect.summary import run_facts, to_frame, upgraded
 from harness.errors import DataError, HistoryError
-from harness.rundir import COMPLETED, RUN_FILE_LIMIT, RunDir
-from harness.summary import run_facts, to_frame, upgraded
+from harness.run.rundir import COMPLETED, RUN_FILE_LIMIT, RunDir
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -747,7 +747,7 @@ class _Ahead:
     nights"). An entry's error is raised when the
     draw reads it, as without the thread; one never read is never raised. The newest entry's
     read of every column is done by the thread too, first; any other read is done here.
-    Leaving the block ends the thread: a process with a thread never forks (harness/forked.py)."""
+    Leaving the block ends the thread: a process with a thread never forks (harness/run/forked.py)."""
 
     AHEAD = 4  # entries decoded before the draw asks for them
 

@@ -34,10 +34,10 @@ from harness.analysis.store import (
     session,
 )
 from harness.errors import HistoryError
-from harness.nodecheck import METRICS
-from harness.nodesteps import FOLDER, PLAN, RECORD, read_record
-from harness.nodeverdict import Verdict
-from harness.rundir import RUN_FILE_LIMIT
+from harness.nodes.driver import FOLDER, PLAN, RECORD, read_record
+from harness.nodes.rounds import METRICS
+from harness.nodes.verdict import Verdict
+from harness.run.rundir import RUN_FILE_LIMIT
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -23,8 +23,8 @@ from harness.analysis.gate import PASSED, REJECTED
 from harness.analysis.nodehistory import NodeEntry, entries
 from harness.analysis.sides import DEFAULT_METRICS, KEYS, METRICS, key_texts
 from harness.analysis.store import Location, run_time, session
+from harness.config.hostlists import expand_hostlist
 from harness.errors import HistoryError
-from harness.hostlists import expand_hostlist
 
 if TYPE_CHECKING:
     import numpy as np
@@ -388,7 +388,7 @@ def healthy(cluster: Cluster, before: int) -> int | None:
 
 def efficiency(cluster: Cluster, night: int) -> dict[tuple, dict[int, float]]:
     """Scaling efficiency on a night, per training configuration (workload, scaling, launcher,
-    NCCL set, metric): {GPUs: throughput per GPU over that of the fewest GPUs}, as collect.py
+    NCCL set, metric): {GPUs: throughput per GPU over that of the fewest GPUs}, as collect/gather.py
     defines it (speedup over ideal speedup), from the figures the gate judged."""
     import numpy as np
 

@@ -2,7 +2,7 @@
 series is").
 
 A series is a cluster, a stack and a key. The stack is a documented list of fields of the run's
-environment, as its ranks reported it (collect.py), and of the cluster profile it was planned
+environment, as its ranks reported it (collect/gather.py), and of the cluster profile it was planned
 with (plan.json): a change of any of them starts a new series, and a baseline draws on the runs
 of the run's own series only. Each run stores its stack's fields (JSON) and their digest.
 

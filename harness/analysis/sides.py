@@ -16,9 +16,9 @@ from benchmarks.catalog import COLLECTIVE_WORKLOAD, TRAINING, UNITS, WORLD
 from benchmarks.common import format_size
 from benchmarks.results import open_regular
 from harness.analysis import stats
+from harness.collect.summary import SUMMARY_VERSION, run_facts, summary_version, to_frame, upgraded
 from harness.errors import DataError, one_line
-from harness.rundir import COMPLETED, RunDir, RunDirError
-from harness.summary import SUMMARY_VERSION, run_facts, summary_version, to_frame, upgraded
+from harness.run.rundir import COMPLETED, RunDir, RunDirError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from harness.analysis.stats import Counts, Mask, Texts, Values
-    from harness.stragglers import Straggler
+    from harness.evidence.stragglers import Straggler
 
 KEYS = ["workload", "collective", "group", "scaling", "nodes", "gpus_per_node", "launcher", "nccl_config", "size_bytes"]
 CONFIG = [k for k in KEYS if k not in ("collective", "group", "size_bytes")]  # a key without its message

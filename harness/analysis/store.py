@@ -175,7 +175,7 @@ FIRST_YEAR, LAST_YEAR = 1970, 9998
 
 def run_time(text: object) -> dt.datetime | None:
     """When a run ran, from the ISO 8601 time with its UTC offset that bench's plan.json holds
-    (harness/rundir.py), or None for anything else: another type, no offset, a year outside
+    (harness/run/rundir.py), or None for anything else: another type, no offset, a year outside
     FIRST_YEAR..LAST_YEAR. The history orders a cluster's runs by it (the newest is the
     baseline's), so nothing else is stored."""
     if not isinstance(text, str) or len(text) > 64:

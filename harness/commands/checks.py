@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from benchmarks.common import parse_size
 from harness import accept, check_nodes, executors
 from harness.analysis.compare import parse_threshold
-from harness.commands.common import (
+from harness.commands.shared import (
     DB_HELP,
     EXECUTOR_HELP,
     chosen_executor,
@@ -23,10 +23,10 @@ from harness.commands.common import (
     positive_int,
     results_root,
 )
+from harness.config.fields import SHIPPED, FieldError, check_time
 from harness.errors import UsageError
-from harness.fields import SHIPPED, FieldError, check_time
-from harness.nodecheck import Options
-from harness.nodesteps import check_options
+from harness.nodes.driver import check_options
+from harness.nodes.rounds import Options
 
 if TYPE_CHECKING:
     pass

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from benchmarks.common import parse_size
 from benchmarks.results import open_regular
-from harness import executors, forked, inside, transport, user_files
-from harness.analysis import gate, history, reference, series
+from harness import executors
+from harness.analysis import gate, history, profile_reference, series
 from harness.analysis.baseline import keys_beyond
 from harness.analysis.compare import (
     AXES,
@@ -33,7 +33,7 @@ from harness.analysis.compare import (
 from harness.analysis.gating import MUST_CATCH, hold_to, watch_below, weigh_run_noise
 from harness.analysis.history import BASELINE_HELP, DEFAULT_BASELINE
 from harness.analysis.sides import METRICS, Side, load_run, read_run, recorded_environment
-from harness.commands.common import (
+from harness.commands.shared import (
     DB_HELP,
     history_db,
     metric_names,
@@ -42,13 +42,16 @@ from harness.commands.common import (
     positive_int,
     threshold_arg,
 )
+from harness.config.spec import NAME_RE
 from harness.errors import EXIT_FOUND, EXIT_UNJUDGED, BenchError, DataError, UsageError, one_line, shown
+from harness.evidence import transport
+from harness.files import inside, user_files
 from harness.present import export, report
 from harness.present.compare_plot import draw_compare
 from harness.present.regress import summary_line, write_all
 from harness.present.tables import markdown, print_comparison, run_mismatches, table_csv
-from harness.rundir import RunDir, RunDirError
-from harness.spec import NAME_RE
+from harness.run import forked
+from harness.run.rundir import RunDir, RunDirError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -141,12 +144,12 @@ def cmd_regress(args: argparse.Namespace) -> int:
     named = out_dir_arg(args.out, "--out")
     db = history_db(args)
     new_series: history.NewSeries | None = None
-    if args.baseline == reference.BASELINE:
-        kind, k = reference.BASELINE, 1
+    if args.baseline == profile_reference.BASELINE:
+        kind, k = profile_reference.BASELINE, 1
         run = load_run(args.dir)
         profile = RunDir(args.dir).read_plan().get("cluster")
         name = (profile or {}).get("name", "none")
-        cmp = reference.against_reference(run, reference.references(profile), name)
+        cmp = profile_reference.against_reference(run, profile_reference.references(profile), name)
         where = f"the reference of cluster profile {name}"
     else:
         if not args.cluster:
@@ -171,7 +174,7 @@ def cmd_regress(args: argparse.Namespace) -> int:
         cmp.table.loc[figures, "note"] = (
             f"a new series: {'; '.join(new_series.differences)}; shown against the series before it"
         )
-    elif kind != reference.BASELINE:
+    elif kind != profile_reference.BASELINE:
         weigh_run_noise(cmp, run.run_spread, lambda: history.spreads(db, base.entries), must_catch)
     hold_to(cmp, must_catch)
     if args.gate_min_size is not None:
@@ -209,7 +212,7 @@ def cmd_regress(args: argparse.Namespace) -> int:
 
     # the verdict history add stores with the run, so that what failed never becomes a baseline
     fingerprint = history.fingerprint(RunDir(args.dir))
-    cluster = None if kind == reference.BASELINE else args.cluster
+    cluster = None if kind == profile_reference.BASELINE else args.cluster
     paths = write_all(
         cmp,
         named or Path(args.dir),
@@ -228,7 +231,7 @@ def cmd_regress(args: argparse.Namespace) -> int:
 
 def _run_and_baseline(args: argparse.Namespace, db: Location) -> tuple[Side, Side, history.NewSeries | None]:
     """The run under test, loaded by a forked worker, and its baseline, drawn from the history by
-    this process meanwhile (harness/forked.py), side by side rather than one after the other
+    this process meanwhile (harness/run/forked.py), side by side rather than one after the other
     (docs/guides/fleet.md, "A large run against a month of nights"). The baseline needs only the
     stack the run ran on, read from its plan and its summary's footer. A run that cannot be read
     is said before anything of the history, as when the two were done in turn. Where the run has
@@ -304,7 +307,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     html = report.render(run, side, cmp).encode()
     if out:
         user_files.write(out, html, "--out")
-    else:  # inside the run directory: never through a link planted there (harness/inside.py)
+    else:  # inside the run directory: never through a link planted there (harness/files/inside.py)
         out = inside.write(run.path, report.DEFAULT_NAME, html)
     print(f"wrote {out}")
     return 0

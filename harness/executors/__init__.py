@@ -18,7 +18,7 @@ from harness.executors.slurm.via_submitit import SubmititExecutor
 # Each backend that runs a sweep's jobs, by name.
 EXECUTORS: dict[str, type[Executor]] = {c.name: c for c in (LocalExecutor, SlurmExecutor, SubmititExecutor)}
 # The node check as one batch job, by its backend's name (docs/guides/nodes.md); a backend without one
-# runs the check's driver on this machine (harness/nodesteps.py).
+# runs the check's driver on this machine (harness/nodes/driver.py).
 NODE_CHECKS: dict[str, type[NodesExecutor] | type[NodesSubmitit]] = {c.name: c for c in (NodesExecutor, NodesSubmitit)}
 AUTO = "auto"  # --executor auto: the batch system where its client is on PATH, else this machine
 NAMES = tuple(EXECUTORS)

@@ -10,10 +10,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
 
-from harness.cluster import ClusterProfile
-from harness.plan import Job
-from harness.rundir import FINAL_STATES, PENDING, JobRecord, RunDir
-from harness.spec import LAUNCHERS
+from harness.config.cluster_profile import ClusterProfile
+from harness.config.spec import LAUNCHERS
+from harness.run.plan import Job
+from harness.run.rundir import FINAL_STATES, PENDING, JobRecord, RunDir
 
 
 class Executor(ABC):

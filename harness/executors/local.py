@@ -27,12 +27,13 @@ from typing import BinaryIO
 
 from benchmarks.catalog import SEQUENCE, THEN
 from benchmarks.progress import DIR as PROGRESS_DIR
-from harness import hangs, inside, telemetry
+from harness.evidence import hangs, telemetry
+from harness.evidence.logs import error_line, tail
 from harness.executors.base import Executor
-from harness.logs import error_line, tail
-from harness.plan import Job, WorkloadRun
-from harness.procs import TAG, agent_command, die_with_parent, free_port, kill_groups, kill_tagged, new_tag, sampler
-from harness.rundir import CANCELLED, COMPLETED, FAILED, RUNNING, TIMEOUT, JobRecord, now
+from harness.files import inside
+from harness.run.plan import Job, WorkloadRun
+from harness.run.procs import TAG, agent_command, die_with_parent, free_port, kill_groups, kill_tagged, new_tag, sampler
+from harness.run.rundir import CANCELLED, COMPLETED, FAILED, RUNNING, TIMEOUT, JobRecord, now
 
 # After one agent fails, how long the others get to notice and exit before they are killed.
 _FAILURE_GRACE_S = 20.0
@@ -166,7 +167,7 @@ class LocalExecutor(Executor):
             self._run_job(job, rec, gpus, changed)
 
     def _run_job(self, job: Job, rec: JobRecord, gpus: list[str] | None, changed: Callable[[JobRecord], None]) -> None:
-        # Its directories are bench's own, never a link planted in the run directory (harness/inside.py).
+        # Its directories are bench's own, never a link planted in the run directory (harness/files/inside.py).
         inside.mkdir(self.run.path, f"jobs/{job.name}")
         if job.backend != "gloo":  # NCCL and torch do not create their files' directories
             inside.mkdir(self.run.path, job.nccl_log_dir)

@@ -37,7 +37,7 @@ from harness.analysis.overview import (
     regressions,
 )
 from harness.analysis.sides import METRICS
-from harness.nodecheck import METRICS as NODE_METRICS
+from harness.nodes.rounds import METRICS as NODE_METRICS
 from harness.present import sitedir
 from harness.present.charts import Frame, Mark, esc, figure, heatmap, minus, percent, sparkline, timeseries, value_range
 
@@ -321,7 +321,7 @@ def efficiency_section(c: Cluster, newest: int | None) -> str:
                 f'<td class="n">{change}</td></tr>'
             )
     return (
-        head + f"<p>Throughput per GPU over that of the fewest GPUs (collect.py's efficiency), the newest night "
+        head + f"<p>Throughput per GPU over that of the fewest GPUs (speedup over ideal speedup), the newest night "
         f"{c.nights[newest].date} against {against}.</p>"
         "<table><tr><th>configuration</th><th>GPUs</th><th>newest</th><th>last healthy</th><th>change</th></tr>"
         + "".join(rows)

@@ -14,7 +14,7 @@ from pathlib import Path, PurePosixPath
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from harness import inside
+from harness.files import inside
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -105,7 +105,7 @@ def png_bytes(fig: Figure) -> bytes:
 
 
 def save(fig: Figure, points: pd.DataFrame, root: Path, rel: str) -> Path:
-    """ROOT/REL.png and its points as ROOT/REL.csv, neither through a link (harness/inside.py)."""
+    """ROOT/REL.png and its points as ROOT/REL.csv, neither through a link (harness/files/inside.py)."""
     inside.write(root, f"{rel}.csv", points.to_csv(index=False).encode())
     return inside.write(root, f"{rel}.png", png_bytes(fig))
 

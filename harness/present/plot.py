@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING
 
 from benchmarks.catalog import BREAKDOWN_FRACTIONS, COLLECTIVE_WORKLOAD, TRAINING, UNITS
 from benchmarks.common import format_size
-from harness import nodecheck, telemetry
 from harness.analysis.sides import measured
+from harness.evidence import telemetry
+from harness.nodes.rounds import METRICS as NODE_METRICS
 from harness.present.figure import (
     GRID_COLUMNS,
     POINT_COLUMNS,
@@ -36,15 +37,15 @@ from harness.present.figure import (
     setup_plotting,
     titled,
 )
-from harness.rundir import COMPLETED, RunDir
+from harness.run.rundir import COMPLETED, RunDir
 
 if TYPE_CHECKING:
     import pandas as pd
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from harness.nodeverdict import Verdict
-    from harness.telemetry import Telemetry
+    from harness.evidence.telemetry import Telemetry
+    from harness.nodes.verdict import Verdict
 
     Made = tuple[Figure, pd.DataFrame]  # a figure and the points it draws
     Maker = Callable[[], Made | None]  # draws a figure, or None when there is nothing to draw
@@ -474,7 +475,7 @@ def heatmap_figure(v: Verdict) -> Made | None:
     named = {f.nodes[0] for f in v.nodes}
     points = []
     for ax, metric in zip(axes[0], metrics, strict=True):
-        label, unit, _ = nodecheck.METRICS[metric]
+        label, unit, _ = NODE_METRICS[metric]
         grid = np.full((n, n), np.nan)
         for (a, b), value in v.pair_figures[metric].items():
             grid[index[a], index[b]] = grid[index[b], index[a]] = np.nan if value is None else value

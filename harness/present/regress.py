@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD
 from benchmarks.common import format_size
-from harness import forked, inside
 from harness.analysis.compare import (
     BY_RUNS,
     FAILED,
@@ -49,7 +48,9 @@ from harness.analysis.compare import (
 from harness.analysis.gate import per_value
 from harness.analysis.gating import RUN_TOO_NOISY, TOO_NOISY, catch_text, catch_texts
 from harness.analysis.sides import KEYS, METRICS, Side, key_texts, records
+from harness.files import inside
 from harness.present.tables import PRESENTED, markdown, run_mismatches
+from harness.run import forked
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -70,12 +71,12 @@ def write_all(
     meanwhile: Callable[[], None] | None = None,
 ) -> dict[str, Path]:
     """Write the outputs into ROOT/FOLDER: the run directory and `regress`, or the directory
-    `--out` named and "". Nothing is written through a link below ROOT (harness/inside.py).
+    `--out` named and "". Nothing is written through a link below ROOT (harness/files/inside.py).
     Without benchmark_json an earlier run's benchmark.json is removed, so that a dashboard never
     reads a stale one beside a new junit.xml. `verdict` makes gate.json's text (analysis/gate.py).
 
     A forked worker makes report.md and the first of junit.xml's test cases while this process
-    makes gate.json and the rest (harness/forked.py): at 100,000 keys junit.xml is 10 MB, a line
+    makes gate.json and the rest (harness/run/forked.py): at 100,000 keys junit.xml is 10 MB, a line
     a key, and report.md as large where it lists most keys. A worker that made junit.xml whole
     saved nothing, its fork and hand-over costing what the overlap saved (docs/guides/fleet.md, "A
     large run against a month of nights"). `meanwhile` is done by this process first, beside the

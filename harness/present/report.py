@@ -11,9 +11,11 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD
-from harness import executors, stragglers, telemetry
+from harness import executors
 from harness.analysis.compare import SAME, Comparison
 from harness.analysis.sides import METRICS, Side, records
+from harness.collect.summary import read_summary
+from harness.evidence import stragglers, telemetry
 from harness.present import compare_plot, figure, plot
 from harness.present.tables import (
     BREAKDOWN_COLUMNS,
@@ -36,8 +38,7 @@ from harness.present.tables import (
     transport_mismatches,
     warnings,
 )
-from harness.rundir import COMPLETED, RunDir
-from harness.summary import read_summary
+from harness.run.rundir import COMPLETED, RunDir
 
 if TYPE_CHECKING:
     import pandas as pd

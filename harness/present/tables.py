@@ -30,8 +30,8 @@ from harness.analysis.compare import (
 from harness.analysis.gating import catch_texts
 from harness.analysis.sides import METRICS, Side, measured, records
 from harness.errors import one_line, shown
-from harness.rundir import COMPLETED, PENDING, RUNNING, JobRecord, RunDir
-from harness.transport import TRANSPORT_MISMATCH
+from harness.evidence.transport import TRANSPORT_MISMATCH
+from harness.run.rundir import COMPLETED, PENDING, RUNNING, JobRecord, RunDir
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     import pandas as pd
     from rich.console import Console
 
-    from harness.plan import Job
+    from harness.run.plan import Job
 
 # How many keys "only completed in one run" lists name before "...": the terminal, markdown and
 # HTML outputs all cut the list here, and say how many more there are.

@@ -189,7 +189,7 @@ workloads:
 
 def sweep_step(gpus: int, folder: Path) -> Step:
     """1 node of one GPU, and 2 emulated nodes of one GPU each where there are two: the groups."""
-    from harness import telemetry
+    from harness.evidence import telemetry
 
     two = gpus >= 2
     sweep = folder / "acceptance.yaml"

@@ -151,8 +151,8 @@ def test_collect_with_nccl_logs_of_1000_ranks(benchmark, tmp_path_factory, with_
 
 @pytest.fixture(scope="module")
 def two_runs_100k(tmp_path_factory):
-    from harness.collect import collect
-    from harness.summary import write_summary
+    from harness.collect.gather import collect
+    from harness.collect.summary import write_summary
 
     root = tmp_path_factory.mktemp("compare")
     runs = [make_run(root / name, 4000, seed=seed) for name, seed in (("a", 0), ("b", 1))]
@@ -186,8 +186,8 @@ def test_compare_100k_rows(benchmark, two_runs_100k, tmp_path):
 def history_of_five_100k(tmp_path_factory, two_runs_100k):
     """Five 100,000-row runs of one cluster in a history: the default baseline, median:5."""
     from harness.analysis import history
-    from harness.collect import collect
-    from harness.summary import write_summary
+    from harness.collect.gather import collect
+    from harness.collect.summary import write_summary
 
     root = tmp_path_factory.mktemp("history5")
     db = root / "history.sqlite"
@@ -240,8 +240,8 @@ def month_100k(request, tmp_path_factory, two_runs_100k):
     lists each); "ordinary": each night measured afresh (its own seed), a band with the nights'
     spread, inside which B stays."""
     from harness.analysis import history
-    from harness.collect import collect
-    from harness.summary import write_summary
+    from harness.collect.gather import collect
+    from harness.collect.summary import write_summary
 
     root = tmp_path_factory.mktemp(request.param)
     db = root / "history.sqlite"
@@ -288,8 +288,8 @@ def test_regress_100k_rows_against_30_runs(benchmark, two_runs_100k, month_100k,
 def history_1000(tmp_path_factory):
     """1,000 runs of one cluster (small ones: the database's size is in the runs, the work in the lookups)."""
     from harness.analysis import history
-    from harness.collect import collect
-    from harness.summary import write_summary
+    from harness.collect.gather import collect
+    from harness.collect.summary import write_summary
 
     root = tmp_path_factory.mktemp("history")
     db = root / "history.sqlite"
@@ -325,7 +325,7 @@ def test_history_of_1000_runs(benchmark, history_1000, tmp_path, command):
 
 def test_plan_the_node_check_of_2048_nodes(benchmark):
     """`bench nodes`' plan of 2,048 nodes: 2,047 rounds of 1,024 pairs (target under 1 s)."""
-    from harness.nodecheck import Options, schedule
+    from harness.nodes.rounds import Options, schedule
 
     names = [f"gpu{i:04d}" for i in range(2048)]
     plan = benchmark.pedantic(schedule, args=(names, Options()), rounds=5, iterations=1)
@@ -338,7 +338,7 @@ def test_judge_the_node_check_of_2048_nodes(benchmark):
     import itertools
     import random
 
-    from harness.nodeverdict import judge
+    from harness.nodes.verdict import judge
 
     rng = random.Random(0)
     names = [f"gpu{i:04d}" for i in range(2048)]

@@ -7,7 +7,7 @@ and the new collection differ, then starts `bench collect`, stops it after a del
 its uninterrupted duration with SIGINT (Ctrl-C) or SIGKILL, and reads what is there:
 summary.parquet, summary.csv and samples.parquet as a reader resolves them. Each must hold the
 same marker, the old one or the new one, never a mix. The next `bench collect` must then leave
-no temporary file or stale generation behind. tests/modules/harness/test_collect.py runs a small
+no temporary file or stale generation behind. tests/modules/harness/collect/test_gather.py runs a small
 version of this; the figures in docs/reference/run-directory.md come from this script's output.
 """
 
@@ -27,7 +27,7 @@ sys.path.insert(0, str(HERE.parents[1]))
 
 from fixtures import make_run  # noqa: E402
 
-from harness.rundir import RunDir  # noqa: E402
+from harness.run.rundir import RunDir  # noqa: E402
 
 COLLECT = [sys.executable, "-m", "harness.cli", "collect"]
 

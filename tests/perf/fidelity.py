@@ -14,7 +14,7 @@ bench/plain pair of rounds) with its distribution-free 95% interval (harness/ana
 Lehmann 1975). Target (docs/concepts/fidelity.md): a ratio of 0.99 or better, with the interval holding
 1.0; `ok` or `MISS` says which. --sampler runs bench's
 per-node telemetry sampler beside bench's side, started as a sweep's job starts it
-(harness/procs.py). --in-turn runs bench's side as the local executor runs a job: in one launch,
+(harness/run/procs.py). --in-turn runs bench's side as the local executor runs a job: in one launch,
 after the all-reduce turn every job of sweeps/local.yaml starts with (benchmarks/sequence.py).
 Exit status 1 when a case misses.
 """
@@ -38,13 +38,13 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
 from benchmarks.catalog import SEQUENCE, THEN  # noqa: E402
-from harness import procs  # noqa: E402
 from harness.analysis.stats import rate_shift  # noqa: E402
+from harness.run import procs  # noqa: E402
 
 MiB = 2**20
 ITERS, WARMUP = 100, 10  # each collective side; 100 calls average out the per-call noise of gloo on few cores
 STEPS, WARMUP_STEPS = 20, 3  # each training side
-SAMPLE_S = 1.0  # the sampler's interval with --sampler: a sweep's default (harness/spec.py)
+SAMPLE_S = 1.0  # the sampler's interval with --sampler: a sweep's default (harness/config/spec.py)
 # With --in-turn, the turn before bench's: sweeps/local.yaml's all-reduce, its first workload
 BEFORE = ["allreduce", "-b", "1K", "-e", "4M", "-f", "4", "-n", "10", "-w", "3", "--groups", "world"]
 

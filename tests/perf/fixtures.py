@@ -10,9 +10,9 @@ from pathlib import Path
 
 from benchmarks.common import MEASUREMENT_RULES, json_safe
 from benchmarks.results import SCHEMA_VERSION
-from harness.plan import expand
-from harness.rundir import COMPLETED, JobRecord, RunDir
-from harness.sweepfile import load_sweep
+from harness.config.sweepfile import load_sweep
+from harness.run.plan import expand
+from harness.run.rundir import COMPLETED, JobRecord, RunDir
 
 SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"  # tests/fixtures

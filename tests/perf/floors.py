@@ -30,7 +30,7 @@ from pathlib import Path
 
 from fixtures import make_run
 
-from harness.rundir import sync_filesystem
+from harness.run.rundir import sync_filesystem
 
 SCRIPT_BYTES = 6_325  # the mean job.sbatch of bench_speed.py's 10,000-job sweep
 FIGURES = ("size_bytes", "time_us", "algbw_gbps", "busbw_gbps", "time_us_p10", "time_us_median", "time_us_p90")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from harness import transport
+from harness.evidence import transport
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "nccl" / "ib-gdrdma-2.28.9.log"
 

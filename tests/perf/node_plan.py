@@ -1,5 +1,5 @@
 """What planning a node check costs, by node count: time and peak memory of the plan of
-`--partners 3` (nodecheck.schedule and every round's steps), and of the judged verdict of its
+`--partners 3` (rounds.schedule and every round's steps), and of the judged verdict of its
 figures. Not part of the test suite; run
 
     python tests/perf/node_plan.py
@@ -14,25 +14,26 @@ import random
 import time
 import tracemalloc
 
-from harness import nodecheck, nodeverdict
-from harness.nodecheck import Options
+from harness.nodes import rounds
+from harness.nodes import verdict as node_verdict
+from harness.nodes.rounds import Options
 
 
 def plan(n: int, o: Options) -> int:
     names = [f"gpu{i:06d}" for i in range(n)]
-    return sum(len(nodecheck.steps(r, o, "jobs/nodes")) for r in nodecheck.schedule(names, o))
+    return sum(len(rounds.steps(r, o, "jobs/nodes")) for r in rounds.schedule(names, o))
 
 
 def verdict(n: int, o: Options) -> int:
     rng = random.Random(0)
     names = [f"gpu{i:06d}" for i in range(n)]
     pairs: dict[str, dict[tuple[str, str], float | None]] = {"busbw_gbps": {}, "p2p_gbps": {}}
-    for kind, members in nodecheck.schedule(names, o):
+    for kind, members in rounds.schedule(names, o):
         if kind == "pair":
             for a, b in members:
                 pairs["busbw_gbps"][(names[a], names[b])] = 40 + rng.random()
                 pairs["p2p_gbps"][(names[a], names[b])] = 20 + rng.random()
-    v = nodeverdict.judge(names, {}, pairs, 0.1, {})
+    v = node_verdict.judge(names, {}, pairs, 0.1, {})
     return len(v.names)
 
 

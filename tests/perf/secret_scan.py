@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from harness.fields import secret_text
+from harness.config.fields import secret_text
 
 
 def main() -> None:

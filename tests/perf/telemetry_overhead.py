@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from harness import telemetry  # noqa: E402
+from harness.evidence import telemetry  # noqa: E402
 
 
 def line(name: str, host: telemetry.Host) -> str:

@@ -51,7 +51,7 @@ def test_a_stopped_rank_of_a_slurm_job_is_named(testbed, tmp_path):
     hang = json.loads((out / "jobs" / JOB / "hang-allreduce.json").read_text())
     assert hang["reason"].startswith(f"rank {rank} on bnode3 is stopped (state T) in all_reduce"), hang
     # each other rank waits in all_reduce or in the barrier before the timed calls (as in
-    # tests/modules/harness/test_hangs.py); a rank that left the barrier before the stop waits in
+    # tests/modules/harness/evidence/test_hangs.py); a rank that left the barrier before the stop waits in
     # all_reduce while the others still wait in the barrier: "ranks 0, 3 wait in barrier
     # (all_reduce 1M); rank 1 on bnode2 waits in all_reduce (all_reduce 1M)"
     waiting = re.findall(

@@ -15,7 +15,7 @@
 Every check runs 1 gloo rank per node (device cpu, so no matmul) at 4M, 20 calls. The emulated
 nodes share this machine's 2 cores, so the profile's max_running_jobs (1) runs one step at a
 time, and the checks give the threshold this testbed's noise margin, 50%: unshaped, one pair's
-figure has read 32% below its nodes' (tests/modules/harness/test_nodecheck.py); shaped to 1gbit a node's or a
+figure has read 32% below its nodes' (tests/modules/harness/nodes/test_rounds.py); shaped to 1gbit a node's or a
 link's read 84-97% below.
 """
 

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from conftest import SLURM_ENV, SWEEPS, sacct_rows, slurm, start_sweep
 
-from harness import telemetry
+from harness.evidence import telemetry
 
 pytestmark = pytest.mark.slow
 PROFILE = SWEEPS / "clusters" / "testbed.yaml"

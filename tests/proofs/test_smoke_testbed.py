@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from conftest import sacct_rows, slurm_sweep
 
-from harness import telemetry
+from harness.evidence import telemetry
 
 SWEEP = """name: smoke
 device: cpu

@@ -19,7 +19,7 @@ import pytest
 from conftest import HOSTILE_VALUES, ROOT, SLURM_ENV, SWEEPS, bench, in_place_of, sacct_rows, slurm
 from PIL import Image
 
-from harness import telemetry
+from harness.evidence import telemetry
 
 pytestmark = pytest.mark.slow
 PROFILE = SWEEPS / "clusters" / "testbed.yaml"
@@ -453,7 +453,7 @@ def test_a_failing_sacct_is_retried_then_reported(testbed, tmp_path, monkeypatch
     moved to one nobody listens on. The executor tries QUERY_TRIES times, then stops with
     sacct's own words."""
     from harness.executors.slurm.executor import QUERY_TRIES, SlurmError, SlurmExecutor
-    from harness.rundir import RunDir
+    from harness.run.rundir import RunDir
 
     conf = Path(testbed["SLURM_CONF"]).read_text()
     dead = tmp_path / "slurm.conf"

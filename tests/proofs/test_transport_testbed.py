@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 from conftest import SWEEPS, bench, planned_later, regress, slurm_sweep
 
-from harness import telemetry
+from harness.evidence import telemetry
 
 SWEEP = SWEEPS / "testbed-transport.yaml"
 WORDS = "set assumed used eth0 on 2 of 2 nodes (expected net_devices eth1)"

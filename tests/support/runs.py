@@ -90,7 +90,7 @@ def mixed_run(tmp_path_factory):
     collective of the catalog at 256K on every group the job has, and the transformer (a shape
     counted by hand in tests/modules/benchmarks/test_transformer.py) under FSDP2, weak and
     strong. Read by tests/modules/benchmarks/test_groups.py, test_transformer.py beside it, and
-    tests/modules/harness/test_peak.py."""
+    tests/modules/harness/config/test_peak.py."""
     from benchmarks.catalog import COLLECTIVES
 
     root = tmp_path_factory.mktemp("mixed")
@@ -269,8 +269,8 @@ def history_of(tmp_path):
 
 def default_jobs(max_nodes: int = 8) -> list:
     """The jobs of sweeps/default.yaml, as `bench sweep --max-nodes N` plans them."""
-    from harness.plan import expand
-    from harness.sweepfile import load_sweep
+    from harness.config.sweepfile import load_sweep
+    from harness.run.plan import expand
 
     return expand(load_sweep(SWEEPS / "default.yaml", max_nodes=max_nodes))
 

@@ -15,7 +15,8 @@ import shlex
 from collections.abc import Callable
 from typing import Any
 
-from harness.cluster import ClusterProfile
+from harness.config.cluster_profile import ClusterProfile
+from harness.config.hostlists import HOSTLIST_RE
 from harness.executors.slurm.executor import SCRIPT, SlurmExecutor
 from harness.executors.slurm.script import (
     _quote,
@@ -31,11 +32,10 @@ from harness.executors.slurm.script import (
     warning_comment,
 )
 from harness.executors.slurm.via_submitit import SubmititExecutor
-from harness.hostlists import HOSTLIST_RE
-from harness.nodecheck import round_count
-from harness.nodesteps import FOLDER, JOB, RECORD, STEP_SCRIPT, Plan, in_submitit_task
-from harness.plan import Job, WorkloadRun
-from harness.rundir import RunDir
+from harness.nodes.driver import FOLDER, JOB, RECORD, STEP_SCRIPT, Plan, in_submitit_task
+from harness.nodes.rounds import round_count
+from harness.run.plan import Job, WorkloadRun
+from harness.run.rundir import RunDir
 
 SLACK_MIN = 5.0  # the job's time limit beyond its rounds at the step timeout each
 
@@ -117,7 +117,7 @@ def render_step_script(job: Job, profile: ClusterProfile, plan: Plan, overlap: b
         "\n".join(
             [
                 "#!/bin/bash",
-                "# One step of bench's node check, run by harness/nodesteps.py from the run directory:",
+                "# One step of bench's node check, run by harness/nodes/driver.py from the run directory:",
                 "#   step.sh NAME NODES NNODES PORT MODULE [ARG...]",
                 "# The rendezvous is the step's first node; Slurm ends the step at the step timeout.",
                 "set -euo pipefail",

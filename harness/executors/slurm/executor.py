@@ -42,9 +42,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 
-from harness import hangs
-from harness.cluster import DEFAULT_PROFILE, ClusterProfile
+from harness.config.cluster_profile import DEFAULT_PROFILE, ClusterProfile
 from harness.errors import SlurmError, UsageError, shown
+from harness.evidence import hangs
+from harness.evidence.logs import error_line, tail
 from harness.executors.base import Executor
 from harness.executors.slurm.replies import (
     SACCT_FIELDS,
@@ -59,9 +60,8 @@ from harness.executors.slurm.replies import (
     user_name,
 )
 from harness.executors.slurm.script import format_time_limit, interpreter, looks_local, render_script, unmountable
-from harness.logs import error_line, tail
-from harness.plan import Job
-from harness.rundir import (
+from harness.run.plan import Job
+from harness.run.rundir import (
     CANCELLED,
     COMPLETED,
     FAILED,
@@ -119,7 +119,7 @@ ACCOUNTING_GRACE_S = 300.0
 
 # What runs on the nodes with the profile's Python, beside the workloads (docs/guides/containers.md,
 # "What stays on the host"): the modules each imports, and what is lost without them.
-HOST_MODULES = ("harness.hangs", "harness.telemetry", "harness.nodesteps", "benchmarks.runtime")
+HOST_MODULES = ("harness.evidence.hangs", "harness.evidence.telemetry", "harness.nodes.driver", "benchmarks.runtime")
 _IMPORT_TIMEOUT_S = 60
 
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import benchmarks
 from benchmarks.common import TORCHRUN_NO_LOG_DIR
-from harness.cluster import CONTAINER_CODE, ClusterProfile
-from harness.plan import PER_STEP, Job, WorkloadRun
+from harness.config.cluster_profile import CONTAINER_CODE, ClusterProfile
+from harness.run.plan import PER_STEP, Job, WorkloadRun
 
 # The batch shell gets USR2 this long before the time limit; not USR1, which NCCL has caught in
 # some releases. Slurm may send it up to SLURM_EARLY_S earlier than asked (docs/reference/sources.md,
@@ -143,7 +143,7 @@ def restart_lines(job: Job, python: str) -> list[str]:
 
 def mark_lines(job: Job, python: str) -> list[str]:
     """`mark KEY start|end`: a workload's phase, for the telemetry's timeline, appended through no
-    link (harness/inside.py); never fails the job."""
+    link (harness/files/inside.py); never fails the job."""
     phases = _quote(f"jobs/{job.name}/telemetry/phases.jsonl")
     return [
         "mark() {",
@@ -465,7 +465,7 @@ def script_head(
 
 def time_limit_trap(job: Job, python: str, note: str) -> str:
     """The trap that notes Slurm's time-limit warning in the job's time-limit.txt, with `note`
-    (expanded when the signal comes), appended through no link (harness/inside.py); a note that
+    (expanded when the signal comes), appended through no link (harness/files/inside.py); a note that
     cannot be written is said on the job's log, and never ends the job (strict mode would)."""
     path = _quote(f"jobs/{job.name}/time-limit.txt")
     append = f'echo "$(date -Is) {note}" | {python} -m harness.inside append {path} || true'

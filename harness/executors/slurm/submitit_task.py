@@ -28,10 +28,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import hangs, inside, telemetry
 from harness.errors import RunDirError
+from harness.evidence import hangs, telemetry
 from harness.executors.slurm.script import torchrun_words
-from harness.procs import sampler
+from harness.files import inside
+from harness.run.procs import sampler
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ def run(task: Task) -> None:
 
     def near_limit(signum: int, frame: object) -> None:
         if rank == 0:
-            # through no link (harness/inside.py), relative to the run directory, the task's own
+            # through no link (harness/files/inside.py), relative to the run directory, the task's own
             note = f"{task.job_dir}/time-limit.txt"
             with contextlib.suppress(OSError, ValueError, RunDirError), inside.append(Path("."), note) as f:
                 f.write(f"time limit near during {current[0]}\n".encode())

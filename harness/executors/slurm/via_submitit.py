@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.cluster import ClusterProfile
+from harness.config.cluster_profile import ClusterProfile
 from harness.errors import SlurmError, UsageError
 from harness.executors.slurm import submitit_task
 from harness.executors.slurm.executor import CALL_TIMEOUT_S, NoAnswer, SlurmExecutor
@@ -45,8 +45,8 @@ from harness.executors.slurm.script import (
     site_directives,
     tasks_and_cpus,
 )
-from harness.plan import Job
-from harness.rundir import JobRecord
+from harness.run.plan import Job
+from harness.run.rundir import JobRecord
 
 FOLDER = "submitit"  # in each job's directory
 PARAMETERS = "submitit.json"  # in each job's directory: what bench gives AutoExecutor

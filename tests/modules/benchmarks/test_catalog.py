@@ -11,8 +11,8 @@ from conftest import SWEEPS
 
 from benchmarks import catalog, collectives, training
 from benchmarks.imagefolder import ensure_imagefolder
-from harness.plan import expand
-from harness.sweepfile import load_sweep
+from harness.config.sweepfile import load_sweep
+from harness.run.plan import expand
 
 
 def _choices(parser, dest: str) -> tuple:

@@ -11,7 +11,7 @@ import torch
 from benchmarks import runtime
 from benchmarks.common import Launch, UsageError
 from harness.executors.local import gpus_for
-from harness.plan import Job
+from harness.run.plan import Job
 
 
 @pytest.mark.parametrize(

@@ -13,8 +13,8 @@ from benchmarks import collectives
 from benchmarks.catalog import COLLECTIVES, WORLD
 from benchmarks.collectives import CollectiveRun, Group, GroupCalls, bus_factor, message_sizes
 from benchmarks.common import UsageError, captured_variables, detect_launch, format_size, parse_size, percentile
-from harness.collect import add_scaling
-from harness.summary import COLUMNS
+from harness.collect.gather import add_scaling
+from harness.collect.summary import COLUMNS
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 8, 64])

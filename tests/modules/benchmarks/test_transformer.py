@@ -195,7 +195,7 @@ def test_mfu_against_the_profile_s_stated_peak_and_the_report_and_comparison(swe
 
     import pandas as pd
 
-    from harness.cluster import load_profile
+    from harness.config.cluster_profile import load_profile
 
     out, _ = sweep_run
     copy = tmp_path / "run"

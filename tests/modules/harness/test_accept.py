@@ -7,9 +7,9 @@ from __future__ import annotations
 from conftest import SWEEPS, bench
 
 from harness.accept import narrowing
-from harness.cluster import Reference
-from harness.plan import expand
-from harness.sweepfile import load_sweep
+from harness.config.cluster_profile import Reference
+from harness.config.sweepfile import load_sweep
+from harness.run.plan import expand
 
 
 def test_the_sweep_is_narrowed_to_the_references_keys():

@@ -18,13 +18,14 @@ from pathlib import Path
 import pytest
 from conftest import HOSTILE_VALUES, SWEEPS, bench, left_in, left_in_tmp, read_json
 
-from harness import check_nodes, nodeverdict
+from harness import check_nodes
 from harness.analysis import nodehistory
-from harness.cluster import load_profile
+from harness.config.cluster_profile import load_profile
 from harness.errors import RunDirError
 from harness.executors.slurm.check_job import check_job, render_check_script, render_step_script
-from harness.nodecheck import Options
-from harness.nodesteps import FOLDER, Driver, LocalLauncher, Plan
+from harness.nodes.driver import FOLDER, Driver, LocalLauncher, Plan
+from harness.nodes.rounds import Options
+from harness.nodes.verdict import drain_command
 
 PROFILE = SWEEPS / "clusters" / "testbed.yaml"
 
@@ -221,7 +222,7 @@ def test_a_local_dry_run_runs_nothing(tmp_path):
 def test_the_drain_line_is_quoted_for_a_shell(tmp_path, value):
     """The line an admin pastes, run by a real bash with scontrol a function printing its words:
     the run directory's name arrives as one word, and nothing in it runs."""
-    line = nodeverdict.drain_command("bnode[1-2,4]", f"bench nodes: check-{value}")
+    line = drain_command("bnode[1-2,4]", f"bench nodes: check-{value}")
     words = subprocess.run(
         ["bash", "-c", 'scontrol() { printf "%s\\0" "$@"; }; ' + line],
         capture_output=True,

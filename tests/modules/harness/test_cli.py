@@ -64,19 +64,19 @@ def test_a_dry_run_never_imports_pyarrow(tmp_path, executor):
 
 
 def test_each_command_loads_its_own_group_and_help_lists_every_one():
-    """cli.GROUPS names the commands each group adds, so that a command loads its own group
+    """commands.GROUPS names the commands each group adds, so that a command loads its own group
     alone (regress: none of the node check's or the sweep's imports); `bench --help`, and a
     command mistyped, build every group's."""
     import argparse
     import importlib
 
     from benchmarks.common import OneLineParser
-    from harness import cli
+    from harness import commands
 
-    for name, commands in cli.GROUPS.items():
+    for name, added in commands.GROUPS.items():
         sub = OneLineParser(prog="bench").add_subparsers(dest="command")
         importlib.import_module(name).add_parsers(sub)
-        assert tuple(sub.choices) == commands, name
+        assert tuple(sub.choices) == added, name
     probe = "import sys\nfrom harness import cli\ntry:\n    cli.main(sys.argv[1:])\n"
     probe += "finally:\n    print(sorted(sys.modules))"
     loaded = subprocess.run(
@@ -84,7 +84,7 @@ def test_each_command_loads_its_own_group_and_help_lists_every_one():
         capture_output=True, text=True, check=False,
     ).stdout  # fmt: skip
     assert "'harness.commands.judging'" in loaded and "'harness.commands.checks'" not in loaded, loaded[-300:]
-    assert "'harness.commands.sweeps'" not in loaded and "'harness.check_nodes'" not in loaded
-    everything = cli.build_parser("regres")._subparsers._group_actions[0]  # type: ignore[union-attr]
+    assert "'harness.commands.running'" not in loaded and "'harness.check_nodes'" not in loaded
+    everything = commands.build_parser("regres")._subparsers._group_actions[0]  # type: ignore[union-attr]
     assert isinstance(everything, argparse._SubParsersAction)
-    assert list(everything.choices) == [c for commands in cli.GROUPS.values() for c in commands]
+    assert list(everything.choices) == [c for added in commands.GROUPS.values() for c in added]

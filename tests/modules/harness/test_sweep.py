@@ -20,8 +20,8 @@ from conftest import ROOT, bench, check_breakdown, left_in, left_in_tmp, read_js
 from PIL import Image
 
 from benchmarks.collectives import bus_factor
-from harness import telemetry
 from harness.analysis.sides import records
+from harness.evidence import telemetry
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]  # whole local sweeps, a minute or more each
 

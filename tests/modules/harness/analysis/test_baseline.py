@@ -10,7 +10,7 @@ import pytest
 
 from harness.analysis import baseline, gate
 from harness.analysis.sides import METRICS, Entry, grouped_side, key_frame
-from harness.summary import COLUMNS, SUMMARY_VERSION, VERSION_KEY, arrow_type
+from harness.collect.summary import COLUMNS, SUMMARY_VERSION, VERSION_KEY, arrow_type
 
 SIZES = {"a": 1 << 20, "b": 2 << 20, "c": 4 << 20, "d": 8 << 20}
 

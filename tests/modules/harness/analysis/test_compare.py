@@ -21,7 +21,7 @@ from PIL import Image
 
 from harness.analysis.compare import SLOWER, compare
 from harness.analysis.sides import load_run
-from harness.summary import SUMMARY_VERSION
+from harness.collect.summary import SUMMARY_VERSION
 
 # --------------------------------------------------------------------------- a real run
 
@@ -59,7 +59,7 @@ def test_a_summary_collected_before_groups_and_the_transformer_compares_key_for_
     """A summary of the same layout version written before the `group` column and the
     transformer's columns existed (and its samples without `group`): its collective rows read as
     the world's, its other new columns as null, and it meets today's summary key for key."""
-    from harness.summary import TRANSFORMER_COLUMNS
+    from harness.collect.summary import TRANSFORMER_COLUMNS
 
     old = tmp_path / "old"
     shutil.copytree(real_run, old)

@@ -306,7 +306,7 @@ def test_a_typo_stops_the_nightly_recipe_before_its_sweep(real_run, tmp_path, gi
 def _stored_summary(rows: int, **changed) -> pa.Table:
     """A summary of `rows` all_reduce keys as collect writes it, with columns `changed` (name ->
     function of the row) from it."""
-    from harness.summary import COLUMNS, SUMMARY_VERSION, VERSION_KEY, arrow_type
+    from harness.collect.summary import COLUMNS, SUMMARY_VERSION, VERSION_KEY, arrow_type
 
     values = {
         "job": lambda i: f"n{i % 4 + 1}-g8", "workload": lambda i: "allreduce", "collective": lambda i: "all_reduce",

@@ -14,7 +14,7 @@ import math
 import pandas as pd
 import pytest
 
-from harness.collect import add_scaling
+from harness.collect.gather import add_scaling
 from harness.present.compare_plot import compare_scaling_figure
 from harness.present.plot import STEP_PARTS, breakdown_figure, busbw_figure, latency_figure, scaling_figure
 
@@ -429,7 +429,7 @@ def test_six_collectives_of_one_configuration_are_a_grid_under_a_clear_title():
 
 def test_heatmap_figures_are_black_on_light_cells_and_white_on_dark_ones():
     """Grey on viridis read poorly on both ends: each figure's ink now contrasts with its cell."""
-    from harness.nodeverdict import judge
+    from harness.nodes.verdict import judge
     from harness.present.plot import heatmap_figure
 
     names = [f"bnode{i}" for i in range(1, 5)]
@@ -442,7 +442,7 @@ def test_heatmap_figures_are_black_on_light_cells_and_white_on_dark_ones():
 
 def test_history_labels_stand_upright_and_leave_the_panel_its_height():
     """The history's rotated timestamps took half its figure (the timeline's percentages from 0:
-    tests/modules/harness/test_telemetry.py)."""
+    tests/modules/harness/evidence/test_telemetry.py)."""
     from harness.present.compare_plot import history_made
 
     runs = 30

@@ -199,7 +199,7 @@ def _lab_history(real_run, tmp_path):
 
 def test_regress_on_one_core_writes_what_it_writes_with_a_worker(real_run, tmp_path):
     """With two cores the run is loaded and junit.xml made by forked workers
-    (harness/forked.py); on one core (taskset) each is done in turn, in this process: the same
+    (harness/run/forked.py); on one core (taskset) each is done in turn, in this process: the same
     report.md, gate.json, junit.xml (but its timestamp) and the same lines."""
     db = _lab_history(real_run, tmp_path)
     args = ["regress", str(real_run), "--cluster", "lab", "--db", str(db), "--must-catch", "100%", "--out"]

@@ -11,13 +11,13 @@ import subprocess
 import pytest
 from conftest import SWEEPS, FakeSlurm
 
-from harness.cluster import ClusterProfile
+from harness.config.cluster_profile import ClusterProfile
+from harness.config.sweepfile import load_sweep
 from harness.errors import SlurmError
 from harness.executors.slurm.executor import QUERY_TRIES, SBATCH_TRIES, SlurmExecutor
-from harness.plan import Job, expand
-from harness.rundir import COMPLETED, FAILED, PENDING, SUBMITTING, JobRecord, RunDir, claim
+from harness.run.plan import Job, expand
+from harness.run.rundir import COMPLETED, FAILED, PENDING, SUBMITTING, JobRecord, RunDir, claim
 from harness.sweep import create_run
-from harness.sweepfile import load_sweep
 
 # Two jobs (1 and 2 nodes of 1 GPU), each running the all-reduce only.
 OVERRIDES = ("gpus_per_node=[1]", "workloads.synthetic=false", "workloads.real=false")

@@ -10,9 +10,9 @@ import signal
 import pytest
 
 from harness.errors import SlurmError
+from harness.evidence.logs import error_line
 from harness.executors.slurm.executor import deferred_signals
 from harness.executors.slurm.replies import Accounting, parse_sacct, parse_sbatch_reply, parse_squeue, parse_usage
-from harness.logs import error_line
 
 
 @pytest.mark.parametrize(

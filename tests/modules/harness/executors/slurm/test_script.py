@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 from conftest import HOSTILE_VALUES, ROOT, SWEEPS, bench, default_jobs, in_place_of, run
 
-from harness.cluster import ClusterProfile, load_profile
+from harness.config.cluster_profile import ClusterProfile, load_profile
+from harness.config.sweepfile import load_sweep
 from harness.errors import SpecError
 from harness.executors.slurm.script import format_time_limit, render_script, sbatch_directives, signal_lead_s
-from harness.plan import expand
-from harness.sweepfile import load_sweep
+from harness.run.plan import expand
 
 GOLDEN = ROOT / "tests" / "golden"
 REGENERATE = "BENCH_REGENERATE_GOLDEN"
@@ -131,8 +131,8 @@ def test_pyxis_imports_the_image_once_a_job_outside_the_step_limits(tmp_path):
     step names the same container, of this job alone, and the job removes it on its way out.
     bash runs the script's lines with srun and enroot standing in, each printing its argv."""
     from harness.executors.slurm.check_job import check_job, render_check_script, render_step_script
-    from harness.nodecheck import Options
-    from harness.nodesteps import Plan
+    from harness.nodes.driver import Plan
+    from harness.nodes.rounds import Options
 
     profile = container_profile(tmp_path, "pyxis")
     text = render_script(default_jobs(max_nodes=2)[-1], profile, 600)
@@ -608,7 +608,7 @@ def test_cli_slurm_dry_run_writes_every_script(tmp_path):
     plan = json.loads((out / "plan.json").read_text())
     assert plan["executor"] == "slurm" and plan["cluster"]["name"] == "example"
     # the recorded profile is what a resume rebuilds
-    from harness.fields import build
+    from harness.config.fields import build
 
     assert build(ClusterProfile, plan["cluster"], "cluster") == load_profile(EXAMPLE)
     # resuming a dry run submits the whole sweep: its cost is confirmed as a new sweep's is

@@ -18,12 +18,12 @@ import submitit
 from conftest import SWEEPS, bench
 from submitit.slurm.slurm import _make_sbatch_string
 
-from harness.cluster import load_profile
+from harness.config.cluster_profile import load_profile
+from harness.config.sweepfile import load_sweep
 from harness.executors.slurm import submitit_task
 from harness.executors.slurm.script import render_script, sbatch_directives, step_command
 from harness.executors.slurm.via_submitit import parameters, task
-from harness.plan import expand
-from harness.sweepfile import load_sweep
+from harness.run.plan import expand
 
 SITE = """name: site
 partition: gpu

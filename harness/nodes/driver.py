@@ -1,0 +1,470 @@
+"""Running the node check's steps (harness/nodes/rounds.py), round after round, each round's steps
+at once: inside one Slurm allocation of every node, where each step is an srun step on its one
+or two nodes (`python -m harness.nodesteps DIR`, which the check's batch script runs), or on
+this machine, where each emulated node is a torchrun agent as in the local executor.
+
+A step that fails or outlives the step timeout is recorded and the check goes on: a dead node
+fails its steps, and the verdict names it, rather than ending the check. After each round its
+steps' record (`rounds/K.json` in the check's folder) and then `steps.json` (the nodes, the
+rounds that ran and each one's seconds) are replaced atomically (docs/guides/nodes.md, "The record").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any, BinaryIO
+
+from benchmarks.catalog import BACKENDS, DEVICES
+from benchmarks.results import RESULT_LIMIT, json_bytes, load_result, read_regular, wrong_results
+from harness.config import hostlists
+from harness.config.hostlists import HOSTLIST_RE, NODE_NAME_RE
+from harness.evidence.logs import error_line, tail
+from harness.files import inside
+from harness.nodes import rounds as node_rounds
+from harness.nodes.rounds import Options, Step
+from harness.run.procs import TAG, agent_command, die_with_parent, free_port, kill_groups, new_tag
+from harness.run.rundir import CANCELLED, COMPLETED, FAILED, TIMEOUT, now
+
+PLAN = "check.json"  # in the run directory: what `bench nodes` asked for
+JOB = "nodes"  # the check's job, in the run directory's jobs/
+FOLDER = f"jobs/{JOB}"  # its folder: the Slurm job's files, the record and the steps' results
+PLAN_VERSION = 1
+RECORD = "steps.json"
+ROUNDS_DIR = "rounds"  # in the check's folder: <k>.json, the steps of round k
+RECORD_VERSION = 1
+STEP_SCRIPT = "step.sh"  # the srun line of a step, rendered by harness/executors/slurm/check_job.py
+_POLL_S = 0.05
+_GRACE_S = 30.0  # past the step timeout before the driver ends a step Slurm's --time did not
+
+
+@dataclass
+class Running:
+    step: Step
+    procs: list[subprocess.Popen]
+    log: BinaryIO
+    started: float
+    tag: str  # in the environment of the step's local processes (procs.TAG)
+
+
+class Launcher:
+    """Starts one step's processes, from the run directory."""
+
+    grace_s = 0.0  # past the step timeout before the driver ends a step
+
+    def start(self, step: Step, names: Sequence[str], index: int, log: BinaryIO, tag: str) -> list[subprocess.Popen]:
+        raise NotImplementedError
+
+
+class LocalLauncher(Launcher):
+    """Each node of a step is a torchrun agent on this machine (harness/run/procs.py)."""
+
+    def __init__(self, run: Path, options: Options):
+        self.run, self.options = run, options
+
+    def start(self, step: Step, names: Sequence[str], index: int, log: BinaryIO, tag: str) -> list[subprocess.Popen]:
+        port = free_port()
+        procs = []
+        for k, node in enumerate(step.nodes):
+            nnodes, nproc = len(step.nodes), self.options.gpus_per_node
+            command = agent_command(nnodes, nproc, k, port, step.name, step.module, step.args)
+            env = {**os.environ, "BENCH_LAUNCHER": "local-torchrun", "BENCH_NODE": names[node], TAG: tag}
+            procs.append(_popen(command, self.run, env, log))
+        return procs
+
+
+class SrunLauncher(Launcher):
+    """Each step is an srun step of the allocation on its nodes, through the rendered step
+    script: `bash step.sh NAME NODES NNODES PORT MODULE ARGS...`, its values as arguments, never
+    as shell text. The rendezvous port is derived from the job id and the step's index, so
+    steps that follow one another on a node do not meet a port still in TIME_WAIT."""
+
+    grace_s = _GRACE_S  # srun's --time ends the step first, as Slurm's clock sees it
+
+    def __init__(self, run: Path, folder: str, job_id: int):
+        self.run, self.script, self.job_id = run, f"{folder}/{STEP_SCRIPT}", job_id
+
+    def start(self, step: Step, names: Sequence[str], index: int, log: BinaryIO, tag: str) -> list[subprocess.Popen]:
+        # srun's processes are left untagged: on a node, its tasks are Slurm's to end
+        port = 20000 + (self.job_id % 20000 + index) % 40000
+        nodes = ",".join(names[i] for i in step.nodes)
+        command = ["bash", self.script, step.name, nodes, str(len(step.nodes)), str(port), step.module, *step.args]
+        return [_popen(command, self.run, dict(os.environ), log)]
+
+
+def _popen(command: list[str], cwd: Path, env: dict[str, str], log: BinaryIO) -> subprocess.Popen:
+    # A session of its own, so that a step is ended with its whole process group.
+    return subprocess.Popen(
+        command,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=die_with_parent,  # noqa: PLW1509
+    )
+
+
+class Driver:
+    """Runs a check's rounds and keeps its record (see the module's docstring)."""
+
+    def __init__(self, run: Path, folder: str, names: list[str], options: Options, launcher: Launcher):
+        self.run, self.folder, self.names, self.options, self.launcher = run, folder, names, options, launcher
+        self.plan = node_rounds.schedule(names, options)
+        self.steps: dict[str, dict[str, Any]] = {}  # the running round's
+        self.round_s: list[float] = []
+
+    def save(self, k: int | None = None) -> None:
+        """The record: round `k`'s steps (rounds/<k>.json), then steps.json, which says how many
+        rounds ended and how long each took; each file replaced atomically."""
+        # through the run directory's writer (harness/files/inside.py): the shared directory is
+        # untrusted while the job waits in the queue, and a planted link is refused, not followed
+        folder = PurePosixPath(self.folder)
+        if k is not None:
+            inside.write(self.run, folder / ROUNDS_DIR / f"{k}.json", json_bytes(self.steps))
+        summary = {"format_version": RECORD_VERSION, "hosts": self.names, "rounds": len(self.plan)}
+        record = {**summary, "round_s": self.round_s, "ran": len(self.round_s)}
+        inside.write(self.run, folder / RECORD, json_bytes(record))
+
+    def drive(self, progress: Callable[[str], None] = lambda line: None) -> None:
+        for sub in (node_rounds.STEPS_DIR, ROUNDS_DIR):
+            inside.mkdir(self.run, PurePosixPath(self.folder) / sub)
+        self.save()
+        index = 0
+        for k, round_ in enumerate(self.plan):
+            steps = node_rounds.steps(round_, self.options, self.folder)
+            self.steps = {}
+            start = time.monotonic()
+            width = self.options.concurrency or len(steps)
+            try:
+                for batch in range(0, len(steps), width):
+                    index = self._run(steps[batch : batch + width], index)
+            except BaseException:
+                self.round_s.append(round(time.monotonic() - start, 3))
+                self.save(k)
+                raise
+            self.round_s.append(round(time.monotonic() - start, 3))
+            self.save(k)
+            failed = [s.name for s in steps if self.steps[s.name]["state"] != COMPLETED]
+            progress(
+                f"round {k + 1} of {len(self.plan)}: {len(steps)} step(s) in {self.round_s[-1]:.1f} s"
+                + (f", failed: {' '.join(failed)}" if failed else "")
+            )
+
+    def _run(self, steps: list[Step], index: int) -> int:
+        """Run `steps` at once to their end; the next step's index."""
+        running: list[Running] = []
+        try:
+            for step in steps:
+                inside.remove(self.run, PurePosixPath(self.folder) / step.result)  # an earlier attempt's
+                log = inside.append(self.run, PurePosixPath(self.folder) / step.log)
+                self.steps[step.name] = {"state": "RUNNING", "started": now()}
+                tag = new_tag()
+                procs = self.launcher.start(step, self.names, index, log, tag)
+                running.append(Running(step, procs, log, time.monotonic(), tag))
+                index += 1
+            self._wait(running)
+        except BaseException:
+            for r in running:
+                kill_groups(r.procs, r.tag)
+                if self.steps[r.step.name]["state"] == "RUNNING":
+                    self._record(r, CANCELLED, None, "interrupted")
+            raise
+        finally:
+            for r in running:
+                r.log.close()
+        return index
+
+    def _wait(self, running: list[Running]) -> None:
+        limit = self.options.step_timeout_s
+        left = list(running)
+        while left:
+            for r in list(left):
+                codes = [p.poll() for p in r.procs]
+                if any(c not in (None, 0) for c in codes) and any(c is None for c in codes):
+                    # one agent failed: the others are ended rather than left to their timeout
+                    kill_groups(r.procs, r.tag)
+                    codes = [p.returncode for p in r.procs]
+                if all(c is not None for c in codes):
+                    left.remove(r)
+                    bad = [c for c in codes if c != 0]
+                    result = self.run / self.folder / r.step.result
+                    if not bad and result.exists():
+                        self._record(r, COMPLETED, 0, None)
+                    else:
+                        text = tail(self.run / self.folder / r.step.log, lines=400)
+                        lines = [line for line in text.splitlines() if line.strip()]
+                        why = error_line(text) or (lines[-1].strip() if lines else None)
+                        code = bad[0] if bad else 0
+                        self._record(r, FAILED, code, why or f"exit status {code}" + ("" if bad else ", no result"))
+                elif time.monotonic() - r.started > limit + self.launcher.grace_s:
+                    left.remove(r)
+                    kill_groups(r.procs, r.tag)
+                    self._record(r, TIMEOUT, None, f"still running after the step timeout of {limit:g} s")
+            time.sleep(_POLL_S)
+
+    def _record(self, r: Running, state: str, code: int | None, reason: str | None) -> None:
+        self.steps[r.step.name].update(
+            state=state, exit_code=code, elapsed_s=round(time.monotonic() - r.started, 3), reason=reason
+        )
+
+
+def read_record(folder: Path, with_rounds: bool = True) -> dict[str, Any]:
+    """A check's record, checked for the shape this module writes (a run directory is untrusted
+    data): steps.json, with "steps", every round's step records that ran, merged (without
+    `with_rounds`, steps.json alone); ValueError says what is wrong."""
+    path = folder / RECORD
+    data = load_json(path)
+    if data.get("format_version") != RECORD_VERSION:
+        raise ValueError(f"{path}: format_version required {RECORD_VERSION}, found {data.get('format_version')!r}")
+    hosts, rounds, ran, rs = data.get("hosts"), data.get("rounds"), data.get("ran"), data.get("round_s")
+    if not isinstance(hosts, list) or not all(isinstance(h, str) and NODE_NAME_RE.fullmatch(h) for h in hosts):
+        raise ValueError(f"{path}: hosts must be a list of node names")
+    if len(set(hosts)) != len(hosts):
+        raise ValueError(f"{path}: hosts names a node twice")
+    for key, value in (("rounds", rounds), ("ran", ran)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10**6:
+            raise ValueError(f"{path}: {key} must be a count of rounds, found {value!r}")
+    if not isinstance(rs, list) or len(rs) != ran or not all(_seconds(v) for v in rs):
+        raise ValueError(f"{path}: round_s must be the seconds of each round that ran")
+    if not with_rounds:
+        return data
+    steps: dict[str, Any] = {}
+    for k in range(ran):
+        part = load_json(folder / ROUNDS_DIR / f"{k}.json")
+        if not all(isinstance(v, dict) for v in part.values()):
+            raise ValueError(f"{folder / ROUNDS_DIR / f'{k}.json'}: not an object of step records")
+        steps.update(part)
+    return {**data, "steps": steps}
+
+
+def _seconds(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+
+
+def load_json(path: Path) -> dict[str, Any]:
+    """A JSON object read from a regular file of bounded size; ValueError otherwise."""
+    try:
+        data = json.loads(read_regular(path, RESULT_LIMIT))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"{path}: not readable JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a JSON object")
+    return data
+
+
+@dataclass
+class Figures:
+    """What a check's steps measured, as `harness.nodes.verdict.judge` takes it."""
+
+    names: list[str]
+    nodes: dict[str, dict[str, float | None]]  # metric -> node -> figure, None: its step failed
+    pairs: dict[str, dict[tuple[str, str], float | None]]  # metric -> (a, b) -> figure
+    failures: dict[str, str]  # "a" or "a b" -> why its step has no figure
+    never: int  # steps the record has no end for: the check was cut short
+    record: dict[str, Any]
+
+
+def gather(run: Path, plan: Plan) -> Figures:
+    """Every step's figures from the check in `run`: its record and each completed step's
+    result, read as untrusted data; ValueError for a record that cannot be read. A result that
+    does not hold its figures fails its step only."""
+    folder = run / FOLDER
+    record = read_record(folder)
+    names: list[str] = record["hosts"]
+    out = Figures(names, {}, {}, {}, 0, record)
+    where = folder / RECORD
+    # the record must be of the check the plan asked for: a record that judged fewer nodes, or
+    # other rounds and steps, would pass what was never checked (docs/guides/nodes.md, "Fail closed")
+    if len(names) != plan.nodes or len(names) < 2:
+        raise ValueError(f"{where}: hosts names {len(names)} node(s); the check's plan has {plan.nodes}")
+    try:
+        rounds = node_rounds.schedule(names, plan.options)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    if record["rounds"] != len(rounds) or record["ran"] > len(rounds):
+        raise ValueError(
+            f"{where}: {record['rounds']} rounds, {record['ran']} ran; the plan of {len(names)} nodes has {len(rounds)}"
+        )
+    planned = 0
+    for round_ in rounds:
+        for step in node_rounds.steps(round_, plan.options, FOLDER):
+            planned += 1
+            rec = record["steps"].get(step.name)
+            if rec is None or rec.get("state") in (None, "RUNNING"):
+                out.never += 1
+                continue
+            nodes = tuple(names[i] for i in step.nodes)
+            figures: dict[str, float] | None = None
+            why = str(rec.get("reason") or rec.get("state"))
+            if rec.get("state") == COMPLETED:
+                try:
+                    figures = node_rounds.step_figures(step, load_result(folder / step.result))
+                except ValueError as exc:  # FigureError and ResultError are ValueErrors
+                    why = str(exc)
+            else:  # a collective that returned wrong elements fails its ranks, and its result says so
+                why = _wrong_results(folder / step.result) or why
+            for metric in node_rounds.step_metrics(step):
+                value = None if figures is None else figures[metric]
+                if len(nodes) == 1:
+                    out.nodes.setdefault(metric, {})[nodes[0]] = value
+                else:
+                    out.pairs.setdefault(metric, {})[(nodes[0], nodes[1])] = value
+            if figures is None:
+                out.failures[" ".join(nodes)] = f"{step.name} {why}"
+    if len(record["steps"]) > planned - out.never:
+        raise ValueError(f"{where}: its rounds record {len(record['steps'])} steps; the plan has {planned}")
+    return out
+
+
+def _wrong_results(path: Path) -> str | None:
+    """What a failed step's result, where it wrote one, says its output check found wrong."""
+    if not path.exists():
+        return None
+    try:
+        rows = load_result(path).get("rows")
+    except ValueError:
+        return None
+    return wrong_results(r for r in rows if isinstance(r, dict)) if isinstance(rows, list) else None
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a check was asked for, as check.json keeps it."""
+
+    executor: str
+    options: Options
+    threshold: float  # the smallest shortfall against the population that names (docs/guides/nodes.md)
+    nodes: int  # how many: the emulated nodes (local) or the allocation's
+    nodelist: str | None = None  # Slurm's hostlist of the nodes, when the user named them
+    cluster: dict[str, Any] | None = None  # the cluster profile, as the sweep's plan keeps it
+
+    def write(self, run: Path) -> None:
+        inside.write(run, PLAN, json_bytes({"format_version": PLAN_VERSION, **dataclasses.asdict(self)}))
+
+
+# Each option's type and range; a plan read back is held to them (a run directory is untrusted).
+_RANGES: dict[str, tuple[type, float, float]] = {
+    "gpus_per_node": (int, 1, 64),
+    "bytes": (int, 4, 2**34),
+    "iters": (int, 1, 10_000),
+    "gemm_size": (int, 0, 65536),
+    "gemm_iters": (int, 1, 10_000),
+    "partners": (int, 3, 100_000),
+    "concurrency": (int, 1, 100_000),
+    "step_timeout_s": (float, 1, 86400),
+    "timeout_s": (float, 1, 86400),
+}
+
+
+def check_options(o: Options) -> None:
+    """ValueError naming the option and its valid range when one is out of it."""
+    for key, (kind, low, high) in _RANGES.items():
+        value = getattr(o, key)
+        if key in ("partners", "concurrency") and value is None:
+            continue
+        ok = isinstance(value, (int, float) if kind is float else int) and not isinstance(value, bool)
+        if not ok or not (low <= value <= high) or (isinstance(value, float) and not math.isfinite(value)):
+            raise ValueError(
+                f"{key} must be {'an integer' if kind is int else 'a number'} from {low:g} to {high:g}, found {value!r}"
+            )
+    if not isinstance(o.reference, tuple) or not all(
+        isinstance(r, str) and NODE_NAME_RE.fullmatch(r) for r in o.reference
+    ):
+        raise ValueError(f"reference must be node names, found {o.reference!r}")
+    if o.reference and o.partners is not None:
+        raise ValueError("reference and partners are two ways of choosing pairs; give one")
+    if not isinstance(o.gemm, bool):
+        raise ValueError(f"gemm must be true or false, found {o.gemm!r}")
+    if o.device not in DEVICES:
+        raise ValueError(f"device must be one of {', '.join(DEVICES)}, found {o.device!r}")
+    if o.backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, found {o.backend!r}")
+
+
+def load_plan(run: Path) -> Plan:
+    """check.json of a run directory, every value checked; ValueError says which is wrong."""
+    path = run / PLAN
+    data = load_json(path)
+    if data.get("format_version") != PLAN_VERSION:
+        raise ValueError(f"{path}: format_version required {PLAN_VERSION}, found {data.get('format_version')!r}")
+    try:
+        raw = data["options"]
+        if not isinstance(raw, dict) or set(raw) - {f.name for f in dataclasses.fields(Options)}:
+            raise ValueError("options: not an object of the check's options")
+        reference = raw.get("reference", [])
+        options = Options(**{**raw, "reference": tuple(reference) if isinstance(reference, list) else reference})
+        check_options(options)
+        executor, threshold, nodes = data["executor"], data["threshold"], data["nodes"]
+        # one of bench's executors: harness/check_nodes.py asks the registry, which this module is below
+        if not isinstance(executor, str) or not re.fullmatch(r"[a-z]{1,32}", executor):
+            raise ValueError(f"executor must be the name of one of bench's executors, found {executor!r}")
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold < 1:
+            raise ValueError(f"threshold must be a fraction from 0 to below 1, found {threshold!r}")
+        if isinstance(nodes, bool) or not isinstance(nodes, int) or not 1 <= nodes <= 100_000:
+            raise ValueError(f"nodes must be an integer from 1 to 100000, found {nodes!r}")
+        nodelist, cluster = data.get("nodelist"), data.get("cluster")
+        if nodelist is not None and not (isinstance(nodelist, str) and HOSTLIST_RE.fullmatch(nodelist)):
+            raise ValueError(f"nodelist must be a Slurm hostlist, found {nodelist!r}")
+        if cluster is not None and not isinstance(cluster, dict):
+            raise ValueError("cluster must be an object")
+    except KeyError as exc:
+        raise ValueError(f"{path}: {exc.args[0]} is missing") from None
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    return Plan(executor, options, float(threshold), nodes, nodelist, cluster)
+
+
+# --------------------------------------------------------------------------- inside the allocation
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m harness.nodesteps FOLDER`, from the run directory inside the check's Slurm job."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) != 1 or not re.fullmatch(r"[A-Za-z0-9_./-]+", argv[0]):
+        print("usage: python -m harness.nodesteps FOLDER (the check's job folder, relative)", file=sys.stderr)
+        return 2
+    folder = argv[0]
+    run = Path.cwd()
+    try:
+        options = load_plan(run).options
+        names = hostlists.expand_hostlist(os.environ.get("SLURM_JOB_NODELIST", ""))
+        job_id = int(os.environ.get("SLURM_JOB_ID", "0"))
+    except (ValueError, OSError) as exc:
+        print(f"bench nodes: {exc}", file=sys.stderr)
+        return 1
+    driver = Driver(run, folder, names, options, SrunLauncher(run, folder, job_id))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # scancel: end the steps, keep the record
+    with contextlib.suppress(SystemExit):
+        driver.drive(lambda line: print(f"{now()} {line}", flush=True))
+        return 0
+    return 143
+
+
+def in_submitit_task(folder: str) -> None:
+    """What each task of the check's submitit job calls: the first runs the driver (`main`) and
+    fails the job when it fails; the others have nothing to do."""
+    if os.environ.get("SLURM_PROCID") != "0":
+        return
+    status = main([folder])
+    if status:
+        raise RuntimeError(f"bench nodes: the check's driver ended with status {status}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,267 @@
+"""The cluster-wide node and link check (`bench nodes`), pure: its plan of steps in rounds and the
+figures read from the steps' results (docs/guides/nodes.md); the verdict on them is harness/nodes/verdict.py.
+
+Every node is first measured alone (a matmul on each of its devices, and with two or more
+ranks per node an all-reduce among them). Then every pair of nodes runs a two-node all-reduce
+and a point-to-point exchange, in N - 1 rounds (N even; N when odd, one node idle in each) of
+disjoint pairs that run at once: the circle method of a round-robin tournament, the schedule
+`benchmarks/linkprobe.py`'s link probe follows between ranks. Node N - 1 (N when odd: a phantom
+whose partner sits out) stays put; in round r it meets node r, and node r + k meets node
+r - k (mod N - 1) for k = 1 .. N/2 - 1. So the check takes O(N) rounds, not O(N^2) jobs; with
+`partners` = K only the first K rounds run, and each node meets K others.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from benchmarks.common import format_size
+
+
+def rounds(n: int, first: int | None = None) -> list[list[tuple[int, int]]]:
+    """The rounds of a round-robin tournament of nodes 0..n-1: each a list of disjoint pairs
+    (low, high); every pair of nodes meets in exactly one round. With `first`, only the first
+    that many: the circle method gives round r directly, so planning k rounds of N nodes costs
+    k x N/2 pairs, not the whole tournament's N²/2 (docs/guides/nodes.md, "What each part costs")."""
+    if n < 2:
+        return []
+    m = tournament(n)  # the nodes that rotate, as many as rounds; the fixed one is m, a phantom when n is odd
+    half = (m + 1) // 2
+    out = []
+    for r in range(m if first is None else min(first, m)):
+        pairs = [] if m >= n else [(r, m)]
+        for k in range(1, half):
+            a, b = (r + k) % m, (r - k) % m
+            pairs.append((a, b) if a < b else (b, a))
+        out.append(pairs)
+    return out
+
+
+# --------------------------------------------------------------------------- the plan
+
+STEPS_DIR = "steps"  # in the check's job directory: each step's result and log
+
+
+@dataclass(frozen=True)
+class Options:
+    """What every step of a check runs with; plan.json keeps it."""
+
+    gpus_per_node: int = 1
+    device: str = "auto"
+    backend: str = "auto"
+    bytes: int = 64 * 2**20  # the all-reduce's and the exchange's message
+    iters: int = 20  # timed calls of each, after 5 warmup calls
+    gemm: bool = True  # each node's matmul (where GPUs exist: not with device cpu)
+    gemm_size: int = 0  # 0: the workload's default for the device
+    gemm_iters: int = 20
+    partners: int | None = None  # None: every pair; K: the first K rounds only
+    reference: tuple[str, ...] = ()  # nodes every other node is measured against, one each
+    # Steps of a round at once (None: all). Emulated nodes that share one machine's CPUs, as the
+    # local executor's and the testbed's do, measure each other's load when run at once.
+    concurrency: int | None = None
+    step_timeout_s: float = 120.0  # a step still running this long is ended and counted failed
+    timeout_s: float = 120.0  # the process group's timeout inside each step
+
+
+@dataclass(frozen=True)
+class Step:
+    """One launch of the check: a workload on one node, or on two."""
+
+    name: str  # gemm-3, intra-3, pair-3-5: indices into the node list, so a safe file name
+    nodes: tuple[int, ...]
+    module: str
+    args: tuple[str, ...]
+
+    @property
+    def result(self) -> str:
+        return f"{STEPS_DIR}/{self.name}.json"
+
+    @property
+    def log(self) -> str:
+        return f"{STEPS_DIR}/{self.name}.log"
+
+
+def pair_rounds(n: int, partners: int | None = None, reference: Sequence[int] = ()) -> list[list[tuple[int, int]]]:
+    """The rounds of pairs the check runs: every pair; the first `partners` rounds, in which
+    each node meets that many others; or, with reference nodes, every pair of them, then each
+    other node with one of them, each reference in one pair per round: R - 1 + ceil((N - R) / R)
+    rounds for R references (docs/guides/nodes.md)."""
+    if reference:
+        refs = list(reference)
+        out = [
+            [(refs[a], refs[b]) if refs[a] < refs[b] else (refs[b], refs[a]) for a, b in r] for r in rounds(len(refs))
+        ]
+        others = [i for i in range(n) if i not in set(refs)]
+        for start in range(0, len(others), len(refs)):
+            out.append([(min(r, i), max(r, i)) for r, i in zip(refs, others[start : start + len(refs)])])
+        return out
+    return rounds(n, partners)
+
+
+def reference_indices(names: Sequence[str], o: Options) -> list[int]:
+    """The indices of the reference nodes among `names`; ValueError for one not among them."""
+    missing = [r for r in o.reference if r not in names]
+    if missing:
+        raise ValueError(f"reference node {missing[0]} is not among the nodes checked")
+    return [names.index(r) for r in o.reference]
+
+
+def tournament(n: int) -> int:
+    """How many rounds `rounds(n)` has: n - 1, or n when odd (a phantom's partner sits out)."""
+    return 0 if n < 2 else n - 1 + n % 2
+
+
+def round_count(n: int, o: Options) -> int:
+    """How many rounds `schedule` gives for `n` nodes, counted rather than planned."""
+    r = len(o.reference)
+    if r:
+        pairs = tournament(r) + -(-(n - r) // r)
+    else:
+        pairs = tournament(n) if o.partners is None else min(o.partners, tournament(n))
+    return int(o.gemm) + int(o.gpus_per_node > 1) + pairs
+
+
+# A round: what its steps run ("gemm", "intra" or "pair") and the nodes of each step, by index.
+Round = tuple[str, list[tuple[int, ...]]]
+
+
+def schedule(names: Sequence[str], o: Options) -> list[Round]:
+    """The check's rounds, each round's steps on disjoint nodes, run at once: every node's
+    matmul (unless `o.gemm` is off), then (two or more ranks per node) every node's all-reduce,
+    then the pairs. Only indices: a round's steps are made when it runs (`steps`), so that the
+    plan of 2,048 nodes (2 million steps) costs what its pairs cost."""
+    n = len(names)
+    out: list[Round] = [("gemm", [(i,) for i in range(n)])] if o.gemm else []
+    if o.gpus_per_node > 1:
+        out.append(("intra", [(i,) for i in range(n)]))
+    out += [("pair", list(pairs)) for pairs in pair_rounds(n, o.partners, reference_indices(names, o))]
+    return out
+
+
+def steps(round_: Round, o: Options, folder: str) -> list[Step]:
+    """A round's steps, their results under `folder`, relative to where the steps run."""
+    kind, members = round_
+    common = (f"--device={o.device}", f"--backend={o.backend}", f"--timeout={o.timeout_s:g}")
+    if kind == "gemm":
+        gemm = (f"--size={o.gemm_size}", f"--iters={o.gemm_iters}", *common)
+        return [Step(f"gemm-{i}", (i,), "benchmarks.gemm", (*gemm, *_json(folder, f"gemm-{i}"))) for (i,) in members]
+    size = format_size(o.bytes).replace(" ", "")
+    if kind == "intra":
+        collectives, groups = "all_reduce", "world"
+    else:
+        collectives, groups = "all_reduce,sendrecv", ",".join(dict.fromkeys(("world", exchange_group(o.gpus_per_node))))
+    args = (
+        f"--collective={collectives}",
+        f"--groups={groups}",
+        f"--min-bytes={size}",
+        f"--max-bytes={size}",
+        f"--iters={o.iters}",
+        "--warmup-iters=5",
+        "--check=1",
+        "--no-out-of-place",
+        "--link-bytes=0",
+        *common,
+    )
+    out = []
+    for nodes in members:
+        name = f"{kind}-{'-'.join(map(str, nodes))}"
+        out.append(Step(name, nodes, "benchmarks.allreduce", (*args, *_json(folder, name))))
+    return out
+
+
+def _json(folder: str, name: str) -> tuple[str, str]:
+    return ("--json", f"{folder}/{STEPS_DIR}/{name}.json")
+
+
+# --------------------------------------------------------------------------- figures
+
+# What the check measures: (label, unit, on one node or a pair). Higher is better for each.
+METRICS = {
+    "gemm_tflops": ("matmul, slowest device", "TFLOP/s", "node"),
+    "intra_busbw_gbps": ("all-reduce inside the node, busbw", "GB/s", "node"),
+    "busbw_gbps": ("two-node all-reduce, busbw", "GB/s", "pair"),
+    "p2p_gbps": ("point-to-point exchange, per rank", "GB/s", "pair"),
+}
+
+
+class FigureError(ValueError):
+    """A step's result that does not hold the figure it should."""
+
+
+def _number(value: Any, where: str, positive: bool = False) -> float:
+    """A figure of a result; a rate or a time must be positive: a step that read 0 GB/s, or 0 s
+    a call, measured nothing, and fails rather than join a population of zeros."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise FigureError(f"{where}: not a non-negative number ({value!r})")
+    if positive and value == 0:
+        raise FigureError(f"{where}: 0, which is no measurement")
+    return float(value)
+
+
+def _median_busbw(result: Mapping[str, Any], collective: str, group: str, where: str) -> float:
+    """busbw at the check's size from the median call's time (one slow call does not move it),
+    or FigureError when the row is missing or any call returned a wrong element."""
+    rows = result.get("rows")
+    if not isinstance(rows, list):
+        raise FigureError(f"{where}: no rows")
+    for row in rows:
+        if isinstance(row, dict) and row.get("collective") == collective and row.get("group") == group:
+            wrong = _number(row.get("wrong"), f"{where}: {collective} wrong")
+            if wrong:
+                raise FigureError(f"{where}: wrong results: {collective} returned {wrong:.0f} wrong element(s)")
+            busbw = _number(row.get("busbw_gbps"), f"{where}: {collective} busbw_gbps", positive=True)
+            mean, median = (
+                _number(row.get(k), f"{where}: {collective} {k}", positive=True) for k in ("time_us", "time_us_median")
+            )
+            figure = busbw * mean / median
+            if not math.isfinite(figure):  # a busbw near the float's limit, times a mean above its median
+                raise FigureError(f"{where}: {collective} busbw_gbps {busbw!r} is no measurement")
+            return figure
+    raise FigureError(f"{where}: no {collective} row on the {group} group")
+
+
+def exchange_group(gpus_per_node: int) -> str:
+    """The group a pair's exchange runs on: the inter group where a node has several ranks, each
+    rank with its peer on the other node, every rail at once; with one rank per node, the world."""
+    return "inter" if gpus_per_node > 1 else "world"
+
+
+# What each kind of round measures.
+KIND_METRICS = {"gemm": ("gemm_tflops",), "intra": ("intra_busbw_gbps",), "pair": ("busbw_gbps", "p2p_gbps")}
+
+
+def step_metrics(step: Step) -> tuple[str, ...]:
+    """The metrics a step measures."""
+    kind = "gemm" if step.module == "benchmarks.gemm" else "intra" if len(step.nodes) == 1 else "pair"
+    return KIND_METRICS[kind]
+
+
+def planned_metrics(o: Options) -> list[str]:
+    """The metrics a check's rounds measure (`schedule`'s kinds), counted rather than planned."""
+    kinds = [*(["gemm"] if o.gemm else []), *(["intra"] if o.gpus_per_node > 1 else []), "pair"]
+    return [m for kind in kinds for m in KIND_METRICS[kind]]
+
+
+def step_figures(step: Step, result: Mapping[str, Any]) -> dict[str, float]:
+    """The figures one step's result gives, by metric; FigureError when it does not hold them."""
+    where = step.name
+    metrics = step_metrics(step)
+    if metrics == ("gemm_tflops",):
+        values = result.get("tflops_per_rank")
+        if not isinstance(values, list) or not values:
+            raise FigureError(f"{where}: no tflops_per_rank")
+        return {"gemm_tflops": min(_number(v, f"{where}: tflops_per_rank", positive=True) for v in values)}
+    if metrics == ("intra_busbw_gbps",):
+        return {"intra_busbw_gbps": _median_busbw(result, "all_reduce", "world", where)}
+    params = result.get("params") or {}
+    groups = params.get("groups") if isinstance(params, dict) else None
+    if not isinstance(groups, (dict, type(None))):
+        raise FigureError(f"{where}: params.groups is not an object of groups")
+    p2p_group = "inter" if groups and "inter" in groups else "world"
+    return {
+        "busbw_gbps": _median_busbw(result, "all_reduce", "world", where),
+        "p2p_gbps": _median_busbw(result, "sendrecv", p2p_group, where),
+    }

@@ -1,0 +1,114 @@
+"""A node check's verdict (harness/nodes/verdict.py) as the files an admin reads or a script
+takes (docs/guides/nodes.md):
+
+verdict.json   everything below, for a script (`bench nodes --json` prints it)
+nodes.csv      one row per node: each figure, and why it is named
+pairs.csv      one row per pair: each figure, its state, and why it is named
+heatmap.png    the pair matrix of each pair figure, with heatmap.csv, its points
+drain.txt      the nodes to drain in Slurm's hostlist syntax, empty when none
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from harness.errors import shown
+from harness.files import inside
+from harness.nodes.driver import Plan
+from harness.nodes.rounds import METRICS
+from harness.nodes.verdict import Verdict
+from harness.present.plot import draw_heatmap
+from harness.run.rundir import COMPLETED
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+def as_json(v: Verdict, record: dict[str, Any], plan: Plan) -> dict[str, Any]:
+    def pair_key(p: tuple[str, str]) -> str:
+        return f"{p[0]} {p[1]}"
+
+    return {
+        "clean": not v.named and not v.unjudged,
+        "drain": v.drain,
+        "nodes_named": [{"node": f.nodes[0], "reasons": f.reasons} for f in v.nodes],
+        "links_named": [{"nodes": list(f.nodes), "reasons": f.reasons} for f in v.links],
+        "cluster": v.cluster,
+        "not_judged": v.unjudged,
+        "hosts": v.names,
+        "node_figures": v.node_figures,
+        "node_scores": v.node_scores,
+        "pair_figures": {m: {pair_key(p): x for p, x in figs.items()} for m, figs in v.pair_figures.items()},
+        "populations": {m: vars(p) for m, p in v.populations.items()},
+        "units": {m: unit for m, (_, unit, _) in METRICS.items()},
+        "threshold": plan.threshold,
+        "rounds": record["rounds"],
+        "round_s": record["round_s"],
+        "steps": {k: {f: s.get(f) for f in ("state", "elapsed_s", "reason")} for k, s in record["steps"].items()},
+    }
+
+
+def _csv(rows: list[list[Any]]) -> bytes:
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows(rows)
+    return buf.getvalue().encode()
+
+
+def write_outputs(run: Path, v: Verdict, record: dict[str, Any], plan: Plan) -> list[Path]:
+    """The files of the module's docstring, each replaced atomically in `run`."""
+    named = {f.nodes[0]: "; ".join(f.reasons) for f in v.nodes}
+    rows: list[list[Any]] = [["node", *v.node_metrics, "named"]]
+    for node in v.names:
+        rows.append([node, *("" if x is None else f"{x:.6g}" for x in v.node_row(node)), named.get(node, "")])
+    links = {f.nodes: "; ".join(f.reasons) for f in v.links}
+    pair_rows: list[list[Any]] = [["node_a", "node_b", *v.pair_figures, "named"]]
+    pairs = sorted(
+        {p for figs in v.pair_figures.values() for p in figs}, key=lambda p: (v.names.index(p[0]), v.names.index(p[1]))
+    )
+    for p in pairs:
+        values = [v.pair_figures[m].get(p) for m in v.pair_figures]
+        pair_rows.append([*p, *("failed" if x is None else f"{x:.6g}" for x in values), links.get(p, "")])
+    out = [
+        inside.write(run, "verdict.json", (json.dumps(as_json(v, record, plan), indent=2) + "\n").encode()),
+        inside.write(run, "nodes.csv", _csv(rows)),
+        inside.write(run, "pairs.csv", _csv(pair_rows)),
+        inside.write(run, "drain.txt", (v.drain + "\n").encode() if v.drain else b""),
+    ]
+    heatmap = draw_heatmap(run, v)
+    return out if heatmap is None else [*out, heatmap]
+
+
+def print_verdict(console: Console, v: Verdict, record: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    table = Table(title="Nodes", title_justify="left")
+    table.add_column("NODE")
+    for m in v.node_metrics:
+        label, unit, scope = METRICS[m]
+        table.add_column(f"{label} ({unit})" + (", median of its pairs" if scope == "pair" else ""), justify="right")
+    table.add_column("VERDICT")
+    named = {f.nodes[0]: f for f in v.nodes}
+    for node in v.names:
+        cells = ["failed" if x is None else f"{x:.4g}" for x in v.node_row(node)]
+        verdict_cell = "[red]drain[/]: " + shown("; ".join(named[node].reasons)) if node in named else "ok"
+        table.add_row(shown(node), *cells, verdict_cell)
+    console.print(table)
+    for f in v.links:
+        console.print(
+            f"[red]link {shown(f.nodes[0])} - {shown(f.nodes[1])}[/]: {shown('; '.join(f.reasons))}", soft_wrap=True
+        )
+    for line in v.cluster:
+        console.print(f"[red]every node[/]: {shown(line)}", soft_wrap=True)
+    for line in v.unjudged:
+        console.print(f"[yellow]not judged[/]: {shown(line)}", soft_wrap=True)
+    steps = record["steps"]
+    failed = sum(s.get("state") != COMPLETED for s in steps.values())
+    console.print(
+        f"{len(steps)} steps in {record['ran']} of {record['rounds']} rounds, {sum(record['round_s']):.1f} s"
+        + (f", {failed} failed" if failed else ""),
+        markup=False,
+    )

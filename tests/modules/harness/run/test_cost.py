@@ -1,0 +1,67 @@
+"""The cost of a sweep before it is submitted (docs/concepts/cost.md), counted by hand for the default
+sweep on the example profile."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from conftest import SWEEPS, default_jobs
+
+from harness.config.cluster_profile import load_profile
+from harness.run import cost
+
+EXAMPLE = SWEEPS / "clusters" / "example.yaml"
+
+
+def test_the_cost_of_the_default_sweep_on_the_example_profile():
+    """By hand: 8 one-node jobs (4 GPU counts x 2 launchers, the default set only) and 24 jobs
+    each on 2, 4 and 8 nodes, 30 min each: (8 + 24 x 14) / 2 = 172 node-hours; GPU-hours: the
+    one-node jobs hold 2 x (1+2+4+8) = 30 GPUs, the others 6 x 15 x 14 = 1260, so 645."""
+    jobs = default_jobs()
+    profile = load_profile(EXAMPLE)
+    c = cost.estimate(jobs, profile)
+    assert (c.jobs, c.bound_node_hours, c.bound_gpu_hours) == (80, 172.0, 645.0)
+    # One job by hand, n2-g8-torchrun-default: four steps of 30 s start-up; ResNet-50 at 224 px
+    # with AMP at an A100's 2,470 img/s per GPU x 989 / 312, the profile's peak over an A100's
+    # (7,829.5 img/s), 71 steps (10 warmup, 50 measured, 10 sync-free and one
+    # untimed) of 64 images (weak, synthetic and real) and of 256 / 16 (strong); the collectives:
+    # 28 sizes from 8 B to 1 GiB, 26 calls each, every call 30 us plus size x its bus factor over
+    # its peak (docs/concepts/expected.md): the rings over the node's 8 NICs, 400 GB/s (all_reduce
+    # 2(16-1)/16; all_gather and reduce_scatter (16-1)/16), all_to_all (15/16) at 93.75 GB/s (half
+    # of each rank's S leaves the node, through its NIC's 50). Then each node's 8 ranks over
+    # NVLink's 450 GB/s per GPU (factors 2 x 7/8 and 7/8), and the 2 ranks of each local index
+    # across nodes, each on its NIC's 50 (factors 1 and 1/2). The transformer, a fifth step: the
+    # 1.3b preset's N = 24 x (12 x 2048^2 + 4 x 2048) + 2 x 2048 + 50,304 x 2048 = 1,311,182,848 parameters and
+    # 6N + 12 x 24 x 2048 x 2048 = 9,075,056,640 FLOPs per token, at 40% of the profile's stated
+    # 989 TFLOP/s: 31 steps (5 warmup, 20 measured, 5 sync-free and one untimed) of 2 x 2048 tokens.
+    job = next(j for j in jobs if j.name == "n2-g8-torchrun-default")
+    sizes = [8 * 2**k for k in range(28)]
+    allreduce = 26 * sum(30e-6 + s * 2 * 15 / 16 / 400e9 for s in sizes)
+    others = 2 * 26 * sum(30e-6 + s * 15 / 16 / 400e9 for s in sizes)
+    others += 26 * sum(30e-6 + s * 15 / 16 / 93.75e9 for s in sizes)
+    intra = 26 * sum(30e-6 + s * 2 * 7 / 8 / 450e9 for s in sizes) + 3 * 26 * sum(
+        30e-6 + s * 7 / 8 / 450e9 for s in sizes
+    )
+    inter = 26 * sum(30e-6 + s * 1 / 50e9 for s in sizes) + 3 * 26 * sum(30e-6 + s / 2 / 50e9 for s in sizes)
+    transformer = 30 + 31 * 2 * 2048 / (0.4 * 989e12 / 9_075_056_640)
+    gpu = 2470 * 989 / 312
+    by_hand = 4 * 30 + 71 * 64 / gpu * 2 + 71 * 16 / gpu + allreduce + others + intra + inter + transformer
+    seconds, sources = cost.job_seconds(job, profile)
+    assert seconds == pytest.approx(by_hand, rel=1e-9) and 158 < by_hand < 159
+    assert "resnet50 at 224 px, 7,830 img/s per GPU: an A100's AMP figure x 989 / 312 TFLOP/s" in " ".join(sources)
+    # without a stated peak, the figure says which GPU it is for
+    _, plain = cost.job_seconds(job, dataclasses.replace(profile, hardware=None))
+    assert "2,470 img/s per GPU of an A100 (AMP): the profile states no peak_tflops_per_gpu" in " ".join(plain)
+    # The profile's reference (8 GPUs, 1 node, 16,000 img/s weak) sets that job's rate instead.
+    one = next(j for j in jobs if j.name == "n1-g8-torchrun-default")
+    seconds, sources = cost.job_seconds(one, profile)
+    weak = 71 * 64 / (16000 / 8)
+    # NVLink: the profile's 450 GB/s per GPU
+    inside = 26 * sum(30e-6 + s * 2 * 7 / 8 / 450e9 for s in sizes)
+    inside += 3 * 26 * sum(30e-6 + s * 7 / 8 / 450e9 for s in sizes)
+    assert seconds == pytest.approx(4 * 30 + weak + 71 * 64 / gpu + 71 * 32 / gpu + inside + transformer, rel=1e-9)
+    assert "the profile's reference figures where they apply" in sources
+    # A time limit caps every job's estimate.
+    capped = cost.estimate([dataclasses.replace(job, time_limit_min=1)], profile)
+    assert capped.estimate_node_hours == pytest.approx(2 * 60 / 3600)
