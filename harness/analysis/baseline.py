@@ -163,28 +163,16 @@ def draw(
     failed_done = (failed["status"] == COMPLETED).to_numpy(dtype=bool, na_value=False)  # never usable, yet completed
 
     # the completed rows in the order the baseline takes them, run by run: the chosen rows, then
-    # the newest's never usable ones. A key's code is the order it first comes in; a row's place,
-    # how many rows of its key came before it (pool_columns' order, without a sort of them all)
+    # the newest's never usable ones
     done = failed[failed_done]
     chosen = [r for r in runs if r.taken.any()]
     parts = [(r.keys, r.rows) if r.taken.all() else (r.keys[r.taken], r.rows[r.taken]) for r in chosen]
     parts.append((newest_at[failed_at][failed_done], np.arange(len(done))))
-    code_of = np.full(len(wanted), -1, dtype=np.intp)
-    codes, pieces, groups = [], [], 0
-    for i, (keys, rows) in enumerate(parts):
-        new = np.flatnonzero(code_of[keys] < 0)
-        if len(new):  # the keys this part gives first, in the order they come: their first rows
-            new = new[np.sort(np.unique(keys[new], return_index=True)[1])]
-            code_of[keys[new]] = np.arange(groups, groups + len(new))
-            groups += len(new)
-            if i < len(chosen):
-                run = chosen[i]
-                whole = expected if run.entry is found[0] else key_frame(read(run.entry, None)[0])
-                piece = whole.iloc[rows[new]]
-                pieces.append(piece.assign(job=f"{run.entry.id}/" + piece["job"]))
-            else:
-                pieces.append(done.iloc[rows[new]])
-        codes.append(code_of[keys])
+
+    def keys_of(run: _Run) -> pd.DataFrame:
+        return expected if run.entry is found[0] else key_frame(read(run.entry, None)[0])
+
+    codes, pieces, groups = _coded(parts, chosen, keys_of, done, len(wanted))
     code = np.concatenate(codes)
     # nights of one plan: the order is their matrix read by column, as stats.pool_columns reads
     # it, with no order of a month's millions of rows built and none scattered
@@ -302,6 +290,37 @@ class _Choice:
         """best: mark the rows that stayed best."""
         for rank, run in enumerate(runs):
             run.taken[self.best_at[self.best_run == rank]] = True
+
+
+def _coded(
+    parts: list[tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]],
+    chosen: list[_Run],
+    keys_of: Callable[[_Run], pd.DataFrame],
+    done: pd.DataFrame,
+    wanted: int,
+) -> tuple[list[npt.NDArray[np.intp]], list[pd.DataFrame], int]:
+    """Each part's rows (their keys' places among the `wanted` keys, and their rows) coded by
+    key, a key's code the order it first comes in; and the first row of each key, in code order:
+    from its run's key columns (`keys_of`, job names as "ID/job") for a part of `chosen`, from
+    `done` for the last part, the newest's never usable rows. Returns the codes of each part,
+    those first rows and how many keys there are."""
+    import numpy as np
+
+    code_of = np.full(wanted, -1, dtype=np.intp)
+    codes, pieces, groups = [], [], 0
+    for i, (keys, rows) in enumerate(parts):
+        new = np.flatnonzero(code_of[keys] < 0)
+        if len(new):  # the keys this part gives first, in the order they come: their first rows
+            new = new[np.sort(np.unique(keys[new], return_index=True)[1])]
+            code_of[keys[new]] = np.arange(groups, groups + len(new))
+            groups += len(new)
+            if i < len(chosen):
+                piece = keys_of(chosen[i]).iloc[rows[new]]
+                pieces.append(piece.assign(job=f"{chosen[i].entry.id}/" + piece["job"]))
+            else:
+                pieces.append(done.iloc[rows[new]])
+        codes.append(code_of[keys])
+    return codes, pieces, groups
 
 
 def _places(parts: list[npt.NDArray[np.intp]], wanted: int) -> list[npt.NDArray[np.int64]]:

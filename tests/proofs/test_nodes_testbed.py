@@ -30,7 +30,8 @@ from conftest import NODES, SLURM_ENV, SWEEPS, TESTBED, bench, no_eth0_on, read_
 PROFILE = SWEEPS / "clusters" / "testbed.yaml"
 CHECK = ("nodes", "--executor", "slurm", "--cluster", str(PROFILE), "--device", "cpu", "--bytes", "4M")
 CHECK += ("--iters", "20", "--threshold", "50%", "--yes")
-RATE = "1gbit"  # an eighth of gloo's 0.7-0.9 GB/s here
+RATE = "1gbit"  # under gloo's unshaped rate here, 0.4-0.9 GB/s by the hour
+RATE_GBPS = 0.125  # RATE in GB/s: a shaped node or link measures under it, every other over it
 # The acceptance's reference: 2-node all-reduce at 4M, where unshaped gloo here reads 0.5-0.9 GB/s
 # (docs/concepts/noise.md) and a link shaped to 1gbit 0.12: at least 0.15 passes.
 ACCEPT_REFERENCE = (
@@ -139,7 +140,7 @@ def test_a_slow_node_is_named_and_drained_alone(checks):
     assert v["drain"] == "bnode3" and (path / "drain.txt").read_text() == "bnode3\n"
     assert "drain: bnode3" in r.stdout
     scores = v["node_scores"]["p2p_gbps"]
-    assert scores["bnode3"] < 0.2 * min(scores[n] for n in ("bnode1", "bnode2", "bnode4"))
+    assert scores["bnode3"] < RATE_GBPS < min(scores[n] for n in ("bnode1", "bnode2", "bnode4"))
 
 
 def test_an_acceptance_with_nothing_shaped_passes_with_a_report(checks):
@@ -189,7 +190,7 @@ def test_a_slow_link_is_named_and_neither_node(checks):
     assert [n["nodes"] for n in printed["links_named"]] == [["bnode5", "bnode6"]]
     figures = printed["pair_figures"]["p2p_gbps"]
     others = [x for p, x in figures.items() if p != "bnode5 bnode6"]
-    assert figures["bnode5 bnode6"] < 0.2 * min(others)
+    assert figures["bnode5 bnode6"] < RATE_GBPS < min(others)
     assert (path / "heatmap.png").stat().st_size > 0
     cells = (path / "heatmap.csv").read_text().splitlines()
     assert len(cells) == 1 + 2 * 6  # two panels of 6 pairs
