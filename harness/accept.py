@@ -32,7 +32,7 @@ from harness.config.cluster_profile import ClusterProfile, Reference
 from harness.config.sweepfile import load_sweep
 from harness.errors import EXIT_FOUND, EXIT_INTERRUPTED, EXIT_UNJUDGED, RunDirError, UsageError
 from harness.nodes.rounds import Options
-from harness.present import acceptance as present
+from harness.present import acceptance
 from harness.present.regress import write_all
 from harness.run import provenance
 from harness.run.rundir import COMPLETED, RUN_FILE_LIMIT, RunDir
@@ -131,7 +131,7 @@ def start(
     if status == EXIT_INTERRUPTED:
         return status  # Ctrl-C: what ran is kept in DIR/nodes, and nothing is judged
     found = _node_verdict(out / NODES_DIR)
-    outcome = present.Outcome(status, found)
+    outcome = acceptance.Outcome(status, found)
     if status or not found:
         outcome.unjudged = status == EXIT_UNJUDGED or not found
         named = found.get("drain") or ", ".join(" ".join(link["nodes"]) for link in found.get("links_named", []))
@@ -147,9 +147,9 @@ def start(
         if outcome.sweep_status == EXIT_INTERRUPTED:
             return EXIT_INTERRUPTED
         _judge(outcome, out, refs, profile.name)
-    present.write(out, outcome, profile, provenance.record(), nodelist)
+    acceptance.write(out, outcome, profile, provenance.record(), nodelist)
     console.print(f"bench accept: {outcome.line()}", markup=False, soft_wrap=True)
-    console.print(f"report to sign: {out / present.REPORT} (verdict.json beside it)", markup=False)
+    console.print(f"report to sign: {out / acceptance.REPORT} (verdict.json beside it)", markup=False)
     return outcome.status
 
 
@@ -162,7 +162,7 @@ def _node_verdict(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _judge(outcome: present.Outcome, out: Path, refs: tuple[Reference, ...], name: str) -> None:
+def _judge(outcome: acceptance.Outcome, out: Path, refs: tuple[Reference, ...], name: str) -> None:
     """The sweep's jobs and its rows against the references, into `outcome`."""
     run = RunDir(out / SWEEP_DIR)
     table = run.read_table(run.jobs())

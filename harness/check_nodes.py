@@ -30,7 +30,7 @@ from harness.executors.slurm.check_job import check_job
 from harness.nodes.driver import FOLDER, PLAN, RECORD, Driver, LocalLauncher, Plan, load_plan
 from harness.nodes.rounds import Options, Round, schedule, tournament
 from harness.nodes.verdict import Verdict, drain_command, judge_check
-from harness.present import node_report as present
+from harness.present import node_report
 from harness.run.cost import Cost
 from harness.run.rundir import COMPLETED, RunDir, claim, locked
 from harness.sweep import confirm, execute
@@ -313,12 +313,12 @@ def verdict_of(path: Path) -> Verdict:
 def report(run: RunDir, plan: Plan, profile: ClusterProfile | None, console: Console, as_json: bool) -> int:
     """Judge the check in `run`, write its files, print the verdict; the exit status."""
     verdict, record = judge_check(run.path, plan, profile)
-    present.write_outputs(run.path, verdict, record, plan)
+    node_report.write_outputs(run.path, verdict, record, plan)
     if as_json:
-        json.dump(present.as_json(verdict, record, plan), sys.stdout, indent=2)
+        json.dump(node_report.as_json(verdict, record, plan), sys.stdout, indent=2)
         print()
     else:
-        present.print_verdict(console, verdict, record)
+        node_report.print_verdict(console, verdict, record)
         if verdict.drain:
             console.print(f"[red]drain:[/] {verdict.drain}", soft_wrap=True)
             console.print(

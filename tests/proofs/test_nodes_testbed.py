@@ -30,7 +30,7 @@ from conftest import NODES, SLURM_ENV, SWEEPS, TESTBED, bench, no_eth0_on, read_
 PROFILE = SWEEPS / "clusters" / "testbed.yaml"
 CHECK = ("nodes", "--executor", "slurm", "--cluster", str(PROFILE), "--device", "cpu", "--bytes", "4M")
 CHECK += ("--iters", "20", "--threshold", "50%", "--yes")
-RATE = "1gbit"  # under gloo's unshaped rate here, 0.4-0.9 GB/s by the hour
+RATE = "1gbit"  # under gloo's unshaped rate on this machine, however fast the hour
 RATE_GBPS = 0.125  # RATE in GB/s: a shaped node or link measures under it, every other over it
 # The acceptance's reference: 2-node all-reduce at 4M, where unshaped gloo here reads 0.5-0.9 GB/s
 # (docs/concepts/noise.md) and a link shaped to 1gbit 0.12: at least 0.15 passes.

@@ -45,13 +45,14 @@ def run(
     check: bool = True,
     env: dict[str, str] | None = None,
     cwd: str | Path | None = None,
+    stdin: str | None = None,
 ) -> Result:
-    """Run a command, capturing output; a timeout or (with check) a non-zero exit fails the test
-    with the command and the end of its output."""
+    """Run a command, capturing output, with `stdin` as its standard input where given; a timeout
+    or (with check) a non-zero exit fails the test with the command and the end of its output."""
     full_env = dict(os.environ)
     full_env.update(env or {})
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd)
+        p = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd)
     except subprocess.TimeoutExpired as exc:
         partial = Result(
             cmd,
