@@ -24,65 +24,68 @@ next to it, not its neighbours').
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import lru_cache
 
-from benchmarks.catalog import INTER, INTRA, ROOT, WORLD, alltoallv_units, collective, share
+from benchmarks.catalog import INTER, INTRA, WORLD, collective
 
 RINGS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
 
 
-def _all_to_all(src: int, dst: int, n: int) -> float:
-    return 1 / n
+def _nodes(ranks: int, per_node: int) -> tuple[int, int]:
+    """(largest, smallest) count of ranks on a node, `ranks` placed `per_node` to a node in rank
+    order: every node full but perhaps the last."""
+    largest = min(per_node, ranks)
+    return largest, ranks - per_node * ((ranks - 1) // per_node)
 
 
-def _alltoallv(src: int, dst: int, n: int) -> float:
-    return share(src, dst, n) / alltoallv_units(n)
+def _all_to_all(ranks: int, largest: int, smallest: int) -> tuple[int, int, int]:
+    # S/n to each other rank: the rank on the smallest node sends the most off it
+    return ranks - smallest, largest - 1, ranks
 
 
-def _gather(src: int, dst: int, n: int) -> float:
-    return 1 / n if dst == ROOT else 0.0
+def _gather(ranks: int, largest: int, smallest: int) -> tuple[int, int, int]:
+    # the root takes S/n from each other rank, its own node's (the first, a full one) on-node
+    return ranks - largest, largest - 1, ranks
 
 
-def _scatter(src: int, dst: int, n: int) -> float:
-    return 1 / n if src == ROOT else 0.0
+def _sendrecv(ranks: int, largest: int, smallest: int) -> tuple[int, int, int]:
+    # all of S to the next rank: off a node whenever there are two, on it whenever one holds two
+    return int(largest < ranks), int(largest > 1), 1
 
 
-def _sendrecv(src: int, dst: int, n: int) -> float:
-    return 1.0 if dst == (src + 1) % n else 0.0
+def _alltoallv(ranks: int, largest: int, smallest: int) -> tuple[int, int, int]:
+    """Rank src sends 1 + (dst - src) mod n units of n(n+1)/2 to dst (catalog.share): (n-1)(n+2)/2
+    to the others in all. On a node of m ranks, the one at place i sends (m-1) + (m-1-i)(m-i)/2 +
+    i n - i(i+1)/2 of them on the node, which grows by n - m with each place: the last place sends
+    the most on the node, (m-1)(n + 1 - m/2), and the first the most off it, the rest less its
+    on-node (m-1)(m+2)/2. What a rank receives mirrors it (place j receives what place m-1-j
+    sends). On-node grows and off-node shrinks with m, so the largest node holds the busiest
+    on-node rank and the smallest the busiest off-node one (docs/concepts/expected.md)."""
+    n = ranks
+    off = (n - 1) * (n + 2) // 2 - (smallest - 1) * (smallest + 2) // 2
+    on = (largest - 1) * (2 * n + 2 - largest) // 2
+    return off, on, n * (n + 1) // 2
 
 
-# The share of the message S (nccl-tests' size) that rank src sends rank dst, src != dst, as
-# benchmarks/catalog.py lays out each collective's buffers (gather's S is the root's whole output).
-TRAFFIC: dict[str, Callable[[int, int, int], float]] = {
+# For each point-to-point collective, (off-node, on-node, units): the busiest rank's shares of
+# the message S (nccl-tests' size) in units of S / units, as benchmarks/catalog.py lays out each
+# collective's buffers (gather's S is the root's whole output), for ranks `ranks` with nodes of
+# at most `largest` and at least `smallest` of them. scatter is gather turned round.
+POINT_TO_POINT: dict[str, Callable[[int, int, int], tuple[int, int, int]]] = {
     "all_to_all": _all_to_all,
     "alltoallv": _alltoallv,
     "gather": _gather,
-    "scatter": _scatter,
+    "scatter": _gather,
     "sendrecv": _sendrecv,
 }
 
 
-@lru_cache(maxsize=4096)
-def _heaviest(name: str, ranks: int, per_node: int) -> tuple[float, float]:
+def heaviest(name: str, ranks: int, per_node: int) -> tuple[float, float]:
     """(off-node, on-node) shares of S through the busiest rank's NIC and intra-node link, sent
     or received, whichever is more, of a point-to-point collective over `ranks` ranks placed
     `per_node` to a node in rank order (as torchrun and srun place them). Each is a separate
     link, full duplex; the busiest rank of each is taken, so the time is bounded below by both."""
-    traffic = TRAFFIC[name]
-    off_out, off_in = [0.0] * ranks, [0.0] * ranks
-    on_out, on_in = [0.0] * ranks, [0.0] * ranks
-    for src in range(ranks):
-        for dst in range(ranks):
-            if src == dst:
-                continue
-            part = traffic(src, dst, ranks)
-            if src // per_node == dst // per_node:
-                on_out[src] += part
-                on_in[dst] += part
-            else:
-                off_out[src] += part
-                off_in[dst] += part
-    return max(off_out + off_in), max(on_out + on_in)
+    off, on, units = POINT_TO_POINT[name](ranks, *_nodes(ranks, per_node))
+    return off / units, on / units
 
 
 def peak_busbw_gbps(
@@ -122,7 +125,7 @@ def peak_busbw_gbps(
             return None
         across = per_node * per_rank  # every channel's hop on a NIC of its own
         return min(across, intra) if intra else across
-    off, on = _heaviest(name, ranks, per_node)
+    off, on = heaviest(name, ranks, per_node)
     factor = collective(name).bus_factor(ranks)
     if off and per_rank is None:
         return None

@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from fractions import Fraction
 
 import pandas as pd
 import pytest
 from conftest import bench
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from benchmarks.catalog import COLLECTIVES
+from benchmarks.catalog import COLLECTIVES, ROOT, alltoallv_units, share
 from harness.config.cluster_profile import Hardware, load_profile
 from harness.config.fields import FieldError
+from harness.config.peak import POINT_TO_POINT, heaviest
 from harness.nodes.verdict import expected
 
 # 8 NDR400 NICs per node at 50 GB/s, NVLink at 450 GB/s per GPU (docs/concepts/expected.md)
@@ -67,6 +71,72 @@ ONE_NIC = Hardware(network_gbps_per_node=25, nics_per_node=1, intra_node_gbps_pe
 )
 def test_peak_by_hand(hw, nodes, gpus, group, collective, peak):
     assert hw.peak_busbw_gbps(nodes, gpus, group, collective) == pytest.approx(peak)
+
+
+# The share of S that rank src sends rank dst, src != dst, as benchmarks/catalog.py lays out each
+# point-to-point collective's buffers: the reference the closed forms of harness/config/peak.py
+# are held to.
+SENT = {
+    "all_to_all": lambda src, dst, n: 1 / n,
+    "alltoallv": lambda src, dst, n: share(src, dst, n) / alltoallv_units(n),
+    "gather": lambda src, dst, n: 1 / n if dst == ROOT else 0.0,
+    "scatter": lambda src, dst, n: 1 / n if src == ROOT else 0.0,
+    "sendrecv": lambda src, dst, n: 1.0 if dst == (src + 1) % n else 0.0,
+}
+
+
+def pairwise(name, ranks, per_node):
+    """Every pair's share added up, rank by rank, sent and received, off the node and on it: the
+    busiest rank's (off, on)."""
+    off_out, off_in, on_out, on_in = ([0.0] * ranks for _ in range(4))
+    for src in range(ranks):
+        for dst in range(ranks):
+            if src != dst:
+                part = SENT[name](src, dst, ranks)
+                out, into = (on_out, on_in) if src // per_node == dst // per_node else (off_out, off_in)
+                out[src] += part
+                into[dst] += part
+    return max(off_out + off_in), max(on_out + on_in)
+
+
+def test_the_reference_covers_every_point_to_point_collective():
+    assert set(SENT) == set(POINT_TO_POINT)
+
+
+@settings(max_examples=150, deadline=None)
+@given(name=st.sampled_from(sorted(SENT)), ranks=st.integers(2, 300), per_node=st.integers(1, 320))
+def test_the_closed_form_is_the_pairwise_sum(name, ranks, per_node):
+    """Any count of ranks and ranks per node, the last node full or not."""
+    assert heaviest(name, ranks, per_node) == pytest.approx(pairwise(name, ranks, per_node), rel=1e-12, abs=1e-12)
+
+
+# Worked by hand at 1,024 and 2,048 nodes of 8 (and 1,024 of 16), with U = n(n+1)/2 alltoallv's
+# units. all_to_all and gather: the root, or a rank, sends or takes S/n to or from each rank off
+# its node, and each of 7 on it. alltoallv: rank 0 sends 1 + k units to rank k, and ranks 8 to
+# n-1 are off its node, so 9 + 10 + ... + n = U - 36 of them; rank 7 sends rank 7 - k (k = 1..7)
+# 1 + n - k units, 7(n + 1) - 28 in all, on its node. With 16 a node: U - 136 and 15(n + 1) - 120.
+@pytest.mark.parametrize(
+    ("name", "ranks", "per_node", "off", "on"),
+    [
+        ("all_to_all", 8192, 8, Fraction(8184, 8192), Fraction(7, 8192)),
+        ("gather", 8192, 8, Fraction(8184, 8192), Fraction(7, 8192)),
+        ("scatter", 16384, 8, Fraction(16376, 16384), Fraction(7, 16384)),
+        ("sendrecv", 8192, 8, 1, 1),
+        ("sendrecv", 8192, 1, 1, 0),
+        ("alltoallv", 8192, 8, Fraction(33_558_528 - 36, 33_558_528), Fraction(7 * 8193 - 28, 33_558_528)),
+        ("alltoallv", 16384, 8, Fraction(134_225_920 - 36, 134_225_920), Fraction(7 * 16385 - 28, 134_225_920)),
+        ("alltoallv", 16384, 16, Fraction(134_225_920 - 136, 134_225_920), Fraction(15 * 16385 - 120, 134_225_920)),
+    ],
+)
+def test_the_closed_form_by_hand_at_thousands_of_ranks(name, ranks, per_node, off, on):
+    assert heaviest(name, ranks, per_node) == pytest.approx((float(off), float(on)), rel=1e-12)
+
+
+def test_the_peak_at_1024_nodes_of_8_by_hand():
+    # all_to_all: bus factor 8191/8192 over 8184/8192 of S through a rank's 50 GB/s NIC share
+    assert H100.peak_busbw_gbps(1024, 8, "world", "all_to_all") == pytest.approx(8191 / 8184 * 50, rel=1e-12)
+    # sendrecv: all of S through the NIC share, bus factor 1
+    assert H100.peak_busbw_gbps(1024, 8, "world", "sendrecv") == pytest.approx(50, rel=1e-12)
 
 
 def test_the_peak_is_modelled_for_every_collective():
