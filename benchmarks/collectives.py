@@ -43,6 +43,7 @@ from . import memory
 from .catalog import COLLECTIVE_DEFAULTS as D
 from .catalog import COLLECTIVES, DTYPES, GROUPS, OPS, WORLD, Buffers, Collective, collective, node_groups
 from .common import (
+    LINKS,
     PER_RANK,
     OneLineParser,
     UsageError,
@@ -151,9 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="message size of the pairwise link probe that names slow nodes, 0 to skip "
         f"(default {format_size(D.link_bytes)})",
     )
-    p.add_argument(
-        "--link-iters", type=int, default=D.link_iters, help="link probe passes over all pairs (default %(default)s)"
-    )
+    p.add_argument("--link-iters", type=int, default=D.link_iters, help="link probe passes (default %(default)s)")
     add_common_args(p)
     return p
 
@@ -535,8 +534,7 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
     links = None
     if args.link_bytes and world > 1:
         ctx.log(
-            f"# link probe: {format_size(args.link_bytes)} both ways between every pair of ranks, "
-            f"{args.link_iters} passes"
+            f"# link probe: {format_size(args.link_bytes)} both ways between pairs of ranks, {args.link_iters} passes"
         )
         ctx.progress("link probe")
         links = link_probe(args, ctx)
@@ -560,7 +558,8 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
             + ("from CUDA events" if ctx.device.type == "cuda" else "from the host clock"),
         },
         "rows": rows,
-        PER_RANK: {"rows": per_rank, **({"links": links} if links else {})},
+        PER_RANK: {"rows": per_rank},
+        **({LINKS: links} if links else {}),
     }
 
 

@@ -386,13 +386,26 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
 
 # Key of a measured body that holds per-rank timings. They go to a file of their own beside the
 # result (`allreduce.json` -> `allreduce.ranks.json`): world size x iterations per size is most
-# of the bytes, and only straggler analysis reads them, while every summary reads the result.
+# of the bytes, while every summary reads the result.
 PER_RANK = "per_rank"
+# Key of a measured body that holds the link probe's pair times (benchmarks/linkprobe.py). They
+# go to a file of their own too (`allreduce.links.json`), which the straggler analysis reads
+# alone: the per-rank file grows with ranks x rows x iterations, past what a result may be
+# (results.RESULT_LIMIT) on a job of hundreds of nodes.
+LINKS = "links"
+
+
+def _beside(result_path: str | os.PathLike, suffix: str) -> str:
+    base = os.fspath(result_path)
+    return (base[:-5] if base.endswith(".json") else base) + suffix
 
 
 def ranks_path(result_path: str | os.PathLike) -> str:
-    base = os.fspath(result_path)
-    return (base[:-5] if base.endswith(".json") else base) + ".ranks.json"
+    return _beside(result_path, ".ranks.json")
+
+
+def links_path(result_path: str | os.PathLike) -> str:
+    return _beside(result_path, ".links.json")
 
 
 def json_safe(obj: Any) -> Any:

@@ -1,6 +1,7 @@
 """The pairwise link probe of the collectives workload (benchmarks/collectives.py, --link-bytes):
-every pair of ranks exchanges a message once per pass, one pair at a time, so a slow link or
+pairs of ranks exchange a message once per pass, each pair timed on its own, so a slow link or
 NIC shows in the pairs that hold its node and in no other (harness/evidence/stragglers.py names it).
+Up to LINK_ROUNDS rounds every pair meets; past them each rank meets that many partners.
 """
 
 from __future__ import annotations
@@ -34,8 +35,31 @@ def pair_rounds(world: int) -> int:
     return world - 1 + world % 2
 
 
+# The probe's rounds at most. Every pair of up to 32 ranks (four nodes of 8) meets; with more,
+# each rank meets this many partners, in rounds spread over the schedule (probe_rounds), so that
+# a node's partners are on nodes across the job (round k pairs rank i with 2k - i: the circle
+# method, docs/reference/sources.md, "Round-robin pairing"). Every pair would grow as the ranks
+# squared: at 1,024 nodes of 8, 8,191 rounds a pass, each behind a barrier, and 67 million pair
+# times in the per-rank file. The straggler rule takes a node's median pair
+# (harness/evidence/stragglers.py): 8 ranks x 32 pairs each.
+LINK_ROUNDS = 32
+
+
+def probe_rounds(world: int, most: int = LINK_ROUNDS) -> list[int]:
+    """The rounds of the schedule the probe runs, in order: all of them up to `most`, else `most`
+    spread evenly over the first half, in which a rank's partners (2k - i) go once round the
+    ranks, nearly each on a node of its own; over the whole they would go round twice, two to a
+    node."""
+    total = pair_rounds(world)
+    if total <= most:
+        return list(range(total))
+    span = total // 2 if total >= 2 * most else total
+    return [k * span // most for k in range(most)]
+
+
 def link_probe(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
-    """Time a two-way exchange of --link-bytes with every other rank, one pair at a time.
+    """Time a two-way exchange of --link-bytes with each partner of the probe's rounds, one pair
+    at a time.
 
     Collective and DDP timings cannot say which node is slow: every rank waits for the slowest,
     so all ranks see the same times. A pairwise exchange can. The pair (i, j) is timed on its
@@ -46,8 +70,8 @@ def link_probe(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
     send = torch.ones(count, dtype=torch.float32, device=ctx.device)
     recv = torch.empty_like(send)
     cuda = ctx.device.type == "cuda"
-    rounds = pair_rounds(world)
-    partners = [pair_partner(rank, k, world) for k in range(rounds)]
+    partners = [pair_partner(rank, k, world) for k in probe_rounds(world)]
+    rounds = len(partners)
     times = [[math.nan] * args.link_iters for _ in range(rounds)]
     for it in range(-1, args.link_iters):  # pass -1 is warmup: connections, first-touch costs
         for k, peer in enumerate(partners):

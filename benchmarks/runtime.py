@@ -29,6 +29,7 @@ import torch.distributed as dist
 from . import links
 from .common import (
     DISTRIBUTION,
+    LINKS,
     MEASUREMENT_RULES,
     PER_RANK,
     USAGE_RELAY,
@@ -37,6 +38,7 @@ from .common import (
     captured_variables,
     detect_launch,
     json_safe,
+    links_path,
     ranks_path,
     spawn_local_ranks,
 )
@@ -339,7 +341,12 @@ def _measure_and_record(w: Workload, argv: list[str], args: argparse.Namespace, 
         if ctx.is_root:
             usage_error(f"bench run {w.name}: error: {exc}")
         return 2
-    per_rank = body.pop(PER_RANK, None)
+    links = body.pop(LINKS, None)
+    # the files beside the result, by the key that names each in it: (path, what it holds)
+    parts = {
+        "per_rank_file": (ranks_path, body.pop(PER_RANK, None)),
+        "links_file": (links_path, None if links is None else {LINKS: links}),
+    }
     progress("recording the results")
     transport = transport_evidence(launch, backend)
     if ctx.is_root:
@@ -359,20 +366,13 @@ def _measure_and_record(w: Workload, argv: list[str], args: argparse.Namespace, 
             "transport": transport,
         }
         if args.json:
-            if per_rank is not None and beside:
-                # Written first: a result file on disk means its per-rank file is complete.
-                atomic_write_json(
-                    ranks_path(args.json),
-                    json_safe(
-                        {
-                            "schema_version": SCHEMA_VERSION,
-                            "workload": w.name,
-                            "hosts": [r["hostname"] for r in environment["ranks"]],
-                            **per_rank,
-                        }
-                    ),
-                )
-                result["per_rank_file"] = os.path.basename(ranks_path(args.json))
+            hosts = [r["hostname"] for r in environment["ranks"]]
+            for key, (where, part) in parts.items():
+                if part is not None and beside:
+                    # Written first: a result file on disk means the files it names are complete.
+                    head = {"schema_version": SCHEMA_VERSION, "workload": w.name, "hosts": hosts}
+                    atomic_write_json(where(args.json), json_safe({**head, **part}))
+                    result[key] = os.path.basename(where(args.json))
             atomic_write_json(args.json, json_safe(result))
             print(f"# result written to {args.json}", flush=True)
     progress("done")

@@ -43,7 +43,7 @@ def test_a_dry_run_starts_nothing(tmp_path, slurm_stand_ins, command, executor, 
     files = [p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()]
     started = [f for f in files if f.endswith(("log.txt", ".log")) or "/steps/" in f or "/progress/" in f]
     assert files and started == [], files
-    assert not [f for f in files if f.endswith(("allreduce.json", ".ranks.json", "steps.json"))], files  # results
+    assert not [f for f in files if f.endswith(("allreduce.json", ".ranks.json", ".links.json", "steps.json"))], files
     assert left_in(out) == []
 
 

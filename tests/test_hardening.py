@@ -438,5 +438,4 @@ def test_link_bytes_0_turns_the_probe_off(tmp_path):
     )
     result = json.loads(out.read_text())
     assert result["params"]["link_bytes"] == 0 and result["rows"]
-    per_rank = json.loads((tmp_path / "r.ranks.json").read_text())
-    assert not per_rank.get("links")
+    assert "links_file" not in result and not (tmp_path / "r.links.json").exists()

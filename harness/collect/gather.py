@@ -291,14 +291,15 @@ def _gather(
                 continue
             if status == COMPLETED or wrong:  # a job its wrong results failed still ran on what it says
                 envs.add(environment, job.nodes)
-                ranks_file = result.get("per_rank_file")
+                # the link probe's own file; a run before it kept the probe in the per-rank file
+                links_file = result.get("links_file", result.get("per_rank_file"))
                 if (
                     wr.workload == COLLECTIVE_WORKLOAD
-                    and isinstance(ranks_file, str)
-                    and ranks_file
-                    and "/" not in ranks_file
+                    and isinstance(links_file, str)
+                    and links_file
+                    and "/" not in links_file
                 ):
-                    slow += stragglers.judge_file(job.name, path.parent / ranks_file, warn)
+                    slow += stragglers.judge_file(job.name, path.parent / links_file, warn)
     summary = out.table()
     return _Part(summary, out.samples(summary), envs, slow)
 

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD
-from benchmarks.common import ranks_path
+from benchmarks.common import links_path, ranks_path
 from benchmarks.progress import DIR as PROGRESS_DIR
 from harness.config.spec import DEFAULT_TIME_LIMIT_MIN, Sweep
 from harness.errors import PlanError
@@ -90,7 +90,7 @@ class Job:
 
     def attempt_files(self) -> list[str]:
         """What one attempt of the job leaves that the next must not inherit, as glob patterns
-        relative to the run directory: results and their per-rank files, hang records and
+        relative to the run directory: results and the per-rank and links files beside them, hang records and
         progress files (docs/guides/hangs.md), NCCL logs and flight-recorder dumps (docs/concepts/transport.md),
         telemetry (docs/concepts/telemetry.md) and the time-limit note. Bench removes them before it
         submits a job again, and a job Slurm requeued removes them itself (docs/concepts/preemption.md)."""
@@ -101,6 +101,7 @@ class Job:
             out += [
                 result,
                 ranks_path(result),
+                links_path(result),
                 f"{folder}/hang-{run.key}.json",
                 f"{folder}/{PROGRESS_DIR}/{run.key}.rank*",
             ]

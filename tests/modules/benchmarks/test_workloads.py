@@ -71,6 +71,10 @@ def test_allreduce_two_ranks(tmp_path):
         assert (per_rank["collective"], per_rank["size_bytes"]) == (row["collective"], row["size_bytes"])
         assert len(per_rank["samples_us"]) == 2
         assert row["samples_us"] == [max(a, b) for a, b in zip(*per_rank["samples_us"])]
+    # the link probe's pair times in a file of their own, which the straggler analysis reads
+    links = read_json(tmp_path / "ar.links.json")
+    assert res["links_file"] == "ar.links.json" and "links" not in ranks and len(links["hosts"]) == 2
+    assert links["links"]["partners"] == [[1], [0]] and len(links["links"]["time_us"][0][0]) == links["links"]["iters"]
     env = res["environment"]
     assert [r["rank"] for r in env["ranks"]] == [0, 1]
     assert env["torch"] and env["launcher"] == "torchrun-standalone"

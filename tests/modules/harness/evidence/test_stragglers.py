@@ -3,8 +3,11 @@ three nodes agree, and a rank that waited for its partner to start is not named.
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
+from benchmarks.linkprobe import pair_partner, probe_rounds
 from harness.evidence import stragglers
 
 
@@ -40,3 +43,19 @@ def test_a_rank_that_waited_for_its_partners_to_start_is_not_a_straggler():
     assert stragglers.judge("j", hosts, {"partners": partners, "time_us": waited, "iters": 4}) == []
     slow = [[[3_000.0 if 2 in (r, p) else 1_000.0] * 4 for p in partners[r]] for r in range(4)]
     assert [s.host for s in stragglers.judge("j", hosts, {"partners": partners, "time_us": slow, "iters": 4})] == ["h3"]
+
+
+def test_one_slow_node_of_1024_is_named_from_the_probe_s_rounds():
+    """1,024 nodes of 8 GPUs: the probe's rounds (every rank meets LINK_ROUNDS partners, not
+    8,191), five passes, one node 30% slower on every pair it is in, the rest within 3%."""
+    world, slow = 8192, "gpu0517"
+    hosts = [f"gpu{r // 8:04d}" for r in range(world)]
+    rng = random.Random(0)
+    partners = [[pair_partner(r, k, world) for k in probe_rounds(world)] for r in range(world)]
+    times = [
+        [[1_000.0 * (1.3 if slow in (hosts[r], hosts[p]) else 1.0) * rng.uniform(0.97, 1.03)] * 5 for p in ps]
+        for r, ps in enumerate(partners)
+    ]
+    named = stragglers.judge("j", hosts, {"partners": partners, "time_us": times, "iters": 5})
+    assert [s.host for s in named] == [slow] and named[0].passes == 5
+    assert named[0].slower == pytest.approx(0.3, abs=0.05)
