@@ -145,8 +145,17 @@ def read_stacks(folder: Path, key: str, ranks: Iterable[Rank], since: dict[int, 
 
 
 def _ranks_text(ranks: list[Rank]) -> str:
-    nums = ", ".join(str(r.rank) for r in ranks)
-    return f"rank {nums}" if len(ranks) == 1 else f"ranks {nums}"
+    """ "rank 3", or "ranks 0, 2, 5-4098": three or more in a row as a span, so that the ranks of
+    a job of thousands read as a few."""
+    nums = sorted(r.rank for r in ranks)
+    words, i = [], 0
+    while i < len(nums):
+        j = i
+        while j + 1 < len(nums) and nums[j + 1] == nums[j] + 1:
+            j += 1
+        words += [f"{nums[i]}-{nums[j]}"] if j - i >= 2 else [str(n) for n in nums[i : j + 1]]
+        i = j + 1
+    return ("rank " if len(nums) == 1 else "ranks ") + ", ".join(words)
 
 
 def attribute(ranks: list[Rank], world: int) -> str:
@@ -164,7 +173,8 @@ def attribute(ranks: list[Rank], world: int) -> str:
     if unknown:
         hosts = ", ".join(dict.fromkeys(r.host for r in unknown))
         parts.append(f"{_ranks_text(unknown)} on {hosts}: state unknown (the node's probe did not answer)")
-    live = [r for r in ranks if r not in stuck and r not in unknown]
+    held = {id(r) for r in stuck + unknown}
+    live = [r for r in ranks if id(r) not in held]
     groups: dict[tuple[str, str | None], list[Rank]] = {}
     for r in live:
         groups.setdefault((r.phase, r.where), []).append(r)

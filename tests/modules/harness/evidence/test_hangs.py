@@ -63,6 +63,34 @@ def test_a_rank_that_never_reported_is_named():
     )
 
 
+def test_one_stopped_rank_of_8192_is_named_and_the_rest_in_spans(tmp_path):
+    """1,024 nodes of 8: the attribution reads 8,192 progress records and names the one rank
+    stopped; the others are one span each side of it, not 8,191 numbers."""
+    world, stopped = 8192, 4099
+    for r in range(world):
+        phase = "all_reduce 256M" if r == stopped else "all_reduce 512M"
+        record = {"rank": r, "host": f"gpu{r // 8:04d}", "pid": 1000 + r, "phase": phase, "n": 30, "t": 1.0}
+        (tmp_path / f"allreduce.rank{r}.json").write_text(json.dumps(record))
+
+    def probe(ranks):
+        for r in ranks:
+            r.state = "T" if r.rank == stopped else "S"
+
+    why, ranks = hangs.diagnose(tmp_path, "allreduce", world, probe=probe, wait_s=0)
+    assert len(ranks) == world
+    assert why == (
+        "rank 4099 on gpu0512 is stopped (state T) in all_reduce 256M; ranks 0-4098, 4100-8191 are at all_reduce 512M"
+    )
+    # nobody stopped, one rank behind: it is named first, by itself
+    for r in ranks:
+        r.state = "S"
+    assert hangs.attribute(ranks, world) == (
+        "rank 4099 on gpu0512 is at all_reduce 256M; ranks 0-4098, 4100-8191 are at all_reduce 512M"
+    )
+    # a node that never reported: its 8 ranks in one span
+    assert hangs.attribute(ranks[:8] + ranks[16:], world).startswith("ranks 8-15 never reported progress; ")
+
+
 def test_a_stopped_rank_of_a_local_job_is_named(tmp_path):
     """A local job of 2 emulated nodes: rank 1 is stopped (SIGSTOP) in the all-reduce. The job
     ends within the stall limit, and its reason names rank 1 as stopped and rank 0 as waiting in
