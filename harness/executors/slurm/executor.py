@@ -118,8 +118,11 @@ ACCOUNTING_GRACE_S = 300.0
 
 
 # What runs on the nodes with the profile's Python, beside the workloads (docs/guides/containers.md,
-# "What stays on the host"): the modules each imports, and what is lost without them.
-HOST_MODULES = ("harness.evidence.hangs", "harness.evidence.telemetry", "harness.nodes.driver", "benchmarks.runtime")
+# "What stays on the host"): the modules each imports, and what is lost without them. Without a
+# container the workloads run with it too, and need what WORKLOAD_MODULES names: found, not
+# imported, since importing torch takes longer than the rest of a dry run.
+HOST_MODULES = ("harness.evidence.hangs", "harness.evidence.telemetry", "harness.nodes.driver")
+WORKLOAD_MODULES = ("benchmarks.runtime", "torch")
 _IMPORT_TIMEOUT_S = 60
 
 
@@ -143,7 +146,14 @@ def python_check(profile: ClusterProfile) -> str | None:
         return (
             f"the profile's python {python!r} is not an executable here; if the nodes see what this host does, {lost}"
         )
-    code = f"import {', '.join(HOST_MODULES)}"
+    code = "\n".join(
+        [
+            f"import importlib.util, {', '.join(HOST_MODULES)}",
+            f"for name in {[] if profile.container else list(WORKLOAD_MODULES)!r}:",
+            "    if importlib.util.find_spec(name) is None:",
+            "        raise ModuleNotFoundError(f'No module named {name!r}')",
+        ]
+    )
     try:
         done = subprocess.run(
             [found, "-c", code],

@@ -587,6 +587,34 @@ def test_a_dry_run_looks_at_the_nodes_python(tmp_path, profile, said):
     assert warned == ([] if said is None else [warned[0]]) and (said is None or warned[0].startswith(said)), r.stdout
 
 
+@pytest.mark.parametrize(
+    ("container", "said"),
+    [
+        ("", "warning: the profile's python {} cannot import bench (ModuleNotFoundError: No module named 'torch')"),
+        ("container: {engine: pyxis, image: nvcr.io#nvidia/pytorch:24.05-py3}\n", None),  # the image has its own
+    ],
+)
+def test_a_dry_run_finds_what_the_workloads_need_unless_an_image_brings_it(tmp_path, container, said):
+    """A Python with bench's code and PyYAML but no torch: on the nodes the host's parts of bench
+    would run and the workloads would not, which a dry run says, without importing torch."""
+    import yaml
+
+    venv, only = tmp_path / "venv", tmp_path / "only"
+    run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
+    only.mkdir()
+    (only / "yaml").symlink_to(Path(yaml.__file__).parent)
+    (next(venv.glob("lib/python*/site-packages")) / "bench.pth").write_text(f"{ROOT}\n{only}\n")
+    python = venv / "bin" / "python"
+    (tmp_path / "p.yaml").write_text(f"name: lab\npython: {python}\n{container}")
+    r = bench(
+        "sweep", str(SWEEPS / "testbed.yaml"), "--executor", "slurm", "--cluster", str(tmp_path / "p.yaml"),
+        "--dry-run", "--out", str(tmp_path / "run"),
+    )  # fmt: skip
+    warned = [line for line in r.stdout.splitlines() if line.startswith("warning") and "python" in line]
+    assert warned == ([] if said is None else [warned[0]]), r.stdout
+    assert said is None or warned[0].startswith(said.format(python)), r.stdout
+
+
 def test_cli_slurm_dry_run_writes_every_script(tmp_path):
     out = tmp_path / "run"
     r = bench(
