@@ -216,7 +216,7 @@ def settle_names(fig: Figure) -> None:
     if not any(n.get_gid() == LEVEL_NAME for ax in fig.axes for n in ax.texts):
         return  # nothing to place: no drawing
     for _ in range(4):
-        fig.canvas.draw()
+        fig.draw_without_rendering()
         renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
         settled = True
         for ax in fig.axes:
@@ -260,7 +260,7 @@ def fit_legend(fig: Figure, ax: Axes) -> None:
     if legend is None:
         return
     for _ in range(4):
-        fig.canvas.draw()
+        fig.draw_without_rendering()
         renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
         want, have = legend.get_window_extent(renderer).width, ax.get_window_extent(renderer).width
         if have >= want:
