@@ -7,9 +7,10 @@ side by side.
 
 from __future__ import annotations
 
+import functools
 import io
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -110,25 +111,66 @@ def save(fig: Figure, points: pd.DataFrame, root: Path, rel: str) -> Path:
     return inside.write(root, f"{rel}.png", png_bytes(fig))
 
 
-def figures(makers: list[tuple[str, Maker]]) -> Iterator[tuple[str, Figure, pd.DataFrame]]:
-    """(name, figure, points) of each (name, make) whose make has data; each figure is closed
-    once the caller has used it."""
+Drawn = tuple[str, bytes, "pd.DataFrame"]  # a figure's name, its PNG, and the points it draws
+
+
+def _drawn(makers: list[tuple[str, Maker]], share: Iterable[int]) -> list[tuple[int, Drawn]]:
+    """The figures of `share` (indices into makers) that have data, each drawn and closed."""
     plt, _ = setup_plotting()
-    for name, make in makers:
+    out = []
+    for i in share:
+        name, make = makers[i]
         made = make()
         if made is None:
             continue
         fig, points = made
         try:
-            yield name, fig, points
+            out.append((i, (name, png_bytes(fig), points)))
         finally:
             plt.close(fig)
+    return out
+
+
+def _worker(makers: list[tuple[str, Maker]], share: range) -> tuple[list, list[tuple[int, Drawn]]]:
+    return [], _drawn(makers, share)
+
+
+def drawn(makers: list[tuple[str, Maker]]) -> list[Drawn]:
+    """(name, PNG, points) of each (name, make) that has data, in the makers' order. A figure of
+    many panels takes seconds to lay out and draw, and figures share nothing: the makers are
+    dealt round forked workers, one a core (harness/run/forked.py), while this process draws
+    its own share; a worker that leaves nothing whole has its share drawn here."""
+    from harness.run import forked
+
+    ways = forked.usable(len(makers))
+    shares = [range(k, len(makers), ways) for k in range(ways)]
+    workers: list[tuple[range, forked.Worker | None]] = []
+    try:
+        for share in shares[1:]:
+            try:
+                workers.append((share, forked.Worker(functools.partial(_worker, makers, share))))
+            except OSError:  # no process or memory to fork with
+                workers.append((share, None))
+        out = _drawn(makers, shares[0])
+        for share, worker in workers:
+            made = worker.result() if worker else None
+            out += made[1] if made else _drawn(makers, share)
+    finally:
+        for _, worker in workers:
+            if worker:
+                worker.end()
+    return [figure for _, figure in sorted(out, key=lambda pair: pair[0])]
 
 
 def draw_into(root: Path, folder: str, makers: list[tuple[str, Maker]]) -> list[Path]:
-    """Draw each (name, make) that has data into ROOT/FOLDER/<name>.png, with its CSV; the PNGs
-    written."""
-    return [save(fig, points, root, str(PurePosixPath(folder, name))) for name, fig, points in figures(makers)]
+    """Draw each (name, make) that has data into ROOT/FOLDER/<name>.png, with its CSV, neither
+    through a link (harness/files/inside.py); the PNGs written."""
+    out = []
+    for name, png, points in drawn(makers):
+        rel = str(PurePosixPath(folder, name))
+        inside.write(root, f"{rel}.csv", points.to_csv(index=False).encode())
+        out.append(inside.write(root, f"{rel}.png", png))
+    return out
 
 
 def nodes_axis(ax: Axes, sub: pd.DataFrame) -> None:

@@ -81,7 +81,7 @@ def _img(png: bytes, alt: str) -> str:
 
 
 def _figures(makers: list[tuple[str, plot.Maker]]) -> str:
-    return "\n".join(_img(figure.png_bytes(fig), alt) for alt, fig, _points in figure.figures(makers))
+    return "\n".join(_img(png, alt) for alt, png, _points in figure.drawn(makers))
 
 
 def run_section(run: RunDir, side: Side) -> str:
@@ -246,6 +246,11 @@ def timelines(run: RunDir, jobs: list[str], summary: pd.DataFrame) -> list[str]:
         "<h2>Timelines</h2>",
         "<p>What each node did while the job ran, sampled by bench (docs/concepts/telemetry.md).</p>",
     ]
+    # drawn together, side by side (figure.drawn), then each put in its job's place
+    makers: list[tuple[str, plot.Maker]] = [
+        (f"timeline of {name}", functools.partial(plot.timeline_figure, name, tele)) for name, tele in found.items()
+    ]
+    drawn = {alt: _img(png, alt) for alt, png, _ in figure.drawn(makers)}
     for name, tele in found.items():
         overhead = [h.overhead for h in tele.hosts.values() if h.overhead is not None]
         note = f"{len(tele.hosts)} node(s)" + (
@@ -254,7 +259,7 @@ def timelines(run: RunDir, jobs: list[str], summary: pd.DataFrame) -> list[str]:
         out.append(f"<details><summary>{_e(name)}: {_e(note)}</summary>")
         if checks.get(name):
             out.append(f"<p>NIC cross-check of the all-reduce: {_e(checks[name])}</p>")
-        out.append(_figures([(f"timeline of {name}", functools.partial(plot.timeline_figure, name, tele))]))
+        out.append(drawn.get(f"timeline of {name}", ""))
         out.append("</details>")
     return out
 

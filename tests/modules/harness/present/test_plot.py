@@ -468,3 +468,46 @@ def test_history_labels_stand_upright_and_leave_the_panel_its_height():
     # the labels take a sliver of the figure's height: rotated, they took a quarter and more
     tallest = max(w.height for w in widths)
     assert tallest < 0.1 * fig.get_figheight() * fig.dpi, (tallest, fig.get_figheight() * fig.dpi)
+
+
+@pytest.mark.parametrize("nodes", [3, 12])
+def test_a_timeline_of_many_nodes_draws_their_median_and_range(tmp_path, nodes):
+    """This machine's own sampler, its file copied as each node's: up to TIMELINE_LINES a panel
+    draws a line a node, named; past them the median of all and their range, whatever the count,
+    while the CSV keeps every node's points."""
+    import json
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from harness.evidence import telemetry
+    from harness.present.plot import TIMELINE_LINES, timeline_figure
+
+    folder = tmp_path / "jobs" / "j" / "telemetry"
+    sample = [sys.executable, "-m", "harness.telemetry", "sample", str(folder), "--interval-s", "0.2"]
+    sampler = subprocess.Popen(sample)
+    path = telemetry.host_file(folder, socket.gethostname())
+    assert telemetry.wait_for_first_sample(path)
+    time.sleep(1.5)
+    sampler.send_signal(signal.SIGTERM)
+    assert sampler.wait(timeout=20) == 0
+    lines = path.read_text().splitlines()
+    host = json.loads(lines[0])["host"]
+    path.unlink()
+    for i in range(nodes):
+        (folder / f"n{i:02d}.samples.jsonl").write_text("\n".join(lines).replace(f'"{host}"', f'"n{i:02d}"') + "\n")
+    tele = telemetry.read(tmp_path / "jobs" / "j")
+    assert tele is not None and len(tele.hosts) == nodes
+    made = timeline_figure("j", tele)
+    assert made is not None
+    fig, points = made
+    cpu = next(ax for ax in fig.axes if ax.get_ylabel() == "CPU busy %")
+    assert points[points["metric"] == "CPU busy %"]["series"].nunique() == nodes
+    drawn = [line for line in cpu.get_lines() if len(line.get_xdata()) > 1]  # not the legend's keys
+    if nodes <= TIMELINE_LINES:
+        assert len(drawn) == nodes
+    else:
+        assert len(drawn) == 1 and len(cpu.collections) == 1
+        assert [t.get_text() for t in cpu.get_legend().get_texts()] == [f"all {nodes}", f"median of {nodes}"]
