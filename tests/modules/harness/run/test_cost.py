@@ -65,3 +65,26 @@ def test_the_cost_of_the_default_sweep_on_the_example_profile():
     # A time limit caps every job's estimate.
     capped = cost.estimate([dataclasses.replace(job, time_limit_min=1)], profile)
     assert capped.estimate_node_hours == pytest.approx(2 * 60 / 3600)
+
+
+def test_a_sweep_to_1024_nodes_of_8_is_planned_and_priced():
+    """A user's largest shape: the default sweep to 1,024 nodes, ResNet-50 weak only (256 images
+    divide no world past 32 nodes of 8). By hand: 11 node counts x 4 GPU counts x 2 launchers, the
+    one-node jobs in the default set only and the rest in all 3: 8 + 10 x 24 = 248 jobs; each to
+    its 30 min, (8 + 24 x (2 + 4 + ... + 1024)) / 2 = (8 + 24 x 2046) / 2 = 24,556 node-hours and
+    (30 + 6 x 15 x 2046) / 2 = 92,085 GPU-hours. Every job is priced, the peaks of 8,192 ranks
+    among them (docs/concepts/expected.md)."""
+    from harness.config.sweepfile import load_sweep
+    from harness.run.plan import expand
+
+    sweep = load_sweep(SWEEPS / "default.yaml", max_nodes=1024, overrides=("workloads.synthetic.scaling=[weak]",))
+    jobs = expand(sweep)
+    assert len(jobs) == 248 and max(j.world_size for j in jobs) == 8192
+    assert {j.name for j in jobs if j.world_size == 8192} == {
+        f"n1024-g8-{launcher}-{nccl}" for launcher in ("torchrun", "srun") for nccl in ("default", "ib", "socket")
+    }
+    c = cost.estimate(jobs, load_profile(EXAMPLE))
+    assert (c.jobs, c.bound_node_hours, c.bound_gpu_hours) == (248, 24556.0, 92085.0)
+    largest = max(jobs, key=lambda j: (j.world_size, j.name))
+    seconds, _ = cost.job_seconds(largest, load_profile(EXAMPLE))
+    assert 0 < seconds < 30 * 60 and 0 < c.estimate_node_hours < c.bound_node_hours
