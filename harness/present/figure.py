@@ -1,6 +1,7 @@
 """What every plot of bench is drawn with: seaborn set up once, panels and log axes, titles
 that tight_layout leaves room for, names on level lines that never overlap (`settle_names`),
-legends that fit, and each figure saved as a PNG beside the CSV of the points it draws.
+legends that fit, a run's figures drawn side by side (`drawn`), and each figure saved as a PNG
+beside the CSV of the points it draws.
 present/plot.py draws a run's plots with it, present/compare_plot.py those that set runs
 side by side.
 """
