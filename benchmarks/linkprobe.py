@@ -39,9 +39,9 @@ def pair_rounds(world: int) -> int:
 # each rank meets this many partners, in rounds spread over the schedule (probe_rounds), so that
 # a node's partners are on nodes across the job (round k pairs rank i with 2k - i: the circle
 # method, docs/reference/sources.md, "Round-robin pairing"). Every pair would grow as the ranks
-# squared: at 1,024 nodes of 8, 8,191 rounds a pass, each behind a barrier, and 67 million pair
-# times in the per-rank file. The straggler rule takes a node's median pair
-# (harness/evidence/stragglers.py): 8 ranks x 32 pairs each.
+# squared, in rounds a pass, each behind a barrier, and in pair times kept (docs/concepts/scale.md,
+# "The link probe"). The straggler rule takes a node's median pair (harness/evidence/stragglers.py):
+# its ranks x LINK_ROUNDS pairs.
 LINK_ROUNDS = 32
 
 
