@@ -136,6 +136,18 @@ def format_size(n: int) -> str:
     return str(n)
 
 
+def runs(numbers: list[int]) -> list[tuple[int, int]]:
+    """Sorted numbers as runs of consecutive ones: [1, 2, 3, 7] -> [(1, 3), (7, 7)]; a hostlist's
+    ranges and the ranks a hang names are written from them."""
+    out: list[tuple[int, int]] = []
+    for v in numbers:
+        if out and v == out[-1][1] + 1:
+            out[-1] = (out[-1][0], v)
+        else:
+            out.append((v, v))
+    return out
+
+
 # --------------------------------------------------------------------------- launch
 
 # Given to every torchrun agent bench starts: without it each agent leaves an empty

@@ -11,6 +11,8 @@ import math
 import re
 from collections.abc import Iterable
 
+from benchmarks.common import runs
+
 NODE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # what a node's name may hold (Slurm and DNS)
 # A hostlist as a user gives it and an #SBATCH line can carry: names, brackets, ranges, commas
 HOSTLIST_RE = re.compile(r"[A-Za-z0-9._\[\],-]{1,4096}")
@@ -41,7 +43,7 @@ def hostlist(names: Iterable[str]) -> str:
         groups.setdefault((prefix, width), []).append(int(digits))
     out = []
     for (prefix, width), numbers in groups.items():
-        spans = _spans(sorted(numbers))
+        spans = runs(sorted(numbers))
         text = ",".join(f"{a:0{width}d}" if a == b else f"{a:0{width}d}-{b:0{width}d}" for a, b in spans)
         out.append(f"{prefix}{text}" if len(numbers) == 1 else f"{prefix}[{text}]")
     return ",".join(out + plain)
@@ -103,14 +105,3 @@ def _numbers(bracket: str, text: str) -> list[str]:
             raise ValueError(f"{text!r}: more than {MAX_HOSTS:,} names")
         out += [f"{v:0{len(m[1])}d}" for v in range(low, high + 1)]
     return out
-
-
-def _spans(numbers: list[int]) -> list[tuple[int, int]]:
-    """Sorted numbers as runs of consecutive ones: [1, 2, 3, 7] -> [(1, 3), (7, 7)]."""
-    spans: list[tuple[int, int]] = []
-    for v in numbers:
-        if spans and v == spans[-1][1] + 1:
-            spans[-1] = (spans[-1][0], v)
-        else:
-            spans.append((v, v))
-    return spans

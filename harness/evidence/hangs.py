@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from benchmarks.common import runs
 from benchmarks.progress import DIR as PROGRESS_DIR
 from benchmarks.progress import STACK_SIGNAL
 from benchmarks.results import json_bytes, open_regular, read_regular
@@ -147,15 +148,11 @@ def read_stacks(folder: Path, key: str, ranks: Iterable[Rank], since: dict[int, 
 def _ranks_text(ranks: list[Rank]) -> str:
     """ "rank 3", or "ranks 0, 2, 5-4098": three or more in a row as a span, so that the ranks of
     a job of thousands read as a few."""
-    nums = sorted(r.rank for r in ranks)
-    words, i = [], 0
-    while i < len(nums):
-        j = i
-        while j + 1 < len(nums) and nums[j + 1] == nums[j] + 1:
-            j += 1
-        words += [f"{nums[i]}-{nums[j]}"] if j - i >= 2 else [str(n) for n in nums[i : j + 1]]
-        i = j + 1
-    return ("rank " if len(nums) == 1 else "ranks ") + ", ".join(words)
+    words = [
+        f"{a}-{b}" if b - a >= 2 else ", ".join(map(str, range(a, b + 1)))
+        for a, b in runs(sorted(r.rank for r in ranks))
+    ]
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(words)
 
 
 def attribute(ranks: list[Rank], world: int) -> str:
