@@ -108,8 +108,12 @@ def png_bytes(fig: Figure) -> bytes:
 
 def save(fig: Figure, points: pd.DataFrame, root: Path, rel: str) -> Path:
     """ROOT/REL.png and its points as ROOT/REL.csv, neither through a link (harness/files/inside.py)."""
+    return _write(png_bytes(fig), points, root, rel)
+
+
+def _write(png: bytes, points: pd.DataFrame, root: Path, rel: str) -> Path:
     inside.write(root, f"{rel}.csv", points.to_csv(index=False).encode())
-    return inside.write(root, f"{rel}.png", png_bytes(fig))
+    return inside.write(root, f"{rel}.png", png)
 
 
 Drawn = tuple[str, bytes, "pd.DataFrame"]  # a figure's name, its PNG, and the points it draws
@@ -164,14 +168,9 @@ def drawn(makers: list[tuple[str, Maker]]) -> list[Drawn]:
 
 
 def draw_into(root: Path, folder: str, makers: list[tuple[str, Maker]]) -> list[Path]:
-    """Draw each (name, make) that has data into ROOT/FOLDER/<name>.png, with its CSV, neither
-    through a link (harness/files/inside.py); the PNGs written."""
-    out = []
-    for name, png, points in drawn(makers):
-        rel = str(PurePosixPath(folder, name))
-        inside.write(root, f"{rel}.csv", points.to_csv(index=False).encode())
-        out.append(inside.write(root, f"{rel}.png", png))
-    return out
+    """Draw each (name, make) that has data into ROOT/FOLDER/<name>.png, with its CSV (`save`);
+    the PNGs written."""
+    return [_write(png, points, root, str(PurePosixPath(folder, name))) for name, png, points in drawn(makers)]
 
 
 def nodes_axis(ax: Axes, sub: pd.DataFrame) -> None:
