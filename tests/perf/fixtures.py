@@ -19,28 +19,33 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"  # tests/fixtures
 SIZES = [8 * 2**i for i in range(25)]  # 8 B .. 128 MiB, as nccl-tests -b 8 -e 128M -f 2
 
 
+def collective_row(rng: random.Random, size: int, iters: int, collective: str = "all_reduce", **more: str) -> dict:
+    """One row of a collectives result, as benchmarks/collectives.py writes it, with made-up
+    times; `more` adds keys (a row's group)."""
+    worst = [rng.uniform(10, 1000) for _ in range(iters)]
+    t = sum(worst) / iters
+    row = {
+        "collective": collective,
+        **more,
+        "size_bytes": size,
+        "count": size // 4,
+        "dtype": "float32",
+        "op": "sum",
+        "time_us": t,
+        "algbw_gbps": size / t / 1e3,
+        "busbw_gbps": size / t / 1e3 * 1.75,
+        "wrong": 0,
+        "time_us_p10": min(worst),
+        "time_us_median": sorted(worst)[iters // 2],
+        "time_us_p90": max(worst),
+        "samples_us": worst,
+    }
+    row.update({f"oop_{k}": row[k] for k in ("time_us", "algbw_gbps", "busbw_gbps", "wrong")})
+    return row
+
+
 def _allreduce_result(rng: random.Random, world: int, iters: int) -> dict:
-    rows = []
-    for size in SIZES:
-        worst = [rng.uniform(10, 1000) for _ in range(iters)]
-        t = sum(worst) / iters
-        row = {
-            "collective": "all_reduce",
-            "size_bytes": size,
-            "count": size // 4,
-            "dtype": "float32",
-            "op": "sum",
-            "time_us": t,
-            "algbw_gbps": size / t / 1e3,
-            "busbw_gbps": size / t / 1e3 * 1.75,
-            "wrong": 0,
-            "time_us_p10": min(worst),
-            "time_us_median": sorted(worst)[iters // 2],
-            "time_us_p90": max(worst),
-            "samples_us": worst,
-        }
-        row.update({f"oop_{k}": row[k] for k in ("time_us", "algbw_gbps", "busbw_gbps", "wrong")})
-        rows.append(row)
+    rows = [collective_row(rng, size, iters) for size in SIZES]
     return {
         "schema_version": SCHEMA_VERSION,
         "workload": "allreduce",

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import yaml
-from fixtures import FIRST_NIGHT, FIXTURES, SWEEPS, dated
+from fixtures import FIRST_NIGHT, FIXTURES, SWEEPS, collective_row, dated
 
 from benchmarks.catalog import COLLECTIVES
 from benchmarks.common import MEASUREMENT_RULES, json_safe, links_path, ranks_path
@@ -122,29 +122,6 @@ def telemetry_template(root: Path) -> list[str]:
     return path.read_text().splitlines()
 
 
-def _row(rng: random.Random, name: str, group: str, size: int) -> dict:
-    worst = sorted(rng.uniform(10, 1000) for _ in range(ITERS))
-    t = sum(worst) / ITERS
-    row = {
-        "collective": name,
-        "group": group,
-        "size_bytes": size,
-        "count": max(size // 4, 1),
-        "dtype": "float32",
-        "op": "sum",
-        "time_us": t,
-        "algbw_gbps": size / t / 1e3,
-        "busbw_gbps": size / t / 1e3 * 1.9,
-        "wrong": 0,
-        "time_us_p10": worst[ITERS // 10],
-        "time_us_median": worst[ITERS // 2],
-        "time_us_p90": worst[ITERS * 9 // 10],
-        "samples_us": worst,
-    }
-    row.update({f"oop_{k}": row[k] for k in ("time_us", "algbw_gbps", "busbw_gbps", "wrong")})
-    return row
-
-
 def fill_job(run: RunDir, job: Job, lines: list[str], rng: random.Random, slow_host: str | None = None) -> None:
     """The files of one completed collectives job of job.nodes x 8 ranks, as a job on NCCL
     leaves them: result, per-rank file, one NCCL debug file and progress record a rank, one
@@ -155,7 +132,7 @@ def fill_job(run: RunDir, job: Job, lines: list[str], rng: random.Random, slow_h
     jdir = run.path / "jobs" / job.name
     result_path = run.path / job.result_path(wr)
     groups = ["world", "intra", "inter"]
-    rows = [_row(rng, c, g, s) for c in COLLECTIVES for g in groups for s in SIZES]
+    rows = [collective_row(rng, s, ITERS, c, group=g) for c in COLLECTIVES for g in groups for s in SIZES]
     pattern = job.debug_env(wr, ())["NCCL_DEBUG_FILE"]
     argv = job.run_args(wr, 600.0)
     rounds = probe_rounds(world)
