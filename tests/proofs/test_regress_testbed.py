@@ -265,7 +265,7 @@ def test_shaped_links_are_caught_at_every_level(runs, tmp_path):
         cases = junit_cases(out)
         needed = False
         for nodes in (2, 4):
-            name_ = f"busbw_gbps[allreduce all_reduce, {nodes}x1, torchrun, default]"
+            name_ = f"busbw_gbps[allreduce all_reduce, {nodes}x1, srun, default]"
             lines = "".join(cases[name_].itertext())  # every size's verdict, band and values
             sizes = required(name, runs, lines)
             print(f"\n{name} ({runs['rates'][name]}), {name_}, must flag {sizes or 'nothing'}:\n{lines}")
@@ -329,15 +329,15 @@ def test_a_failed_multi_node_job_fails_the_gate(runs, tmp_path):
     r, out = regress(runs, "broken", tmp_path, *NOISE)
     assert r.returncode == 1 and "REGRESSION:" in r.stderr, r.describe()
     cases = junit_cases(out)
-    case = cases["busbw_gbps[allreduce all_reduce, 4x1, torchrun, default]"]
+    case = cases["busbw_gbps[allreduce all_reduce, 4x1, srun, default]"]
     failure = case.find("failure")
     print(f"\njunit failure: {failure.get('message')}")
     assert failure.get("type") == "failed"
-    assert "n4-g1-torchrun-default FAILED" in failure.get("message") and "eth0" in failure.get("message")
-    assert cases["images_per_s[synthetic weak, 4x1, torchrun, default]"].find("failure") is not None
+    assert "n4-g1-srun-default FAILED" in failure.get("message") and "eth0" in failure.get("message")
+    assert cases["images_per_s[synthetic weak, 4x1, srun, default]"].find("failure") is not None
     # the failed job is named where it failed alone; the 2-node job ran, and its figures are judged as
     # any night's (a loaded hour has read them 40% low: a run-level noise the gate cannot yet tell)
-    two = cases["busbw_gbps[allreduce all_reduce, 2x1, torchrun, default]"].find("failure")
+    two = cases["busbw_gbps[allreduce all_reduce, 2x1, srun, default]"].find("failure")
     assert two is None or two.get("type") != "failed", two.attrib
 
 
@@ -382,7 +382,7 @@ def test_across_one_run_matches_two_runs(runs, tmp_path):
     # honest verdict is "no significant change", and never faster.
     assert (multi["verdict"][~torn.loc[multi.index]] == "slower").all()
     assert multi["verdict"].isin(["slower", "no significant change"]).all()
-    row = a.loc[("busbw_gbps", "allreduce all_reduce 4M, 2x1, torchrun, default vs eth1")]
+    row = a.loc[("busbw_gbps", "allreduce all_reduce 4M, 2x1, srun, default vs eth1")]
     assert row["b"] < 1.05 * RATE_GBPS, row.to_dict()  # the eth1 set really ran over the shaped link
 
 
@@ -397,7 +397,7 @@ def test_one_slow_node_is_named(runs, tmp_path):
     html = tmp_path / "b3.html"
     bench("report", str(runs["b3"]), "--out", str(html))
     assert set(re.findall(lines, html.read_text())) == {"bnode3"}
-    ranks = json.loads((runs["b3"] / "jobs" / "n4-g1-torchrun-default" / "allreduce.ranks.json").read_text())
+    ranks = json.loads((runs["b3"] / "jobs" / "n4-g1-srun-default" / "allreduce.ranks.json").read_text())
     assert ranks["hosts"] == ["bnode1", "bnode2", "bnode3", "bnode4"]
 
 
@@ -425,7 +425,7 @@ def test_a_damaged_history_entry_is_named_and_removed(runs, tmp_path):
 # figures) over 4 + 6 nights of these keys' figures gave p 0.011-0.018 over 30 seeds; 4 + 5 gave
 # up to 0.028, and the three shaped levels mixed up to 0.048, next to its 0.05.
 DASHBOARD_NIGHTS = ("half",) * 6
-FOUR_M = ("allreduce all_reduce 4M, 2x1, torchrun, default", "allreduce all_reduce 4M, 4x1, torchrun, default")
+FOUR_M = ("allreduce all_reduce 4M, 2x1, srun, default", "allreduce all_reduce 4M, 4x1, srun, default")
 
 
 def test_the_dashboard_shows_a_shaped_link_from_night_5_and_the_slow_node(runs, testbed, tmp_path, browser):
