@@ -67,7 +67,7 @@ def log_y(ax: Axes) -> None:
     labels are mathtext, which `text.parse_math = False` (setup_plotting) prints as the raw
     `$\\mathdefault{10^{0}}$`. Call it once the axis's artists are drawn: the labels' steps
     follow the range, 1-2-5 within three decades, since one or two powers of ten say little."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
 
     if ax.get_yscale() != "log":
         ax.set_yscale("log")
@@ -77,6 +77,9 @@ def log_y(ax: Axes) -> None:
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=[float(s) for s in subs]))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 10 else f"{v:g}"))
     ax.yaxis.set_minor_formatter(NullFormatter())
+    # no minor ticks: the theme draws no tick marks, and a log axis's minor ones, eight a decade,
+    # are objects matplotlib lays out and measures at every draw of every panel
+    ax.yaxis.set_minor_locator(NullLocator())
 
 
 # Panels a figure puts side by side before it starts a new row: three at 6 inches, 18 in all
@@ -141,8 +144,13 @@ def _worker(makers: list[tuple[str, Maker]], share: range) -> tuple[list, list[t
 
 
 def drawn(makers: list[tuple[str, Maker]]) -> list[Drawn]:
-    """(name, PNG, points) of each (name, make) that has data, in the makers' order. A figure of
-    many panels takes seconds to lay out and draw, and figures share nothing: the makers are
+    """(name, PNG, points) of each (name, make) that has data, in the makers' order (drawn_at)."""
+    return [figure for _, figure in sorted(drawn_at(makers).items())]
+
+
+def drawn_at(makers: list[tuple[str, Maker]]) -> dict[int, Drawn]:
+    """(name, PNG, points) of each (name, make) that has data, by its index in `makers`. A figure
+    of many panels takes seconds to lay out and draw, and figures share nothing: the makers are
     dealt round forked workers, one a core (harness/run/forked.py), while this process draws
     its own share; a worker that leaves nothing whole has its share drawn here."""
     from harness.run import forked
@@ -164,7 +172,7 @@ def drawn(makers: list[tuple[str, Maker]]) -> list[Drawn]:
         for _, worker in workers:
             if worker:
                 worker.end()
-    return [figure for _, figure in sorted(out, key=lambda pair: pair[0])]
+    return dict(out)
 
 
 def draw_into(root: Path, folder: str, makers: list[tuple[str, Maker]]) -> list[Path]:
@@ -209,7 +217,10 @@ def band(
     its points, where the frame has `<metric>_p10/_p90`."""
     if f"{metric}_p10" not in sub:
         return []
+    from matplotlib.collections import PolyCollection
+
     out: list[tuple[Any, ...]] = []
+    shapes, colours = [], []  # the bands of every series, as one collection: a panel has dozens
     for series, group in sub.groupby("series"):
         g = group.sort_values(x).dropna(subset=[f"{metric}_p10", f"{metric}_p90"])
         if g.empty:
@@ -217,10 +228,14 @@ def band(
         xs, lo, hi = (g[c].astype(float).tolist() for c in (x, f"{metric}_p10", f"{metric}_p90"))
         if len(g) == 1:  # a band over one x has no width: a bar, seen, rather than a stretched y range
             ax.vlines(xs, lo, hi, colors=[palette[series]], alpha=0.35, linewidth=6)
-        else:
-            ax.fill_between(xs, lo, hi, color=palette[series], alpha=0.18, linewidth=0)
+        else:  # the polygon fill_between draws: along the p10s, back along the p90s
+            shapes.append([*zip(xs, lo), *reversed(list(zip(xs, hi)))])
+            colours.append(palette[series])
         for q in ("p10", "p90"):
             out += [(*where, f"{metric}_{q}", str(series), int(v), float(y)) for v, y in zip(g[x], g[f"{metric}_{q}"])]
+    if shapes:
+        ax.add_collection(PolyCollection(shapes, facecolors=colours, alpha=0.18, linewidths=0), autolim=True)
+        ax.autoscale_view()
     return out
 
 
@@ -252,14 +267,18 @@ def settle_names(fig: Figure) -> None:
     until the top name is inside the panel. (Stacked by their order alone, names close together
     were legible, but a name far from the one below it still climbed, onto the next level's; a
     range raised by a guessed part of the panel left the top name cut off by the frame.) Each
-    pass draws the figure; a raised range moves the levels closer, so it measures again."""
+    pass measures the laid-out figure without drawing it (a name's box follows from its panel's
+    place and range, and its text); a raised range moves the levels closer, so it measures
+    again."""
     from matplotlib.text import Annotation
 
     if not any(n.get_gid() == LEVEL_NAME for ax in fig.axes for n in ax.texts):
-        return  # nothing to place: no drawing
+        return  # nothing to place
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
     for _ in range(4):
-        fig.draw_without_rendering()
-        renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+        for ax in fig.axes:
+            ax.apply_aspect()
+            ax.get_ylim()  # brings the range up to date with what was plotted since it was set
         settled = True
         for ax in fig.axes:
             levels = (n for n in ax.texts if isinstance(n, Annotation) and n.get_gid() == LEVEL_NAME)

@@ -11,6 +11,7 @@ row per collective. Only rows with status COMPLETED are drawn.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -177,24 +178,51 @@ def _ideal(
     return out
 
 
+PEAKS_APART = 1.1  # peaks closer than this ratio share a name (_peak_lines)
+
+
 def _peak_lines(
     ax: Axes, sub: pd.DataFrame, palette: dict[object, tuple[float, float, float]], where: tuple[str, str, str]
 ) -> list[tuple[str, str, str, str, str, int, float]]:
     """A dashed line at each series' peak busbw, where the cluster profile states its link
     speeds (docs/concepts/expected.md), and its points: one per series, at the largest size. Series of
     one peak share its line and name, grey when they are several (three series at 25 GB/s once
-    printed three names, one over another)."""
+    printed three names, one over another). Peaks within PEAKS_APART of the lowest of them share
+    one name, of their range: a point-to-point peak nears the network's rate as nodes are added,
+    and eleven names of 50.0-52.9 GB/s stacked above their lines once pushed a panel's range up
+    six decades."""
     if "busbw_peak_gbps" not in sub:
         return []
     peaks = sub[sub["busbw_peak_gbps"].notna()].drop_duplicates("series")
-    for peak, series in peaks.groupby("busbw_peak_gbps")["series"]:
-        color = palette[series.iloc[0]] if len(series) == 1 else "0.4"
-        level_line(ax, float(peak), f"peak {float(peak):g}", color)
+    levels = peaks.groupby("busbw_peak_gbps")["series"].agg(list)
+    group: list[float] = []
+    for peak in [*levels.index.astype(float), math.inf]:  # ascending; inf ends the last group
+        if group and peak <= group[0] * PEAKS_APART:
+            group.append(peak)
+            continue
+        if group:
+            series = [s for level in group for s in levels[level]]
+            color = palette[series[0]] if len(series) == 1 else "0.4"
+            for level in group[1:]:
+                ax.axhline(level, color=color, linestyle="--", linewidth=1)
+            level_line(ax, group[0], _peak_name(group[0], group[-1]), color)
+        group = [peak]
     largest = int(sub["size_bytes"].max())
     return [
         (*where, "busbw_peak_gbps", str(series), largest, float(peak))
         for series, peak in zip(peaks["series"], peaks["busbw_peak_gbps"])
     ]
+
+
+def _peak_name(low: float, high: float) -> str:
+    """`peak 93.75`, or of a range `peak 50-52.9`: four significant figures for one level, three
+    for a range, more where they would print its ends alike."""
+    if low == high:
+        return f"peak {low:.4g}"
+    digits = 3
+    while f"{low:.{digits}g}" == f"{high:.{digits}g}" and digits < 12:
+        digits += 1
+    return f"peak {low:.{digits}g}-{high:.{digits}g}"
 
 
 def busbw_figure(summary: pd.DataFrame) -> Made | None:
@@ -251,25 +279,18 @@ def _collective_figure(summary: pd.DataFrame, metric: str) -> Made | None:
     for ax in flat[len(cells) :]:
         ax.set_visible(False)
     points = []
+    shown = []
     for i, (coll, panel) in enumerate(cells):
         ax = flat[i]
         sub = df[(df["collective"] == coll) & (df["panel"] == panel)].sort_values("size_bytes")
         if sub.empty:
             ax.set_visible(False)
             continue
-        sns.lineplot(
-            data=sub,
-            x="size_bytes",
-            y=metric,
-            hue="series",
-            hue_order=order,
-            palette=palette,
-            marker="o",
-            estimator=None,
-            sort=True,
-            ax=ax,
-            legend=i == cols - 1,
-        )
+        shown.append(ax)
+        # each series' points joined in size order, drawn by matplotlib itself: seaborn's lineplot
+        # would draw the same lines, at many times the cost, for each of a sweep's dozens of panels
+        for series, line in sub.groupby("series", sort=False):
+            ax.plot(line["size_bytes"].astype(float), line[metric].astype(float), marker="o", color=palette[series])
         ax.set_yscale("log")  # before the peak's level, which makes room for its name
         points += band(ax, sub, "size_bytes", metric, palette, (name, coll, panel))
         log2_axis(ax, sub["size_bytes"], format_size)
@@ -284,11 +305,19 @@ def _collective_figure(summary: pd.DataFrame, metric: str) -> Made | None:
         if metric == "busbw_gbps":
             points += _peak_lines(ax, sub, palette, (name, coll, panel))
         log_y(ax)
-    if axes[0][-1].get_legend():
-        sns.move_legend(axes[0][-1], "upper left", bbox_to_anchor=(1.02, 1), title="nodes x GPUs per node")
+    _series_legend(shown[min(cols, len(shown)) - 1], order, palette)
     titled(fig, f"{title} (in-place where torch has it, worst rank; band: p10-p90)")
     settle_names(fig)
     return fig, pd.DataFrame(points, columns=["plot", "collective", *POINT_COLUMNS[1:]])
+
+
+def _series_legend(ax: Axes, order: list[str], palette: dict[object, tuple[float, float, float]]) -> None:
+    """One legend for every panel of a figure, beside the last panel of its first row: each
+    series in its colour, in the order of nodes and GPUs per node."""
+    from matplotlib.lines import Line2D
+
+    keys = [Line2D([], [], color=palette[s], marker="o") for s in order]
+    ax.legend(keys, order, loc="upper left", bbox_to_anchor=(1.02, 1), title="nodes x GPUs per node")
 
 
 # The parts of a training step, bottom to top (docs/concepts/breakdown.md): the summary's fractions,

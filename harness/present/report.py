@@ -7,6 +7,8 @@ import base64
 import functools
 import html
 import math
+import re
+import secrets
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
@@ -80,11 +82,32 @@ def _img(png: bytes, alt: str) -> str:
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
 
 
-def _figures(makers: list[tuple[str, plot.Maker]]) -> str:
-    return "\n".join(_img(png, alt) for alt, png, _points in figure.drawn(makers))
+class _Figures:
+    """The report's figures, each section's put in its place at the end: drawn all at once, so
+    that figure.drawn deals every one of them round the cores (a section's few figures drawn
+    alone left a core idle). A place is a comment holding this report's own random token, which
+    no text taken from a run directory can hold."""
+
+    def __init__(self) -> None:
+        self.makers: list[tuple[str, plot.Maker]] = []
+        self.token = secrets.token_hex(16)
+
+    def place(self, makers: list[tuple[str, plot.Maker]]) -> str:
+        start = len(self.makers)
+        self.makers += makers
+        return f"<!--figures {self.token} {start} {len(self.makers)}-->"
+
+    def fill(self, text: str) -> str:
+        drawn = figure.drawn_at(self.makers)
+
+        def images(m: re.Match[str]) -> str:
+            shown = (drawn[i] for i in range(int(m[1]), int(m[2])) if i in drawn)
+            return "\n".join(_img(png, alt) for alt, png, _points in shown)
+
+        return re.sub(f"<!--figures {self.token} (\\d+) (\\d+)-->", images, text)
 
 
-def run_section(run: RunDir, side: Side) -> str:
+def run_section(run: RunDir, side: Side, figures: _Figures) -> str:
     summary = read_summary(run)
     plan = run.read_plan()
     jobs = run.jobs()
@@ -140,7 +163,7 @@ def run_section(run: RunDir, side: Side) -> str:
         ["workload", "scaling", "launcher", "nccl_config", "world_size"]
     )
     parts.append("<h2>Scaling</h2>")
-    parts.append(_figures(plot.run_plots(summary, plot.SCALING, titled=True)))
+    parts.append(figures.place(plot.run_plots(summary, plot.SCALING, titled=True)))
     if rows := training_rows(train):
         parts.append(_table(TRAINING_HEAD, rows, numeric=numeric(TRAINING_COLUMNS)))
     if rows := transformer_rows(train):
@@ -155,11 +178,11 @@ def run_section(run: RunDir, side: Side) -> str:
             " from steps run with gradient synchronisation skipped (docs/concepts/breakdown.md says what"
             " that assumes).</p>"
         )
-        parts.append(_figures(plot.run_plots(summary, plot.BREAKDOWN, titled=True)))
+        parts.append(figures.place(plot.run_plots(summary, plot.BREAKDOWN, titled=True)))
         parts.append(_table(BREAKDOWN_HEAD, where, numeric=numeric(BREAKDOWN_COLUMNS)))
     coll = ok[ok["workload"] == COLLECTIVE_WORKLOAD]
     parts.append("<h2>Collectives</h2>")
-    parts.append(_figures(plot.run_plots(summary, plot.COLLECTIVES, titled=True)))
+    parts.append(figures.place(plot.run_plots(summary, plot.COLLECTIVES, titled=True)))
     if len(coll):
         coll = coll.sort_values(["job", "collective", "group", "size_bytes"])
         bucket = bucket_bytes(plan)
@@ -174,7 +197,7 @@ def run_section(run: RunDir, side: Side) -> str:
         parts.append(f"<details><summary>Every message size ({len(coll)} rows)</summary>")
         parts.append(_table(columns, rows, numeric=set(range(2, len(columns)))))
         parts.append("</details>")
-    parts += timelines(run, [j.name for j in jobs], summary)
+    parts += timelines(run, [j.name for j in jobs], summary, figures)
     sweep = plan.get("sweep") or {}
     head = [
         f"<p>Run <code>{_e(run.path)}</code>: sweep <b>{_e(sweep.get('name'))}</b> "
@@ -234,7 +257,7 @@ def compact(coll: pd.DataFrame, bucket: int) -> pd.DataFrame:
     return coll.loc[sorted(set(keep), key=list(coll.index).index)]
 
 
-def timelines(run: RunDir, jobs: list[str], summary: pd.DataFrame) -> list[str]:
+def timelines(run: RunDir, jobs: list[str], summary: pd.DataFrame, figures: _Figures) -> list[str]:
     """Each job's timeline (docs/concepts/telemetry.md), folded: NIC, CPU and GPU against its workloads,
     and what the all-reduce's NIC cross-check found."""
     found = {name: tele for name in jobs if (tele := telemetry.read(run.job_dir(name))) is not None}
@@ -246,11 +269,6 @@ def timelines(run: RunDir, jobs: list[str], summary: pd.DataFrame) -> list[str]:
         "<h2>Timelines</h2>",
         "<p>What each node did while the job ran, sampled by bench (docs/concepts/telemetry.md).</p>",
     ]
-    # drawn together, side by side (figure.drawn), then each put in its job's place
-    makers: list[tuple[str, plot.Maker]] = [
-        (f"timeline of {name}", functools.partial(plot.timeline_figure, name, tele)) for name, tele in found.items()
-    ]
-    drawn = {alt: _img(png, alt) for alt, png, _ in figure.drawn(makers)}
     for name, tele in found.items():
         overhead = [h.overhead for h in tele.hosts.values() if h.overhead is not None]
         note = f"{len(tele.hosts)} node(s)" + (
@@ -259,12 +277,12 @@ def timelines(run: RunDir, jobs: list[str], summary: pd.DataFrame) -> list[str]:
         out.append(f"<details><summary>{_e(name)}: {_e(note)}</summary>")
         if checks.get(name):
             out.append(f"<p>NIC cross-check of the all-reduce: {_e(checks[name])}</p>")
-        out.append(drawn.get(f"timeline of {name}", ""))
+        out.append(figures.place([(f"timeline of {name}", functools.partial(plot.timeline_figure, name, tele))]))
         out.append("</details>")
     return out
 
 
-def compare_section(cmp: Comparison) -> str:
+def compare_section(cmp: Comparison, figures: _Figures) -> str:
     t = cmp.table
     what = (
         f"{_e(cmp.across[0])} {_e(cmp.across[2])} against {_e(cmp.across[1])}"
@@ -316,7 +334,7 @@ def compare_section(cmp: Comparison) -> str:
         )
     labels = (cmp.a.label, cmp.b.label)
     parts.append(
-        _figures(
+        figures.place(
             [
                 (
                     "busbw of both runs",
@@ -333,7 +351,8 @@ def compare_section(cmp: Comparison) -> str:
 
 
 def render(run: RunDir, side: Side, cmp: Comparison | None) -> str:
-    body = run_section(run, side) + (compare_section(cmp) if cmp is not None else "")
+    figures = _Figures()
+    body = figures.fill(run_section(run, side, figures) + (compare_section(cmp, figures) if cmp is not None else ""))
     title = report_title(run.read_plan())
     return (
         "<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"

@@ -382,20 +382,27 @@ def _node_plan(root: Path, n: int, shared: dict) -> Work:
     return lambda: sum(len(rounds.steps(r, o, "jobs/nodes")) for r in rounds.schedule(names, o))
 
 
-def _node_verdict(root: Path, n: int, shared: dict) -> Work:
-    """Every pair of a check of 3 partners a node (every pair grows as the nodes squared:
-    tests/perf/bench_speed.py times 2,048 nodes' 2 million pairs), one node and one link slow."""
+def _node_figures(names: list[str], rng: random.Random, bad: int) -> dict[str, dict]:
+    """A check's pair figures at --partners 3, every pair with the node `bad` at half speed, and
+    the pair of nodes 1 and 2."""
     from harness.nodes import rounds
-    from harness.nodes.verdict import judge
 
-    rng = random.Random(0)
-    names, bad = [host(i) for i in range(n)], n * 5 // 8
     figures: dict[str, dict] = {"busbw_gbps": {}, "p2p_gbps": {}}
     for kind, members in rounds.schedule(names, rounds.Options(partners=3)):
         for a, b in members if kind == "pair" else ():
             slow = 0.5 if bad in (a, b) or (a, b) == (1, 2) else 1.0
             figures["busbw_gbps"][(names[a], names[b])] = 45 * slow * rng.uniform(0.97, 1.03)
             figures["p2p_gbps"][(names[a], names[b])] = 22 * slow * rng.uniform(0.97, 1.03)
+    return figures
+
+
+def _node_verdict(root: Path, n: int, shared: dict) -> Work:
+    """Every pair of a check of 3 partners a node (every pair grows as the nodes squared:
+    tests/perf/bench_speed.py times 2,048 nodes' 2 million pairs), one node and one link slow."""
+    from harness.nodes.verdict import judge
+
+    names, bad = [host(i) for i in range(n)], n * 5 // 8
+    figures = _node_figures(names, random.Random(0), bad)
 
     def verdict() -> str | None:
         v = judge(names, {}, figures, 0.1, {})
@@ -403,6 +410,45 @@ def _node_verdict(root: Path, n: int, shared: dict) -> Work:
         return v.drain
 
     return verdict
+
+
+CHECKS = 8  # node checks in the dashboard's history
+
+
+def _node_history(root: Path, n: int) -> Path:
+    """A history of CHECKS node checks of N nodes at --partners 3, one night apart, each with its
+    check.json and record (as harness/nodes/driver.py writes them) and its verdict's figures; a
+    node slow from the fifth check on."""
+    from harness.analysis import nodehistory
+    from harness.analysis.store import Location
+    from harness.nodes.driver import FOLDER, PLAN, RECORD, RECORD_VERSION
+    from harness.nodes.verdict import judge
+
+    names, db = [host(i) for i in range(n)], root / "history.sqlite"
+    for k in range(CHECKS):
+        check = root / f"check{k}"
+        (check / FOLDER).mkdir(parents=True)
+        (check / PLAN).write_text(json.dumps({"format_version": 1, "nodes": names, "check": k}))
+        record = check / FOLDER / RECORD
+        record.write_text(json.dumps({"format_version": RECORD_VERSION, "hosts": names, "rounds": 6, "ran": 6,
+                                      "round_s": [40.0] * 6}))  # fmt: skip
+        night = (FIRST_NIGHT + dt.timedelta(days=k)).timestamp()
+        os.utime(record, (night, night))
+        v = judge(names, {}, _node_figures(names, random.Random(k), n * 5 // 8 if k >= CHECKS // 2 else n), 0.1, {})
+        nodehistory.add(Location(str(db)), check, "scale", None, v, create=True, new_cluster=k == 0)
+    return db
+
+
+def _node_changes(root: Path, n: int, shared: dict) -> Work:
+    return bench("history", "changes", "--cluster", "scale", "--nodes", "--db", _node_history(root, n))
+
+
+def _dashboard(root: Path, n: int, shared: dict) -> Work:
+    """The site of that history, its change points stored: the node page is what grows."""
+    db = _node_history(root, n)
+    subprocess.run(bench("history", "changes", "--cluster", "scale", "--nodes", "--store", "--db", db), check=True,
+                   stdout=subprocess.DEVNULL)  # fmt: skip
+    return bench("dashboard", "--db", db, "--out", root / "site")
 
 
 CASES = (
@@ -418,6 +464,10 @@ CASES = (
     Case("regress", "bench regress of one against a history of the other", _regress),
     Case("node-plan", "the node check's plan, --partners 3: every round's steps, N nodes", _node_plan, NODE_CHECK),
     Case("node-verdict", "the node check's verdict, --partners 3, N nodes", _node_verdict, NODE_CHECK),
+    Case(
+        "node-changes", f"bench history changes --nodes over {CHECKS} node checks of N nodes", _node_changes, NODE_CHECK
+    ),
+    Case("dashboard", "bench dashboard of those checks, their change points stored", _dashboard, NODE_CHECK),
 )
 
 
