@@ -118,9 +118,9 @@ def sampler_lines(job: Job, profile: ClusterProfile, python: str) -> list[str]:
     ]
 
 
-# A glob of job files: job names and workload keys are allowlisted, so it needs no quoting,
-# and quoting would stop the shell from expanding its '*'.
-SAFE_GLOB_RE = re.compile(r"[A-Za-z0-9_./*-]+")
+# Globs of job files, one space apart: job names and workload keys are allowlisted, so they
+# need no quoting for the shell but their '*', which harness.inside expands itself.
+SAFE_GLOBS_RE = re.compile(r"[A-Za-z0-9_./*-]+(?: [A-Za-z0-9_./*-]+)*")
 
 
 def restart_lines(job: Job, python: str) -> list[str]:
@@ -130,13 +130,16 @@ def restart_lines(job: Job, python: str) -> list[str]:
     (Job.attempt_files), so that none of it passes for this run's (docs/concepts/preemption.md). `python`
     (quoted) removes them through the run directory's descriptors, as bench does: `rm` would
     follow a link planted while the job waited, and a link fails the job instead."""
-    patterns = job.attempt_files()
-    assert all(SAFE_GLOB_RE.fullmatch(p) for p in patterns), patterns  # built from allowlisted names
+    words = " ".join(job.attempt_files())
+    assert SAFE_GLOBS_RE.fullmatch(words), words  # built from allowlisted names
+    # Of a glob's characters only '*' is one shlex.quote quotes, and none is a quote: each word
+    # is what shlex.quote makes of it, as quoting them one by one did.
+    quoted = " ".join(f"'{w}'" if "*" in w else w for w in words.split(" "))
     return [
         "# Requeued by Slurm: the earlier run's results, logs and samples go before this run starts",
         "# (docs/concepts/preemption.md), through no link.",
         'if [ -n "${SLURM_RESTART_COUNT:-}" ] && [ "$SLURM_RESTART_COUNT" != 0 ]; then',
-        f"  {python} -m harness.inside clear {' '.join(_quote(p) for p in patterns)}",
+        f"  {python} -m harness.inside clear {quoted}",
         "fi",
     ]
 
