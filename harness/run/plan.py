@@ -9,6 +9,7 @@ executors run jobs.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 from collections.abc import Iterable
@@ -31,8 +32,8 @@ class WorkloadRun:
     scaling: str  # "weak", "strong", or "" for the microbenchmark
     args: tuple[str, ...]
 
-    @property
-    def key(self) -> str:
+    @functools.cached_property
+    def key(self) -> str:  # cached: a job's script and files name each workload by it dozens of times
         return f"{self.workload}-{self.scaling}" if self.scaling else self.workload
 
     @property

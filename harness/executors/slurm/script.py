@@ -360,14 +360,10 @@ def step_python(profile: ClusterProfile, names: Iterable[str] = ()) -> tuple[lis
     return container, f"{inner} {python}" if inner else python
 
 
-def step_command(
-    job: Job, run: WorkloadRun, profile: ClusterProfile, timeout_s: float, names: Iterable[str] = ()
-) -> str:
-    """The srun line of one workload, shell-quoted, with $VARIABLES left for the batch shell;
-    `names` are the variables exported for it, which a container must keep (in_container)."""
-    q = _quote
-    every = job.run_args(run, timeout_s)
-    args = " ".join([_quoted(run.args), *(q(a) for a in every[len(run.args) :])] if run.args else map(q, every))
+def step_launch(job: Job, profile: ClusterProfile, names: Iterable[str] = ()) -> str:
+    """What starts each workload step of `job`, the same for every one: srun with the job's
+    tasks and the profile's options, then the Python it runs (step_python); `names` are the
+    variables exported for the steps, which a container must keep (in_container)."""
     container, python = step_python(profile, names)
     tasks_per_node, cpus = tasks_and_cpus(job, profile)
     # --kill-on-bad-exit: when one rank dies the others stop too, rather than wait in a collective
@@ -377,15 +373,24 @@ def step_command(
     srun = " ".join(
         [
             f"srun --ntasks-per-node={tasks_per_node} --cpus-per-task={cpus} --kill-on-bad-exit=1",
-            *(q(o) for o in profile.srun_options),
+            *(_quote(o) for o in profile.srun_options),
             *container,
         ]
     )
+    return f"{srun} {python}"
+
+
+def step_command(job: Job, run: WorkloadRun, timeout_s: float, launch: str) -> str:
+    """The srun line of one workload, shell-quoted, with $VARIABLES left for the batch shell:
+    `launch` (step_launch), then torchrun's agent or the workload's module, and its arguments."""
+    q = _quote
+    every = job.run_args(run, timeout_s)
+    args = " ".join([_quoted(run.args), *(q(a) for a in every[len(run.args) :])] if run.args else map(q, every))
     if job.launcher == "torchrun":
         rdzv = ('"$SLURM_NNODES"', '"$MASTER_ADDR:$MASTER_PORT"', f'"$SLURM_JOB_ID-{run.key}"')
         agent = torchrun_words(job.gpus_per_node, run.module, *rdzv)
-        return f"{srun} {python} {' '.join(agent)} {args}"
-    return f"{srun} {python} -m {run.module} {args}"
+        return f"{launch} {' '.join(agent)} {args}"
+    return f"{launch} -m {run.module} {args}"
 
 
 def torchrun_words(gpus_per_node: int, module: str, nnodes: str, endpoint: str, rdzv_id: str) -> list[str]:
@@ -547,10 +552,10 @@ def render_script(job: Job, profile: ClusterProfile, timeout_s: float) -> str:
         lines += exports(debug.items(), profile)
         folders = {"NCCL_DEBUG_FILE": job.nccl_log_dir, "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": job.flight_dir}
         lines += [f"mkdir -p {' '.join(q(folders[k]) for k in per_step)}"] if per_step else []
+    launch = step_launch(job, profile, [*env, *passed, "MASTER_ADDR", "MASTER_PORT", *debug, *per_step])
     for run in job.runs:
         lines.append("")
         step = job.debug_env(run, given)
         lines += exports(((k, step[k]) for k in per_step), profile)
-        names = [*env, *passed, "MASTER_ADDR", "MASTER_PORT", *debug, *per_step]
-        lines.append(f"run_step {run.key} {step_command(job, run, profile, timeout_s, names)}")
+        lines.append(f"run_step {run.key} {step_command(job, run, timeout_s, launch)}")
     return "\n".join(lines) + "\n"

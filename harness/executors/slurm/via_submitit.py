@@ -97,7 +97,7 @@ def parameters(job: Job, profile: ClusterProfile, run_path: Path) -> dict[str, A
         # run before srun by the batch shell: a failing line fails the job, as in the sbatch script
         # (a requeued job's clean-up after the set-up, whose environment may hold its python)
         "slurm_setup": ["set -euo pipefail", *setup, *restart_lines(job, shlex.quote(interpreter(profile)))],
-        # --cpus-per-task again, and --kill-on-bad-exit: see script.step_command
+        # --cpus-per-task again, and --kill-on-bad-exit: see script.step_launch
         "slurm_srun_args": [f"--cpus-per-task={cpus}", "--kill-on-bad-exit=1", *profile.srun_options],
         "slurm_additional_parameters": additional,
     }

@@ -21,7 +21,7 @@ from submitit.slurm.slurm import _make_sbatch_string
 from harness.config.cluster_profile import load_profile
 from harness.config.sweepfile import load_sweep
 from harness.executors.slurm import submitit_task
-from harness.executors.slurm.script import render_script, sbatch_directives, step_command
+from harness.executors.slurm.script import render_script, sbatch_directives, step_command, step_launch
 from harness.executors.slurm.via_submitit import parameters, task
 from harness.run.plan import expand
 
@@ -123,7 +123,7 @@ def test_each_task_runs_the_sbatch_script_s_steps(site, name):
     for run, step in zip(job.runs, t.steps, strict=True):
         words = submitit_task.command(t, step, env)[1:]  # the interpreter is the task's own
         line = next(line for line in script.splitlines() if line.startswith(f"run_step {run.key} "))
-        sbatch = step_command(job, run, site, 600)
+        sbatch = step_command(job, run, 600, step_launch(job, site))
         assert line.endswith(sbatch)
         expanded = sbatch
         for k, v in env.items():
