@@ -189,8 +189,8 @@ def _peak_lines(
     one peak share its line and name, grey when they are several (three series at 25 GB/s once
     printed three names, one over another). Peaks within PEAKS_APART of the lowest of them share
     one name, of their range: a point-to-point peak nears the network's rate as nodes are added,
-    and eleven names of 50.0-52.9 GB/s stacked above their lines once pushed a panel's range up
-    six decades."""
+    and a panel's eleven names, eight of them between 50.0 and 56.3 GB/s, stacked above their
+    lines once pushed its range up six decades."""
     if "busbw_peak_gbps" not in sub:
         return []
     peaks = sub[sub["busbw_peak_gbps"].notna()].drop_duplicates("series")
