@@ -57,6 +57,13 @@ def test_report_is_self_contained(real_run, tmp_path):
     assert compact.count("<tr>") == 1 + 2 and full.split("</details>")[0].count("<tr>") == 1 + 6
     assert "1M" in compact and "64K" not in compact and "64K" in full
     assert "n2-g1-torchrun-default" in text and "COMPLETED" in text
+    # every figure drawn at once, each put back in its place: a job's timeline in its own details
+    assert "<!--figures" not in text
+    jobs = sorted(p.name for p in real_run.glob("jobs/*") if (p / "telemetry").is_dir())
+    assert jobs and text.count('alt="timeline of ') == len(jobs)
+    for job in jobs:
+        folded = text[text.index(f"<details><summary>{job}: ") :].split("</details>")[0]
+        assert folded.count("<img ") == 1 and f'alt="timeline of {job}"' in folded, job
     assert '<tr class="slower"><td>slower</td><td>busbw GB/s</td>' in text
     # no job has three nodes: nothing was judged, and the report says so rather than "none"
     assert (
