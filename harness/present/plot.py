@@ -426,8 +426,8 @@ def draw_all(run: RunDir, summary: pd.DataFrame) -> list[Path]:
 
 
 # Lines a timeline panel draws one by one, each named; past them a panel draws the median of all
-# and their range, second by second, which reads the same at 9 nodes as at 1,024 (their points stay
-# in the CSV, node by node)
+# and their range, second by second, which reads alike at any count of nodes (their points stay in
+# the CSV, node by node)
 TIMELINE_LINES = 8
 
 

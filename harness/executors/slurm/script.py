@@ -130,11 +130,11 @@ def restart_lines(job: Job, python: str) -> list[str]:
     (Job.attempt_files), so that none of it passes for this run's (docs/concepts/preemption.md). `python`
     (quoted) removes them through the run directory's descriptors, as bench does: `rm` would
     follow a link planted while the job waited, and a link fails the job instead."""
-    words = " ".join(job.attempt_files())
-    assert SAFE_GLOBS_RE.fullmatch(words), words  # built from allowlisted names
-    # Of a glob's characters only '*' is one shlex.quote quotes, and none is a quote: each word
+    patterns = job.attempt_files()
+    assert SAFE_GLOBS_RE.fullmatch(" ".join(patterns)), patterns  # built from allowlisted names
+    # Of a glob's characters only '*' is one shlex.quote quotes, and none is a quote: each pattern
     # is what shlex.quote makes of it, as quoting them one by one did.
-    quoted = " ".join(f"'{w}'" if "*" in w else w for w in words.split(" "))
+    quoted = " ".join(f"'{p}'" if "*" in p else p for p in patterns)
     return [
         "# Requeued by Slurm: the earlier run's results, logs and samples go before this run starts",
         "# (docs/concepts/preemption.md), through no link.",
