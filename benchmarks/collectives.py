@@ -16,6 +16,8 @@ For every message size and collective:
   values so a missing, duplicated or mis-ordered contribution shows), summed over ranks.
 - per-iteration samples (each call timed on its own: CUDA events on GPU, host clock on CPU,
   where gloo calls are blocking), worst rank per iteration, with p10/median/p90.
+- in the per-rank file beside the result, each rank's own `time_us` of each row's headline call:
+  which rank the worst figure came from. Ranks x rows numbers, not ranks x rows x iterations.
 
 The headline columns are the in-place call where torch.distributed has one (what DDP does with
 its gradient buckets), as NCCL defines it for all_gather, reduce_scatter, gather and scatter (the
@@ -56,7 +58,7 @@ from .common import (
 )
 from .linkprobe import link_probe
 from .results import wrong_count, wrong_results
-from .runtime import Context, Workload, exit_rank, gather_rows
+from .runtime import Context, Workload, exit_rank, gather_at_root, gather_rows, worst_of_ranks
 from .runtime import main as run_main
 
 
@@ -412,12 +414,9 @@ def _time_calls(call: Callable[[], Any], iters: int, warmup: int, device: torch.
 def _measure_mode(
     coll: CollectiveRun, in_place: bool, args: argparse.Namespace, ctx: Context, size: int
 ) -> dict[str, Any]:
-    world = ctx.launch.world_size
     coll.fill(in_place)
     avg_us, samples = _time_calls(coll.call(in_place), args.iters, args.warmup_iters, ctx.device)
-    per_rank = gather_rows([avg_us, *samples], ctx.device, world)
-    time_us = max(r[0] for r in per_rank)
-    worst = [max(r[1 + i] for r in per_rank) for i in range(args.iters)]
+    time_us, *worst = worst_of_ranks([avg_us, *samples], ctx.device)
     wrong = 0
     checks = args.check if coll.tolerance is not None else 0  # the same on every rank: one group size
     for _ in range(checks):
@@ -441,7 +440,7 @@ def _measure_mode(
         "time_us_median": stats["median"],
         "time_us_p90": stats["p90"],
         "samples_us": worst,
-        "rank_samples_us": [r[1:] for r in per_rank],  # moved to the per-rank file by measure()
+        "rank_time_us": avg_us,  # this rank's own: measure() gathers them once, for the per-rank file
     }
 
 
@@ -483,7 +482,7 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
     out = torch.empty(max_count, dtype=dtype, device=ctx.device)
 
     rows: list[dict[str, Any]] = []
-    per_rank: list[dict[str, Any]] = []
+    own_us: list[float] = []  # this rank's time of each row's headline call
     for (name, kind), (group, sizes) in plan.items():
         spans = "" if kind == WORLD else f"  {len(group.members)} groups of {group.size} ranks"
         ctx.log(
@@ -517,12 +516,10 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
                 "op": args.op,
             }
             row.update(_measure_mode(coll, coll.coll.in_place, args, ctx, size))
-            per_rank.append(
-                {"collective": name, "group": kind, "size_bytes": size, "samples_us": row.pop("rank_samples_us")}
-            )
+            own_us.append(row.pop("rank_time_us"))
             if args.out_of_place and coll.coll.in_place:
                 oop = _measure_mode(coll, False, args, ctx, size)
-                row.update({f"oop_{k}": v for k, v in oop.items() if k != "rank_samples_us"})
+                row.update({f"oop_{k}": v for k, v in oop.items() if k != "rank_time_us"})
             rows.append(row)
             ctx.log(_format_row(row))
         mine = [r["busbw_gbps"] for r in rows if (r["collective"], r["group"]) == (name, kind)]
@@ -538,6 +535,11 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
         )
         ctx.progress("link probe")
         links = link_probe(args, ctx)
+    ranks_us = gather_at_root(own_us, ctx)
+    per_rank = [
+        {"collective": r["collective"], "group": r["group"], "size_bytes": r["size_bytes"], "time_us": list(us)}
+        for r, us in zip(rows, zip(*ranks_us))
+    ]
     return {
         "params": {
             "min_bytes": args.min_bytes,

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .runtime import Context, gather_rows
+from .runtime import Context, gather_at_root
 
 
 def pair_partner(rank: int, round_: int, world: int) -> int | None:
@@ -88,7 +88,7 @@ def link_probe(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
                 times[k][it] = (time.perf_counter_ns() - t0) / 1e3
     dist.barrier()
     flat = [-1.0 if p is None else float(p) for p in partners] + [t for row in times for t in row]
-    every = gather_rows(flat, ctx.device, world)
+    every = gather_at_root(flat, ctx)  # only rank 0 writes them: each other rank gets []
     return {
         "size_bytes": count * 4,
         "iters": args.link_iters,

@@ -201,6 +201,22 @@ def gather_rows(values: list[float], device: torch.device, world: int) -> list[l
     return [p.tolist() for p in parts]
 
 
+def gather_at_root(values: list[float], ctx: Context) -> list[list[float]]:
+    """As gather_rows, but only rank 0 receives them (every other rank gets []): what only the
+    result needs, which rank 0 writes, costs the other ranks nothing that grows with the world."""
+    mine = torch.tensor(values, dtype=torch.float64, device=ctx.device)
+    parts = [torch.empty_like(mine) for _ in range(ctx.launch.world_size)] if ctx.is_root else None
+    dist.gather(mine, gather_list=parts, dst=0)
+    return [p.tolist() for p in parts] if parts else []
+
+
+def worst_of_ranks(values: list[float], device: torch.device) -> list[float]:
+    """Each of `values` (lists of one length) at its largest over the ranks: a collective call."""
+    mine = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(mine, op=dist.ReduceOp.MAX)
+    return mine.tolist()
+
+
 # --------------------------------------------------------------------------- entry point
 
 

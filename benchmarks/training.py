@@ -22,7 +22,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from .catalog import AMPS, BREAKDOWN
 from .catalog import TRAINING_DEFAULTS as D
 from .common import PER_RANK, UsageError, add_common_args, positive_arg, spread
-from .runtime import Context, gather_rows
+from .runtime import Context, gather_at_root, gather_rows, worst_of_ranks
 
 
 def add_training_args(p: argparse.ArgumentParser) -> None:
@@ -214,10 +214,10 @@ def throughput(ctx: Context, batch: int, step_s: list[float]) -> dict[str, Any]:
     The measured time is the slowest rank's total: DDP synchronises ranks every step, so that
     is the wall time of the measured phase. images_per_s = batch x world x steps / that time.
     """
-    per_rank = gather_rows(step_s, ctx.device, ctx.launch.world_size)
+    measured_s, *worst_s = worst_of_ranks([sum(step_s), *step_s], ctx.device)
+    per_rank = gather_at_root(step_s, ctx)
     world, steps = ctx.launch.world_size, len(step_s)
-    measured_s = max(sum(r) for r in per_rank)
-    worst_ms = [max(r[i] for r in per_rank) * 1e3 for i in range(steps)]
+    worst_ms = [s * 1e3 for s in worst_s]
     images = batch * world * steps
     stats = spread(worst_ms)
     return {

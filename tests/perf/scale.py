@@ -193,17 +193,13 @@ def fill_job(run: RunDir, job: Job, lines: list[str], rng: random.Random, slow_h
         "links_file": os.path.basename(links_path(result_path)),
     }
     result_path.parent.mkdir(parents=True, exist_ok=True)
-    # every rank's samples of each row, as rank 0 gathers them: the per-rank file's bulk, written
-    # a row at a time (the same samples for every rank: what is timed is the reading)
-    head = json.dumps({"schema_version": SCHEMA_VERSION, "workload": wr.workload, "hosts": hosts})[:-1]
-    with open(ranks_path(result_path), "w") as f:
-        f.write(head + ', "rows": [')
-        for i, row in enumerate(rows):
-            ranks_row = json.dumps({k: row[k] for k in ("collective", "group", "size_bytes")})[:-1]
-            samples = json.dumps(json_safe(row["samples_us"]))
-            f.write(("," if i else "") + ranks_row + ', "samples_us": [' + ",".join([samples] * world) + "]}")
-        f.write("]}")
+    # each rank's own time of each row, as rank 0 gathers them (the row's time for every rank)
     head = {"schema_version": SCHEMA_VERSION, "workload": wr.workload, "hosts": hosts}
+    per_rank = [
+        {**{k: row[k] for k in ("collective", "group", "size_bytes")}, "time_us": [row["time_us"]] * world}
+        for row in rows
+    ]
+    Path(ranks_path(result_path)).write_text(json.dumps(json_safe({**head, "rows": per_rank})))
     Path(links_path(result_path)).write_text(json.dumps(json_safe({**head, "links": links})))
     result_path.write_text(json.dumps(json_safe(result)))
     rank_lines = [line for line in NCCL_LOG.read_text().splitlines() if line.startswith("cn76:")]
