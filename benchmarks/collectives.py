@@ -16,8 +16,7 @@ For every message size and collective:
   values so a missing, duplicated or mis-ordered contribution shows), summed over ranks.
 - per-iteration samples (each call timed on its own: CUDA events on GPU, host clock on CPU,
   where gloo calls are blocking), worst rank per iteration, with p10/median/p90.
-- in the per-rank file beside the result, each rank's own `time_us` of each row's headline call:
-  which rank the worst figure came from. Ranks x rows numbers, not ranks x rows x iterations.
+- in the per-rank file beside it, each rank's own `time_us` of each row: whose the worst time is.
 
 The headline columns are the in-place call where torch.distributed has one (what DDP does with
 its gradient buckets), as NCCL defines it for all_gather, reduce_scatter, gather and scatter (the
@@ -535,11 +534,7 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
         )
         ctx.progress("link probe")
         links = link_probe(args, ctx)
-    ranks_us = gather_at_root(own_us, ctx)
-    per_rank = [
-        {"collective": r["collective"], "group": r["group"], "size_bytes": r["size_bytes"], "time_us": list(us)}
-        for r, us in zip(rows, zip(*ranks_us))
-    ]
+    per_rank = per_rank_rows(rows, gather_at_root(own_us, ctx))
     return {
         "params": {
             "min_bytes": args.min_bytes,
@@ -563,6 +558,12 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
         PER_RANK: {"rows": per_rank},
         **({LINKS: links} if links else {}),
     }
+
+
+def per_rank_rows(rows: list[dict[str, Any]], ranks_us: list[list[float]]) -> list[dict[str, Any]]:
+    """The per-rank file's rows: each row's keys and its time on each rank (gather_at_root's)."""
+    keys = ("collective", "group", "size_bytes")
+    return [{**{k: r[k] for k in keys}, "time_us": list(us)} for r, us in zip(rows, zip(*ranks_us))]
 
 
 def _format_row(row: dict[str, Any]) -> str:

@@ -314,6 +314,24 @@ def _transport(root: Path, n: int, shared: dict) -> Work:
     return lambda: transport.columns(transport.rank_facts(result, run.path))
 
 
+def _per_rank(root: Path, n: int, shared: dict) -> Work:
+    """What rank 0 does with the per-rank times it gathered: the per-rank file's rows, written as
+    benchmarks/runtime.py writes the files beside a result."""
+    from benchmarks.collectives import per_rank_rows
+    from benchmarks.results import atomic_write_json
+
+    world, rng = n * GPUS, random.Random(n)
+    rows = [{"collective": c, "group": g, "size_bytes": s} for c in COLLECTIVES for g in ("world", "intra", "inter")
+            for s in SIZES]  # fmt: skip
+    ranks_us = [[rng.uniform(1.0, 1e4) for _ in rows] for _ in range(world)]
+    head = {"schema_version": SCHEMA_VERSION, "workload": "allreduce", "hosts": [host(r // GPUS) for r in range(world)]}
+
+    def write() -> None:
+        atomic_write_json(root / "allreduce.ranks.json", json_safe({**head, "rows": per_rank_rows(rows, ranks_us)}))
+
+    return write
+
+
 def _hangs(root: Path, n: int, shared: dict) -> Work:
     """Every rank in the all-reduce of 512 MiB but one, stopped in the one before."""
     from harness.evidence import hangs
@@ -453,6 +471,7 @@ CASES = (
     Case("collect", "bench collect of one job of N x 8 ranks", _collect),
     Case("stragglers", "the straggler verdict on that job's link probe", _stragglers),
     Case("transport", "that job's N x 8 NCCL logs read and combined", _transport),
+    Case("per-rank", "rank 0's per-rank file of one job of N x 8 ranks, from what it gathered", _per_rank),
     Case("hangs", "hang attribution over N x 8 ranks' progress records, one stopped", _hangs),
     Case("report", "bench report of a collected sweep on 1..N nodes", _report),
     Case("plots", "bench plot of that sweep", _plots),
