@@ -97,15 +97,57 @@ def titled(fig: Figure, text: str) -> None:
 
 def lay_out(fig: Figure) -> None:
     """tight_layout, leaving the title's height free at the top: it lays out the axes alone,
-    and put the first row of panels under a title it did not see."""
+    and put the first row of panels under a title it did not see.
+
+    One pass of its measure: `Figure.tight_layout` measures every panel twice when it is given a
+    rectangle to fit in, and on many panels the measuring is most of a figure's time. Here the
+    panels are laid out on the whole figure, then the top row moves down by the title's room,
+    every row shorter by its share so that the gaps between rows stay as measured."""
     title = fig.get_suptitle() if hasattr(fig, "get_suptitle") else getattr(fig, "_suptitle", None)
-    top = 1.0 - TITLE_INCHES / fig.get_figheight() if title else 1.0
-    fig.tight_layout(rect=(0.0, 0.0, 1.0, top))
+    room = TITLE_INCHES / fig.get_figheight() if title else 0.0
+    try:  # matplotlib's own pass (matplotlib/_tight_layout.py, 3.6 on), which tight_layout runs
+        from matplotlib import _tight_layout
+
+        specs = _tight_layout.get_subplotspec_list(fig.axes)
+        renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+        params = _tight_layout.get_tight_layout_figure(fig, fig.axes, specs, renderer)
+    except (ImportError, AttributeError, TypeError):  # a matplotlib that has moved it
+        fig.tight_layout(rect=(0.0, 0.0, 1.0, 1.0 - room))
+        return
+    if not params:  # no layout could fit: left as it was, as tight_layout leaves it (with its warning)
+        return
+    rows = max(spec.get_gridspec().get_geometry()[0] for spec in specs if spec is not None)
+    bottom, top, space = params["bottom"], params["top"], params.get("hspace", 0.0)
+    gap = space * (top - bottom) / (rows + (rows - 1) * space)  # hspace is a share of a row's height
+    params["top"] = top = top - room
+    if rows > 1:
+        params["hspace"] = gap / ((top - bottom - (rows - 1) * gap) / rows)
+    fig.subplots_adjust(**params)
+
+
+PNG_DPI = 110
 
 
 def png_bytes(fig: Figure) -> bytes:
+    """The figure as a PNG, cropped to what it draws as savefig's bbox_inches="tight" crops it,
+    with the crop measured here: given "tight", savefig draws the whole figure unseen before it
+    measures it, which only a layout engine, run by a draw, needs (bench's figures are laid out
+    once, by lay_out or tight_layout, and keep none)."""
+    from matplotlib import rcParams
+    from matplotlib.layout_engine import PlaceHolderLayoutEngine  # what tight_layout leaves: runs nothing
+
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    if not isinstance(fig.get_layout_engine(), (type(None), PlaceHolderLayoutEngine)):
+        fig.savefig(buf, format="png", dpi=PNG_DPI, bbox_inches="tight")
+        return buf.getvalue()
+    dpi = fig.get_dpi()
+    fig.set_dpi(PNG_DPI)  # measured at the dpi it is drawn at, as savefig measures it
+    try:
+        renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+        crop = fig.get_tightbbox(renderer).padded(rcParams["savefig.pad_inches"])
+        fig.savefig(buf, format="png", dpi=PNG_DPI, bbox_inches=crop)
+    finally:
+        fig.set_dpi(dpi)
     return buf.getvalue()
 
 
@@ -155,6 +197,7 @@ def drawn_at(makers: list[tuple[str, Maker]]) -> dict[int, Drawn]:
     its own share; a worker that leaves nothing whole has its share drawn here."""
     from harness.run import forked
 
+    setup_plotting()  # matplotlib's and seaborn's imports made once, before the workers are forked
     ways = forked.usable(len(makers))
     shares = [range(k, len(makers), ways) for k in range(ways)]
     workers: list[tuple[range, forked.Worker | None]] = []

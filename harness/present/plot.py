@@ -466,13 +466,15 @@ def timeline_figure(job: str, tele: Telemetry) -> Made | None:
             ax.fill_between(mid.index, low, high, color="#9ecae1", alpha=0.6, linewidth=0, label=f"all {lines}")
             ax.plot(mid.index, mid, color="#08519c", linewidth=1.2, label=f"median of {lines}")
             ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1))
-        else:
-            sns.lineplot(data=sub, x="x", y="y", hue="series", ax=ax, linewidth=1.2)
+        else:  # a line a node, in the theme's colours, in the order the nodes came
+            names = list(sub["series"].unique())
+            for series, colour in zip(names, sns.color_palette(n_colors=len(names)), strict=True):
+                line = sub[sub["series"] == series].sort_values("x")
+                ax.plot(line["x"], line["y"], color=colour, linewidth=1.2, label=series)
+            ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1))
         ax.set_ylabel(metric)
         if metric.endswith("%"):  # a share reads against all of it: 0 to 100, not 98.5 to 100
             ax.set_ylim(0, max(100.0, float(sub["y"].max()) * 1.02))
-        if not many and ax.get_legend() is not None:
-            ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1))
         for k, (key, (start, end)) in enumerate(sorted(tele.phases.items(), key=lambda p: p[1][0])):
             stop = end if end is not None else sub["x"].max() + t0
             ax.axvspan(start - t0, stop - t0, color=("#dde8f5" if k % 2 == 0 else "#f3e6d3"), zorder=0)
