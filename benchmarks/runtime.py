@@ -211,7 +211,8 @@ def gather_at_root(values: list[float], ctx: Context) -> list[list[float]]:
 
 
 def worst_of_ranks(values: list[float], device: torch.device) -> list[float]:
-    """Each of `values` (lists of one length) at its largest over the ranks: a collective call."""
+    """Each of this rank's `values` at its largest over the ranks, which each give as many: a
+    collective call."""
     mine = torch.tensor(values, dtype=torch.float64, device=device)
     dist.all_reduce(mine, op=dist.ReduceOp.MAX)
     return mine.tolist()
