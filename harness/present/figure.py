@@ -77,8 +77,8 @@ def log_y(ax: Axes) -> None:
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=[float(s) for s in subs]))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 10 else f"{v:g}"))
     ax.yaxis.set_minor_formatter(NullFormatter())
-    # no minor ticks: the theme draws no tick marks, and a log axis's minor ones, eight a decade,
-    # are objects matplotlib lays out and measures at every draw of every panel
+    # no minor ticks: the theme draws no tick marks, and a log axis's minor ones are objects
+    # matplotlib lays out and measures at every draw of every panel
     ax.yaxis.set_minor_locator(NullLocator())
 
 
@@ -105,7 +105,7 @@ def lay_out(fig: Figure) -> None:
     every row shorter by its share so that the gaps between rows stay as measured."""
     title = fig.get_suptitle() if hasattr(fig, "get_suptitle") else getattr(fig, "_suptitle", None)
     room = TITLE_INCHES / fig.get_figheight() if title else 0.0
-    try:  # matplotlib's own pass (matplotlib/_tight_layout.py, 3.6 on), which tight_layout runs
+    try:  # matplotlib's own pass (matplotlib/_tight_layout.py, in every matplotlib pyproject allows)
         from matplotlib import _tight_layout
 
         specs = _tight_layout.get_subplotspec_list(fig.axes)

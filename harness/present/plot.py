@@ -189,8 +189,8 @@ def _peak_lines(
     one peak share its line and name, grey when they are several (three series at 25 GB/s once
     printed three names, one over another). Peaks within PEAKS_APART of the lowest of them share
     one name, of their range: a point-to-point peak nears the network's rate as nodes are added,
-    and a panel's eleven names, eight of them between 50.0 and 56.3 GB/s, stacked above their
-    lines once pushed its range up six decades."""
+    and the names of close peaks, stacked above their lines, pushed the panel's range up until
+    its data was a sliver (docs/concepts/scale.md, "The collective figures")."""
     if "busbw_peak_gbps" not in sub:
         return []
     peaks = sub[sub["busbw_peak_gbps"].notna()].drop_duplicates("series")
@@ -467,9 +467,9 @@ def timeline_figure(job: str, tele: Telemetry) -> Made | None:
             ax.plot(mid.index, mid, color="#08519c", linewidth=1.2, label=f"median of {lines}")
             ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1))
         else:  # a line a node, in the theme's colours, in the order the nodes came
-            names = list(sub["series"].unique())
-            for series, colour in zip(names, sns.color_palette(n_colors=len(names)), strict=True):
-                line = sub[sub["series"] == series].sort_values("x")
+            colours = sns.color_palette(n_colors=lines)
+            for (series, unsorted), colour in zip(sub.groupby("series", sort=False), colours, strict=True):
+                line = unsorted.sort_values("x")
                 ax.plot(line["x"], line["y"], color=colour, linewidth=1.2, label=series)
             ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1))
         ax.set_ylabel(metric)
