@@ -321,8 +321,13 @@ def test_a_slower_link_shows_as_exposed_communication_not_as_compute(runs):
     assert check_breakdown(shaped.to_dict())
     assert shaped["exposed_comm_fraction"] >= base["exposed_comm_fraction"].max() + 0.1
     assert shaped["step_time_ms"] > 1.3 * base["step_time_ms"].median()
-    ratio = shaped["compute_time_ms"] / base["compute_time_ms"].median()
-    assert 0.7 < ratio < 1.3, ratio
+    # What the link added went to the exposed communication, not to the compute-only step: that
+    # rose by a small part of the step's rise. Sent over the link, it would rise as much as the
+    # step. A bound on its ratio to the unshaped compute alone failed when the machine was slow
+    # while the shaped run ran, and only then.
+    step_rise = shaped["step_time_ms"] - base["step_time_ms"].median()
+    compute_rise = shaped["compute_time_ms"] - base["compute_time_ms"].median()
+    assert compute_rise < 0.25 * step_rise, (compute_rise, step_rise)
 
 
 def test_a_failed_multi_node_job_fails_the_gate(runs, tmp_path):
