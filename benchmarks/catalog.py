@@ -60,13 +60,19 @@ def flops_per_token(n_params: int, shape: Shape) -> int:
 
 
 # Presets. "small" runs on 2 CPU cores; the others are GPT-3's shapes (Brown et al. 2020,
-# table 2.1: 125M, 350M, 1.3B), with GPT-2's vocabulary padded to a multiple of 64.
+# table 2.1: 125M, 350M, 1.3B, 6.7B), with GPT-2's vocabulary padded to a multiple of 64.
 PRESETS = {
     "small": Shape(layers=2, width=128, heads=4, seq_len=128, vocab=2048),
     "125m": Shape(layers=12, width=768, heads=12, seq_len=2048, vocab=50304),
     "350m": Shape(layers=24, width=1024, heads=16, seq_len=2048, vocab=50304),
     "1.3b": Shape(layers=24, width=2048, heads=16, seq_len=2048, vocab=50304),
+    "6.7b": Shape(layers=32, width=4096, heads=32, seq_len=2048, vocab=50304),
 }
+# FSDP2's mixed precision (MixedPrecisionPolicy): the dtype its parameters are all-gathered and
+# computed in, and the dtype its gradients are reduce-scattered in (docs/concepts/workloads.md).
+# auto takes the parameters' from --amp: bf16 under bf16, fp32 with it off.
+PARAM_DTYPES = ("auto", "bf16", "fp32")
+REDUCE_DTYPES = ("fp32", "bf16")
 
 DEVICES = ("auto", "cuda", "cpu")
 BACKENDS = ("auto", "nccl", "gloo")
@@ -142,6 +148,9 @@ class TransformerDefaults:
     warmup_steps: int = 3
     sync_free_steps: int = 5  # docs/concepts/breakdown.md
     amp: str = "auto"
+    param_dtype: str = "auto"  # fsdp only (PARAM_DTYPES)
+    reduce_dtype: str = "fp32"  # fsdp only
+    activation_checkpointing: bool = False
 
 
 COLLECTIVE_DEFAULTS = CollectiveDefaults()

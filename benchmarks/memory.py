@@ -18,7 +18,9 @@ or by the OOM killer.
                   Activation Recomputation in Large Transformer Models", eq. 1, counts 5·a·s²·b
                   bytes for them, and two bytes of dropout masks a layer this model has not);
                   the backward pass's gradients of one block's MLP, 9·s·b·h values; and the
-                  logits, their log-softmax and the gradients of both, 18·b·s·V bytes
+                  logits, their log-softmax and the gradients of both, 18·b·s·V bytes. Under
+                  activation checkpointing a layer keeps its input, 4·s·b·h bytes, and one layer
+                  at a time holds the whole of its activations again in the backward pass
 
 An estimate: allocator caching, CUDA context and NCCL's buffers come on top, so a workload that
 fits on paper can still fail; one that does not fit on paper never runs.
@@ -71,7 +73,7 @@ def gemm_bytes(size: int, element: int) -> int:
     return 3 * size * size * element + size * size
 
 
-def transformer_bytes(shape: Shape, batch: int, world: int, fsdp: bool, half: bool) -> int:
+def transformer_bytes(shape: Shape, batch: int, world: int, fsdp: bool, half: bool, checkpointed: bool = False) -> int:
     d = shape.width
     params = decoder_params(shape) + shape.seq_len * d  # the position table too
     if fsdp:  # each rank's shard, and the root (embeddings, final norm) and two blocks unsharded with their gradients
@@ -85,7 +87,10 @@ def transformer_bytes(shape: Shape, batch: int, world: int, fsdp: bool, half: bo
     backward = 9 * sbh * (2 if half else 4)
     final = 2 * sbh * 4  # the final norm's input and output, the head's input
     logits = 18 * batch * shape.seq_len * shape.vocab
-    return state + shape.layers * per_layer + backward + final + logits
+    # under activation checkpointing a block keeps its fp32 input, and one block at a time is
+    # computed again, whole, for its backward pass
+    activations = shape.layers * 4 * sbh + per_layer if checkpointed else shape.layers * per_layer
+    return state + activations + backward + final + logits
 
 
 def _gib(n: int) -> str:

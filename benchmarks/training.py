@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,6 +129,7 @@ class Trainer:
     amp: str
     channels_last: bool
     no_sync: Callable[[], Any]  # DDP's: the steps inside skip the gradient all-reduce
+    traffic: dict[str, Any]  # what a synchronised step sends (ddp_traffic)
 
     def step(self, images: torch.Tensor, labels: torch.Tensor) -> None:
         self.optimizer.zero_grad(set_to_none=True)
@@ -200,7 +201,22 @@ def build_trainer(args: argparse.Namespace, ctx: Context) -> Trainer:
         amp=amp,
         channels_last=channels_last,
         no_sync=ddp.no_sync,
+        traffic=ddp_traffic(model.parameters(), ctx.launch.world_size),
     )
+
+
+def ddp_traffic(params: Iterable[torch.nn.Parameter], world: int) -> dict[str, Any]:
+    """The collectives one synchronised step of a DDP model calls, in bytes
+    (docs/concepts/workloads.md, "What a step sends"): one all-reduce of every gradient, in its
+    parameter's dtype (fp32, under autocast too), of which each rank sends 2(p-1)/p by ring."""
+    reduced = sum(p.numel() * p.element_size() for p in params if p.requires_grad)
+    return {
+        "policy": None,
+        "all_reduce_bytes": reduced,
+        "all_gather_bytes": 0,
+        "reduce_scatter_bytes": 0,
+        "sent_bytes_per_rank": round(2 * (world - 1) / world * reduced),
+    }
 
 
 def sync(ctx: Context) -> None:
@@ -354,6 +370,7 @@ def log_breakdown(ctx: Context, result: dict[str, Any]) -> None:
 
 def training_params(args: argparse.Namespace, trainer: Trainer, batch: int, scaling: str, world: int) -> dict[str, Any]:
     return {
+        "traffic": trainer.traffic,
         "scaling": scaling,
         "batch_size": batch,
         "global_batch": batch * world,

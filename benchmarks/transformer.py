@@ -28,9 +28,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.checkpoint import checkpoint
 
 from . import memory
-from .catalog import AMPS, PARALLEL, PRESETS, Shape, flops_per_token
+from .catalog import AMPS, PARALLEL, PARAM_DTYPES, PRESETS, REDUCE_DTYPES, Shape, flops_per_token
 from .catalog import TRANSFORMER_DEFAULTS as D
 from .common import OneLineParser, UsageError, add_common_args, positive_arg
 from .runtime import Context, Workload, exit_rank
@@ -38,6 +39,7 @@ from .runtime import main as run_main
 from .training import (
     breakdown,
     choose_amp,
+    ddp_traffic,
     log_breakdown,
     measured_steps,
     mixed_precision,
@@ -48,9 +50,10 @@ from .training import (
 
 
 class Block(nn.Module):
-    def __init__(self, width: int, heads: int):
+    def __init__(self, width: int, heads: int, checkpointed: bool = False):
         super().__init__()
         self.heads = heads
+        self.checkpointed = checkpointed
         self.norm1 = nn.LayerNorm(width)
         self.qkv = nn.Linear(width, 3 * width, bias=False)
         self.proj = nn.Linear(width, width, bias=False)
@@ -59,6 +62,14 @@ class Block(nn.Module):
         self.down = nn.Linear(4 * width, width, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The block; under activation checkpointing it keeps only its input and runs again in
+        the backward pass. The checkpoint is inside the module, so that FSDP's hooks, on the
+        module's call, gather its parameters once for the backward pass and the recompute alike."""
+        if self.checkpointed:
+            return checkpoint(self.compute, x, use_reentrant=False)
+        return self.compute(x)
+
+    def compute(self, x: torch.Tensor) -> torch.Tensor:
         b, t, d = x.shape
         q, k, v = self.qkv(self.norm1(x)).split(d, dim=2)
         q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
@@ -68,11 +79,11 @@ class Block(nn.Module):
 
 
 class Decoder(nn.Module):
-    def __init__(self, shape: Shape):
+    def __init__(self, shape: Shape, checkpointed: bool = False):
         super().__init__()
         self.tokens = nn.Embedding(shape.vocab, shape.width)
         self.positions = nn.Embedding(shape.seq_len, shape.width)
-        self.blocks = nn.ModuleList(Block(shape.width, shape.heads) for _ in range(shape.layers))
+        self.blocks = nn.ModuleList(Block(shape.width, shape.heads, checkpointed) for _ in range(shape.layers))
         self.norm = nn.LayerNorm(shape.width)
         self.head = nn.Linear(shape.width, shape.vocab, bias=False)
         self.head.weight = self.tokens.weight  # tied
@@ -150,6 +161,24 @@ def build_parser() -> argparse.ArgumentParser:
         default=D.amp,
         help="mixed precision: auto is bf16 on GPUs of compute capability 8.0 and up, fp16 below, off on CPU",
     )
+    t.add_argument(
+        "--param-dtype",
+        choices=PARAM_DTYPES,
+        default=D.param_dtype,
+        help="fsdp: the dtype parameters are all-gathered and computed in (FSDP2's MixedPrecisionPolicy); "
+        "auto, the default, is bf16 under --amp bf16 and fp32 with it off",
+    )
+    t.add_argument(
+        "--reduce-dtype",
+        choices=REDUCE_DTYPES,
+        default=D.reduce_dtype,
+        help=f"fsdp: the dtype gradients are reduce-scattered in (default {D.reduce_dtype})",
+    )
+    t.add_argument(
+        "--activation-checkpointing",
+        action="store_true",
+        help="keep each block's input only and compute the block again in the backward pass",
+    )
     t.add_argument("--lr", type=positive_arg, default=3e-4, help="AdamW learning rate (default 3e-4)")
     t.add_argument(
         "--peak-tflops",
@@ -208,6 +237,16 @@ def check_args(args: argparse.Namespace, world_size: int | None) -> None:
                 f"from {floor:g} (no {'GPU' if gpu else 'CPU'} is slower) to 1e6"
             )
     _check_fsdp_amp(args.parallel, args.amp)
+    if args.parallel != "fsdp":
+        for flag, value, default in (
+            ("--param-dtype", args.param_dtype, D.param_dtype),
+            ("--reduce-dtype", args.reduce_dtype, D.reduce_dtype),
+        ):
+            if value != default:
+                raise UsageError(
+                    f"{flag} is FSDP's mixed-precision policy; with --parallel {args.parallel} gradients are "
+                    "all-reduced in the parameters' fp32: use --parallel fsdp, or leave it out"
+                )
     if args.parallel == "fsdp" and (args.device == "cpu" or not torch.cuda.is_available()):
         _fully_shard(torch.device("cpu"))  # refused here, before any rank starts, where it cannot run
     if args.global_batch is not None and world_size:
@@ -219,38 +258,53 @@ def _check_fsdp_amp(parallel: str, amp: str) -> None:
         raise UsageError("--amp fp16 with --parallel fsdp needs a sharded gradient scaler; use --amp bf16")
 
 
-def _fully_shard(device: torch.device) -> Callable[..., Any]:
-    """FSDP2's fully_shard: public from torch 2.6, under _composable before (from 2.3, the oldest
-    torch pyproject allows). The _composable one makes CUDA streams whatever the device (torch
-    2.3 on this CPU-only machine: "CUDA driver version is insufficient"), so on the CPU it is
-    refused."""
+def _fully_shard(device: torch.device) -> tuple[Callable[..., Any], Any]:
+    """FSDP2's fully_shard and MixedPrecisionPolicy: public from torch 2.6, under _composable
+    before (from 2.3, the oldest torch pyproject allows). The _composable one makes CUDA streams
+    whatever the device (torch 2.3 on this CPU-only machine: "CUDA driver version is
+    insufficient"), so on the CPU it is refused."""
     try:
-        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     except ImportError:
         if device.type != "cuda":
             raise UsageError(
                 f"--parallel fsdp on the CPU needs torch 2.6 or later (FSDP2's public fully_shard); "
                 f"this is torch {torch.__version__}: use --parallel ddp, or a GPU"
             ) from None
-        from torch.distributed._composable.fsdp import fully_shard
-    return fully_shard
+        from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard
+    return fully_shard, MixedPrecisionPolicy
 
 
-def wrap(model: nn.Module, parallel: str, ctx: Context) -> tuple[nn.Module, Callable[[], Any]]:
-    """The model under DDP or FSDP2, and a context manager that skips gradient synchronisation
-    for the steps inside it: DDP's no_sync; FSDP2's set_requires_gradient_sync(False), which
-    skips the gradients' reduce-scatter but still all-gathers the parameters (docs/concepts/breakdown.md)."""
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+def fsdp_policy(args: argparse.Namespace, amp: str) -> tuple[str, str] | None:
+    """(parameter dtype, reduction dtype) of FSDP2's mixed precision, None under DDP."""
+    if args.parallel != "fsdp":
+        return None
+    param = args.param_dtype
+    return ("bf16" if amp == "bf16" else "fp32") if param == "auto" else param, args.reduce_dtype
+
+
+def wrap(model: Decoder, policy: tuple[str, str] | None, ctx: Context) -> tuple[nn.Module, Callable[[], Any]]:
+    """The model under DDP (no policy) or FSDP2 with `policy`, and a context manager that skips
+    gradient synchronisation for the steps inside it: DDP's no_sync; FSDP2's
+    set_requires_gradient_sync(False), which skips the gradients' reduce-scatter but still
+    all-gathers the parameters (docs/concepts/breakdown.md). Under FSDP each block is a unit
+    resharded after its forward pass, and the root (embeddings and final norm) is kept gathered
+    until its backward, as step_traffic() counts."""
     cuda = ctx.device.type == "cuda"
-    if parallel == "ddp":
+    if policy is None:
         ddp = DDP(model, device_ids=[ctx.device.index] if cuda else None)
         return ddp, ddp.no_sync
     from torch.distributed.device_mesh import init_device_mesh
 
-    fully_shard = _fully_shard(ctx.device)
+    fully_shard, mixed_precision_policy = _fully_shard(ctx.device)
     mesh = init_device_mesh(ctx.device.type, (ctx.launch.world_size,))
-    for block in model.blocks:  # type: ignore[union-attr]
-        fully_shard(block, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+    mp = mixed_precision_policy(param_dtype=DTYPES[policy[0]], reduce_dtype=DTYPES[policy[1]])
+    for block in model.blocks:
+        fully_shard(block, mesh=mesh, mp_policy=mp, reshard_after_forward=True)
+    fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=False)
 
     @contextlib.contextmanager
     def no_sync() -> Iterator[None]:
@@ -261,6 +315,37 @@ def wrap(model: nn.Module, parallel: str, ctx: Context) -> tuple[nn.Module, Call
             model.set_requires_gradient_sync(True)  # type: ignore[operator]
 
     return model, no_sync
+
+
+BYTES = {"bf16": 2, "fp32": 4}
+
+
+def step_traffic(model: Decoder, policy: tuple[str, str] | None, world: int) -> dict[str, Any]:
+    """The collectives one synchronised step calls, in bytes (docs/concepts/workloads.md, "What a
+    step sends"), as nccl-tests sizes them: an all-gather's output, a reduce-scatter's input.
+    Under DDP, ddp_traffic's. FSDP2 pads each parameter's first dimension to a multiple of the
+    world size; it all-gathers each block for its forward and again for its backward pass and
+    the root once, in the policy's parameter dtype, and reduce-scatters every unit's gradients
+    once, in its reduction dtype. A sync-free step sends the all-gathers alone. Each rank sends
+    (p-1)/p of each by ring."""
+    if policy is None:
+        return ddp_traffic(model.parameters(), world)  # parameters() gives the tied one once
+
+    def padded(params: list[nn.Parameter]) -> int:
+        return sum(-(-p.shape[0] // world) * world * (p.numel() // p.shape[0]) for p in params)
+
+    in_blocks = {id(p) for p in model.blocks.parameters()}
+    blocks = padded(list(model.blocks.parameters()))
+    root = padded([p for p in model.parameters() if id(p) not in in_blocks])
+    gathered = (2 * blocks + root) * BYTES[policy[0]]
+    scattered = (blocks + root) * BYTES[policy[1]]
+    return {
+        "policy": {"param_dtype": policy[0], "reduce_dtype": policy[1]},
+        "all_reduce_bytes": 0,
+        "all_gather_bytes": gathered,
+        "reduce_scatter_bytes": scattered,
+        "sent_bytes_per_rank": round((world - 1) / world * (gathered + scattered)),
+    }
 
 
 def training_step(
@@ -296,18 +381,21 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
     shape = shape_of(args)
     amp = choose_amp(args.amp, ctx.device)
     _check_fsdp_amp(args.parallel, amp)  # again: auto is fp16 on GPUs before compute capability 8.0
+    policy = fsdp_policy(args, amp)
+    checkpointed = args.activation_checkpointing
     memory.check(
-        memory.transformer_bytes(shape, batch, world, args.parallel == "fsdp", amp != "off"),
+        memory.transformer_bytes(shape, batch, world, policy is not None, amp != "off", checkpointed),
         ctx.device,
         ctx.launch.local_world_size,
         f"the transformer ({shape.layers} layers of width {shape.width}, batch {batch} x {shape.seq_len} tokens)",
         "--batch-size, --seq-len, --width or --layers, or shard it with --parallel fsdp",
     )
     torch.manual_seed(args.seed)  # every rank starts from the same weights
-    model = Decoder(shape).to(ctx.device)
+    model = Decoder(shape, checkpointed).to(ctx.device)
     n_params = counted_parameters(model)
     flops = flops_per_token(n_params, shape)
-    runnable, no_sync = wrap(model, args.parallel, ctx)
+    traffic = step_traffic(model, policy, world)
+    runnable, no_sync = wrap(model, policy, ctx)
     optimizer = torch.optim.AdamW(runnable.parameters(), lr=args.lr)
     autocast, scaler = mixed_precision(amp, ctx.device)
     gen = torch.Generator(device="cpu").manual_seed(args.seed + 1 + ctx.launch.rank)
@@ -320,6 +408,9 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
         f"{shape.heads} heads, {shape.seq_len} tokens x {batch} sequences per rank, vocabulary {shape.vocab}, "
         f"{n_params / 1e6:.1f}M parameters, {flops / 1e9:.3f} GFLOP per token, world size {world}, "
         f"amp {amp}, device {ctx.device.type}, backend {ctx.backend}"
+        + (f", FSDP parameters in {policy[0]}, gradients reduced in {policy[1]}" if policy else "")
+        + (", activation checkpointing" if checkpointed else "")
+        + f"; each step sends {traffic['sent_bytes_per_rank'] / 2**20:.2f} MiB per rank"
     )
     warmup_s = timed_steps(ctx, "warmup step", args.warmup_steps, step)
     step_s, free_s = measured_steps(ctx, args.steps, args.sync_free_steps, no_sync, step)
@@ -342,11 +433,15 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
             "warmup_steps": args.warmup_steps,
             "sync_free_steps": args.sync_free_steps,
             "amp": amp,
+            "param_dtype": policy[0] if policy else None,
+            "reduce_dtype": policy[1] if policy else None,
+            "activation_checkpointing": checkpointed,
             "optimizer": f"AdamW(lr={args.lr})",
             "peak_tflops": args.peak_tflops,
         },
         "n_params": n_params,
         "flops_per_token": flops,
+        "traffic": traffic,
     }
     figures = throughput(ctx, seq_tokens, step_s)
     # throughput() counts items of the batch; here an item is a token

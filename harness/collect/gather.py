@@ -39,6 +39,7 @@ from harness.collect.summary import (
     NUMBER_TYPES,
     STRAGGLERS_KEY,
     SUMMARY_VERSION,
+    TRAFFIC_COLUMNS,
     TRAINING_FIGURES,
     VERSION_KEY,
     arrow_array,
@@ -119,6 +120,9 @@ COMPARED_PARAMS = {
     "real": TRAINING_PARAMS + ("workers", "data_set"),
     "transformer": ("model", "layers", "width", "heads", "seq_len", "vocab", "parallel", "amp"),
 }
+# Compared where a result sets them (FSDP's policy, activation checkpointing): results written
+# before them, and DDP runs, which have none, stay comparable with each other
+COMPARED_WHEN_SET = {"transformer": ("param_dtype", "reduce_dtype", "activation_checkpointing")}
 
 
 class _Environments:
@@ -460,6 +464,7 @@ def _add_result(out: Builder, head: dict[str, Any], result: dict[str, Any]) -> b
                 raise ValueError(f"{field} is {result[field]}, outside (0, {most:g}]")
         samples = _checked_samples([result["samples"]["step_time_ms"]])
         row = {**head, "model": result["params"]["model"], **{f: result.get(f) for f in _TRAINING_FIELDS}}
+        row.update(_traffic(result))
         if workload == "transformer":
             row.update(_mfu(result, head["_peak_tflops"]))
         check_columns({f: [row.get(f)] for f in _TRAINING_CHECKED}, _TRAINING_CHECKED)
@@ -496,6 +501,19 @@ def _mfu(result: dict[str, Any], stated: float | None) -> dict[str, float | None
     return {"mfu": share if share is not None and share <= 1 else None, "peak_tflops_per_gpu": peak or None}
 
 
+def _traffic(result: dict[str, Any]) -> dict[str, int | None]:
+    """A training result's `traffic` as its row's TRAFFIC_COLUMNS: whole numbers of bytes from
+    0 to 2**53, or none (a result written before it had them)."""
+    traffic = result.get("traffic")
+    keys = ("all_reduce_bytes", "all_gather_bytes", "reduce_scatter_bytes", "sent_bytes_per_rank")
+    if traffic is None:
+        return dict.fromkeys(TRAFFIC_COLUMNS)
+    values = [traffic[k] for k in keys] if isinstance(traffic, dict) else None
+    if values is None or not all(type(v) is int and 0 <= v <= EXACT_IN_DOUBLE for v in values):
+        raise ValueError(f"traffic is {traffic!r}, not {', '.join(keys)} as whole numbers of bytes")
+    return dict(zip(TRAFFIC_COLUMNS, values, strict=True))
+
+
 def _checked_samples(lists: list[Any]) -> list[list[float]]:
     """The sample lists of a result, refused (ValueError, the result is left out) unless each is
     a list of numbers: a string or a boolean among them would reach the samples table."""
@@ -517,6 +535,7 @@ def compared_params(workload: str, result: dict[str, Any]) -> str:
         values = {"dtype": params["dtype"], "op": params["op"]}
     else:
         values = {k: params[k] for k in COMPARED_PARAMS[workload] if k in params}
+        values.update({k: params[k] for k in COMPARED_WHEN_SET.get(workload, ()) if params.get(k)})
         # the batch the scaling mode holds fixed: per GPU for weak scaling, over all GPUs for strong
         fixed = "global_batch" if result.get("scaling") == "strong" else "batch_size"
         values[fixed] = result[fixed]

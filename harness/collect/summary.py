@@ -44,6 +44,9 @@ TRANSFORMER_COLUMNS = (
     "mfu",
     "peak_tflops_per_gpu",
 )
+# What a training row's synchronised step sends, from its result's `traffic` (docs/concepts/workloads.md,
+# "What a step sends"): each collective's bytes as nccl-tests sizes them, and what a rank sends
+TRAFFIC_COLUMNS = ("step_all_reduce_bytes", "step_all_gather_bytes", "step_reduce_scatter_bytes", "step_sent_bytes")
 # A training or transformer result's figures, each the result's field of the same name, which
 # gather.py copies into the job's row (but mfu and its peak, which it works out)
 TRAINING_FIGURES = (
@@ -90,6 +93,7 @@ COLUMNS = [
     "oop_busbw_gbps",
     "oop_wrong",
     *TRAINING_FIGURES,
+    *TRAFFIC_COLUMNS,
     "model",
     "dtype",
     "efficiency",
@@ -126,12 +130,13 @@ PEAK_COLUMNS = ("busbw_peak_gbps", "busbw_pct_peak")
 # the collectives' bytes against the NIC counters (docs/concepts/telemetry.md): the worst node's ratio, and
 # what was found, in words
 NIC_COLUMNS = ("nic_bytes_ratio", "nic_check")
-LATER_COLUMNS = (*transport.COLUMNS, *PEAK_COLUMNS, *NIC_COLUMNS, *BREAKDOWN, *TRANSFORMER_COLUMNS)
+LATER_COLUMNS = (*transport.COLUMNS, *PEAK_COLUMNS, *NIC_COLUMNS, *BREAKDOWN, *TRANSFORMER_COLUMNS, *TRAFFIC_COLUMNS)
 VERSION_KEY = b"bench_summary_version"
 ENVIRONMENT_KEY = b"bench_environment"
 STRAGGLERS_KEY = b"bench_stragglers"
 SAMPLE_KEYS = ["job", "workload", "scaling", "collective", "group", "size_bytes", "metric"]
 INT_COLUMNS = {
+    *TRAFFIC_COLUMNS,
     "n_params",
     "flops_per_token",
     "nodes",

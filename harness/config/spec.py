@@ -22,7 +22,9 @@ from benchmarks.catalog import (
     GROUPS,
     OPS,
     PARALLEL,
+    PARAM_DTYPES,
     PRESETS,
+    REDUCE_DTYPES,
     SCALINGS,
     TRAINING_DEFAULTS,
     TRANSFORMER_DEFAULTS,
@@ -261,6 +263,10 @@ class TransformerSpec:
     # steps with gradient synchronisation skipped (docs/concepts/breakdown.md)
     sync_free_steps: int = TRANSFORMER_DEFAULTS.sync_free_steps
     amp: str = TRANSFORMER_DEFAULTS.amp
+    # FSDP2's mixed-precision policy (fsdp only): parameters all-gathered in, gradients reduced in
+    param_dtype: str = TRANSFORMER_DEFAULTS.param_dtype
+    reduce_dtype: str = TRANSFORMER_DEFAULTS.reduce_dtype
+    activation_checkpointing: bool = TRANSFORMER_DEFAULTS.activation_checkpointing
 
     def __post_init__(self) -> None:
         choice("preset", self.preset, PRESETS)
@@ -286,6 +292,15 @@ class TransformerSpec:
         choice("amp", self.amp, AMPS)
         if self.parallel == "fsdp" and self.amp == "fp16":
             raise FieldError("amp", "fp16 under fsdp needs a sharded gradient scaler; use bf16 (or auto)")
+        choice("param_dtype", self.param_dtype, PARAM_DTYPES)
+        choice("reduce_dtype", self.reduce_dtype, REDUCE_DTYPES)
+        if self.parallel != "fsdp":
+            for key, default in (
+                ("param_dtype", TRANSFORMER_DEFAULTS.param_dtype),
+                ("reduce_dtype", TRANSFORMER_DEFAULTS.reduce_dtype),
+            ):
+                if getattr(self, key) != default:
+                    raise FieldError(key, f"is FSDP's mixed-precision policy: set parallel: fsdp, or leave {key} out")
         _scalings(self.scaling, self.global_batch, "sequences")
 
     def args(self, scaling: str) -> list[str]:
@@ -304,6 +319,10 @@ class TransformerSpec:
             "--amp",
             self.amp,
         ]
+        if self.parallel == "fsdp":
+            out += ["--param-dtype", self.param_dtype, "--reduce-dtype", self.reduce_dtype]
+        if self.activation_checkpointing:
+            out.append("--activation-checkpointing")
         return out + _batch_args(scaling, self.batch_size, self.global_batch)
 
 

@@ -3,8 +3,12 @@ counts, and real gloo ranks under DDP and FSDP2 on 1, 2 and 4 ranks."""
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+
 import pytest
-from conftest import bench, check_breakdown, read_json
+from conftest import ROOT, SWEEPS, bench, check_breakdown, read_json, run
 
 from benchmarks import memory
 from benchmarks.catalog import PRESETS, decoder_params
@@ -65,6 +69,18 @@ def test_real_ranks_report_tokens_flops_and_mfu(tmp_path, parallel, ranks):
     # the breakdown: a compute-only step from the sync-free steps, and what the step lost
     check_breakdown(res)
     assert len(res["samples"]["step_time_ms"]) == 3
+    # what a step sends (test_what_fsdp_sends_is_what_gloo_was_given counts it by hand): DDP
+    # all-reduces the 27,456 parameters' fp32 gradients, the position table's too; FSDP on one
+    # rank all-gathers both blocks twice and the root once in fp32 (--amp off), reduce-scatters
+    # every unit once, and sends none of it
+    traffic = res["traffic"]
+    if parallel == "ddp":
+        assert traffic["all_reduce_bytes"] == 4 * 27_456 and traffic["policy"] is None
+        assert traffic["sent_bytes_per_rank"] == round(2 * (ranks - 1) / ranks * 4 * 27_456)
+    else:
+        assert traffic["policy"] == {"param_dtype": "fp32", "reduce_dtype": "fp32"}
+        assert (traffic["all_gather_bytes"], traffic["reduce_scatter_bytes"]) == (4 * 52_288, 4 * 27_456)
+        assert traffic["sent_bytes_per_rank"] == 0
 
 
 @pytest.mark.slow
@@ -83,6 +99,40 @@ def test_without_a_peak_mfu_is_null_and_one_rank_exposes_no_communication(tmp_pa
     assert res["compute_fraction"] == 1 and res["breakdown_note"] is None
 
 
+TRAFFIC_RANKS = Path(__file__).with_name("fsdp_traffic_ranks.py")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("ranks", "param", "reduce", "gathered", "scattered"),
+    [
+        # A block is 12,416 parameters, the root (token and position tables, final norm) 2,624;
+        # a step all-gathers each block twice and the root once, 52,288, and reduce-scatters
+        # each once, 27,456
+        (2, "bf16", "fp32", 2 * 52_288, 4 * 27_456),
+        (2, "fp32", "fp32", 4 * 52_288, 4 * 27_456),
+        # Over 3 ranks each parameter's first dimension is padded to a multiple of 3: a block's
+        # output projection 33 x 32, MLP 129 x 32 and 33 x 128, norms 4 x 33, qkv 96 x 32 as it is,
+        # 12,612; the root's tables 66 x 32 and 18 x 32 and its norm 2 x 33, 2,754
+        (3, "fp32", "bf16", 4 * (4 * 12_612 + 2_754), 2 * (2 * 12_612 + 2_754)),
+    ],
+)
+def test_what_fsdp_sends_is_what_gloo_was_given(ranks, param, reduce, gathered, scattered):
+    """The bytes a result states for an FSDP step (step_traffic) against what the step asked
+    gloo to carry, summed from torch's profiler (fsdp_traffic_ranks.py), and against a hand
+    count: the fp32 policy all-gathers twice the bf16 one's bytes."""
+    r = run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
+         str(TRAFFIC_RANKS), param, reduce],
+        env={"PYTHONPATH": str(ROOT)}, timeout=300,
+    )  # fmt: skip
+    out = json.loads(next(line for line in r.stdout.splitlines() if line.startswith("{")))
+    seen, stated = out["seen"], out["expected"]
+    assert (seen["all_gather_bytes"], seen["reduce_scatter_bytes"]) == (gathered, scattered), seen["calls"]
+    assert (stated["all_gather_bytes"], stated["reduce_scatter_bytes"]) == (gathered, scattered)
+    assert stated["sent_bytes_per_rank"] == round((ranks - 1) / ranks * (gathered + scattered))
+
+
 def test_the_memory_estimate_by_hand():
     """The small shape of tests/conftest.py's mixed_run, batch 2, one rank, fp32 (docs: the
     estimate in benchmarks/memory.py). N = 2 x (12 x 32² + 4 x 32) + 2 x 32 + 64 x 32 = 26,944,
@@ -99,6 +149,30 @@ def test_the_memory_estimate_by_hand():
     assert memory.transformer_bytes(shape, 2, 1, fsdp=False, half=False) == 549_120 + rest == 795_904
     assert memory.transformer_bytes(shape, 2, 4, fsdp=True, half=False) == 109_824 + 219_648 + rest
     assert memory.transformer_bytes(shape, 2, 1, fsdp=False, half=True) == 604_032 + 91_136 + 18_432 + 8_192 + 36_864
+
+
+def test_the_7b_class_preset_fits_eight_80_gb_gpus_under_fsdp_and_not_under_ddp(tmp_path):
+    """GPT-3 6.7B's shape: 32 x (12 x 4,096² + 4 x 4,096) + 2 x 4,096 + 50,304 x 4,096 =
+    6,649,028,608 parameters. Under FSDP over 8 ranks, a sequence of 2,048 tokens per rank under
+    bf16 autocast, the estimate is 45.5 GB a rank (16 bytes a parameter sharded, the root and two
+    blocks gathered, autocast's copies, the activations): an 80 GB GPU holds it, and with
+    activation checkpointing 4 sequences. Under DDP every rank holds all 20 bytes a parameter,
+    133 GB, and it is refused. A sweep of it plans on the example profile's 8-GPU nodes."""
+    shape = PRESETS["6.7b"]
+    assert decoder_params(shape) == 6_649_028_608
+    assert memory.transformer_bytes(shape, 1, 8, fsdp=True, half=True) == 45_462_683_648 < 80e9
+    assert memory.transformer_bytes(shape, 4, 8, fsdp=True, half=True, checkpointed=True) < 80e9
+    assert memory.transformer_bytes(shape, 4, 8, fsdp=True, half=True) > 80e9
+    assert memory.transformer_bytes(shape, 1, 8, fsdp=False, half=True) > 20 * 6_649_028_608 > 80e9
+    r = bench(
+        "sweep", "--executor", "slurm", "--cluster", str(SWEEPS / "clusters" / "example.yaml"), "--dry-run",
+        "--set", "workloads.transformer.preset=6.7b", "--set", "workloads.transformer.parallel=fsdp",
+        "--set", "workloads.transformer.batch_size=1", "--set", "nodes=[1]", "--set", "gpus_per_node=[8]",
+        "--out", str(tmp_path / "run"),
+    )  # fmt: skip
+    assert "a decoder of 6649.0M parameters" in r.stdout, r.describe()
+    script = next((tmp_path / "run" / "jobs").glob("*/job.sbatch")).read_text()
+    assert "--preset 6.7b --parallel fsdp" in script and "--param-dtype auto --reduce-dtype fp32" in script
 
 
 def test_attention_scores_are_not_counted():
@@ -138,6 +212,7 @@ def test_what_cannot_fit_is_refused_before_it_allocates(args, words):
         (["--timeout", "0"], "--timeout: '0': give a finite number above 0"),
         (["--parallel", "fsdp", "--amp", "fp16"], "--amp fp16 with --parallel fsdp needs a sharded gradient scaler"),
         (["--global-batch", "3", "--nproc", "2"], "--global-batch 3 is not divisible by the world size 2"),
+        (["--param-dtype", "bf16"], "--param-dtype is FSDP's mixed-precision policy; with --parallel ddp"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, words):
@@ -177,6 +252,11 @@ def test_a_sweep_s_transformer_rows_scale_by_tokens(sweep_run):
     # the breakdown of each step, as for ResNet
     for row in records(t):
         check_breakdown(row)
+    # what a step sends, in the summary: FSDP in fp32 (amp off), no padding on 2 or 4 ranks, of
+    # which a rank sends 1/2 and 3/4 (test_what_fsdp_sends_is_what_gloo_was_given)
+    assert (t["step_all_gather_bytes"] == 4 * 52_288).all() and (t["step_reduce_scatter_bytes"] == 4 * 27_456).all()
+    assert (t["step_all_reduce_bytes"] == 0).all()
+    assert sorted(zip(t["world_size"], t["step_sent_bytes"])) == [(2, 159_488)] * 2 + [(4, 239_232)] * 2
     points = pd.read_csv(out / "plots" / "transformer_weak_scaling.csv")
     per_gpu = points[points["metric"] == "tokens_per_s_per_gpu"]
     weak = t[t["scaling"] == "weak"]

@@ -115,6 +115,9 @@ def test_synthetic_weak_and_strong(tmp_path):
         assert res["measured_time_s"] == pytest.approx(max(sum(r) for r in per_rank) / 1e3)
         assert steps == pytest.approx([max(step) for step in zip(*per_rank)])  # the worst rank's, step by step
         assert res["params"]["model"] == "resnet18" and res["params"]["amp"] == "off"
+        # DDP all-reduces ResNet-18's 11,689,512 gradients (torchvision's documentation) in fp32,
+        # each rank sending 2(p-1)/p of them by ring
+        assert res["traffic"]["all_reduce_bytes"] == 4 * 11_689_512 == res["traffic"]["sent_bytes_per_rank"]
         # where the step went: 10 sync-free steps by default, among the 4 measured
         # (docs/concepts/breakdown.md), whose shares add up to the step
         assert res["params"]["sync_free_steps"] == 10

@@ -94,6 +94,8 @@ def test_set_adds_a_workload_the_sweep_leaves_out_with_its_defaults(tmp_path):
 
 BAD = [
     # (override or YAML replacement, words the one-line error must contain)
+    ("workloads.transformer.param_dtype=bf16", ["workloads.transformer.param_dtype", "set parallel: fsdp"]),
+    ("workloads.transformer.reduce_dtype=fp16", ["workloads.transformer.reduce_dtype", "fp16", "valid:", "bf16"]),
     ("bogus=1", ["bogus", "unknown key", "valid:", "gpus_per_node"]),
     ("workloads.allreduce.dtype=float128", ["workloads.allreduce.dtype", "float128", "valid:", "bfloat16"]),
     ("workloads.allreduce.bogus=1", ["workloads.allreduce.bogus", "unknown key", "min_bytes"]),
@@ -243,25 +245,28 @@ def test_cli_bad_max_nodes_is_a_parser_error(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("module", "spec", "scaling"),
+    ("module", "spec", "scaling", "only"),
     [
-        ("allreduce", "AllreduceSpec", None),
-        ("synthetic", "TrainingSpec", "weak"),
-        ("real", "RealSpec", "weak"),
-        ("transformer", "TransformerSpec", "weak"),
+        ("allreduce", "AllreduceSpec", None, []),
+        ("synthetic", "TrainingSpec", "weak", []),
+        ("real", "RealSpec", "weak", []),
+        ("transformer", "TransformerSpec", "weak", []),
+        ("transformer", "TransformerSpec", "weak", ["--parallel", "fsdp"]),
     ],
 )
-def test_a_sweep_that_names_nothing_runs_what_bench_run_runs(module, spec, scaling):
+def test_a_sweep_that_names_nothing_runs_what_bench_run_runs(module, spec, scaling, only):
     """Every workload default is written once (benchmarks/catalog.py): the flags a sweep's
-    defaults give the workload parse to what its parser gives with no flag at all."""
+    defaults give the workload parse to what its parser gives with no flag at all (or with
+    `only`, the flags the sweep names, such as FSDP, whose policy's defaults then apply)."""
     import importlib
 
     import harness.config.spec
 
     parser = importlib.import_module(f"benchmarks.{module}").build_parser()
-    defaults = getattr(harness.config.spec, spec)()
+    named = {only[0].lstrip("-"): only[1]} if only else {}
+    defaults = getattr(harness.config.spec, spec)(**named)
     args = defaults.args() if scaling is None else defaults.args(scaling)
-    given, bare = vars(parser.parse_args(args)), vars(parser.parse_args([]))
+    given, bare = vars(parser.parse_args(args)), vars(parser.parse_args(only))
     if module == "real":  # a sweep's generated data set lives in its run directory
         given["data_cache"] = bare["data_cache"]
     assert given == bare
