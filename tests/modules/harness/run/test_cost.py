@@ -23,8 +23,8 @@ def test_the_cost_of_the_default_sweep_on_the_example_profile():
     c = cost.estimate(jobs, profile)
     assert (c.jobs, c.bound_node_hours, c.bound_gpu_hours) == (80, 172.0, 645.0)
     # One job by hand, n2-g8-torchrun-default: four steps of 30 s start-up; ResNet-50 at 224 px
-    # with AMP at an A100's 2,470 img/s per GPU x 989 / 312, the profile's peak over an A100's
-    # (7,829.5 img/s), 71 steps (10 warmup, 50 measured, 10 sync-free and one
+    # with AMP at an A100's 2,470 img/s per GPU, unscaled by the profile's peak (docs/concepts/cost.md),
+    # 71 steps (10 warmup, 50 measured, 10 sync-free and one
     # untimed) of 64 images (weak, synthetic and real) and of 256 / 16 (strong); the collectives:
     # 28 sizes from 8 B to 1 GiB, 26 calls each, every call 30 us plus size x its bus factor over
     # its peak (docs/concepts/expected.md): the rings over the node's 8 NICs, 400 GB/s (all_reduce
@@ -45,14 +45,15 @@ def test_the_cost_of_the_default_sweep_on_the_example_profile():
     )
     inter = 26 * sum(30e-6 + s * 1 / 50e9 for s in sizes) + 3 * 26 * sum(30e-6 + s / 2 / 50e9 for s in sizes)
     transformer = 30 + 31 * 2 * 2048 / (0.4 * 989e12 / 9_075_056_640)
-    gpu = 2470 * 989 / 312
+    gpu = 2470
     by_hand = 4 * 30 + 71 * 64 / gpu * 2 + 71 * 16 / gpu + allreduce + others + intra + inter + transformer
     seconds, sources = cost.job_seconds(job, profile)
-    assert seconds == pytest.approx(by_hand, rel=1e-9) and 158 < by_hand < 159
-    assert "resnet50 at 224 px, 7,830 img/s per GPU: an A100's AMP figure x 989 / 312 TFLOP/s" in " ".join(sources)
-    # without a stated peak, the figure says which GPU it is for
+    assert seconds == pytest.approx(by_hand, rel=1e-9) and 161 < by_hand < 162
+    assert "resnet50 at 224 px, 2,470 img/s per GPU (an A100's, AMP)" in " ".join(sources)
+    # the profile's peak moves the transformer's rate, not the ResNet's
     _, plain = cost.job_seconds(job, dataclasses.replace(profile, hardware=None))
-    assert "2,470 img/s per GPU of an A100 (AMP): the profile states no peak_tflops_per_gpu" in " ".join(plain)
+    assert "resnet50 at 224 px, 2,470 img/s per GPU (an A100's, AMP)" in " ".join(plain)
+    assert "(40% MFU of 312 TFLOP/s, an A100)" in " ".join(plain) and "(40% MFU of 989 TFLOP/s)" in " ".join(sources)
     # The profile's reference (8 GPUs, 1 node, 16,000 img/s weak) sets that job's rate instead.
     one = next(j for j in jobs if j.name == "n1-g8-torchrun-default")
     seconds, sources = cost.job_seconds(one, profile)
