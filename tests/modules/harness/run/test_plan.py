@@ -65,11 +65,15 @@ def test_expansion_is_deterministic_and_hashes_track_the_configuration():
     assert all(a.name == b.name for a, b in zip(first, changed))
     renamed = expand(dataclasses.replace(sweep, name="other"))
     assert [j.config_hash for j in renamed] == [j.config_hash for j in first]
-    # The hashes every earlier plan and history holds, the workloads' JSON encoded once a sweep
-    # (plan._config_hash): a value with a quote and letters beyond ASCII among them.
-    assert (first[0].config_hash, first[-1].config_hash) == ("a0b814443d", "deaf723c2d")
+    # The hashes earlier plans and histories hold, the workloads' JSON encoded once a sweep
+    # (plan._config_hash): a value with a quote and letters beyond ASCII among them. The default
+    # sweep's FSDP transformer states its mixed-precision policy since it has one, which moved
+    # its hashes; under DDP, which has none, they are those of every earlier plan.
+    assert (first[0].config_hash, first[-1].config_hash) == ("906c7372f4", "000239b60f")
+    ddp = expand(load_sweep(SWEEPS / "default.yaml", overrides=("workloads.transformer.parallel=ddp",)))
+    assert (ddp[0].config_hash, ddp[-1].config_hash) == ("12e8d6784a", "56fca12517")
     noted = expand(load_sweep(SWEEPS / "default.yaml", overrides=('env.SITE_NOTE="é \\" ü"',)))
-    assert noted[0].env == (("SITE_NOTE", 'é " ü'),) and noted[0].config_hash == "fa6c0a620d"
+    assert noted[0].env == (("SITE_NOTE", 'é " ü'),) and noted[0].config_hash == "1c0a15ad07"
 
 
 RULES = """
