@@ -37,6 +37,7 @@ from support.runs import (
     mixed_run,
     planned_later,
     real_run,
+    scaling_run,
     separating,
 )
 from support.services import browser, history_at, postgres
@@ -97,6 +98,7 @@ __all__ = [
     "regress",
     "run",
     "sacct_rows",
+    "scaling_run",
     "separating",
     "shape",
     "slurm",

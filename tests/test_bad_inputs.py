@@ -673,6 +673,10 @@ CASES = [
     Case("report-out-dir", lambda t, r: ["report", str(r), "--out", str(t)], "--out", "directory"),
     Case("report-out-under-a-file", lambda t, r: ["report", str(r), "--out", str(_not_a_dir_parent(t))], "--out"),
     Case("report-not-a-run", lambda t, r: ["report", str(t)], "plan.json"),
+    # ---- predict
+    Case("predict-nodes-zero", lambda t, r: ["predict", str(r), "--nodes", "0"], "--nodes", "from 1 to 100,000"),
+    Case("predict-out-dir", lambda t, r: ["predict", str(r), "--out", str(t)], "--out", "directory"),
+    Case("predict-not-collected", lambda t, r: ["predict", str(t)], "no summary.parquet", "bench collect"),
     # ---- transport: logs that are not there or not files
     Case("transport-missing", lambda t, r: ["transport", str(t / "nope.log")], "nope.log", "no such file"),
     Case("transport-fifo", lambda t, r: ["transport", _fifo(t)], "fifo", "not a regular file"),

@@ -19,6 +19,7 @@ GROUPS = {
     "harness.commands.judging": ("compare", "regress", "report", "export", "transport"),
     "harness.commands.fleet": ("dashboard", "history"),
     "harness.commands.checks": ("nodes", "accept"),
+    "harness.commands.planning": ("predict",),
 }
 
 

@@ -85,6 +85,26 @@ def real_run(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def scaling_run(tmp_path_factory):
+    """A local sweep on 1 to 4 emulated nodes of 1 gloo rank, all-reduce at 256K, 1M and 4M and a
+    short synthetic ResNet-18: the fewest node counts `bench predict` fits and validates from
+    (two or more nodes, the largest held out). Read by tests/modules/harness/commands/test_planning.py."""
+    out = tmp_path_factory.mktemp("scaling") / "run"
+    bench(
+        "sweep", "sweeps/local.yaml", "--executor", "local", "--out", str(out), "--max-nodes", "4",
+        "--set", "nodes=[1, 2, 3, 4]", "--set", "gpus_per_node=[1]",
+        "--set", "workloads.allreduce.min_bytes=256K", "--set", "workloads.allreduce.max_bytes=4M",
+        "--set", "workloads.allreduce.collectives=[all_reduce]", "--set", "workloads.allreduce.iters=5",
+        "--set", "workloads.allreduce.link_bytes=0",
+        "--set", "workloads.synthetic.scaling=[weak]", "--set", "workloads.synthetic.image_size=32",
+        "--set", "workloads.synthetic.steps=4", "--set", "workloads.synthetic.sync_free_steps=2",
+        "--set", "workloads.real=false",
+        timeout=600,
+    )  # fmt: skip
+    return out
+
+
+@pytest.fixture(scope="session")
 def mixed_run(tmp_path_factory):
     """One local sweep of today's traffic: 1 and 2 emulated nodes of 2 gloo ranks, every
     collective of the catalog at 256K on every group the job has, and the transformer (a shape

@@ -1,0 +1,105 @@
+"""`bench predict`'s fit (harness/analysis/predict.py): it recovers the constants of data drawn
+from its own model, with noise, within the intervals it states; it says when it cannot judge;
+and Student's t quantiles against the printed tables."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from benchmarks.catalog import collective
+from harness.analysis import predict
+from harness.analysis.stats import t_quantile
+
+SIZES = [1 << 20, 16 << 20, 256 << 20]
+NODES = [2, 3, 4, 6, 8]
+
+
+@pytest.mark.parametrize(
+    ("dof", "table"),
+    [(1, 12.706), (2, 4.303), (3, 3.182), (5, 2.571), (10, 2.228), (30, 2.042), (120, 1.980), (1000, 1.960)],
+)
+def test_t_quantiles_against_the_printed_table(dof, table):
+    """Two-sided 95% points of Student's t (Abramowitz and Stegun, table 26.10)."""
+    assert t_quantile(0.95, dof) == pytest.approx(table, abs=6e-4)
+
+
+def model_time(a: float, b: float, gbps: float, nodes: int, size: int, g: int = 8) -> float:
+    """The fit's own model of an all-reduce over every rank, in microseconds."""
+    factor = collective("all_reduce").bus_factor(nodes * g)
+    return a + b * 2 * (nodes - 1) + size / (gbps * 1e3) * factor
+
+
+def draw(rng: np.random.Generator, a: float, b: float, gbps: float, sd: float) -> list[predict.Point]:
+    """Two runs at each node count and size, each time off the model by a relative error of
+    standard deviation `sd`."""
+    return [
+        predict.Point(n, s, model_time(a, b, gbps, n, s) * (1 + sd * rng.standard_normal()))
+        for n in NODES
+        for s in SIZES
+        for _ in range(2)
+    ]
+
+
+@settings(max_examples=12, deadline=None, derandomize=True)
+@given(
+    a=st.floats(5, 50),
+    b=st.floats(1, 20),
+    gbps=st.floats(5, 400),
+    sd=st.floats(0.01, 0.08),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_the_fit_recovers_its_own_model_s_constants_within_its_intervals(a, b, gbps, sd, seed):
+    """Drawn 200 times from the model with noise, the 95% interval of the bus term of the largest
+    size holds the true constant, and the 95% prediction interval at 64 nodes holds a new draw
+    there, in about 95 of 100 fits (at least 88: 200 draws at 95% fall below that once in a
+    million). The estimates' mean is the true constant's, within four of its standard errors."""
+    rng = np.random.default_rng(seed)
+    true_c = SIZES[-1] / (gbps * 1e3)
+    held = covered = 0
+    estimates = []
+    for _ in range(200):
+        f = predict.fit("all_reduce", "world", 8, draw(rng, a, b, gbps, sd))
+        assert isinstance(f, predict.Fit) and f.widen == 1
+        value, low, high = f.constant(f"bytes {SIZES[-1]}")
+        held += low <= true_c <= high
+        estimates.append(value / true_c - 1)
+        new = model_time(a, b, gbps, 64, SIZES[-1]) * (1 + sd * rng.standard_normal())
+        _, lo, hi = f.predict(64, SIZES[-1])
+        covered += lo <= new <= hi
+    assert held >= 176 and covered >= 176, (held, covered)
+    assert abs(np.mean(estimates)) < 4 * np.std(estimates) / math.sqrt(len(estimates))
+
+
+def test_without_two_node_counts_of_two_or_more_it_cannot_judge():
+    points = [predict.Point(n, 1 << 20, 100.0 + n) for n in (1, 2) for _ in range(3)]
+    f = predict.fit("all_reduce", "world", 8, points)
+    assert isinstance(f, str) and f.startswith("cannot judge: measured at 2 nodes of two nodes or more")
+
+
+def test_a_fit_with_one_node_count_of_three_or_more_is_widened_and_says_so():
+    """NCCL's node classes (docs/concepts/predict.md): 2 and 3 nodes alone cannot tell the
+    2-node class from the 3+ one; the interval doubles."""
+    rng = np.random.default_rng(1)
+    points = [p for p in draw(rng, 20, 5, 50, 0.02) if p.nodes in (2, 3)]
+    f = predict.fit("all_reduce", "world", 8, points)
+    assert isinstance(f, predict.Fit) and f.widen == 2 and "widened 2x" in f.notes[0]
+    narrow = predict.fit("all_reduce", "world", 8, [p for p in draw(rng, 20, 5, 50, 0.02) if p.nodes in (2, 3, 4)])
+    assert isinstance(narrow, predict.Fit) and narrow.widen == 1 and not narrow.notes
+
+
+def test_a_message_between_the_measured_sizes_takes_the_rate_between_theirs():
+    """Exact data from the model: at 16 MiB the fit gives the model's time; at 64 MiB, between
+    16 and 256 MiB of equal rate, the same rate."""
+    exact = [predict.Point(n, s, model_time(10, 2, 40, n, s)) for n in NODES for s in SIZES] * 2
+    exact[0] = predict.Point(exact[0].nodes, exact[0].size, exact[0].time_us * 1.001)  # a residual to divide by
+    f = predict.fit("all_reduce", "world", 8, exact)
+    assert isinstance(f, predict.Fit)
+    for size in (16 << 20, 64 << 20):
+        t, low, high = f.at_bytes(32, size)
+        assert t == pytest.approx(model_time(10, 2, 40, 32, size), rel=1e-3) and low < t < high
+    assert math.isclose(f.constant("per step")[0], 2, rel_tol=0.05)

@@ -1,0 +1,86 @@
+"""`bench predict` on real local runs (harness/commands/planning.py): what it predicts, how it
+validates itself against a node count the run measured, and what it cannot judge."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+
+import pandas as pd
+import pytest
+from conftest import bench
+
+pytestmark = pytest.mark.slow
+
+
+def test_predict_fits_two_to_three_nodes_predicts_four_and_the_asked_counts(scaling_run, tmp_path):
+    out = tmp_path / "p.json"
+    r = bench("predict", str(scaling_run), "--nodes", "16,8", "--out", str(out))
+    assert r.returncode == 0, r.describe()
+    result = json.loads(out.read_text())
+    assert result["measured_nodes"] == [1, 2, 3, 4] and result["nodes"] == [8, 16]
+    summary = pd.read_csv(scaling_run / "summary.csv")
+    coll = summary[summary["workload"] == "allreduce"]
+    rows = result["collectives"]
+    assert sorted(r["size_bytes"] for r in rows) == [256 << 10, 1 << 20, 4 << 20]
+    for row in rows:
+        assert row["fitted_nodes"] == [2, 3, 4] and [p["nodes"] for p in row["predictions"]] == [8, 16]
+        for p in row["predictions"]:
+            assert p["time_low_us"] < p["time_us"] < p["time_high_us"]
+            assert p["busbw_low_gbps"] < p["busbw_gbps"] < p["busbw_high_gbps"]
+            # busbw from the predicted time: size / time x the all-reduce's 2(p-1)/p on p = n ranks
+            n = p["nodes"]
+            assert p["busbw_gbps"] == pytest.approx(row["size_bytes"] / (p["time_us"] * 1e3) * 2 * (n - 1) / n)
+        # the validation: refitted on 2 and 3 nodes, 4 predicted and set against the run's own row
+        v = row["validation"]
+        measured = coll[(coll["nodes"] == 4) & (coll["size_bytes"] == row["size_bytes"])]["time_us"].median()
+        assert v["fitted_nodes"] == [2, 3] and v["nodes"] == 4
+        assert v["measured_time_us"] == pytest.approx(measured)
+        assert v["time_error"] == pytest.approx(v["predicted_time_us"] / measured - 1)
+        assert v["busbw_error"] == pytest.approx(measured / v["predicted_time_us"] - 1)
+    (train,) = result["training"]
+    assert (train["workload"], train["scaling"], train["unit"]) == ("synthetic", "weak", "images")
+    assert train["traffic_bytes"] == {"all_reduce": 4 * 11_689_512}  # ResNet-18's gradients, fp32
+    steps = summary[summary["workload"] == "synthetic"].set_index("nodes")["step_time_ms"]
+    for p in train["predictions"]:
+        assert p["step_low_ms"] < p["step_time_ms"] < p["step_high_ms"]
+        assert p["per_gpu"] == pytest.approx(8 / (p["step_time_ms"] / 1e3))  # 8 images a rank, weak
+        assert p["efficiency"] == pytest.approx(p["per_gpu"] / (8 / (steps[1] / 1e3)))  # against one node's
+    assert train["validation"]["nodes"] == 4 and train["validation"]["measured_step_ms"] == pytest.approx(steps[4])
+    # the terminal says what was fitted, what was predicted and how far off
+    assert "fitted on 2, 3 nodes, predicted 4:" in r.stdout and f"wrote {out}" in r.stdout
+    v = result["validation"]["collectives_busbw"]
+    errors = [abs(row["validation"]["busbw_error"]) for row in rows]
+    assert v["validated"] == 3 and v["median_abs_error"] == pytest.approx(statistics.median(errors))
+    assert not math.isnan(v["median_abs_error"])
+
+
+def test_without_two_node_counts_of_two_or_more_nothing_is_judged_and_it_exits_1(real_run, tmp_path):
+    """real_run measured 1 and 2 nodes: no fit, and it says why."""
+    out = tmp_path / "p.json"
+    r = bench("predict", str(real_run), "--out", str(out), check=False)
+    assert r.returncode == 1 and "nothing could be judged" in r.stderr, r.describe()
+    assert "cannot judge: measured at 2 nodes of two nodes or more" in r.stdout
+    result = json.loads(out.read_text())
+    assert result["nodes"] == [4, 8, 16]  # 2, 4 and 8 times the largest measured
+    assert all(not row["predictions"] for row in result["collectives"] + result["training"])
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--nodes", "0"], "--nodes: '0': each node count must be from 1 to 100,000"),
+        (["--nodes", "8,x"], "--nodes: '8,x': give node counts separated by commas"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(real_run, args, words):
+    r = bench("predict", str(real_run), *args, check=False)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and words in r.stderr, r.describe()
+
+
+def test_a_directory_without_a_summary_is_one_line_and_exit_2(tmp_path):
+    (tmp_path / "run").mkdir()
+    r = bench("predict", str(tmp_path / "run"), check=False)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.describe()
+    assert not (tmp_path / "run" / "predict.json").exists()
