@@ -497,3 +497,34 @@ def _validate_training(part: pd.DataFrame, summary: pd.DataFrame, targets: list[
 
 def fit_all(series: dict[tuple[Any, ...], list[Point]]) -> dict[tuple[Any, ...], Fit | str]:
     return {key: fit(str(key[0]), str(key[1]), int(key[2]), points) for key, points in series.items()}
+
+
+def predictions(summary: pd.DataFrame, targets: list[int] | None, validate: bool = True) -> dict[str, Any]:
+    """Everything `bench predict` states of a run's summary at `targets` (by default 2, 4 and 8
+    times the largest node count measured): predict.json's content."""
+    measured = sorted({int(n) for n in summary["nodes"]})
+    targets = targets or [measured[-1] * k for k in (2, 4, 8)]
+    series = collective_series(summary)
+    collectives = predict_collectives(series, targets, validate)
+    training = predict_training(summary, fit_all(series), targets, validate)
+    return {
+        "measured_nodes": measured,
+        "nodes": targets,
+        "level": LEVEL,
+        "method": METHOD,
+        "collectives": collectives,
+        "training": training,
+        "validation": {
+            "collectives_busbw": summarise(collectives, "busbw_error"),
+            "collectives_time": summarise(collectives, "time_error"),
+            "training_step": summarise(training, "step_error"),
+        },
+    }
+
+
+def curve_nodes(measured: list[int], targets: list[int]) -> list[int]:
+    """The node counts a figure draws the predicted curve at: from two nodes to the largest
+    asked, 24 steps evenly apart on a log scale, and every count measured or asked."""
+    top = max([*targets, *measured, 2])
+    steps = {round(2 ** (1 + k * (math.log2(top) - 1) / 24)) for k in range(25)}
+    return sorted({n for n in (*steps, *measured, *targets) if n >= 2})

@@ -13,12 +13,13 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD
+from benchmarks.results import open_regular
 from harness import executors
 from harness.analysis.compare import SAME, Comparison
 from harness.analysis.sides import METRICS, Side, records
 from harness.collect.summary import read_summary
 from harness.evidence import stragglers, telemetry
-from harness.present import compare_plot, figure, plot
+from harness.present import compare_plot, figure, plot, prediction
 from harness.present.tables import (
     BREAKDOWN_COLUMNS,
     BREAKDOWN_HEAD,
@@ -197,6 +198,7 @@ def run_section(run: RunDir, side: Side, figures: _Figures) -> str:
         parts.append(f"<details><summary>Every message size ({len(coll)} rows)</summary>")
         parts.append(_table(columns, rows, numeric=set(range(2, len(columns)))))
         parts.append("</details>")
+    parts += predicted(run, summary, figures)
     parts += timelines(run, [j.name for j in jobs], summary, figures)
     sweep = plan.get("sweep") or {}
     head = [
@@ -255,6 +257,47 @@ def compact(coll: pd.DataFrame, bucket: int) -> pd.DataFrame:
         nearest = (sizes.map(math.log) - math.log(bucket)).abs().idxmin()
         keep += [nearest, sizes.idxmax()]
     return coll.loc[sorted(set(keep), key=list(coll.index).index)]
+
+
+def predicted(run: RunDir, summary: pd.DataFrame, figures: _Figures) -> list[str]:
+    """The section of `bench predict` (docs/concepts/predict.md): at the node counts the run's
+    predict.json asked for, else at 2, 4 and 8 times the largest measured; its figure and its
+    table in words."""
+    from harness.analysis import predict
+
+    asked = asked_nodes(run)
+    result = predict.predictions(summary, asked)
+    if not any(row["predictions"] for row in (*result["collectives"], *result["training"])):
+        return [
+            "<h2>Predicted scale</h2>",
+            "<p>Nothing could be predicted: a fit takes two node counts of two nodes or more "
+            "(docs/concepts/predict.md).</p>",
+        ]
+    curve = predict.predictions(summary, predict.curve_nodes(result["measured_nodes"], result["nodes"]), False)
+    maker = functools.partial(prediction.prediction_figure, summary, curve, result["nodes"])
+    return [
+        "<h2>Predicted scale</h2>",
+        "<p>From the node counts measured to others, each with its 95% prediction interval and the "
+        "error the same method made on the largest count measured (docs/concepts/predict.md; "
+        "<code>bench predict</code> writes every figure to predict.json).</p>",
+        figures.place([("predicted scale", maker)]),
+        f"<pre>{_e(chr(10).join(prediction.describe(result)))}</pre>",
+    ]
+
+
+def asked_nodes(run: RunDir) -> list[int] | None:
+    """The node counts the run's predict.json asked for, when it holds a valid list of them."""
+    import json
+
+    try:
+        with open_regular(run.path / "predict.json") as f:
+            nodes = json.loads(f.read(1 << 24)).get("nodes")
+    except (OSError, ValueError, AttributeError):
+        return None
+    valid = isinstance(nodes, list) and 0 < len(nodes) <= 64
+    if not valid or not all(type(n) is int and 1 <= n <= 100_000 for n in nodes):
+        return None
+    return sorted(set(nodes))
 
 
 def timelines(run: RunDir, jobs: list[str], summary: pd.DataFrame, figures: _Figures) -> list[str]:

@@ -368,6 +368,10 @@ def _report(root: Path, n: int, shared: dict) -> Work:
     return bench("report", _sweep_run(root, n, shared).path, "--out", root / "report.html")
 
 
+def _predict(root: Path, n: int, shared: dict) -> Work:
+    return bench("predict", _sweep_run(root, n, shared).path, "--nodes", f"{2 * n},{4 * n}")
+
+
 def _plots(root: Path, n: int, shared: dict) -> Work:
     return bench("plot", _sweep_run(root, n, shared).path)
 
@@ -475,6 +479,7 @@ CASES = (
     Case("hangs", "hang attribution over N x 8 ranks' progress records, one stopped", _hangs),
     Case("report", "bench report of a collected sweep on 1..N nodes", _report),
     Case("plots", "bench plot of that sweep", _plots),
+    Case("predict", "bench predict of that sweep at 2N and 4N nodes", _predict),
     Case("compare", "bench compare of two such sweeps", _compare),
     Case("regress", "bench regress of one against a history of the other", _regress),
     Case("node-plan", "the node check's plan, --partners 3: every round's steps, N nodes", _node_plan, NODE_CHECK),

@@ -1,0 +1,183 @@
+"""`bench predict` shown: its table in words (the terminal's, and the report's) and its figure,
+the measured points, the predicted curve with its 95% band, and the node counts beyond those
+measured shaded (docs/concepts/predict.md)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from harness.analysis.predict import fitted_on
+from harness.present.figure import GRID_COLUMNS, POINT_COLUMNS, log2_axis, setup_plotting, titled
+from harness.run.rundir import COMPLETED
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+    Made = tuple[Figure, pd.DataFrame]
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None or not math.isfinite(x) else f"{x:+.0%}"
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("G", 2**30), ("M", 2**20), ("K", 2**10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale}{unit}"
+    return f"{n}B"
+
+
+def _validated(v: dict[str, Any] | None, key: str, what: str) -> str:
+    if not v:
+        return ""
+    if "note" in v:
+        return str(v["note"])
+    inside = "inside" if v["inside"] else "OUTSIDE"
+    error = f"{_pct(v[key])} {what}, {inside} its interval"
+    return f"fitted on {fitted_on(v['fitted_nodes'])}, predicted {v['nodes']}: {error}"
+
+
+def describe(result: dict[str, Any]) -> list[str]:
+    """The terminal's table: each collective series at its largest message size, each training
+    series, and the validation over all of them."""
+    lines = [
+        f"predict: from {', '.join(map(str, result['measured_nodes']))} node(s) measured to "
+        f"{', '.join(map(str, result['nodes']))} (95% prediction intervals; docs/concepts/predict.md)"
+    ]
+    largest: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for row in result["collectives"]:
+        key = (row["collective"], row["group"], row["gpus_per_node"], row["launcher"], row["nccl_config"])
+        if key not in largest or row["size_bytes"] > largest[key]["size_bytes"]:
+            largest[key] = row
+    if largest:
+        lines.append("collectives, at each one's largest message:")
+    for (name, group, g, launcher, nccl), row in largest.items():
+        head = f"  {name} {group} g{g} {launcher} {nccl} {_size(row['size_bytes'])}:"
+        if not row["predictions"]:
+            lines.append(f"{head} {row['note']}")
+            continue
+        cells = [
+            f"{p['nodes']} nodes {p['busbw_gbps']:.3g} GB/s ({p['busbw_low_gbps']:.3g}-{p['busbw_high_gbps']:.3g})"
+            for p in row["predictions"]
+        ]
+        lines.append(f"{head} {'; '.join(cells)}")
+        if check := _validated(row["validation"], "busbw_error", "busbw"):
+            lines.append(f"    {check}")
+        if row["note"]:
+            lines.append(f"    {row['note']}")
+    if result["training"]:
+        lines.append("training:")
+    for row in result["training"]:
+        head = f"  {row['workload']} {row['scaling']} g{row['gpus_per_node']} {row['launcher']} {row['nccl_config']}:"
+        if not row["predictions"]:
+            lines.append(f"{head} {row['note']}")
+            continue
+        cells = [
+            f"{p['nodes']} nodes step {p['step_time_ms']:.4g} ms ({p['step_low_ms']:.4g}-{p['step_high_ms']:.4g}), "
+            f"{p['per_gpu']:.4g} {row['unit']}/s a GPU, efficiency {p['efficiency']:.0%}"
+            for p in row["predictions"]
+        ]
+        lines.append(f"{head} {'; '.join(cells)}")
+        if check := _validated(row["validation"], "step_error", "step time"):
+            lines.append(f"    {check}")
+    v = result["validation"]
+    for label, part, what in (
+        ("collectives", v["collectives_busbw"], "busbw"),
+        ("training", v["training_step"], "step time"),
+    ):
+        if part["validated"]:
+            lines.append(
+                f"validation, {label}: median |{what} error| {part['median_abs_error']:.1%} over {part['validated']} "
+                f"predictions of a measured node count, {part['inside']} inside their interval"
+            )
+    return lines
+
+
+# Panels a figure draws at most: the collectives' world-group series at their largest message
+# first, then the training series; the rest are in predict.json
+MOST_PANELS = 12
+
+
+def prediction_figure(summary: pd.DataFrame, curve: dict[str, Any], asked: list[int]) -> Made | None:
+    """(figure, points) of `curve` (predictions() at many node counts, unvalidated): one panel
+    per series, busbw or throughput a GPU against nodes, ticked at the counts measured and
+    `asked`; None when nothing was predicted."""
+    import pandas as pd
+
+    panels = _panels(curve)
+    if not panels:
+        return None
+    plt, sns = setup_plotting()
+    measured_max = max(curve["measured_nodes"])
+    columns = min(GRID_COLUMNS, len(panels))
+    rows = -(-len(panels) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(5.2 * columns, 3.8 * rows), squeeze=False)
+    colour = sns.color_palette("colorblind", 2)
+    points: list[tuple[Any, ...]] = []
+    for ax, (title, metric, label, row, measured) in zip(axes.flat, panels, strict=False):
+        xs = [p["nodes"] for p in row["predictions"]]
+        ys, low, high = ([p[k] for p in row["predictions"]] for k in (metric, *_BAND[metric]))
+        ax.fill_between(xs, low, high, color=colour[0], alpha=0.2, linewidth=0, label="95% interval")
+        ax.plot(xs, ys, color=colour[0], label="predicted")
+        got = _measured(summary, row, measured)
+        ax.plot(got["nodes"], got[measured], "o", color=colour[1], label="measured")
+        ax.axvspan(measured_max, max(xs), color="0.5", alpha=0.12, label="beyond the nodes measured")
+        log2_axis(ax, sorted({*asked, *got["nodes"]}), str)
+        ax.set_xlabel("nodes")
+        ax.set_ylabel(label)
+        ax.set_title(title, fontsize=9)
+        points += [("predict", title, metric, "predicted", x, y) for x, y in zip(xs, ys, strict=True)]
+        points += [("predict", title, metric, "measured", x, y) for x, y in zip(got["nodes"], got[measured])]
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.set_visible(False)
+    axes.flat[0].legend(fontsize=7, loc="best")
+    titled(fig, f"Predicted from {fitted_on(curve['measured_nodes'])} measured (shaded: beyond them)")
+    return fig, pd.DataFrame(points, columns=POINT_COLUMNS)
+
+
+_BAND = {"busbw_gbps": ("busbw_low_gbps", "busbw_high_gbps"), "per_gpu": ("per_gpu_low", "per_gpu_high")}
+
+
+def _panels(curve: dict[str, Any]) -> list[tuple[str, str, str, dict[str, Any], str]]:
+    """(title, predicted metric, axis label, row, measured column) of each panel."""
+    largest: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for row in curve["collectives"]:
+        key = (row["collective"], row["gpus_per_node"], row["launcher"], row["nccl_config"])
+        if (
+            row["group"] == "world"
+            and row["predictions"]
+            and row["size_bytes"] > largest.get(key, {}).get("size_bytes", -1)
+        ):
+            largest[key] = row
+    out = [
+        (f"{r['collective']} {_size(r['size_bytes'])}, g{r['gpus_per_node']} {r['launcher']} {r['nccl_config']}",
+         "busbw_gbps", "busbw (GB/s)", r, "busbw_gbps")
+        for r in largest.values()
+    ]  # fmt: skip
+    out += [
+        (f"{r['workload']} {r['scaling']}, g{r['gpus_per_node']} {r['launcher']} {r['nccl_config']}",
+         "per_gpu", f"{r['unit']}/s a GPU", r, f"{r['unit']}_per_s_per_gpu")
+        for r in curve["training"]
+        if r["predictions"]
+    ]  # fmt: skip
+    return out[:MOST_PANELS]
+
+
+def _measured(summary: pd.DataFrame, row: dict[str, Any], column: str) -> pd.DataFrame:
+    """The summary's completed rows of a panel's series, nodes and `column`."""
+    ok = summary[(summary["status"] == COMPLETED) & (summary["gpus_per_node"] == row["gpus_per_node"])]
+    ok = ok[(ok["launcher"] == row["launcher"]) & (ok["nccl_config"] == row["nccl_config"])]
+    if "collective" in row:
+        named = ok["size_bytes"] >= row["size_bytes"] * 0.99
+        ok = ok[
+            (ok["collective"] == row["collective"])
+            & (ok["group"] == "world")
+            & named
+            & (ok["size_bytes"] <= row["size_bytes"])
+        ]
+    else:
+        ok = ok[(ok["workload"] == row["workload"]) & (ok["scaling"] == row["scaling"])]
+    # one rank moves nothing over a bus: a collective's one-node busbw is no point of its curve
+    return ok[ok[column].notna() & (ok["nodes"] >= (2 if "collective" in row else 1))][["nodes", column]]
