@@ -39,6 +39,23 @@ def _validated(v: dict[str, Any] | None, key: str, what: str) -> str:
     return f"fitted on {fitted_on(v['fitted_nodes'])}, predicted {v['nodes']}: {error}"
 
 
+def largest(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each collective series' row of its largest message size."""
+    out: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for row in rows:
+        key = (row["collective"], row["group"], row["gpus_per_node"], row["launcher"], row["nccl_config"])
+        if key not in out or row["size_bytes"] > out[key]["size_bytes"]:
+            out[key] = row
+    return list(out.values())
+
+
+def _series(head: str, row: dict[str, Any], cells: list[str], check: str) -> list[str]:
+    """A series' lines: its predictions and its validation, or why it has none."""
+    if not row["predictions"]:
+        return [f"{head} {row['note']}"]
+    return [f"{head} {'; '.join(cells)}", *(f"    {x}" for x in (check, row["note"]) if x)]
+
+
 def describe(result: dict[str, Any]) -> list[str]:
     """The terminal's table: each collective series at its largest message size, each training
     series, and the validation over all of them."""
@@ -46,42 +63,29 @@ def describe(result: dict[str, Any]) -> list[str]:
         f"predict: from {', '.join(map(str, result['measured_nodes']))} node(s) measured to "
         f"{', '.join(map(str, result['nodes']))} (95% prediction intervals; docs/concepts/predict.md)"
     ]
-    largest: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for row in result["collectives"]:
-        key = (row["collective"], row["group"], row["gpus_per_node"], row["launcher"], row["nccl_config"])
-        if key not in largest or row["size_bytes"] > largest[key]["size_bytes"]:
-            largest[key] = row
-    if largest:
+    collectives = largest(result["collectives"])
+    if collectives:
         lines.append("collectives, at each one's largest message:")
-    for (name, group, g, launcher, nccl), row in largest.items():
-        head = f"  {name} {group} g{g} {launcher} {nccl} {_size(row['size_bytes'])}:"
-        if not row["predictions"]:
-            lines.append(f"{head} {row['note']}")
-            continue
+    for row in collectives:
+        head = (
+            f"  {row['collective']} {row['group']} g{row['gpus_per_node']} {row['launcher']} {row['nccl_config']} "
+            f"{_size(row['size_bytes'])}:"
+        )
         cells = [
             f"{p['nodes']} nodes {p['busbw_gbps']:.3g} GB/s ({p['busbw_low_gbps']:.3g}-{p['busbw_high_gbps']:.3g})"
             for p in row["predictions"]
         ]
-        lines.append(f"{head} {'; '.join(cells)}")
-        if check := _validated(row["validation"], "busbw_error", "busbw"):
-            lines.append(f"    {check}")
-        if row["note"]:
-            lines.append(f"    {row['note']}")
+        lines += _series(head, row, cells, _validated(row["validation"], "busbw_error", "busbw"))
     if result["training"]:
         lines.append("training:")
     for row in result["training"]:
         head = f"  {row['workload']} {row['scaling']} g{row['gpus_per_node']} {row['launcher']} {row['nccl_config']}:"
-        if not row["predictions"]:
-            lines.append(f"{head} {row['note']}")
-            continue
         cells = [
             f"{p['nodes']} nodes step {p['step_time_ms']:.4g} ms ({p['step_low_ms']:.4g}-{p['step_high_ms']:.4g}), "
             f"{p['per_gpu']:.4g} {row['unit']}/s a GPU, efficiency {p['efficiency']:.0%}"
             for p in row["predictions"]
         ]
-        lines.append(f"{head} {'; '.join(cells)}")
-        if check := _validated(row["validation"], "step_error", "step time"):
-            lines.append(f"    {check}")
+        lines += _series(head, row, cells, _validated(row["validation"], "step_error", "step time"))
     v = result["validation"]
     for label, part, what in (
         ("collectives", v["collectives_busbw"], "busbw"),
@@ -142,19 +146,11 @@ _BAND = {"busbw_gbps": ("busbw_low_gbps", "busbw_high_gbps"), "per_gpu": ("per_g
 
 def _panels(curve: dict[str, Any]) -> list[tuple[str, str, str, dict[str, Any], str]]:
     """(title, predicted metric, axis label, row, measured column) of each panel."""
-    largest: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for row in curve["collectives"]:
-        key = (row["collective"], row["gpus_per_node"], row["launcher"], row["nccl_config"])
-        if (
-            row["group"] == "world"
-            and row["predictions"]
-            and row["size_bytes"] > largest.get(key, {}).get("size_bytes", -1)
-        ):
-            largest[key] = row
     out = [
         (f"{r['collective']} {_size(r['size_bytes'])}, g{r['gpus_per_node']} {r['launcher']} {r['nccl_config']}",
          "busbw_gbps", "busbw (GB/s)", r, "busbw_gbps")
-        for r in largest.values()
+        for r in largest(curve["collectives"])
+        if r["group"] == "world" and r["predictions"]
     ]  # fmt: skip
     out += [
         (f"{r['workload']} {r['scaling']}, g{r['gpus_per_node']} {r['launcher']} {r['nccl_config']}",
