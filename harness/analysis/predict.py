@@ -108,7 +108,7 @@ class Fit:
         rel = x / t
         se = self.sd * math.sqrt(1 + float(rel @ self.inverse @ rel))
         # relative errors: the interval is symmetric on the log scale, never below zero
-        spread = math.exp(t_quantile(LEVEL, self.dof) * se * self.widen)
+        spread = _exp(t_quantile(LEVEL, self.dof) * se * self.widen)
         return t, t / spread, t * spread
 
     def at_bytes(self, nodes: int, size: float) -> tuple[float, float, float]:
@@ -137,6 +137,11 @@ class Fit:
     def _bytes_term(self, nodes: int, size: int) -> float:
         c = float(self.beta[self.columns.index(f"bytes {size}")])
         return c * collective(self.name).bus_factor(ranks(self.group, nodes, self.gpus_per_node))
+
+
+def _exp(x: float) -> float:
+    """e to the x, infinite past what a float holds: an interval too wide to bound."""
+    return math.exp(x) if x < 700 else math.inf
 
 
 def design(columns: list[str], name: str, group: str, g: int, nodes: int, size: int) -> npt.NDArray[np.float64]:
@@ -364,7 +369,7 @@ class Step:
         # step model at the measured node counts, and the exposed traffic's own interval
         spread = t_quantile(LEVEL, self.dof) * self.sd * math.sqrt(1 + 1 / self.points)
         traffic = math.log(high / low) / 2 * exposed / step if exposed > 0 and low > 0 else 0.0
-        factor = math.exp(math.hypot(spread, traffic))
+        factor = _exp(math.hypot(spread, traffic))
         return step, step / factor, step * factor
 
 
@@ -391,7 +396,8 @@ def step_model(rows: pd.DataFrame, fits: dict[str, Fit | str]) -> Step | str:
     compute = rows["slowest_compute_time_ms"].astype(float)
     model = Step(
         scaling=str(first["scaling"]),
-        per_item_ms=statistics.median((compute / rows["batch_size"]).dropna()),
+        # from the rows that cross the network, as those predicted do
+        per_item_ms=statistics.median((compute[multi.index] / multi["batch_size"]).dropna()),
         wait_ms=statistics.median(wait),
         hidden_ms=0.0,
         sd=0.0,

@@ -103,3 +103,18 @@ def test_a_message_between_the_measured_sizes_takes_the_rate_between_theirs():
         t, low, high = f.at_bytes(32, size)
         assert t == pytest.approx(model_time(10, 2, 40, 32, size), rel=1e-3) and low < t < high
     assert math.isclose(f.constant("per step")[0], 2, rel_tol=0.05)
+
+
+def test_an_interval_too_wide_to_bound_is_infinite_not_an_error():
+    """Times the model cannot follow, predicted far past them: the interval's top is infinite
+    (predict.json's null), its bottom zero; once a math range error, exit 70."""
+    wild = [
+        predict.Point(n, s, t)
+        for n, s, t in [(2, 1 << 20, 1.0), (2, 4 << 20, 9e6), (3, 1 << 20, 7e6), (3, 4 << 20, 2.0)]
+    ]
+    wild += [predict.Point(4, 1 << 20, 5.0), predict.Point(4, 4 << 20, 3e6)]
+    f = predict.fit("all_reduce", "world", 8, wild)
+    assert isinstance(f, predict.Fit) and f.sd > 1
+    f.sd *= 1000  # a spread as the scale suite's made-up rows gave
+    t, low, high = f.predict(64, 4 << 20)
+    assert high == math.inf and low == 0 and t > 0
