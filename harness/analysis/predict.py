@@ -22,6 +22,7 @@ fitted from the measured breakdowns.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -149,9 +150,17 @@ def design(columns: list[str], name: str, group: str, g: int, nodes: int, size: 
     "bytes S" for each message size S."""
     import numpy as np
 
-    factor = collective(name).bus_factor(ranks(group, nodes, g))
-    values = {"fixed": 1.0, "per step": steps(name, nodes) if group != INTRA else 0.0, f"bytes {size}": factor}
-    return np.array([values.get(c, 0.0) for c in columns])
+    factor, latency = _terms(name, group, g, nodes)
+    bytes_column = f"bytes {size}"
+    return np.array(
+        [1.0 if c == "fixed" else latency if c == "per step" else factor if c == bytes_column else 0.0 for c in columns]
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _terms(name: str, group: str, g: int, nodes: int) -> tuple[float, float]:
+    """(bus factor, latency steps) of a call on `nodes` nodes, the same for every size."""
+    return collective(name).bus_factor(ranks(group, nodes, g)), steps(name, nodes) if group != INTRA else 0.0
 
 
 def fit(name: str, group: str, g: int, points: list[Point]) -> Fit | str:
@@ -255,15 +264,21 @@ def nominal(sizes: Iterable[int]) -> dict[int, int]:
 
 
 def predict_collectives(
-    series: dict[tuple[Any, ...], list[Point]], targets: list[int], validate: bool = True
+    series: dict[tuple[Any, ...], list[Point]],
+    fits: dict[tuple[Any, ...], Fit | str],
+    targets: list[int],
+    validate: bool = True,
+    largest: bool = False,
 ) -> list[dict[str, Any]]:
-    """For each series and measured size: the fit's predictions at `targets`, and its validation."""
+    """For each series and measured size (its largest alone, with `largest`): its fit's
+    predictions at `targets`, and its validation."""
     out = []
     for key, points in series.items():
         name, group, g = str(key[0]), str(key[1]), int(key[2])
-        result = fit(name, group, g, points)
+        result = fits[key]
         check = validation(name, group, g, points) if validate else {}
-        for size in sorted({p.size for p in points}):
+        sizes = sorted({p.size for p in points})
+        for size in sizes[-1:] if largest else sizes:
             row: dict[str, Any] = dict(zip(SERIES, _plain(key), strict=True)) | {"size_bytes": size}
             if isinstance(result, str):
                 out.append(row | {"fitted_nodes": [], "predictions": [], "note": result, "validation": None})
@@ -433,11 +448,15 @@ def predict_training(
     `fits`: the collective fits by (collective, group, gpus_per_node, launcher, nccl_config)."""
     rows = summary[summary["workload"].isin(list(UNIT_COLUMNS)) & (summary["status"] == "COMPLETED")]
     out = []
+    refits: dict[int, dict[tuple[Any, ...], Fit | str]] = {}  # without each largest node count, fitted once
     for key, part in rows.groupby(list(TRAINING_SERIES), sort=True, dropna=False):
         head = dict(zip(TRAINING_SERIES, _plain(key), strict=True))
         row = head | _series(part, fits, targets)
         if validate and row["predictions"]:
-            row["validation"] = _validate_training(part, summary, targets)
+            largest = int(part["nodes"].max())
+            if largest not in refits:
+                refits[largest] = fit_all(collective_series(summary[summary["nodes"] != largest]))
+            row["validation"] = _validate_training(part, refits[largest])
         out.append(row)
     return out
 
@@ -479,13 +498,12 @@ def _series(part: pd.DataFrame, fits: dict[tuple[Any, ...], Fit | str], targets:
     }
 
 
-def _validate_training(part: pd.DataFrame, summary: pd.DataFrame, targets: list[int]) -> dict[str, Any]:
-    """The series' step at its largest node count, predicted from the rest of the run: every
-    collective refitted without that count too."""
+def _validate_training(part: pd.DataFrame, fits: dict[tuple[Any, ...], Fit | str]) -> dict[str, Any]:
+    """The series' step at its largest node count, predicted from the rest of the run, with
+    `fits`, every collective refitted without that count."""
     import statistics
 
     largest = int(part["nodes"].max())
-    fits = fit_all(collective_series(summary[summary["nodes"] != largest]))
     again = _series(part[part["nodes"] != largest], fits, [largest])
     if not again["predictions"]:
         return {"note": f"not validated: without {largest} nodes, {again['note'].removeprefix('cannot judge: ')}"}
@@ -505,15 +523,17 @@ def fit_all(series: dict[tuple[Any, ...], list[Point]]) -> dict[tuple[Any, ...],
     return {key: fit(str(key[0]), str(key[1]), int(key[2]), points) for key, points in series.items()}
 
 
-def predictions(summary: pd.DataFrame, targets: list[int] | None, validate: bool = True) -> dict[str, Any]:
+def predictions(summary: pd.DataFrame, targets: list[int] | None, curve: bool = False) -> dict[str, Any]:
     """Everything `bench predict` states of a run's summary at `targets` (by default 2, 4 and 8
-    times the largest node count measured): predict.json's content."""
+    times the largest node count measured): predict.json's content; with `curve`, also "curve",
+    the same fits at curve_nodes(), unvalidated, each collective at its largest size: a figure's."""
     measured = sorted({int(n) for n in summary["nodes"]})
     targets = targets or [measured[-1] * k for k in (2, 4, 8)]
     series = collective_series(summary)
-    collectives = predict_collectives(series, targets, validate)
-    training = predict_training(summary, fit_all(series), targets, validate)
-    return {
+    fits = fit_all(series)
+    collectives = predict_collectives(series, fits, targets)
+    training = predict_training(summary, fits, targets)
+    out = {
         "measured_nodes": measured,
         "nodes": targets,
         "level": LEVEL,
@@ -526,6 +546,14 @@ def predictions(summary: pd.DataFrame, targets: list[int] | None, validate: bool
             "training_step": summarise(training, "step_error"),
         },
     }
+    if curve:
+        at = curve_nodes(measured, targets)
+        out["curve"] = {
+            "measured_nodes": measured,
+            "collectives": predict_collectives(series, fits, at, validate=False, largest=True),
+            "training": predict_training(summary, fits, at, validate=False),
+        }
+    return out
 
 
 def curve_nodes(measured: list[int], targets: list[int]) -> list[int]:

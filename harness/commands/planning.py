@@ -39,7 +39,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     summary = read_summary(run)
     if summary.empty:
         raise UsageError(f"{run.path}: the summary has no rows to predict from")
-    result = predict.predictions(summary, args.nodes)
+    result = predict.predictions(summary, args.nodes, curve=not args.out)
+    curve = result.pop("curve", None)
     result["run"] = str(run.path)
     for line in describe(result):
         print(line)
@@ -49,8 +50,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     else:  # inside the run directory: never through a link planted there (harness/files/inside.py)
         out = inside.write(run.path, PREDICT_FILE, text)
     print(f"wrote {out}")
-    if not args.out:  # the figure goes beside the run's other plots
-        curve = predict.predictions(summary, predict.curve_nodes(result["measured_nodes"], result["nodes"]), False)
+    if curve:  # the figure goes beside the run's other plots
         for path in draw_into(
             run.path, run.plots.name, [("predict", lambda: prediction_figure(summary, curve, result["nodes"]))]
         ):

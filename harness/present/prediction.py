@@ -102,15 +102,21 @@ def describe(result: dict[str, Any]) -> list[str]:
 # Panels a figure draws at most: the collectives' world-group series at their largest message
 # first, then the training series; the rest are in predict.json
 MOST_PANELS = 12
+# The report's figure: the collectives training sends most (DDP's gradients, and a mixture of
+# experts' tokens), then the training series, and no more panels than this
+BRIEF = ("all_reduce", "all_to_all")
+BRIEF_PANELS = 4
 
 
-def prediction_figure(summary: pd.DataFrame, curve: dict[str, Any], asked: list[int]) -> Made | None:
+def prediction_figure(
+    summary: pd.DataFrame, curve: dict[str, Any], asked: list[int], brief: bool = False
+) -> Made | None:
     """(figure, points) of `curve` (predictions() at many node counts, unvalidated): one panel
     per series, busbw or throughput a GPU against nodes, ticked at the counts measured and
-    `asked`; None when nothing was predicted."""
+    `asked`; `brief`, the report's few (BRIEF); None when nothing was predicted."""
     import pandas as pd
 
-    panels = _panels(curve)
+    panels = _panels(curve, brief)
     if not panels:
         return None
     plt, sns = setup_plotting()
@@ -144,13 +150,13 @@ def prediction_figure(summary: pd.DataFrame, curve: dict[str, Any], asked: list[
 _BAND = {"busbw_gbps": ("busbw_low_gbps", "busbw_high_gbps"), "per_gpu": ("per_gpu_low", "per_gpu_high")}
 
 
-def _panels(curve: dict[str, Any]) -> list[tuple[str, str, str, dict[str, Any], str]]:
+def _panels(curve: dict[str, Any], brief: bool) -> list[tuple[str, str, str, dict[str, Any], str]]:
     """(title, predicted metric, axis label, row, measured column) of each panel."""
     out = [
         (f"{r['collective']} {_size(r['size_bytes'])}, g{r['gpus_per_node']} {r['launcher']} {r['nccl_config']}",
          "busbw_gbps", "busbw (GB/s)", r, "busbw_gbps")
         for r in largest(curve["collectives"])
-        if r["group"] == "world" and r["predictions"]
+        if r["group"] == "world" and r["predictions"] and (r["collective"] in BRIEF or not brief)
     ]  # fmt: skip
     out += [
         (f"{r['workload']} {r['scaling']}, g{r['gpus_per_node']} {r['launcher']} {r['nccl_config']}",
@@ -158,7 +164,7 @@ def _panels(curve: dict[str, Any]) -> list[tuple[str, str, str, dict[str, Any], 
         for r in curve["training"]
         if r["predictions"]
     ]  # fmt: skip
-    return out[:MOST_PANELS]
+    return out[: BRIEF_PANELS if brief else MOST_PANELS]
 
 
 def _measured(summary: pd.DataFrame, row: dict[str, Any], column: str) -> pd.DataFrame:

@@ -260,21 +260,26 @@ def compact(coll: pd.DataFrame, bucket: int) -> pd.DataFrame:
 
 
 def predicted(run: RunDir, summary: pd.DataFrame, figures: _Figures) -> list[str]:
-    """The section of `bench predict` (docs/concepts/predict.md): at the node counts the run's
-    predict.json asked for, else at 2, 4 and 8 times the largest measured; its figure and its
-    table in words."""
+    """The section of `bench predict` (docs/concepts/predict.md) once it has been run: at the
+    node counts the run's predict.json asked for, its figure and its table in words, from the
+    summary again; before it, how to have one."""
     from harness.analysis import predict
 
     asked = asked_nodes(run)
-    result = predict.predictions(summary, asked)
+    if asked is None:
+        return [
+            "<h2>Predicted scale</h2>",
+            f"<p>Not predicted: <code>bench predict {_e(run.path)} --nodes 16,32,64</code> predicts node counts "
+            "not measured, with intervals and their validation, and adds them here (docs/concepts/predict.md).</p>",
+        ]
+    result = predict.predictions(summary, asked, curve=True)
     if not any(row["predictions"] for row in (*result["collectives"], *result["training"])):
         return [
             "<h2>Predicted scale</h2>",
             "<p>Nothing could be predicted: a fit takes two node counts of two nodes or more "
             "(docs/concepts/predict.md).</p>",
         ]
-    curve = predict.predictions(summary, predict.curve_nodes(result["measured_nodes"], result["nodes"]), False)
-    maker = functools.partial(prediction.prediction_figure, summary, curve, result["nodes"])
+    maker = functools.partial(prediction.prediction_figure, summary, result["curve"], result["nodes"], brief=True)
     return [
         "<h2>Predicted scale</h2>",
         "<p>From the node counts measured to others, each with its 95% prediction interval and the "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import statistics
 
 import pandas as pd
@@ -87,7 +88,13 @@ def test_without_two_node_counts_of_two_or_more_nothing_is_judged_and_it_exits_1
     result = json.loads(out.read_text())
     assert result["nodes"] == [4, 8, 16]  # 2, 4 and 8 times the largest measured
     assert all(not row["predictions"] for row in result["collectives"] + result["training"])
+    # the report says how to predict, and once predicted, that nothing could be
     bench("report", str(real_run), "--out", str(tmp_path / "r.html"))
+    assert f"Not predicted: <code>bench predict {real_run} --nodes" in (tmp_path / "r.html").read_text()
+    run = tmp_path / "run"
+    shutil.copytree(real_run, run, symlinks=True)
+    bench("predict", str(run), check=False)
+    bench("report", str(run), "--out", str(tmp_path / "r.html"))
     assert "Nothing could be predicted: a fit takes two node counts" in (tmp_path / "r.html").read_text()
 
 
