@@ -675,6 +675,19 @@ CASES = [
     Case("report-not-a-run", lambda t, r: ["report", str(t)], "plan.json"),
     # ---- predict
     Case("predict-nodes-zero", lambda t, r: ["predict", str(r), "--nodes", "0"], "--nodes", "from 1 to 100,000"),
+    Case("predict-set-unknown", lambda t, r: ["predict", str(r), "--set", "gpus=8"], "--set", "must be one of"),
+    Case(
+        "predict-set-no-before",
+        lambda t, r: ["predict", str(r), "--set", "network_gbps_per_node=50"],
+        "states no network_gbps_per_node to change",
+        "network_gbps_per_node=BEFORE:AFTER",
+    ),
+    Case(
+        "predict-set-gbits",
+        lambda t, r: ["predict", str(r), "--set", "network_gbps_per_node=400:3200", "--set", "nics_per_node=8:8"],
+        "network_gbps_per_node",
+        "reads like Gbit/s",
+    ),
     Case("predict-out-dir", lambda t, r: ["predict", str(r), "--out", str(t)], "--out", "directory"),
     Case("predict-not-collected", lambda t, r: ["predict", str(t)], "no summary.parquet", "bench collect"),
     # ---- transport: logs that are not there or not files

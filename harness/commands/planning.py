@@ -39,7 +39,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
     summary = read_summary(run)
     if summary.empty:
         raise UsageError(f"{run.path}: the summary has no rows to predict from")
-    result = predict.predictions(summary, args.nodes, curve=not args.out)
+    what_if = None
+    if args.set:
+        from harness.analysis import whatif
+
+        cluster = run.read_plan().get("cluster")
+        stated = cluster.get("hardware") if isinstance(cluster, dict) else None
+        what_if = whatif.parse(args.set, stated if isinstance(stated, dict) else None)
+    result = predict.predictions(summary, args.nodes, curve=not args.out, what_if=what_if)
     curve = result.pop("curve", None)
     result["run"] = str(run.path)
     for line in describe(result):
@@ -87,4 +94,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="node counts to predict, e.g. 16,32,64 (default: 2, 4 and 8 times the largest measured)",
     )
     p.add_argument("--out", metavar="FILE", help="JSON file to write (default DIR/predict.json)")
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="FIGURE=[BEFORE:]AFTER",
+        help="what if: the same run on other hardware, a profile figure changed (network_gbps_per_node, "
+        "nics_per_node, intra_node_gbps_per_gpu, peak_tflops_per_gpu); BEFORE where the run's profile "
+        "states none; repeatable",
+    )
     p.set_defaults(func=cmd_predict)

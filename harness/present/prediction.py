@@ -63,6 +63,9 @@ def describe(result: dict[str, Any]) -> list[str]:
         f"predict: from {', '.join(map(str, result['measured_nodes']))} node(s) measured to "
         f"{', '.join(map(str, result['nodes']))} (95% prediction intervals; docs/concepts/predict.md)"
     ]
+    if what := result.get("what_if"):
+        changes = ", ".join(f"{k} {v['before']:g} -> {v['after']:g}" for k, v in what["set"].items())
+        lines += [f"what if: {changes}; it assumes {what['assumes']}", *(f"  moved: {m}" for m in what["moved"])]
     collectives = largest(result["collectives"])
     if collectives:
         lines.append("collectives, at each one's largest message:")
