@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from benchmarks.common import format_size
 from harness.analysis.predict import fitted_on
 from harness.present.figure import GRID_COLUMNS, POINT_COLUMNS, log2_axis, setup_plotting, titled
 from harness.run.rundir import COMPLETED
@@ -20,13 +21,6 @@ if TYPE_CHECKING:
 
 def _pct(x: float | None) -> str:
     return "n/a" if x is None or not math.isfinite(x) else f"{x:+.0%}"
-
-
-def _size(n: int) -> str:
-    for unit, scale in (("G", 2**30), ("M", 2**20), ("K", 2**10)):
-        if n >= scale and n % scale == 0:
-            return f"{n // scale}{unit}"
-    return f"{n}B"
 
 
 def _validated(v: dict[str, Any] | None, key: str, what: str) -> str:
@@ -72,7 +66,7 @@ def describe(result: dict[str, Any]) -> list[str]:
     for row in collectives:
         head = (
             f"  {row['collective']} {row['group']} g{row['gpus_per_node']} {row['launcher']} {row['nccl_config']} "
-            f"{_size(row['size_bytes'])}:"
+            f"{format_size(row['size_bytes'])}:"
         )
         cells = [
             f"{p['nodes']} nodes {p['busbw_gbps']:.3g} GB/s ({p['busbw_low_gbps']:.3g}-{p['busbw_high_gbps']:.3g})"
@@ -156,7 +150,7 @@ _BAND = {"busbw_gbps": ("busbw_low_gbps", "busbw_high_gbps"), "per_gpu": ("per_g
 def _panels(curve: dict[str, Any], brief: bool) -> list[tuple[str, str, str, dict[str, Any], str]]:
     """(title, predicted metric, axis label, row, measured column) of each panel."""
     out = [
-        (f"{r['collective']} {_size(r['size_bytes'])}, g{r['gpus_per_node']} {r['launcher']} {r['nccl_config']}",
+        (f"{r['collective']} {format_size(r['size_bytes'])}, g{r['gpus_per_node']} {r['launcher']} {r['nccl_config']}",
          "busbw_gbps", "busbw (GB/s)", r, "busbw_gbps")
         for r in largest(curve["collectives"])
         if r["group"] == "world" and r["predictions"] and (r["collective"] in BRIEF or not brief)
