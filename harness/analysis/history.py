@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from benchmarks.catalog import COLLECTIVE_WORKLOAD, UNITS
 from benchmarks.results import read_regular
 from harness.analysis import baseline as baseline_rows
-from harness.analysis import gate, series
+from harness.analysis import gate, predicted, series
 from harness.analysis.sides import (
     CONFIG,
     KEYS,
@@ -132,6 +132,9 @@ class Added:
     verdict: dict[str, Any] | None  # the gate's (analysis/gate.py), None for a run never judged
     existing: bool = False  # the same run with the same figures was there already: nothing added
     replaced: int | None = None  # the id of the run --replace took out
+    predictions: int = 0  # bench predict's predictions kept with it (analysis/predicted.py)
+    measured: int = 0  # stored predictions this add gave their measurement
+    unkept: str | None = None  # why its predict.json's were not kept
 
 
 def check_name(flag: str, text: str | None) -> None:
@@ -194,51 +197,79 @@ def add(
     payload = hashlib.sha256(blob + (sblob or b"")).hexdigest()
     spread = samples_spread(samples) if samples is not None else None
     failed_jobs = [f"{j} {s}" for j, s in zip(not_done["job"], not_done["status"])]
+    forecast, unkept = predicted.read(run.path, sorted({int(n) for n in rows["nodes"]}))
+    measures = predicted.measured(rows)
     replaced = None
-    with session(db, create=create) as con:
-        with con.transaction():
-            held = _held(con, fp, payload, cluster, label, run.path, replace)
-            if held is not None and not replace:
-                return Added(held, failed_jobs, judged, existing=True)
-            if held is None:
-                admit_cluster(con, cluster, "runs", new_cluster, create)
-            else:  # --replace: the run of its identity, under its own cluster, goes out
-                _remove_rows(con, held.id)
-                replaced = held.id
-            found = con.execute(
-                "INSERT INTO runs (fingerprint, cluster, label, path, sweep, created, added, rows, keys, failed, "
-                "environment, payload, stack, stack_fields, spread) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT (fingerprint) DO NOTHING RETURNING id",
-                (
-                    fp,
-                    cluster,
-                    label,
-                    str(run.path.resolve()),
-                    (plan.get("sweep") or {}).get("name"),
-                    created,
-                    now(),
-                    len(rows),
-                    len(keys),
-                    int((~done).sum()),
-                    json.dumps(env),
-                    payload,
-                    series.digest(stack),
-                    json.dumps(stack, sort_keys=True),
-                    spread,
-                ),
-            ).fetchone()
-            if found is None:  # another writer stored it since this one looked (PostgreSQL)
-                held = _held(con, fp, payload, cluster, label, run.path, replace=False)
-                assert held is not None, "a conflict on the fingerprint leaves its row"
-                return Added(held, failed_jobs, judged, existing=True)
-            (run_id,) = found
-            con.execute("INSERT INTO data VALUES (?, ?, ?)", (run_id, blob, sblob))
-            con.executemany("INSERT INTO points VALUES (?, ?, ?, ?)", [(run_id, *p) for p in points])
-            if judged:
-                gate.store(con, run_id, judged)
+    with session(db, create=create) as con, con.transaction():
+        held = _held(con, fp, payload, cluster, label, run.path, replace)
+        if held is not None and not replace:  # predictions made since it was added are kept now
+            new = not con.execute("SELECT 1 FROM predictions WHERE run_id = ? LIMIT 1", (held.id,)).fetchone()
+            kept = _keep_predictions(con, db, held, forecast) if new else (0, 0)
+            return Added(held, failed_jobs, judged, True, None, *kept, unkept)
+        if held is None:
+            admit_cluster(con, cluster, "runs", new_cluster, create)
+        else:  # --replace: the run of its identity, under its own cluster, goes out
+            _remove_rows(con, held.id)
+            replaced = held.id
+        found = con.execute(
+            "INSERT INTO runs (fingerprint, cluster, label, path, sweep, created, added, rows, keys, failed, "
+            "environment, payload, stack, stack_fields, spread) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (fingerprint) DO NOTHING RETURNING id",
+            (
+                fp,
+                cluster,
+                label,
+                str(run.path.resolve()),
+                (plan.get("sweep") or {}).get("name"),
+                created,
+                now(),
+                len(rows),
+                len(keys),
+                int((~done).sum()),
+                json.dumps(env),
+                payload,
+                series.digest(stack),
+                json.dumps(stack, sort_keys=True),
+                spread,
+            ),
+        ).fetchone()
+        if found is None:  # another writer stored it since this one looked (PostgreSQL)
+            held = _held(con, fp, payload, cluster, label, run.path, replace=False)
+            assert held is not None, "a conflict on the fingerprint leaves its row"
+            return Added(held, failed_jobs, judged, existing=True)
+        (run_id,) = found
+        con.execute("INSERT INTO data VALUES (?, ?, ?)", (run_id, blob, sblob))
+        con.executemany("INSERT INTO points VALUES (?, ?, ?, ?)", [(run_id, *p) for p in points])
+        if judged:
+            gate.store(con, run_id, judged)
         entry = Entry(*con.execute(_ENTRY + " WHERE id = ?", (run_id,)).fetchone())
-    return Added(entry, failed_jobs, judged, replaced=replaced)
+        kept, measured = _keep_predictions(con, db, entry, forecast)
+        measured += predicted.measure_earlier(con, cluster, str(created), measures, fp)
+    return Added(entry, failed_jobs, judged, replaced=replaced, predictions=kept, measured=measured, unkept=unkept)
+
+
+def _keep_predictions(
+    con: Connection, db: Location, entry: Entry, forecast: list[predicted.Prediction]
+) -> tuple[int, int]:
+    """In add's transaction: the run's predictions stored, and measured by the runs of its
+    cluster stored already that ran after it; (how many stored, how many measured)."""
+    if not forecast:
+        return 0, 0
+    predicted.store(con, entry.id, forecast)
+    after = [
+        (Entry(*row[:-1]), row[-1])
+        for row in con.execute(
+            _ENTRY.replace(" FROM", ", fingerprint FROM") + " WHERE cluster = ? AND created > ? ORDER BY created, id",
+            (entry.cluster, entry.created),
+        ).fetchall()
+    ]
+
+    def load(later: tuple[Entry, str]) -> tuple[pd.DataFrame, str]:
+        summary, _, _ = _load(con, db, later[0], with_samples=False)
+        return to_frame(summary), later[1]
+
+    return len(forecast), predicted.measure_own(con, entry.id, after, load)
 
 
 def _held(
@@ -343,6 +374,8 @@ def remove(db: Location, run_id: int) -> Entry:
 def _remove_rows(con: Connection, run_id: int) -> None:
     """In a transaction: one run and everything stored with it."""
     gate.remove(con, run_id)
+    (fp,) = con.execute("SELECT fingerprint FROM runs WHERE id = ?", (run_id,)).fetchone()
+    predicted.forget(con, run_id, fp)
     con.execute("DELETE FROM change_points WHERE run_id = ?", (run_id,))
     for table in ("points", "data"):
         con.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))

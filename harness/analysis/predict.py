@@ -12,8 +12,17 @@ import math
 import statistics
 from typing import TYPE_CHECKING, Any
 
-from harness.analysis.collective_fit import LEVEL, Fit, collective_series, fit_all, fitted_on, predict_collectives
-from harness.analysis.step_fit import predict_training
+from harness.analysis.collective_fit import (
+    LEVEL,
+    SERIES,
+    Fit,
+    collective_series,
+    fit_all,
+    fitted_on,
+    plain,
+    predict_collectives,
+)
+from harness.analysis.step_fit import TRAINING_SERIES, predict_training
 from harness.analysis.whatif import WhatIf
 
 if TYPE_CHECKING:
@@ -57,8 +66,10 @@ def predictions(
             fits[key] = dataclasses.replace(f, scale=scale)
             moved += what_if.moved(f.name, f.group, f.gpus_per_node, scale, targets)
     compute = what_if.compute_scale if what_if else None
-    collectives = predict_collectives(series, fits, targets)
-    training = predict_training(summary, measured_fits, targets, compute=compute, other=fits)
+    collectives = stated(summary, predict_collectives(series, fits, targets), SERIES)
+    training = stated(
+        summary, predict_training(summary, measured_fits, targets, compute=compute, other=fits), TRAINING_SERIES
+    )
     out = {
         "measured_nodes": measured,
         "nodes": targets,
@@ -84,6 +95,23 @@ def predictions(
             "training": predict_training(summary, measured_fits, at, validate=False, compute=compute, other=fits),
         }
     return out
+
+
+# What a prediction is of beyond its key: the workload's parameters and its settings set's hash,
+# as the summary states them (harness/collect/gather.py), which a later run must share to measure it
+STATED = ("params", "settings_hash")
+
+
+def stated(summary: pd.DataFrame, rows: list[dict[str, Any]], series: tuple[str, ...]) -> list[dict[str, Any]]:
+    """`rows` (each of one series, named by the `series` columns) with STATED of that series'
+    completed rows of the summary; null where the rows disagree or do not say."""
+    done = summary[summary["status"] == "COMPLETED"]
+    known: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for key, part in done.groupby(list(series), sort=False, dropna=False):
+        values = {c: part[c].dropna().unique() if c in part.columns else [] for c in STATED}
+        known[tuple(plain(key))] = {c: str(v[0]) if len(v) == 1 else None for c, v in values.items()}
+    nothing = dict.fromkeys(STATED)
+    return [row | known.get(tuple(row[c] for c in series), nothing) for row in rows]
 
 
 def curve_nodes(measured: list[int], targets: list[int]) -> list[int]:

@@ -3,7 +3,7 @@ history into another, SQLite or PostgreSQL either way (docs/guides/fleet.md, "Mo
 
 Both histories are at this bench's schema. The copy is one transaction on TO, so a failure
 leaves TO as it was. Ids are TO's own: a run gets the next id there, and what refers to it
-(its data, points, verdict, bands, change points) is copied with the new id. A run or node check
+(its data, points, verdict, bands, predictions, change points) is copied with the new id. A run or node check
 is known by its fingerprint (its plan, or its check's): one TO holds already is not copied
 again, and neither is anything that refers to it, so a second copy adds nothing. One TO holds
 with other figures, cluster or label is refused, naming both, and nothing is copied.
@@ -21,7 +21,7 @@ from harness.errors import HistoryError
 
 # Each stored thing: its table, and the tables that hang on it by (table, its reference column).
 # The table names are these constants, never values from a history.
-RUNS = ("runs", ("data", "points", "gate_runs", "gate_keys", "gate_bands"), "run_id")
+RUNS = ("runs", ("data", "points", "gate_runs", "gate_keys", "gate_bands", "predictions"), "run_id")
 CHECKS = ("node_checks", ("node_figures",), "check_id")
 CHANGE_POINTS = "change_points"  # refers to a run or a node check
 _SAME = {"runs": ("payload", "cluster", "label"), "node_checks": ("cluster", "label", "named")}

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import argparse
 import re
+import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from benchmarks.results import atomic_write_bytes
 from harness import check_nodes
-from harness.analysis import changes, gate, history, nodehistory, overview, store, transfer
+from harness.analysis import changes, gate, history, nodehistory, overview, predicted, store, transfer
 from harness.analysis.sides import METRICS
 from harness.commands.shared import (
     DB_HELP,
@@ -52,6 +53,7 @@ def history_add(args: argparse.Namespace) -> int:
     e = added.entry
     if added.existing:
         print(f"{args.dir} is in {db} already, as run {e.id} of cluster {e.cluster} with these figures: nothing added")
+        _print_predictions(added)
         return 0
     print(
         f"added {args.dir} to {db} as run {e.id} of cluster {e.cluster}"
@@ -73,7 +75,18 @@ def history_add(args: argparse.Namespace) -> int:
             f"note: {len(added.failed_jobs)} job{'s' if len(added.failed_jobs) != 1 else ''} did not complete "
             f"({some}); their {e.failed} rows are stored as failed and never serve as a baseline"
         )
+    _print_predictions(added)
     return 0
+
+
+def _print_predictions(added: history.Added) -> None:
+    """What history add did with predictions: the run's own kept, and stored ones it measured."""
+    if added.predictions:
+        print(f"kept its {added.predictions} predictions (bench predict): `bench history predictions` lists them")
+    if added.unkept:
+        print(f"note: {added.unkept}")
+    if added.measured:
+        print(f"measured {added.measured} stored predictions: `bench history predictions` gives their errors")
 
 
 def _add_check(args: argparse.Namespace, db: store.Location) -> int:
@@ -176,6 +189,70 @@ def _print_table(console: Console, title: str, columns: tuple[str, ...], rows: l
     for row in rows:
         t.add_row(*row)
     console.print(t)
+
+
+def history_predictions(args: argparse.Namespace) -> int:
+    """`bench history predictions --cluster NAME [--all]`: the predictions kept with the cluster's
+    runs, each against what the first later run to measure its key measured, and per metric how
+    good they were (docs/concepts/predict.md, "Predictions in the history")."""
+    db = history_db(args)
+    found = predicted.judged(db, args.cluster)
+    if not found:
+        print(
+            f"no predictions kept with the runs of cluster {shown(args.cluster)} in {db}: `bench predict RUN`, "
+            "then `bench history add RUN`, keeps them"
+        )
+        return 0
+    console = new_console()
+    listed = found if args.all else [j for j in found if j.measured is not None]
+
+    def figure(v: float | None) -> str:
+        return "-" if v is None else f"{v:.4g}"
+
+    if listed:
+        _print_table(
+            console,
+            f"Predictions of cluster {shown(args.cluster)}" + ("" if args.all else ", measured since"),
+            (
+                "predicted by",
+                "key",
+                "metric",
+                "predicted",
+                "95% interval",
+                "measured by",
+                "measured",
+                "error",
+                "inside",
+            ),
+            [
+                (
+                    f"{j.run_id} {shown(j.label or '')}".strip(),
+                    shown(j.key),
+                    j.metric,
+                    figure(j.value),
+                    f"{figure(j.low)} to {figure(j.high)}",
+                    f"{j.measured_by[0]} {shown(j.measured_by[1] or '')}".strip() if j.measured_by else "-",
+                    figure(j.measured),
+                    "-" if j.error is None else f"{j.error:+.1%}",
+                    {None: "-", True: "yes", False: "NO"}[j.inside],
+                )
+                for j in listed
+            ],
+        )
+    for metric in dict.fromkeys(j.metric for j in found):
+        mine = [j for j in found if j.metric == metric]
+        done = [j for j in mine if j.error is not None]
+        line = f"{metric}: {len(done)} of {len(mine)} predictions measured"
+        if done:
+            errors = sorted(abs(j.error) for j in done if j.error is not None)
+            line += (
+                f", median |error| {statistics.median(errors):.1%}, largest {errors[-1]:.1%}, "
+                f"{sum(bool(j.inside) for j in done)} inside their 95% interval"
+            )
+        console.print(line)
+    if not args.all and len(listed) < len(found):
+        console.print(f"{len(found) - len(listed)} not measured by a later run yet (--all lists them)")
+    return 0
 
 
 def history_plot(args: argparse.Namespace) -> int:
@@ -385,6 +462,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     a = action("list", history_list, "list the node checks and runs, with their gate verdicts and series")
     a.add_argument("--cluster", help="only this cluster's")
     a.add_argument("--count", action="store_true", help="print only the number of runs, for scripts")
+    a = action(
+        "predictions",
+        history_predictions,
+        "list the predictions kept with the cluster's runs (bench predict), each with its error once measured",
+    )
+    a.add_argument("--cluster", required=True, help="the cluster")
+    a.add_argument("--all", action="store_true", help="also the predictions no later run has measured yet")
     a = action("plot", history_plot, "draw each key's figures over the cluster's runs, with their points as CSV")
     a.add_argument("--cluster", required=True, help="the cluster")
     a.add_argument("--out", help="image file (default beside the database)")

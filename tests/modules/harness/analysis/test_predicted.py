@@ -1,0 +1,202 @@
+"""Predictions kept in the history (harness/analysis/predicted.py): `history add` keeps a run's
+predict.json, a later run of the cluster measures what it predicted, `history predictions`
+states each error, on both backends; a what-if is not kept, and a predict.json that is not this
+run's is refused whole."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import statistics
+
+import pandas as pd
+import pytest
+from conftest import bench, copy_run, planned_later
+
+pytestmark = pytest.mark.slow
+
+CLUSTER = "tb"
+SLOWER = 1.25  # the later run's times against the predicting run's
+
+
+def _predicting(scaling_run, tmp_path, *args: str):
+    """A copy of the 1-4 node run with its predictions at 4 and 8 nodes in its predict.json."""
+    run = tmp_path / "a"
+    shutil.copytree(scaling_run, run, symlinks=True)
+    (run / "predict.json").unlink(missing_ok=True)  # another test's, with other node counts
+    r = bench("predict", str(run), "--nodes", "4,8", "--out", str(run / "predict.json"), *args)
+    assert r.returncode == 0, r.describe()
+    return run
+
+
+def _later(run, tmp_path):
+    """The same sweep run later, every time 1.25 times as long: it measures 1 to 4 nodes."""
+    later = planned_later(copy_run(run, tmp_path / "b", time_factor=SLOWER))
+    (later / "predict.json").unlink()  # the predicting run's, not this one's
+    return later
+
+
+def _add(run, db, *args: str, ok: bool = True):
+    r = bench("history", "add", str(run), "--cluster", CLUSTER, "--db", db, *args, check=False)
+    assert r.returncode == (0 if ok else 2), r.describe()
+    return r
+
+
+def _listed(db, *args: str) -> tuple[dict[tuple[str, str], list[str]], str]:
+    """history predictions' table, (key, metric) -> the row's cells in its order, a cell that
+    rich wrapped onto the lines below joined again; and the whole output."""
+    r = bench("history", "predictions", "--cluster", CLUSTER, "--db", db, *args)
+    assert r.returncode == 0, r.describe()
+    rows: list[list[str]] = []
+    for line in r.stdout.splitlines():
+        if not line.startswith("│"):
+            continue
+        cells = [c.strip() for c in line.strip("│").split("│")]
+        if cells[0]:
+            rows.append(cells)
+        else:  # the rest of the row above
+            rows[-1] = [f"{a} {b}".strip() for a, b in zip(rows[-1], cells)]
+    return {(cells[1], cells[2]): cells for cells in rows}, r.stdout
+
+
+def _expected(predicting, later) -> dict[tuple[str, str], tuple[float, float | None, float | None, float]]:
+    """(key, metric) -> (predicted, low, high, measured) of what the later run measured at 4
+    nodes, worked from predict.json and the later run's summary."""
+    result = json.loads((predicting / "predict.json").read_text())
+    b = pd.read_parquet(later / "summary.parquet")
+    out = {}
+    for row in result["collectives"]:
+        (p,) = [p for p in row["predictions"] if p["nodes"] == 4]
+        m = b[(b["workload"] == "allreduce") & (b["nodes"] == 4) & (b["size_bytes"] == row["size_bytes"])]
+        size = f"{row['size_bytes'] >> 20}M" if row["size_bytes"] >= 1 << 20 else f"{row['size_bytes'] >> 10}K"
+        key = f"allreduce all_reduce {size}, 4x1, torchrun, default"
+        out[key, "busbw_gbps"] = (p["busbw_gbps"], p["busbw_low_gbps"], p["busbw_high_gbps"], m["busbw_gbps"].median())
+    (train,) = result["training"]
+    (p,) = [p for p in train["predictions"] if p["nodes"] == 4]
+    m = b[(b["workload"] == "synthetic") & (b["nodes"] == 4)]
+    key = "synthetic weak, 4x1, torchrun, default"
+    out[key, "step_time_ms"] = (p["step_time_ms"], p["step_low_ms"], p["step_high_ms"], m["step_time_ms"].median())
+    out[key, "images_per_s_per_gpu"] = (
+        p["per_gpu"],
+        p["per_gpu_low"],
+        p["per_gpu_high"],
+        m["images_per_s_per_gpu"].median(),
+    )
+    return out
+
+
+def _number(cell: str) -> float | None:
+    return None if cell == "-" else float(cell)
+
+
+def test_a_later_run_measures_what_was_predicted_of_its_node_counts(scaling_run, history_at, tmp_path):
+    a = _predicting(scaling_run, tmp_path)
+    b = _later(a, tmp_path)
+    r = _add(a, history_at, "--new-cluster", "--create")
+    # 3 sizes of the all-reduce and 2 figures of the training run, each at 4 and 8 nodes
+    assert "kept its 10 predictions" in r.stdout, r.stdout
+    r = _add(b, history_at)
+    assert "measured 5 stored predictions" in r.stdout, r.stdout
+    rows, out = _listed(history_at)
+    expected = _expected(a, b)
+    assert set(rows) == set(expected), out
+    for (key, metric), (value, low, high, measured) in expected.items():
+        cells = rows[key, metric]
+        assert cells[0] == "1" and cells[5] == "2", out  # predicted by run 1, measured by run 2
+        assert _number(cells[3]) == pytest.approx(value, rel=1e-3)
+        assert _number(cells[6]) == pytest.approx(measured, rel=1e-3)
+        assert cells[7] == f"{value / measured - 1:+.1%}", out
+        inside = (low is None or low <= measured) and (high is None or measured <= high)
+        assert cells[8] == ("yes" if inside else "NO"), out
+    # per metric: how many were measured, and the median of their errors
+    busbw = [abs(v / m - 1) for (_, metric), (v, _, _, m) in expected.items() if metric == "busbw_gbps"]
+    assert f"busbw_gbps: 3 of 6 predictions measured, median |error| {statistics.median(busbw):.1%}" in out, out
+    assert "5 not measured by a later run yet (--all lists them)" in out, out
+    every, out = _listed(history_at, "--all")
+    assert len(every) == 10 and all(every[k][5:] == ["-"] * 4 for k in every if ", 8x1," in k[0]), out
+
+
+def test_predictions_follow_their_runs_when_added_out_of_order_removed_and_copied(scaling_run, tmp_path):
+    db = str(tmp_path / "h.sqlite")
+    a = _predicting(scaling_run, tmp_path)
+    b = _later(a, tmp_path)
+    _add(b, db, "--new-cluster", "--create")
+    r = _add(a, db)  # ran before b, added after it: b measures it all the same
+    assert "kept its 10 predictions" in r.stdout and "measured 5 stored predictions" in r.stdout, r.stdout
+    before, _ = _listed(db)
+    assert len(before) == 5
+    bench("history", "remove", "1", "--db", db)  # b: what it measured is unmeasured again
+    rows, out = _listed(db)
+    assert not rows and "busbw_gbps: 0 of 6 predictions measured" in out, out
+    r = _add(b, db)
+    assert "measured 5 stored predictions" in r.stdout, r.stdout
+    after, _ = _listed(db)
+    assert {k: v[3:5] + v[6:] for k, v in after.items()} == {k: v[3:5] + v[6:] for k, v in before.items()}
+    copied = str(tmp_path / "copy.sqlite")
+    r = bench("history", "copy", db, copied)
+    assert "predictions 10" in r.stdout, r.stdout
+    there, _ = _listed(copied)  # the copy's ids are its own; the figures and who measured them stay
+    assert {k: v[3:5] + v[6:] for k, v in there.items()} == {k: v[3:5] + v[6:] for k, v in after.items()}
+
+
+def test_a_run_of_other_parameters_does_not_measure_a_prediction(scaling_run, tmp_path):
+    """The training predictions made of a batch of 16 images a rank: a run of 8 measures none."""
+    db = str(tmp_path / "h.sqlite")
+    a = _predicting(scaling_run, tmp_path)
+    result = json.loads((a / "predict.json").read_text())
+    (train,) = result["training"]
+    train["params"] = train["params"].replace('"batch_size":8', '"batch_size":16')
+    assert '"batch_size":16' in train["params"]
+    (a / "predict.json").write_text(json.dumps(result))
+    _add(a, db, "--new-cluster", "--create")
+    r = _add(_later(a, tmp_path), db)
+    assert "measured 3 stored predictions" in r.stdout, r.stdout  # the all-reduce's alone
+    rows, _ = _listed(db)
+    assert {metric for _, metric in rows} == {"busbw_gbps"}
+
+
+def test_a_what_if_is_not_kept_and_one_added_since_is(scaling_run, tmp_path):
+    db = str(tmp_path / "h.sqlite")
+    a = _predicting(scaling_run, tmp_path, "--set", "network_gbps_per_node=0.2:0.4", "--set", "nics_per_node=1:1")
+    r = _add(a, db, "--new-cluster", "--create")
+    assert "predicts other hardware (bench predict --set): not kept" in r.stdout and "kept its" not in r.stdout
+    r = bench("predict", str(a), "--nodes", "8", "--out", str(a / "predict.json"))
+    r = _add(a, db)  # the same run: nothing else is added, and the predictions made since are kept
+    assert "nothing added" in r.stdout and "kept its 5 predictions" in r.stdout, r.stdout
+    r = _add(a, db)
+    assert "kept its" not in r.stdout, r.stdout  # once
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        (
+            lambda d: d.update(measured_nodes=[1, 2, 3]),
+            "made from runs of 1, 2, 3 nodes, and this run measured 1, 2, 3, 4",
+        ),
+        (lambda d: d["collectives"][0].update(size_bytes="4M"), "has size_bytes '4M' where a whole number was"),
+        (lambda d: d["training"][0]["predictions"][0].update(step_time_ms="fast"), "has step_time_ms 'fast'"),
+        (lambda d: d["training"][0].pop("params"), "has no params (text or null)"),
+        (lambda d: d["collectives"][0].update(launcher="a\nb"), "has launcher 'a\\nb' where a name was expected"),
+        (lambda d: d.update(training={}), "has no list of objects 'training'"),
+    ],
+)
+def test_a_predict_json_not_of_this_run_is_refused_and_nothing_is_added(scaling_run, tmp_path, change, words):
+    db = str(tmp_path / "h.sqlite")
+    a = _predicting(scaling_run, tmp_path)
+    result = json.loads((a / "predict.json").read_text())
+    change(result)
+    (a / "predict.json").write_text(json.dumps(result))
+    r = _add(a, db, "--new-cluster", "--create", ok=False)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(a / "predict.json") in lines[0] and words in lines[0], r.stderr
+    assert "Traceback" not in r.stderr and not r.stdout.strip()
+    assert not (tmp_path / "h.sqlite").exists()  # refused before the history is created
+
+
+def test_a_predict_json_that_is_not_json_is_refused(scaling_run, tmp_path):
+    a = _predicting(scaling_run, tmp_path)
+    (a / "predict.json").write_text("{" + "x" * 10)
+    r = _add(a, str(tmp_path / "h.sqlite"), "--new-cluster", "--create", ok=False)
+    assert re.search(r"predict\.json cannot be read as JSON", r.stderr) and len(r.stderr.splitlines()) == 1, r.stderr
