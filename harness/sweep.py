@@ -19,7 +19,7 @@ from harness.collect.summary import to_frame, write_summary
 from harness.config.cluster_profile import DEFAULT_PROFILE, ClusterProfile
 from harness.config.fields import FieldError, build, check_time
 from harness.config.spec import Sweep
-from harness.errors import PlanError, SlurmError, UsageError, shown
+from harness.errors import HistoryError, PlanError, SlurmError, UsageError, shown
 from harness.executors import Executor
 from harness.present.plot import draw_all
 from harness.present.tables import print_jobs, print_plan, print_results, transport_mismatches
@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     import pandas as pd
     from rich.console import Console
 
+    from harness.analysis.store import Location
+
 
 def start(
     sweep: Sweep,
@@ -42,16 +44,19 @@ def start(
     console: Console,
     dry_run: bool = False,
     yes: bool = False,
+    history: Location | None = None,
 ) -> int:
     """Plan `sweep` into the new run directory `out` and run it (or only write it, with
-    dry_run). A batch executor's cost is shown first, and a large one must be confirmed (yes
+    dry_run). A batch executor's cost is shown first, its training rates from the profile's
+    cluster's predictions in `history` where it has them, and a large one must be confirmed (yes
     answers for the user). The exit status: 0 when every job completed, 1 when some did not."""
     if not dry_run:
         check_passthrough((*sweep.env_passthrough, *(profile.env_passthrough if profile else ())))
     sweep, jobs = planned(sweep, sweep_file, kind, profile)
     kind.preflight(out, "--out", profile, _warn(console))
     if kind.batch:
-        confirm(cost.estimate(jobs, profile), profile or DEFAULT_PROFILE, console, dry_run=dry_run, yes=yes)
+        known = known_rates(history, profile, console)
+        confirm(cost.estimate(jobs, profile, known), profile or DEFAULT_PROFILE, console, dry_run=dry_run, yes=yes)
     run, created = claim(out)
     executor = kind.create(run, sweep.timeout_s, profile)
     with locked(run):  # held from before the first file is written to the end of the sweep
@@ -87,7 +92,7 @@ def _warn(console: Console) -> Callable[[str], None]:
     return lambda message: console.print(f"[yellow]warning:[/] {shown(message)}", soft_wrap=True)
 
 
-def resume(run: RunDir, console: Console, yes: bool = False) -> int:
+def resume(run: RunDir, console: Console, yes: bool = False, history: Location | None = None) -> int:
     """Go on with the plan saved in `run`, with the executor and cluster profile it names. The
     jobs it will submit cost what a new sweep of them would, so a batch executor's are confirmed
     the same way (--yes answers; a dry run's plan submits every job of the sweep)."""
@@ -106,7 +111,8 @@ def resume(run: RunDir, console: Console, yes: bool = False) -> int:
         # (a job with an id still in Slurm is tracked, not submitted again)
         rows = [(j, saved[j.name]) for j in jobs]
         to_run = [j for j, r in rows if r.state != COMPLETED and (r.job_id is None or r.state in FINAL_STATES)]
-        confirm(cost.estimate(to_run, profile), profile or DEFAULT_PROFILE, console, dry_run=False, yes=yes)
+        known = known_rates(history, profile, console)
+        confirm(cost.estimate(to_run, profile, known), profile or DEFAULT_PROFILE, console, dry_run=False, yes=yes)
     executor = kind.create(run, _recorded_timeout(run, plan), profile)
     console.print(f"executor: {executor.name} (from the plan in {run.path})")
     with locked(run):
@@ -125,6 +131,21 @@ def _recorded_timeout(run: RunDir, plan: dict) -> float:
     except FieldError as exc:
         raise RunDirError(f"{run.plan_file}: malformed plan: {exc.key} {exc}") from None
     return float(value)
+
+
+def known_rates(history: Location | None, profile: ClusterProfile | None, console: Console) -> list[cost.KnownRate]:
+    """The training rates the history holds for the profile's cluster (harness/analysis/predicted.py),
+    newest first; none without a profile. A history that cannot be read is said, and the
+    estimate takes its defaults: it is an estimate, and the sweep does not depend on it."""
+    if history is None or profile is None:
+        return []
+    from harness.analysis import predicted
+
+    try:
+        return predicted.rates(history, profile.name)
+    except HistoryError as exc:
+        console.print(f"note: the cost estimate takes no rate from the history: {exc}", markup=False, soft_wrap=True)
+        return []
 
 
 def confirm(cost: Cost, profile: ClusterProfile, console: Console, *, dry_run: bool, yes: bool) -> None:

@@ -12,7 +12,8 @@ step time and throughput per GPU) with its 95% interval. Then, in the same trans
   after it, oldest first (a run added out of order).
 
 A prediction of other hardware (`bench predict --set`) is not kept: no run of this cluster
-could measure it.
+could measure it. A sweep's cost estimate takes its training rates from what is kept (rates(),
+harness/run/cost.py, docs/concepts/cost.md).
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ from benchmarks.catalog import COLLECTIVE_WORKLOAD, UNITS
 from benchmarks.results import NotARegularFile, read_regular
 from harness.analysis.predict import STATED
 from harness.analysis.sides import KEYS, key_texts
-from harness.analysis.store import Connection, Location, admit_cluster, session
+from harness.analysis.store import SQLITE, Connection, Location, admit_cluster, located, session
 from harness.errors import HistoryError
+from harness.run.cost import KnownRate
 from harness.run.rundir import COMPLETED, RUN_FILE_LIMIT
 
 if TYPE_CHECKING:
@@ -268,6 +270,56 @@ def judged(db: Location, cluster: str) -> list[Judged]:
             )
         out.append(
             Judged(run_id, label, key, metric, value, low, high, got, (by, by_label) if by is not None else None)
+        )
+    return out
+
+
+def rates(db: Location, cluster: str) -> list[KnownRate]:
+    """Each training series' rate per GPU at each node count the cluster's runs predicted, newest
+    predicting run first: what the first later run measured where one has, else the prediction.
+    None from a history that does not exist (nothing is created to say so) or does not know the
+    cluster: the cost estimate then takes its defaults."""
+    db = located(db)
+    if db.kind == SQLITE and not db.path.is_file():
+        return []
+    with session(db) as con:
+        if not con.execute("SELECT 1 FROM runs WHERE cluster = ? LIMIT 1", (cluster,)).fetchone():
+            return []
+        rows = con.execute(
+            "SELECT p.series, p.nodes, p.params, p.value, p.measured, r.id, r.label FROM predictions p "
+            "JOIN runs r ON r.id = p.run_id WHERE r.cluster = ? AND p.metric IN (?, ?) AND p.params IS NOT NULL "
+            "ORDER BY r.created DESC, r.id DESC",
+            (cluster, *(f"{u}_per_s_per_gpu" for u in dict.fromkeys(UNITS.values()))),
+        ).fetchall()
+    out = []
+    for series, nodes, params, value, measured, run_id, label in rows:
+        parts = series.split(", ") if isinstance(series, str) else []
+        what, shape = (parts[0].split(" "), parts[1].split("x")) if len(parts) == 4 else ([], [])
+        figure = measured if measured is not None else value
+        if len(what) != 2 or len(shape) != 2 or not all(s.isdigit() for s in shape) or not _figure(figure):
+            continue  # not a training series bench words, or a damaged figure: no rate is better than a wrong one
+        try:
+            stated = json.loads(params)
+        except (TypeError, ValueError):
+            continue
+        run = f"run {run_id}" + (f" ({label})" if label else "")
+        source = (
+            f"measured at {nodes} nodes, as {run} predicted"
+            if measured is not None
+            else f"predicted at {nodes} nodes by {run}"
+        )
+        out.append(
+            KnownRate(
+                what[0],
+                what[1],
+                int(nodes),
+                int(shape[1]),
+                parts[2],
+                parts[3],
+                stated,
+                float(figure),
+                f"({source} of cluster {cluster})",
+            )
         )
     return out
 

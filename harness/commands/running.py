@@ -13,7 +13,15 @@ from benchmarks.catalog import PROBES, WORKLOADS
 from harness import executors, sweep
 from harness.collect.gather import WORKER_JOBS, collect
 from harness.collect.summary import read_summary, write_summary
-from harness.commands.shared import EXECUTOR_HELP, chosen_executor, new_console, positive_int, results_root
+from harness.commands.shared import (
+    DB_HELP,
+    EXECUTOR_HELP,
+    chosen_executor,
+    history_db,
+    new_console,
+    positive_int,
+    results_root,
+)
 from harness.config.fields import SHIPPED
 from harness.config.spec import MATRIX_AXES
 from harness.config.sweepfile import load_sweep
@@ -58,7 +66,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 "--resume DIR continues the plan saved in DIR; it takes no sweep file, "
                 "--set, --only, --max-nodes, --repeat, --out, --cluster or --dry-run"
             )
-        return sweep.resume(RunDir(args.resume), console, yes=args.yes)
+        return sweep.resume(RunDir(args.resume), console, yes=args.yes, history=history_db(args))
 
     kind, profile = chosen_executor(args, console, profile_on_dry_run=False)
     sweep_path = Path(args.sweep) if args.sweep else SHIPPED / kind.default_sweep
@@ -72,7 +80,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             f"--set launchers=[{','.join(kind.launchers)}]"
         )
     out = Path(args.out) if args.out else sweep.default_run_dir(spec, results_root())
-    return sweep.start(spec, sweep_path, kind, profile, out, console, dry_run=args.dry_run, yes=args.yes)
+    return sweep.start(
+        spec, sweep_path, kind, profile, out, console, dry_run=args.dry_run, yes=args.yes, history=history_db(args)
+    )
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
@@ -150,6 +160,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "confirm_above_node_hours)",
     )
     s.add_argument("--dry-run", action="store_true", help="write and print the plan, run nothing")
+    s.add_argument(
+        "--db",
+        help=DB_HELP + "; the cost estimate takes each training job's rate from the profile's cluster's predictions "
+        "there (bench predict, then history add) where it has one at the job's node count",
+    )
     s.add_argument(
         "--set",
         dest="overrides",

@@ -11,8 +11,9 @@ sweeps.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from benchmarks.catalog import (
     COLLECTIVE_WORKLOAD,
@@ -65,6 +66,23 @@ CPU_TFLOPS = 0.0065
 ASSUMED = Hardware(network_gbps_per_node=8 * 46.0, nics_per_node=8, intra_node_gbps_per_gpu=230.0)
 CPU_BUSBW_GBPS = 0.11
 LATENCY_S = {"cuda": 30e-6, "cpu": 300e-6}
+
+
+@dataclass(frozen=True)
+class KnownRate:
+    """One GPU's rate (images/s, or the transformer's tokens/s) in a training series at a node
+    count, from the cluster's history (harness/analysis/predicted.py): what a later run measured
+    of a prediction, else the prediction; and where it came from."""
+
+    workload: str
+    scaling: str
+    nodes: int
+    gpus_per_node: int
+    launcher: str
+    nccl_config: str
+    params: Mapping[str, Any]  # the workload's parameters, as the predicting run's results state them
+    per_gpu: float
+    source: str
 
 
 @dataclass(frozen=True)
@@ -141,12 +159,54 @@ def _stated_rate(job: Job, run: WorkloadRun, profile: ClusterProfile | None) -> 
     return None
 
 
-def _images_per_s(job: Job, run: WorkloadRun, device: str, profile: ClusterProfile | None) -> tuple[float, str]:
+def _known_rate(job: Job, run: WorkloadRun, device: str, known: Sequence[KnownRate]) -> KnownRate | None:
+    """The first of `known` (newest first) of the job's series at its node count, made with the
+    workload parameters the job's arguments give (_same_params)."""
+    for k in known:
+        if (k.workload, k.scaling, k.nodes, k.gpus_per_node, k.launcher, k.nccl_config) == (
+            run.workload,
+            run.scaling,
+            job.nodes,
+            job.gpus_per_node,
+            job.launcher,
+            job.nccl_config,
+        ) and _same_params(run, device, k.params):
+            return k
+    return None
+
+
+def _same_params(run: WorkloadRun, device: str, params: Mapping[str, Any]) -> bool:
+    """Whether a result's parameters (harness/collect/gather.py, compared_params) are what the
+    workload's arguments ask for: the model and image size (the transformer: its shape and
+    parallelism), the batch its scaling holds fixed, and the precision (--amp auto: off on a CPU,
+    and on a GPU whichever it chose but off)."""
+    a = _args(run)
+    fixed = ("global_batch", "--global-batch") if run.scaling == "strong" else ("batch_size", "--batch-size")
+    amp, stated = a.get("--amp", "auto"), params.get("amp")
+    if amp == "auto":
+        amp_same = stated == "off" if device == "cpu" else stated not in (None, "off")
+    else:
+        amp_same = stated == amp
+    if run.workload == "transformer":
+        shape = _shape(a)
+        wanted: dict[str, Any] = {k: getattr(shape, k) for k in ("layers", "width", "heads", "seq_len", "vocab")}
+        wanted["parallel"] = a.get("--parallel", "ddp")
+    else:
+        wanted = {"model": a.get("--model", "resnet50"), "image_size": int(a.get("--image-size", "224"))}
+    wanted[fixed[0]] = int(a[fixed[1]]) if fixed[1] in a else None
+    return amp_same and all(params.get(k) == v for k, v in wanted.items())
+
+
+def _images_per_s(
+    job: Job, run: WorkloadRun, device: str, profile: ClusterProfile | None, known: Sequence[KnownRate]
+) -> tuple[float, str]:
     """The rate of one rank, and where it came from."""
     if stated := _stated_rate(job, run, profile):
         return stated, STATED
     a = _args(run)
     model, size = a.get("--model", "resnet50"), int(a.get("--image-size", "224"))
+    if k := _known_rate(job, run, device, known):
+        return k.per_gpu, f"{model} at {size} px, {k.per_gpu:,.0f} img/s per {_rank(device)} {k.source}"
     amp = a.get("--amp", "auto") != "off"
     base = RESNET50_IMAGES_PER_S["cpu" if device == "cpu" else ("cuda-amp" if amp else "cuda-fp32")]
     rate = base * MODEL_GFLOPS["resnet50"] / MODEL_GFLOPS.get(model, MODEL_GFLOPS["resnet50"]) * (224 / size) ** 2
@@ -156,13 +216,27 @@ def _images_per_s(job: Job, run: WorkloadRun, device: str, profile: ClusterProfi
     return rate, f"{model} at {size} px, {rate:,.0f} img/s {where}"
 
 
-def _tokens_per_s(job: Job, run: WorkloadRun, device: str, profile: ClusterProfile | None) -> tuple[float, str]:
+def _shape(a: Mapping[str, str]) -> Shape:
+    """The transformer's shape its arguments give: the preset's, each flag given in its place."""
+    base = PRESETS[a.get("--preset", "small")]
+    return Shape(**{k: int(a.get(f"--{k.replace('_', '-')}", getattr(base, k))) for k in vars(base)})
+
+
+def _rank(device: str) -> str:
+    return "CPU rank of one thread" if device == "cpu" else "GPU"
+
+
+def _tokens_per_s(
+    job: Job, run: WorkloadRun, device: str, profile: ClusterProfile | None, known: Sequence[KnownRate]
+) -> tuple[float, str]:
     """The transformer's rate of one rank in tokens/s, and where it came from."""
     if stated := _stated_rate(job, run, profile):
         return stated, STATED
     a = _args(run)
-    base = PRESETS[a.get("--preset", "small")]
-    shape = Shape(**{k: int(a.get(f"--{k.replace('_', '-')}", getattr(base, k))) for k in vars(base)})
+    shape = _shape(a)
+    if k := _known_rate(job, run, device, known):
+        described = f"a decoder of {decoder_params(shape) / 1e6:.1f}M parameters"
+        return k.per_gpu, f"{described}, {k.per_gpu:,.0f} tokens/s per {_rank(device)} {k.source}"
     flops = flops_per_token(decoder_params(shape), shape)
     if device == "cpu":
         tflops, where = CPU_TFLOPS, "per CPU rank of one thread"
@@ -176,7 +250,9 @@ def _tokens_per_s(job: Job, run: WorkloadRun, device: str, profile: ClusterProfi
     return rate, f"a decoder of {decoder_params(shape) / 1e6:.1f}M parameters, {rate:,.0f} tokens/s {where}"
 
 
-def _training_s(job: Job, run: WorkloadRun, device: str, profile: ClusterProfile | None) -> tuple[float, str]:
+def _training_s(
+    job: Job, run: WorkloadRun, device: str, profile: ClusterProfile | None, known: Sequence[KnownRate]
+) -> tuple[float, str]:
     a = _args(run)
     steps = int(a["--steps"]) + int(a.get("--warmup-steps", "0"))
     free = int(a.get("--sync-free-steps", "0"))
@@ -185,15 +261,16 @@ def _training_s(job: Job, run: WorkloadRun, device: str, profile: ClusterProfile
     )  # and one untimed; one rank runs none (docs/concepts/breakdown.md)
     batch = int(a["--batch-size"]) if run.scaling == "weak" else int(a["--global-batch"]) // job.world_size
     if run.workload == "transformer":  # a batch of sequences, counted in tokens
-        rate, source = _tokens_per_s(job, run, device, profile)
+        rate, source = _tokens_per_s(job, run, device, profile, known)
         base = PRESETS[a.get("--preset", "small")]
         return steps * batch * int(a.get("--seq-len", base.seq_len)) / rate, source
-    rate, source = _images_per_s(job, run, device, profile)
+    rate, source = _images_per_s(job, run, device, profile, known)
     return steps * batch / rate, source
 
 
-def job_seconds(job: Job, profile: ClusterProfile | None) -> tuple[float, set[str]]:
-    """The estimated run time of one job, at most its time limit, and the rates it assumed."""
+def job_seconds(job: Job, profile: ClusterProfile | None, known: Sequence[KnownRate] = ()) -> tuple[float, set[str]]:
+    """The estimated run time of one job, at most its time limit, and the rates it assumed;
+    `known`: the cluster's history's rates, newest first, taken where the profile states none."""
     device = "cpu" if job.device == "cpu" else "cuda"
     seconds, sources = 0.0, set()
     for run in job.runs:
@@ -201,25 +278,27 @@ def job_seconds(job: Job, profile: ClusterProfile | None) -> tuple[float, set[st
         if run.workload == COLLECTIVE_WORKLOAD:
             seconds += _collective_s(job, run, device, profile)
         else:
-            took, source = _training_s(job, run, device, profile)
+            took, source = _training_s(job, run, device, profile, known)
             seconds += took
             sources.add(source)
     return min(seconds, job.time_limit_min * 60), sources
 
 
-def estimate(jobs: Iterable[Job], profile: ClusterProfile | None) -> Cost:
+def estimate(jobs: Iterable[Job], profile: ClusterProfile | None, known: Sequence[KnownRate] = ()) -> Cost:
     jobs = list(jobs)
     bound = sum(j.nodes * j.time_limit_min / 60 for j in jobs)
     bound_gpu = sum(j.world_size * j.time_limit_min / 60 for j in jobs)
     node_s = gpu_s = 0.0
     sources: set[str] = set()
-    # A job's estimate depends on its matrix point, not its name or replicate: one per point.
-    known: dict[tuple, tuple[float, set[str]]] = {}
+    # A job's estimate depends on its matrix point, not its name or replicate: one per point (and
+    # per launcher and settings set where the history gives rates: they are a series' own).
+    estimated: dict[tuple, tuple[float, set[str]]] = {}
     for job in jobs:
-        point = (job.nodes, job.gpus_per_node, job.device, job.runs, job.time_limit_min)
-        if point not in known:
-            known[point] = job_seconds(job, profile)
-        seconds, used = known[point]
+        series = (job.launcher, job.nccl_config) if known else ()
+        point = (job.nodes, job.gpus_per_node, job.device, job.runs, job.time_limit_min, *series)
+        if point not in estimated:
+            estimated[point] = job_seconds(job, profile, known)
+        seconds, used = estimated[point]
         node_s += job.nodes * seconds
         gpu_s += job.world_size * seconds
         sources |= used

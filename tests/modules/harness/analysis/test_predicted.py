@@ -12,7 +12,7 @@ import statistics
 
 import pandas as pd
 import pytest
-from conftest import bench, copy_run, planned_later
+from conftest import SWEEPS, bench, copy_run, planned_later
 
 pytestmark = pytest.mark.slow
 
@@ -200,3 +200,50 @@ def test_a_predict_json_that_is_not_json_is_refused(scaling_run, tmp_path):
     (a / "predict.json").write_text("{" + "x" * 10)
     r = _add(a, str(tmp_path / "h.sqlite"), "--new-cluster", "--create", ok=False)
     assert re.search(r"predict\.json cannot be read as JSON", r.stderr) and len(r.stderr.splitlines()) == 1, r.stderr
+
+
+def _profile(tmp_path):
+    """The testbed's profile under the cluster name the history knows."""
+    text = (SWEEPS / "clusters" / "testbed.yaml").read_text().replace("name: testbed", f"name: {CLUSTER}")
+    (tmp_path / "tb.yaml").write_text(text)
+    return tmp_path / "tb.yaml"
+
+
+def _cost_line(tmp_path, db, *sets: str) -> str:
+    """The cost estimate's second line of a Slurm dry run of the scaling run's sweep on 8 nodes."""
+    args = ("--set", "nodes=[8]", "--set", "max_nodes=8", "--set", "gpus_per_node=[1]", "--set", "launchers=[torchrun]")
+    args += ("--set", "workloads.allreduce=false", "--set", "workloads.real=false")
+    args += ("--set", "workloads.synthetic.scaling=[weak]", "--set", "workloads.synthetic.image_size=32", *sets)
+    out = tmp_path / f"dry{len(list(tmp_path.glob('dry*')))}"
+    r = bench(
+        "sweep", "sweeps/local.yaml", "--executor", "slurm", "--cluster", str(_profile(tmp_path)), "--dry-run",
+        "--db", db, "--out", str(out), *args,
+    )  # fmt: skip
+    (line,) = [x for x in r.stdout.splitlines() if "estimated from the workloads' step counts" in x]
+    return line + "\n" + r.stdout
+
+
+def test_a_sweeps_cost_takes_the_clusters_prediction_at_its_node_count(scaling_run, tmp_path):
+    db = str(tmp_path / "h.sqlite")
+    a = _predicting(scaling_run, tmp_path)
+    _add(a, db, "--new-cluster", "--create")
+    (train,) = json.loads((a / "predict.json").read_text())["training"]
+    (at8,) = [p for p in train["predictions"] if p["nodes"] == 8]
+    line = _cost_line(tmp_path, db)
+    rate = (
+        f"{at8['per_gpu']:,.0f} img/s per CPU rank of one thread (predicted at 8 nodes by run 1 of cluster {CLUSTER})"
+    )
+    assert f"resnet18 at 32 px, {rate}" in line, line
+    # a batch of 16 a rank was never predicted: the default rate
+    line = _cost_line(tmp_path, db, "--set", "workloads.synthetic.batch_size=16")
+    assert "predicted" not in line and "per CPU rank of one thread (docs/concepts/cost.md)" in line, line
+    # 4 nodes, once a later run has measured them: what it measured
+    _add(_later(a, tmp_path), db)
+    b = pd.read_parquet(tmp_path / "b" / "summary.parquet")
+    (measured,) = b[(b["workload"] == "synthetic") & (b["nodes"] == 4)]["images_per_s_per_gpu"]
+    line = _cost_line(tmp_path, db, "--set", "nodes=[4]")
+    assert f"{measured:,.0f} img/s per CPU rank of one thread (measured at 4 nodes, as run 1 predicted" in line, line
+    # a history that is not one: said, and the defaults taken
+    (tmp_path / "not.sqlite").write_text("not a database")
+    line = _cost_line(tmp_path, str(tmp_path / "not.sqlite"))
+    assert "note: the cost estimate takes no rate from the history:" in line and "predicted" not in line.splitlines()[0]
