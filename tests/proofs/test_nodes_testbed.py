@@ -25,7 +25,7 @@ import json
 import time
 
 import pytest
-from conftest import NODES, SLURM_ENV, SWEEPS, TESTBED, bench, no_eth0_on, read_json, run, sacct_rows, shape
+from conftest import SLURM_ENV, SWEEPS, bench, no_eth0_on, read_json, run, sacct_rows, shape
 
 PROFILE = SWEEPS / "clusters" / "testbed.yaml"
 CHECK = ("nodes", "--executor", "slurm", "--cluster", str(PROFILE), "--device", "cpu", "--bytes", "4M")
@@ -40,25 +40,13 @@ ACCEPT_REFERENCE = (
 
 
 @pytest.fixture(scope="module")
-def eight(testbed):
-    """The session's testbed again with 8 nodes; as it was (NODES) afterwards."""
-    run([str(TESTBED), "down"], timeout=300)
-    try:
-        run([str(TESTBED), "up", "--nodes", "8"], timeout=900)
-        yield testbed
-    finally:
-        run([str(TESTBED), "down"], timeout=300)
-        run([str(TESTBED), "up", "--nodes", str(NODES)], timeout=900)
-
-
-@pytest.fixture(scope="module")
-def checks(eight, tmp_path_factory):
+def checks(eight_nodes, tmp_path_factory):
     root = tmp_path_factory.mktemp("nodes")
     out = {}
 
     def check(name, *args, command=CHECK):
         start = time.monotonic()
-        r = bench(*command, "--out", str(root / name), *args, check=False, timeout=900, env=eight)
+        r = bench(*command, "--out", str(root / name), *args, check=False, timeout=900, env=eight_nodes)
         out[name] = (r, root / name, time.monotonic() - start)
         print(f"\n{name}: exit {r.returncode} in {out[name][2]:.1f} s\n{r.stdout[-3000:]}")
 

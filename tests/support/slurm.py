@@ -138,6 +138,18 @@ def testbed():
         run([str(TESTBED), "down"], timeout=300)
 
 
+@pytest.fixture(scope="module")
+def eight_nodes(testbed):
+    """The session's testbed again with 8 nodes, for one module; as it was (NODES) afterwards."""
+    run([str(TESTBED), "down"], timeout=300)
+    try:
+        run([str(TESTBED), "up", "--nodes", "8"], timeout=900)
+        yield testbed
+    finally:
+        run([str(TESTBED), "down"], timeout=300)
+        run([str(TESTBED), "up", "--nodes", str(NODES)], timeout=900)
+
+
 def shape(*args: str) -> None:
     """`testbed shape ARGS`: tc on the emulated nodes' links."""
     run([str(TESTBED), "shape", *args])
