@@ -120,6 +120,19 @@ def batch_at(first: Any, nodes: int) -> float:
     return float(first["batch_size"])
 
 
+def units_per_item(first: Any) -> float:
+    """What one item of a batch counts in its unit (UNIT_COLUMNS): an image is one image; a
+    transformer's sequence is seq_len tokens (the summary's params state it; NaN where they do not)."""
+    if UNIT_COLUMNS[str(first["workload"])] != "tokens":
+        return 1.0
+    import json
+
+    try:
+        return float(json.loads(first["params"])["seq_len"])
+    except (TypeError, ValueError, KeyError):  # a summary from before params were stated: no rate
+        return math.nan
+
+
 def predict_training(
     summary: pd.DataFrame,
     fits: dict[tuple[Any, ...], Fit | str],
@@ -170,12 +183,13 @@ def _series(
     if isinstance(model, str):
         return row | {"note": model, "predictions": [], "validation": None}
     base_nodes = int(first["nodes"])
-    base = batch_at(first, base_nodes) / float(part[part["nodes"] == base_nodes]["step_time_ms"].median()) * 1e3
+    units = units_per_item(first)
+    base = batch_at(first, base_nodes) * units / float(part[part["nodes"] == base_nodes]["step_time_ms"].median()) * 1e3
     preds = []
     for n in targets:
         batch = batch_at(first, n)
         step, low, high = model.predict(n, batch)
-        per_gpu = [batch / (x / 1e3) if x > 0 else math.nan for x in (step, high, low)]
+        per_gpu = [batch * units / (x / 1e3) if x > 0 else math.nan for x in (step, high, low)]
         preds.append(
             {"nodes": n, "step_time_ms": step, "step_low_ms": low, "step_high_ms": high}
             | dict(zip(("per_gpu", "per_gpu_low", "per_gpu_high"), per_gpu, strict=True))

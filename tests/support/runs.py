@@ -105,6 +105,26 @@ def scaling_run(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def fsdp_scaling_run(tmp_path_factory):
+    """A local sweep on 2 to 4 emulated nodes of 1 gloo rank: the all-gather and reduce-scatter at
+    64K to 1M, and a transformer of a few thousand parameters under FSDP2, weak: what `bench
+    predict` fits an FSDP step from. Read by tests/modules/harness/commands/test_planning.py."""
+    root = tmp_path_factory.mktemp("fsdp-scaling")
+    sweep = root / "s.yaml"
+    sweep.write_text(
+        "name: fsdp-scaling\ndevice: cpu\nbackend: gloo\nnodes: [2, 3, 4]\ngpus_per_node: [1]\nlaunchers: [torchrun]\n"
+        "env: {OMP_NUM_THREADS: '1'}\ntimeout_s: 180\nworkloads:\n"
+        "  allreduce: {min_bytes: 64K, max_bytes: 1M, step_factor: 4, iters: 5, warmup_iters: 1, link_bytes: 0,"
+        " collectives: [all_gather, reduce_scatter]}\n"
+        "  transformer: {layers: 2, width: 32, heads: 4, seq_len: 16, vocab: 64, parallel: fsdp,"
+        " scaling: [weak], batch_size: 2, steps: 3, warmup_steps: 1, sync_free_steps: 1}\n"
+    )
+    out = root / "run"
+    bench("sweep", str(sweep), "--executor", "local", "--out", str(out), timeout=600)
+    return out
+
+
+@pytest.fixture(scope="session")
 def mixed_run(tmp_path_factory):
     """One local sweep of today's traffic: 1 and 2 emulated nodes of 2 gloo ranks, every
     collective of the catalog at 256K on every group the job has, and the transformer (a shape

@@ -111,6 +111,33 @@ def test_what_if_the_network_were_twice_as_fast(scaling_run, tmp_path):
     assert "what if: network_gbps_per_node 0.025 -> 0.05, nics_per_node 1 -> 1; it assumes" in r.stdout
 
 
+def test_an_fsdp_step_is_predicted_from_its_all_gathers_and_reduce_scatters(fsdp_scaling_run, tmp_path):
+    """The transformer under FSDP on 2 to 4 nodes: its step sends what the result states, the
+    all-gathers and reduce-scatters of its own sweep, each fitted, and is predicted at 8 nodes,
+    validated at 4 from 2 and 3."""
+    out = tmp_path / "p.json"
+    r = bench("predict", str(fsdp_scaling_run), "--nodes", "8", "--out", str(out))
+    result = json.loads(out.read_text())
+    assert {row["collective"] for row in result["collectives"] if row["predictions"]} == {
+        "all_gather",
+        "reduce_scatter",
+    }
+    (train,) = result["training"]
+    assert (train["workload"], train["unit"], train["note"]) == ("transformer", "tokens", None), r.stdout
+    summary = pd.read_csv(fsdp_scaling_run / "summary.csv")
+    first = summary[summary["workload"] == "transformer"].sort_values("nodes").iloc[0]
+    assert first["step_all_gather_bytes"] > 0 and first["step_reduce_scatter_bytes"] > 0
+    assert train["traffic_bytes"] == {
+        "all_gather": first["step_all_gather_bytes"],
+        "reduce_scatter": first["step_reduce_scatter_bytes"],
+    }
+    (p,) = train["predictions"]
+    assert p["nodes"] == 8 and p["step_low_ms"] < p["step_time_ms"] < (p["step_high_ms"] or math.inf), r.stdout
+    assert p["per_gpu"] == pytest.approx(2 * 16 / (p["step_time_ms"] / 1e3))  # 2 sequences of 16 tokens a rank
+    v = train["validation"]
+    assert v["fitted_nodes"] == [2, 3] and v["nodes"] == 4 and "inside" in v, v
+
+
 def test_without_two_node_counts_of_two_or_more_nothing_is_judged_and_it_exits_1(real_run, tmp_path):
     """real_run measured 1 and 2 nodes: no fit, and it says why."""
     out = tmp_path / "p.json"
