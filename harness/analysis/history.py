@@ -198,14 +198,13 @@ def add(
     spread = samples_spread(samples) if samples is not None else None
     failed_jobs = [f"{j} {s}" for j, s in zip(not_done["job"], not_done["status"])]
     forecast, unkept = predicted.read(run.path, sorted({int(n) for n in rows["nodes"]}))
-    measures = predicted.measured(rows)
     replaced = None
     with session(db, create=create) as con, con.transaction():
         held = _held(con, fp, payload, cluster, label, run.path, replace)
         if held is not None and not replace:  # predictions made since it was added are kept now
             new = not con.execute("SELECT 1 FROM predictions WHERE run_id = ? LIMIT 1", (held.id,)).fetchone()
             kept = _keep_predictions(con, db, held, forecast) if new else (0, 0)
-            return Added(held, failed_jobs, judged, True, None, *kept, unkept)
+            return Added(held, failed_jobs, judged, existing=True, predictions=kept[0], measured=kept[1], unkept=unkept)
         if held is None:
             admit_cluster(con, cluster, "runs", new_cluster, create)
         else:  # --replace: the run of its identity, under its own cluster, goes out
@@ -245,7 +244,7 @@ def add(
             gate.store(con, run_id, judged)
         entry = Entry(*con.execute(_ENTRY + " WHERE id = ?", (run_id,)).fetchone())
         kept, measured = _keep_predictions(con, db, entry, forecast)
-        measured += predicted.measure_earlier(con, cluster, str(created), measures, fp)
+        measured += predicted.measure_earlier(con, cluster, str(created), lambda: rows, fp)
     return Added(entry, failed_jobs, judged, replaced=replaced, predictions=kept, measured=measured, unkept=unkept)
 
 

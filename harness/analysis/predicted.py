@@ -210,9 +210,18 @@ def measure(con: Connection, of: Measured, fingerprint: str, where: str, params:
     return len(done)
 
 
-def measure_earlier(con: Connection, cluster: str, created: str, of: Measured, fingerprint: str) -> int:
-    """The cluster's predictions made from runs before `created` that `of` measures."""
-    return measure(con, of, fingerprint, "r.cluster = ? AND r.created < ?", (cluster, created))
+def measure_earlier(
+    con: Connection, cluster: str, created: str, rows: Callable[[], pd.DataFrame], fingerprint: str
+) -> int:
+    """The cluster's predictions made from runs before `created` that the run's summary `rows`
+    measures; its rows are read only when some such prediction is still open."""
+    where = "r.cluster = ? AND r.created < ?"
+    if not con.execute(
+        f"SELECT 1 FROM predictions p JOIN runs r ON r.id = p.run_id WHERE p.measured_by IS NULL AND {where} LIMIT 1",
+        (cluster, created),
+    ).fetchone():
+        return 0
+    return measure(con, measured(rows()), fingerprint, where, (cluster, created))
 
 
 def forget(con: Connection, run_id: int, fingerprint: str) -> None:
@@ -277,8 +286,8 @@ def judged(db: Location, cluster: str) -> list[Judged]:
 def rates(db: Location, cluster: str) -> list[KnownRate]:
     """Each training series' rate per GPU at each node count the cluster's runs predicted, newest
     predicting run first: what the first later run measured where one has, else the prediction.
-    None from a history that does not exist (nothing is created to say so) or does not know the
-    cluster: the cost estimate then takes its defaults."""
+    Nothing from a history that does not exist (nothing is created to say so) or does not know
+    the cluster: the cost estimate then takes its defaults."""
     db = located(db)
     if db.kind == SQLITE and not db.path.is_file():
         return []

@@ -20,21 +20,23 @@ CLUSTER = "tb"
 SLOWER = 1.25  # the later run's times against the predicting run's
 
 
-def _predicting(scaling_run, tmp_path, *args: str):
-    """A copy of the 1-4 node run with its predictions at 4 and 8 nodes in its predict.json."""
-    run = tmp_path / "a"
-    shutil.copytree(scaling_run, run, symlinks=True)
-    (run / "predict.json").unlink(missing_ok=True)  # another test's, with other node counts
-    r = bench("predict", str(run), "--nodes", "4,8", "--out", str(run / "predict.json"), *args)
-    assert r.returncode == 0, r.describe()
-    return run
+@pytest.fixture(scope="module")
+def pair(scaling_run, tmp_path_factory):
+    """(a, b): a copy of the 1-4 node run with its predictions at 4 and 8 nodes in its
+    predict.json; the same sweep run later, every time 1.25 times as long, which measures 1 to 4
+    nodes. Read, never changed: a test that changes one works on its own copy (_copy)."""
+    root = tmp_path_factory.mktemp("predicted")
+    a = root / "a"
+    shutil.copytree(scaling_run, a, symlinks=True)
+    (a / "predict.json").unlink(missing_ok=True)  # another test's, with other node counts
+    bench("predict", str(a), "--nodes", "4,8", "--out", str(a / "predict.json"))
+    b = planned_later(copy_run(a, root / "b", time_factor=SLOWER))
+    (b / "predict.json").unlink()  # the predicting run's, not this one's
+    return a, b
 
 
-def _later(run, tmp_path):
-    """The same sweep run later, every time 1.25 times as long: it measures 1 to 4 nodes."""
-    later = planned_later(copy_run(run, tmp_path / "b", time_factor=SLOWER))
-    (later / "predict.json").unlink()  # the predicting run's, not this one's
-    return later
+def _copy(run, tmp_path):
+    return shutil.copytree(run, tmp_path / run.name, symlinks=True)
 
 
 def _add(run, db, *args: str, ok: bool = True):
@@ -90,9 +92,8 @@ def _number(cell: str) -> float | None:
     return None if cell == "-" else float(cell)
 
 
-def test_a_later_run_measures_what_was_predicted_of_its_node_counts(scaling_run, history_at, tmp_path):
-    a = _predicting(scaling_run, tmp_path)
-    b = _later(a, tmp_path)
+def test_a_later_run_measures_what_was_predicted_of_its_node_counts(pair, history_at):
+    a, b = pair
     r = _add(a, history_at, "--new-cluster", "--create")
     # 3 sizes of the all-reduce and 2 figures of the training run, each at 4 and 8 nodes
     assert "kept its 10 predictions" in r.stdout, r.stdout
@@ -117,10 +118,9 @@ def test_a_later_run_measures_what_was_predicted_of_its_node_counts(scaling_run,
     assert len(every) == 10 and all(every[k][5:] == ["-"] * 4 for k in every if ", 8x1," in k[0]), out
 
 
-def test_predictions_follow_their_runs_when_added_out_of_order_removed_and_copied(scaling_run, tmp_path):
+def test_predictions_follow_their_runs_when_added_out_of_order_removed_and_copied(pair, tmp_path):
     db = str(tmp_path / "h.sqlite")
-    a = _predicting(scaling_run, tmp_path)
-    b = _later(a, tmp_path)
+    a, b = pair
     _add(b, db, "--new-cluster", "--create")
     r = _add(a, db)  # ran before b, added after it: b measures it all the same
     assert "kept its 10 predictions" in r.stdout and "measured 5 stored predictions" in r.stdout, r.stdout
@@ -140,25 +140,27 @@ def test_predictions_follow_their_runs_when_added_out_of_order_removed_and_copie
     assert {k: v[3:5] + v[6:] for k, v in there.items()} == {k: v[3:5] + v[6:] for k, v in after.items()}
 
 
-def test_a_run_of_other_parameters_does_not_measure_a_prediction(scaling_run, tmp_path):
+def test_a_run_of_other_parameters_does_not_measure_a_prediction(pair, tmp_path):
     """The training predictions made of a batch of 16 images a rank: a run of 8 measures none."""
     db = str(tmp_path / "h.sqlite")
-    a = _predicting(scaling_run, tmp_path)
+    a = _copy(pair[0], tmp_path)
     result = json.loads((a / "predict.json").read_text())
     (train,) = result["training"]
     train["params"] = train["params"].replace('"batch_size":8', '"batch_size":16')
     assert '"batch_size":16' in train["params"]
     (a / "predict.json").write_text(json.dumps(result))
     _add(a, db, "--new-cluster", "--create")
-    r = _add(_later(a, tmp_path), db)
+    r = _add(pair[1], db)
     assert "measured 3 stored predictions" in r.stdout, r.stdout  # the all-reduce's alone
     rows, _ = _listed(db)
     assert {metric for _, metric in rows} == {"busbw_gbps"}
 
 
-def test_a_what_if_is_not_kept_and_one_added_since_is(scaling_run, tmp_path):
+def test_a_what_if_is_not_kept_and_one_added_since_is(pair, tmp_path):
     db = str(tmp_path / "h.sqlite")
-    a = _predicting(scaling_run, tmp_path, "--set", "network_gbps_per_node=0.2:0.4", "--set", "nics_per_node=1:1")
+    a = _copy(pair[0], tmp_path)
+    what_if = ("--set", "network_gbps_per_node=0.2:0.4", "--set", "nics_per_node=1:1")
+    bench("predict", str(a), "--nodes", "4,8", "--out", str(a / "predict.json"), *what_if)
     r = _add(a, db, "--new-cluster", "--create")
     assert "predicts other hardware (bench predict --set): not kept" in r.stdout and "kept its" not in r.stdout
     r = bench("predict", str(a), "--nodes", "8", "--out", str(a / "predict.json"))
@@ -182,9 +184,9 @@ def test_a_what_if_is_not_kept_and_one_added_since_is(scaling_run, tmp_path):
         (lambda d: d.update(training={}), "has no list of objects 'training'"),
     ],
 )
-def test_a_predict_json_not_of_this_run_is_refused_and_nothing_is_added(scaling_run, tmp_path, change, words):
+def test_a_predict_json_not_of_this_run_is_refused_and_nothing_is_added(pair, tmp_path, change, words):
     db = str(tmp_path / "h.sqlite")
-    a = _predicting(scaling_run, tmp_path)
+    a = _copy(pair[0], tmp_path)
     result = json.loads((a / "predict.json").read_text())
     change(result)
     (a / "predict.json").write_text(json.dumps(result))
@@ -195,8 +197,8 @@ def test_a_predict_json_not_of_this_run_is_refused_and_nothing_is_added(scaling_
     assert not (tmp_path / "h.sqlite").exists()  # refused before the history is created
 
 
-def test_a_predict_json_that_is_not_json_is_refused(scaling_run, tmp_path):
-    a = _predicting(scaling_run, tmp_path)
+def test_a_predict_json_that_is_not_json_is_refused(pair, tmp_path):
+    a = _copy(pair[0], tmp_path)
     (a / "predict.json").write_text("{" + "x" * 10)
     r = _add(a, str(tmp_path / "h.sqlite"), "--new-cluster", "--create", ok=False)
     assert re.search(r"predict\.json cannot be read as JSON", r.stderr) and len(r.stderr.splitlines()) == 1, r.stderr
@@ -223,9 +225,9 @@ def _cost_line(tmp_path, db, *sets: str) -> str:
     return line + "\n" + r.stdout
 
 
-def test_a_sweeps_cost_takes_the_clusters_prediction_at_its_node_count(scaling_run, tmp_path):
+def test_a_sweeps_cost_takes_the_clusters_prediction_at_its_node_count(pair, tmp_path):
     db = str(tmp_path / "h.sqlite")
-    a = _predicting(scaling_run, tmp_path)
+    a, b = pair
     _add(a, db, "--new-cluster", "--create")
     (train,) = json.loads((a / "predict.json").read_text())["training"]
     (at8,) = [p for p in train["predictions"] if p["nodes"] == 8]
@@ -238,9 +240,9 @@ def test_a_sweeps_cost_takes_the_clusters_prediction_at_its_node_count(scaling_r
     line = _cost_line(tmp_path, db, "--set", "workloads.synthetic.batch_size=16")
     assert "predicted" not in line and "per CPU rank of one thread (docs/concepts/cost.md)" in line, line
     # 4 nodes, once a later run has measured them: what it measured
-    _add(_later(a, tmp_path), db)
-    b = pd.read_parquet(tmp_path / "b" / "summary.parquet")
-    (measured,) = b[(b["workload"] == "synthetic") & (b["nodes"] == 4)]["images_per_s_per_gpu"]
+    _add(b, db)
+    later = pd.read_parquet(b / "summary.parquet")
+    (measured,) = later[(later["workload"] == "synthetic") & (later["nodes"] == 4)]["images_per_s_per_gpu"]
     line = _cost_line(tmp_path, db, "--set", "nodes=[4]")
     assert f"{measured:,.0f} img/s per CPU rank of one thread (measured at 4 nodes, as run 1 predicted" in line, line
     # a history that is not one: said, and the defaults taken
