@@ -10,6 +10,7 @@ step's bytes (the result's `traffic`) and `hidden` is fitted from the measured b
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -125,8 +126,6 @@ def units_per_item(first: Any) -> float:
     transformer's sequence is seq_len tokens (the summary's params state it; NaN where they do not)."""
     if UNIT_COLUMNS[str(first["workload"])] != "tokens":
         return 1.0
-    import json
-
     try:
         return float(json.loads(first["params"])["seq_len"])
     except (TypeError, ValueError, KeyError):  # a summary from before params were stated: no rate

@@ -262,8 +262,7 @@ def _training_s(
     batch = int(a["--batch-size"]) if run.scaling == "weak" else int(a["--global-batch"]) // job.world_size
     if run.workload == "transformer":  # a batch of sequences, counted in tokens
         rate, source = _tokens_per_s(job, run, device, profile, known)
-        base = PRESETS[a.get("--preset", "small")]
-        return steps * batch * int(a.get("--seq-len", base.seq_len)) / rate, source
+        return steps * batch * _shape(a).seq_len / rate, source
     rate, source = _images_per_s(job, run, device, profile, known)
     return steps * batch / rate, source
 

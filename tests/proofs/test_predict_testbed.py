@@ -102,8 +102,9 @@ def test_the_history_measures_what_the_first_run_predicted(runs):
     assert "kept its 16 predictions" in runs["adds"][0], runs["adds"][0]
     assert "measured 16 stored predictions" in runs["adds"][1], runs["adds"][1]
     r = bench("history", "predictions", "--cluster", "testbed", "--db", runs["db"])
-    busbw = sorted(abs(e) for _, e, _ in collective_errors(runs))
-    inside = sum(i for *_, i in collective_errors(runs))
+    errors = collective_errors(runs)
+    busbw = sorted(abs(e) for _, e, _ in errors)
+    inside = sum(i for *_, i in errors)
     line = f"busbw_gbps: 12 of 12 predictions measured, median |error| {statistics.median(busbw):.1%}"
     assert f"{line}, largest {busbw[-1]:.1%}, {inside} inside their 95% interval" in r.stdout, r.stdout
     steps = sorted(abs(e) for _, e, _ in step_errors(runs))
