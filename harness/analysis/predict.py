@@ -28,7 +28,7 @@ from harness.analysis.whatif import WhatIf
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["LEVEL", "METHOD", "curve_nodes", "fitted_on", "predictions", "summarise"]
+__all__ = ["LEVEL", "METHOD", "curve_nodes", "fitted_on", "pooled", "predictions", "stated_of", "summarise"]
 
 METHOD = (
     "least squares on relative errors of t(n, S) = a + b*steps(n) + c_S*factor(ranks) over the runs "
@@ -49,15 +49,23 @@ def summarise(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
 
 
 def predictions(
-    summary: pd.DataFrame, targets: list[int] | None, curve: bool = False, what_if: WhatIf | None = None
+    summary: pd.DataFrame,
+    targets: list[int] | None,
+    curve: bool = False,
+    what_if: WhatIf | None = None,
+    borrowed: pd.DataFrame | None = None,
 ) -> dict[str, Any]:
     """Everything `bench predict` states of a run's summary at `targets` (by default 2, 4 and 8
-    times the largest node count measured): predict.json's content; with `curve`, also "curve",
+    times the largest node count fitted): predict.json's content; with `curve`, also "curve",
     the same fits at curve_nodes(), unvalidated, each collective at its largest size: a figure's.
-    With `what_if`, on other hardware: the validation stays the fit's on the hardware measured."""
+    With `what_if`, on other hardware: the validation stays the fit's on the hardware measured.
+    `borrowed`: collective rows of the run's series at other node counts, from its cluster's
+    history (analysis/pooled.py), fitted with the run's own."""
     measured = sorted({int(n) for n in summary["nodes"]})
-    targets = targets or [measured[-1] * k for k in (2, 4, 8)]
-    series = collective_series(summary)
+    fitted_on_rows = pooled(summary, borrowed)
+    fitted = sorted({int(n) for n in fitted_on_rows["nodes"]})
+    targets = targets or [fitted[-1] * k for k in (2, 4, 8)]
+    series = collective_series(fitted_on_rows)
     measured_fits = fit_all(series)
     fits, moved = dict(measured_fits), []
     for key, f in measured_fits.items():
@@ -88,9 +96,9 @@ def predictions(
         moved += [f"{w}: compute x{compute(w):.3g}" for w in workloads if compute and compute(w) != 1]
         out["what_if"] = what_if.describe() | {"moved": sorted(set(moved)) or ["nothing: no term here depends on it"]}
     if curve:
-        at = curve_nodes(measured, targets)
+        at = curve_nodes(fitted, targets)
         out["curve"] = {
-            "measured_nodes": measured,
+            "measured_nodes": fitted,
             "collectives": predict_collectives(series, fits, at, validate=False, largest=True),
             "training": predict_training(summary, measured_fits, at, validate=False, compute=compute, other=fits),
         }
@@ -106,12 +114,23 @@ def stated(summary: pd.DataFrame, rows: list[dict[str, Any]], series: tuple[str,
     """`rows` (each of one series, named by the `series` columns) with STATED of that series'
     completed rows of the summary; null where the rows disagree or do not say."""
     done = summary[summary["status"] == "COMPLETED"]
-    known: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for key, part in done.groupby(list(series), sort=False, dropna=False):
-        values = {c: part[c].dropna().unique() if c in part.columns else [] for c in STATED}
-        known[tuple(plain(key))] = {c: str(v[0]) if len(v) == 1 else None for c, v in values.items()}
+    known = {tuple(plain(key)): stated_of(part) for key, part in done.groupby(list(series), sort=False, dropna=False)}
     nothing = dict.fromkeys(STATED)
     return [row | known.get(tuple(row[c] for c in series), nothing) for row in rows]
+
+
+def stated_of(rows: pd.DataFrame) -> dict[str, str | None]:
+    """STATED of one series' rows: each column's one value, null where they disagree or do not say."""
+    values: dict[str, Any] = {c: rows[c].dropna().unique() if c in rows.columns else [] for c in STATED}
+    return {c: str(v[0]) if len(v) == 1 else None for c, v in values.items()}
+
+
+def pooled(summary: pd.DataFrame, borrowed: pd.DataFrame | None) -> pd.DataFrame:
+    """The run's summary with the rows borrowed from its cluster's history (analysis/pooled.py)
+    after it: what the collectives are fitted on, and the figure draws."""
+    import pandas as pd
+
+    return summary if borrowed is None or borrowed.empty else pd.concat([summary, borrowed], ignore_index=True)
 
 
 def curve_nodes(measured: list[int], targets: list[int]) -> list[int]:

@@ -7,11 +7,17 @@ import argparse
 import json
 import math
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from harness.commands.shared import DB_HELP, history_db
 from harness.errors import UsageError
 from harness.files import inside, user_files
 from harness.run.rundir import RunDir
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from harness.analysis.pooled import Borrowed
 
 PREDICT_FILE = "predict.json"
 MOST_NODES = 100_000
@@ -46,9 +52,13 @@ def cmd_predict(args: argparse.Namespace) -> int:
         cluster = run.read_plan().get("cluster")
         stated = cluster.get("hardware") if isinstance(cluster, dict) else None
         what_if = whatif.parse(args.set, stated if isinstance(stated, dict) else None)
-    result = predict.predictions(summary, args.nodes, curve=not args.out, what_if=what_if)
+    borrowed = _borrowed(args, run, summary)
+    rows = borrowed.rows if borrowed else None
+    result = predict.predictions(summary, args.nodes, curve=not args.out, what_if=what_if, borrowed=rows)
     curve = result.pop("curve", None)
     result["run"] = str(run.path)
+    if borrowed:
+        result["history"] = borrowed.stated
     for line in describe(result):
         print(line)
     text = json.dumps(_finite(result), indent=1).encode()
@@ -57,15 +67,31 @@ def cmd_predict(args: argparse.Namespace) -> int:
     else:  # inside the run directory: never through a link planted there (harness/files/inside.py)
         out = inside.write(run.path, PREDICT_FILE, text)
     print(f"wrote {out}")
-    if curve:  # the figure goes beside the run's other plots
+    if curve:  # the figure goes beside the run's other plots, the points borrowed drawn too
+        drawn = predict.pooled(summary, rows)
         for path in draw_into(
-            run.path, run.plots.name, [("predict", lambda: prediction_figure(summary, curve, result["nodes"]))]
+            run.path, run.plots.name, [("predict", lambda: prediction_figure(drawn, curve, result["nodes"]))]
         ):
             print(f"wrote {path}")
     if not any(row["predictions"] for row in (*result["collectives"], *result["training"])):
         print("predict: nothing could be judged (the reasons are above)", file=sys.stderr)
         return 1
     return 0
+
+
+def _borrowed(args: argparse.Namespace, run: RunDir, summary: pd.DataFrame) -> Borrowed | None:
+    """With --cluster, the cluster's history's points at node counts the run did not measure
+    (analysis/pooled.py); the run's stack read as `bench regress` reads it."""
+    if not args.cluster:
+        if args.db:
+            raise UsageError("--db: give --cluster too, the cluster whose runs the fit may take")
+        return None
+    from harness.analysis import pooled, series
+    from harness.analysis.sides import recorded_environment
+
+    environment = recorded_environment(run) or {}
+    stack = series.of(environment, run.read_plan().get("cluster"))
+    return pooled.borrow(history_db(args), args.cluster, summary, stack)
 
 
 def _finite(value: Any) -> Any:
@@ -102,4 +128,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "nics_per_node, intra_node_gbps_per_gpu, peak_tflops_per_gpu); BEFORE where the run's profile "
         "states none; repeatable",
     )
+    p.add_argument(
+        "--cluster",
+        help="also fit the collectives on what this cluster's history measured at node counts the run did not "
+        "(same series, parameters, settings and stack; the newest run of each count)",
+    )
+    p.add_argument("--db", help=DB_HELP)
     p.set_defaults(func=cmd_predict)

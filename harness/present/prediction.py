@@ -57,6 +57,8 @@ def describe(result: dict[str, Any]) -> list[str]:
         f"predict: from {', '.join(map(str, result['measured_nodes']))} node(s) measured to "
         f"{', '.join(map(str, result['nodes']))} (95% prediction intervals; docs/concepts/predict.md)"
     ]
+    if borrowed := result.get("history"):
+        lines.append(_borrowed(borrowed))
     if what := result.get("what_if"):
         changes = ", ".join(f"{k} {v['before']:g} -> {v['after']:g}" for k, v in what["set"].items())
         lines += [f"what if: {changes}; it assumes {what['assumes']}", *(f"  moved: {m}" for m in what["moved"])]
@@ -94,6 +96,13 @@ def describe(result: dict[str, Any]) -> list[str]:
                 f"predictions of a measured node count, {part['inside']} inside their interval"
             )
     return lines
+
+
+def _borrowed(stated: dict[str, Any]) -> str:
+    """The line naming the history's runs whose points the collectives were fitted on too."""
+    runs = [f"run {r['id']} ({r['label'] or r['created'][:10]}) at {fitted_on(r['nodes'])}" for r in stated["runs"]]
+    taken = "; ".join(runs) if runs else f"nothing: {stated.get('note', 'no run lent a point')}"
+    return f"from the history ({stated['db']}, cluster {stated['cluster']}): {taken}"
 
 
 # Panels a figure draws at most: the collectives' world-group series at their largest message

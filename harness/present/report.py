@@ -46,6 +46,8 @@ from harness.run.rundir import COMPLETED, RunDir
 if TYPE_CHECKING:
     import pandas as pd
 
+    from harness.analysis.pooled import Borrowed
+
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
 table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
@@ -262,17 +264,22 @@ def compact(coll: pd.DataFrame, bucket: int) -> pd.DataFrame:
 def predicted(run: RunDir, summary: pd.DataFrame, figures: _Figures) -> list[str]:
     """The section of `bench predict` (docs/concepts/predict.md) once it has been run: at the
     node counts the run's predict.json asked for, its figure and its table in words, from the
-    summary again; before it, how to have one."""
+    summary again, with the points it borrowed from the history; before it, how to have one."""
     from harness.analysis import predict
 
-    asked = asked_nodes(run)
-    if asked is None:
+    stated = asked_nodes(run)
+    if stated is None:
         return [
             "<h2>Predicted scale</h2>",
             f"<p>Not predicted: <code>bench predict {_e(run.path)} --nodes 16,32,64</code> predicts node counts "
             "not measured, with intervals and their validation, and adds them here (docs/concepts/predict.md).</p>",
         ]
-    result = predict.predictions(summary, asked, curve=True)
+    asked, borrowed = stated
+    rows = borrowed.rows if borrowed else None
+    result = predict.predictions(summary, asked, curve=True, borrowed=rows)
+    if borrowed is not None:
+        result["history"] = borrowed.stated
+    summary = predict.pooled(summary, rows)  # the points borrowed drawn too
     if not any(row["predictions"] for row in (*result["collectives"], *result["training"])):
         return [
             "<h2>Predicted scale</h2>",
@@ -290,19 +297,25 @@ def predicted(run: RunDir, summary: pd.DataFrame, figures: _Figures) -> list[str
     ]
 
 
-def asked_nodes(run: RunDir) -> list[int] | None:
-    """The node counts the run's predict.json asked for, when it holds a valid list of them."""
+def asked_nodes(run: RunDir) -> tuple[list[int], Borrowed | None] | None:
+    """The node counts the run's predict.json asked for, and the points it borrowed from the
+    history (analysis/pooled.py) or None, when it holds a valid list of each."""
     import json
 
+    from harness.analysis import pooled
+    from harness.errors import UsageError
+
+    path = run.path / "predict.json"
     try:
-        with open_regular(run.path / "predict.json") as f:
-            nodes = json.loads(f.read(1 << 24)).get("nodes")
-    except (OSError, ValueError, AttributeError):
+        with open_regular(path) as f:
+            data = json.loads(f.read(1 << 24))
+        nodes, borrowed = data.get("nodes"), pooled.read(data, str(path))
+    except (OSError, ValueError, AttributeError, UsageError):
         return None
     valid = isinstance(nodes, list) and 0 < len(nodes) <= 64
     if not valid or not all(type(n) is int and 1 <= n <= 100_000 for n in nodes):
         return None
-    return sorted(set(nodes))
+    return sorted(set(nodes)), borrowed
 
 
 def timelines(run: RunDir, jobs: list[str], summary: pd.DataFrame, figures: _Figures) -> list[str]:

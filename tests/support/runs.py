@@ -167,6 +167,7 @@ def copy_run(
     spread: float | None = None,
     size_factors: dict[int, float] | None = None,
     widen: float | None = None,
+    nodes: set[int] | None = None,
 ) -> Path:
     """A copy of a run whose summary and samples are rewritten: times scaled by time_factor
     (rates divided), and the collectives' rows of a message size in `size_factors` by its
@@ -175,7 +176,8 @@ def copy_run(
     many times its smallest: for a test that needs a change of a given size to be significant
     within a run, which loopback gloo's 20x spreads (see `separating`) leave to chance. `widen`
     spreads each row's samples away from their median, in log space, by that factor: a busier
-    night's run, its p90/p10 raised to the power `widen`."""
+    night's run, its p90/p10 raised to the power `widen`. `nodes`: only the rows (and their jobs'
+    samples) of these node counts, as a sweep of fewer node counts would have measured."""
     shutil.copytree(src, dst)
     summary = pq.read_table(dst / "summary.parquet")
     samples = pq.read_table(dst / "samples.parquet")
@@ -198,6 +200,10 @@ def copy_run(
         if version > 1:
             meta[b"bench_summary_version"] = str(version).encode()
     table = pa.table({n: c for n, c in cols.items() if n != drop}).replace_schema_metadata(meta)
+    if nodes is not None:
+        counts = pa.array(sorted(nodes), table.column("nodes").type)
+        table = table.filter(pa.compute.is_in(table.column("nodes"), counts))
+        samples = samples.filter(pa.compute.is_in(samples.column("job"), table.column("job").unique()))
     pq.write_table(table, dst / "summary.parquet")
     rows = samples.column("values").to_pylist()
     if spread is not None:

@@ -11,6 +11,8 @@ import shutil
 import statistics
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from conftest import SWEEPS, bench, copy_run, planned_later
 
@@ -249,3 +251,72 @@ def test_a_sweeps_cost_takes_the_clusters_prediction_at_its_node_count(pair, tmp
     (tmp_path / "not.sqlite").write_text("not a database")
     line = _cost_line(tmp_path, str(tmp_path / "not.sqlite"))
     assert "note: the cost estimate takes no rate from the history:" in line and "predicted" not in line.splitlines()[0]
+
+
+def _predicted(run, *args: str, ok: bool = True) -> tuple[dict, str]:
+    r = bench("predict", str(run), "--nodes", "8", "--out", str(run / "p.json"), *args, check=False)
+    assert r.returncode == (0 if ok else 2), r.describe()
+    return (json.loads((run / "p.json").read_text()) if ok else {}), r.stdout + r.stderr
+
+
+def test_predict_fits_what_the_clusters_history_measured_beyond_the_run(pair, tmp_path):
+    """A run of 1-3 nodes whose cluster's history holds a run of 1-4: `bench predict --cluster`
+    fits its collectives on 2-4 nodes, the 4 borrowed, and predicts 8 nodes as the 1-4 node run
+    does itself. The report fits the same points again, from predict.json alone. Nothing is
+    borrowed from a run of another stack or of other parameters; an unknown cluster and a --db
+    without --cluster are one line, exit 2."""
+    a, _ = pair
+    db = str(tmp_path / "h.sqlite")
+    _add(a, db, "--new-cluster", "--create")
+    small = planned_later(copy_run(a, tmp_path / "small", nodes={1, 2, 3}))
+    (small / "predict.json").unlink()
+    whole, _ = _predicted(_copy(a, tmp_path / "whole"))
+    alone, _ = _predicted(small)
+    got, out = _predicted(small, "--cluster", CLUSTER, "--db", db)
+
+    assert got["measured_nodes"] == alone["measured_nodes"] == [1, 2, 3]
+    created = json.loads((a / "plan.json").read_text())["created"]
+    assert [(r["id"], r["nodes"], r["created"]) for r in got["history"]["runs"]] == [(1, [4], created)]
+    head = "from 1, 2, 3 node(s) measured to 8 (95% prediction intervals; docs/concepts/predict.md)"
+    assert f"{head}\nfrom the history ({db}, cluster {CLUSTER}): run 1 ({created[:10]}) at 4 nodes\n" in out, out
+    assert len(got["history"]["rows"]) == 3 and {r["nodes"] for r in got["history"]["rows"]} == {4}
+    assert len(got["collectives"]) == len(whole["collectives"]) == 3
+    for mine, theirs, own in zip(got["collectives"], whole["collectives"], alone["collectives"], strict=True):
+        assert mine["fitted_nodes"] == theirs["fitted_nodes"] == [2, 3, 4] and own["fitted_nodes"] == [2, 3]
+        (p,), (q,) = mine["predictions"], theirs["predictions"]
+        assert p == pytest.approx(q, rel=1e-9) and mine["validation"] == pytest.approx(theirs["validation"], rel=1e-9)
+    # training is fitted on the run's own nodes: the history keeps no step breakdown
+    assert got["training"][0]["fitted_nodes"] == alone["training"][0]["fitted_nodes"]
+
+    (small / "p.json").rename(small / "predict.json")
+    bench("report", str(small))
+    report = (small / "report.html").read_text()
+    (line,) = [x for x in out.splitlines() if x.startswith("  all_reduce world g1 torchrun default 4M: 8 nodes ")]
+    assert f"from the history ({db}, cluster {CLUSTER}): run 1" in report and line in report, (line, out)
+
+    # the run itself in the history changes nothing: 4 is still run a's
+    _add(small, db)
+    again, _ = _predicted(small, "--cluster", CLUSTER, "--db", db)
+    assert [r["nodes"] for r in again["history"]["runs"]] == [[4]]
+    # lending nothing: a run of another stack (planned for a profile's partition), and a run of
+    # other parameters (the all-reduce's op)
+    other = str(tmp_path / "other.sqlite")
+    moved = planned_later(_copy(a, tmp_path / "moved"), "1")
+    plan = json.loads((moved / "plan.json").read_text())
+    plan["cluster"] = {"name": CLUSTER, "partition": "other"}
+    (moved / "plan.json").write_text(json.dumps(plan))
+    _add(moved, other, "--new-cluster", "--create")
+    got, out = _predicted(small, "--cluster", CLUSTER, "--db", other)
+    assert got["history"]["runs"] == [] and got["collectives"][0]["fitted_nodes"] == [2, 3]
+    assert f"cluster {CLUSTER}): nothing: none of the 1 runs of cluster {CLUSTER} ran on this run's stack" in out, out
+    maximum = planned_later(_copy(a, tmp_path / "maximum"), "01")
+    table = pq.read_table(maximum / "summary.parquet")
+    params = pa.array([p.replace('"op":"sum"', '"op":"max"') for p in table.column("params").to_pylist()])
+    pq.write_table(table.set_column(table.column_names.index("params"), "params", params), maximum / "summary.parquet")
+    _add(maximum, other)
+    got, out = _predicted(small, "--cluster", CLUSTER, "--db", other)
+    assert got["history"]["runs"] == [] and got["collectives"][0]["fitted_nodes"] == [2, 3]
+    assert "nothing: no run of the 2 of cluster tb on this run's stack measured its collectives, with its" in out, out
+    for args, words in ((("--cluster", "nosuch", "--db", db), "nosuch"), (("--db", db), "--db: give --cluster too")):
+        _, out = _predicted(small, *args, ok=False)
+        assert words in out and len(out.strip().splitlines()) == 1, out
