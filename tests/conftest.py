@@ -60,6 +60,7 @@ from support.slurm import (
     slurm_stand_ins,
     slurm_sweep,
     testbed,
+    testbed_machine,
     wait_done,
 )
 
@@ -113,6 +114,7 @@ __all__ = [
     "start_sweep",
     "stop_a_rank",
     "testbed",
+    "testbed_machine",
     "unavailable",
     "wait_done",
 ]
@@ -128,7 +130,7 @@ def pytest_collection_modifyitems(items: list) -> None:
     keeping their order (a stable sort)."""
     groups = shared_groups(items)
     for item in items:
-        if "testbed" in getattr(item, "fixturenames", ()):
+        if "testbed_machine" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.testbed)
             item.add_marker(pytest.mark.xdist_group("testbed"))
             if item.get_closest_marker("smoke") is None:

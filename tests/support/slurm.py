@@ -125,29 +125,45 @@ def _testbed_unavailable() -> str | None:
     return None
 
 
+# The node count the machine's testbed is up with now: each module's fixture brings it to its own
+# (testbed, eight_nodes), so that two modules in a row of one size share one bring-up.
+_up: dict[str, int] = {}
+
+
+def _resize(nodes: int) -> None:
+    if _up.get("nodes") != nodes:
+        _up.pop("nodes", None)
+        run([str(TESTBED), "down"], timeout=300)
+        run([str(TESTBED), "up", "--nodes", str(nodes)], timeout=900)
+        _up["nodes"] = nodes
+
+
 @pytest.fixture(scope="session")
-def testbed():
+def testbed_machine():
+    """The machine's one Slurm testbed, for the session: down at its end, whatever its size."""
     reason = _testbed_unavailable()
     if reason:
         unavailable("the Slurm testbed", reason)
-    run([str(TESTBED), "down"], timeout=300)  # a testbed left over by an interrupted run
+    _up.clear()  # what a testbed left over by an interrupted run is up with is not known
     try:
-        run([str(TESTBED), "up", "--nodes", str(NODES)], timeout=900)
-        yield SLURM_ENV
+        yield
     finally:  # also after a failed `up`: never leave daemons and namespaces behind
+        _up.clear()
         run([str(TESTBED), "down"], timeout=300)
 
 
 @pytest.fixture(scope="module")
-def eight_nodes(testbed):
-    """The session's testbed again with 8 nodes, for one module; as it was (NODES) afterwards."""
-    run([str(TESTBED), "down"], timeout=300)
-    try:
-        run([str(TESTBED), "up", "--nodes", "8"], timeout=900)
-        yield testbed
-    finally:
-        run([str(TESTBED), "down"], timeout=300)
-        run([str(TESTBED), "up", "--nodes", str(NODES)], timeout=900)
+def testbed(testbed_machine):
+    """The testbed with NODES nodes, for one module; its Slurm environment."""
+    _resize(NODES)
+    return SLURM_ENV
+
+
+@pytest.fixture(scope="module")
+def eight_nodes(testbed_machine):
+    """The testbed with 8 nodes, for one module (and the next, if it asks for 8 too)."""
+    _resize(8)
+    return SLURM_ENV
 
 
 def shape(*args: str) -> None:
