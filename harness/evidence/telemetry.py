@@ -606,8 +606,8 @@ def nic_columns(result: Mapping[str, Any], key: str, tele: Telemetry) -> tuple[d
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m harness.telemetry sample|mark`, run by the executors and the batch script; not a
-    user command."""
+    """`python -m harness.telemetry sample|mark|faults`, run by the executors, the batch script and
+    the node check; not a user command."""
     parser = argparse.ArgumentParser(prog="python -m harness.telemetry")
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("sample", help="sample this node into FOLDER/<host>.samples.jsonl until SIGTERM")
@@ -617,8 +617,14 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("folder", type=Path)
     m.add_argument("key")
     m.add_argument("event", choices=("start", "end"))
+    f = sub.add_parser("faults", help="write this node's IB error counters and Xids to FOLDER/<host>.json")
+    f.add_argument("folder", type=Path)
     args = parser.parse_args(argv)
-    if args.command == "sample":
+    if args.command == "faults":
+        from harness.evidence import faults
+
+        faults.read_here(args.folder)
+    elif args.command == "sample":
         if not (0.05 <= args.interval_s <= 3600):
             parser.error(f"--interval-s must be between 0.05 and 3600, found {args.interval_s:g}")
         sample(args.folder, args.interval_s)

@@ -30,6 +30,7 @@ from benchmarks.catalog import BACKENDS, DEVICES
 from benchmarks.results import RESULT_LIMIT, json_bytes, load_result, read_regular, wrong_results
 from harness.config import hostlists
 from harness.config.hostlists import HOSTLIST_RE, NODE_NAME_RE
+from harness.evidence.faults import FOLDER as FAULTS
 from harness.evidence.logs import error_line, tail
 from harness.files import inside
 from harness.nodes import rounds as node_rounds
@@ -47,6 +48,7 @@ RECORD_VERSION = 1
 STEP_SCRIPT = "step.sh"  # the srun line of a step, rendered by harness/executors/slurm/check_job.py
 _POLL_S = 0.05
 _GRACE_S = 30.0  # past the step timeout before the driver ends a step Slurm's --time did not
+FAULTS_TIMEOUT_S = 60.0  # for every node's reading of its faults: a few small files and dmesg
 
 
 @dataclass
@@ -74,6 +76,10 @@ class LocalLauncher(Launcher):
         self.run, self.options = run, options
 
     def start(self, step: Step, names: Sequence[str], index: int, log: BinaryIO, tag: str) -> list[subprocess.Popen]:
+        if step.plain:  # one process a node, no torchrun agent
+            command = [sys.executable, "-m", step.module, *step.args]
+            env = {**os.environ, TAG: tag}
+            return [_popen(command, self.run, {**env, "BENCH_NODE": names[n]}, log) for n in step.nodes]
         port = free_port()
         procs = []
         for k, node in enumerate(step.nodes):
@@ -139,9 +145,10 @@ class Driver:
         inside.write(self.run, folder / RECORD, json_bytes(record))
 
     def drive(self, progress: Callable[[str], None] = lambda line: None) -> None:
-        for sub in (node_rounds.STEPS_DIR, ROUNDS_DIR):
+        for sub in (node_rounds.STEPS_DIR, ROUNDS_DIR, FAULTS):
             inside.mkdir(self.run, PurePosixPath(self.folder) / sub)
         self.save()
+        self._read_faults("before", progress)
         index = 0
         for k, round_ in enumerate(self.plan):
             steps = node_rounds.steps(round_, self.options, self.folder)
@@ -162,6 +169,25 @@ class Driver:
                 f"round {k + 1} of {len(self.plan)}: {len(steps)} step(s) in {self.round_s[-1]:.1f} s"
                 + (f", failed: {' '.join(failed)}" if failed else "")
             )
+        self._read_faults("after", progress)
+
+    def _read_faults(self, when: str, progress: Callable[[str], None]) -> None:
+        """Every node's reading of its hardware faults (node_rounds.fault_step), outside the
+        rounds' record: a node whose reading is missing is not judged by it, and the verdict
+        says so (harness/evidence/faults.py)."""
+        step = node_rounds.fault_step(len(self.names), when, self.folder)
+        log = inside.append(self.run, PurePosixPath(self.folder) / step.log)
+        tag, procs = new_tag(), []
+        try:
+            procs = self.launcher.start(step, self.names, 0, log, tag)
+            deadline = time.monotonic() + FAULTS_TIMEOUT_S + self.launcher.grace_s
+            while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+                time.sleep(_POLL_S)
+        finally:
+            kill_groups(procs, tag)
+            log.close()
+        if any(p.returncode != 0 for p in procs):
+            progress(f"reading the nodes' hardware faults {when} the check failed: see {self.folder}/{step.log}")
 
     def _run(self, steps: list[Step], index: int) -> int:
         """Run `steps` at once to their end; the next step's index."""

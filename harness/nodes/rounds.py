@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.common import format_size
+from harness.evidence.faults import FOLDER as FAULTS
 
 
 def rounds(n: int, first: int | None = None) -> list[list[tuple[int, int]]]:
@@ -74,6 +75,7 @@ class Step:
     nodes: tuple[int, ...]
     module: str
     args: tuple[str, ...]
+    plain: bool = False  # a program each node runs alone, not ranks of a process group
 
     @property
     def result(self) -> str:
@@ -170,6 +172,12 @@ def steps(round_: Round, o: Options, folder: str) -> list[Step]:
         name = f"{kind}-{'-'.join(map(str, nodes))}"
         out.append(Step(name, nodes, "benchmarks.allreduce", (*args, *_json(folder, name))))
     return out
+
+
+def fault_step(n: int, when: str, folder: str) -> Step:
+    """Every node's reading of its hardware faults, `when` ("before" or "after") the rounds:
+    its IB error counters and its kernel log's Xids (harness/evidence/faults.py)."""
+    return Step(f"faults-{when}", tuple(range(n)), "harness.telemetry", ("faults", f"{folder}/{FAULTS}/{when}"), True)
 
 
 def _json(folder: str, name: str) -> tuple[str, str]:

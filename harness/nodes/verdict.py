@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from harness.config.hostlists import hostlist
 from harness.errors import DataError
-from harness.nodes.driver import Plan, gather
+from harness.evidence import faults
+from harness.nodes.driver import FOLDER, Plan, gather
 from harness.nodes.rounds import METRICS, exchange_group, planned_metrics
 
 if TYPE_CHECKING:
@@ -130,6 +131,7 @@ class Verdict:
     links: list[Finding]
     cluster: list[str]  # findings of the whole population: below the stated hardware
     unjudged: list[str]  # what the check could not judge, and why
+    unread: list[str] = field(default_factory=list)  # records the nodes did not let it read (faults.NodeFaults)
 
     @property
     def drain(self) -> str:
@@ -449,4 +451,25 @@ def judge_check(run: Path, plan: Plan, profile: ClusterProfile | None) -> tuple[
     for metric in planned_metrics(plan.options):  # a metric nothing measured was not judged: never clean
         if not (f.nodes.get(metric) or f.pairs.get(metric)):
             v.unjudged.append(f"{METRICS[metric][0]}: no step measured it")
+    hardware_faults(v, faults.read_check(run / FOLDER / faults.FOLDER, f.names))
     return v, f.record
+
+
+def hardware_faults(v: Verdict, found: list[faults.NodeFaults]) -> None:
+    """Name each node whose hardware recorded a fault during the check, the port or GPU in the
+    reason (harness/evidence/faults.py); what could not be judged is said once per reason, with
+    the nodes it holds for."""
+    order = {n: i for i, n in enumerate(v.names)}
+    named = {f.nodes[0]: f for f in v.nodes}
+    unjudged: dict[str, list[str]] = {}
+    unread: dict[str, list[str]] = {}
+    for node in found:
+        for line in node.named:
+            named.setdefault(node.host, Finding((node.host,))).reasons.append(f"hardware fault: {line}")
+        for line in node.unjudged:
+            unjudged.setdefault(line, []).append(node.host)
+        for line in node.unread:
+            unread.setdefault(line, []).append(node.host)
+    v.nodes = sorted(named.values(), key=lambda f: order.get(f.nodes[0], 0))
+    v.unjudged += [f"hardware faults of {hostlist(hosts)}: {line}" for line, hosts in unjudged.items()]
+    v.unread += [f"{hostlist(hosts)}: {line}" for line, hosts in unread.items()]

@@ -97,6 +97,7 @@ def as_json(outcome: Outcome, profile: ClusterProfile, bench: dict[str, Any], no
             "nodes_named": v.get("nodes_named", []),
             "links_named": v.get("links_named", []),
             "not_judged": v.get("not_judged", []),
+            "not_read": v.get("not_read", []),
             "exit_status": outcome.nodes_status,
         },
         "sweep_ran": outcome.sweep_status is not None,
@@ -161,6 +162,8 @@ def render(out: Path, data: dict[str, Any]) -> str:
         parts.append(_table(["node or link", "why"], named, classes=["failed"] * len(named)))
     if nodes["not_judged"]:
         parts.append("<p>Not judged:</p><ul>" + "".join(f"<li>{_e(x)}</li>" for x in nodes["not_judged"]) + "</ul>")
+    if nodes["not_read"]:  # how the nodes are set up, said on the page that is signed
+        parts.append("<p>Not read:</p><ul>" + "".join(f"<li>{_e(x)}</li>" for x in nodes["not_read"]) + "</ul>")
     heatmap = out / "nodes" / "heatmap.png"
     if heatmap.is_file():
         with contextlib.suppress(OSError):

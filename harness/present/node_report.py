@@ -39,6 +39,7 @@ def as_json(v: Verdict, record: dict[str, Any], plan: Plan) -> dict[str, Any]:
         "links_named": [{"nodes": list(f.nodes), "reasons": f.reasons} for f in v.links],
         "cluster": v.cluster,
         "not_judged": v.unjudged,
+        "not_read": v.unread,
         "hosts": v.names,
         "node_figures": v.node_figures,
         "node_scores": v.node_scores,
@@ -105,6 +106,8 @@ def print_verdict(console: Console, v: Verdict, record: dict[str, Any]) -> None:
         console.print(f"[red]every node[/]: {shown(line)}", soft_wrap=True)
     for line in v.unjudged:
         console.print(f"[yellow]not judged[/]: {shown(line)}", soft_wrap=True)
+    for line in v.unread:
+        console.print(f"not read: {shown(line)}", soft_wrap=True)
     steps = record["steps"]
     failed = sum(s.get("state") != COMPLETED for s in steps.values())
     console.print(

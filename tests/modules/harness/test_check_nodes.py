@@ -54,6 +54,68 @@ def test_a_local_check_runs_real_ranks_on_each_pair(local_check):
     for name in ("nodes.csv", "pairs.csv", "heatmap.png", "heatmap.csv", "drain.txt", "check.json"):
         assert (out / name).is_file(), name
     assert (out / "pairs.csv").read_text().splitlines()[0] == "node_a,node_b,busbw_gbps,p2p_gbps,named"
+    # every node read its hardware's faults before the check and after it: this machine has no IB
+    # port and lets root read its kernel log, so nothing is named, and nothing said unread
+    for when in ("before", "after"):
+        for host in ("local0", "local1"):
+            reading = read_json(out / f"jobs/nodes/faults/{when}/{host}.json")
+            assert reading["ib_errors"] == {} and reading["kernel_log"] is None and reading["uptime_s"] > 0
+    assert printed["not_read"] == [] and not any("hardware" in line for line in printed["not_judged"])
+
+
+def test_a_port_error_and_an_xid_during_the_check_name_the_node(tmp_path):
+    """A local check of 2 emulated nodes whose sysfs (BENCH_SYSFS_ROOT) has an IB port, and whose
+    dmesg prints an Xid once the nodes have read their faults before the rounds: as the rounds
+    run, the port's symbol_error rises and the Xid is logged. Both nodes (one machine's emulated
+    nodes share its hardware) are named for the port and the GPU, exit 1, and drained."""
+    import threading
+    import time
+
+    sysfs = tmp_path / "sys" / "class" / "infiniband" / "mlx5_0" / "ports" / "1" / "counters"
+    sysfs.mkdir(parents=True)
+    for name in faults_counters():
+        (sysfs / name).write_text("0\n")
+    flag, bin_dir = tmp_path / "logged", tmp_path / "bin"
+    bin_dir.mkdir()
+    # the kernel's stamp of the Xid: now, in seconds since boot, as the kernel would write it
+    line = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen off the bus."
+    (bin_dir / "dmesg").write_text(
+        f'#!/bin/sh\n[ -e {flag} ] && echo "[$(cut -d" " -f1 /proc/uptime)] {line}"\nexit 0\n'
+    )
+    (bin_dir / "dmesg").chmod(0o755)
+    out = tmp_path / "check"
+    before = out / "jobs/nodes/faults/before"
+
+    def fault() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(list(before.glob("*.json"))) < 2:
+            time.sleep(0.05)
+        (sysfs / "symbol_error").write_text("7\n")
+        flag.touch()
+
+    thread = threading.Thread(target=fault, daemon=True)
+    thread.start()
+    env = {"BENCH_SYSFS_ROOT": str(tmp_path / "sys"), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    r = bench(
+        "nodes", "--executor", "local", "--nodes", "2", "--no-gemm", "--bytes", "256K", "--iters", "5",
+        "--json", "--out", str(out), check=False, timeout=300, env=env,
+    )  # fmt: skip
+    thread.join(timeout=5)
+    assert r.returncode == 1, r.describe()
+    v = json.loads(r.stdout)
+    for host in ("local0", "local1"):
+        (named,) = [n for n in v["nodes_named"] if n["node"] == host]
+        assert named["reasons"] == [
+            "hardware fault: mlx5_0/1: symbol_error rose from 0 to 7",
+            "hardware fault: GPU 0000:3b:00: Xid 79 (GPU has fallen off the bus.)",
+        ], named
+    assert v["drain"] == "local[0-1]" and (out / "drain.txt").read_text().startswith("local[0-1]")
+
+
+def faults_counters() -> list[str]:
+    from harness.evidence.faults import IB_ERRORS
+
+    return list(IB_ERRORS)
 
 
 def test_a_check_is_judged_again_with_another_threshold(local_check, tmp_path):
