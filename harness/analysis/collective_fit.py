@@ -34,6 +34,7 @@ LEVEL = 0.95
 CLASS_WIDEN = 2.0
 # The series a collective fit is one of: every key but the node count and the message size
 SERIES = ("collective", "group", "gpus_per_node", "launcher", "nccl_config")
+LATENCY_WORDS = {"per step": "per-step latency", "fixed": "fixed latency"}
 
 
 def steps(name: str, nodes: int) -> float:
@@ -183,31 +184,45 @@ def fit(name: str, group: str, g: int, points: list[Point]) -> Fit | str:
             break
         keep = [i for i, c in enumerate(columns) if c != drop]
         columns, X = [columns[i] for i in keep], X[:, keep]
-    dof = len(y) - len(columns)
-    if dof < 1 or np.linalg.matrix_rank(X) < X.shape[1]:
-        return (
-            f"cannot judge: {len(y)} measured point(s) at {_counts(counts)} for {len(columns)} constants; "
-            "a fit needs more points than constants"
+    dropped: list[str] = []
+    while True:
+        dof = len(y) - len(columns)
+        if dof < 1 or np.linalg.matrix_rank(X) < X.shape[1]:
+            return (
+                f"cannot judge: {len(y)} measured point(s) at {_counts(counts)} for {len(columns)} constants; "
+                "a fit needs more points than constants"
+            )
+        beta, weights = _weighted(X, y)
+        resid = (y - X @ beta) * weights
+        Xw = X * weights[:, None]
+        out = Fit(
+            name=name,
+            group=group,
+            gpus_per_node=g,
+            columns=columns,
+            beta=np.asarray(beta, dtype=np.float64),
+            inverse=np.linalg.pinv(Xw.T @ Xw),
+            sd=float(math.sqrt(resid @ resid / dof)),
+            dof=dof,
+            nodes=counts,
+            sizes=sizes,
         )
-    weights = 1 / y
-    for _ in range(2):  # relative errors: weighted by the measured time, then by the fitted one
-        beta, *_ = np.linalg.lstsq(X * weights[:, None], y * weights, rcond=None)
-        fitted = X @ beta
-        weights = 1 / np.where(fitted > 0, fitted, y)
-    resid = (y - X @ beta) * weights
-    Xw = X * weights[:, None]
-    out = Fit(
-        name=name,
-        group=group,
-        gpus_per_node=g,
-        columns=columns,
-        beta=np.asarray(beta, dtype=np.float64),
-        inverse=np.linalg.pinv(Xw.T @ Xw),
-        sd=float(math.sqrt(resid @ resid / dof)),
-        dof=dof,
-        nodes=counts,
-        sizes=sizes,
-    )
+        # A size's bus term below zero is no hardware's. Over three node counts or fewer, the
+        # three terms that vary with the count (fixed, per step, the bus factor) fit each size
+        # exactly, and the latencies can take the growth its bytes should carry: they are left
+        # out in turn and the rest fitted again. Over more counts, the fit stands as it is.
+        latency = next((c for c in ("per step", "fixed") if c in columns), None)
+        negative = any(c.startswith("bytes ") and b < 0 for c, b in zip(columns, beta, strict=True))
+        if latency is None or dof < 2 or len(counts) > 3 or not negative:
+            break
+        dropped.append(latency)
+        keep = [i for i, c in enumerate(columns) if c != latency]
+        columns, X = [columns[i] for i in keep], X[:, keep]
+    if dropped:
+        out.notes.append(
+            f"fitted without its {' and '.join(LATENCY_WORDS[c] for c in dropped)}: with "
+            f"{'it' if len(dropped) == 1 else 'them'}, a size's bus term came out below zero, which no hardware has"
+        )
     if below := [c for c, v in zip(columns, beta, strict=True) if c.startswith("bytes ") and v < 0]:
         out.notes.append(
             f"{', '.join(below)} fitted below zero: those sizes' time did not grow with the bus factor (a host "
@@ -220,6 +235,19 @@ def fit(name: str, group: str, g: int, points: list[Point]) -> Fit | str:
             f"than two node counts of 3 or more cannot tell them apart; its interval is widened {CLASS_WIDEN:g}x"
         )
     return out
+
+
+def _weighted(X: npt.NDArray[np.float64], y: npt.NDArray[np.float64]) -> tuple[Any, Any]:
+    """Least squares on relative errors: weighted by the measured time, then by the fitted one;
+    the coefficients and the last weights."""
+    import numpy as np
+
+    weights = 1 / y
+    for _ in range(2):
+        beta, *_ = np.linalg.lstsq(X * weights[:, None], y * weights, rcond=None)
+        fitted = X @ beta
+        weights = 1 / np.where(fitted > 0, fitted, y)
+    return beta, weights
 
 
 def _counts(counts: Iterable[int]) -> str:
