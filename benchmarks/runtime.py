@@ -42,6 +42,7 @@ from .common import (
     ranks_path,
     spawn_local_ranks,
 )
+from .flight import Recorder
 from .progress import Progress
 from .results import SCHEMA_VERSION, atomic_write_json, is_stream
 
@@ -330,15 +331,23 @@ def in_turn(steps: list[tuple[Workload, list[str]]]) -> int:
                 return 2
             beside = bool(args.json) and not is_stream(args.json)  # files beside the result: not beside a device
             progress = Progress(args.json if beside else None, launch.rank)
+            recorder: Recorder | None = None
             try:
                 if not joined:
                     progress("joining the process group")
                     init_process_group(launch, backend, device, args.timeout)
                     joined = True
+                recorder = Recorder(args.json if beside else None, launch.rank, backend)
                 ctx = Context(launch=launch, device=device, backend=backend, progress=progress)
                 status = _measure_and_record(w, argv, args, ctx, beside)
+            except Exception:
+                if recorder is not None:
+                    recorder.dump()  # a collective that raised (its timeout, a peer gone): the record of it
+                raise
             finally:
                 progress.close()
+                if recorder is not None:
+                    recorder.close()
             if status:
                 return status
             gc.collect()  # the last workload's model and buffers, before the next is timed

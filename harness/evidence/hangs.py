@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import glob
 import json
 import os
 import re
@@ -35,6 +36,7 @@ from benchmarks.common import runs
 from benchmarks.progress import DIR as PROGRESS_DIR
 from benchmarks.progress import STACK_SIGNAL
 from benchmarks.results import json_bytes, open_regular, read_regular
+from harness.evidence import flight
 from harness.files import inside
 
 # /proc/PID/stat's state letters (proc(5)) that mean the rank cannot take part any more
@@ -145,14 +147,12 @@ def read_stacks(folder: Path, key: str, ranks: Iterable[Rank], since: dict[int, 
         r.where = innermost(text)
 
 
-def _ranks_text(ranks: list[Rank]) -> str:
+def _ranks_text(ranks: Iterable[Rank | int]) -> str:
     """ "rank 3", or "ranks 0, 2, 5-4098": three or more in a row as a span, so that the ranks of
     a job of thousands read as a few."""
-    words = [
-        f"{a}-{b}" if b - a >= 2 else ", ".join(map(str, range(a, b + 1)))
-        for a, b in runs(sorted(r.rank for r in ranks))
-    ]
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(words)
+    numbers = sorted(r if isinstance(r, int) else r.rank for r in ranks)
+    words = [f"{a}-{b}" if b - a >= 2 else ", ".join(map(str, range(a, b + 1))) for a, b in runs(numbers)]
+    return ("rank " if len(numbers) == 1 else "ranks ") + ", ".join(words)
 
 
 def attribute(ranks: list[Rank], world: int) -> str:
@@ -161,7 +161,7 @@ def attribute(ranks: list[Rank], world: int) -> str:
     parts = []
     missing = sorted(set(range(world)) - {r.rank for r in ranks})
     if missing:
-        parts.append(f"{_ranks_text([Rank(m, '', 0, '', 0) for m in missing])} never reported progress")
+        parts.append(f"{_ranks_text(missing)} never reported progress")
     stuck = [r for r in ranks if r.state is None or r.state in _STOPPED]
     for r in stuck:
         what = "is gone" if r.state is None else f"is {_STOPPED[r.state]} (state {r.state})"
@@ -207,18 +207,71 @@ def probe_here(ranks: list[Rank]) -> list[Rank]:
 Probe = Callable[[list[Rank]], None]
 
 
+# How long the ranks that can run have to write their flight-recorder dumps once asked: a rank
+# looks for the request once a second (benchmarks/flight.py), and a shared file system may lag.
+FLIGHT_WAIT_S = 15.0
+
+
 def diagnose(
-    folder: Path, key: str, world: int, probe: Probe = probe_local, wait_s: float = 2.0
-) -> tuple[str, list[Rank]]:
+    folder: Path, key: str, world: int, probe: Probe = probe_local, wait_s: float = 2.0, flight_s: float = FLIGHT_WAIT_S
+) -> tuple[str, list[Rank], flight.Reading]:
     """Read the ranks of a stalled workload, take their states and stacks (`probe` sets each
     rank's state and asks for its stack on whichever node it runs; by default on this machine),
-    and say what held them."""
+    ask them for their flight-recorder dumps and wait up to `flight_s` for those that can run,
+    read the dumps, and say what held them."""
     ranks = read_ranks(folder, key)
     before = stack_sizes(folder, key, ranks)
+    job_dir = folder.parent
+    flight.ask(job_dir, key)
     probe(ranks)
     time.sleep(wait_s)  # faulthandler writes at once; a shared file system may lag a little
     read_stacks(folder, key, ranks, before)
-    return attribute(ranks, world), ranks
+    able = [r.rank for r in ranks if r.state is not None and r.state not in _STOPPED]
+    flight.wait_for(job_dir, key, able, flight_s, first_s=min(flight_s, 5.0))
+    reading = flight.examine(job_dir, key, world)
+    return f"{attribute(ranks, world)}; {recorded(reading, world)}", ranks, reading
+
+
+def after_failure(why: str | None, job_dir: Path, key: str | None, world: int) -> str:
+    """What a failure's reason adds after its head ("allreduce failed (exit code 1)"): the log's
+    line that says why, and what the flight recorder says where the ranks dumped it as their
+    collective raised (benchmarks/flight.py); "" when neither says anything."""
+    said = [why] if why else []
+    if key is not None and any((job_dir / flight.DIR).glob(f"{glob.escape(key)}.rank*")):
+        said.append(recorded(flight.examine(job_dir, key, world), world))
+    return f": {'; '.join(said)}" if said else ""
+
+
+def recorded(reading: flight.Reading, world: int) -> str:
+    """The flight recorder's account in words: the collective it stopped in, who entered it and
+    who did not, the ranks without a dump, and PyTorch's analyser's findings."""
+    if not reading.dumped and not reading.unread:
+        return (
+            "flight recorder: no rank dumped it (a stopped or dead rank cannot; gloo's recorder needs torch 2.8 "
+            "or later)"
+        )
+    parts = []
+    if reading.stuck is not None:
+        if reading.entered:
+            parts.append(f"{_ranks_text(reading.entered)} entered {reading.stuck.text()} and did not complete it")
+        if reading.done:
+            # gloo's record counts a call that raised as completed, its error being the end of it
+            verb = "completed it" if reading.entered else f"last entered {reading.stuck.text()}, recorded as ended"
+            parts.append(f"{_ranks_text(reading.done)} {verb}")
+        behind: dict[str, list[int]] = {}
+        for rank, text in reading.behind.items():
+            behind.setdefault(text, []).append(rank)
+        parts += [f"{_ranks_text(ranks)} last entered {text}" for text, ranks in behind.items()]
+    missing = sorted(set(range(world)) - set(reading.dumped) - set(reading.unread))
+    if missing:
+        parts.append(f"no dump from {_ranks_text(missing)}")
+    if reading.unread:
+        parts.append(f"{_ranks_text(reading.unread)}: dump unreadable")
+    if reading.analyser_error:
+        parts.append(f"PyTorch's analyser {reading.analyser_error}")
+    else:
+        parts.append("PyTorch's analyser: " + ("; ".join(reading.analyser) or "no error found"))
+    return "flight recorder: " + "; ".join(parts)
 
 
 def read_record(job_dir: Path, key: str) -> dict | None:
@@ -231,10 +284,17 @@ def read_record(job_dir: Path, key: str) -> dict | None:
         return None
 
 
-def record(job_dir: Path, key: str, stall_s: float, why: str, ranks: list[Rank]) -> None:
-    """jobs/<job>/hang-<workload>.json: the reason and every rank's host, pid, state, phase and
-    where it waited; the stacks themselves stay in progress/<workload>.rank<R>.stack."""
-    found = {"workload": key, "stall_s": stall_s, "reason": why, "ranks": [asdict(r) for r in ranks]}
+def record(job_dir: Path, key: str, stall_s: float, why: str, ranks: list[Rank], reading: flight.Reading) -> None:
+    """jobs/<job>/hang-<workload>.json: the reason, every rank's host, pid, state, phase and
+    where it waited, and the flight recorder's reading; the stacks themselves stay in
+    progress/<workload>.rank<R>.stack, the dumps in flight/<workload>.rank<R>."""
+    found = {
+        "workload": key,
+        "stall_s": stall_s,
+        "reason": why,
+        "ranks": [asdict(r) for r in ranks],
+        "flight": reading.as_dict(),
+    }
     inside.write(job_dir, f"hang-{key}.json", json_bytes(found))
 
 
@@ -310,8 +370,8 @@ def watch(job_dir: Path, key: str, world: int, stall_s: float, pid: int, look_s:
         time.sleep(look_s)
         if not stalled(read_ranks(folder, key), world, started, stall_s):
             continue
-        why, ranks = diagnose(folder, key, world, probe=probe_srun(folder, key))
-        record(job_dir, key, stall_s, why, ranks)
+        why, ranks, reading = diagnose(folder, key, world, probe=probe_srun(folder, key))
+        record(job_dir, key, stall_s, why, ranks, reading)
         print(f"bench: {key} made no progress for {stall_s:g} s: {why}", file=sys.stderr, flush=True)
         end_step(pid)
         return True

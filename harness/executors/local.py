@@ -124,7 +124,7 @@ class LocalExecutor(Executor):
         env = dict(os.environ)
         env.update(job.env)
         env.update(job.nccl_env)
-        if len(runs) == 1:  # a workload's own files (launches: several share a launch on gloo only)
+        if len(runs) == 1 or job.backend == "gloo":  # a workload's own files (several share a launch on gloo only)
             env.update(job.debug_env(runs[0], env))
         env["BENCH_LAUNCHER"] = "local-torchrun"
         env["BENCH_JOB"] = job.name
@@ -144,7 +144,7 @@ class LocalExecutor(Executor):
         given = {k for k, _ in (*job.env, *job.nccl_env)} | set(job.passthrough)
         for runs in self.launches(job):
             lines.append(f"\n# {', '.join(run.key for run in runs)}: {job.nodes} agent(s)")
-            if len(runs) == 1:
+            if len(runs) == 1 or job.backend == "gloo":
                 lines += [f"export {k}={shlex.quote(v)}" for k, v in job.debug_env(runs[0], given).items()]
             lines += [
                 shlex.join(self.agent_command(job, runs, node, "PORT")).replace("127.0.0.1:PORT", "127.0.0.1:$PORT")
@@ -233,9 +233,9 @@ class LocalExecutor(Executor):
         self, job: Job, run: WorkloadRun, procs: list[subprocess.Popen], tag: str, progress_dir: Path, log: BinaryIO
     ) -> tuple[str, int | None, str | None]:
         """A workload that stopped making progress: name who held it (docs/guides/hangs.md), then end it."""
-        why, ranks = hangs.diagnose(progress_dir, run.key, job.world_size)
+        why, ranks, reading = hangs.diagnose(progress_dir, run.key, job.world_size)
         kill_groups(procs, tag)
-        hangs.record(self.run.job_dir(job), run.key, job.stall_s, why, ranks)
+        hangs.record(self.run.job_dir(job), run.key, job.stall_s, why, ranks, reading)
         log.write(f"# {now()} {run.key}: no progress for {job.stall_s:g} s: {why}\n".encode())
         return FAILED, None, f"{run.key} made no progress for {job.stall_s:g} s: {why}"
 
@@ -310,7 +310,8 @@ class LocalExecutor(Executor):
             start = max(log_start, end - _ERROR_READ)
             why = error_line(os.pread(log.fileno(), end - start, start).decode(errors="replace"))
             key = turns.run.key
-            return turns.end(FAILED, bad[0], f"{key} failed (agent exit codes {codes})" + (f": {why}" if why else ""))
+            said = hangs.after_failure(why, self.run.job_dir(job), key, job.world_size)
+            return turns.end(FAILED, bad[0], f"{key} failed (agent exit codes {codes}){said}")
         while turns.more:  # every agent exited 0: its workloads ran (collect reads their results)
             turns.next()
         return turns.end(COMPLETED, 0, None)

@@ -44,10 +44,12 @@ class WorkloadRun:
 # NCCL's own account of the transport it chose (docs/concepts/transport.md), on for every job that may run
 # NCCL unless the sweep, its settings set or the cluster profile sets the variable itself.
 NCCL_DEBUG_DEFAULTS = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET,GRAPH"}
-# PyTorch's flight recorder on NCCL process groups: the last collectives of each rank, dumped
-# when the process-group timeout fires (docs/guides/hangs.md). torch 2.x reads these names (newer
-# releases also TORCH_FR_*, with these as the fallback).
+# PyTorch's flight recorder: the last collectives of each rank, dumped when NCCL's process-group
+# timeout fires or when the stall watch asks (docs/guides/hangs.md, "The flight recorder"). On
+# NCCL every torch 2.x reads these names (newer releases also TORCH_FR_*, with these as the
+# fallback); gloo records from torch 2.8, under the shared name alone.
 FLIGHT_RECORDER_DEFAULTS = {"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1"}
+GLOO_FLIGHT_RECORDER_DEFAULTS = {"TORCH_FR_BUFFER_SIZE": "2000"}
 # The variables that name a file per workload step, so each step's files stay apart.
 PER_STEP = ("NCCL_DEBUG_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
 
@@ -105,19 +107,22 @@ class Job:
                 links_path(result),
                 f"{folder}/hang-{run.key}.json",
                 f"{folder}/{PROGRESS_DIR}/{run.key}.rank*",
+                f"{self.flight_dir}/{run.key}.rank*",
+                f"{self.flight_dir}/{run.key}.request",
             ]
             if self.backend != "gloo":  # NCCL's files (debug_env)
-                out += [f"{self.nccl_log_dir}/{run.key}.*", f"{self.flight_dir}/{run.key}.rank*"]
+                out.append(f"{self.nccl_log_dir}/{run.key}.*")
         return [*out, f"{folder}/{TELEMETRY_DIR}/*.jsonl", f"{folder}/time-limit.txt"]
 
     def debug_env(self, run: WorkloadRun, given: Iterable[str]) -> dict[str, str]:
         """The NCCL debug and flight-recorder variables of one workload of this job that `given`
         (the names the job's environment already sets) leaves to bench: each rank's NCCL lines
         in a file of its own (NCCL_DEBUG_FILE's %h and %p are NCCL's host name and pid), and
-        each rank's flight-recorder dump in the job directory (torch appends the rank)."""
-        if self.backend == "gloo":
-            return {}
+        each rank's flight-recorder dump in the job directory (torch appends the rank). On gloo,
+        the recorder's buffer alone: the ranks dump it themselves (benchmarks/flight.py)."""
         given = set(given)
+        if self.backend == "gloo":
+            return {k: v for k, v in GLOO_FLIGHT_RECORDER_DEFAULTS.items() if k not in given}
         defaults = {**NCCL_DEBUG_DEFAULTS, **FLIGHT_RECORDER_DEFAULTS}
         out = {k: v for k, v in defaults.items() if k not in given}
         if "NCCL_DEBUG_FILE" not in given:

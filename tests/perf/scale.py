@@ -349,7 +349,7 @@ def _hangs(root: Path, n: int, shared: dict) -> Work:
             r.state = "T" if r.rank == stopped else "S"
 
     def attribute() -> str:
-        why, _ = hangs.diagnose(folder, "allreduce", world, probe=probe, wait_s=0)
+        why, _, _ = hangs.diagnose(folder, "allreduce", world, probe=probe, wait_s=0, flight_s=0)
         assert f"rank {stopped} on" in why, why
         return why
 

@@ -628,7 +628,8 @@ class SlurmExecutor(Executor):
         if a.state == FAILED:
             why = error_line(tail(log, lines=400))
             code = f"exit code {a.exit_code}" + (f", signal {a.signal}" if a.signal else "")
-            return f"{step or 'the job'} failed ({code})" + (f": {why}" if why else "")
+            said = hangs.after_failure(why, self.run.job_dir(job), step, job.world_size)
+            return f"{step or 'the job'} failed ({code}){said}"
         signal_part = f", signal {a.signal}" if a.signal else ""
         return f"Slurm ended the job {a.state} (exit code {a.exit_code}{signal_part})" + (
             f" during {step}" if step else ""

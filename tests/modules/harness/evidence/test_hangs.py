@@ -3,6 +3,7 @@ dumps from ranks blocked in gloo, and the words that name the rank that held the
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -67,19 +68,21 @@ def test_one_stopped_rank_of_8192_is_named_and_the_rest_in_spans(tmp_path):
     """1,024 nodes of 8: the attribution reads 8,192 progress records and names the one rank
     stopped; the others are one span each side of it, not 8,191 numbers."""
     world, stopped = 8192, 4099
+    (tmp_path / "progress").mkdir()
     for r in range(world):
         phase = "all_reduce 256M" if r == stopped else "all_reduce 512M"
         record = {"rank": r, "host": f"gpu{r // 8:04d}", "pid": 1000 + r, "phase": phase, "n": 30, "t": 1.0}
-        (tmp_path / f"allreduce.rank{r}.json").write_text(json.dumps(record))
+        (tmp_path / "progress" / f"allreduce.rank{r}.json").write_text(json.dumps(record))
 
     def probe(ranks):
         for r in ranks:
             r.state = "T" if r.rank == stopped else "S"
 
-    why, ranks = hangs.diagnose(tmp_path, "allreduce", world, probe=probe, wait_s=0)
+    why, ranks, _ = hangs.diagnose(tmp_path / "progress", "allreduce", world, probe=probe, wait_s=0, flight_s=0)
     assert len(ranks) == world
     assert why == (
-        "rank 4099 on gpu0512 is stopped (state T) in all_reduce 256M; ranks 0-4098, 4100-8191 are at all_reduce 512M"
+        "rank 4099 on gpu0512 is stopped (state T) in all_reduce 256M; ranks 0-4098, 4100-8191 are at all_reduce 512M; "
+        "flight recorder: no rank dumped it (a stopped or dead rank cannot; gloo's recorder needs torch 2.8 or later)"
     )
     # nobody stopped, one rank behind: it is named first, by itself
     for r in ranks:
@@ -113,12 +116,71 @@ def test_a_stopped_rank_of_a_local_job_is_named(tmp_path):
     # where rank 0 waits is read from its stack: the all-reduce, or the barrier before the timed
     # calls when rank 1 was stopped in the warm-up (benchmarks/allreduce.py, _time_calls)
     assert re.search(rf"rank 0 on {host} waits in (all_reduce|barrier) \(all_reduce 1M\)", hang["reason"]), hang
-    assert took < 6 + 20  # the stall limit, a look a second, two seconds for the stacks, the kill, a loaded machine
+    # rank 0 dumped its flight recorder when asked; the stopped rank 1 could not
+    recorded = hang["flight"]
+    assert (recorded["dumped"], recorded["entered"]) == ([0], [0]), recorded
+    assert recorded["stuck"]["name"] in ("gloo:all_reduce", "gloo:barrier"), recorded
+    assert recorded["analyser"] == ["cannot decide: no dump from ranks 1"], recorded
+    words = (
+        f"; flight recorder: rank 0 entered {recorded['stuck']['text']} and did not complete it; no dump from rank 1; "
+        "PyTorch's analyser: cannot decide: no dump from ranks 1"
+    )
+    assert hang["reason"].endswith(words), hang
+    assert took < 6 + 30  # the stall limit, a look a second, the stacks, the dump, the analyser, the kill
     table = json.loads((out / "jobs.json").read_text())
     job = table["jobs"]["n2-g1-torchrun-default"]
     assert job["state"] == "FAILED" and "made no progress for 6 s: rank 1 on" in job["reason"]
+    assert job["reason"].endswith(words), job["reason"]
     status = bench("status", str(out)).stdout
     assert "is stopped (state T)" in status
+    bench("report", str(out))
+    assert html.escape(words.removeprefix("; ")) in (out / "report.html").read_text()
+
+
+def test_an_all_reduce_of_another_size_is_read_from_the_flight_recorder(tmp_path):
+    """Rank 1 of a local job calls its fifth all-reduce with half the tensor (the test's fault,
+    put in by a sitecustomize on PYTHONPATH, not a bench flag): gloo aborts rank 1, rank 0's
+    call raises and it dumps its record. The job's reason, and the report's, name the
+    all-reduce rank 0 entered, its sequence number and size, and rank 1 as the one without a
+    dump."""
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(
+        "import os\n"
+        "if os.environ.get('RANK') == '1' and os.environ.get('BENCH_JOB'):\n"
+        "    import torch.distributed as dist\n"
+        "    real, calls = dist.all_reduce, []\n"
+        "    def all_reduce(tensor, *args, **kwargs):\n"
+        "        calls.append(1)\n"
+        "        if len(calls) == 5:\n"
+        "            tensor = tensor.flatten()[: tensor.numel() // 2].clone()\n"
+        "        return real(tensor, *args, **kwargs)\n"
+        "    dist.all_reduce = all_reduce\n"
+    )
+    sweep = stall_sweep(tmp_path / "s.yaml", nodes=2, stall_s=60)
+    out = tmp_path / "run"
+    path = os.pathsep.join(filter(None, (str(inject), os.environ.get("PYTHONPATH"))))
+    r = bench(
+        "sweep",
+        str(sweep),
+        "--executor",
+        "local",
+        "--out",
+        str(out),
+        check=False,
+        timeout=300,
+        env={"PYTHONPATH": path},
+    )
+    assert r.returncode == 1, r.describe()
+    job = json.loads((out / "jobs.json").read_text())["jobs"]["n2-g1-torchrun-default"]
+    assert job["state"] == "FAILED" and job["reason"].startswith("allreduce failed (agent exit codes"), job
+    # gloo's record counts the call that raised as ended: rank 0 "last entered" it
+    entered = r"flight recorder: rank 0 last entered gloo:all_reduce #(\d+) \((\d+) Float\), recorded as ended"
+    found = re.search(entered, job["reason"])
+    assert found and int(found[1]) >= 5 and int(found[2]) * 4 in (2**20, 2**21, 2**22), job["reason"]
+    assert job["reason"].endswith("; no dump from rank 1; PyTorch's analyser: cannot decide: no dump from ranks 1"), job
+    bench("report", str(out))
+    assert found[0] in (out / "report.html").read_text()
 
 
 def test_a_stopped_rank_in_a_later_turn_of_a_launch_is_named(tmp_path):
