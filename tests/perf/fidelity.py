@@ -4,6 +4,7 @@ the same machine with the same ranks, sizes and step counts. Not part of the tes
 on a quiet machine, or on a cluster's node:
 
     python tests/perf/fidelity.py [--rounds 8] [--nproc 2] [--case NAME ...] [--sampler | --within | --in-turn]
+                                  [--flight]
 
 The two sides alternate, A B B A A B ..., one process launch each, so that drift (clocks, another
 job, the page cache) falls on both alike. With --within, both sides run in one launch's ranks,
@@ -12,10 +13,13 @@ noise of where each launch's processes land. For each case it prints each side's
 every figure, and the ratio bench / plain as the Hodges-Lehmann estimate (the median of every
 bench/plain pair of rounds) with its distribution-free 95% interval (harness/analysis/stats.py,
 Lehmann 1975). Target (docs/concepts/fidelity.md): a ratio of 0.99 or better, with the interval holding
-1.0; `ok` or `MISS` says which. --sampler runs bench's
-per-node telemetry sampler beside bench's side, started as a sweep's job starts it
-(harness/run/procs.py). --in-turn runs bench's side as the local executor runs a job: in one launch,
-after the all-reduce turn every job of sweeps/local.yaml starts with (benchmarks/sequence.py).
+1.0; `ok` or `MISS` says which. --sampler runs bench's per-node telemetry sampler beside
+bench's side, started as a sweep's job starts it (harness/run/procs.py). --flight runs bench's
+side with PyTorch's flight recorder on, as a sweep's gloo job runs it (harness/run/plan.py,
+GLOO_FLIGHT_RECORDER_DEFAULTS), with its dumper thread waiting for a request
+(benchmarks/flight.py); the plain side records nothing. --in-turn runs bench's side as the
+local executor runs a job: in one launch, after the all-reduce turn every job of
+sweeps/local.yaml starts with (benchmarks/sequence.py).
 Exit status 1 when a case misses.
 """
 
@@ -40,6 +44,7 @@ sys.path.insert(0, str(HERE.parents[1]))
 from benchmarks.catalog import SEQUENCE, THEN  # noqa: E402
 from harness.analysis.stats import rate_shift  # noqa: E402
 from harness.run import procs  # noqa: E402
+from harness.run.plan import GLOO_FLIGHT_RECORDER_DEFAULTS  # noqa: E402
 
 MiB = 2**20
 ITERS, WARMUP = 100, 10  # each collective side; 100 calls average out the per-call noise of gloo on few cores
@@ -123,7 +128,7 @@ def _env() -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
-def bench_side(case: Case, nproc: int, sampler: bool, in_turn: bool = False) -> float:
+def bench_side(case: Case, nproc: int, sampler: bool, in_turn: bool = False, flight: bool = False) -> float:
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "result.json"  # a file, so the per-rank and progress files are written as in a sweep
         if in_turn:
@@ -131,8 +136,9 @@ def bench_side(case: Case, nproc: int, sampler: bool, in_turn: bool = False) -> 
             cmd = [*torchrun(nproc), "-m", SEQUENCE, *BEFORE, *before, THEN, *case.bench, "--json", str(out)]
         else:
             cmd = [sys.executable, "-m", "harness.cli", "run", *case.bench, "--nproc", str(nproc), "--json", str(out)]
+        env = {**_env(), **(GLOO_FLIGHT_RECORDER_DEFAULTS if flight else {})}
         with open(os.devnull, "wb") as log, procs.sampler(Path(d) / "telemetry", SAMPLE_S if sampler else 0, log):
-            _run(cmd, _env())
+            _run(cmd, env)
         return case.figure(json.loads(out.read_text()))
 
 
@@ -153,14 +159,16 @@ def plain_side(case: Case, nproc: int) -> float:
     return float(line.get("busbw_gbps") or line.get("images_per_s") or line["tokens_per_s"])
 
 
-def launches(case: Case, nproc: int, rounds: int, sampler: bool, in_turn: bool) -> tuple[list[float], list[float]]:
+def launches(
+    case: Case, nproc: int, rounds: int, sampler: bool, in_turn: bool, flight: bool = False
+) -> tuple[list[float], list[float]]:
     """Each side a launch of its own, `rounds` times, the first side alternating: A B, B A, ..."""
     bench: list[float] = []
     plain: list[float] = []
     for i in range(rounds):
         for side in ("bench", "plain") if i % 2 == 0 else ("plain", "bench"):
             if side == "bench":
-                bench.append(bench_side(case, nproc, sampler, in_turn))
+                bench.append(bench_side(case, nproc, sampler, in_turn, flight))
             else:
                 plain.append(plain_side(case, nproc))
     return bench, plain
@@ -202,11 +210,12 @@ def main() -> int:
         action="store_true",
         help="bench's side as a local sweep's job runs it: one launch, after an all-reduce turn",
     )
+    p.add_argument("--flight", action="store_true", help="bench's side with the flight recorder, as a sweep's gloo job")
     args = p.parse_args()
     if args.rounds < 2:
         p.error(f"--rounds {args.rounds}: a ratio's interval takes 2 rounds or more (8 for a useful one)")
-    if args.within and (args.sampler or args.in_turn):
-        p.error("--sampler and --in-turn are ways of bench's launches; --within has none")
+    if args.within and (args.sampler or args.in_turn or args.flight):
+        p.error("--sampler, --in-turn and --flight are ways of bench's launches; --within has none")
     cases = [c for c in CASES if not args.case or any(c.name.startswith(k) for k in args.case)]
     print(
         f"{'case':30} {'unit':11} {'bench median':>12} {'plain median':>12} {'ratio':>6} {'95% CI':>15}  target",
@@ -217,7 +226,7 @@ def main() -> int:
         if args.within:
             bench, plain = within(case, args.nproc, args.rounds)
         else:
-            bench, plain = launches(case, args.nproc, args.rounds, args.sampler, args.in_turn)
+            bench, plain = launches(case, args.nproc, args.rounds, args.sampler, args.in_turn, args.flight)
         v = judge(bench, plain)
         missed |= not v.ok
         print(
