@@ -207,13 +207,13 @@ def fit(name: str, group: str, g: int, points: list[Point]) -> Fit | str:
             nodes=counts,
             sizes=sizes,
         )
-        # A size's bus term below zero is no hardware's. Over three node counts or fewer, the
-        # three terms that vary with the count (fixed, per step, the bus factor) fit each size
-        # exactly, and the latencies can take the growth its bytes should carry: they are left
-        # out in turn and the rest fitted again. Over more counts, the fit stands as it is.
+        # A constant below zero is no hardware's. Over three node counts or fewer, the three
+        # terms that vary with the count (fixed, per step, the bus factor) fit each size
+        # exactly, and the latencies can take the growth its bytes should carry, or give back
+        # more than they took: they are left out in turn and the rest fitted again. Over more
+        # counts, the fit stands as it is.
         latency = next((c for c in ("per step", "fixed") if c in columns), None)
-        negative = any(c.startswith("bytes ") and b < 0 for c, b in zip(columns, beta, strict=True))
-        if latency is None or dof < 2 or len(counts) > 3 or not negative:
+        if latency is None or dof < 2 or len(counts) > 3 or not (beta < 0).any():
             break
         dropped.append(latency)
         keep = [i for i, c in enumerate(columns) if c != latency]
@@ -221,7 +221,7 @@ def fit(name: str, group: str, g: int, points: list[Point]) -> Fit | str:
     if dropped:
         out.notes.append(
             f"fitted without its {' and '.join(LATENCY_WORDS[c] for c in dropped)}: with "
-            f"{'it' if len(dropped) == 1 else 'them'}, a size's bus term came out below zero, which no hardware has"
+            f"{'it' if len(dropped) == 1 else 'them'}, a constant came out below zero, which no hardware has"
         )
     if below := [c for c, v in zip(columns, beta, strict=True) if c.startswith("bytes ") and v < 0]:
         out.notes.append(

@@ -116,7 +116,7 @@ def test_a_fit_over_three_node_counts_whose_bus_term_falls_below_zero_leaves_its
     assert isinstance(f, collective_fit.Fit) and "per step" not in f.columns, f
     assert all(b > 0 for c, b in zip(f.columns, f.beta) if c.startswith("bytes ")), f.beta
     assert f.notes[0] == (
-        "fitted without its per-step latency: with it, a size's bus term came out below zero, which no hardware has"
+        "fitted without its per-step latency: with it, a constant came out below zero, which no hardware has"
     )
     for n in (6, 8):
         for s, measured in zip(sizes, TESTBED_ALL_TO_ALL[n]):
