@@ -42,8 +42,8 @@ from .common import (
     ranks_path,
     spawn_local_ranks,
 )
-from .flight import Recorder
 from .progress import Progress
+from .recorder import Recorder
 from .results import SCHEMA_VERSION, atomic_write_json, is_stream
 
 # --------------------------------------------------------------------------- device and backend

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.flight import DIR, dump_path, request_path
+from benchmarks.recorder import DIR, dump_path, request_path
 from benchmarks.results import read_regular
 from harness.files import inside
 
@@ -135,7 +135,7 @@ class Reading:
 
 
 def ask(job_dir: Path, key: str) -> None:
-    """Ask every rank of workload `key` for its dump (benchmarks/flight.py): the request file."""
+    """Ask every rank of workload `key` for its dump (benchmarks/recorder.py): the request file."""
     inside.write(job_dir, f"{DIR}/{Path(request_path('', key)).name}", b"")
 
 

@@ -208,7 +208,7 @@ Probe = Callable[[list[Rank]], None]
 
 
 # How long the ranks that can run have to write their flight-recorder dumps once asked: a rank
-# looks for the request once a second (benchmarks/flight.py), and a shared file system may lag.
+# looks for the request once a second (benchmarks/recorder.py), and a shared file system may lag.
 FLIGHT_WAIT_S = 15.0
 
 
@@ -235,7 +235,7 @@ def diagnose(
 def after_failure(why: str | None, job_dir: Path, key: str | None, world: int) -> str:
     """What a failure's reason adds after its head ("allreduce failed (exit code 1)"): the log's
     line that says why, and what the flight recorder says where the ranks dumped it as their
-    collective raised (benchmarks/flight.py); "" when neither says anything."""
+    collective raised (benchmarks/recorder.py); "" when neither says anything."""
     said = [why] if why else []
     if key is not None and any((job_dir / flight.DIR).glob(f"{glob.escape(key)}.rank*")):
         said.append(recorded(flight.examine(job_dir, key, world), world))

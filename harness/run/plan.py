@@ -119,7 +119,7 @@ class Job:
         (the names the job's environment already sets) leaves to bench: each rank's NCCL lines
         in a file of its own (NCCL_DEBUG_FILE's %h and %p are NCCL's host name and pid), and
         each rank's flight-recorder dump in the job directory (torch appends the rank). On gloo,
-        the recorder's buffer alone: the ranks dump it themselves (benchmarks/flight.py)."""
+        the recorder's buffer alone: the ranks dump it themselves (benchmarks/recorder.py)."""
         given = set(given)
         if self.backend == "gloo":
             return {k: v for k, v in GLOO_FLIGHT_RECORDER_DEFAULTS.items() if k not in given}

@@ -17,7 +17,7 @@ Lehmann 1975). Target (docs/concepts/fidelity.md): a ratio of 0.99 or better, wi
 bench's side, started as a sweep's job starts it (harness/run/procs.py). --flight runs bench's
 side with PyTorch's flight recorder on, as a sweep's gloo job runs it (harness/run/plan.py,
 GLOO_FLIGHT_RECORDER_DEFAULTS), with its dumper thread waiting for a request
-(benchmarks/flight.py); the plain side records nothing. --in-turn runs bench's side as the
+(benchmarks/recorder.py); the plain side records nothing. --in-turn runs bench's side as the
 local executor runs a job: in one launch, after the all-reduce turn every job of
 sweeps/local.yaml starts with (benchmarks/sequence.py).
 Exit status 1 when a case misses.

@@ -1,5 +1,5 @@
 """Ranks whose flight recorder holds a fault the test injects, for tests/modules/harness/evidence/
-test_flight.py: run by torchrun, 4 gloo ranks, each with bench's own dumper (benchmarks/flight.py)
+test_flight.py: run by torchrun, 4 gloo ranks, each with bench's own dumper (benchmarks/recorder.py)
 for workload "w" of job directory JOB_DIR. Three all-reduces of 65,536 floats, then the fault:
 
 - `stop`: rank 2 stops itself (SIGSTOP) before the fourth; the others wait in it.
@@ -20,7 +20,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from benchmarks.flight import Recorder
+from benchmarks.recorder import Recorder
 
 
 def main(job_dir: str, fault: str) -> None:

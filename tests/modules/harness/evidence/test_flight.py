@@ -1,5 +1,5 @@
 """PyTorch's flight recorder read back (harness/evidence/flight.py): dumps written by real gloo
-ranks with bench's dumper (benchmarks/flight.py), each holding a fault the test injects
+ranks with bench's dumper (benchmarks/recorder.py), each holding a fault the test injects
 (tests/support/flight_ranks.py), read by bench and by PyTorch's analyser."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.flight import dump_path
+from benchmarks.recorder import dump_path
 from harness.evidence import flight, hangs
 
 RANKS = Path(__file__).resolve().parents[3] / "support" / "flight_ranks.py"
