@@ -159,18 +159,8 @@ def test_an_all_reduce_of_another_size_is_read_from_the_flight_recorder(tmp_path
     )
     sweep = stall_sweep(tmp_path / "s.yaml", nodes=2, stall_s=60)
     out = tmp_path / "run"
-    path = os.pathsep.join(filter(None, (str(inject), os.environ.get("PYTHONPATH"))))
-    r = bench(
-        "sweep",
-        str(sweep),
-        "--executor",
-        "local",
-        "--out",
-        str(out),
-        check=False,
-        timeout=300,
-        env={"PYTHONPATH": path},
-    )
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, (str(inject), os.environ.get("PYTHONPATH"))))}
+    r = bench("sweep", str(sweep), "--executor", "local", "--out", str(out), check=False, timeout=300, env=env)
     assert r.returncode == 1, r.describe()
     job = json.loads((out / "jobs.json").read_text())["jobs"]["n2-g1-torchrun-default"]
     assert job["state"] == "FAILED" and job["reason"].startswith("allreduce failed (agent exit codes"), job
