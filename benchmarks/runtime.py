@@ -331,23 +331,20 @@ def in_turn(steps: list[tuple[Workload, list[str]]]) -> int:
                 return 2
             beside = bool(args.json) and not is_stream(args.json)  # files beside the result: not beside a device
             progress = Progress(args.json if beside else None, launch.rank)
-            recorder: Recorder | None = None
+            recorder = Recorder(args.json if beside else None, launch.rank, backend)
             try:
                 if not joined:
                     progress("joining the process group")
                     init_process_group(launch, backend, device, args.timeout)
                     joined = True
-                recorder = Recorder(args.json if beside else None, launch.rank, backend)
                 ctx = Context(launch=launch, device=device, backend=backend, progress=progress)
                 status = _measure_and_record(w, argv, args, ctx, beside)
             except Exception:
-                if recorder is not None:
-                    recorder.dump()  # a collective that raised (its timeout, a peer gone): the record of it
+                recorder.dump()  # a collective that raised (its timeout, a peer gone): the record of it
                 raise
             finally:
                 progress.close()
-                if recorder is not None:
-                    recorder.close()
+                recorder.close()
             if status:
                 return status
             gc.collect()  # the last workload's model and buffers, before the next is timed

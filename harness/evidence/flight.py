@@ -136,7 +136,7 @@ class Reading:
 
 def ask(job_dir: Path, key: str) -> None:
     """Ask every rank of workload `key` for its dump (benchmarks/recorder.py): the request file."""
-    inside.write(job_dir, f"{DIR}/{Path(request_path('', key)).name}", b"")
+    inside.write(job_dir, request_path(DIR, key), b"")
 
 
 def wait_for(job_dir: Path, key: str, ranks: Iterable[int], wait_s: float, first_s: float = 5.0) -> None:
@@ -189,18 +189,18 @@ def judge(summaries: dict[int, Summary]) -> Reading:
     collective; the ranks that entered it and have not completed it, those that completed it,
     and those whose last collective came before it."""
     out = Reading(dumped=sorted(summaries))
-    groups = sorted({g for s in summaries.values() for g in s.last}, key=_group_order)
-    # the first group with a collective not completed, else the default group: its last
-    for group in sorted(groups, key=lambda g: _completed_by_all(summaries, g)):
-        last = {rank: s.last.get(group) for rank, s in summaries.items()}
-        top = max((e for e in last.values() if e is not None), key=lambda e: e.seq)
-        finished = [r for r, s in summaries.items() if s.completed.get(_pg(group), -1) >= top.seq]
-        out.stuck = top
-        entered = [r for r, e in last.items() if e is not None and e.seq == top.seq]
-        out.done = sorted(r for r in entered if r in finished)
-        out.entered = sorted(r for r in entered if r not in finished)
-        out.behind = {r: "nothing" if e is None else e.text() for r, e in sorted(last.items()) if r not in entered}
-        break
+    groups = {g for s in summaries.values() for g in s.last}
+    if not groups:
+        return out
+    group = min(groups, key=lambda g: (_completed_by_all(summaries, g), _group_order(g)))
+    last = {rank: s.last.get(group) for rank, s in summaries.items()}
+    top = max((e for e in last.values() if e is not None), key=lambda e: e.seq)
+    finished = [r for r, s in summaries.items() if s.completed.get(_pg(group), -1) >= top.seq]
+    out.stuck = top
+    entered = [r for r, e in last.items() if e is not None and e.seq == top.seq]
+    out.done = sorted(r for r in entered if r in finished)
+    out.entered = sorted(r for r in entered if r not in finished)
+    out.behind = {r: "nothing" if e is None else e.text() for r, e in sorted(last.items()) if r not in entered}
     return out
 
 
