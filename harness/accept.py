@@ -28,6 +28,7 @@ from harness.analysis import profile_reference
 from harness.analysis.compare import FAILED, SLOWER, UNJUDGED
 from harness.analysis.sides import load_run
 from harness.analysis.store import Location
+from harness.config import hostlists
 from harness.config.cluster_profile import ClusterProfile, Reference
 from harness.config.sweepfile import load_sweep
 from harness.errors import EXIT_FOUND, EXIT_INTERRUPTED, EXIT_UNJUDGED, RunDirError, UsageError
@@ -98,6 +99,12 @@ def start(
             f"{profile_path}: states no reference figures, which the acceptance sweep is judged against; add a "
             'reference: block (docs/concepts/expected.md, "Reference figures")'
         )
+    if not executor.batch:
+        count = count or check_nodes.LOCAL_NODES
+        if (most := max(r.nodes for r in refs)) > count:
+            raise UsageError(
+                f"--nodes {count}: {profile_path} has a reference on {most} nodes; give --nodes {most} or more"
+            )
     spec = load_sweep(sweep_path, overrides=narrowing(refs))
     if spec.device != "auto" and options.device == "auto":
         options = dataclasses.replace(options, device=spec.device, gemm=options.gemm and spec.device != "cpu")
@@ -147,7 +154,8 @@ def start(
         if outcome.sweep_status == EXIT_INTERRUPTED:
             return EXIT_INTERRUPTED
         _judge(outcome, out, refs, profile.name)
-    acceptance.write(out, outcome, profile, provenance.record(), nodelist)
+    asked = nodelist if executor.batch else hostlists.hostlist(check_nodes.local_names(count or 0))
+    acceptance.write(out, outcome, profile, provenance.record(), asked)
     console.print(f"bench accept: {outcome.line()}", markup=False, soft_wrap=True)
     console.print(f"report to sign: {out / acceptance.REPORT} (verdict.json beside it)", markup=False)
     return outcome.status

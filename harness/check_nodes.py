@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 # Node states that cannot join the check's allocation (sinfo(1), NODE STATE CODES).
 UNUSABLE = ("down", "drain", "drng", "fail", "failg", "maint", "resv", "boot", "futr", "inval", "npc", "powered", "pow")
 _CALL_TIMEOUT_S = 60
+LOCAL_NODES = 4  # the local executor's emulated nodes when --nodes is not given
 
 
 @dataclass(frozen=True)
@@ -189,6 +190,11 @@ def start(
         return report(run, plan, profile, console, as_json)
 
 
+def local_names(count: int) -> list[str]:
+    """The names of the local executor's `count` emulated nodes."""
+    return [f"local{i}" for i in range(count)]
+
+
 def _nodes_to_check(
     batch: bool, profile: ClusterProfile | None, count: int | None, nodelist: str | None
 ) -> tuple[list[str], str | None]:
@@ -197,7 +203,7 @@ def _nodes_to_check(
     if not batch:
         if nodelist:
             raise UsageError("--nodelist names Slurm nodes; the local executor emulates --nodes N on this machine")
-        names = [f"local{i}" for i in range(count or 4)]
+        names = local_names(count or LOCAL_NODES)
     else:
         names = expand(nodelist) if nodelist else partition_nodes(profile or ClusterProfile(name="default"))
         if count is not None:

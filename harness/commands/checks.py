@@ -8,7 +8,6 @@ import datetime as dt
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from benchmarks.common import parse_size
 from harness import accept, check_nodes, executors
@@ -23,13 +22,13 @@ from harness.commands.shared import (
     positive_int,
     results_root,
 )
+from harness.config.cluster_profile import load_profile
 from harness.config.fields import SHIPPED, FieldError, check_time
 from harness.errors import UsageError
 from harness.nodes.driver import check_options
 from harness.nodes.rounds import Options
 
-if TYPE_CHECKING:
-    pass
+LOCAL_PROFILE = SHIPPED / "clusters" / "local.yaml"  # `bench accept --executor local`'s references
 
 
 def _check_options(options: Options) -> None:
@@ -107,10 +106,17 @@ def cmd_nodes(args: argparse.Namespace) -> int:
 def cmd_accept(args: argparse.Namespace) -> int:
     console = new_console()
     kind, profile = chosen_executor(args, console, profile_on_dry_run=True)
-    assert profile is not None  # a batch executor has one (_executor)
+    if kind.batch:
+        profile_path = args.cluster or os.environ.get("BENCH_CLUSTER", "")
+        sweep_path = SHIPPED / "accept.yaml"
+    else:  # the emulated cluster of this machine, with its own references (docs/guides/accept.md)
+        profile_path = str(LOCAL_PROFILE)
+        profile = load_profile(profile_path)
+        sweep_path = SHIPPED / "local-accept.yaml"
+    assert profile is not None  # a batch executor has one (chosen_executor)
     try:
         size = parse_size(args.bytes)
-        threshold = parse_threshold(args.threshold)
+        threshold = parse_threshold(args.threshold or kind.node_threshold)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     gpus = args.gpus_per_node or max((r.gpus_per_node or 1 for r in profile.reference), default=1)
@@ -120,12 +126,12 @@ def cmd_accept(args: argparse.Namespace) -> int:
     return accept.start(
         executor=kind,
         profile=profile,
-        profile_path=args.cluster or os.environ.get("BENCH_CLUSTER", ""),
-        sweep_path=Path(args.sweep) if args.sweep else SHIPPED / "accept.yaml",
+        profile_path=profile_path,
+        sweep_path=Path(args.sweep) if args.sweep else sweep_path,
         options=options,
         threshold=threshold,
         nodelist=args.nodelist,
-        count=None,
+        count=args.nodes,
         out=Path(args.out) if args.out else results_root() / f"accept-{stamp}",
         console=console,
         yes=args.yes,
@@ -218,13 +224,24 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="after maintenance: the node check, the sweep the profile's references name, one verdict and a "
         "report to sign (docs/guides/accept.md)",
     )
-    a.add_argument("--executor", choices=(executors.AUTO, *executors.BATCH), default=executors.AUTO, help=EXECUTOR_HELP)
+    a.add_argument("--executor", choices=(executors.AUTO, *executors.NAMES), default=executors.AUTO, help=EXECUTOR_HELP)
     a.add_argument(
-        "--cluster", metavar="PROFILE", help="cluster profile YAML, with reference: figures (default $BENCH_CLUSTER)"
+        "--cluster",
+        metavar="PROFILE",
+        help="cluster profile YAML, with reference: figures (default $BENCH_CLUSTER; locally, bench's "
+        f"{LOCAL_PROFILE.relative_to(SHIPPED.parent)})",
     )
     a.add_argument("--nodelist", metavar="HOSTLIST", help="the nodes to check (default: the profile's partition's)")
     a.add_argument(
-        "--sweep", help="the acceptance sweep, narrowed to the references' keys (default: bench's accept.yaml)"
+        "--nodes",
+        type=positive_int,
+        metavar="N",
+        help=f"emulated nodes of the local executor (default {check_nodes.LOCAL_NODES})",
+    )
+    a.add_argument(
+        "--sweep",
+        help="the acceptance sweep, narrowed to the references' keys (default: bench's accept.yaml; locally, "
+        "local-accept.yaml)",
     )
     a.add_argument(
         "--gpus-per-node",
@@ -234,7 +251,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     a.add_argument("--bytes", default="64M", metavar="SIZE", help="the node check's message (default 64M)")
     a.add_argument("--iters", type=positive_int, default=20, help="the node check's timed calls (default 20)")
-    a.add_argument("--threshold", default="10%", help="the node check's threshold (default 10%%)")
+    a.add_argument("--threshold", help="the node check's threshold (default 10%%; 50%% locally, as bench nodes)")
     a.add_argument("--db", help=DB_HELP + "; the node check's estimate takes the cluster's last check")
     a.add_argument(
         "--out", help="directory of the acceptance (default accept-<timestamp> in $BENCH_RESULTS, else results/)"

@@ -70,7 +70,8 @@ def _e(v: Any) -> str:
 def _table(
     head: list[str], rows: list[list[Any]], numeric: Collection[int] = frozenset(), classes: list[str] | None = None
 ) -> str:
-    out = ["<table><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"]
+    """An HTML table; a key-value table's head of empty names draws no header row."""
+    out = ["<table>" + ("<tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>" if any(head) else "")]
     for i, row in enumerate(rows):
         cls = f' class="{classes[i]}"' if classes and classes[i] else ""
         out.append(

@@ -92,3 +92,36 @@ def test_a_node_check_that_wrote_no_record_is_not_accepted(tmp_path, fake_slurm)
     assert verdict["accepted"] is False and verdict["status"] == 3 and (out / "report.html").is_file(), verdict
     assert "the node check could not judge every node and link" in verdict["reasons"]
     assert fake_slurm.calls("sbatch"), "the check's job was submitted"
+
+
+def test_an_acceptance_on_this_machine_writes_the_report_to_sign(tmp_path):
+    """`bench accept --executor local --nodes 4`: the node check of 4 emulated nodes and the sweep
+    of sweeps/clusters/local.yaml's two references, on real gloo ranks; a verdict and a report
+    anyone can open (docs/guides/accept.md, "Try it on this machine")."""
+    import json
+
+    out = tmp_path / "acc"
+    r = bench("accept", "--executor", "local", "--nodes", "4", "--iters", "5", "--out", str(out), check=False)
+    assert r.returncode == 0, r.describe()
+    assert r.stdout.splitlines()[-2:] == [
+        "bench accept: ACCEPTED",
+        f"report to sign: {out / 'report.html'} (verdict.json beside it)",
+    ]
+    v = json.loads((out / "verdict.json").read_text())
+    assert v["accepted"] and v["cluster"] == "local" and v["nodes"]["asked"] == "local[0-3]"
+    assert v["nodes"]["hosts"] == ["local0", "local1", "local2", "local3"] and v["nodes"]["clean"]
+    assert [(j["job"], j["state"]) for j in v["jobs"]] == [("n4-g1-torchrun-default", "COMPLETED")]
+    measured = {ref["key"]: (ref["reference"], ref["measured"]) for ref in v["references"]}
+    keys = {"allreduce all_reduce 4M, 4x1, torchrun, default", "synthetic weak, 4x1, torchrun, default"}
+    assert set(measured) == keys
+    assert all(m >= ref / 2 for ref, m in measured.values()), measured
+    page = (out / "report.html").read_text()
+    assert "<b>ACCEPTED</b>" in page and "4: local[0-3]" in page and "Checked by" in page
+    assert "<img" in page and "<tr><th></th>" not in page  # the check's heatmap; no empty header row
+
+
+def test_a_local_acceptance_on_fewer_nodes_than_its_references_is_refused(tmp_path):
+    out = tmp_path / "acc"
+    r = bench("accept", "--executor", "local", "--nodes", "2", "--out", str(out), check=False)
+    assert r.returncode == 2 and not out.exists(), r.describe()
+    assert r.stderr.splitlines()[-1].endswith("has a reference on 4 nodes; give --nodes 4 or more"), r.describe()
