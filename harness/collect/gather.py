@@ -246,14 +246,16 @@ def _gather(
             "_hardware": hardware,
             "_peak_tflops": hardware.peak_tflops_per_gpu if hardware else None,
         }
-        tele = (
-            telemetry.read(run.job_dir(job), warn)
-            if any(wr.workload == COLLECTIVE_WORKLOAD for wr in job.runs)
-            else None
-        )
+        # the samples only where an all-reduce's NIC bytes are checked; every job's faults
+        collective = any(wr.workload == COLLECTIVE_WORKLOAD for wr in job.runs)
+        tele = telemetry.read(run.job_dir(job), warn, faults_only=not collective)
         for wr in job.runs:
             status = rec.runs.get(wr.key, rec.state)
             head = {**base, "workload": wr.workload, "scaling": wr.scaling, "status": status}
+            if tele is not None and (fault := telemetry.fault_words(tele, wr.key)) is not None:
+                head["hardware_faults"] = fault
+                if not fault.startswith(("none", "not judged")):
+                    warn(f"{job.name} {wr.key}: hardware faults while it ran: {fault}")
             if status != COMPLETED:  # why, where the summary is all a reader opens
                 head.update(reason=rec.reason, log_tail=rec.log_tail)
             path = run.path / job.result_path(wr)

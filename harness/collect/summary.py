@@ -107,6 +107,7 @@ COLUMNS = [
     "nccl_warnings",
     "nic_bytes_ratio",
     "nic_check",
+    "hardware_faults",
     "reason",
     "log_tail",
     "repeat",
@@ -121,16 +122,27 @@ COLUMNS = [
 # 4: what makes two rows comparable (params, settings, settings_hash), the replicate (repeat)
 # and the count of usable samples behind each row (n_samples).
 # The transport columns (transport.COLUMNS), the peak columns (PEAK_COLUMNS), the NIC
-# cross-check (NIC_COLUMNS), the step's breakdown (catalog.BREAKDOWN), the group and the
-# transformer's columns came later within 4: a summary without them reads as null there
-# (upgraded, to_frame; the group as "world"), so histories of older runs stay usable.
+# cross-check (NIC_COLUMNS), the hardware faults (FAULT_COLUMNS), the step's breakdown
+# (catalog.BREAKDOWN), the group and the transformer's columns came later within 4: a summary
+# without them reads as null there (upgraded, to_frame; the group as "world"), so histories of
+# older runs stay usable.
 SUMMARY_VERSION = 4
 # busbw against what the profile says the links carry (docs/concepts/expected.md)
 PEAK_COLUMNS = ("busbw_peak_gbps", "busbw_pct_peak")
 # the collectives' bytes against the NIC counters (docs/concepts/telemetry.md): the worst node's ratio, and
 # what was found, in words
 NIC_COLUMNS = ("nic_bytes_ratio", "nic_check")
-LATER_COLUMNS = (*transport.COLUMNS, *PEAK_COLUMNS, *NIC_COLUMNS, *BREAKDOWN, *TRANSFORMER_COLUMNS, *TRAFFIC_COLUMNS)
+# what the nodes' IB error counters and kernel logs say of each workload (docs/concepts/faults.md)
+FAULT_COLUMNS = ("hardware_faults",)
+LATER_COLUMNS = (
+    *transport.COLUMNS,
+    *PEAK_COLUMNS,
+    *NIC_COLUMNS,
+    *FAULT_COLUMNS,
+    *BREAKDOWN,
+    *TRANSFORMER_COLUMNS,
+    *TRAFFIC_COLUMNS,
+)
 VERSION_KEY = b"bench_summary_version"
 ENVIRONMENT_KEY = b"bench_environment"
 STRAGGLERS_KEY = b"bench_stragglers"
@@ -178,6 +190,7 @@ TEXT_COLUMNS = {
     "gdr",
     "intra_transport",
     "nic_check",
+    "hardware_faults",
 }
 
 

@@ -211,22 +211,29 @@ def load_reading(path: Path) -> dict[str, Any]:
     """A reading written by write_reading; a ValueError that says what is wrong otherwise."""
     with open(path, "rb") as f:
         data = json.loads(f.read(READING_LIMIT))
-    ok = (
+    if not is_reading(data):
+        raise ValueError(f"{path}: not a reading of a node's faults (harness/evidence/faults.py)")
+    return data
+
+
+def is_reading(data: object) -> bool:
+    """Whether `data` is a reading as `reading` makes one (a file's is untrusted)."""
+    return (
         isinstance(data, dict)
         and data.get("version") == READING_VERSION
         and isinstance(data.get("uptime_s"), (int, float))
         and math.isfinite(data["uptime_s"])
-        and isinstance(data.get("ib_errors"), dict)
-        and all(
-            isinstance(c, dict) and all(v is None or (isinstance(v, int) and v >= 0) for v in c.values())
-            for c in data["ib_errors"].values()
-        )
+        and is_counters(data.get("ib_errors"))
         and (data.get("xids") is None) != (data.get("kernel_log") is None)
         and all(_xid(x) for x in data.get("xids") or ())
     )
-    if not ok:
-        raise ValueError(f"{path}: not a reading of a node's faults (harness/evidence/faults.py)")
-    return data
+
+
+def is_counters(data: object) -> bool:
+    """Whether `data` is a reading of IB error counters as `read_ib_errors` makes one."""
+    return isinstance(data, dict) and all(
+        isinstance(c, dict) and all(v is None or (type(v) is int and v >= 0) for v in c.values()) for c in data.values()
+    )
 
 
 def _xid(x: object) -> bool:
@@ -301,3 +308,61 @@ def read_check(folder: Path, names: list[str]) -> list[NodeFaults]:
                 found.unjudged.append(f"its reading {when} the check cannot be read ({str(exc)[:120]})")
         out.append(judge(host, *readings) if len(readings) == 2 else found)
     return out
+
+
+# --------------------------------------------------------------------------- over a job
+
+FAULTS_RECORD, ERRORS_RECORD = "faults", "ib_errors"  # the sampler's records (harness/evidence/telemetry.py)
+
+
+@dataclass
+class Watch:
+    """What a job's sampler read of one node's faults: a whole reading (with its wall-clock "t")
+    at the job's start and one at its end, and the IB error counters at each sample where they
+    differed from the sample before."""
+
+    host: str
+    start: dict[str, Any] | None = None
+    end: dict[str, Any] | None = None
+    changes: list[tuple[float, Counters]] = field(default_factory=list)
+
+    def counters_at(self, t: float) -> Counters:
+        """The counters as last read at or before wall-clock time `t` (the start's reading before any change)."""
+        assert self.start is not None
+        now: Counters = self.start["ib_errors"]
+        for at, counters in self.changes:
+            if at > t:
+                break
+            now = counters
+        return now
+
+
+def during(watch: Watch, start_t: float, end_t: float) -> NodeFaults:
+    """A node's faults from wall-clock `start_t` to `end_t`, a workload's span with the sampler's
+    interval after it (the counters are read once an interval): the counters that rose and the
+    Xids logged in it; what cannot be judged or read is the whole job's."""
+    if watch.start is None or watch.end is None:
+        return NodeFaults(watch.host, unjudged=[f"no reading at the job's {'start' if watch.start is None else 'end'}"])
+    out = judge(watch.host, watch.start, watch.end)
+    if watch.end["uptime_s"] < watch.start["uptime_s"]:
+        return out  # booted again: judge said so
+    risen, _ = rises(watch.counters_at(start_t), watch.counters_at(end_t))
+    out.named = [r.line() for r in risen]
+    boot_t = watch.end["t"] - watch.end["uptime_s"]  # the wall-clock time of the node's boot
+    for x in (Xid(**d) for d in watch.end["xids"] or ()):
+        if x.at_s is not None and start_t <= boot_t + x.at_s <= end_t:
+            out.named.append(x.line())
+    return out
+
+
+def in_words(found: list[NodeFaults]) -> str:
+    """What a workload's nodes' faults were, in the summary's words: each port or GPU named with
+    its node; else what could not be judged; else none, with what was read."""
+    named = [f"{f.host} {line}" for f in found for line in f.named]
+    if named:
+        return "; ".join(named)
+    unjudged = [f"{f.host}: {line}" for f in found for line in f.unjudged]
+    if unjudged:
+        return "not judged: " + "; ".join(unjudged)
+    unread = sorted({line for f in found for line in f.unread})
+    return f"none on {len(found)} node(s)" + (f"; {'; '.join(unread)}" if unread else "")

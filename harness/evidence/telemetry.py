@@ -8,7 +8,8 @@ starts one beside each job, a Slurm job's batch script one `srun --overlap` task
 jobs/<job>/telemetry/<host>.samples.jsonl with the raw counters: /proc/stat's CPU jiffies,
 /proc/meminfo, /proc/net/dev (the node's network namespace) and the InfiniBand port counters in
 sysfs. Where `nvidia-smi` is on the PATH it also runs `nvidia-smi dmon -s pucvmet` and keeps each
-GPU line. Whoever runs the workloads marks each one's start and end in
+GPU line. It reads the node's hardware faults before its first sample and after its last, and
+the IB error counters at each sample where they changed (harness/evidence/faults.py). Whoever runs the workloads marks each one's start and end in
 jobs/<job>/telemetry/phases.jsonl. Counters, not rates, are kept: a rate is a difference of two
 samples, taken when the data is read.
 
@@ -42,6 +43,7 @@ from typing import Any
 
 from benchmarks.catalog import COLLECTIVES, WORLD, collective
 from benchmarks.results import bounded_lines, open_regular
+from harness.evidence import faults
 from harness.files import inside
 
 DIR = "telemetry"  # jobs/<job>/telemetry/
@@ -269,10 +271,16 @@ def sample(folder: Path, interval_s: float, host: str | None = None, stop: threa
     )
     command = dmon_command(interval_s)
     dmon = _dmon(command, out) if command else None
+    sys_root = Path(os.environ.get(faults.SYSFS_ENV) or "/sys")
     tick = time.monotonic()
     try:
+        # before the first sample, which the first workload waits for: its faults are all after it
+        errors = _faults(out, "start", sys_root)
         while True:
-            out.write(snapshot())
+            out.write(snapshot(sys_root=sys_root))
+            if (now := faults.read_ib_errors(sys_root)) != errors:
+                out.write({"kind": faults.ERRORS_RECORD, "t": time.time(), "ports": now})
+                errors = now
             if stop.is_set():
                 break
             tick += interval_s
@@ -282,9 +290,17 @@ def sample(folder: Path, interval_s: float, host: str | None = None, stop: threa
             dmon.terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 dmon.wait(timeout=5)
+        _faults(out, "end", sys_root)
         out.write({"kind": "end", "t": time.time(), "wall_s": round(time.time() - started, 3)})
         out.close()
     return path
+
+
+def _faults(out: _Lines, when: str, sys_root: Path) -> faults.Counters:
+    """The node's faults so far (harness/evidence/faults.py), recorded; its IB error counters."""
+    reading = faults.reading(sys_root)
+    out.write({"kind": faults.FAULTS_RECORD, "t": time.time(), "when": when, **reading})
+    return reading["ib_errors"]
 
 
 def mark(folder: Path, key: str, event: str) -> None:
@@ -307,6 +323,7 @@ class Host:
     interval_s: float | None = None
     samples: list[dict[str, Any]] = field(default_factory=list)
     gpus: list[dict[str, Any]] = field(default_factory=list)
+    watch: faults.Watch | None = None  # its faults; None in samples taken before bench read them
 
     @property
     def startup_cpu_s(self) -> float | None:
@@ -331,11 +348,14 @@ class Telemetry:
     phases: dict[str, tuple[float, float | None]]  # workload key -> (start, end or None)
 
 
-def _records(path: Path) -> Iterator[dict[str, Any]]:
+def _records(path: Path, skip: tuple[str, ...] = ()) -> Iterator[dict[str, Any]]:
     """The records of a telemetry file: JSON objects with a time, one a line, each line bounded
-    (a line past the bound is cut, so it is not JSON and is skipped)."""
+    (a line past the bound is cut, so it is not JSON and is skipped); those whose line starts
+    with one of `skip` are skipped unread."""
     with open_regular(path) as f:
         for line in bounded_lines(f):
+            if skip and line.startswith(skip):
+                continue
             try:
                 record = json.loads(line)
             except ValueError:  # a torn last line
@@ -379,16 +399,21 @@ def _well_formed(r: dict[str, Any]) -> bool:
     return True
 
 
-def read(job_dir: Path, warn: Callable[[str], None] = lambda _: None) -> Telemetry | None:
-    """The telemetry of one job, or None where it has none. A file that is not a regular file
-    (a FIFO, a device) is skipped with a warning, never waited on."""
+# How the sampler's samples and GPU lines start (_Lines writes "kind" first, without spaces).
+_BULK = ('{"kind":"sample"', '{"kind":"gpu"')
+
+
+def read(job_dir: Path, warn: Callable[[str], None] = lambda _: None, faults_only: bool = False) -> Telemetry | None:
+    """The telemetry of one job, or None where it has none; with `faults_only`, the hosts' faults
+    alone (each Host's watch), their samples and GPU lines skipped unparsed. A file that is not a
+    regular file (a FIFO, a device) is skipped with a warning, never waited on."""
     folder = job_dir / DIR
     if not folder.is_dir():
         return None
     hosts: dict[str, Host] = {}
     for path in sorted(folder.glob(f"*{SAMPLES}")):
         h = Host(path.name[: -len(SAMPLES)])
-        for r in _readable(path, warn):
+        for r in _readable(path, warn, _BULK if faults_only else ()):
             kind = r.get("kind")
             if kind == "start":
                 h.host = str(r.get("host") or h.host)
@@ -397,6 +422,11 @@ def read(job_dir: Path, warn: Callable[[str], None] = lambda _: None) -> Telemet
                 h.samples.append(r)
             elif kind == "gpu":
                 h.gpus.append(r)
+            elif kind == faults.FAULTS_RECORD and r.get("when") in ("start", "end") and faults.is_reading(r):
+                h.watch = h.watch or faults.Watch(h.host)
+                setattr(h.watch, r["when"], r)
+            elif kind == faults.ERRORS_RECORD and h.watch and faults.is_counters(r.get("ports")):
+                h.watch.changes.append((r["t"], r["ports"]))
         hosts[h.host] = h
     phases: dict[str, tuple[float, float | None]] = {}
     for r in _readable(folder / PHASES, warn) if os.path.lexists(folder / PHASES) else ():
@@ -410,9 +440,9 @@ def read(job_dir: Path, warn: Callable[[str], None] = lambda _: None) -> Telemet
     return Telemetry(hosts, phases) if hosts else None
 
 
-def _readable(path: Path, warn: Callable[[str], None]) -> list[dict[str, Any]]:
+def _readable(path: Path, warn: Callable[[str], None], skip: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     try:
-        return list(_records(path))
+        return list(_records(path, skip))
     except OSError as exc:
         warn(f"skipping {path}: {exc.strerror or exc}")
         return []
@@ -463,6 +493,23 @@ def series(h: Host) -> dict[str, list[float]]:
         nic = sent(a, b, nics) if nics else None
         out["nic_sent_mbps"].append(math.nan if nic is None else nic / dt / 1e6)
     return out
+
+
+def fault_words(tele: Telemetry, key: str) -> str | None:
+    """The hardware faults of workload `key`'s nodes while it ran, in words (faults.in_words): the
+    ports whose error counters rose and the GPUs that logged an Xid, each with its node. None
+    where the job's sampler read no faults (a run before bench read them) or `key` has no start
+    mark; a workload that did not end is judged to the job's end."""
+    start, end = tele.phases.get(key, (None, None))
+    if start is None or not any(h.watch for h in tele.hosts.values()):
+        return None
+    slack = max((h.interval_s or INTERVAL_S for h in tele.hosts.values()), default=INTERVAL_S)
+    found = []
+    for h in tele.hosts.values():
+        watch = h.watch or faults.Watch(h.host)
+        stop = end if end is not None else (watch.end or {}).get("t", math.inf)
+        found.append(faults.during(watch, start, stop + slack))
+    return faults.in_words(found)
 
 
 # --------------------------------------------------------------------------- the NIC cross-check
@@ -621,8 +668,6 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("folder", type=Path)
     args = parser.parse_args(argv)
     if args.command == "faults":
-        from harness.evidence import faults
-
         faults.read_here(args.folder)
     elif args.command == "sample":
         if not (0.05 <= args.interval_s <= 3600):

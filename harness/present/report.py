@@ -321,12 +321,17 @@ def asked_nodes(run: RunDir) -> tuple[list[int], Borrowed | None] | None:
 
 def timelines(run: RunDir, jobs: list[str], summary: pd.DataFrame, figures: _Figures) -> list[str]:
     """Each job's timeline (docs/concepts/telemetry.md), folded: NIC, CPU and GPU against its workloads,
-    and what the all-reduce's NIC cross-check found."""
+    what the all-reduce's NIC cross-check found, and each workload's hardware faults."""
     found = {name: tele for name in jobs if (tele := telemetry.read(run.job_dir(name))) is not None}
     if not found:
         return []
     checked = summary[summary["nic_check"].notna()].drop_duplicates("job")
     checks = dict(zip(checked["job"], checked["nic_check"], strict=True))
+    faulted = summary[summary["hardware_faults"].notna()].drop_duplicates(["job", "workload", "scaling"])
+    faults: dict[str, list[str]] = {}
+    for r in faulted.itertuples():
+        what = f"{r.workload} {r.scaling if isinstance(r.scaling, str) else ''}".strip()
+        faults.setdefault(str(r.job), []).append(f"{what}: {r.hardware_faults}")
     out = [
         "<h2>Timelines</h2>",
         "<p>What each node did while the job ran, sampled by bench (docs/concepts/telemetry.md).</p>",
@@ -339,6 +344,9 @@ def timelines(run: RunDir, jobs: list[str], summary: pd.DataFrame, figures: _Fig
         out.append(f"<details><summary>{_e(name)}: {_e(note)}</summary>")
         if checks.get(name):
             out.append(f"<p>NIC cross-check of the all-reduce: {_e(checks[name])}</p>")
+        if faults.get(name):  # docs/concepts/faults.md
+            items = "".join(f"<li>{_e(x)}</li>" for x in faults[name])
+            out.append(f"<p>Hardware faults while it ran:</p><ul>{items}</ul>")
         out.append(figures.place([(f"timeline of {name}", functools.partial(plot.timeline_figure, name, tele))]))
         out.append("</details>")
     return out

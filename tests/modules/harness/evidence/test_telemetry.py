@@ -8,6 +8,7 @@ import json
 import math
 import os
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, bench
 
 from harness.evidence import telemetry
 from harness.present import plot
@@ -310,3 +311,105 @@ def test_cross_node_bytes_of_each_group_worked_by_hand():
         assert telemetry.cross_node_bytes(grouped) == {"a": base + more, "b": base + more}, group
     bad = {**result, "params": {**result["params"], "groups": {"inter": [[0, 2], [1, 1]]}}}
     assert "inter groups [[0, 2], [1, 1]] do not divide the ranks 0..3" in telemetry.cross_node_bytes(bad)
+
+
+def test_the_sampler_names_the_faults_of_the_workload_they_came_in(tmp_path):
+    """A real sampler over a sysfs tree of one IB port (BENCH_SYSFS_ROOT, the kernel's format) and
+    a `dmesg` that prints the log the test writes: the port's symbol_error rises and a GPU logs an
+    Xid while "allreduce" runs, nothing while "synthetic" does. Each workload is told its own:
+    the port and the GPU for the first, none for the second; a job whose sampler left no end
+    reading cannot be judged."""
+    from harness.evidence import faults
+
+    counters = tmp_path / "sys" / "class" / "infiniband" / "mlx5_3" / "ports" / "1" / "counters"
+    counters.mkdir(parents=True)
+    for name in faults.IB_ERRORS:
+        (counters / name).write_text("0\n")
+    kernel_log = tmp_path / "kernel.log"
+    kernel_log.write_text("[    0.000000] Linux version 6.1.0\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "dmesg").write_text(f"#!/bin/sh\ncat {kernel_log}\n")
+    (bin_dir / "dmesg").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", faults.SYSFS_ENV: str(tmp_path / "sys")}
+    folder = tmp_path / "jobs" / "j" / telemetry.DIR
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness.telemetry", "sample", str(folder), "--interval-s=0.2"], cwd=ROOT, env=env
+    )
+    host = telemetry.host_file(folder, socket.gethostname())
+    assert telemetry.wait_for_first_sample(host, alive=lambda: proc.poll() is None)
+    telemetry.mark(folder, "allreduce", "start")
+    time.sleep(0.5)
+    (counters / "symbol_error").write_text("9\n")
+    uptime = faults.uptime_s()
+    kernel_log.write_text(
+        kernel_log.read_text() + f"[{uptime:12.6f}] NVRM: Xid (PCI:0000:b3:00): 79, GPU has fallen off the bus.\n"
+    )
+    time.sleep(0.5)
+    telemetry.mark(folder, "allreduce", "end")
+    time.sleep(0.5)  # more than the sampler's interval: the rise is read before the next workload
+    telemetry.mark(folder, "synthetic", "start")
+    time.sleep(0.5)
+    telemetry.mark(folder, "synthetic", "end")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 0
+
+    tele = telemetry.read(tmp_path / "jobs" / "j")
+    assert tele is not None
+    (h,) = tele.hosts.values()
+    assert h.watch is not None and h.watch.start is not None and h.watch.end is not None
+    assert [c["mlx5_3/1"]["symbol_error"] for _, c in h.watch.changes] == [9]  # one record, of the rise
+    assert telemetry.fault_words(tele, "allreduce") == (
+        f"{h.host} mlx5_3/1: symbol_error rose from 0 to 9; "
+        f"{h.host} GPU 0000:b3:00: Xid 79 (GPU has fallen off the bus.)"
+    )
+    assert telemetry.fault_words(tele, "synthetic") == "none on 1 node(s)"
+    assert telemetry.fault_words(tele, "transformer") is None  # no marks: it did not run
+    # the faults alone, the samples skipped unread, say the same
+    only = telemetry.read(tmp_path / "jobs" / "j", faults_only=True)
+    assert only is not None and only.hosts[h.host].samples == []
+    assert telemetry.fault_words(only, "allreduce") == telemetry.fault_words(tele, "allreduce")
+
+    lines = host.read_text().splitlines()
+    host.write_text("\n".join(x for x in lines if '"when":"end"' not in x) + "\n")  # a sampler killed hard
+    assert telemetry.fault_words(telemetry.read(tmp_path / "jobs" / "j"), "synthetic") == (
+        f"not judged: {h.host}: no reading at the job's end"
+    )
+
+
+def test_a_sweeps_summary_names_the_port_whose_errors_rose_while_its_all_reduce_ran(tmp_path):
+    """A local sweep of one 2-node job whose sysfs (BENCH_SYSFS_ROOT) has one IB port: once the
+    all-reduce's start is marked, its symbol_error rises. The summary's rows of the all-reduce
+    name the port and its node in hardware_faults, and `bench sweep` warns of it."""
+    import pandas as pd
+    from conftest import start_sweep
+
+    from harness.evidence import faults
+
+    counters = tmp_path / "sys" / "class" / "infiniband" / "mlx5_0" / "ports" / "1" / "counters"
+    counters.mkdir(parents=True)
+    for name in faults.IB_ERRORS:
+        (counters / name).write_text("3\n")
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(
+        "name: f\ndevice: cpu\nbackend: gloo\nnodes: [2]\ngpus_per_node: [1]\nlaunchers: [torchrun]\n"
+        "env: {OMP_NUM_THREADS: '1'}\ntimeout_s: 120\ntime_limit_min: 5\n"
+        "workloads:\n  allreduce: {min_bytes: 1M, max_bytes: 4M, iters: 40, warmup_iters: 2, link_bytes: 0}\n"
+    )
+    out = tmp_path / "run"
+    running = start_sweep(sweep, out, "--executor", "local", env={faults.SYSFS_ENV: str(tmp_path / "sys")})
+    phases = out / "jobs" / "n2-g1-torchrun-default" / telemetry.DIR / telemetry.PHASES
+    deadline = time.monotonic() + 120
+    while running.poll() is None and time.monotonic() < deadline:
+        if phases.is_file() and '"event":"start"' in phases.read_text():
+            (counters / "link_downed").write_text("4\n")
+            break
+        time.sleep(0.05)
+    said, _ = running.communicate(timeout=300)
+    assert running.returncode == 0, said
+    rows = pd.read_csv(out / "summary.csv")
+    (words,) = set(rows["hardware_faults"])
+    assert words == f"{socket.gethostname()} mlx5_0/1: link_downed rose from 3 to 4", words
+    assert f"n2-g1-torchrun-default allreduce: hardware faults while it ran: {words}" in said, said
+    bench("report", str(out))
+    assert f"<li>allreduce: {words}</li>" in (out / "report.html").read_text()
