@@ -9,9 +9,10 @@ jobs/<job>/telemetry/<host>.samples.jsonl with the raw counters: /proc/stat's CP
 /proc/meminfo, /proc/net/dev (the node's network namespace) and the InfiniBand port counters in
 sysfs. Where `nvidia-smi` is on the PATH it also runs `nvidia-smi dmon -s pucvmet` and keeps each
 GPU line. It reads the node's hardware faults before its first sample and after its last, and
-the IB error counters at each sample where they changed (harness/evidence/faults.py). Whoever runs the workloads marks each one's start and end in
-jobs/<job>/telemetry/phases.jsonl. Counters, not rates, are kept: a rate is a difference of two
-samples, taken when the data is read.
+the IB error counters at each sample where they changed (harness/evidence/faults.py). Whoever
+runs the workloads marks each one's start and end in jobs/<job>/telemetry/phases.jsonl.
+Counters, not rates, are kept: a rate is a difference of two samples, taken when the data is
+read.
 
 Only the standard library and the torch-free benchmarks/catalog.py: the sampler starts on every
 node of every job, and reads a few small files per interval.
