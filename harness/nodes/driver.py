@@ -46,6 +46,10 @@ RECORD = "steps.json"
 ROUNDS_DIR = "rounds"  # in the check's folder: <k>.json, the steps of round k
 RECORD_VERSION = 1
 STEP_SCRIPT = "step.sh"  # the srun line of a step, rendered by harness/executors/slurm/check_job.py
+# The tasks a node of a step: set for a plain step (one each node), else the script's one a rank.
+# An environment variable, not an argument, so that a driver and a step script of two bench
+# versions (a check queued across an upgrade) still agree on the arguments.
+STEP_TASKS = "BENCH_STEP_TASKS"
 _POLL_S = 0.05
 _GRACE_S = 30.0  # past the step timeout before the driver ends a step Slurm's --time did not
 FAULTS_TIMEOUT_S = 60.0  # for every node's reading of its faults: a few small files and dmesg
@@ -106,7 +110,8 @@ class SrunLauncher(Launcher):
         port = 20000 + (self.job_id % 20000 + index) % 40000
         nodes = ",".join(names[i] for i in step.nodes)
         command = ["bash", self.script, step.name, nodes, str(len(step.nodes)), str(port), step.module, *step.args]
-        return [_popen(command, self.run, dict(os.environ), log)]
+        env = {k: v for k, v in os.environ.items() if k != STEP_TASKS} | ({STEP_TASKS: "1"} if step.plain else {})
+        return [_popen(command, self.run, env, log)]
 
 
 def _popen(command: list[str], cwd: Path, env: dict[str, str], log: BinaryIO) -> subprocess.Popen:

@@ -32,7 +32,7 @@ from harness.executors.slurm.script import (
     warning_comment,
 )
 from harness.executors.slurm.via_submitit import SubmititExecutor
-from harness.nodes.driver import FOLDER, JOB, RECORD, STEP_SCRIPT, Plan, in_submitit_task
+from harness.nodes.driver import FOLDER, JOB, RECORD, STEP_SCRIPT, STEP_TASKS, Plan, in_submitit_task
 from harness.nodes.rounds import round_count
 from harness.run.plan import Job, WorkloadRun
 from harness.run.rundir import RunDir
@@ -107,7 +107,7 @@ def render_step_script(job: Job, profile: ClusterProfile, plan: Plan, overlap: b
     srun = " ".join(
         [
             'srun --job-name="$name" --nodes="$nnodes" --nodelist="$nodes" --ntasks="$ntasks"',
-            f"--ntasks-per-node={tasks} --cpus-per-task={cpus} --kill-on-bad-exit=1 --time={step_limit}",
+            f'--ntasks-per-node="$tasks" --cpus-per-task={cpus} --kill-on-bad-exit=1 --time={step_limit}',
             *(["--overlap"] if overlap else []),
             *(_quote(o) for o in profile.srun_options),
             *container,
@@ -120,11 +120,14 @@ def render_step_script(job: Job, profile: ClusterProfile, plan: Plan, overlap: b
                 "# One step of bench's node check, run by harness/nodes/driver.py from the run directory:",
                 "#   step.sh NAME NODES NNODES PORT MODULE [ARG...]",
                 "# The rendezvous is the step's first node; Slurm ends the step at the step timeout.",
+                f"# {STEP_TASKS}, where the driver sets it: tasks a node (1: a program each node runs once).",
                 "set -euo pipefail",
                 "name=$1 nodes=$2 nnodes=$3 port=$4 module=$5",
                 "shift 5",
-                'case "$nnodes:$port" in',
-                '  *[!0-9:]*|:*|*:) echo "bench: step.sh: NNODES and PORT must be numbers" >&2; exit 2 ;;',
+                f"tasks=${{{STEP_TASKS}:-{tasks}}}",
+                'case "$nnodes:$port:$tasks" in',
+                "  *[!0-9:]*|:*|*:|*::*)",
+                f'    echo "bench: step.sh: NNODES, PORT and {STEP_TASKS} must be numbers" >&2; exit 2 ;;',
                 "esac",
                 'case "$name" in',
                 '  ""|*[!a-z0-9-]*) echo "bench: step.sh: NAME must be letters, digits and -" >&2; exit 2 ;;',
@@ -132,7 +135,7 @@ def render_step_script(job: Job, profile: ClusterProfile, plan: Plan, overlap: b
                 "MASTER_ADDR=${nodes%%,*}",
                 "MASTER_PORT=$port",
                 "# --ntasks itself: the batch shell's SLURM_NTASKS (every node's) would otherwise be srun's.",
-                f"ntasks=$((10#$nnodes * {tasks}))",
+                "ntasks=$((10#$nnodes * 10#$tasks))",
                 "export MASTER_ADDR MASTER_PORT"
                 + (f' {prefix}MASTER_ADDR="$MASTER_ADDR" {prefix}MASTER_PORT="$MASTER_PORT"' if prefix else ""),
                 f'exec {srun} {python} -m "$module" "$@"',

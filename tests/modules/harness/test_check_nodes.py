@@ -409,11 +409,38 @@ def fake_srun(tmp_path):
     return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}, tmp_path / "srun.json"
 
 
-def _step(tmp_path, env, *args):
+def _step(tmp_path, env, *args, plan=None):
     script = tmp_path / "step.sh"
-    plan = _plan()
+    plan = plan or _plan()
     script.write_text(render_step_script(check_job(plan), load_profile(PROFILE), plan))
     return subprocess.run(["bash", str(script), *args], env=env, capture_output=True, text=True, cwd=tmp_path)
+
+
+def test_a_plain_step_runs_once_a_node_however_many_ranks_a_node_has(tmp_path, fake_srun, monkeypatch):
+    """A node check of 4 ranks a node: its pair steps run 4 tasks a node, and the reading of
+    each node's faults, a plain step, one: the driver's SrunLauncher says so to the step script
+    (BENCH_STEP_TASKS), which refuses a value that is not a number."""
+    from harness.nodes.driver import STEP_TASKS, SrunLauncher
+    from harness.nodes.rounds import fault_step
+
+    env, record = fake_srun
+    plan = Plan("slurm", Options(gpus_per_node=4, gemm=False), 0.1, 4, "bnode[1-4]")
+    pair = _step(tmp_path, env, "pair-0-1", "bnode1,bnode2", "2", "21234", "benchmarks.allreduce", plan=plan)
+    assert pair.returncode == 0, pair.stderr
+    argv = json.loads(record.read_text())["argv"]
+    assert "--ntasks=8" in argv and "--ntasks-per-node=4" in argv
+    monkeypatch.setenv("PATH", env["PATH"])  # the launcher's steps take the driver's environment
+    with open(tmp_path / "step.log", "wb") as log:
+        (proc,) = SrunLauncher(tmp_path.parent, tmp_path.name, 4242).start(
+            fault_step(4, "before", "x"), ["bnode1", "bnode2", "bnode3", "bnode4"], 0, log, "tag"
+        )
+        assert proc.wait(timeout=30) == 0
+    argv = json.loads(record.read_text())["argv"]
+    assert "--ntasks=4" in argv and "--ntasks-per-node=1" in argv and argv[-3:-1] == ["harness.telemetry", "faults"]
+    for value in ("x", "1 2", "-1", "$(id)"):
+        record.unlink(missing_ok=True)
+        step = _step(tmp_path, env | {STEP_TASKS: value}, "faults-before", "bnode1", "1", "1", "m", plan=plan)
+        assert step.returncode == 2 and f"{STEP_TASKS} must be numbers" in step.stderr and not record.exists()
 
 
 def test_a_step_is_an_srun_step_on_its_nodes(tmp_path, fake_srun):
