@@ -228,6 +228,12 @@ def _announce(console: Console, names: list[str], options: Options, rounds: list
             else f" (each node against one of {len(options.reference)} reference nodes)"
             if options.reference
             else " (every pair)"
+        )
+        + (
+            f"; each pair again on each of {len(options.rails)} rails alone "
+            f"({', '.join(r.name for r in options.rails)})"
+            if options.rails
+            else ""
         ),
         markup=False,
     )

@@ -377,6 +377,11 @@ CASES = [
         "not UTF-8",
     ),
     Case("profile-env-reserved", lambda t, r: _slurm_dry(t, "name: c\nenv: {MASTER_PORT: '1'}\n"), "MASTER_PORT"),
+    Case("profile-rail-hostile", lambda t, r: _slurm_dry(t, "name: c\nrails: [{hca: 'mlx5_0;id'}]\n"), "rails[0].hca"),
+    Case("profile-rail-empty", lambda t, r: _slurm_dry(t, "name: c\nrails: [{}]\n"), "rails", "hca", "ifname"),
+    Case(
+        "profile-rails-twice", lambda t, r: _slurm_dry(t, "name: c\nrails: [{ifname: ib0}, {ifname: ib0}]\n"), "share"
+    ),
     Case("only-typo", lambda t, r: _dry(t, _sweep(t), "--only", "nccl=ibb"), "--only nccl", "'ibb' is not among"),
     Case("only-axis", lambda t, r: _dry(t, _sweep(t), "--only", "gpus=2"), "--only", "AXIS one of nodes"),
     Case("exclude-everything", lambda t, r: _dry(t, _sweep(t, "exclude: [{nodes: [1, 2]}]\n")), "leave no job"),
@@ -486,6 +491,25 @@ CASES = [
     Case("nodes-one-node", lambda t, r: ["nodes", "--executor", "local", "--nodes", "1"], "at least 2 nodes"),
     Case("nodes-nodelist-local", lambda t, r: ["nodes", "--executor", "local", "--nodelist", "n1"], "--nodelist"),
     Case("nodes-cluster-local", lambda t, r: ["nodes", "--executor", "local", "--cluster", "c.yaml"], "--cluster"),
+    Case("nodes-rails-local", lambda t, r: ["nodes", "--executor", "local", "--rails"], "--rails", "loopback"),
+    Case(
+        "nodes-rails-none",
+        lambda t, r: [
+            "nodes",
+            "--executor",
+            "slurm",
+            "--dry-run",
+            "--rails",
+            "--nodelist",
+            "n[1-2]",
+            "--cluster",
+            str(_file(t, "c.yaml", "name: lab\n")),
+            "--out",
+            str(t / "out"),
+        ],
+        "--rails",
+        "lab lists no rails",
+    ),
     Case(
         "nodes-hostile-nodelist",
         lambda t, r: (

@@ -22,7 +22,7 @@ from harness.commands.shared import (
     positive_int,
     results_root,
 )
-from harness.config.cluster_profile import load_profile
+from harness.config.cluster_profile import ClusterProfile, Rail, load_profile
 from harness.config.fields import SHIPPED, FieldError, check_time
 from harness.errors import UsageError
 from harness.nodes.driver import check_options
@@ -39,6 +39,21 @@ def _check_options(options: Options) -> None:
         key = str(exc).split(" ", 1)[0]
         flag = {"step_timeout_s": "--step-timeout"}.get(key, f"--{key.replace('_', '-')}")
         raise UsageError(f"{flag}: {exc}") from None
+
+
+def _rails(args: argparse.Namespace, batch: bool, profile: ClusterProfile | None) -> tuple[Rail, ...]:
+    """The rails `--rails` asks each pair to be checked on: the cluster profile's."""
+    if not args.rails:
+        return ()
+    if not batch:
+        raise UsageError(
+            "--rails checks a cluster's rails, named in its profile (rails:); the local executor's emulated "
+            "nodes share this machine's one loopback"
+        )
+    if profile is None or not profile.rails:
+        name = profile.name if profile else "(none)"
+        raise UsageError(f'--rails: cluster profile {name} lists no rails: (docs/guides/nodes.md, "Rails")')
+    return profile.rails
 
 
 def cmd_nodes(args: argparse.Namespace) -> int:
@@ -77,6 +92,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
         gemm=args.device != "cpu" if args.gemm is None else args.gemm,
         concurrency=args.concurrency or ((profile.max_running_jobs if profile else None) if kind.batch else 1),
         step_timeout_s=args.step_timeout,
+        rails=_rails(args, kind.batch, profile),
     )
     _check_options(options)
     if args.time_limit is not None:
@@ -120,7 +136,7 @@ def cmd_accept(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     gpus = args.gpus_per_node or max((r.gpus_per_node or 1 for r in profile.reference), default=1)
-    options = Options(gpus_per_node=gpus, bytes=size, iters=args.iters)
+    options = Options(gpus_per_node=gpus, bytes=size, iters=args.iters, rails=_rails(args, kind.batch, profile))
     _check_options(options)
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     return accept.start(
@@ -180,6 +196,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         metavar="HOSTLIST",
         help="known-good nodes: they meet each other, then every other node meets one of them; "
         "R-1 + (N-R)/R rounds for R of them",
+    )
+    n.add_argument(
+        "--rails",
+        action="store_true",
+        help="each pair again on each rail of the profile (rails:) alone, one rank a node: a slow HCA or "
+        "cable is named with its rail",
     )
     n.add_argument(
         "--concurrency",
@@ -251,6 +273,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     a.add_argument("--bytes", default="64M", metavar="SIZE", help="the node check's message (default 64M)")
     a.add_argument("--iters", type=positive_int, default=20, help="the node check's timed calls (default 20)")
+    a.add_argument(
+        "--rails",
+        action="store_true",
+        help="the node check: each pair again on each rail of the profile (rails:) alone, one rank a node: a "
+        "slow HCA or cable is named with its rail",
+    )
     a.add_argument("--threshold", help="the node check's threshold (default 10%%; 50%% locally, as bench nodes)")
     a.add_argument("--db", help=DB_HELP + "; the node check's estimate takes the cluster's last check")
     a.add_argument(

@@ -238,6 +238,48 @@ class Hardware:
         )
 
 
+# An HCA (mlx5_0, or mlx5_0:1 with its port) or a network interface's name (Linux allows up to
+# 15 characters, IFNAMSIZ - 1): what a rail's NCCL and gloo variables are set to.
+RAIL_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,31}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rail:
+    """One rail of the cluster's nodes (docs/guides/nodes.md, "Rails"): its HCA, which NCCL is
+    held to (NCCL_IB_HCA), and its interface, which gloo's and NCCL's sockets are held to
+    (GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME); one of the two at least."""
+
+    hca: str | None = None
+    ifname: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.hca is None and self.ifname is None:
+            raise FieldError("hca", "each rail needs its hca (e.g. mlx5_0), its ifname (e.g. ib0), or both")
+        for key in ("hca", "ifname"):
+            value = getattr(self, key)
+            if value is not None and not RAIL_NAME_RE.fullmatch(value):
+                raise FieldError(
+                    key, f"{value!r} is not an HCA or interface name (letters, digits, _ . : -; at most 32)"
+                )
+
+    @property
+    def name(self) -> str:
+        """What the rail is called in a verdict: its HCA, the part replaced, else its interface."""
+        return self.hca or self.ifname or ""
+
+    def env(self) -> dict[str, str]:
+        """The variables that hold a step to this rail; "=" makes NCCL match the name exactly, not
+        as a prefix (NCCL's environment variables, NCCL_SOCKET_IFNAME and NCCL_IB_HCA)."""
+        out = {"NCCL_IB_HCA": f"={self.hca}"} if self.hca else {}
+        if self.ifname:
+            out |= {"GLOO_SOCKET_IFNAME": self.ifname, "NCCL_SOCKET_IFNAME": f"={self.ifname}"}
+        return out
+
+
+# Every variable a rail may set (Rail.env), which a step script exports again for a container.
+RAIL_VARIABLES = ("NCCL_IB_HCA", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Reference:
     """One expected figure of a cluster, in the manner of ReFrame's performance references
@@ -433,6 +475,7 @@ class ClusterProfile:
     # without it, the cluster's last check in the history says, else there is no estimate.
     node_check_round_s: float | None = None
     reference: tuple[Reference, ...] = ()  # expected figures: `bench regress --baseline reference`
+    rails: tuple[Rail, ...] = ()  # the nodes' rails, each checked alone by `bench nodes --rails`
 
     def __post_init__(self) -> None:
         if not NAME_RE.fullmatch(self.name):
@@ -471,6 +514,8 @@ class ClusterProfile:
                 )
         if self.time_limit_min is not None:
             check_time("time_limit_min", self.time_limit_min)
+        if len({r.name for r in self.rails}) != len(self.rails):
+            raise FieldError("rails", "two rails share a name; give each its own hca or ifname")
         round_s = self.node_check_round_s
         if round_s is not None and not (math.isfinite(round_s) and 0 < round_s <= 86400):
             raise FieldError("node_check_round_s", f"must be seconds above 0, at most 86400, found {round_s!r}")

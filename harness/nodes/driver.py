@@ -29,6 +29,8 @@ from typing import Any, BinaryIO
 from benchmarks.catalog import BACKENDS, DEVICES
 from benchmarks.results import RESULT_LIMIT, json_bytes, load_result, read_regular, wrong_results
 from harness.config import hostlists
+from harness.config.cluster_profile import Rail
+from harness.config.fields import FieldError
 from harness.config.hostlists import HOSTLIST_RE, NODE_NAME_RE
 from harness.evidence.faults import FOLDER as FAULTS
 from harness.evidence.logs import error_line, tail
@@ -46,7 +48,7 @@ RECORD = "steps.json"
 ROUNDS_DIR = "rounds"  # in the check's folder: <k>.json, the steps of round k
 RECORD_VERSION = 1
 STEP_SCRIPT = "step.sh"  # the srun line of a step, rendered by harness/executors/slurm/check_job.py
-# The tasks a node of a step: set for a plain step (one each node), else the script's one a rank.
+# The tasks a node of a step, where not one a rank (Step.tasks): a plain step's, a rail's.
 # An environment variable, not an argument, so that a driver and a step script of two bench
 # versions (a check queued across an upgrade) still agree on the arguments.
 STEP_TASKS = "BENCH_STEP_TASKS"
@@ -87,9 +89,15 @@ class LocalLauncher(Launcher):
         port = free_port()
         procs = []
         for k, node in enumerate(step.nodes):
-            nnodes, nproc = len(step.nodes), self.options.gpus_per_node
+            nnodes, nproc = len(step.nodes), step.tasks or self.options.gpus_per_node
             command = agent_command(nnodes, nproc, k, port, step.name, step.module, step.args)
-            env = {**os.environ, "BENCH_LAUNCHER": "local-torchrun", "BENCH_NODE": names[node], TAG: tag}
+            env = {
+                **os.environ,
+                **dict(step.env),
+                "BENCH_LAUNCHER": "local-torchrun",
+                "BENCH_NODE": names[node],
+                TAG: tag,
+            }
             procs.append(_popen(command, self.run, env, log))
         return procs
 
@@ -110,7 +118,9 @@ class SrunLauncher(Launcher):
         port = 20000 + (self.job_id % 20000 + index) % 40000
         nodes = ",".join(names[i] for i in step.nodes)
         command = ["bash", self.script, step.name, nodes, str(len(step.nodes)), str(port), step.module, *step.args]
-        env = {k: v for k, v in os.environ.items() if k != STEP_TASKS} | ({STEP_TASKS: "1"} if step.plain else {})
+        env = {k: v for k, v in os.environ.items() if k != STEP_TASKS} | dict(step.env)
+        if step.tasks:
+            env[STEP_TASKS] = str(step.tasks)
         return [_popen(command, self.run, env, log)]
 
 
@@ -297,6 +307,14 @@ def load_json(path: Path) -> dict[str, Any]:
 
 
 @dataclass
+class RailFigures:
+    """What one rail's steps measured: its pairs' figures and its failures, as in Figures."""
+
+    pairs: dict[str, dict[tuple[str, str], float | None]]
+    failures: dict[str, str]
+
+
+@dataclass
 class Figures:
     """What a check's steps measured, as `harness.nodes.verdict.judge` takes it."""
 
@@ -306,6 +324,7 @@ class Figures:
     failures: dict[str, str]  # "a" or "a b" -> why its step has no figure
     never: int  # steps the record has no end for: the check was cut short
     record: dict[str, Any]
+    rails: dict[str, RailFigures] = dataclasses.field(default_factory=dict)  # rail name -> its pairs
 
 
 def gather(run: Path, plan: Plan) -> Figures:
@@ -338,6 +357,7 @@ def gather(run: Path, plan: Plan) -> Figures:
                 out.never += 1
                 continue
             nodes = tuple(names[i] for i in step.nodes)
+            into = out.rails.setdefault(step.rail, RailFigures({}, {})) if step.rail else out
             figures: dict[str, float] | None = None
             why = str(rec.get("reason") or rec.get("state"))
             if rec.get("state") == COMPLETED:
@@ -352,9 +372,9 @@ def gather(run: Path, plan: Plan) -> Figures:
                 if len(nodes) == 1:
                     out.nodes.setdefault(metric, {})[nodes[0]] = value
                 else:
-                    out.pairs.setdefault(metric, {})[(nodes[0], nodes[1])] = value
+                    into.pairs.setdefault(metric, {})[(nodes[0], nodes[1])] = value
             if figures is None:
-                out.failures[" ".join(nodes)] = f"{step.name} {why}"
+                into.failures[" ".join(nodes)] = f"{step.name} {why}"
     if len(record["steps"]) > planned - out.never:
         raise ValueError(f"{where}: its rounds record {len(record['steps'])} steps; the plan has {planned}")
     return out
@@ -438,8 +458,16 @@ def load_plan(run: Path) -> Plan:
         raw = data["options"]
         if not isinstance(raw, dict) or set(raw) - {f.name for f in dataclasses.fields(Options)}:
             raise ValueError("options: not an object of the check's options")
-        reference = raw.get("reference", [])
-        options = Options(**{**raw, "reference": tuple(reference) if isinstance(reference, list) else reference})
+        reference, rails = raw.get("reference", []), raw.get("rails", [])
+        if not isinstance(rails, list) or not all(isinstance(r, dict) and set(r) <= {"hca", "ifname"} for r in rails):
+            raise ValueError(f"rails must be a list of rails ({{hca, ifname}}), found {rails!r:.80}")
+        options = Options(
+            **{
+                **raw,
+                "reference": tuple(reference) if isinstance(reference, list) else reference,
+                "rails": tuple(_rail(i, r) for i, r in enumerate(rails)),
+            }
+        )
         check_options(options)
         executor, threshold, nodes = data["executor"], data["threshold"], data["nodes"]
         # one of bench's executors: harness/check_nodes.py asks the registry, which this module is below
@@ -459,6 +487,14 @@ def load_plan(run: Path) -> Plan:
     except (ValueError, TypeError) as exc:
         raise ValueError(f"{path}: {exc}") from None
     return Plan(executor, options, float(threshold), nodes, nodelist, cluster)
+
+
+def _rail(i: int, fields: dict[str, Any]) -> Rail:
+    """Rail `i` of a plan, checked as the profile's are; ValueError naming its key otherwise."""
+    try:
+        return Rail(**fields)
+    except FieldError as exc:
+        raise ValueError(f"rails[{i}].{exc.key}: {exc}") from None
 
 
 # --------------------------------------------------------------------------- inside the allocation

@@ -13,12 +13,14 @@ r - k (mod N - 1) for k = 1 .. N/2 - 1. So the check takes O(N) rounds, not O(N^
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.common import format_size
+from harness.config.cluster_profile import Rail
 from harness.evidence.faults import FOLDER as FAULTS
 
 
@@ -65,6 +67,8 @@ class Options:
     concurrency: int | None = None
     step_timeout_s: float = 120.0  # a step still running this long is ended and counted failed
     timeout_s: float = 120.0  # the process group's timeout inside each step
+    # Each pair again on each rail alone, one rank a node (docs/guides/nodes.md, "Rails")
+    rails: tuple[Rail, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,9 @@ class Step:
     module: str
     args: tuple[str, ...]
     plain: bool = False  # a program each node runs alone, not ranks of a process group
+    tasks: int | None = None  # processes a node: one a rank (the check's ranks a node) where None
+    env: tuple[tuple[str, str], ...] = ()  # set for the step's processes: its rail's
+    rail: str | None = None  # the rail a rail step measures
 
     @property
     def result(self) -> str:
@@ -123,24 +130,31 @@ def round_count(n: int, o: Options) -> int:
         pairs = tournament(r) + -(-(n - r) // r)
     else:
         pairs = tournament(n) if o.partners is None else min(o.partners, tournament(n))
-    return int(o.gemm) + int(o.gpus_per_node > 1) + pairs
+    return int(o.gemm) + int(o.gpus_per_node > 1) + pairs * (1 + len(o.rails))
 
 
-# A round: what its steps run ("gemm", "intra" or "pair") and the nodes of each step, by index.
+# A round: what its steps run ("gemm", "intra", "pair", or "rail<r>": the pairs on rail r alone)
+# and the nodes of each step, by index.
 Round = tuple[str, list[tuple[int, ...]]]
 
 
 def schedule(names: Sequence[str], o: Options) -> list[Round]:
     """The check's rounds, each round's steps on disjoint nodes, run at once: every node's
     matmul (unless `o.gemm` is off), then (two or more ranks per node) every node's all-reduce,
-    then the pairs. Only indices: a round's steps are made when it runs (`steps`), so that the
-    plan of 2,048 nodes (2 million steps) costs what its pairs cost."""
+    then the pairs, each round of pairs followed by the same pairs on each of `o.rails`. Only
+    indices: a round's steps are made when it runs (`steps`), so that the plan of 2,048 nodes
+    (2 million steps) costs what its pairs cost."""
     n = len(names)
     out: list[Round] = [("gemm", [(i,) for i in range(n)])] if o.gemm else []
     if o.gpus_per_node > 1:
         out.append(("intra", [(i,) for i in range(n)]))
-    out += [("pair", list(pairs)) for pairs in pair_rounds(n, o.partners, reference_indices(names, o))]
+    for pairs in pair_rounds(n, o.partners, reference_indices(names, o)):
+        out.append(("pair", list(pairs)))
+        out += [(f"{RAIL}{r}", list(pairs)) for r in range(len(o.rails))]
     return out
+
+
+RAIL = "rail"  # a round of one rail's pairs is "rail<r>", r its index in Options.rails
 
 
 def steps(round_: Round, o: Options, folder: str) -> list[Step]:
@@ -151,10 +165,12 @@ def steps(round_: Round, o: Options, folder: str) -> list[Step]:
         gemm = (f"--size={o.gemm_size}", f"--iters={o.gemm_iters}", *common)
         return [Step(f"gemm-{i}", (i,), "benchmarks.gemm", (*gemm, *_json(folder, f"gemm-{i}"))) for (i,) in members]
     size = format_size(o.bytes).replace(" ", "")
+    rail = o.rails[int(kind.removeprefix(RAIL))] if kind.startswith(RAIL) else None
     if kind == "intra":
         collectives, groups = "all_reduce", "world"
-    else:
-        collectives, groups = "all_reduce,sendrecv", ",".join(dict.fromkeys(("world", exchange_group(o.gpus_per_node))))
+    else:  # one rank a node on a rail, as nccl-tests' split runs are (docs/guides/nodes.md, "Rails")
+        ranks = 1 if rail else o.gpus_per_node
+        collectives, groups = "all_reduce,sendrecv", ",".join(dict.fromkeys(("world", exchange_group(ranks))))
     args = (
         f"--collective={collectives}",
         f"--groups={groups}",
@@ -170,14 +186,18 @@ def steps(round_: Round, o: Options, folder: str) -> list[Step]:
     out = []
     for nodes in members:
         name = f"{kind}-{'-'.join(map(str, nodes))}"
-        out.append(Step(name, nodes, "benchmarks.allreduce", (*args, *_json(folder, name))))
+        step = Step(name, nodes, "benchmarks.allreduce", (*args, *_json(folder, name)))
+        if rail:
+            step = dataclasses.replace(step, tasks=1, env=tuple(rail.env().items()), rail=rail.name)
+        out.append(step)
     return out
 
 
 def fault_step(n: int, when: str, folder: str) -> Step:
     """Every node's reading of its hardware faults, `when` ("before" or "after") the rounds:
     its IB error counters and its kernel log's Xids (harness/evidence/faults.py)."""
-    return Step(f"faults-{when}", tuple(range(n)), "harness.telemetry", ("faults", f"{folder}/{FAULTS}/{when}"), True)
+    args = ("faults", f"{folder}/{FAULTS}/{when}")
+    return Step(f"faults-{when}", tuple(range(n)), "harness.telemetry", args, plain=True, tasks=1)
 
 
 def _json(folder: str, name: str) -> tuple[str, str]:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from harness.config.hostlists import hostlist
 from harness.errors import DataError
 from harness.evidence import faults
-from harness.nodes.driver import FOLDER, Plan, gather
+from harness.nodes.driver import FOLDER, Figures, Plan, RailFigures, gather
 from harness.nodes.rounds import METRICS, exchange_group, planned_metrics
 
 if TYPE_CHECKING:
@@ -132,6 +132,7 @@ class Verdict:
     cluster: list[str]  # findings of the whole population: below the stated hardware
     unjudged: list[str]  # what the check could not judge, and why
     unread: list[str] = field(default_factory=list)  # records the nodes did not let it read (faults.NodeFaults)
+    rails: dict[str, Verdict] = field(default_factory=dict)  # each rail's pairs judged alone (`on_rails`)
 
     @property
     def drain(self) -> str:
@@ -451,8 +452,33 @@ def judge_check(run: Path, plan: Plan, profile: ClusterProfile | None) -> tuple[
     for metric in planned_metrics(plan.options):  # a metric nothing measured was not judged: never clean
         if not (f.nodes.get(metric) or f.pairs.get(metric)):
             v.unjudged.append(f"{METRICS[metric][0]}: no step measured it")
+    on_rails(v, f, plan.threshold)
+    for rail in plan.options.rails:  # a rail nothing measured was not judged either
+        if not any(f.rails.get(rail.name, RailFigures({}, {})).pairs.values()):
+            v.unjudged.append(f"rail {rail.name}: no step measured it")
     hardware_faults(v, faults.read_check(run / FOLDER / faults.FOLDER, f.names))
     return v, f.record
+
+
+def on_rails(v: Verdict, f: Figures, threshold: float) -> None:
+    """Judge each rail's pairs alone, as `judge` judges whole nodes' pairs, and fold what it names
+    into `v`, the rail in each reason: a node slow on one rail is named (the drain line names
+    the node; the reason, the rail to replace), a link on one rail is named as a link."""
+    order = {n: i for i, n in enumerate(v.names)}
+    named = {finding.nodes[0]: finding for finding in v.nodes}
+    links = {finding.nodes: finding for finding in v.links}
+    for rail, figures in f.rails.items():
+        rv = v.rails[rail] = judge(f.names, {}, figures.pairs, threshold, {}, figures.failures)
+        for finding in rv.nodes:
+            node = named.setdefault(finding.nodes[0], Finding(finding.nodes))
+            node.reasons += [f"rail {rail}: {why}" for why in finding.reasons]
+        for finding in rv.links:
+            link = links.setdefault(finding.nodes, Finding(finding.nodes))
+            link.reasons += [f"rail {rail}: {why}" for why in finding.reasons]
+        v.cluster += [f"rail {rail}: {line}" for line in rv.cluster]
+        v.unjudged += [f"rail {rail}: {line}" for line in rv.unjudged]
+    v.nodes = sorted(named.values(), key=lambda x: order.get(x.nodes[0], 0))
+    v.links = sorted(links.values(), key=lambda x: tuple(order.get(n, 0) for n in x.nodes))
 
 
 def hardware_faults(v: Verdict, found: list[faults.NodeFaults]) -> None:

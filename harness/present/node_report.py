@@ -37,6 +37,13 @@ def as_json(v: Verdict, record: dict[str, Any], plan: Plan) -> dict[str, Any]:
         "drain": v.drain,
         "nodes_named": [{"node": f.nodes[0], "reasons": f.reasons} for f in v.nodes],
         "links_named": [{"nodes": list(f.nodes), "reasons": f.reasons} for f in v.links],
+        # what each rail's pairs alone name: the card or cable to replace (docs/guides/nodes.md, "Rails")
+        "rails_named": [
+            {"rail": rail, "nodes": list(f.nodes), "reasons": f.reasons}
+            for rail, rv in v.rails.items()
+            for f in [*rv.nodes, *rv.links]
+        ],
+        "rail_scores": {rail: rv.node_scores for rail, rv in v.rails.items()},
         "cluster": v.cluster,
         "not_judged": v.unjudged,
         "not_read": v.unread,
@@ -83,6 +90,24 @@ def write_outputs(run: Path, v: Verdict, record: dict[str, Any], plan: Plan) -> 
     return out if heatmap is None else [*out, heatmap]
 
 
+def rail_table(v: Verdict) -> Any:
+    """Each node's two-node all-reduce on each rail alone (the median of its pairs there), and
+    the rails named on it."""
+    from rich.table import Table
+
+    table = Table(title="Rails: two-node all-reduce, busbw (GB/s), median of its pairs", title_justify="left")
+    table.add_column("NODE")
+    for rail in v.rails:
+        table.add_column(shown(rail), justify="right")
+    table.add_column("RAILS NAMED")
+    for node in v.names:
+        scores = [rv.node_scores.get("busbw_gbps", {}).get(node) for rv in v.rails.values()]
+        named = [rail for rail, rv in v.rails.items() if any(node in f.nodes for f in rv.nodes)]
+        cells = ["failed" if x is None else f"{x:.4g}" for x in scores]
+        table.add_row(shown(node), *cells, "[red]" + shown(", ".join(named)) + "[/]" if named else "ok")
+    return table
+
+
 def print_verdict(console: Console, v: Verdict, record: dict[str, Any]) -> None:
     from rich.table import Table
 
@@ -98,6 +123,8 @@ def print_verdict(console: Console, v: Verdict, record: dict[str, Any]) -> None:
         verdict_cell = "[red]drain[/]: " + shown("; ".join(named[node].reasons)) if node in named else "ok"
         table.add_row(shown(node), *cells, verdict_cell)
     console.print(table)
+    if v.rails:
+        console.print(rail_table(v))
     for f in v.links:
         console.print(
             f"[red]link {shown(f.nodes[0])} - {shown(f.nodes[1])}[/]: {shown('; '.join(f.reasons))}", soft_wrap=True

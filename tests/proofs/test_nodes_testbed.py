@@ -59,7 +59,12 @@ def checks(eight_nodes, tmp_path_factory):
     profile.write_text(PROFILE.read_text() + ACCEPT_REFERENCE)
     accept = ("--executor", "slurm", "--cluster", str(profile), "--sweep", str(SWEEPS / "testbed-accept.yaml"))
     accept += ("--nodelist", "bnode[1-4]", "--bytes", "4M", "--threshold", "50%", "--yes")
-    check("accepted", *accept, command=("accept",))
+    check("accepted", *accept, "--rails", command=("accept",))  # each rail alone too: nothing named
+    shape("--rate", RATE, "--node", "bnode3", "--link", "eth1")
+    try:
+        check("slow_rail", "--nodelist", "bnode[1-4]", "--rails")
+    finally:
+        shape("--clear")
     shape("--rate", RATE, "--node", "bnode3")
     try:
         check("not_accepted", *accept, command=("accept",))
@@ -120,6 +125,31 @@ def test_eight_nodes_are_one_job_of_28_pair_steps_in_7_rounds(checks):
     )
 
 
+def test_a_slow_rail_is_named_with_its_node_and_the_other_rail_reads_healthy(checks):
+    """bnode3's eth1 shaped, its eth0 not: `bench nodes --rails` runs each pair on the whole
+    node (eth0, the profile's GLOO_SOCKET_IFNAME), then on eth0 alone and on eth1 alone. Only
+    eth1's pairs name bnode3: the drain line names the node, each reason the rail."""
+    r, path, _ = checks["slow_rail"]
+    assert r.returncode == 1, r.describe()
+    v = verdict(path)
+    assert v["drain"] == "bnode3" and [n["node"] for n in v["nodes_named"]] == ["bnode3"], v["nodes_named"]
+    (named,) = v["nodes_named"]
+    assert named["reasons"] and all(why.startswith("rail eth1: ") for why in named["reasons"]), named
+    assert [(x["rail"], x["nodes"]) for x in v["rails_named"]] == [("eth1", ["bnode3"])], v["rails_named"]
+    assert v["links_named"] == [], v["links_named"]
+    # of 4 nodes, 1 named: eth1's links are left unjudged, said, as a whole node's would be
+    assert all(line.startswith("rail eth1: ") and "single links" in line for line in v["not_judged"]), v
+    eth0, eth1 = (v["rail_scores"][rail]["p2p_gbps"] for rail in ("eth0", "eth1"))
+    assert eth1["bnode3"] < RATE_GBPS < min(eth1[n] for n in ("bnode1", "bnode2", "bnode4")), eth1
+    assert min(eth0.values()) > RATE_GBPS, eth0  # bnode3's other rail reads healthy
+    assert min(v["node_scores"]["p2p_gbps"].values()) > RATE_GBPS  # and so do its whole-node pairs, on eth0
+    result = read_json(path / "jobs/nodes/steps/rail1-2-3.json")  # bnode3 and bnode4 on eth1
+    used = {i for rank in result["transport"]["ranks"] for i in rank["interfaces"]} - {"lo"}
+    assert result["world_size"] == 2 and used == {"eth1"}, result["transport"]
+    assert len(v["steps"]) == 18 and "RAILS NAMED" in r.stdout
+    print(f"\nbnode3's eth1 shaped: p2p on eth1 {eth1}, on eth0 {eth0}")
+
+
 def test_a_slow_node_is_named_and_drained_alone(checks):
     r, path, _ = checks["slow_node"]
     assert r.returncode == 1, r.describe()
@@ -137,6 +167,9 @@ def test_an_acceptance_with_nothing_shaped_passes_with_a_report(checks):
     r, path, took = checks["accepted"]
     assert r.returncode == 0, r.describe()
     assert r.stdout.splitlines()[-2] == "bench accept: ACCEPTED", r.stdout[-2000:]
+    rails = verdict(path / "nodes")  # with --rails: each rail's pairs alone named nothing either
+    assert rails["rails_named"] == [] and sorted(rails["rail_scores"]) == ["eth0", "eth1"]
+    assert all(x > RATE_GBPS for rail in rails["rail_scores"].values() for x in rail["p2p_gbps"].values())
     v = read_json(path / "verdict.json")
     assert v["accepted"] and v["status"] == 0 and v["reasons"] == [] and v["sweep_ran"]
     assert v["nodes"]["hosts"] == ["bnode1", "bnode2", "bnode3", "bnode4"] and v["nodes"]["clean"]

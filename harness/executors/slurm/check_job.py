@@ -15,7 +15,7 @@ import shlex
 from collections.abc import Callable
 from typing import Any
 
-from harness.config.cluster_profile import ClusterProfile
+from harness.config.cluster_profile import RAIL_VARIABLES, ClusterProfile
 from harness.config.hostlists import HOSTLIST_RE
 from harness.executors.slurm.executor import SCRIPT, SlurmExecutor
 from harness.executors.slurm.script import (
@@ -138,6 +138,16 @@ def render_step_script(job: Job, profile: ClusterProfile, plan: Plan, overlap: b
                 "ntasks=$((10#$nnodes * 10#$tasks))",
                 "export MASTER_ADDR MASTER_PORT"
                 + (f' {prefix}MASTER_ADDR="$MASTER_ADDR" {prefix}MASTER_PORT="$MASTER_PORT"' if prefix else ""),
+                *(
+                    [
+                        "# A rail step's variables, which the driver sets, into the container too",
+                        f"for v in {' '.join(RAIL_VARIABLES)}; do",
+                        f'  [ -z "${{!v+x}}" ] || export "{prefix}$v=${{!v}}"',
+                        "done",
+                    ]
+                    if prefix
+                    else []
+                ),
                 f'exec {srun} {python} -m "$module" "$@"',
             ]
         )

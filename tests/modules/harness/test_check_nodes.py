@@ -150,6 +150,10 @@ def _tamper(tmp_path: Path, source: Path, rel: str, edit) -> Path:
         ("check.json", lambda t: t.replace('"gpus_per_node"', '"gpus"'), "options: not an object of the check"),
         ("check.json", lambda t: t.replace('"nodes": 2', '"nodes": true'), "nodes must be an integer"),
         ("check.json", lambda t: "[1, 2]", "not a JSON object"),
+        ("check.json", lambda t: t.replace('"rails": []', '"rails": [{"hca": "mlx5_0;id"}]'), "rails[0].hca"),
+        ("check.json", lambda t: t.replace('"rails": []', '"rails": [{"gpu": 0}]'), "rails must be a list of rails"),
+        # a plan of rails whose record has no rail step: its rounds are not the plan's
+        ("check.json", lambda t: t.replace('"rails": []', '"rails": [{"ifname": "lo"}]'), "the plan of 2 nodes has 2"),
         ("jobs/nodes/steps.json", lambda t: t.replace('"local1"', '"$(id)"'), "hosts must be a list of node names"),
         ("jobs/nodes/steps.json", lambda t: t.replace('"local1"', '"local0"'), "hosts names a node twice"),
         ("jobs/nodes/steps.json", lambda t: t.replace('"ran": 1', '"ran": 9'), "round_s must be the seconds"),

@@ -361,3 +361,45 @@ def test_three_nodes_that_agree_by_chance_do_not_close_the_band():
     v = judge(names(4), {}, pairs_of(local), 0.1, {})
     assert v.nodes == []
     assert v.populations["p2p_gbps"].spread > 0.1
+
+
+# --------------------------------------------------------------------------- rails
+
+
+def test_each_round_of_pairs_runs_again_on_each_rail_alone_one_rank_a_node():
+    """docs/guides/nodes.md, "Rails": a round of whole-node pairs, then the same pairs on each
+    rail, named rail<r>-a-b, one task a node, held to the rail by NCCL's and gloo's variables."""
+    from harness.config.cluster_profile import Rail
+
+    o = Options(gpus_per_node=8, gemm=False, rails=(Rail(hca="mlx5_0", ifname="ib0"), Rail(hca="mlx5_3")))
+    plan = schedule(names(4), o)
+    assert [kind for kind, _ in plan] == ["intra", *["pair", "rail0", "rail1"] * 3]
+    assert round_count(4, o) == len(plan) == 10 and plan[2][1] == plan[3][1] == plan[1][1]
+    whole, rail0, rail1 = (steps(plan[k], o, "f") for k in (1, 2, 3))
+    assert [s.name for s in rail1] == ["rail1-0-3", "rail1-1-2"] and {s.rail for s in rail1} == {"mlx5_3"}
+    assert whole[0].tasks is None and whole[0].env == () and "--groups=world,inter" in whole[0].args
+    assert rail0[0].tasks == 1 and "--groups=world" in rail0[0].args  # one rank a node: the pair is the world
+    assert dict(rail0[0].env) == {"NCCL_IB_HCA": "=mlx5_0", "GLOO_SOCKET_IFNAME": "ib0", "NCCL_SOCKET_IFNAME": "=ib0"}
+    assert dict(rail1[0].env) == {"NCCL_IB_HCA": "=mlx5_3"}
+    assert round_count(64, Options(gemm=False, partners=3, rails=o.rails)) == 3 * 3
+
+
+def test_a_node_slow_on_one_rail_is_named_with_the_rail():
+    """Each rail's pairs judged alone: bnode3 slow on eth1 (the testbed's slow-node figures) and
+    not on eth0 nor on the whole node is named for eth1 alone; the drain line names the node."""
+    from harness.nodes.driver import Figures, RailFigures
+    from harness.nodes.verdict import on_rails
+
+    f = Figures(names(4), {}, pairs_of(UNSHAPED), {}, 0, {})
+    f.rails = {"eth0": RailFigures(pairs_of(UNSHAPED), {}), "eth1": RailFigures(pairs_of(SLOW_NODE), {})}
+    v = judge(f.names, f.nodes, f.pairs, 0.5, {}, f.failures)
+    on_rails(v, f, 0.5)
+    assert v.drain == "bnode3" and [x.nodes for x in v.nodes] == [("bnode3",)] and v.links == []
+    assert len(v.nodes[0].reasons) == 2 and all(r.startswith("rail eth1: ") for r in v.nodes[0].reasons)
+    assert v.rails["eth0"].nodes == [] and [x.nodes for x in v.rails["eth1"].nodes] == [("bnode3",)]
+    link = Figures(names(4), {}, pairs_of(UNSHAPED), {}, 0, {})
+    link.rails = {"mlx5_1": RailFigures(pairs_of(SLOW_LINK), {})}
+    v = judge(link.names, {}, link.pairs, 0.5, {})
+    on_rails(v, link, 0.5)
+    assert v.nodes == [] and [x.nodes for x in v.links] == [("bnode1", "bnode2")]
+    assert v.links[0].reasons[0].startswith("rail mlx5_1: ") and v.drain == ""
