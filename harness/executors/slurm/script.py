@@ -546,8 +546,17 @@ def render_script(job: Job, profile: ClusterProfile, timeout_s: float) -> str:
     if debug or per_step:
         lines += [
             "",
-            "# NCCL's own log of the transport it chose (docs/concepts/transport.md) and PyTorch's flight",
-            "# recorder, dumped on a process-group timeout (docs/guides/hangs.md): files per rank",
+            *(
+                [
+                    "# PyTorch's flight recorder of gloo's collectives, which each rank dumps itself on a stall",
+                    "# or a failed collective (docs/guides/hangs.md, benchmarks/recorder.py)",
+                ]
+                if job.backend == "gloo"
+                else [
+                    "# NCCL's own log of the transport it chose (docs/concepts/transport.md) and PyTorch's flight",
+                    "# recorder, dumped on a process-group timeout (docs/guides/hangs.md): files per rank",
+                ]
+            ),
         ]
         lines += exports(debug.items(), profile)
         folders = {"NCCL_DEBUG_FILE": job.nccl_log_dir, "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": job.flight_dir}

@@ -41,6 +41,16 @@ def test_golden_scripts(name):
     )
 
 
+def test_a_gloo_job_exports_the_flight_recorder_s_buffer_and_says_who_dumps_it():
+    """A gloo job has no NCCL log: its script exports the flight recorder's buffer alone, under
+    words that say each rank dumps it (docs/guides/hangs.md), not NCCL's."""
+    job = expand(load_sweep(SWEEPS / "local.yaml"))[0]
+    text = render_script(job, load_profile(EXAMPLE), 600)
+    head = "# PyTorch's flight recorder of gloo's collectives, which each rank dumps itself on a stall"
+    assert job.backend == "gloo" and f"{head}\n" in text and "export TORCH_FR_BUFFER_SIZE=2000" in text
+    assert "NCCL's own log" not in text and "NCCL_DEBUG_FILE" not in text
+
+
 CONTAINERS = {
     "pyxis": """container:
   engine: pyxis
