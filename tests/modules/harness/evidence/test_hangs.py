@@ -164,6 +164,8 @@ def test_an_all_reduce_of_another_size_is_read_from_the_flight_recorder(tmp_path
     assert r.returncode == 1, r.describe()
     job = json.loads((out / "jobs.json").read_text())["jobs"]["n2-g1-torchrun-default"]
     assert job["state"] == "FAILED" and job["reason"].startswith("allreduce failed (agent exit codes"), job
+    # the aborted rank's own line, not rank 0's reset connection
+    assert "gloo::EnforceNotMet: [enforce fail at" in job["reason"] and "Connection reset" not in job["reason"], job
     # gloo's record counts the call that raised as ended: rank 0 "last entered" it
     entered = r"flight recorder: rank 0 last entered gloo:all_reduce #(\d+) \((\d+) Float\), recorded as ended"
     found = re.search(entered, job["reason"])

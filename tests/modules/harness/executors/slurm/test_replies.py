@@ -136,6 +136,38 @@ def test_the_failing_rank_is_the_reason_not_the_agents_stopped_after_it():
     assert error_line(alone) == "SignalException: Process 19481 got signal: 15"  # nothing else: still said
 
 
+# From a local 2-node job on this machine (torch 2.14.1, gloo) whose rank 1 called its fifth
+# all-reduce with half the tensor (tests/modules/harness/evidence/test_hangs.py): gloo aborted
+# rank 1 in std::terminate, and rank 0 then read its connection reset. Paths shortened.
+SIZE_MISMATCH_LOG = """\
+terminate called after throwing an instance of 'gloo::EnforceNotMet'
+  what():  [enforce fail at /__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:464] \
+op.preamble.length <= op.nbytes. 262144 vs 131072. Received data size doesn't match expected size. \
+Is there a distributed collective mismatch in your code?
+[rank0]: Traceback (most recent call last):
+[rank0]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:545] Read error \
+[127.0.0.1]:6059: Connection reset by peer. This is typically caused by a remote worker hanging or bugs in \
+the application. Check the logs of the remote worker before reporting an error. GLHF!
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError: 
+  traceback : Signal 6 (SIGABRT) received by PID 11788
+"""
+
+
+def test_the_aborted_rank_s_own_line_is_the_reason_not_its_peer_s_reset_connection():
+    assert error_line(SIZE_MISMATCH_LOG) == (
+        "gloo::EnforceNotMet: [enforce fail at /__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:464] "
+        "op.preamble.length <= op.nbytes. 262144 vs 131072. Received data size doesn't match expected size. "
+        "Is there a distributed collective mismatch in your code?"
+    )
+    reset_alone = "\n".join(line for line in SIZE_MISMATCH_LOG.splitlines() if "what()" not in line)
+    said = error_line(reset_alone)  # nothing else: the reset connection is still said
+    assert said is not None and said.endswith(
+        "Connection reset by peer. This is typically caused by a remote worker "
+        "hanging or bugs in the application. Check the logs of the remote "
+        "worker before reporting an error. GLHF!"
+    )
+
+
 def test_usage_is_reckoned_as_seff_does():
     """sacct's rows for one job as Slurm 22.05.8 printed them on the testbed (jobacct_gather/linux;
     memory is not a consumable there, so AllocTRES has no mem), and a job on a cluster that
