@@ -136,6 +136,7 @@ def round_count(n: int, o: Options) -> int:
 # A round: what its steps run ("gemm", "intra", "pair", or "rail<r>": the pairs on rail r alone)
 # and the nodes of each step, by index.
 Round = tuple[str, list[tuple[int, ...]]]
+RAIL = "rail"  # a round of one rail's pairs is "rail<r>", r its index in Options.rails
 
 
 def schedule(names: Sequence[str], o: Options) -> list[Round]:
@@ -152,9 +153,6 @@ def schedule(names: Sequence[str], o: Options) -> list[Round]:
         out.append(("pair", list(pairs)))
         out += [(f"{RAIL}{r}", list(pairs)) for r in range(len(o.rails))]
     return out
-
-
-RAIL = "rail"  # a round of one rail's pairs is "rail<r>", r its index in Options.rails
 
 
 def steps(round_: Round, o: Options, folder: str) -> list[Step]:
