@@ -124,8 +124,9 @@ class LocalExecutor(Executor):
         env = dict(os.environ)
         env.update(job.env)
         env.update(job.nccl_env)
-        if len(runs) == 1 or job.backend == "gloo":  # a workload's own files (several share a launch on gloo only)
-            env.update(job.debug_env(runs[0], env))
+        # the launch's debug variables: a workload's own files on NCCL, where a launch is one workload
+        # (`launches`); on gloo, whose launch may run several, only the recorder's buffer, the same for all
+        env.update(job.debug_env(runs[0], env))
         env["BENCH_LAUNCHER"] = "local-torchrun"
         env["BENCH_JOB"] = job.name
         env["BENCH_NODE"] = str(node)
@@ -144,8 +145,7 @@ class LocalExecutor(Executor):
         given = {k for k, _ in (*job.env, *job.nccl_env)} | set(job.passthrough)
         for runs in self.launches(job):
             lines.append(f"\n# {', '.join(run.key for run in runs)}: {job.nodes} agent(s)")
-            if len(runs) == 1 or job.backend == "gloo":
-                lines += [f"export {k}={shlex.quote(v)}" for k, v in job.debug_env(runs[0], given).items()]
+            lines += [f"export {k}={shlex.quote(v)}" for k, v in job.debug_env(runs[0], given).items()]
             lines += [
                 shlex.join(self.agent_command(job, runs, node, "PORT")).replace("127.0.0.1:PORT", "127.0.0.1:$PORT")
                 + (" &" if job.nodes > 1 else "")

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from harness.config.hostlists import hostlist
 from harness.errors import DataError
 from harness.evidence import faults
-from harness.nodes.driver import FOLDER, Figures, Plan, RailFigures, gather
+from harness.nodes.driver import FOLDER, Figures, Plan, gather
 from harness.nodes.rounds import METRICS, exchange_group, planned_metrics
 
 if TYPE_CHECKING:
@@ -454,7 +454,7 @@ def judge_check(run: Path, plan: Plan, profile: ClusterProfile | None) -> tuple[
             v.unjudged.append(f"{METRICS[metric][0]}: no step measured it")
     on_rails(v, f, plan.threshold)
     for rail in plan.options.rails:  # a rail nothing measured was not judged either
-        if not any(f.rails.get(rail.name, RailFigures({}, {})).pairs.values()):
+        if rail.name not in f.rails or not any(f.rails[rail.name].pairs.values()):
             v.unjudged.append(f"rail {rail.name}: no step measured it")
     hardware_faults(v, faults.read_check(run / FOLDER / faults.FOLDER, f.names))
     return v, f.record
