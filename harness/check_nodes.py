@@ -10,6 +10,7 @@ that did not run says so), 2 for bad input, 130 when interrupted.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import subprocess
 import sys
@@ -29,7 +30,7 @@ from harness.executors import Executor
 from harness.executors.slurm.check_job import check_job
 from harness.nodes.driver import FOLDER, PLAN, RECORD, Driver, LocalLauncher, Plan, load_plan
 from harness.nodes.rounds import Options, Round, schedule, tournament
-from harness.nodes.verdict import Verdict, drain_command, judge_check
+from harness.nodes.verdict import Verdict, drain_command, judge_check, low_links
 from harness.present import node_report
 from harness.run.cost import Cost
 from harness.run.rundir import COMPLETED, RunDir, claim, locked
@@ -181,9 +182,9 @@ def start(
             assert profile is not None
             return _on_slurm(executor, run, plan, profile, rounds, time_limit_min, db, console, yes, dry_run, as_json)
         try:
-            Driver(run.path, FOLDER, names, options, LocalLauncher(run.path, options)).drive(
-                lambda line: console.print(line, markup=False)
-            )
+            low = functools.partial(low_links, run.path, plan, profile)
+            driver = Driver(run.path, FOLDER, names, options, LocalLauncher(run.path, options), low)
+            driver.drive(lambda line: console.print(line, markup=False))
         except KeyboardInterrupt:
             console.print(f"\ninterrupted: the steps were ended; {run.path} keeps what ran", markup=False)
             return 130

@@ -1,5 +1,5 @@
 """A path job scripts name: the node check's driver
-(`python -m harness.nodesteps FOLDER`), which lives in harness/nodes/driver.py.
+(`python -m harness.nodesteps FOLDER`), which lives in harness/nodes/allocation.py.
 
 The job scripts bench writes name this path, and so do those of every older run directory,
 which a newer bench resumes by running them as they are: so it stays, and runs the module as
@@ -8,4 +8,4 @@ which a newer bench resumes by running them as they are: so it stays, and runs t
 import runpy
 
 if __name__ == "__main__":
-    runpy.run_module("harness.nodes.driver", run_name="__main__", alter_sys=True)
+    runpy.run_module("harness.nodes.allocation", run_name="__main__", alter_sys=True)

@@ -24,7 +24,7 @@ BEFORE = ROOT / "tests" / "fixtures" / "rundir" / "before-packages"
         ("harness.telemetry", "harness.evidence.telemetry", ["mark", "telemetry", "allreduce", "start"]),
         ("harness.hangs", "harness.evidence.hangs", ["--help"]),
         ("harness.inside", "harness.files.inside", ["append", "log.txt"]),
-        ("harness.nodesteps", "harness.nodes.driver", ["jobs/nodes"]),
+        ("harness.nodesteps", "harness.nodes.allocation", ["jobs/nodes"]),
     ],
 )
 def test_each_path_a_job_script_names_runs_its_module(tmp_path, old, new, args):

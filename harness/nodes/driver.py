@@ -11,13 +11,11 @@ rounds that ran and each one's seconds) are replaced atomically (docs/guides/nod
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import math
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -28,7 +26,6 @@ from typing import Any, BinaryIO
 
 from benchmarks.catalog import BACKENDS, DEVICES
 from benchmarks.results import RESULT_LIMIT, json_bytes, load_result, read_regular, wrong_results
-from harness.config import hostlists
 from harness.config.cluster_profile import Rail
 from harness.config.fields import FieldError
 from harness.config.hostlists import HOSTLIST_RE, NODE_NAME_RE
@@ -141,11 +138,24 @@ def _popen(command: list[str], cwd: Path, env: dict[str, str], log: BinaryIO) ->
 class Driver:
     """Runs a check's rounds and keeps its record (see the module's docstring)."""
 
-    def __init__(self, run: Path, folder: str, names: list[str], options: Options, launcher: Launcher):
+    def __init__(
+        self,
+        run: Path,
+        folder: str,
+        names: list[str],
+        options: Options,
+        launcher: Launcher,
+        low_links: Callable[[], Sequence[tuple[int, int]]] | None = None,
+    ):
+        """`low_links`: the links (pairs of node indices) the record so far would name for a low
+        figure, asked once the plan's rounds have run; they are measured again in one more
+        round (docs/guides/nodes.md, "Measured again")."""
         self.run, self.folder, self.names, self.options, self.launcher = run, folder, names, options, launcher
+        self.low_links = low_links
         self.plan = node_rounds.schedule(names, options)
         self.steps: dict[str, dict[str, Any]] = {}  # the running round's
         self.round_s: list[float] = []
+        self.again = 0  # rounds run after the plan's: 1 once the links that read low are measured again
 
     def save(self, k: int | None = None) -> None:
         """The record: round `k`'s steps (rounds/<k>.json), then steps.json, which says how many
@@ -155,7 +165,7 @@ class Driver:
         folder = PurePosixPath(self.folder)
         if k is not None:
             inside.write(self.run, folder / ROUNDS_DIR / f"{k}.json", json_bytes(self.steps))
-        summary = {"format_version": RECORD_VERSION, "hosts": self.names, "rounds": len(self.plan)}
+        summary = {"format_version": RECORD_VERSION, "hosts": self.names, "rounds": len(self.plan), "again": self.again}
         record = {**summary, "round_s": self.round_s, "ran": len(self.round_s)}
         inside.write(self.run, folder / RECORD, json_bytes(record))
 
@@ -166,25 +176,50 @@ class Driver:
         self._read_faults("before", progress)
         index = 0
         for k, round_ in enumerate(self.plan):
-            steps = node_rounds.steps(round_, self.options, self.folder)
-            self.steps = {}
-            start = time.monotonic()
-            width = self.options.concurrency or len(steps)
+            index = self._round(k, round_, index, progress)
+        if self.low_links:
             try:
-                for batch in range(0, len(steps), width):
-                    index = self._run(steps[batch : batch + width], index)
-            except BaseException:
-                self.round_s.append(round(time.monotonic() - start, 3))
-                self.save(k)
-                raise
+                links = self.low_links()
+            except ValueError as exc:  # the record just written, unreadable: the verdict will say so
+                progress(f"the links that read low are not measured again: {exc}")
+            else:
+                self._measure_again(links, index, progress)
+        self._read_faults("after", progress)
+
+    def _round(self, k: int, round_: node_rounds.Round, index: int, progress: Callable[[str], None]) -> int:
+        """Round `k` run and recorded; the next step's index."""
+        steps = node_rounds.steps(round_, self.options, self.folder)
+        self.steps = {}
+        start = time.monotonic()
+        width = self.options.concurrency or len(steps)
+        try:
+            for batch in range(0, len(steps), width):
+                index = self._run(steps[batch : batch + width], index)
+        except BaseException:
             self.round_s.append(round(time.monotonic() - start, 3))
             self.save(k)
-            failed = [s.name for s in steps if self.steps[s.name]["state"] != COMPLETED]
-            progress(
-                f"round {k + 1} of {len(self.plan)}: {len(steps)} step(s) in {self.round_s[-1]:.1f} s"
-                + (f", failed: {' '.join(failed)}" if failed else "")
-            )
-        self._read_faults("after", progress)
+            raise
+        self.round_s.append(round(time.monotonic() - start, 3))
+        self.save(k)
+        failed = [s.name for s in steps if self.steps[s.name]["state"] != COMPLETED]
+        of = f"{k + 1} of {len(self.plan)}" if k < len(self.plan) else f"{k + 1}, the links that read low, again"
+        progress(
+            f"round {of}: {len(steps)} step(s) in {self.round_s[-1]:.1f} s"
+            + (f", failed: {' '.join(failed)}" if failed else "")
+        )
+        return index
+
+    def _measure_again(self, links: Sequence[tuple[int, int]], index: int, progress: Callable[[str], None]) -> None:
+        """`links`, which the rounds so far name for a low figure, measured once more, those that
+        share no node at once: a link is named only when both its readings are low, so that a
+        pair slowed while it ran (another job's traffic, emulated nodes sharing CPUs) is not."""
+        round_ = node_rounds.again_round(links)
+        if not round_[1]:
+            return
+        if len(round_[1]) < len(links):
+            progress(f"{len(links) - len(round_[1])} of {len(links)} low links share a node with another: one reading")
+        self.again = 1
+        self._round(len(self.plan), round_, index, progress)
 
     def _read_faults(self, when: str, progress: Callable[[str], None]) -> None:
         """Every node's reading of its hardware faults (node_rounds.fault_step), outside the
@@ -271,6 +306,7 @@ def read_record(folder: Path, with_rounds: bool = True) -> dict[str, Any]:
     if data.get("format_version") != RECORD_VERSION:
         raise ValueError(f"{path}: format_version required {RECORD_VERSION}, found {data.get('format_version')!r}")
     hosts, rounds, ran, rs = data.get("hosts"), data.get("rounds"), data.get("ran"), data.get("round_s")
+    again = data.setdefault("again", 0)  # absent from the records of checks before it ran
     if not isinstance(hosts, list) or not all(isinstance(h, str) and NODE_NAME_RE.fullmatch(h) for h in hosts):
         raise ValueError(f"{path}: hosts must be a list of node names")
     if len(set(hosts)) != len(hosts):
@@ -278,8 +314,12 @@ def read_record(folder: Path, with_rounds: bool = True) -> dict[str, Any]:
     for key, value in (("rounds", rounds), ("ran", ran)):
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10**6:
             raise ValueError(f"{path}: {key} must be a count of rounds, found {value!r}")
+    if again not in (0, 1) or isinstance(again, bool):
+        raise ValueError(f"{path}: again must be 0 or 1, the rounds run after the plan's, found {again!r}")
     if not isinstance(rs, list) or len(rs) != ran or not all(_seconds(v) for v in rs):
         raise ValueError(f"{path}: round_s must be the seconds of each round that ran")
+    if ran > rounds + again:
+        raise ValueError(f"{path}: {ran} rounds ran of {rounds} planned and {again} after them")
     if not with_rounds:
         return data
     steps: dict[str, Any] = {}
@@ -325,6 +365,8 @@ class Figures:
     never: int  # steps the record has no end for: the check was cut short
     record: dict[str, Any]
     rails: dict[str, RailFigures] = dataclasses.field(default_factory=dict)  # rail name -> its pairs
+    # (a, b) -> metric -> its two readings, of the links measured again; `pairs` holds the better
+    again: dict[tuple[str, str], dict[str, tuple[float, float]]] = dataclasses.field(default_factory=dict)
 
 
 def gather(run: Path, plan: Plan) -> Figures:
@@ -344,7 +386,7 @@ def gather(run: Path, plan: Plan) -> Figures:
         rounds = node_rounds.schedule(names, plan.options)
     except ValueError as exc:
         raise ValueError(f"{where}: {exc}") from None
-    if record["rounds"] != len(rounds) or record["ran"] > len(rounds):
+    if record["rounds"] != len(rounds):
         raise ValueError(
             f"{where}: {record['rounds']} rounds, {record['ran']} ran; the plan of {len(names)} nodes has {len(rounds)}"
         )
@@ -358,15 +400,7 @@ def gather(run: Path, plan: Plan) -> Figures:
                 continue
             nodes = tuple(names[i] for i in step.nodes)
             into = out.rails.setdefault(step.rail, RailFigures({}, {})) if step.rail else out
-            figures: dict[str, float] | None = None
-            why = str(rec.get("reason") or rec.get("state"))
-            if rec.get("state") == COMPLETED:
-                try:
-                    figures = node_rounds.step_figures(step, load_result(folder / step.result))
-                except ValueError as exc:  # FigureError and ResultError are ValueErrors
-                    why = str(exc)
-            else:  # a collective that returned wrong elements fails its ranks, and its result says so
-                why = _wrong_results(folder / step.result) or why
+            figures, why = _figures(folder, step, rec)
             for metric in node_rounds.step_metrics(step):
                 value = None if figures is None else figures[metric]
                 if len(nodes) == 1:
@@ -375,9 +409,48 @@ def gather(run: Path, plan: Plan) -> Figures:
                     into.pairs.setdefault(metric, {})[(nodes[0], nodes[1])] = value
             if figures is None:
                 into.failures[" ".join(nodes)] = f"{step.name} {why}"
-    if len(record["steps"]) > planned - out.never:
+    again = _measured_again(folder, record, plan.options, out)
+    if len(record["steps"]) > planned - out.never + again:
         raise ValueError(f"{where}: its rounds record {len(record['steps'])} steps; the plan has {planned}")
     return out
+
+
+def _figures(folder: Path, step: Step, rec: dict[str, Any]) -> tuple[dict[str, float] | None, str]:
+    """A step's figures from its result, or None and why it has none."""
+    why = str(rec.get("reason") or rec.get("state"))
+    if rec.get("state") == COMPLETED:
+        try:
+            return node_rounds.step_figures(step, load_result(folder / step.result)), why
+        except ValueError as exc:  # FigureError and ResultError are ValueErrors
+            return None, str(exc)
+    # a collective that returned wrong elements fails its ranks, and its result says so
+    return None, _wrong_results(folder / step.result) or why
+
+
+def _measured_again(folder: Path, record: dict[str, Any], options: Options, out: Figures) -> int:
+    """The links measured again after the plan's rounds (Driver._measure_again), folded into
+    `out`: each metric's better reading in `out.pairs`, both in `out.again`. A second reading
+    that failed leaves the first. How many steps the record has of them; ValueError for a
+    step that names no link the plan measured with a figure."""
+    names = out.names
+    steps = [name for name in record["steps"] if name.startswith(f"{node_rounds.AGAIN}-")]
+    for name in steps:
+        match = re.fullmatch(rf"{node_rounds.AGAIN}-(\d+)-(\d+)", name)
+        a, b = (int(match[1]), int(match[2])) if match else (0, 0)
+        pair = (names[a], names[b]) if a < b < len(names) else None
+        first: dict[str, float] = {}
+        for m, by_pair in out.pairs.items():
+            if pair and (value := by_pair.get(pair)) is not None:
+                first[m] = value
+        if pair is None or not first or len(first) < len(out.pairs):
+            raise ValueError(f"{folder / RECORD}: step {name} measured again a link the plan has no figure of")
+        step = node_rounds.steps(node_rounds.again_round([(a, b)]), options, FOLDER)[0]
+        figures, _ = _figures(folder, step, record["steps"][name])
+        if figures is not None:
+            out.again[pair] = {m: (v, figures[m]) for m, v in first.items()}
+            for m, v in first.items():
+                out.pairs[m][pair] = max(v, figures[m])
+    return len(steps)
 
 
 def _wrong_results(path: Path) -> str | None:
@@ -495,43 +568,3 @@ def _rail(i: int, fields: dict[str, Any]) -> Rail:
         return Rail(**fields)
     except FieldError as exc:
         raise ValueError(f"rails[{i}].{exc.key}: {exc}") from None
-
-
-# --------------------------------------------------------------------------- inside the allocation
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m harness.nodesteps FOLDER`, from the run directory inside the check's Slurm job."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if len(argv) != 1 or not re.fullmatch(r"[A-Za-z0-9_./-]+", argv[0]):
-        print("usage: python -m harness.nodesteps FOLDER (the check's job folder, relative)", file=sys.stderr)
-        return 2
-    folder = argv[0]
-    run = Path.cwd()
-    try:
-        options = load_plan(run).options
-        names = hostlists.expand_hostlist(os.environ.get("SLURM_JOB_NODELIST", ""))
-        job_id = int(os.environ.get("SLURM_JOB_ID", "0"))
-    except (ValueError, OSError) as exc:
-        print(f"bench nodes: {exc}", file=sys.stderr)
-        return 1
-    driver = Driver(run, folder, names, options, SrunLauncher(run, folder, job_id))
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # scancel: end the steps, keep the record
-    with contextlib.suppress(SystemExit):
-        driver.drive(lambda line: print(f"{now()} {line}", flush=True))
-        return 0
-    return 143
-
-
-def in_submitit_task(folder: str) -> None:
-    """What each task of the check's submitit job calls: the first runs the driver (`main`) and
-    fails the job when it fails; the others have nothing to do."""
-    if os.environ.get("SLURM_PROCID") != "0":
-        return
-    status = main([folder])
-    if status:
-        raise RuntimeError(f"bench nodes: the check's driver ended with status {status}")
-
-
-if __name__ == "__main__":
-    sys.exit(main())

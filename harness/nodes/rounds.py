@@ -133,10 +133,23 @@ def round_count(n: int, o: Options) -> int:
     return int(o.gemm) + int(o.gpus_per_node > 1) + pairs * (1 + len(o.rails))
 
 
-# A round: what its steps run ("gemm", "intra", "pair", or "rail<r>": the pairs on rail r alone)
-# and the nodes of each step, by index.
+# A round: what its steps run ("gemm", "intra", "pair", "rail<r>": the pairs on rail r alone, or
+# "again": links that read low, measured once more) and the nodes of each step, by index.
 Round = tuple[str, list[tuple[int, ...]]]
 RAIL = "rail"  # a round of one rail's pairs is "rail<r>", r its index in Options.rails
+AGAIN = "again"  # the round after the plan's, of the links that read low (docs/guides/nodes.md, "Measured again")
+
+
+def again_round(links: Sequence[tuple[int, int]]) -> Round:
+    """The round that measures `links` again: as many as share no node, in the order given
+    (the rest keep their one reading), so that the round's steps run at once as any round's do."""
+    taken: set[int] = set()
+    pairs: list[tuple[int, ...]] = []
+    for a, b in links:
+        if a not in taken and b not in taken:
+            taken.update((a, b))
+            pairs.append((a, b))
+    return (AGAIN, pairs)
 
 
 def schedule(names: Sequence[str], o: Options) -> list[Round]:

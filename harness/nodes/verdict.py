@@ -133,6 +133,8 @@ class Verdict:
     unjudged: list[str]  # what the check could not judge, and why
     unread: list[str] = field(default_factory=list)  # records the nodes did not let it read (faults.NodeFaults)
     rails: dict[str, Verdict] = field(default_factory=dict)  # each rail's pairs judged alone (`on_rails`)
+    # the links measured again: pair -> metric -> (first reading, second); pair_figures has the better
+    again: Mapping[tuple[str, str], Mapping[str, tuple[float, float]]] = field(default_factory=dict)
 
     @property
     def drain(self) -> str:
@@ -245,6 +247,7 @@ def judge(
     threshold: float,
     expected: Mapping[str, float | None],
     failures: Mapping[str, str] | None = None,
+    again: Mapping[tuple[str, str], Mapping[str, tuple[float, float]]] | None = None,
 ) -> Verdict:
     """Name the nodes and links to drain (docs/guides/nodes.md).
 
@@ -256,8 +259,9 @@ def judge(
     are not named is named as a link when it failed, or when its figure lies low against the
     population of pairs' figures each divided by the lesser score of its two nodes. When most
     figures of a metric failed, the check failed, not the nodes: nothing is named by that
-    metric, and it says why."""
-    judging = _Judging(threshold, expected, failures or {})
+    metric, and it says why. `again` holds the two readings of each link measured again, of which
+    `pair_figures` holds the better (docs/guides/nodes.md, "Measured again")."""
+    judging = _Judging(threshold, expected, failures or {}, again or {})
     judging.nodes_alone(node_figures)
     judged = judging.nodes_by_their_pairs(names, pair_figures)
     links = judging.links(judged)
@@ -272,6 +276,7 @@ def judge(
         links=sorted(links.values(), key=lambda f: tuple(order.get(n, 0) for n in f.nodes)),
         cluster=judging.cluster,
         unjudged=judging.unjudged,
+        again=judging.again,
     )
 
 
@@ -279,8 +284,14 @@ class _Judging:
     """What `judge` finds as it goes, stage by stage: the nodes named and why, what the cluster
     as a whole shows, what could not be judged, and each metric's population and node scores."""
 
-    def __init__(self, threshold: float, expected: Mapping[str, float | None], failures: Mapping[str, str]):
-        self.threshold, self.expected, self.failures = threshold, expected, failures
+    def __init__(
+        self,
+        threshold: float,
+        expected: Mapping[str, float | None],
+        failures: Mapping[str, str],
+        again: Mapping[tuple[str, str], Mapping[str, tuple[float, float]]],
+    ):
+        self.threshold, self.expected, self.failures, self.again = threshold, expected, failures, again
         self.findings: dict[str, Finding] = {}
         self.cluster: list[str] = []
         self.unjudged: list[str] = []
@@ -413,9 +424,11 @@ class _Judging:
             self.populations[f"{metric}/link"] = pop
             for i, r in zip(which[ratios < pop.low], ratios[ratios < pop.low]):
                 a, b = pairs.keys[i]
+                two = self.again.get((a, b), {}).get(metric)
+                both = f" (the better of {_fmt(two[0])} and {_fmt(two[1])}, measured again)" if two else ""
                 links.setdefault((a, b), Finding((a, b))).reasons.append(
-                    f"{label} {_fmt(float(pairs.value[i]))} {unit}, {1 - r:.0%} below the lesser of its nodes' medians "
-                    f"({_fmt(min(score[a], score[b]))})"
+                    f"{label} {_fmt(float(pairs.value[i]))} {unit}{both}, {1 - r:.0%} below the lesser of its nodes' "
+                    f"medians ({_fmt(min(score[a], score[b]))})"
                 )
         return links
 
@@ -444,7 +457,7 @@ def judge_check(run: Path, plan: Plan, profile: ClusterProfile | None) -> tuple[
     except ValueError as exc:
         raise DataError(str(exc)) from None
     expect = expected(profile, plan.options.gpus_per_node)
-    v = judge(f.names, f.nodes, f.pairs, plan.threshold, expect, f.failures)
+    v = judge(f.names, f.nodes, f.pairs, plan.threshold, expect, f.failures, f.again)
     if f.never:
         v.unjudged.append(
             f"{f.never} step(s) never ran (the check was cut short): their nodes and pairs are not judged"
@@ -458,6 +471,18 @@ def judge_check(run: Path, plan: Plan, profile: ClusterProfile | None) -> tuple[
             v.unjudged.append(f"rail {rail.name}: no step measured it")
     hardware_faults(v, faults.read_check(run / FOLDER / faults.FOLDER, f.names))
     return v, f.record
+
+
+def low_links(run: Path, plan: Plan, profile: ClusterProfile | None) -> list[tuple[int, int]]:
+    """The links of the check in `run` that the rounds run so far name for a low figure, as
+    indices into its nodes: the driver measures them again (docs/guides/nodes.md, "Measured
+    again"); a failed link is named for its failure, and is not. ValueError when the record
+    cannot be read."""
+    f = gather(run, plan)
+    v = judge(f.names, f.nodes, f.pairs, plan.threshold, expected(profile, plan.options.gpus_per_node), f.failures)
+    index = {n: i for i, n in enumerate(f.names)}
+    pairs = [(a, b) for a, b in (link.nodes for link in v.links)]
+    return [(index[a], index[b]) for a, b in pairs if all(p.get((a, b)) is not None for p in f.pairs.values())]
 
 
 def on_rails(v: Verdict, f: Figures, threshold: float) -> None:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from harness.errors import shown
 from harness.files import inside
 from harness.nodes.driver import Plan
-from harness.nodes.rounds import METRICS
+from harness.nodes.rounds import AGAIN, METRICS
 from harness.nodes.verdict import Verdict
 from harness.present.plot import draw_heatmap
 from harness.run.rundir import COMPLETED
@@ -51,6 +51,8 @@ def as_json(v: Verdict, record: dict[str, Any], plan: Plan) -> dict[str, Any]:
         "node_figures": v.node_figures,
         "node_scores": v.node_scores,
         "pair_figures": {m: {pair_key(p): x for p, x in figs.items()} for m, figs in v.pair_figures.items()},
+        # each link measured again, its two readings by metric (docs/guides/nodes.md, "Measured again")
+        "measured_again": {pair_key(p): {m: list(r) for m, r in by.items()} for p, by in v.again.items()},
         "populations": {m: vars(p) for m, p in v.populations.items()},
         "units": {m: unit for m, (_, unit, _) in METRICS.items()},
         "threshold": plan.threshold,
@@ -137,8 +139,11 @@ def print_verdict(console: Console, v: Verdict, record: dict[str, Any]) -> None:
         console.print(f"not read: {shown(line)}", soft_wrap=True)
     steps = record["steps"]
     failed = sum(s.get("state") != COMPLETED for s in steps.values())
+    again = sum(name.startswith(f"{AGAIN}-") for name in steps)
     console.print(
-        f"{len(steps)} steps in {record['ran']} of {record['rounds']} rounds, {sum(record['round_s']):.1f} s"
+        f"{len(steps)} steps in {min(record['ran'], record['rounds'])} of {record['rounds']} rounds"
+        + (f" and {again} link(s) that read low measured again" if again else "")
+        + f", {sum(record['round_s']):.1f} s"
         + (f", {failed} failed" if failed else ""),
         markup=False,
     )

@@ -32,7 +32,8 @@ from harness.executors.slurm.script import (
     warning_comment,
 )
 from harness.executors.slurm.via_submitit import SubmititExecutor
-from harness.nodes.driver import FOLDER, JOB, RECORD, STEP_SCRIPT, STEP_TASKS, Plan, in_submitit_task
+from harness.nodes.allocation import in_submitit_task
+from harness.nodes.driver import FOLDER, JOB, RECORD, STEP_SCRIPT, STEP_TASKS, Plan
 from harness.nodes.rounds import round_count
 from harness.run.plan import Job, WorkloadRun
 from harness.run.rundir import RunDir
@@ -44,7 +45,7 @@ def check_job(plan: Plan, time_limit_min: float | None = None) -> Job:
     """The check as one job of the Slurm executor: every node, one task per rank (srun), and
     one "workload", the driver, whose result file is the steps' record (steps.json)."""
     o = plan.options
-    rounds = round_count(plan.nodes, o)
+    rounds = round_count(plan.nodes, o) + 1  # and the round of the links that read low, measured again
     limit = time_limit_min or rounds * o.step_timeout_s / 60 + SLACK_MIN
     return Job(
         name=JOB,

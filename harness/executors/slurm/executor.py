@@ -121,7 +121,7 @@ ACCOUNTING_GRACE_S = 300.0
 # "What stays on the host"): the modules each imports, and what is lost without them. Without a
 # container the workloads run with it too, and need what WORKLOAD_MODULES names: found, not
 # imported, since importing torch takes longer than the rest of a dry run.
-HOST_MODULES = ("harness.evidence.hangs", "harness.evidence.telemetry", "harness.nodes.driver")
+HOST_MODULES = ("harness.evidence.hangs", "harness.evidence.telemetry", "harness.nodes.allocation")
 WORKLOAD_MODULES = ("benchmarks.runtime", "torch")
 _IMPORT_TIMEOUT_S = 60
 

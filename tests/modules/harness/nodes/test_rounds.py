@@ -11,7 +11,7 @@ import re
 import pytest
 
 from harness.config.hostlists import expand_hostlist, hostlist
-from harness.nodes.rounds import FigureError, Options, round_count, rounds, schedule, step_figures, steps
+from harness.nodes.rounds import FigureError, Options, again_round, round_count, rounds, schedule, step_figures, steps
 from harness.nodes.verdict import Population, judge
 
 
@@ -261,6 +261,28 @@ def test_the_slow_link_is_named_and_neither_of_its_nodes():
     assert v.nodes == [] and [f.nodes for f in v.links] == [("bnode1", "bnode2")] and v.drain == ""
     assert "84% below the lesser of its nodes' medians" in v.links[0].reasons[0]
     assert v.named
+
+
+def test_a_link_low_on_both_readings_is_named_with_both():
+    """The figures hold a link's better reading (driver.gather); its reason states both."""
+    again = {("bnode1", "bnode2"): {"busbw_gbps": (0.112708, 0.1034), "p2p_gbps": (0.0583602, 0.0611)}}
+    figures = pairs_of(SLOW_LINK)
+    for metric, readings in again[("bnode1", "bnode2")].items():
+        figures[metric][("bnode1", "bnode2")] = max(readings)
+    v = judge(names(4), {}, figures, 0.5, {}, again=again)
+    assert [f.nodes for f in v.links] == [("bnode1", "bnode2")] and v.again == again
+    why = "point-to-point exchange, per rank 0.0611 GB/s (the better of 0.05836 and 0.0611, measured again)"
+    assert v.links[0].reasons[1].startswith(f"{why}, 92% below")
+
+
+def test_the_round_measured_again_takes_the_links_that_share_no_node():
+    assert again_round([(1, 2), (0, 1), (0, 3), (2, 3), (4, 5)]) == ("again", [(1, 2), (0, 3), (4, 5)])
+    assert again_round([]) == ("again", [])
+    names4 = names(4)
+    (step,) = steps(again_round([(0, 3)]), Options(), "jobs/nodes")
+    (planned,) = steps(("pair", [(0, 3)]), Options(), "jobs/nodes")
+    assert step.name == "again-0-3" and step.args == tuple(a.replace("pair-0-3", "again-0-3") for a in planned.args)
+    assert names4[step.nodes[1]] == "bnode4"
 
 
 def test_unshaped_figures_name_nothing_at_the_testbed_s_margin():
