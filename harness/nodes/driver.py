@@ -145,11 +145,11 @@ class Driver:
         names: list[str],
         options: Options,
         launcher: Launcher,
-        low_links: Callable[[], Sequence[tuple[int, int]]] | None = None,
+        low_links: Callable[[], Sequence[tuple[str, int, int]]] | None = None,
     ):
-        """`low_links`: the links (pairs of node indices) the record so far would name for a low
-        figure, asked once the plan's rounds have run; they are measured again in one more
-        round (docs/guides/nodes.md, "Measured again")."""
+        """`low_links`: the links the record so far would name for a low figure, each (the kind
+        of round it ran in, node a, node b by index), asked once the plan's rounds have run;
+        they are measured again in one more round (docs/guides/nodes.md, "Measured again")."""
         self.run, self.folder, self.names, self.options, self.launcher = run, folder, names, options, launcher
         self.low_links = low_links
         self.plan = node_rounds.schedule(names, options)
@@ -176,7 +176,7 @@ class Driver:
         self._read_faults("before", progress)
         index = 0
         for k, round_ in enumerate(self.plan):
-            index = self._round(k, round_, index, progress)
+            index = self._round(k, node_rounds.steps(round_, self.options, self.folder), index, progress)
         if self.low_links:
             try:
                 links = self.low_links()
@@ -186,9 +186,8 @@ class Driver:
                 self._measure_again(links, index, progress)
         self._read_faults("after", progress)
 
-    def _round(self, k: int, round_: node_rounds.Round, index: int, progress: Callable[[str], None]) -> int:
-        """Round `k` run and recorded; the next step's index."""
-        steps = node_rounds.steps(round_, self.options, self.folder)
+    def _round(self, k: int, steps: list[Step], index: int, progress: Callable[[str], None]) -> int:
+        """Round `k`, of `steps`, run and recorded; the next step's index."""
         self.steps = {}
         start = time.monotonic()
         width = self.options.concurrency or len(steps)
@@ -209,17 +208,19 @@ class Driver:
         )
         return index
 
-    def _measure_again(self, links: Sequence[tuple[int, int]], index: int, progress: Callable[[str], None]) -> None:
+    def _measure_again(
+        self, links: Sequence[tuple[str, int, int]], index: int, progress: Callable[[str], None]
+    ) -> None:
         """`links`, which the rounds so far name for a low figure, measured once more, those that
         share no node at once: a link is named only when both its readings are low, so that a
         pair slowed while it ran (another job's traffic, emulated nodes sharing CPUs) is not."""
-        round_ = node_rounds.again_round(links)
-        if not round_[1]:
+        steps = [s for r in node_rounds.again_rounds(links) for s in node_rounds.steps(r, self.options, self.folder)]
+        if not steps:
             return
-        if len(round_[1]) < len(links):
-            progress(f"{len(links) - len(round_[1])} of {len(links)} low links share a node with another: one reading")
+        if len(steps) < len(links):
+            progress(f"{len(links) - len(steps)} of {len(links)} low links share a node with another: one reading")
         self.again = 1
-        self._round(len(self.plan), round_, index, progress)
+        self._round(len(self.plan), steps, index, progress)
 
     def _read_faults(self, when: str, progress: Callable[[str], None]) -> None:
         """Every node's reading of its hardware faults (node_rounds.fault_step), outside the
@@ -346,12 +347,18 @@ def load_json(path: Path) -> dict[str, Any]:
     return data
 
 
+# (a, b) -> metric -> its two readings, of the links measured again; the pairs' figures hold the better
+Readings = dict[tuple[str, str], dict[str, tuple[float, float]]]
+
+
 @dataclass
 class RailFigures:
-    """What one rail's steps measured: its pairs' figures and its failures, as in Figures."""
+    """What one rail's steps measured: its pairs' figures, its failures and the readings of its
+    links measured again, as in Figures."""
 
     pairs: dict[str, dict[tuple[str, str], float | None]]
     failures: dict[str, str]
+    again: Readings = dataclasses.field(default_factory=dict)
 
 
 @dataclass
@@ -365,8 +372,7 @@ class Figures:
     never: int  # steps the record has no end for: the check was cut short
     record: dict[str, Any]
     rails: dict[str, RailFigures] = dataclasses.field(default_factory=dict)  # rail name -> its pairs
-    # (a, b) -> metric -> its two readings, of the links measured again; `pairs` holds the better
-    again: dict[tuple[str, str], dict[str, tuple[float, float]]] = dataclasses.field(default_factory=dict)
+    again: Readings = dataclasses.field(default_factory=dict)  # the links measured again
 
 
 def gather(run: Path, plan: Plan) -> Figures:
@@ -428,29 +434,39 @@ def _figures(folder: Path, step: Step, rec: dict[str, Any]) -> tuple[dict[str, f
 
 
 def _measured_again(folder: Path, record: dict[str, Any], options: Options, out: Figures) -> int:
-    """The links measured again after the plan's rounds (Driver._measure_again), folded into
-    `out`: each metric's better reading in `out.pairs`, both in `out.again`. A second reading
-    that failed leaves the first. How many steps the record has of them; ValueError for a
-    step that names no link the plan measured with a figure."""
-    names = out.names
-    steps = [name for name in record["steps"] if name.startswith(f"{node_rounds.AGAIN}-")]
+    """The links measured again after the plan's rounds (Driver._measure_again), on the whole
+    node or on a rail, folded into `out` or its rail's figures: each metric's better reading in
+    `pairs`, both in `again`. A second reading that failed leaves the first. How many steps the
+    record has of them; ValueError for a step that names no link the plan measured with a figure."""
+    steps = [name for name in record["steps"] if name.startswith(node_rounds.AGAIN)]
     for name in steps:
-        match = re.fullmatch(rf"{node_rounds.AGAIN}-(\d+)-(\d+)", name)
-        a, b = (int(match[1]), int(match[2])) if match else (0, 0)
-        pair = (names[a], names[b]) if a < b < len(names) else None
-        first: dict[str, float] = {}
-        for m, by_pair in out.pairs.items():
-            if pair and (value := by_pair.get(pair)) is not None:
-                first[m] = value
-        if pair is None or not first or len(first) < len(out.pairs):
+        found = _link_of(name, options, out)
+        if found is None:
             raise ValueError(f"{folder / RECORD}: step {name} measured again a link the plan has no figure of")
-        step = node_rounds.steps(node_rounds.again_round([(a, b)]), options, FOLDER)[0]
+        step, pair, into = found
+        first = {m: by_pair[pair] for m, by_pair in into.pairs.items()}
         figures, _ = _figures(folder, step, record["steps"][name])
         if figures is not None:
-            out.again[pair] = {m: (v, figures[m]) for m, v in first.items()}
-            for m, v in first.items():
-                out.pairs[m][pair] = max(v, figures[m])
+            into.again[pair] = {m: (v, figures[m]) for m, v in first.items() if v is not None}
+            for m, v in into.again[pair].items():
+                into.pairs[m][pair] = max(v)
     return len(steps)
+
+
+def _link_of(name: str, options: Options, out: Figures) -> tuple[Step, tuple[str, str], Figures | RailFigures] | None:
+    """The step a record names `again-A-B` or `againrail<r>-A-B`, its link, and the figures of
+    the round it first ran in; None unless each of the link's figures was measured there."""
+    match = re.fullmatch(rf"({node_rounds.AGAIN}(?:{node_rounds.RAIL}(\d+))?)-(\d+)-(\d+)", name)
+    if not match:
+        return None
+    kind, rail, a, b = match[1], match[2], int(match[3]), int(match[4])
+    if not a < b < len(out.names) or (rail is not None and int(rail) >= len(options.rails)):
+        return None
+    into = out if rail is None else out.rails.get(options.rails[int(rail)].name)
+    pair = (out.names[a], out.names[b])
+    if into is None or not into.pairs or any(by_pair.get(pair) is None for by_pair in into.pairs.values()):
+        return None
+    return node_rounds.steps((kind, [(a, b)]), options, FOLDER)[0], pair, into
 
 
 def _wrong_results(path: Path) -> str | None:

@@ -134,22 +134,25 @@ def round_count(n: int, o: Options) -> int:
 
 
 # A round: what its steps run ("gemm", "intra", "pair", "rail<r>": the pairs on rail r alone, or
-# "again": links that read low, measured once more) and the nodes of each step, by index.
+# "again" and "againrail<r>": links that read low on the whole node or on rail r, measured once
+# more) and the nodes of each step, by index.
 Round = tuple[str, list[tuple[int, ...]]]
 RAIL = "rail"  # a round of one rail's pairs is "rail<r>", r its index in Options.rails
-AGAIN = "again"  # the round after the plan's, of the links that read low (docs/guides/nodes.md, "Measured again")
+AGAIN = "again"  # the kinds after the plan's rounds: links that read low (docs/guides/nodes.md, "Measured again")
 
 
-def again_round(links: Sequence[tuple[int, int]]) -> Round:
-    """The round that measures `links` again: as many as share no node, in the order given
-    (the rest keep their one reading), so that the round's steps run at once as any round's do."""
+def again_rounds(links: Sequence[tuple[str, int, int]]) -> list[Round]:
+    """The links that read low, each (the kind of round it was measured in: "pair" or
+    "rail<r>", node a, node b), to measure again, as one round of steps on disjoint nodes:
+    as many as share no node, in the order given (the rest keep their one reading), grouped
+    by kind, each group a Round whose steps run at once with the others'."""
     taken: set[int] = set()
-    pairs: list[tuple[int, ...]] = []
-    for a, b in links:
+    out: dict[str, list[tuple[int, ...]]] = {}
+    for kind, a, b in links:
         if a not in taken and b not in taken:
             taken.update((a, b))
-            pairs.append((a, b))
-    return (AGAIN, pairs)
+            out.setdefault(AGAIN + ("" if kind == "pair" else kind), []).append((a, b))
+    return list(out.items())
 
 
 def schedule(names: Sequence[str], o: Options) -> list[Round]:
@@ -176,7 +179,8 @@ def steps(round_: Round, o: Options, folder: str) -> list[Step]:
         gemm = (f"--size={o.gemm_size}", f"--iters={o.gemm_iters}", *common)
         return [Step(f"gemm-{i}", (i,), "benchmarks.gemm", (*gemm, *_json(folder, f"gemm-{i}"))) for (i,) in members]
     size = format_size(o.bytes).replace(" ", "")
-    rail = o.rails[int(kind.removeprefix(RAIL))] if kind.startswith(RAIL) else None
+    measured = kind.removeprefix(AGAIN)  # a link measured again runs as it first ran
+    rail = o.rails[int(measured.removeprefix(RAIL))] if measured.startswith(RAIL) else None
     if kind == "intra":
         collectives, groups = "all_reduce", "world"
     else:  # one rank a node on a rail, as nccl-tests' split runs are (docs/guides/nodes.md, "Rails")

@@ -21,7 +21,7 @@ from harness.config.hostlists import hostlist
 from harness.errors import DataError
 from harness.evidence import faults
 from harness.nodes.driver import FOLDER, Figures, Plan, gather
-from harness.nodes.rounds import METRICS, exchange_group, planned_metrics
+from harness.nodes.rounds import METRICS, RAIL, exchange_group, planned_metrics
 
 if TYPE_CHECKING:
     from harness.config.cluster_profile import ClusterProfile
@@ -473,16 +473,25 @@ def judge_check(run: Path, plan: Plan, profile: ClusterProfile | None) -> tuple[
     return v, f.record
 
 
-def low_links(run: Path, plan: Plan, profile: ClusterProfile | None) -> list[tuple[int, int]]:
-    """The links of the check in `run` that the rounds run so far name for a low figure, as
-    indices into its nodes: the driver measures them again (docs/guides/nodes.md, "Measured
+def low_links(run: Path, plan: Plan, profile: ClusterProfile | None) -> list[tuple[str, int, int]]:
+    """The links of the check in `run` that the rounds run so far name for a low figure, on the
+    whole node and on each rail, each (the kind of round it ran in: "pair" or "rail<r>", node
+    a, node b by index): the driver measures them again (docs/guides/nodes.md, "Measured
     again"); a failed link is named for its failure, and is not. ValueError when the record
     cannot be read."""
     f = gather(run, plan)
     v = judge(f.names, f.nodes, f.pairs, plan.threshold, expected(profile, plan.options.gpus_per_node), f.failures)
+    found = [("pair", f.pairs, list(v.links))]  # before on_rails folds each rail's links into them
+    on_rails(v, f, plan.threshold)
+    rail_kind = {rail.name: f"{RAIL}{r}" for r, rail in enumerate(plan.options.rails)}
+    found += [(rail_kind[name], f.rails[name].pairs, rv.links) for name, rv in v.rails.items()]
     index = {n: i for i, n in enumerate(f.names)}
-    pairs = [(a, b) for a, b in (link.nodes for link in v.links)]
-    return [(index[a], index[b]) for a, b in pairs if all(p.get((a, b)) is not None for p in f.pairs.values())]
+    return [
+        (kind, index[a], index[b])
+        for kind, figures, links in found
+        for a, b in (link.nodes for link in links)
+        if all(by_pair.get((a, b)) is not None for by_pair in figures.values())
+    ]
 
 
 def on_rails(v: Verdict, f: Figures, threshold: float) -> None:
@@ -493,7 +502,7 @@ def on_rails(v: Verdict, f: Figures, threshold: float) -> None:
     named = {finding.nodes[0]: finding for finding in v.nodes}
     links = {finding.nodes: finding for finding in v.links}
     for rail, figures in f.rails.items():
-        rv = v.rails[rail] = judge(f.names, {}, figures.pairs, threshold, {}, figures.failures)
+        rv = v.rails[rail] = judge(f.names, {}, figures.pairs, threshold, {}, figures.failures, figures.again)
         for finding in rv.nodes:
             node = named.setdefault(finding.nodes[0], Finding(finding.nodes))
             node.reasons += [f"rail {rail}: {why}" for why in finding.reasons]

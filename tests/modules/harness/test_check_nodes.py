@@ -24,7 +24,7 @@ from conftest import HOSTILE_VALUES, SWEEPS, bench, left_in, left_in_tmp, read_j
 
 from harness import check_nodes
 from harness.analysis import nodehistory
-from harness.config.cluster_profile import load_profile
+from harness.config.cluster_profile import Rail, load_profile
 from harness.errors import RunDirError
 from harness.executors.slurm.check_job import check_job, render_check_script, render_step_script
 from harness.nodes.driver import FOLDER, Driver, LocalLauncher, Plan
@@ -312,7 +312,8 @@ class _Throttled(LocalLauncher):
 def test_a_link_that_reads_low_once_is_measured_again_and_not_named(tmp_path):
     """Four emulated nodes of real gloo ranks; the pair of local1 and local2 held while it runs:
     the round after the plan's measures it again, not held, and its better reading is healthy:
-    nothing is named. (A link low both times is named with both readings: test_verdict.py.)"""
+    nothing is named. (A link low both times is named with both readings: test_rounds.py, the
+    rail's below, and the testbed's shaped link.)"""
     run = tmp_path / "run"
     o = Options(gemm=False, device="cpu", backend="gloo", bytes=8 * 2**20, iters=10)
     plan = Plan("local", o, threshold=0.5, nodes=4)
@@ -331,6 +332,55 @@ def test_a_link_that_reads_low_once_is_measured_again_and_not_named(tmp_path):
     assert first < second / 2, (first, second)
     assert verdict.pair_figures["p2p_gbps"][("local1", "local2")] == second
     assert not verdict.nodes and ("local1", "local2") not in {f.nodes for f in verdict.links}, verdict
+
+
+@pytest.mark.parametrize("again", [1.0, 0.1], ids=["healthy-again", "low-again"])
+def test_a_rail_s_link_measured_again_is_judged_by_its_better_reading(local_check, tmp_path, again):
+    """A check of 4 nodes and one rail, its steps' results a real pair's (the local check's)
+    replayed at the figures below: the rail's pair of local0 and local3 at a tenth, measured
+    again at `again` times. Healthy again, nothing is named; low again, the link is named on
+    that rail with both readings. (A rail's low reading cannot be had on demand here: on
+    loopback, the rail's healthy pairs spread 0.53-1.13 GB/s and named a node.)"""
+    _, source = local_check
+    real = json.loads((source / "jobs/nodes/steps/pair-0-1.json").read_text())
+    run = tmp_path / "run"
+    o = Options(gemm=False, device="cpu", backend="gloo", rails=(Rail(hca="mlx5_0", ifname="lo"),))
+    plan = Plan("local", o, threshold=0.5, nodes=4)
+    (run / FOLDER / "steps").mkdir(parents=True)
+    (run / FOLDER / "rounds").mkdir()
+    plan.write(run)
+    factor = {"rail0-0-3": 0.1, "againrail0-0-3": again}
+    tournament = ([(0, 3), (1, 2)], [(0, 2), (1, 3)], [(0, 1), (2, 3)])
+    rounds = [[f"{kind}-{a}-{b}" for a, b in pairs] for pairs in tournament for kind in ("pair", "rail0")]
+
+    def ran(k: int, names: list[str], again: int) -> None:
+        for name in names:
+            result = json.loads(json.dumps(real))
+            for row in result["rows"]:
+                row["busbw_gbps"] *= factor.get(name, 1.0)
+            (run / FOLDER / "steps" / f"{name}.json").write_text(json.dumps(result))
+        steps = {name: {"state": "COMPLETED", "exit_code": 0, "elapsed_s": 1.0, "reason": None} for name in names}
+        (run / FOLDER / "rounds" / f"{k}.json").write_text(json.dumps(steps))
+        record = {"format_version": 1, "hosts": [f"local{i}" for i in range(4)], "rounds": 6, "again": again}
+        (run / FOLDER / "steps.json").write_text(json.dumps({**record, "round_s": [1.0] * (k + 1), "ran": k + 1}))
+
+    for k, names in enumerate(rounds):
+        ran(k, names, 0)
+    assert low_links(run, plan, None) == [("rail0", 0, 3)]  # what the driver measures again
+    ran(6, ["againrail0-0-3"], 1)
+    verdict, _ = judge_check(run, plan, None)
+    rail = verdict.rails["mlx5_0"]
+    assert set(rail.again) == {("local0", "local3")} and not verdict.again
+    link = ("local0", "local3")
+    first, second = rail.again[link]["p2p_gbps"]
+    assert second == pytest.approx(first * again / 0.1) and rail.pair_figures["p2p_gbps"][link] == max(first, second)
+    assert not verdict.nodes
+    named = {f.nodes: f.reasons for f in verdict.links}
+    if again == 1.0:
+        assert not named, named
+    else:
+        assert list(named) == [link] and all(why.startswith("rail mlx5_0: ") for why in named[link]), named
+        assert "measured again)" in named[link][0]
 
 
 def test_a_local_dry_run_runs_nothing(tmp_path):

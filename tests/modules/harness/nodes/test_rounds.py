@@ -10,8 +10,9 @@ import re
 
 import pytest
 
+from harness.config.cluster_profile import Rail
 from harness.config.hostlists import expand_hostlist, hostlist
-from harness.nodes.rounds import FigureError, Options, again_round, round_count, rounds, schedule, step_figures, steps
+from harness.nodes.rounds import FigureError, Options, again_rounds, round_count, rounds, schedule, step_figures, steps
 from harness.nodes.verdict import Population, judge
 
 
@@ -276,13 +277,17 @@ def test_a_link_low_on_both_readings_is_named_with_both():
 
 
 def test_the_round_measured_again_takes_the_links_that_share_no_node():
-    assert again_round([(1, 2), (0, 1), (0, 3), (2, 3), (4, 5)]) == ("again", [(1, 2), (0, 3), (4, 5)])
-    assert again_round([]) == ("again", [])
-    names4 = names(4)
-    (step,) = steps(again_round([(0, 3)]), Options(), "jobs/nodes")
-    (planned,) = steps(("pair", [(0, 3)]), Options(), "jobs/nodes")
+    low = [("pair", 1, 2), ("pair", 0, 1), ("rail1", 0, 3), ("pair", 2, 3), ("rail0", 4, 5), ("rail1", 4, 6)]
+    assert again_rounds(low) == [("again", [(1, 2)]), ("againrail1", [(0, 3)]), ("againrail0", [(4, 5)])]
+    assert again_rounds([]) == []
+    o = Options(rails=(Rail(hca="mlx5_0", ifname="ib0"), Rail(hca="mlx5_1", ifname="ib1")))
+    (step,) = steps(("again", [(0, 3)]), o, "jobs/nodes")
+    (planned,) = steps(("pair", [(0, 3)]), o, "jobs/nodes")
     assert step.name == "again-0-3" and step.args == tuple(a.replace("pair-0-3", "again-0-3") for a in planned.args)
-    assert names4[step.nodes[1]] == "bnode4"
+    (step,) = steps(("againrail1", [(0, 3)]), o, "jobs/nodes")
+    (planned,) = steps(("rail1", [(0, 3)]), o, "jobs/nodes")
+    assert step.name == "againrail1-0-3" and (step.rail, step.tasks, step.env) == ("mlx5_1", 1, planned.env)
+    assert dict(step.env)["NCCL_IB_HCA"] == "=mlx5_1"
 
 
 def test_unshaped_figures_name_nothing_at_the_testbed_s_margin():
@@ -391,8 +396,6 @@ def test_three_nodes_that_agree_by_chance_do_not_close_the_band():
 def test_each_round_of_pairs_runs_again_on_each_rail_alone_one_rank_a_node():
     """docs/guides/nodes.md, "Rails": a round of whole-node pairs, then the same pairs on each
     rail, named rail<r>-a-b, one task a node, held to the rail by NCCL's and gloo's variables."""
-    from harness.config.cluster_profile import Rail
-
     o = Options(gpus_per_node=8, gemm=False, rails=(Rail(hca="mlx5_0", ifname="ib0"), Rail(hca="mlx5_3")))
     plan = schedule(names(4), o)
     assert [kind for kind, _ in plan] == ["intra", *["pair", "rail0", "rail1"] * 3]
