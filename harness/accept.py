@@ -141,7 +141,9 @@ def start(
     outcome = acceptance.Outcome(status, found)
     if status or not found:
         outcome.unjudged = status == EXIT_UNJUDGED or not found
-        named = found.get("drain") or ", ".join(" ".join(link["nodes"]) for link in found.get("links_named", []))
+        links = [" ".join(link["nodes"]) for link in found.get("links_named", [])]
+        uplinks = ["uplink " + " - ".join(u["leaves"]) for u in found.get("uplinks_named", [])]
+        named = ", ".join([*([found["drain"]] if found.get("drain") else []), *links, *uplinks])
         outcome.reasons.append(
             f"the node check named {named or 'the population'}"
             if status == EXIT_FOUND

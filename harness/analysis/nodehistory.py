@@ -100,6 +100,7 @@ def add(
         [
             *([f"drain {v.drain}"] if v.drain else []),
             *(f"link {a}-{b}" for a, b in (f.nodes for f in v.links)),
+            *(f"uplink {'-'.join(f.nodes)}" for f in v.uplinks),
             *([f"not judged: {v.unjudged[0]}"] if v.unjudged else []),  # never stored as clean
         ]
     )

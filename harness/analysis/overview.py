@@ -126,10 +126,10 @@ class Checks:
         return []
 
     def verdict(self, i: int) -> str:
-        """Failed where check `i` named a node or link, cannot judge where part of it could not
-        be judged (nodehistory.add writes these parts), else unchanged."""
+        """Failed where check `i` named a node, link or uplink, cannot judge where part of it
+        could not be judged (nodehistory.add writes these parts), else unchanged."""
         parts = self.entries[i].named.split("; ")
-        if any(p.startswith(("drain ", "link ")) for p in parts):
+        if any(p.startswith(("drain ", "link ", "uplink ")) for p in parts):
             return FAILED
         return UNJUDGED if any(p.startswith("not judged") for p in parts) else SAME
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from benchmarks.catalog import COLLECTIVE_WORKLOAD, COLLECTIVES, GROUPS, UNITS, WORKLOADS, WORLD
 from harness.config import peak
 from harness.config.fields import FieldError, build, check_env, check_passthrough, check_time, read_mapping, safe_text
+from harness.config.hostlists import expand_hostlist
 from harness.config.spec import NAME_RE
 from harness.errors import SpecError
 
@@ -241,6 +242,7 @@ class Hardware:
 # An HCA (mlx5_0, or mlx5_0:1 with its port) or a network interface's name (Linux allows up to
 # 15 characters, IFNAMSIZ - 1): what a rail's NCCL and gloo variables are set to.
 RAIL_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,31}")
+LEAF_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -274,6 +276,26 @@ class Rail:
         if self.ifname:
             out |= {"GLOO_SOCKET_IFNAME": self.ifname, "NCCL_SOCKET_IFNAME": f"={self.ifname}"}
         return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class Leaf:
+    """A leaf switch of the cluster's fabric and the nodes under it, in Slurm's hostlist syntax
+    (docs/guides/nodes.md, "Leaves"): as topology.conf's `SwitchName=NAME Nodes=HOSTLIST`."""
+
+    name: str
+    nodes: str
+
+    def __post_init__(self) -> None:
+        if not LEAF_NAME_RE.fullmatch(self.name):
+            raise FieldError("name", f"{self.name!r} is not a switch name (letters, digits, _ . -; at most 64)")
+        try:
+            expand_hostlist(self.nodes)
+        except ValueError as exc:
+            raise FieldError("nodes", f"{self.nodes!r} is not a hostlist of nodes: {exc}") from None
+
+    def hosts(self) -> list[str]:
+        return expand_hostlist(self.nodes)
 
 
 # Every variable a rail may set (Rail.env), which a step script exports again for a container.
@@ -476,6 +498,7 @@ class ClusterProfile:
     node_check_round_s: float | None = None
     reference: tuple[Reference, ...] = ()  # expected figures: `bench regress --baseline reference`
     rails: tuple[Rail, ...] = ()  # the nodes' rails, each checked alone by `bench nodes --rails`
+    leaves: tuple[Leaf, ...] = ()  # the fabric's leaf switches: the node check judges their uplinks
 
     def __post_init__(self) -> None:
         if not NAME_RE.fullmatch(self.name):
@@ -516,6 +539,13 @@ class ClusterProfile:
             check_time("time_limit_min", self.time_limit_min)
         if len({r.name for r in self.rails}) != len(self.rails):
             raise FieldError("rails", "two rails share a name; give each its own hca or ifname")
+        under: dict[str, str] = {}
+        for i, leaf in enumerate(self.leaves):
+            if any(other.name == leaf.name for other in self.leaves[:i]):
+                raise FieldError("leaves", f"two leaves are named {leaf.name!r}")
+            for node in leaf.hosts():
+                if under.setdefault(node, leaf.name) != leaf.name:
+                    raise FieldError("leaves", f"{node} is under two leaves, {under[node]} and {leaf.name}")
         round_s = self.node_check_round_s
         if round_s is not None and not (math.isfinite(round_s) and 0 < round_s <= 86400):
             raise FieldError("node_check_round_s", f"must be seconds above 0, at most 86400, found {round_s!r}")

@@ -135,6 +135,8 @@ class Verdict:
     rails: dict[str, Verdict] = field(default_factory=dict)  # each rail's pairs judged alone (`on_rails`)
     # the links measured again: pair -> metric -> (first reading, second); pair_figures has the better
     again: Mapping[tuple[str, str], Mapping[str, tuple[float, float]]] = field(default_factory=dict)
+    # the uplinks named (`by_leaves`): a leaf's own, or the path between two leaves
+    uplinks: list[Finding] = field(default_factory=list)
 
     @property
     def drain(self) -> str:
@@ -143,7 +145,7 @@ class Verdict:
 
     @property
     def named(self) -> bool:
-        return bool(self.nodes or self.links or self.cluster)
+        return bool(self.nodes or self.links or self.cluster or self.uplinks)
 
     @property
     def node_metrics(self) -> list[str]:
@@ -403,7 +405,7 @@ class _Judging:
 
         links: dict[tuple[str, str], Finding] = {}
         for metric, pairs in judged.items():
-            label, unit, _ = METRICS[metric]
+            label = METRICS[metric][0]
             score = self.scores[metric]
             named = np.array([n in self.findings for n in pairs.nodes], dtype=bool)
             healthy = ~(named[pairs.a] | named[pairs.b])
@@ -424,13 +426,115 @@ class _Judging:
             self.populations[f"{metric}/link"] = pop
             for i, r in zip(which[ratios < pop.low], ratios[ratios < pop.low]):
                 a, b = pairs.keys[i]
-                two = self.again.get((a, b), {}).get(metric)
-                both = f" (the better of {_fmt(two[0])} and {_fmt(two[1])}, measured again)" if two else ""
-                links.setdefault((a, b), Finding((a, b))).reasons.append(
-                    f"{label} {_fmt(float(pairs.value[i]))} {unit}{both}, {1 - r:.0%} below the lesser of its nodes' "
-                    f"medians ({_fmt(min(score[a], score[b]))})"
-                )
+                why = low_link(metric, float(pairs.value[i]), r, min(score[a], score[b]), self.again.get((a, b), {}))
+                links.setdefault((a, b), Finding((a, b))).reasons.append(why)
         return links
+
+
+def low_link(metric: str, value: float, ratio: float, lesser: float, again: Mapping[str, tuple[float, float]]) -> str:
+    """Why a link is named for its figure of `metric`: `value`, `ratio` of the lesser of its
+    nodes' scores, and its two readings where it was measured again."""
+    label, unit, _ = METRICS[metric]
+    two = again.get(metric)
+    both = f" (the better of {_fmt(two[0])} and {_fmt(two[1])}, measured again)" if two else ""
+    return (
+        f"{label} {_fmt(value)} {unit}{both}, {1 - ratio:.0%} below the lesser of its nodes' medians ({_fmt(lesser)})"
+    )
+
+
+MIN_ACROSS = 3  # pairs across two leaves it takes to judge the path between them, not its links
+
+
+def by_leaves(
+    names: list[str],
+    node_figures: dict[str, dict[str, float | None]],
+    pair_figures: dict[str, dict[tuple[str, str], float | None]],
+    threshold: float,
+    expected: Mapping[str, float | None],
+    failures: Mapping[str, str],
+    again: Mapping[tuple[str, str], Mapping[str, tuple[float, float]]],
+    leaf_of: Mapping[str, str],
+) -> Verdict:
+    """`judge` of a fabric of leaf switches (docs/guides/nodes.md, "Leaves"): the nodes and the
+    links under each leaf judged by the pairs under one leaf alone, so that a slow uplink does
+    not lower the scores of the nodes behind it; then the pairs across two leaves, each divided
+    by the lesser score of its nodes as a link's is, against the same population of the pairs
+    under one leaf. When the median of the pairs across two leaves lies low, the path between
+    them is named, not its links: with three leaves or more, a leaf whose every path is named
+    is named for its own uplink. A node under no leaf is judged as without leaves."""
+
+    def across(pair: tuple[str, str]) -> bool:
+        a, b = pair
+        return a in leaf_of and b in leaf_of and leaf_of[a] != leaf_of[b]
+
+    under = {m: {p: x for p, x in by.items() if not across(p)} for m, by in pair_figures.items()}
+    v = judge(names, node_figures, under, threshold, expected, failures, again)
+    v.pair_figures = pair_figures  # every figure is shown
+    named = {f.nodes[0] for f in v.nodes}
+    links = {f.nodes: f for f in v.links}
+    paths: dict[tuple[str, str], list[str]] = {}
+    for metric, by_pair in pair_figures.items():
+        label = METRICS[metric][0]
+        crossing = [(p, x) for p, x in by_pair.items() if across(p) and not set(p) & named]
+        score, pop = v.node_scores.get(metric, {}), v.populations.get(f"{metric}/link")
+        if pop is None:
+            if crossing:
+                v.unjudged.append(
+                    f"{label} across leaves: the pairs under one leaf could not be judged, nor the uplinks"
+                )
+            continue
+        alone = sorted({n for p, _ in crossing for n in p if n not in score}, key=names.index)
+        if alone:  # a node with no figure under its own leaf: nothing to hold its pairs across to
+            v.unjudged.append(f"{label} of {hostlist(alone)} across leaves: no pair under its leaf measured it")
+        groups: dict[tuple[str, str], list[tuple[tuple[str, str], float | None, float]]] = {}
+        for (a, b), x in crossing:
+            if a in score and b in score:
+                lesser = min(score[a], score[b])
+                ratio = 0.0 if x is None or lesser <= 0 else x / lesser
+                key = (leaf_of[a], leaf_of[b]) if leaf_of[a] < leaf_of[b] else (leaf_of[b], leaf_of[a])
+                groups.setdefault(key, []).append(((a, b), x, ratio))
+        for (one, other), members in groups.items():
+            centre = statistics.median(r for _, _, r in members)
+            if len(members) >= MIN_ACROSS and centre < pop.low:
+                paths.setdefault((one, other), []).append(
+                    f"{label}: {len(members)} pairs across, their median {1 - centre:.0%} below the lesser of their "
+                    f"nodes' medians, while the pairs under each leaf are not"
+                )
+                continue
+            if len(members) < MIN_ACROSS:
+                v.unjudged.append(
+                    f"{label} of the path between leaves {one} and {other}: {len(members)} pair(s) across; it takes "
+                    f"{MIN_ACROSS} (its pairs are judged as links)"
+                )
+            for (a, b), x, ratio in members:
+                if x is None:
+                    why = f"{label} failed: {failures.get(f'{a} {b}', 'no result')}"
+                elif ratio < pop.low:
+                    why = low_link(metric, x, ratio, min(score[a], score[b]), again.get((a, b), {}))
+                else:
+                    continue
+                links.setdefault((a, b), Finding((a, b))).reasons.append(why)
+    order = {n: i for i, n in enumerate(names)}
+    v.links = sorted(links.values(), key=lambda f: tuple(order.get(n, 0) for n in f.nodes))
+    v.uplinks = _uplinks(paths, sorted({leaf_of[n] for n in names if n in leaf_of}))
+    return v
+
+
+def _uplinks(paths: dict[tuple[str, str], list[str]], leaves: list[str]) -> list[Finding]:
+    """The paths named, as findings: with three leaves or more, a leaf whose every path to the
+    others is named is named alone, for its own uplink, and its paths go; else each path."""
+    own = [
+        leaf
+        for leaf in leaves
+        if len(leaves) >= 3 and all(tuple(sorted((leaf, o))) in paths for o in leaves if o != leaf)
+    ]
+    out = [
+        Finding((leaf,), [f"the uplink of leaf {leaf}: every path from it to the other leaves is slow"]) for leaf in own
+    ]
+    for (one, other), reasons in sorted(paths.items()):
+        if one not in own and other not in own:
+            out.append(Finding((one, other), [f"the path between leaves {one} and {other}: {why}" for why in reasons]))
+    return out
 
 
 def expected(profile: ClusterProfile | None, gpus_per_node: int) -> dict[str, float | None]:
@@ -456,8 +560,7 @@ def judge_check(run: Path, plan: Plan, profile: ClusterProfile | None) -> tuple[
         f = gather(run, plan)
     except ValueError as exc:
         raise DataError(str(exc)) from None
-    expect = expected(profile, plan.options.gpus_per_node)
-    v = judge(f.names, f.nodes, f.pairs, plan.threshold, expect, f.failures, f.again)
+    v = _judged(f, plan, profile)
     if f.never:
         v.unjudged.append(
             f"{f.never} step(s) never ran (the check was cut short): their nodes and pairs are not judged"
@@ -480,7 +583,7 @@ def low_links(run: Path, plan: Plan, profile: ClusterProfile | None) -> list[tup
     again"); a failed link is named for its failure, and is not. ValueError when the record
     cannot be read."""
     f = gather(run, plan)
-    v = judge(f.names, f.nodes, f.pairs, plan.threshold, expected(profile, plan.options.gpus_per_node), f.failures)
+    v = _judged(f, plan, profile)
     found = [("pair", f.pairs, list(v.links))]  # before on_rails folds each rail's links into them
     on_rails(v, f, plan.threshold)
     rail_kind = {rail.name: f"{RAIL}{r}" for r, rail in enumerate(plan.options.rails)}
@@ -492,6 +595,15 @@ def low_links(run: Path, plan: Plan, profile: ClusterProfile | None) -> list[tup
         for a, b in (link.nodes for link in links)
         if all(by_pair.get((a, b)) is not None for by_pair in figures.values())
     ]
+
+
+def _judged(f: Figures, plan: Plan, profile: ClusterProfile | None) -> Verdict:
+    """`judge` of a check's figures, by the profile's leaves where it states them (`by_leaves`)."""
+    expect = expected(profile, plan.options.gpus_per_node)
+    leaf_of = {node: leaf.name for leaf in (profile.leaves if profile else ()) for node in leaf.hosts()}
+    if leaf_of:
+        return by_leaves(f.names, f.nodes, f.pairs, plan.threshold, expect, f.failures, f.again, leaf_of)
+    return judge(f.names, f.nodes, f.pairs, plan.threshold, expect, f.failures, f.again)
 
 
 def on_rails(v: Verdict, f: Figures, threshold: float) -> None:

@@ -96,6 +96,7 @@ def as_json(outcome: Outcome, profile: ClusterProfile, bench: dict[str, Any], no
             "drain": v.get("drain", ""),
             "nodes_named": v.get("nodes_named", []),
             "links_named": v.get("links_named", []),
+            "uplinks_named": v.get("uplinks_named", []),
             "not_judged": v.get("not_judged", []),
             "not_read": v.get("not_read", []),
             "exit_status": outcome.nodes_status,
@@ -157,9 +158,10 @@ def render(out: Path, data: dict[str, Any]) -> str:
         )
     named = [[n["node"], "; ".join(n["reasons"])] for n in nodes["nodes_named"]]
     named += [[" - ".join(link["nodes"]), "; ".join(link["reasons"])] for link in nodes["links_named"]]
+    named += [["uplink " + " - ".join(u["leaves"]), "; ".join(u["reasons"])] for u in nodes["uplinks_named"]]
     parts.append("<h2>The node check</h2>")
     if named:
-        parts.append(_table(["node or link", "why"], named, classes=["failed"] * len(named)))
+        parts.append(_table(["node, link or uplink", "why"], named, classes=["failed"] * len(named)))
     if nodes["not_judged"]:
         parts.append("<p>Not judged:</p><ul>" + "".join(f"<li>{_e(x)}</li>" for x in nodes["not_judged"]) + "</ul>")
     if nodes["not_read"]:  # how the nodes are set up, said on the page that is signed
@@ -213,7 +215,7 @@ def render(out: Path, data: dict[str, Any]) -> str:
 def _check_line(nodes: dict[str, Any]) -> str:
     if nodes["clean"]:
         return "every node and link passed"
-    named = len(nodes["nodes_named"]) + len(nodes["links_named"])
+    named = len(nodes["nodes_named"]) + len(nodes["links_named"]) + len(nodes["uplinks_named"])
     if named:
-        return f"{named} node(s) or link(s) named (exit {nodes['exit_status']})"
+        return f"{named} node(s), link(s) or uplink(s) named (exit {nodes['exit_status']})"
     return f"not everything judged (exit {nodes['exit_status']})"

@@ -37,6 +37,8 @@ def as_json(v: Verdict, record: dict[str, Any], plan: Plan) -> dict[str, Any]:
         "drain": v.drain,
         "nodes_named": [{"node": f.nodes[0], "reasons": f.reasons} for f in v.nodes],
         "links_named": [{"nodes": list(f.nodes), "reasons": f.reasons} for f in v.links],
+        # a leaf's uplink (one leaf) or the path between two (docs/guides/nodes.md, "Leaves")
+        "uplinks_named": [{"leaves": list(f.nodes), "reasons": f.reasons} for f in v.uplinks],
         # what each rail's pairs alone name: the card or cable to replace (docs/guides/nodes.md, "Rails")
         "rails_named": [
             {"rail": rail, "nodes": list(f.nodes), "reasons": f.reasons}
@@ -131,6 +133,8 @@ def print_verdict(console: Console, v: Verdict, record: dict[str, Any]) -> None:
         console.print(
             f"[red]link {shown(f.nodes[0])} - {shown(f.nodes[1])}[/]: {shown('; '.join(f.reasons))}", soft_wrap=True
         )
+    for f in v.uplinks:
+        console.print(f"[red]uplink {shown(' - '.join(f.nodes))}[/]: {shown('; '.join(f.reasons))}", soft_wrap=True)
     for line in v.cluster:
         console.print(f"[red]every node[/]: {shown(line)}", soft_wrap=True)
     for line in v.unjudged:

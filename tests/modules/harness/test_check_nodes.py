@@ -27,6 +27,7 @@ from harness.analysis import nodehistory
 from harness.config.cluster_profile import Rail, load_profile
 from harness.errors import RunDirError
 from harness.executors.slurm.check_job import check_job, render_check_script, render_step_script
+from harness.nodes import rounds as node_rounds
 from harness.nodes.driver import FOLDER, Driver, LocalLauncher, Plan
 from harness.nodes.rounds import Options
 from harness.nodes.verdict import drain_command, judge_check, low_links
@@ -334,6 +335,33 @@ def test_a_link_that_reads_low_once_is_measured_again_and_not_named(tmp_path):
     assert not verdict.nodes and ("local1", "local2") not in {f.nodes for f in verdict.links}, verdict
 
 
+class _Replay:
+    """A check's run directory whose steps' results are a real pair's (the local check's),
+    each replayed at `factor[step]` times its figures (1 where not given), written round by
+    round as the driver writes them."""
+
+    def __init__(self, source: Path, run: Path, plan: Plan, factor: dict[str, float]):
+        self.real = (source / "jobs/nodes/steps/pair-0-1.json").read_text()
+        self.run, self.plan, self.factor, self.ran = run, plan, factor, 0
+        (run / FOLDER / "steps").mkdir(parents=True)
+        (run / FOLDER / "rounds").mkdir()
+        plan.write(run)
+
+    def round(self, names: list[str], again: int = 0) -> None:
+        for name in names:
+            result = json.loads(self.real)
+            for row in result["rows"]:
+                row["busbw_gbps"] *= self.factor.get(name, 1.0)
+            (self.run / FOLDER / "steps" / f"{name}.json").write_text(json.dumps(result))
+        steps = {name: {"state": "COMPLETED", "exit_code": 0, "elapsed_s": 1.0, "reason": None} for name in names}
+        (self.run / FOLDER / "rounds" / f"{self.ran}.json").write_text(json.dumps(steps))
+        self.ran += 1
+        planned = node_rounds.round_count(self.plan.nodes, self.plan.options)
+        record = {"format_version": 1, "hosts": [f"local{i}" for i in range(self.plan.nodes)], "rounds": planned}
+        record |= {"again": again, "round_s": [1.0] * self.ran, "ran": self.ran}
+        (self.run / FOLDER / "steps.json").write_text(json.dumps(record))
+
+
 @pytest.mark.parametrize("again", [1.0, 0.1], ids=["healthy-again", "low-again"])
 def test_a_rail_s_link_measured_again_is_judged_by_its_better_reading(local_check, tmp_path, again):
     """A check of 4 nodes and one rail, its steps' results a real pair's (the local check's)
@@ -341,33 +369,16 @@ def test_a_rail_s_link_measured_again_is_judged_by_its_better_reading(local_chec
     again at `again` times. Healthy again, nothing is named; low again, the link is named on
     that rail with both readings. (A rail's low reading cannot be had on demand here: on
     loopback, the rail's healthy pairs spread 0.53-1.13 GB/s and named a node.)"""
-    _, source = local_check
-    real = json.loads((source / "jobs/nodes/steps/pair-0-1.json").read_text())
     run = tmp_path / "run"
     o = Options(gemm=False, device="cpu", backend="gloo", rails=(Rail(hca="mlx5_0", ifname="lo"),))
     plan = Plan("local", o, threshold=0.5, nodes=4)
-    (run / FOLDER / "steps").mkdir(parents=True)
-    (run / FOLDER / "rounds").mkdir()
-    plan.write(run)
     factor = {"rail0-0-3": 0.1, "againrail0-0-3": again}
-    tournament = ([(0, 3), (1, 2)], [(0, 2), (1, 3)], [(0, 1), (2, 3)])
-    rounds = [[f"{kind}-{a}-{b}" for a, b in pairs] for pairs in tournament for kind in ("pair", "rail0")]
-
-    def ran(k: int, names: list[str], again: int) -> None:
-        for name in names:
-            result = json.loads(json.dumps(real))
-            for row in result["rows"]:
-                row["busbw_gbps"] *= factor.get(name, 1.0)
-            (run / FOLDER / "steps" / f"{name}.json").write_text(json.dumps(result))
-        steps = {name: {"state": "COMPLETED", "exit_code": 0, "elapsed_s": 1.0, "reason": None} for name in names}
-        (run / FOLDER / "rounds" / f"{k}.json").write_text(json.dumps(steps))
-        record = {"format_version": 1, "hosts": [f"local{i}" for i in range(4)], "rounds": 6, "again": again}
-        (run / FOLDER / "steps.json").write_text(json.dumps({**record, "round_s": [1.0] * (k + 1), "ran": k + 1}))
-
-    for k, names in enumerate(rounds):
-        ran(k, names, 0)
+    rounds = [[f"{kind}-{a}-{b}" for a, b in pairs] for pairs in node_rounds.rounds(4) for kind in ("pair", "rail0")]
+    replay = _Replay(local_check[1], run, plan, factor)
+    for names in rounds:
+        replay.round(names)
     assert low_links(run, plan, None) == [("rail0", 0, 3)]  # what the driver measures again
-    ran(6, ["againrail0-0-3"], 1)
+    replay.round(["againrail0-0-3"], again=1)
     verdict, _ = judge_check(run, plan, None)
     rail = verdict.rails["mlx5_0"]
     assert set(rail.again) == {("local0", "local3")} and not verdict.again
@@ -381,6 +392,35 @@ def test_a_rail_s_link_measured_again_is_judged_by_its_better_reading(local_chec
     else:
         assert list(named) == [link] and all(why.startswith("rail mlx5_0: ") for why in named[link]), named
         assert "measured again)" in named[link][0]
+
+
+def test_a_check_of_a_profile_s_leaves_names_the_slow_path_between_them(local_check, tmp_path):
+    """Eight nodes under two leaves of the profile, every pair's result a real pair's replayed,
+    the pairs across the leaves at a quarter: `bench nodes --report` names the path between the
+    leaves, no node and no link, and exits 1; verdict.json and the history say so."""
+    run = tmp_path / "run"
+    leaves = [{"name": "s0", "nodes": "local[0-3]"}, {"name": "s1", "nodes": "local[4-7]"}]
+    plan = Plan(
+        "local", Options(gemm=False, device="cpu", backend="gloo"), 0.5, 8, cluster={"name": "lab", "leaves": leaves}
+    )
+    factor = {f"pair-{a}-{b}": 0.25 for a in range(4) for b in range(4, 8)}
+    replay = _Replay(local_check[1], run, plan, factor)
+    for pairs in node_rounds.rounds(8):
+        replay.round([f"pair-{a}-{b}" for a, b in pairs])
+    r = bench("nodes", "--report", str(run), check=False)
+    assert r.returncode == 1, r.describe()
+    assert "uplink s0 - s1: the path between leaves s0 and s1: two-node all-reduce, busbw: 16 pairs across" in r.stdout
+    v = read_json(run / "verdict.json")
+    assert v["nodes_named"] == v["links_named"] == [] and v["drain"] == ""
+    assert [u["leaves"] for u in v["uplinks_named"]] == [["s0", "s1"]]
+    assert check_nodes.verdict_of(run).uplinks[0].nodes == ("s0", "s1")
+    # without the leaves the same figures name nothing: every node's median is a pair across
+    # (exit 3: a replayed check has no readings of the nodes' hardware faults)
+    plan_data = read_json(run / "check.json")
+    (run / "check.json").write_text(json.dumps({**plan_data, "cluster": None}))
+    assert bench("nodes", "--report", str(run), check=False).returncode == 3
+    v = read_json(run / "verdict.json")
+    assert v["nodes_named"] == v["links_named"] == v["uplinks_named"] == []
 
 
 def test_a_local_dry_run_runs_nothing(tmp_path):

@@ -13,7 +13,7 @@ import pytest
 from harness.config.cluster_profile import Rail
 from harness.config.hostlists import expand_hostlist, hostlist
 from harness.nodes.rounds import FigureError, Options, again_rounds, round_count, rounds, schedule, step_figures, steps
-from harness.nodes.verdict import Population, judge
+from harness.nodes.verdict import Population, by_leaves, judge
 
 
 @pytest.mark.parametrize("n", [*range(2, 18), 64, 65])
@@ -428,3 +428,67 @@ def test_a_node_slow_on_one_rail_is_named_with_the_rail():
     on_rails(v, link, 0.5)
     assert v.nodes == [] and [x.nodes for x in v.links] == [("bnode1", "bnode2")]
     assert v.links[0].reasons[0].startswith("rail mlx5_1: ") and v.drain == ""
+
+
+def _leaf_figures(n, leaf_of, across, seed=0, slow_pairs=()):
+    """Every pair of `n` nodes: 0.7 GB/s under one leaf and `across(leaf a, leaf b)` times that
+    across two leaves, with a 5% spread as the testbed's unshaped pairs have; `slow_pairs` at a tenth."""
+    rng = random.Random(seed)
+    figures = {}
+    for a, b in itertools.combinations(names(n), 2):
+        factor = 1.0 if leaf_of[a] == leaf_of[b] else across(leaf_of[a], leaf_of[b])
+        figures[(a, b)] = 0.7 * factor * rng.uniform(0.95, 1.05) * (0.1 if (a, b) in slow_pairs else 1.0)
+    return {"p2p_gbps": figures}
+
+
+TWO_LEAVES = {f"bnode{i}": "s0" if i <= 4 else "s1" for i in range(1, 9)}
+
+
+def test_a_slow_path_between_two_leaves_is_named_and_no_node_or_link():
+    """Every pair across the two leaves at a quarter: judged without the leaves, every node's
+    median is a crossing pair's and nothing stands out; by leaves, the path is named."""
+    figures = _leaf_figures(8, TWO_LEAVES, lambda one, other: 0.25)
+    assert not judge(names(8), {}, figures, 0.5, {}).named  # what a check without leaves says
+    v = by_leaves(names(8), {}, figures, 0.5, {}, {}, {}, TWO_LEAVES)
+    assert v.nodes == [] and v.links == [] and v.drain == "" and v.named
+    (uplink,) = v.uplinks
+    assert uplink.nodes == ("s0", "s1")
+    assert uplink.reasons[0].startswith(
+        "the path between leaves s0 and s1: point-to-point exchange, per rank: 16 pairs"
+    )
+    assert len(v.pair_figures["p2p_gbps"]) == 28  # every figure is shown
+
+
+def test_by_leaves_with_nothing_slow_names_nothing_and_a_slow_crossing_pair_is_a_link():
+    assert not by_leaves(names(8), {}, _leaf_figures(8, TWO_LEAVES, lambda *_: 1.0), 0.5, {}, {}, {}, TWO_LEAVES).named
+    slow = _leaf_figures(8, TWO_LEAVES, lambda *_: 1.0, slow_pairs=[("bnode2", "bnode7")])
+    v = by_leaves(names(8), {}, slow, 0.5, {}, {}, {}, TWO_LEAVES)
+    assert v.uplinks == [] and v.nodes == [] and [f.nodes for f in v.links] == [("bnode2", "bnode7")]
+
+
+def test_with_three_leaves_a_leaf_slow_to_both_others_is_named_for_its_own_uplink():
+    leaf_of = {f"bnode{i}": f"s{(i - 1) // 3}" for i in range(1, 10)}  # s0, s1, s2: 3 nodes each
+    figures = _leaf_figures(9, leaf_of, lambda one, other: 0.2 if "s1" in (one, other) else 1.0)
+    v = by_leaves(names(9), {}, figures, 0.5, {}, {}, {}, leaf_of)
+    assert [(f.nodes, f.reasons) for f in v.uplinks] == [
+        (("s1",), ["the uplink of leaf s1: every path from it to the other leaves is slow"])
+    ]
+    assert v.nodes == [] and v.links == []
+
+
+def test_a_path_of_too_few_pairs_across_is_judged_by_its_links_and_says_so():
+    figures = _leaf_figures(8, TWO_LEAVES, lambda *_: 0.25)
+    keep = {p: x for p, x in figures["p2p_gbps"].items() if TWO_LEAVES[p[0]] == TWO_LEAVES[p[1]]}
+    keep[("bnode1", "bnode5")] = figures["p2p_gbps"][("bnode1", "bnode5")]
+    keep[("bnode2", "bnode6")] = figures["p2p_gbps"][("bnode2", "bnode6")]
+    v = by_leaves(names(8), {}, {"p2p_gbps": keep}, 0.5, {}, {}, {}, TWO_LEAVES)
+    assert v.uplinks == [] and [f.nodes for f in v.links] == [("bnode1", "bnode5"), ("bnode2", "bnode6")]
+    assert any("path between leaves s0 and s1: 2 pair(s) across; it takes 3" in line for line in v.unjudged)
+
+
+def test_a_node_alone_under_its_leaf_leaves_its_pairs_across_unjudged_and_says_so():
+    leaf_of = {**TWO_LEAVES, "bnode9": "s2"}  # one node under s2: no pair under its leaf
+    figures = _leaf_figures(9, leaf_of, lambda *_: 1.0)
+    v = by_leaves(names(9), {}, figures, 0.5, {}, {}, {}, leaf_of)
+    assert not v.nodes and not v.links and not v.uplinks
+    assert "point-to-point exchange, per rank of bnode9 across leaves: no pair under its leaf measured it" in v.unjudged
