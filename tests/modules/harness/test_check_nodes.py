@@ -169,6 +169,12 @@ def _tamper(tmp_path: Path, source: Path, rel: str, edit) -> Path:
         ("jobs/nodes/steps.json", lambda t: _edit(t, hosts=["local0"]), "hosts names 1 node(s)"),
         ("jobs/nodes/steps.json", lambda t: _edit(t, rounds=5), "5 rounds, 1 ran; the plan of 2 nodes has 1"),
         ("jobs/nodes/rounds/0.json", lambda t: _edit(t, **{"pair-0-9": {}}), "its rounds record 2 steps"),
+        # the round of links measured again (docs/guides/nodes.md, "Measured again")
+        ("jobs/nodes/steps.json", lambda t: _edit(t, again=1.0), "again must be 0 or 1"),
+        ("jobs/nodes/steps.json", lambda t: _edit(t, again="1; id"), "again must be 0 or 1"),
+        ("jobs/nodes/steps.json", lambda t: _edit(t, ran=2, round_s=[1, 1]), "2 rounds ran of 1 planned and 0 after"),
+        ("jobs/nodes/rounds/0.json", lambda t: _edit(t, **{"again-0-9": {}}), "step again-0-9 measured again a link"),
+        ("jobs/nodes/rounds/0.json", lambda t: _edit(t, **{"againrail0-0-1": {}}), "step againrail0-0-1 measured"),
     ],
 )
 def test_a_tampered_check_is_one_line_and_exit_2(local_check, tmp_path, rel, edit, words):
