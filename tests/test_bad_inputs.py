@@ -382,6 +382,21 @@ CASES = [
     Case(
         "profile-rails-twice", lambda t, r: _slurm_dry(t, "name: c\nrails: [{ifname: ib0}, {ifname: ib0}]\n"), "share"
     ),
+    Case(
+        "profile-leaf-hostile",
+        lambda t, r: _slurm_dry(t, "name: c\nleaves: [{name: 's0;id', nodes: a}]\n"),
+        "leaves[0].name",
+    ),
+    Case(
+        "profile-leaf-hostlist",
+        lambda t, r: _slurm_dry(t, "name: c\nleaves: [{name: s0, nodes: 'a[1-'}]\n"),
+        "leaves[0].nodes",
+    ),
+    Case(
+        "profile-leaves-overlap",
+        lambda t, r: _slurm_dry(t, "name: c\nleaves: [{name: s0, nodes: 'g[1-4]'}, {name: s1, nodes: 'g[4-8]'}]\n"),
+        "g4 is under two leaves, s0 and s1",
+    ),
     Case("only-typo", lambda t, r: _dry(t, _sweep(t), "--only", "nccl=ibb"), "--only nccl", "'ibb' is not among"),
     Case("only-axis", lambda t, r: _dry(t, _sweep(t), "--only", "gpus=2"), "--only", "AXIS one of nodes"),
     Case("exclude-everything", lambda t, r: _dry(t, _sweep(t, "exclude: [{nodes: [1, 2]}]\n")), "leave no job"),
