@@ -29,8 +29,9 @@ from harness.errors import EXIT_FOUND, EXIT_UNJUDGED, HistoryError, RunDirError,
 from harness.executors import Executor
 from harness.executors.slurm.check_job import check_job
 from harness.nodes.driver import FOLDER, PLAN, RECORD, Driver, LocalLauncher, Plan, load_plan
+from harness.nodes.judged import judge_check, low_links
 from harness.nodes.rounds import Options, Round, schedule, tournament
-from harness.nodes.verdict import Verdict, drain_command, judge_check, low_links
+from harness.nodes.verdict import Verdict, drain_command
 from harness.present import node_report
 from harness.run.cost import Cost
 from harness.run.rundir import COMPLETED, RunDir, claim, locked

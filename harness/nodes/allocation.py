@@ -18,7 +18,7 @@ from harness.config import hostlists
 from harness.config.cluster_profile import ClusterProfile
 from harness.config.fields import FieldError, build
 from harness.nodes.driver import Driver, SrunLauncher, load_plan
-from harness.nodes.verdict import low_links
+from harness.nodes.judged import low_links
 from harness.run.rundir import now
 
 

@@ -315,11 +315,11 @@ def read_record(folder: Path, with_rounds: bool = True) -> dict[str, Any]:
     for key, value in (("rounds", rounds), ("ran", ran)):
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10**6:
             raise ValueError(f"{path}: {key} must be a count of rounds, found {value!r}")
-    if type(again) is not int or again not in (0, 1):
+    if isinstance(again, bool) or not isinstance(again, int) or again not in (0, 1):
         raise ValueError(f"{path}: again must be 0 or 1, the rounds run after the plan's, found {again!r}")
     if not isinstance(rs, list) or len(rs) != ran or not all(_seconds(v) for v in rs):
         raise ValueError(f"{path}: round_s must be the seconds of each round that ran")
-    if ran > rounds + again:
+    if ran > data["rounds"] + again:  # rounds, checked above as a count
         raise ValueError(f"{path}: {ran} rounds ran of {rounds} planned and {again} after them")
     if not with_rounds:
         return data

@@ -2,8 +2,8 @@
 nodes, the nodes that lie low against the others or against the stated hardware, the links that
 lie low against their two nodes, and the scontrol line that drains what was named. Its figures
 are harness/nodes/rounds.py's, per node and per pair of nodes; a check of every pair of 2,048
-nodes gives two million pairs, judged as arrays. All of it is pure but `judge_check`, which
-reads what a check's steps measured (harness/nodes/driver.py).
+nodes gives two million pairs, judged as arrays. All of it is pure: harness/nodes/judged.py
+reads what a check's steps measured and judges it.
 """
 
 from __future__ import annotations
@@ -14,14 +14,10 @@ import shlex
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.config.hostlists import hostlist
-from harness.errors import DataError
-from harness.evidence import faults
-from harness.nodes.driver import FOLDER, Figures, Plan, gather
-from harness.nodes.rounds import METRICS, RAIL, exchange_group, planned_metrics
+from harness.nodes.rounds import METRICS, exchange_group
 
 if TYPE_CHECKING:
     from harness.config.cluster_profile import ClusterProfile
@@ -552,96 +548,3 @@ def expected(profile: ClusterProfile | None, gpus_per_node: int) -> dict[str, fl
         "busbw_gbps": hw.peak_busbw_gbps(2, gpus_per_node),
         "p2p_gbps": hw.peak_busbw_gbps(2, gpus_per_node, exchange_group(gpus_per_node), "sendrecv"),
     }
-
-
-def judge_check(run: Path, plan: Plan, profile: ClusterProfile | None) -> tuple[Verdict, dict[str, Any]]:
-    """The verdict of the check in `run`, from what its steps measured, and its record (steps.json)."""
-    try:
-        f = gather(run, plan)
-    except ValueError as exc:
-        raise DataError(str(exc)) from None
-    v = _judged(f, plan, profile)
-    if f.never:
-        v.unjudged.append(
-            f"{f.never} step(s) never ran (the check was cut short): their nodes and pairs are not judged"
-        )
-    for metric in planned_metrics(plan.options):  # a metric nothing measured was not judged: never clean
-        if not (f.nodes.get(metric) or f.pairs.get(metric)):
-            v.unjudged.append(f"{METRICS[metric][0]}: no step measured it")
-    on_rails(v, f, plan.threshold)
-    for rail in plan.options.rails:  # a rail nothing measured was not judged either
-        if rail.name not in f.rails or not any(f.rails[rail.name].pairs.values()):
-            v.unjudged.append(f"rail {rail.name}: no step measured it")
-    hardware_faults(v, faults.read_check(run / FOLDER / faults.FOLDER, f.names))
-    return v, f.record
-
-
-def low_links(run: Path, plan: Plan, profile: ClusterProfile | None) -> list[tuple[str, int, int]]:
-    """The links of the check in `run` that the rounds run so far name for a low figure, on the
-    whole node and on each rail, each (the kind of round it ran in: "pair" or "rail<r>", node
-    a, node b by index): the driver measures them again (docs/guides/nodes.md, "Measured
-    again"); a failed link is named for its failure, and is not. ValueError when the record
-    cannot be read."""
-    f = gather(run, plan)
-    v = _judged(f, plan, profile)
-    found = [("pair", f.pairs, list(v.links))]  # before on_rails folds each rail's links into them
-    on_rails(v, f, plan.threshold)
-    rail_kind = {rail.name: f"{RAIL}{r}" for r, rail in enumerate(plan.options.rails)}
-    found += [(rail_kind[name], f.rails[name].pairs, rv.links) for name, rv in v.rails.items()]
-    index = {n: i for i, n in enumerate(f.names)}
-    return [
-        (kind, index[a], index[b])
-        for kind, figures, links in found
-        for a, b in (link.nodes for link in links)
-        if all(by_pair.get((a, b)) is not None for by_pair in figures.values())
-    ]
-
-
-def _judged(f: Figures, plan: Plan, profile: ClusterProfile | None) -> Verdict:
-    """`judge` of a check's figures, by the profile's leaves where it states them (`by_leaves`)."""
-    expect = expected(profile, plan.options.gpus_per_node)
-    leaf_of = {node: leaf.name for leaf in (profile.leaves if profile else ()) for node in leaf.hosts()}
-    if leaf_of:
-        return by_leaves(f.names, f.nodes, f.pairs, plan.threshold, expect, f.failures, f.again, leaf_of)
-    return judge(f.names, f.nodes, f.pairs, plan.threshold, expect, f.failures, f.again)
-
-
-def on_rails(v: Verdict, f: Figures, threshold: float) -> None:
-    """Judge each rail's pairs alone, as `judge` judges whole nodes' pairs, and fold what it names
-    into `v`, the rail in each reason: a node slow on one rail is named (the drain line names
-    the node; the reason, the rail to replace), a link on one rail is named as a link."""
-    order = {n: i for i, n in enumerate(v.names)}
-    named = {finding.nodes[0]: finding for finding in v.nodes}
-    links = {finding.nodes: finding for finding in v.links}
-    for rail, figures in f.rails.items():
-        rv = v.rails[rail] = judge(f.names, {}, figures.pairs, threshold, {}, figures.failures, figures.again)
-        for finding in rv.nodes:
-            node = named.setdefault(finding.nodes[0], Finding(finding.nodes))
-            node.reasons += [f"rail {rail}: {why}" for why in finding.reasons]
-        for finding in rv.links:
-            link = links.setdefault(finding.nodes, Finding(finding.nodes))
-            link.reasons += [f"rail {rail}: {why}" for why in finding.reasons]
-        v.cluster += [f"rail {rail}: {line}" for line in rv.cluster]
-        v.unjudged += [f"rail {rail}: {line}" for line in rv.unjudged]
-    v.nodes = sorted(named.values(), key=lambda x: order.get(x.nodes[0], 0))
-    v.links = sorted(links.values(), key=lambda x: tuple(order.get(n, 0) for n in x.nodes))
-
-
-def hardware_faults(v: Verdict, found: list[faults.NodeFaults]) -> None:
-    """Name each node whose hardware recorded a fault during the check, the port or GPU in the
-    reason (harness/evidence/faults.py); what could not be judged is said once per reason, with
-    the nodes it holds for."""
-    order = {n: i for i, n in enumerate(v.names)}
-    named = {f.nodes[0]: f for f in v.nodes}
-    unjudged: dict[str, list[str]] = {}
-    unread: dict[str, list[str]] = {}
-    for node in found:
-        for line in node.named:
-            named.setdefault(node.host, Finding((node.host,))).reasons.append(f"hardware fault: {line}")
-        for line in node.unjudged:
-            unjudged.setdefault(line, []).append(node.host)
-        for line in node.unread:
-            unread.setdefault(line, []).append(node.host)
-    v.nodes = sorted(named.values(), key=lambda f: order.get(f.nodes[0], 0))
-    v.unjudged += [f"hardware faults of {hostlist(hosts)}: {line}" for line, hosts in unjudged.items()]
-    v.unread += [f"{hostlist(hosts)}: {line}" for line, hosts in unread.items()]

@@ -29,8 +29,9 @@ from harness.errors import RunDirError
 from harness.executors.slurm.check_job import check_job, render_check_script, render_step_script
 from harness.nodes import rounds as node_rounds
 from harness.nodes.driver import FOLDER, Driver, LocalLauncher, Plan
+from harness.nodes.judged import judge_check, low_links
 from harness.nodes.rounds import Options
-from harness.nodes.verdict import drain_command, judge_check, low_links
+from harness.nodes.verdict import drain_command
 from harness.run.procs import tagged
 
 PROFILE = SWEEPS / "clusters" / "testbed.yaml"

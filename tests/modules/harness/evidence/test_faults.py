@@ -201,8 +201,8 @@ def _umask() -> int:
 def test_a_checks_readings_judge_each_node_and_the_verdict_groups_what_it_could_not(tmp_path, monkeypatch):
     """Readings of four nodes as a check leaves them: h1's port rose and is named; h2 and h3
     have a counter stopped at its largest value, said once for both; h4 has no reading after
-    the check. The node check's verdict takes them (harness/nodes/verdict.py)."""
-    from harness.nodes import verdict
+    the check. The node check's verdict takes them (harness/nodes/judged.py)."""
+    from harness.nodes import judged, verdict
 
     stand_in_dmesg(tmp_path / "bin", monkeypatch, "exit 0")
     folder = tmp_path / "faults"
@@ -222,7 +222,7 @@ def test_a_checks_readings_judge_each_node_and_the_verdict_groups_what_it_could_
         ("h4", [], ["no reading after the check"]),
     ]
     v = verdict.judge(["h1", "h2", "h3", "h4"], {}, {}, 0.1, {})
-    verdict.hardware_faults(v, found)
+    judged.hardware_faults(v, found)
     assert [(f.nodes, f.reasons) for f in v.nodes] == [
         (("h1",), ["hardware fault: mlx5_0/1: link_downed rose from 3 to 4"])
     ]
