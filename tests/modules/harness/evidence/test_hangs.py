@@ -166,8 +166,13 @@ def test_an_all_reduce_of_another_size_is_read_from_the_flight_recorder(tmp_path
     assert job["state"] == "FAILED" and job["reason"].startswith("allreduce failed (agent exit codes"), job
     # the aborted rank's own line, not rank 0's reset connection
     assert "gloo::EnforceNotMet: [enforce fail at" in job["reason"] and "Connection reset" not in job["reason"], job
-    # gloo's record counts the call that raised as ended: rank 0 "last entered" it
-    entered = r"flight recorder: rank 0 last entered gloo:all_reduce #(\d+) \((\d+) Float\), recorded as ended"
+    # gloo's record of the call that raised reads it as ended or as not completed, by the timing
+    # of rank 1's abort (both seen on this machine: "last entered ..., recorded as ended", and
+    # "entered ... and did not complete it"); either names rank 0's all-reduce, its number and size
+    entered = (
+        r"flight recorder: rank 0 (?:last )?entered gloo:all_reduce #(\d+) \((\d+) Float\)"
+        r"(?:, recorded as ended| and did not complete it)"
+    )
     found = re.search(entered, job["reason"])
     assert found and int(found[1]) >= 5 and int(found[2]) * 4 in (2**20, 2**21, 2**22), job["reason"]
     assert job["reason"].endswith("; no dump from rank 1; PyTorch's analyser: cannot decide: no dump from ranks 1"), job
