@@ -524,9 +524,11 @@ def _uplinks(paths: dict[tuple[str, str], list[str]], leaves: list[str]) -> list
         for leaf in leaves
         if len(leaves) >= 3 and all(tuple(sorted((leaf, o))) in paths for o in leaves if o != leaf)
     ]
-    out = [
-        Finding((leaf,), [f"the uplink of leaf {leaf}: every path from it to the other leaves is slow"]) for leaf in own
-    ]
+    out = []
+    for leaf in own:
+        to = {o if leaf == one else one: reasons for (one, o), reasons in sorted(paths.items()) if leaf in (one, o)}
+        reasons = [f"the uplink of leaf {leaf}: every path from it to the other leaves is slow"]
+        out.append(Finding((leaf,), reasons + [f"to leaf {o}: {why}" for o, whys in to.items() for why in whys]))
     for (one, other), reasons in sorted(paths.items()):
         if one not in own and other not in own:
             out.append(Finding((one, other), [f"the path between leaves {one} and {other}: {why}" for why in reasons]))

@@ -470,9 +470,13 @@ def test_with_three_leaves_a_leaf_slow_to_both_others_is_named_for_its_own_uplin
     leaf_of = {f"bnode{i}": f"s{(i - 1) // 3}" for i in range(1, 10)}  # s0, s1, s2: 3 nodes each
     figures = _leaf_figures(9, leaf_of, lambda one, other: 0.2 if "s1" in (one, other) else 1.0)
     v = by_leaves(names(9), {}, figures, 0.5, {}, {}, {}, leaf_of)
-    assert [(f.nodes, f.reasons) for f in v.uplinks] == [
-        (("s1",), ["the uplink of leaf s1: every path from it to the other leaves is slow"])
-    ]
+    (uplink,) = v.uplinks
+    assert (
+        uplink.nodes == ("s1",)
+        and uplink.reasons[0] == "the uplink of leaf s1: every path from it to the other leaves is slow"
+    )
+    assert [why.split(":")[0] for why in uplink.reasons[1:]] == ["to leaf s0", "to leaf s2"]
+    assert uplink.reasons[1].startswith("to leaf s0: point-to-point exchange, per rank: 9 pairs across, their median 8")
     assert v.nodes == [] and v.links == []
 
 
