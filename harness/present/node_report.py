@@ -143,7 +143,7 @@ def print_verdict(console: Console, v: Verdict, record: dict[str, Any]) -> None:
         console.print(f"not read: {shown(line)}", soft_wrap=True)
     steps = record["steps"]
     failed = sum(s.get("state") != COMPLETED for s in steps.values())
-    again = sum(name.startswith(f"{AGAIN}-") for name in steps)
+    again = sum(name.startswith(AGAIN) for name in steps)  # again-A-B and againrail<r>-A-B
     console.print(
         f"{len(steps)} steps in {min(record['ran'], record['rounds'])} of {record['rounds']} rounds"
         + (f" and {again} link(s) that read low measured again" if again else "")
