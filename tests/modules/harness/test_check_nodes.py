@@ -290,8 +290,8 @@ def test_the_driver_writes_through_no_planted_link(tmp_path, planted):
 
 
 class _Throttled(LocalLauncher):
-    """Real ranks, where the steps named in `slowed` have every process stopped for 45 ms of each
-    50 ms while they run (SIGSTOP, SIGCONT), longer than a call of theirs takes: a link that reads
+    """Real ranks, where the steps named in `slowed` have every process stopped for 95 ms of each
+    100 ms while they run (SIGSTOP, SIGCONT), longer than a call of theirs takes: a link that reads
     low because something else held its ranks, as another job's traffic or a neighbour's load does.
     Held for less, under a loaded run, one noisy pair of its node can keep it inside the 4 nodes'
     spread, and nothing is measured again."""
@@ -312,7 +312,7 @@ class _Throttled(LocalLauncher):
     def _throttle(procs, tag):
         while any(p.poll() is None for p in procs):
             pids = tagged(tag)
-            for sig, pause in ((signal.SIGSTOP, 0.045), (signal.SIGCONT, 0.005)):
+            for sig, pause in ((signal.SIGSTOP, 0.095), (signal.SIGCONT, 0.005)):
                 for pid in pids:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, sig)
@@ -323,10 +323,13 @@ def test_a_link_that_reads_low_once_is_measured_again_and_not_named(tmp_path):
     """Four emulated nodes of real gloo ranks; the pair of local1 and local2 held while it runs:
     the round after the plan's measures it again, not held, and its better reading is healthy:
     nothing is named. (A link low both times is named with both readings: test_rounds.py, the
-    rail's below, and the testbed's shaped link.)"""
+    rail's below, and the testbed's shaped link.) Judged at a threshold of 80%: beside another
+    test on this machine's two cores, a round of healthy pairs can read at a third of the next
+    one's rate, and at 50% two such pairs of one node name the node, whose links then go unjudged;
+    the held pair lies further below than that."""
     run = tmp_path / "run"
     o = Options(gemm=False, device="cpu", backend="gloo", bytes=8 * 2**20, iters=10)
-    plan = Plan("local", o, threshold=0.5, nodes=4)
+    plan = Plan("local", o, threshold=0.8, nodes=4)
     (run / FOLDER).mkdir(parents=True)
     plan.write(run)
     launcher, lines = _Throttled(run, o, {"pair-1-2"}), []
@@ -336,7 +339,8 @@ def test_a_link_that_reads_low_once_is_measured_again_and_not_named(tmp_path):
     for thread in launcher.threads:
         thread.join(timeout=10)
     verdict, record = judge_check(run, plan, None)
-    assert record["rounds"] == 3 and record["again"] == 1 and record["ran"] == 4, lines
+    seen = (lines, verdict.pair_figures, [f.reasons for f in verdict.nodes + verdict.links])
+    assert record["rounds"] == 3 and record["again"] == 1 and record["ran"] == 4, seen
     assert "round 4, the links that read low, again: 1 step(s)" in lines[-1], lines
     first, second = verdict.again[("local1", "local2")]["p2p_gbps"]
     assert first < second / 2, (first, second)
