@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 from harness import executors
 from harness.analysis import nodehistory
 from harness.analysis.store import Location
-from harness.config import hostlists
-from harness.config.cluster_profile import ClusterProfile
+from harness.config import hostlists, topology
+from harness.config.cluster_profile import TOPOLOGY_SLURM, ClusterProfile
 from harness.config.fields import FieldError, build
 from harness.config.hostlists import HOSTLIST_RE, NODE_NAME_RE
 from harness.errors import EXIT_FOUND, EXIT_UNJUDGED, HistoryError, RunDirError, SlurmError, UsageError, shown
@@ -154,6 +154,8 @@ def start(
     report its verdict (docs/guides/nodes.md)."""
     batch = executor.batch
     names, nodelist = _nodes_to_check(batch, profile, count, nodelist)
+    if profile and profile.topology:
+        profile = _with_leaves(profile, names, batch and not dry_run, console)
     if options.partners is not None and options.partners >= tournament(len(names)):
         options = dataclasses.replace(options, partners=None)  # as many as every pair
     if options.reference and not batch:
@@ -217,6 +219,41 @@ def _nodes_to_check(
     if len(names) < 2:
         raise UsageError(f"the check needs at least 2 nodes, found {len(names)}: {', '.join(names)}")
     return names, nodelist
+
+
+def _with_leaves(profile: ClusterProfile, names: list[str], on_slurm: bool, console: Console) -> ClusterProfile:
+    """The profile with the leaves its `topology:` names read in, as the plan records them
+    (docs/guides/nodes.md, "Leaves"): from `scontrol show topology` on Slurm (not on a dry run,
+    which may plan off the cluster), or from the topology.conf it names. A topology that cannot
+    be read or states no leaf is bad input: a check the profile asks to judge by its leaves is not
+    judged without them."""
+    source = profile.topology
+    assert source is not None
+    if source == TOPOLOGY_SLURM:
+        if not on_slurm:
+            console.print("leaves: read from `scontrol show topology` when the check runs on Slurm", markup=False)
+            return profile
+        source = "scontrol show topology"
+        text = _call(["scontrol", "show", "topology"])
+    else:
+        try:
+            text = Path(source).read_text(errors="replace")
+        except OSError as exc:
+            raise UsageError(f"the profile's topology: {source}: {exc.strerror or exc}") from None
+    try:
+        with_leaves = dataclasses.replace(profile, leaves=topology.leaves_of(text), topology=None)
+    except (ValueError, FieldError) as exc:
+        raise UsageError(f"the profile's topology: {source}: {exc}") from None
+    checked = set(names)
+    under = [(leaf.name, len(checked.intersection(leaf.hosts()))) for leaf in with_leaves.leaves]
+    alone = len(checked) - sum(n for _, n in under)
+    console.print(
+        f"leaves from {source}: "
+        + (", ".join(f"{name} ({n} nodes)" for name, n in under if n) or "none over the nodes checked")
+        + (f"; {alone} node(s) under no leaf, judged as without leaves" if alone else ""),
+        markup=False,
+    )
+    return with_leaves
 
 
 def _announce(console: Console, names: list[str], options: Options, rounds: list[Round]) -> None:

@@ -74,6 +74,17 @@ def _slurm_dry(tmp: Path, profile: str) -> list[str]:
     ]
 
 
+def _topology(tmp: Path, text: str | None) -> list[str]:
+    """A Slurm dry run of `bench nodes` whose profile names a topology.conf holding `text` (None:
+    a path where there is none)."""
+    path = _file(tmp, "topology.conf", text) if text is not None else tmp / "no" / "topology.conf"
+    profile = _file(tmp, "c.yaml", f"name: c\ntopology: {path}\n")
+    return ["nodes", "--executor", "slurm", "--cluster", str(profile), "--nodelist", "g[1-8]", "--dry-run"] + [
+        "--out",
+        str(tmp / "out"),
+    ]
+
+
 def _submitit_out(tmp: Path, run: Path) -> list[str]:
     profile = str(SWEEPS / "clusters" / "example.yaml")
     hostile = str(tmp / "out" / "a b#c")
@@ -396,6 +407,29 @@ CASES = [
         "profile-leaves-overlap",
         lambda t, r: _slurm_dry(t, "name: c\nleaves: [{name: s0, nodes: 'g[1-4]'}, {name: s1, nodes: 'g[4-8]'}]\n"),
         "g4 is under two leaves, s0 and s1",
+    ),
+    Case(
+        "profile-topology-and-leaves",
+        lambda t, r: _slurm_dry(t, "name: c\ntopology: slurm\nleaves: [{name: s0, nodes: 'g[1-4]'}]\n"),
+        "topology",
+        "give one of leaves and topology",
+    ),
+    Case(
+        "profile-topology-relative", lambda t, r: _slurm_dry(t, "name: c\ntopology: t.conf\n"), "topology", "absolute"
+    ),
+    Case("topology-missing", lambda t, r: _topology(t, None), "no/topology.conf", "No such file"),
+    Case("topology-block", lambda t, r: _topology(t, "BlockName=b1 Nodes=g[1-8]\n"), "line 1", "BlockName"),
+    Case(
+        "topology-overlap",
+        lambda t, r: _topology(t, "SwitchName=s0 Nodes=g[1-4]\nSwitchName=s1 Nodes=g[4-8]\n"),
+        "topology.conf",
+        "g4 is under two leaves, s0 and s1",
+    ),
+    Case(
+        "topology-hostile-switch",
+        lambda t, r: _topology(t, "SwitchName=s0$(id) Nodes=g1\n"),
+        "line 1",
+        "is not a switch name",
     ),
     Case("only-typo", lambda t, r: _dry(t, _sweep(t), "--only", "nccl=ibb"), "--only nccl", "'ibb' is not among"),
     Case("only-axis", lambda t, r: _dry(t, _sweep(t), "--only", "gpus=2"), "--only", "AXIS one of nodes"),

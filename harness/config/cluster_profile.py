@@ -242,6 +242,7 @@ class Hardware:
 # An HCA (mlx5_0, or mlx5_0:1 with its port) or a network interface's name (Linux allows up to
 # 15 characters, IFNAMSIZ - 1): what a rail's NCCL and gloo variables are set to.
 RAIL_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,31}")
+TOPOLOGY_SLURM = "slurm"  # a profile's topology: read `scontrol show topology`
 LEAF_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
@@ -499,6 +500,9 @@ class ClusterProfile:
     reference: tuple[Reference, ...] = ()  # expected figures: `bench regress --baseline reference`
     rails: tuple[Rail, ...] = ()  # the nodes' rails, each checked alone by `bench nodes --rails`
     leaves: tuple[Leaf, ...] = ()  # the fabric's leaf switches: the node check judges their uplinks
+    # Where bench nodes reads the leaves instead: "slurm" (`scontrol show topology` when the check
+    # is planned) or a topology.conf's absolute path (docs/guides/nodes.md, "Leaves")
+    topology: str | None = None
 
     def __post_init__(self) -> None:
         if not NAME_RE.fullmatch(self.name):
@@ -546,6 +550,16 @@ class ClusterProfile:
             for node in leaf.hosts():
                 if under.setdefault(node, leaf.name) != leaf.name:
                     raise FieldError("leaves", f"{node} is under two leaves, {under[node]} and {leaf.name}")
+        if self.topology is not None:
+            if self.leaves:
+                raise FieldError("topology", "the profile states leaves too; give one of leaves and topology")
+            path = self.topology
+            if path != TOPOLOGY_SLURM and not MOUNT_PATH_RE.fullmatch(path):
+                raise FieldError(
+                    "topology",
+                    f"{path!r} is not valid; valid: slurm, or a topology.conf's absolute path "
+                    "(letters, digits, _ . / + @ = -)",
+                )
         round_s = self.node_check_round_s
         if round_s is not None and not (math.isfinite(round_s) and 0 < round_s <= 86400):
             raise FieldError("node_check_round_s", f"must be seconds above 0, at most 86400, found {round_s!r}")
