@@ -133,6 +133,9 @@ class Verdict:
     again: Mapping[tuple[str, str], Mapping[str, tuple[float, float]]] = field(default_factory=dict)
     # the uplinks named (`by_leaves`): a leaf's own, or the path between two leaves
     uplinks: list[Finding] = field(default_factory=list)
+    # every path between two leaves judged (`by_leaves`), named or not: metric -> (leaf, leaf) ->
+    # (pairs across, the median of their figures over the lesser of their nodes' medians)
+    paths: dict[str, dict[tuple[str, str], tuple[int, float]]] = field(default_factory=dict)
 
     @property
     def drain(self) -> str:
@@ -491,6 +494,8 @@ def by_leaves(
                 groups.setdefault(key, []).append(((a, b), x, ratio))
         for (one, other), members in groups.items():
             centre = statistics.median(r for _, _, r in members)
+            if len(members) >= MIN_ACROSS:
+                v.paths.setdefault(metric, {})[(one, other)] = (len(members), centre)
             if len(members) >= MIN_ACROSS and centre < pop.low:
                 paths.setdefault((one, other), []).append(
                     f"{label}: {len(members)} pairs across, their median {1 - centre:.0%} below the lesser of their "

@@ -39,6 +39,12 @@ def as_json(v: Verdict, record: dict[str, Any], plan: Plan) -> dict[str, Any]:
         "links_named": [{"nodes": list(f.nodes), "reasons": f.reasons} for f in v.links],
         # a leaf's uplink (one leaf) or the path between two (docs/guides/nodes.md, "Leaves")
         "uplinks_named": [{"leaves": list(f.nodes), "reasons": f.reasons} for f in v.uplinks],
+        # every path between two leaves judged: its pairs across and their median over their nodes'
+        "paths_judged": [
+            {"leaves": list(p), "metric": m, "pairs": n, "median_ratio": ratio}
+            for m, by in v.paths.items()
+            for p, (n, ratio) in sorted(by.items())
+        ],
         # what each rail's pairs alone name: the card or cable to replace (docs/guides/nodes.md, "Rails")
         "rails_named": [
             {"rail": rail, "nodes": list(f.nodes), "reasons": f.reasons}
@@ -135,6 +141,20 @@ def print_verdict(console: Console, v: Verdict, record: dict[str, Any]) -> None:
         )
     for f in v.uplinks:
         console.print(f"[red]uplink {shown(' - '.join(f.nodes))}[/]: {shown('; '.join(f.reasons))}", soft_wrap=True)
+    paths_named = {f.nodes for f in v.uplinks}
+    own_named = {f.nodes[0] for f in v.uplinks if len(f.nodes) == 1}  # each of its paths is slow
+    for m, by in v.paths.items():
+        healthy = [
+            f"{one} - {other} ({n} pairs, {ratio:.0%})"
+            for (one, other), (n, ratio) in sorted(by.items())
+            if (one, other) not in paths_named and not {one, other} & own_named
+        ]
+        if healthy:
+            console.print(
+                f"paths between leaves judged healthy by {METRICS[m][0]} (pairs across, their median over their "
+                f"nodes'): {shown(', '.join(healthy))}",
+                soft_wrap=True,
+            )
     for line in v.cluster:
         console.print(f"[red]every node[/]: {shown(line)}", soft_wrap=True)
     for line in v.unjudged:

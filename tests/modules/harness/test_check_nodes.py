@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import HOSTILE_VALUES, SWEEPS, bench, left_in, left_in_tmp, read_json
+from conftest import HOSTILE_VALUES, ROOT, SWEEPS, bench, left_in, left_in_tmp, read_json
 
 from harness import check_nodes
 from harness.analysis import nodehistory
@@ -428,6 +428,10 @@ def test_a_check_of_a_profile_s_leaves_names_the_slow_path_between_them(local_ch
     v = read_json(run / "verdict.json")
     assert v["nodes_named"] == v["links_named"] == [] and v["drain"] == ""
     assert [u["leaves"] for u in v["uplinks_named"]] == [["s0", "s1"]]
+    paths = {p["metric"]: (p["leaves"], p["pairs"], p["median_ratio"]) for p in v["paths_judged"]}
+    assert {m: (p[0], p[1]) for m, p in paths.items()} == {m: (["s0", "s1"], 16) for m in ("busbw_gbps", "p2p_gbps")}
+    assert all(0.24 < ratio < 0.26 for _, _, ratio in paths.values()), paths
+    assert "judged healthy" not in r.stdout  # the path named is not also said to be healthy
     assert check_nodes.verdict_of(run).uplinks[0].nodes == ("s0", "s1")
     # without the leaves the same figures name nothing: every node's median is a pair across
     # (exit 3: a replayed check has no readings of the nodes' hardware faults)
@@ -436,6 +440,40 @@ def test_a_check_of_a_profile_s_leaves_names_the_slow_path_between_them(local_ch
     assert bench("nodes", "--report", str(run), check=False).returncode == 3
     v = read_json(run / "verdict.json")
     assert v["nodes_named"] == v["links_named"] == v["uplinks_named"] == []
+
+
+def test_a_healthy_path_between_two_leaves_is_said_to_be_judged(local_check, tmp_path):
+    """The same eight nodes with every pair at its real figure: nothing named, and the path between
+    the leaves is listed as judged, with its pairs across and their median over their nodes'."""
+    run = tmp_path / "run"
+    leaves = [{"name": "s0", "nodes": "local[0-3]"}, {"name": "s1", "nodes": "local[4-7]"}]
+    plan = Plan(
+        "local", Options(gemm=False, device="cpu", backend="gloo"), 0.5, 8, cluster={"name": "lab", "leaves": leaves}
+    )
+    replay = _Replay(local_check[1], run, plan, {})
+    for pairs in node_rounds.rounds(8):
+        replay.round([f"pair-{a}-{b}" for a, b in pairs])
+    r = bench("nodes", "--report", str(run), check=False)
+    assert r.returncode == 3, r.describe()  # nothing named; a replay has no readings of hardware faults
+    said = " ".join(r.stdout.split())
+    assert "paths between leaves judged healthy by two-node all-reduce, busbw (pairs across, their median over " in said
+    assert "s0 - s1 (16 pairs, 100%)" in said, r.stdout
+    assert read_json(run / "verdict.json")["uplinks_named"] == []
+
+
+def test_a_slurm_check_plans_by_the_leaves_of_the_topology_its_profile_names(tmp_path):
+    """A profile's `topology:` names a topology.conf (the testbed's, tests/fixtures/topology/): a
+    dry run on Slurm reads its leaves, says so, and records them in the plan, as `scontrol show
+    topology` would be read on the cluster (tests/proofs/test_nodes_testbed.py)."""
+    profile = tmp_path / "lab.yaml"
+    profile.write_text(f"name: lab\ntopology: {ROOT / 'tests/fixtures/topology/topology.conf'}\n")
+    out = tmp_path / "dry"
+    check = ("nodes", "--executor", "slurm", "--cluster", str(profile), "--nodelist", "bnode[1-6]", "--dry-run")
+    r = bench(*check, "--out", str(out))
+    assert "topology.conf: leaf1 (4 nodes), leaf2 (2 nodes)" in r.stdout, r.describe()
+    cluster = read_json(out / "check.json")["cluster"]
+    assert cluster["leaves"] == [{"name": "leaf1", "nodes": "bnode[1-4]"}, {"name": "leaf2", "nodes": "bnode[5-8]"}]
+    assert cluster["topology"] is None
 
 
 def test_a_local_dry_run_runs_nothing(tmp_path):
