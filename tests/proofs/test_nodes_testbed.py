@@ -12,6 +12,9 @@
    neither node, exit 1, nothing to drain.
 4. bnode4 without the interface the profile names (its steps fail): bnode4 named, and the
    check ran every other step.
+5. The 8 nodes, every pair, judged by the two leaves the testbed's topology.conf states, read
+   from `scontrol show topology` (a profile's `topology: slurm`): nothing named, the path
+   between the leaves judged by its 16 pairs across.
 
 Every check runs 1 gloo rank per node (device cpu, so no matmul) at 4M, 20 calls. The emulated
 nodes share this machine's 2 cores, so the profile's max_running_jobs (1) runs one step at a
@@ -53,6 +56,9 @@ def checks(eight_nodes, tmp_path_factory):
 
     shape("--clear")
     check("eight", "--partners", "3")
+    leaves = root / "leaves.yaml"  # the leaves the testbed's topology.conf states, as Slurm reports them
+    leaves.write_text(PROFILE.read_text() + "topology: slurm\n")
+    check("leaves", command=(*CHECK[:4], str(leaves), *CHECK[5:]))
     check("four", "--nodelist", "bnode[1-4]", "--executor", "submitit", "--gpus-per-node", "2")
     # bench accept (docs/guides/accept.md): its node check is this module's 4-node check, and with bnode3
     # shaped, the slow-node check itself (what it found is read from ACCEPTED/nodes)
@@ -105,6 +111,24 @@ def test_nothing_shaped_names_nothing(checks, name):
         assert all(x > 0.1 for x in v["node_figures"]["intra_busbw_gbps"].values())
         result = read_json(path / "jobs/nodes/steps/pair-0-3.json")
         assert result["world_size"] == 4 and sorted(result["params"]["groups"]) == ["inter", "world"]
+
+
+def test_the_leaves_slurm_reports_judge_the_path_between_them(checks):
+    """The testbed's topology.conf puts bnode[1-4] under leaf1 and bnode[5-8] under leaf2; a
+    profile of `topology: slurm` reads them from `scontrol show topology`: every pair of the 8,
+    nothing shaped, names nothing, and the path between the two leaves is judged by its 16 pairs
+    across."""
+    r, path, took = checks["leaves"]
+    assert r.returncode == 0, r.describe()
+    assert "leaves from scontrol show topology: leaf1 (4 nodes), leaf2 (4 nodes)" in r.stdout
+    leaves = read_json(path / "check.json")["cluster"]["leaves"]
+    assert leaves == [{"name": "leaf1", "nodes": "bnode[1-4]"}, {"name": "leaf2", "nodes": "bnode[5-8]"}]
+    v = verdict(path)
+    assert v["clean"] and v["nodes_named"] == v["links_named"] == v["uplinks_named"] == []
+    judged = {p["metric"]: (p["leaves"], p["pairs"]) for p in v["paths_judged"]}
+    assert judged == {m: (["leaf1", "leaf2"], 16) for m in ("busbw_gbps", "p2p_gbps")}, v["paths_judged"]
+    assert "paths between leaves judged healthy" in r.stdout
+    print(f"\n8 nodes by leaf, every pair: {took:.1f} s; paths {v['paths_judged']}")
 
 
 def test_eight_nodes_are_one_job_of_12_pair_steps_in_3_rounds(checks):
