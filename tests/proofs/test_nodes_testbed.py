@@ -14,7 +14,8 @@
    check ran every other step.
 5. The 8 nodes, every pair, judged by the two leaves the testbed's topology.conf states, read
    from `scontrol show topology` (a profile's `topology: slurm`): nothing named, the path
-   between the leaves judged by its 16 pairs across.
+   between the leaves judged by its 16 pairs across; then leaf1's uplink shaped (`testbed shape
+   --uplink leaf1`): the path between the leaves named, no node and no link, exit 1.
 
 Every check runs 1 gloo rank per node (device cpu, so no matmul) at 4M, 20 calls. The emulated
 nodes share this machine's 2 cores, so the profile's max_running_jobs (1) runs one step at a
@@ -59,6 +60,11 @@ def checks(eight_nodes, tmp_path_factory):
     leaves = root / "leaves.yaml"  # the leaves the testbed's topology.conf states, as Slurm reports them
     leaves.write_text(PROFILE.read_text() + "topology: slurm\n")
     check("leaves", command=(*CHECK[:4], str(leaves), *CHECK[5:]))
+    shape("--rate", RATE, "--uplink", "leaf1")
+    try:
+        check("uplink", command=(*CHECK[:4], str(leaves), *CHECK[5:]))
+    finally:
+        shape("--clear")
     check("four", "--nodelist", "bnode[1-4]", "--executor", "submitit", "--gpus-per-node", "2")
     # bench accept (docs/guides/accept.md): its node check is this module's 4-node check, and with bnode3
     # shaped, the slow-node check itself (what it found is read from ACCEPTED/nodes)
@@ -129,6 +135,32 @@ def test_the_leaves_slurm_reports_judge_the_path_between_them(checks):
     assert judged == {m: (["leaf1", "leaf2"], 16) for m in ("busbw_gbps", "p2p_gbps")}, v["paths_judged"]
     assert "paths between leaves judged healthy" in r.stdout
     print(f"\n8 nodes by leaf, every pair: {took:.1f} s; paths {v['paths_judged']}")
+
+
+def test_a_slow_uplink_is_named_and_no_node_or_link(checks):
+    """leaf1's uplink shaped: each of the 16 pairs across the leaves crosses it, the 12 under one
+    leaf do not; the path between the two leaves is named (with two leaves, which end of it is
+    short cannot be told), nothing is drained, exit 1."""
+    r, path, took = checks["uplink"]
+    assert r.returncode == 1, r.describe()
+    v = verdict(path)
+    assert v["nodes_named"] == v["links_named"] == [] and v["drain"] == "", v
+    assert [u["leaves"] for u in v["uplinks_named"]] == [["leaf1", "leaf2"]], v["uplinks_named"]
+    reasons = " ".join(v["uplinks_named"][0]["reasons"])
+    assert "the path between leaves leaf1 and leaf2: two-node all-reduce, busbw: 16 pairs across" in reasons
+    across, under = [], []
+    for pair, x in v["pair_figures"]["busbw_gbps"].items():
+        a, b = pair.split()
+        (across if _leaf(a) != _leaf(b) else under).append(x)
+    assert len(across) == 16 and len(under) == 12
+    assert max(across) < RATE_GBPS < min(under), (sorted(across), sorted(under))
+    assert "uplink leaf1 - leaf2: the path between leaves leaf1 and leaf2" in " ".join(r.stdout.split())
+    print(f"\nleaf1's uplink at {RATE}: {took:.1f} s; {reasons}")
+
+
+def _leaf(node: str) -> int:
+    """The testbed's leaf of bnodeK of 8 (tests/testbed/testbed, leaf_of)."""
+    return 1 if int(node.removeprefix("bnode")) <= 4 else 2
 
 
 def test_eight_nodes_are_one_job_of_12_pair_steps_in_3_rounds(checks):
