@@ -221,6 +221,9 @@ def _nodes_to_check(
     return names, nodelist
 
 
+TOPOLOGY_MAX_BYTES = 16 * 1024**2  # a topology.conf of every switch of a large fabric, with room
+
+
 def _with_leaves(profile: ClusterProfile, names: list[str], on_slurm: bool, console: Console) -> ClusterProfile:
     """The profile with the leaves its `topology:` names read in, as the plan records them
     (docs/guides/nodes.md, "Leaves"): from `scontrol show topology` on Slurm (not on a dry run,
@@ -237,9 +240,13 @@ def _with_leaves(profile: ClusterProfile, names: list[str], on_slurm: bool, cons
         text = _call(["scontrol", "show", "topology"])
     else:
         try:
-            text = Path(source).read_text(errors="replace")
+            with open(source, "rb") as f:
+                raw = f.read(TOPOLOGY_MAX_BYTES + 1)
         except OSError as exc:
             raise UsageError(f"the profile's topology: {source}: {exc.strerror or exc}") from None
+        if len(raw) > TOPOLOGY_MAX_BYTES:
+            raise UsageError(f"the profile's topology: {source}: larger than {TOPOLOGY_MAX_BYTES // 1024**2} MiB")
+        text = raw.decode(errors="replace")
     try:
         with_leaves = dataclasses.replace(profile, leaves=topology.leaves_of(text), topology=None)
     except (ValueError, FieldError) as exc:
