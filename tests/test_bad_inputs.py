@@ -418,6 +418,7 @@ CASES = [
         "profile-topology-relative", lambda t, r: _slurm_dry(t, "name: c\ntopology: t.conf\n"), "topology", "absolute"
     ),
     Case("topology-missing", lambda t, r: _topology(t, None), "no/topology.conf", "No such file"),
+    Case("topology-huge", lambda t, r: _topology(t, "#" * (16 * 1024**2 + 1)), "topology.conf", "larger than 16 MiB"),
     Case("topology-block", lambda t, r: _topology(t, "BlockName=b1 Nodes=g[1-8]\n"), "line 1", "BlockName"),
     Case(
         "topology-overlap",
