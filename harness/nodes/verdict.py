@@ -136,6 +136,16 @@ class Verdict:
     # every path between two leaves judged (`by_leaves`), named or not: metric -> (leaf, leaf) ->
     # (pairs across, the median of their figures over the lesser of their nodes' medians)
     paths: dict[str, dict[tuple[str, str], tuple[int, float]]] = field(default_factory=dict)
+    leaf_of: Mapping[str, str] = field(default_factory=dict)  # node -> its leaf, where judged by leaves
+
+    def by_leaf(self) -> list[str]:
+        """The nodes in the order a report draws them: leaf by leaf, each leaf's in the check's
+        order, the leaves in the order their first node comes; the nodes under no leaf last."""
+        first: dict[str, int] = {}
+        for i, node in enumerate(self.names):
+            first.setdefault(self.leaf_of.get(node, ""), i)
+        last = len(self.names)
+        return sorted(self.names, key=lambda n: first[self.leaf_of[n]] if n in self.leaf_of else last)
 
     @property
     def drain(self) -> str:
@@ -469,6 +479,7 @@ def by_leaves(
     under = {m: {p: x for p, x in by.items() if not across(p)} for m, by in pair_figures.items()}
     v = judge(names, node_figures, under, threshold, expected, failures, again)
     v.pair_figures = pair_figures  # every figure is shown
+    v.leaf_of = {n: leaf_of[n] for n in names if n in leaf_of}
     named = {f.nodes[0] for f in v.nodes}
     links = {f.nodes: f for f in v.links}
     paths: dict[tuple[str, str], list[str]] = {}

@@ -2,7 +2,7 @@
 takes (docs/guides/nodes.md):
 
 verdict.json   everything below, for a script (`bench nodes --json` prints it)
-nodes.csv      one row per node: each figure, and why it is named
+nodes.csv      one row per node: each figure, and why it is named (and its leaf, judged by leaves)
 pairs.csv      one row per pair: each figure, its state, and why it is named
 heatmap.png    the pair matrix of each pair figure, with heatmap.csv, its points
 drain.txt      the nodes to drain in Slurm's hostlist syntax, empty when none
@@ -79,9 +79,11 @@ def _csv(rows: list[list[Any]]) -> bytes:
 def write_outputs(run: Path, v: Verdict, record: dict[str, Any], plan: Plan) -> list[Path]:
     """The files of the module's docstring, each replaced atomically in `run`."""
     named = {f.nodes[0]: "; ".join(f.reasons) for f in v.nodes}
-    rows: list[list[Any]] = [["node", *v.node_metrics, "named"]]
-    for node in v.names:
-        rows.append([node, *("" if x is None else f"{x:.6g}" for x in v.node_row(node)), named.get(node, "")])
+    leaf = ["leaf"] if v.leaf_of else []  # judged by leaves: each node's, the nodes leaf by leaf
+    rows: list[list[Any]] = [["node", *leaf, *v.node_metrics, "named"]]
+    for node in v.by_leaf():
+        figures = ("" if x is None else f"{x:.6g}" for x in v.node_row(node))
+        rows.append([node, *([v.leaf_of.get(node, "")] if leaf else []), *figures, named.get(node, "")])
     links = {f.nodes: "; ".join(f.reasons) for f in v.links}
     pair_rows: list[list[Any]] = [["node_a", "node_b", *v.pair_figures, "named"]]
     pairs = sorted(
@@ -123,15 +125,18 @@ def print_verdict(console: Console, v: Verdict, record: dict[str, Any]) -> None:
 
     table = Table(title="Nodes", title_justify="left")
     table.add_column("NODE")
+    if v.leaf_of:
+        table.add_column("LEAF")
     for m in v.node_metrics:
         label, unit, scope = METRICS[m]
         table.add_column(f"{label} ({unit})" + (", median of its pairs" if scope == "pair" else ""), justify="right")
     table.add_column("VERDICT")
     named = {f.nodes[0]: f for f in v.nodes}
-    for node in v.names:
+    for node in v.by_leaf():
         cells = ["failed" if x is None else f"{x:.4g}" for x in v.node_row(node)]
         verdict_cell = "[red]drain[/]: " + shown("; ".join(named[node].reasons)) if node in named else "ok"
-        table.add_row(shown(node), *cells, verdict_cell)
+        leaf = [shown(v.leaf_of.get(node, "-"))] if v.leaf_of else []
+        table.add_row(shown(node), *leaf, *cells, verdict_cell)
     console.print(table)
     if v.rails:
         console.print(rail_table(v))

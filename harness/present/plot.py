@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from benchmarks.catalog import BREAKDOWN_FRACTIONS, COLLECTIVE_WORKLOAD, TRAINING, UNITS
 from benchmarks.common import format_size
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from harness.evidence.telemetry import Telemetry
-    from harness.nodes.verdict import Verdict
+    from harness.nodes.verdict import Finding, Verdict
 
     Made = tuple[Figure, pd.DataFrame]  # a figure and the points it draws
     Maker = Callable[[], Made | None]  # draws a figure, or None when there is nothing to draw
@@ -496,6 +496,30 @@ def _ink(rgba: tuple[float, ...]) -> str:
     return "black" if luminance > 0.179 else "white"
 
 
+def _leaf_blocks(ax: Axes, plt: Any, blocks: dict[str, list[int]], uplinks: list[Finding]) -> None:
+    """Each leaf's block of the matrix bounded and named above it; the blocks of a named path
+    (its two leaves' rows and columns, both ways) or of a leaf named for its own uplink (its
+    rows and columns against every other leaf) outlined in red."""
+    if not blocks:
+        return
+    ax.set_title(ax.get_title(), pad=16)  # room for the leaves' names above the matrix
+    for leaf, (first, last) in blocks.items():
+        if first > 0:  # between two blocks; the frame bounds the outer ones
+            ax.axhline(first - 0.5, color="black", linewidth=1.5)
+            ax.axvline(first - 0.5, color="black", linewidth=1.5)
+        ax.text((first + last) / 2, -0.6, leaf, ha="center", va="bottom", fontsize=9, clip_on=False)
+    for finding in uplinks:
+        leaves = [leaf for leaf in finding.nodes if leaf in blocks]
+        others = leaves[1:] if len(leaves) == 2 else [leaf for leaf in blocks if leaf not in leaves]
+        for one in leaves[:1]:
+            for other in others:
+                (a0, a1), (b0, b1) = blocks[one], blocks[other]
+                for r0, r1, c0, c1 in ((a0, a1, b0, b1), (b0, b1, a0, a1)):
+                    corner, width, height = (c0 - 0.42, r0 - 0.42), c1 - c0 + 0.84, r1 - r0 + 0.84  # inside the lines
+                    box = plt.Rectangle(corner, width, height, fill=False, edgecolor="red", linewidth=2.5, zorder=3)
+                    ax.add_patch(box)
+
+
 def draw_heatmap(root: Path, v: Verdict) -> Path | None:
     """ROOT/heatmap.png and ROOT/heatmap.csv of a node check's verdict, or None without pairs."""
     made = heatmap_figure(v)
@@ -505,7 +529,9 @@ def draw_heatmap(root: Path, v: Verdict) -> Path | None:
 def heatmap_figure(v: Verdict) -> Made | None:
     """The node check's pair matrix, one panel per pair metric: each cell a pair's figure (its
     value written in it up to 16 nodes), white where its step failed or a pair was not measured,
-    the diagonal empty; named nodes' labels in red and named links' cells outlined (docs/guides/nodes.md)."""
+    the diagonal empty; named nodes' labels in red and named links' cells outlined (docs/guides/nodes.md).
+    Judged by leaves, the nodes are drawn leaf by leaf, each leaf's block bounded and named, and
+    the block of a path named between two leaves outlined."""
     import numpy as np
     import pandas as pd
 
@@ -513,8 +539,13 @@ def heatmap_figure(v: Verdict) -> Made | None:
     metrics = [m for m, figs in v.pair_figures.items() if figs]
     if not metrics:
         return None
-    n = len(v.names)
-    index = {name: i for i, name in enumerate(v.names)}
+    order = v.by_leaf()
+    n = len(order)
+    index = {name: i for i, name in enumerate(order)}
+    blocks: dict[str, list[int]] = {}  # leaf -> [first, last] index
+    for i, node in enumerate(order):
+        if node in v.leaf_of:
+            blocks.setdefault(v.leaf_of[node], [i, i])[1] = i
     side = min(14.0, 2.5 + 0.35 * n)
     fig, axes = plt.subplots(1, len(metrics), figsize=(side * len(metrics), side * 0.85), squeeze=False)
     named = {f.nodes[0] for f in v.nodes}
@@ -529,8 +560,8 @@ def heatmap_figure(v: Verdict) -> Made | None:
         image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=0)
         fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label=unit)
         ax.set_title(label)
-        ax.set_xticks(range(n), v.names, rotation=90, fontsize=8)
-        ax.set_yticks(range(n), v.names, fontsize=8)
+        ax.set_xticks(range(n), order, rotation=90, fontsize=8)
+        ax.set_yticks(range(n), order, fontsize=8)
         ax.grid(False)
         for tick in [*ax.get_xticklabels(), *ax.get_yticklabels()]:
             if tick.get_text() in named:
@@ -545,6 +576,7 @@ def heatmap_figure(v: Verdict) -> Made | None:
             i, j = index[f.nodes[0]], index[f.nodes[1]]
             for r, c in ((i, j), (j, i)):
                 ax.add_patch(plt.Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2))
+        _leaf_blocks(ax, plt, blocks, v.uplinks)
     fig.tight_layout()
     frame = pd.DataFrame(points, columns=["plot", "panel", "metric", "series", "node_a", "node_b", "value"])
     return fig, frame

@@ -443,10 +443,11 @@ def test_a_check_of_a_profile_s_leaves_names_the_slow_path_between_them(local_ch
 
 
 def test_a_healthy_path_between_two_leaves_is_said_to_be_judged(local_check, tmp_path):
-    """The same eight nodes with every pair at its real figure: nothing named, and the path between
-    the leaves is listed as judged, with its pairs across and their median over their nodes'."""
+    """Eight nodes under two leaves, every other node under each, every pair at its real figure:
+    nothing named, and the path between the leaves is listed as judged, with its pairs across and
+    their median over their nodes'; the nodes are written and drawn leaf by leaf."""
     run = tmp_path / "run"
-    leaves = [{"name": "s0", "nodes": "local[0-3]"}, {"name": "s1", "nodes": "local[4-7]"}]
+    leaves = [{"name": "s0", "nodes": "local[0,2,4,6]"}, {"name": "s1", "nodes": "local[1,3,5,7]"}]
     plan = Plan(
         "local", Options(gemm=False, device="cpu", backend="gloo"), 0.5, 8, cluster={"name": "lab", "leaves": leaves}
     )
@@ -459,6 +460,10 @@ def test_a_healthy_path_between_two_leaves_is_said_to_be_judged(local_check, tmp
     assert "paths between leaves judged healthy by two-node all-reduce, busbw (pairs across, their median over " in said
     assert "s0 - s1 (16 pairs, 100%)" in said, r.stdout
     assert read_json(run / "verdict.json")["uplinks_named"] == []
+    rows = [line.split(",")[:2] for line in (run / "nodes.csv").read_text().splitlines()]
+    assert rows[0] == ["node", "leaf"]
+    assert rows[1:] == [[f"local{i}", "s0"] for i in (0, 2, 4, 6)] + [[f"local{i}", "s1"] for i in (1, 3, 5, 7)]
+    assert check_nodes.verdict_of(run).by_leaf() == [r[0] for r in rows[1:]]  # as the heatmap draws them
 
 
 def test_a_slurm_check_plans_by_the_leaves_of_the_topology_its_profile_names(tmp_path):
