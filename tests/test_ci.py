@@ -11,8 +11,10 @@ import sys
 import pytest
 from conftest import ROOT, run
 
-# Proofs without the testbed, marked by hand: too long for the default tier (CONTRIBUTING.md)
+# Proofs without the testbed, marked by hand: too long for the default tier, or needing the
+# machine to themselves (CONTRIBUTING.md)
 LOCAL_PROOFS = (
+    "tests/modules/harness/test_check_nodes.py::test_a_link_that_reads_low_once_is_measured_again_and_not_named",
     "tests/proofs/test_nightly_testbed.py::test_three_unshaped_nights_fail_no_key_on_the_local_executor",
     "tests/test_packaging.py::test_a_wheel_in_a_fresh_venv_runs_the_shipped_sweeps",
     "tests/modules/harness/test_sweep.py::test_a_failing_workload_fails_its_job_and_the_sweep_goes_on",
