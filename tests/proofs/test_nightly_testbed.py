@@ -1,16 +1,14 @@
 """The nightly recipe (recipes/nightly.sh, quoted in docs/guides/nightly.md), unchanged, night after night, with its
-defaults (no --threshold of its own): on the testbed, the first three nights measure their key three
-times each, interleaved (repeat: 3), as the local nights below do and for their reason; the first
-seeds the history and passes (BENCH_FIRST_NIGHT=1), the second is judged provisionally (3 runs of
-its key, fewer than 5, docs/concepts/noise.md) and says it cannot catch 25% (exit 3), the third by
-the band of 6, and neither fails a key; the fourth runs over links shaped to a third of the rate the
-slowest of them amounts to and fails with the regression in its JUnit file (and so does that night
-judged against night 1 alone, and nights 1 and 2: a throttled link is caught from night 2); the
-fifth, shaped too, fails again (a failed night never joins a baseline) and passes only once night 4
-is accepted; and the sixth measures each key twice with one of the two jobs cancelled, and fails.
-The history keeps all six. The testbed's nights keep their history in PostgreSQL
-(docs/guides/fleet.md), the local executor's in SQLite. On the local executor, three unshaped nights
-fail no key."""
+defaults (no --threshold of its own): on the testbed, the first seeds the history and passes
+(BENCH_FIRST_NIGHT=1), the second and third are judged provisionally (fewer than 5 runs,
+docs/concepts/noise.md), fail no key and say they cannot catch 25% (exit 3), the
+fourth runs over links shaped to a third of the rate the slowest of them amounts to and fails with
+the regression in its JUnit file (and so does that night judged against night 1 alone, and
+nights 1 and 2: a throttled link is caught from night 2); the fifth, shaped too, fails again (a
+failed night never joins a baseline) and passes only once night 4 is accepted; and the sixth
+measures each key twice with one of the two jobs cancelled, and fails. The history keeps all
+six. The testbed's nights keep their history in PostgreSQL (docs/guides/fleet.md), the local
+executor's in SQLite. On the local executor, three unshaped nights fail no key."""
 
 from __future__ import annotations
 
@@ -28,7 +26,7 @@ import pytest
 from conftest import ROOT, SLURM_ENV, SWEEPS, bench, run
 
 from harness.analysis import history, store
-from harness.analysis.compare import BY_RUNS, BY_SAMPLES, PROVISIONAL_MARGIN, SLOWER, compare
+from harness.analysis.compare import BY_SAMPLES, PROVISIONAL_MARGIN, SLOWER, compare
 from harness.analysis.sides import load_run
 
 pytestmark = pytest.mark.slow
@@ -107,7 +105,7 @@ def test_six_nights_of_the_recipe(testbed, tmp_path, postgres):
     bench("history", "migrate", "--db", url)
     # the password from libpq's variable, as docs/guides/fleet.md advises: never on a command line
     where = {"BENCH_HISTORY": url.replace(f":{postgres.password}@", "@"), "PGPASSWORD": postgres.password}
-    unshaped_nights(tmp_path, 3, SWEEP + "repeat: 3\n", **where)
+    unshaped_nights(tmp_path, 3, **where)
     unshaped = sorted((tmp_path / "results").glob("nightly-*"))
     # a third of the rate the slowest unshaped night's busbw amounts to (bytes to bits; 2 ranks:
     # busbw is the bytes each rank sends, benchmarks/allreduce.py): a fall beyond the provisional
@@ -134,17 +132,16 @@ def test_six_nights_of_the_recipe(testbed, tmp_path, postgres):
         "regress", str(shaped_nights[1]), "--cluster", "lab", "--out", str(tmp_path / "again"), *db_args, check=False
     )  # against night 4 alone: provisional, so it cannot catch 25% (exit 3), and nothing regressed
     assert again.returncode in (0, 3) and "REGRESSION" not in again.stdout + again.stderr, again.describe()
-    # The same night had it come second or third: against a history of night 1 alone (3 runs of
-    # the key: provisional, no band yet), and of nights 1 and 2 (6: a band), judged as `bench
-    # regress` judges (in process: no more sweeps), it fails too.
+    # The same night had it come second or third: against a history of night 1 alone, and of
+    # nights 1 and 2, judged as `bench regress` judges (in process: no more sweeps), it fails too.
     shaped = load_run(shaped_nights[0])
-    for nights, test in ((1, BY_SAMPLES), (2, BY_RUNS)):
+    for nights in (1, 2):
         db = tmp_path / f"nights-1-to-{nights}.sqlite"
         for r in unshaped[:nights]:
             history.add(db, r, "lab", "nightly", create=True)
         cmp = compare(history.baseline(db, "lab"), shaped, margin=PROVISIONAL_MARGIN)
         print(f"against night(s) 1-{nights}:\n{cmp.table[['key', 'a', 'b', 'change', 'verdict']].to_string()}")
-        assert set(cmp.table["test"]) == {test}, cmp.table
+        assert set(cmp.table["test"]) == {BY_SAMPLES}, cmp.table  # provisional: no band yet
         assert set(cmp.table.loc[cmp.table["metric"] == "busbw_gbps", "verdict"]) == {SLOWER}, cmp.table
 
     # The sixth night measures each key twice, and one of the two jobs is cancelled as a node
@@ -170,9 +167,8 @@ def test_six_nights_of_the_recipe(testbed, tmp_path, postgres):
             v for (v,) in con.execute("SELECT g.verdict FROM runs r JOIN gate_runs g ON g.run_id = r.id ORDER BY r.id")
         ]
     assert rows == [("lab", "nightly")] * 6
-    # night 1 was not judged; night 2, judged provisionally, could not catch 25%
-    # (docs/concepts/noise.md) or found its key faster, and night 3 passed its band or could not
-    # judge; the three slower nights failed
+    # night 1 was not judged; nights 2 and 3, judged provisionally, could not catch 25%
+    # (docs/concepts/noise.md), or found their key faster; the three slower nights failed
     assert set(verdicts[:2]) <= {"cannot judge", "passed"} and verdicts[2:] == ["failed"] * 3, verdicts
     assert len(list((tmp_path / "results").glob("nightly-*"))) == 6
 
