@@ -14,6 +14,7 @@ import functools
 import json
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -168,13 +169,14 @@ def start(
         nodelist,
         dataclasses.asdict(profile) if profile and batch else None,
     )
+    leaf_of = profile.leaf_of() if profile else {}
     try:
-        rounds = schedule(names, options)
+        rounds = schedule(names, options, leaf_of)
     except ValueError as exc:
         raise UsageError(f"--reference: {exc}") from None
     if batch:
         executor.check_jobs([check_job(plan, time_limit_min)], "--time-limit")
-    _announce(console, names, options, rounds)
+    _announce(console, names, options, rounds, leaf_of)
     run, _ = claim(out)
     with locked(run):
         plan.write(run.path)
@@ -186,7 +188,7 @@ def start(
             return _on_slurm(executor, run, plan, profile, rounds, time_limit_min, db, console, yes, dry_run, as_json)
         try:
             low = functools.partial(low_links, run.path, plan, profile)
-            driver = Driver(run.path, FOLDER, names, options, LocalLauncher(run.path, options), low)
+            driver = Driver(run.path, FOLDER, names, options, LocalLauncher(run.path, options), low, leaf_of)
             driver.drive(lambda line: console.print(line, markup=False))
         except KeyboardInterrupt:
             console.print(f"\ninterrupted: the steps were ended; {run.path} keeps what ran", markup=False)
@@ -263,13 +265,25 @@ def _with_leaves(profile: ClusterProfile, names: list[str], on_slurm: bool, cons
     return with_leaves
 
 
-def _announce(console: Console, names: list[str], options: Options, rounds: list[Round]) -> None:
+def _announce(
+    console: Console, names: list[str], options: Options, rounds: list[Round], leaf_of: Mapping[str, str]
+) -> None:
     """The check's first line: its nodes, steps and rounds, and how pairs are chosen."""
     steps = sum(len(members) for _, members in rounds)
+    crossing = [
+        any(leaf_of.get(names[a]) != leaf_of.get(names[b]) for a, b in members)
+        for kind, members in rounds
+        if kind == "pair"
+    ]
+    by_leaf = (
+        f", by leaf: {crossing.count(False)} round(s) under the leaves, {crossing.count(True)} across"
+        if leaf_of
+        else ""
+    )
     console.print(
         f"node check: {len(names)} nodes x {options.gpus_per_node} rank(s), {steps} steps in {len(rounds)} rounds"
         + (
-            f" ({options.partners} partners per node)"
+            f" ({options.partners} partners per node{by_leaf})"
             if options.partners
             else f" (each node against one of {len(options.reference)} reference nodes)"
             if options.reference

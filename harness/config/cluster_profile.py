@@ -568,6 +568,10 @@ class ClusterProfile:
                 "confirm_above_node_hours", f"must be 0 (always ask) or more, found {self.confirm_above_node_hours:g}"
             )
 
+    def leaf_of(self) -> dict[str, str]:
+        """Each node under one of the profile's leaves -> that leaf's name."""
+        return {node: leaf.name for leaf in self.leaves for node in leaf.hosts()}
+
 
 def reserved_option(name: str, reserved: tuple[str, ...] = RESERVED_OPTIONS) -> str | None:
     """The reserved option `name` would set, or None. sbatch and srun read long options with

@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench nodes: {exc}", file=sys.stderr)
         return 1
     launcher = SrunLauncher(run, folder, job_id)
-    driver = Driver(run, folder, names, plan.options, launcher, lambda: low_links(run, plan, profile))
+    leaf_of = profile.leaf_of() if profile else {}
+    driver = Driver(run, folder, names, plan.options, launcher, lambda: low_links(run, plan, profile), leaf_of)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # scancel: end the steps, keep the record
     with contextlib.suppress(SystemExit):
         driver.drive(lambda line: print(f"{now()} {line}", flush=True))

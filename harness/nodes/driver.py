@@ -19,7 +19,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
@@ -146,13 +146,15 @@ class Driver:
         options: Options,
         launcher: Launcher,
         low_links: Callable[[], Sequence[tuple[str, int, int]]] | None = None,
+        leaf_of: Mapping[str, str] | None = None,
     ):
         """`low_links`: the links the record so far would name for a low figure, each (the kind
         of round it ran in, node a, node b by index), asked once the plan's rounds have run;
-        they are measured again in one more round (docs/guides/nodes.md, "Measured again")."""
+        they are measured again in one more round (docs/guides/nodes.md, "Measured again").
+        `leaf_of`: the nodes' leaves, which the plan's pairs follow (rounds.schedule)."""
         self.run, self.folder, self.names, self.options, self.launcher = run, folder, names, options, launcher
         self.low_links = low_links
-        self.plan = node_rounds.schedule(names, options)
+        self.plan = node_rounds.schedule(names, options, leaf_of)
         self.steps: dict[str, dict[str, Any]] = {}  # the running round's
         self.round_s: list[float] = []
         self.again = 0  # rounds run after the plan's: 1 once the links that read low are measured again
@@ -375,10 +377,11 @@ class Figures:
     again: Readings = dataclasses.field(default_factory=dict)  # the links measured again
 
 
-def gather(run: Path, plan: Plan) -> Figures:
-    """Every step's figures from the check in `run`: its record and each completed step's
-    result, read as untrusted data; ValueError for a record that cannot be read. A result that
-    does not hold its figures fails its step only."""
+def gather(run: Path, plan: Plan, leaf_of: Mapping[str, str] | None = None) -> Figures:
+    """Every step's figures from the check in `run`, planned by the leaves `leaf_of` as its
+    driver planned it: its record and each completed step's result, read as untrusted data;
+    ValueError for a record that cannot be read. A result that does not hold its figures fails
+    its step only."""
     folder = run / FOLDER
     record = read_record(folder)
     names: list[str] = record["hosts"]
@@ -389,7 +392,7 @@ def gather(run: Path, plan: Plan) -> Figures:
     if len(names) != plan.nodes or len(names) < 2:
         raise ValueError(f"{where}: hosts names {len(names)} node(s); the check's plan has {plan.nodes}")
     try:
-        rounds = node_rounds.schedule(names, plan.options)
+        rounds = node_rounds.schedule(names, plan.options, leaf_of)
     except ValueError as exc:
         raise ValueError(f"{where}: {exc}") from None
     if record["rounds"] != len(rounds):

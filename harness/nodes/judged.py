@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 def judge_check(run: Path, plan: Plan, profile: ClusterProfile | None) -> tuple[Verdict, dict[str, Any]]:
     """The verdict of the check in `run`, from what its steps measured, and its record (steps.json)."""
     try:
-        f = gather(run, plan)
+        f = gather(run, plan, profile.leaf_of() if profile else {})
     except ValueError as exc:
         raise DataError(str(exc)) from None
     v = _judged(f, plan, profile)
@@ -49,7 +49,7 @@ def low_links(run: Path, plan: Plan, profile: ClusterProfile | None) -> list[tup
     a, node b by index): the driver measures them again (docs/guides/nodes.md, "Measured
     again"); a failed link is named for its failure, and is not. ValueError when the record
     cannot be read."""
-    f = gather(run, plan)
+    f = gather(run, plan, profile.leaf_of() if profile else {})
     v = _judged(f, plan, profile)
     found = [("pair", f.pairs, list(v.links))]  # before on_rails folds each rail's links into them
     on_rails(v, f, plan.threshold)
@@ -67,7 +67,7 @@ def low_links(run: Path, plan: Plan, profile: ClusterProfile | None) -> list[tup
 def _judged(f: Figures, plan: Plan, profile: ClusterProfile | None) -> Verdict:
     """`judge` of a check's figures, by the profile's leaves where it states them (`by_leaves`)."""
     expect = expected(profile, plan.options.gpus_per_node)
-    leaf_of = {node: leaf.name for leaf in (profile.leaves if profile else ()) for node in leaf.hosts()}
+    leaf_of = profile.leaf_of() if profile else {}
     if leaf_of:
         return by_leaves(f.names, f.nodes, f.pairs, plan.threshold, expect, f.failures, f.again, leaf_of)
     return judge(f.names, f.nodes, f.pairs, plan.threshold, expect, f.failures, f.again)

@@ -14,6 +14,7 @@ r - k (mod N - 1) for k = 1 .. N/2 - 1. So the check takes O(N) rounds, not O(N^
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -29,17 +30,63 @@ def rounds(n: int, first: int | None = None) -> list[list[tuple[int, int]]]:
     (low, high); every pair of nodes meets in exactly one round. With `first`, only the first
     that many: the circle method gives round r directly, so planning k rounds of N nodes costs
     k x N/2 pairs, not the whole tournament's N²/2 (docs/guides/nodes.md, "What each part costs")."""
-    if n < 2:
-        return []
+    return [round_of(n, r) for r in range(tournament(n) if first is None else min(first, tournament(n)))]
+
+
+def round_of(n: int, r: int) -> list[tuple[int, int]]:
+    """Round `r` of `rounds(n)`, alone."""
     m = tournament(n)  # the nodes that rotate, as many as rounds; the fixed one is m, a phantom when n is odd
-    half = (m + 1) // 2
+    pairs = [] if m >= n else [(r, m)]
+    for k in range(1, (m + 1) // 2):
+        a, b = (r + k) % m, (r - k) % m
+        pairs.append((a, b) if a < b else (b, a))
+    return pairs
+
+
+def leaf_rounds(groups: Sequence[Sequence[int]], first: int | None = None) -> list[list[tuple[int, int]]]:
+    """The rounds (the first `first`, where given) of pairs of nodes grouped by leaf switch (docs/guides/nodes.md,
+    "Pairs by leaf"): a round under the leaves (each leaf's own round-robin, every leaf at
+    once), then a round across them, and so on, so that each node's score has pairs under its
+    own leaf to come from and each path between two leaves has pairs across to judge it by.
+
+    A round across pairs the leaves as a round-robin of leaves does; two leaves paired, each
+    node of the smaller meets one of the other, the other's nodes in turn, shifted by one each
+    time the leaves meet again. Run at once, such a round loads the path between the two
+    leaves with every node of the smaller leaf: their bisection. Every pair meets at most once;
+    a round of neither kind left is skipped, and the other kind goes on."""
+    under = (_under(groups, j) for j in range(max((tournament(len(g)) for g in groups), default=0)))
+    meets = tournament(len(groups))
+    across = (_across(groups, k, meets) for k in range(meets * max((len(g) for g in groups), default=0)))
+    out: list[list[tuple[int, int]]] = []
+    for pairs in itertools.chain.from_iterable(itertools.zip_longest(under, across)):
+        if first is not None and len(out) >= first:
+            break
+        if pairs:
+            out.append(pairs)
+    return out
+
+
+def _under(groups: Sequence[Sequence[int]], j: int) -> list[tuple[int, int]]:
+    """Round `j` under the leaves: round j of each leaf's own round-robin, where it has one."""
     out = []
-    for r in range(m if first is None else min(first, m)):
-        pairs = [] if m >= n else [(r, m)]
-        for k in range(1, half):
-            a, b = (r + k) % m, (r - k) % m
-            pairs.append((a, b) if a < b else (b, a))
-        out.append(pairs)
+    for g in groups:
+        if j < tournament(len(g)):
+            out += [(g[a], g[b]) if g[a] < g[b] else (g[b], g[a]) for a, b in round_of(len(g), j)]
+    return out
+
+
+def _across(groups: Sequence[Sequence[int]], k: int, meets: int) -> list[tuple[int, int]]:
+    """Round `k` across the leaves: the leaves' round-robin round k mod `meets`, each node of
+    the smaller leaf with the other's node k div `meets` places on; empty once every pair of
+    the leaves paired has met."""
+    shift = k // meets
+    out = []
+    for x, y in round_of(len(groups), k % meets):
+        small, large = sorted((groups[x], groups[y]), key=len)
+        if shift < len(large):
+            out += [
+                (min(a, b), max(a, b)) for a, b in ((a, large[(i + shift) % len(large)]) for i, a in enumerate(small))
+            ]
     return out
 
 
@@ -110,6 +157,15 @@ def pair_rounds(n: int, partners: int | None = None, reference: Sequence[int] = 
     return rounds(n, partners)
 
 
+def leaf_groups(names: Sequence[str], leaf_of: Mapping[str, str] | None) -> list[list[int]]:
+    """The nodes' indices by leaf, in the order of `names`, the leaves in the order their first
+    node comes; the nodes under no leaf are one group more."""
+    groups: dict[str | None, list[int]] = {}
+    for i, name in enumerate(names):
+        groups.setdefault((leaf_of or {}).get(name), []).append(i)
+    return list(groups.values())
+
+
 def reference_indices(names: Sequence[str], o: Options) -> list[int]:
     """The indices of the reference nodes among `names`; ValueError for one not among them."""
     missing = [r for r in o.reference if r not in names]
@@ -124,7 +180,9 @@ def tournament(n: int) -> int:
 
 
 def round_count(n: int, o: Options) -> int:
-    """How many rounds `schedule` gives for `n` nodes, counted rather than planned."""
+    """How many rounds `schedule` gives for `n` nodes, counted rather than planned; by leaf as
+    without leaves: the rounds by leaf hold each pair once, so as many as the tournament's at
+    least, and the first `o.partners` are taken alike."""
     r = len(o.reference)
     if r:
         pairs = tournament(r) + -(-(n - r) // r)
@@ -155,17 +213,22 @@ def again_rounds(links: Sequence[tuple[str, int, int]]) -> list[Round]:
     return list(out.items())
 
 
-def schedule(names: Sequence[str], o: Options) -> list[Round]:
+def schedule(names: Sequence[str], o: Options, leaf_of: Mapping[str, str] | None = None) -> list[Round]:
     """The check's rounds, each round's steps on disjoint nodes, run at once: every node's
     matmul (unless `o.gemm` is off), then (two or more ranks per node) every node's all-reduce,
-    then the pairs, each round of pairs followed by the same pairs on each of `o.rails`. Only
-    indices: a round's steps are made when it runs (`steps`), so that the plan of 2,048 nodes
-    (2 million steps) costs what its pairs cost."""
+    then the pairs, each round of pairs followed by the same pairs on each of `o.rails`. With
+    `o.partners` fewer than every pair, and the nodes' leaves (`leaf_of`: node -> leaf), the
+    pairs' rounds are `leaf_rounds`. Only indices: a round's steps are made when it runs
+    (`steps`), so that the plan of 2,048 nodes (2 million steps) costs what its pairs cost."""
     n = len(names)
     out: list[Round] = [("gemm", [(i,) for i in range(n)])] if o.gemm else []
     if o.gpus_per_node > 1:
         out.append(("intra", [(i,) for i in range(n)]))
-    for pairs in pair_rounds(n, o.partners, reference_indices(names, o)):
+    references = reference_indices(names, o)
+    by_leaf = leaf_of and o.partners is not None and o.partners < tournament(n)
+    for pairs in (
+        leaf_rounds(leaf_groups(names, leaf_of), o.partners) if by_leaf else pair_rounds(n, o.partners, references)
+    ):
         out.append(("pair", list(pairs)))
         out += [(f"{RAIL}{r}", list(pairs)) for r in range(len(o.rails))]
     return out

@@ -467,6 +467,38 @@ def test_a_check_of_a_profile_s_leaves_names_the_slow_path_between_them(local_ch
     assert v["nodes_named"] == v["links_named"] == v["uplinks_named"] == []
 
 
+def test_three_partners_by_leaf_judge_the_nodes_under_their_leaf_and_the_path_across(local_check, tmp_path):
+    """Eight nodes under two leaves, 3 partners each: the rounds go under the leaves, across,
+    under (docs/guides/nodes.md, "Pairs by leaf"), every result a real pair's replayed in the
+    driver's order, the 4 pairs across at a quarter. `--report` plans the rounds by the leaves
+    the plan recorded, as the driver did, and names the path between the leaves from its 4
+    pairs across, each node judged by its 2 partners under its leaf: no node, no link."""
+    run = tmp_path / "run"
+    leaves = [{"name": "s0", "nodes": "local[0-3]"}, {"name": "s1", "nodes": "local[4-7]"}]
+    o = Options(gemm=False, device="cpu", backend="gloo", partners=3)
+    plan = Plan("local", o, 0.5, 8, cluster={"name": "lab", "leaves": leaves})
+    leaf_of = {f"local{i}": "s0" if i < 4 else "s1" for i in range(8)}
+    planned = [pairs for _, pairs in node_rounds.schedule([f"local{i}" for i in range(8)], o, leaf_of)]
+    assert planned == [
+        [(0, 3), (1, 2), (4, 7), (5, 6)],
+        [(0, 4), (1, 5), (2, 6), (3, 7)],
+        [(1, 3), (0, 2), (5, 7), (4, 6)],
+    ]
+    replay = _Replay(local_check[1], run, plan, {f"pair-{a}-{a + 4}": 0.25 for a in range(4)})
+    for pairs in planned:
+        replay.round([f"pair-{a}-{b}" for a, b in pairs])
+    r = bench("nodes", "--report", str(run), check=False)
+    assert r.returncode == 1, r.describe()
+    said = " ".join(r.stdout.split())
+    assert "uplink s0 - s1: the path between leaves s0 and s1: two-node all-reduce, busbw: 4 pairs across" in said
+    v = read_json(run / "verdict.json")
+    assert v["nodes_named"] == v["links_named"] == [] and v["drain"] == "", v
+    assert not [line for line in v["not_judged"] if "lea" in line], v[
+        "not_judged"
+    ]  # every node has pairs under its leaf
+    assert [u["leaves"] for u in v["uplinks_named"]] == [["s0", "s1"]]
+
+
 def test_a_healthy_path_between_two_leaves_is_said_to_be_judged(local_check, tmp_path):
     """Eight nodes under two leaves, every other node under each, every pair at its real figure:
     nothing named, and the path between the leaves is listed as judged, with its pairs across and
@@ -493,14 +525,18 @@ def test_a_healthy_path_between_two_leaves_is_said_to_be_judged(local_check, tmp
 
 def test_a_slurm_check_plans_by_the_leaves_of_the_topology_its_profile_names(tmp_path):
     """A profile's `topology:` names a topology.conf (the testbed's, tests/fixtures/topology/): a
-    dry run on Slurm reads its leaves, says so, and records them in the plan, as `scontrol show
-    topology` would be read on the cluster (tests/proofs/test_nodes_testbed.py)."""
+    dry run on Slurm reads its leaves, says so, plans the 3 partners' rounds by them, and records
+    them in the plan, as `scontrol show topology` would be read on the cluster
+    (tests/proofs/test_nodes_testbed.py)."""
     profile = tmp_path / "lab.yaml"
     profile.write_text(f"name: lab\ntopology: {ROOT / 'tests/fixtures/topology/topology.conf'}\n")
     out = tmp_path / "dry"
     check = ("nodes", "--executor", "slurm", "--cluster", str(profile), "--nodelist", "bnode[1-6]", "--dry-run")
-    r = bench(*check, "--out", str(out))
+    r = bench(*check, "--partners", "3", "--out", str(out))
     assert "topology.conf: leaf1 (4 nodes), leaf2 (2 nodes)" in r.stdout, r.describe()
+    # each node's matmul, then 3 rounds by leaf: leaf1's 2 pairs and leaf2's 1; leaf2's 2 nodes each
+    # with one of leaf1; leaf1's 2 pairs again (leaf2's only pair has met)
+    assert "13 steps in 4 rounds (3 partners per node, by leaf: 2 round(s) under the leaves, 1 across)" in r.stdout
     cluster = read_json(out / "check.json")["cluster"]
     assert cluster["leaves"] == [{"name": "leaf1", "nodes": "bnode[1-4]"}, {"name": "leaf2", "nodes": "bnode[5-8]"}]
     assert cluster["topology"] is None

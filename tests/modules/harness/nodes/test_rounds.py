@@ -12,7 +12,18 @@ import pytest
 
 from harness.config.cluster_profile import Rail
 from harness.config.hostlists import expand_hostlist, hostlist
-from harness.nodes.rounds import FigureError, Options, again_rounds, round_count, rounds, schedule, step_figures, steps
+from harness.nodes.rounds import (
+    FigureError,
+    Options,
+    again_rounds,
+    leaf_rounds,
+    round_count,
+    rounds,
+    schedule,
+    step_figures,
+    steps,
+    tournament,
+)
 from harness.nodes.verdict import Population, by_leaves, judge
 
 
@@ -143,6 +154,67 @@ def test_references_meet_each_other_then_one_of_them_each_node():
     assert len(plan) == round_count(8, o) == 1 + 3  # R - 1 + ceil((N - R) / R)
     with pytest.raises(ValueError, match="bnode9 is not among"):
         schedule(names(8), Options(reference=("bnode9",)))
+
+
+def test_partners_by_leaf_meet_under_their_leaf_and_across_it():
+    """8 nodes under two leaves, 3 partners: a round under the leaves, a round across them in
+    which every node of one leaf meets one of the other at once (their bisection), another under;
+    each node meets 2 partners under its leaf and 1 across, so each has a score of its own leaf's
+    pairs and the path between the leaves 4 pairs across. Without the leaves, the same 3 rounds
+    leave bnode8 with no partner under its leaf (docs/guides/nodes.md, "Pairs by leaf")."""
+    leaf_of = {n: "leaf1" if i < 4 else "leaf2" for i, n in enumerate(names(8))}
+    o = Options(partners=3, gemm=False)
+    plan = schedule(names(8), o, leaf_of)
+    assert len(plan) == round_count(8, o) == 3
+    leaf = [0, 0, 0, 0, 1, 1, 1, 1]
+    assert [[leaf[a] != leaf[b] for a, b in pairs] for _, pairs in plan] == [[False] * 4, [True] * 4, [False] * 4]
+    under = {
+        i: {b if a == i else a for _, pairs in plan for a, b in pairs if i in (a, b) and leaf[a] == leaf[b]}
+        for i in range(8)
+    }
+    assert all(len(met) == 2 for met in under.values()), under
+    plain = schedule(names(8), o)
+    assert not any(7 in (a, b) and leaf[a] == leaf[b] for _, pairs in plain for a, b in pairs)
+    every = Options(partners=7, gemm=False)  # every pair: the tournament, leaves or not
+    assert schedule(names(8), every, leaf_of) == schedule(names(8), every)
+    assert schedule(names(8), o, {}) == plain
+
+
+@pytest.mark.parametrize(
+    "sizes", [[4, 4], [3, 5], [1, 7], [1, 1, 1, 1], [2, 3, 4], [8] * 6, [5, 5, 5], [1, 6, 2, 9, 3], [16] * 4]
+)
+def test_the_rounds_by_leaf_hold_every_pair_once_in_rounds_of_disjoint_pairs(sizes):
+    """Leaves of any sizes, some of one node: every round's pairs are disjoint, every pair of
+    nodes is in exactly one round, so there are as many rounds as the tournament's at least, and
+    `first` takes the first rounds; each leaf's pairs come in rounds under the leaves, which
+    alternate with rounds across while both last."""
+    groups, start = [], 0
+    for size in sizes:
+        groups.append(list(range(start, start + size)))
+        start += size
+    n, leaf = start, {i: k for k, g in enumerate(groups) for i in g}
+    plan = leaf_rounds(groups)
+    assert sorted(p for pairs in plan for p in pairs) == list(itertools.combinations(range(n), 2))
+    for pairs in plan:
+        nodes = [x for p in pairs for x in p]
+        assert pairs and len(nodes) == len(set(nodes))
+        assert len({leaf[a] == leaf[b] for a, b in pairs}) == 1  # a round is under the leaves or across them
+    assert len(plan) >= tournament(n)
+    assert leaf_rounds(groups, 3) == plan[:3]
+    kinds = [leaf[pairs[0][0]] != leaf[pairs[0][1]] for pairs in plan]
+    both = 2 * min(kinds.count(False), kinds.count(True))
+    assert kinds[:both] == [False, True] * (both // 2), kinds
+
+
+def test_the_first_rounds_by_leaf_of_100000_nodes_are_planned_alone():
+    """1,024 leaves of 97 or 98 nodes, 3 partners: the rounds across are made one at a time, not
+    every one of the leaves' round-robin before the first three are kept (tests/perf/node_plan.py).
+    Under the leaves, one node of each of the 352 leaves of 97 sits out: 672 x 49 + 352 x 48 pairs;
+    across, each of the 352 leaves of 97 is paired with one of 98, whose last node sits out."""
+    leaf_of = {f"gpu{i:06d}": f"leaf{i % 1024:04d}" for i in range(100_000)}
+    plan = schedule(list(leaf_of), Options(partners=3, gemm=False), leaf_of)
+    assert [len(pairs) for _, pairs in plan] == [49_824] * 3
+    assert all(len({n for p in pairs for n in p}) == 2 * len(pairs) for _, pairs in plan)
 
 
 def test_2048_nodes_are_planned_as_rounds_of_indices():
