@@ -2,7 +2,10 @@
 
 1. 8 nodes (through sbatch) and 4 nodes of 2 ranks (through submitit: each node's all-reduce,
    then the exchange on the inter group), nothing shaped: nothing named, exit 0; the 8, each
-   meeting 3 partners (`--partners 3`), are one Slurm job of 12 pair steps in 3 rounds.
+   meeting 3 partners (`--partners 3`), are one Slurm job of 12 pair steps in 3 rounds, planned
+   by the two leaves the testbed's topology.conf states, read from `scontrol show topology` (a
+   profile's `topology: slurm`): a round under the leaves, one across, one under; the path
+   between the leaves is judged by its 4 pairs across.
 2. `bench accept` of bnode[1-4] against a reference of the 2-node all-reduce (docs/guides/accept.md):
    nothing shaped, the check clean and the reference met, exit 0 with a report; then bnode3's
    link shaped (`testbed shape --node bnode3`): its check names bnode3 and no other, exit 1, the
@@ -12,10 +15,8 @@
    neither node, exit 1, nothing to drain.
 4. bnode4 without the interface the profile names (its steps fail): bnode4 named, and the
    check ran every other step.
-5. The 8 nodes, every pair, judged by the two leaves the testbed's topology.conf states, read
-   from `scontrol show topology` (a profile's `topology: slurm`): nothing named, the path
-   between the leaves judged by its 16 pairs across; then leaf1's uplink shaped (`testbed shape
-   --uplink leaf1`): the path between the leaves named, no node and no link, exit 1.
+5. The same check of the 8 by leaf with leaf1's uplink shaped (`testbed shape --uplink leaf1`):
+   the path between the leaves named, no node and no link, exit 1.
 
 Every check runs 1 gloo rank per node (device cpu, so no matmul) at 4M, 20 calls. The emulated
 nodes share this machine's 2 cores, so the profile's max_running_jobs (1) runs one step at a
@@ -56,13 +57,13 @@ def checks(eight_nodes, tmp_path_factory):
         print(f"\n{name}: exit {r.returncode} in {out[name][2]:.1f} s\n{r.stdout[-3000:]}")
 
     shape("--clear")
-    check("eight", "--partners", "3")
     leaves = root / "leaves.yaml"  # the leaves the testbed's topology.conf states, as Slurm reports them
     leaves.write_text(PROFILE.read_text() + "topology: slurm\n")
-    check("leaves", command=(*CHECK[:4], str(leaves), *CHECK[5:]))
+    by_leaf = (*CHECK[:4], str(leaves), *CHECK[5:], "--partners", "3")
+    check("eight", command=by_leaf)
     shape("--rate", RATE, "--uplink", "leaf1")
     try:
-        check("uplink", command=(*CHECK[:4], str(leaves), *CHECK[5:]))
+        check("uplink", command=by_leaf)
     finally:
         shape("--clear")
     check("four", "--nodelist", "bnode[1-4]", "--executor", "submitit", "--gpus-per-node", "2")
@@ -119,26 +120,34 @@ def test_nothing_shaped_names_nothing(checks, name):
         assert result["world_size"] == 4 and sorted(result["params"]["groups"]) == ["inter", "world"]
 
 
-def test_the_leaves_slurm_reports_judge_the_path_between_them(checks):
+def test_the_leaves_slurm_reports_plan_and_judge_the_pairs(checks):
     """The testbed's topology.conf puts bnode[1-4] under leaf1 and bnode[5-8] under leaf2; a
-    profile of `topology: slurm` reads them from `scontrol show topology`: every pair of the 8,
-    nothing shaped, names nothing, and the path between the two leaves is judged by its 16 pairs
+    profile of `topology: slurm` reads them from `scontrol show topology`, and the 3 partners'
+    rounds follow them: under the leaves, across (each node of leaf1 with one of leaf2), under.
+    Nothing shaped, nothing is named, and the path between the leaves is judged by its 4 pairs
     across."""
-    r, path, took = checks["leaves"]
+    r, path, took = checks["eight"]
     assert r.returncode == 0, r.describe()
     assert "leaves from scontrol show topology: leaf1 (4 nodes), leaf2 (4 nodes)" in r.stdout
+    assert "(3 partners per node, by leaf: 2 round(s) under the leaves, 1 across)" in r.stdout
     leaves = read_json(path / "check.json")["cluster"]["leaves"]
     assert leaves == [{"name": "leaf1", "nodes": "bnode[1-4]"}, {"name": "leaf2", "nodes": "bnode[5-8]"}]
+    ran = [sorted(read_json(path / f"jobs/nodes/rounds/{k}.json")) for k in range(3)]
+    hosts = verdict(path)["hosts"]
+    crossing = [
+        {_leaf(hosts[int(a)]) != _leaf(hosts[int(b)]) for _, a, b in (s.split("-") for s in steps)} for steps in ran
+    ]
+    assert crossing == [{False}, {True}, {False}] and [len(steps) for steps in ran] == [4, 4, 4], ran
     v = verdict(path)
     assert v["clean"] and v["nodes_named"] == v["links_named"] == v["uplinks_named"] == []
     judged = {p["metric"]: (p["leaves"], p["pairs"]) for p in v["paths_judged"]}
-    assert judged == {m: (["leaf1", "leaf2"], 16) for m in ("busbw_gbps", "p2p_gbps")}, v["paths_judged"]
+    assert judged == {m: (["leaf1", "leaf2"], 4) for m in ("busbw_gbps", "p2p_gbps")}, v["paths_judged"]
     assert "paths between leaves judged healthy" in r.stdout
-    print(f"\n8 nodes by leaf, every pair: {took:.1f} s; paths {v['paths_judged']}")
+    print(f"\n8 nodes by leaf, 3 partners: {took:.1f} s; paths {v['paths_judged']}")
 
 
 def test_a_slow_uplink_is_named_and_no_node_or_link(checks):
-    """leaf1's uplink shaped: each of the 16 pairs across the leaves crosses it, the 12 under one
+    """leaf1's uplink shaped: each of the 4 pairs across the leaves crosses it, the 8 under one
     leaf do not; the path between the two leaves is named (with two leaves, which end of it is
     short cannot be told), nothing is drained, exit 1."""
     r, path, took = checks["uplink"]
@@ -147,12 +156,12 @@ def test_a_slow_uplink_is_named_and_no_node_or_link(checks):
     assert v["nodes_named"] == v["links_named"] == [] and v["drain"] == "", v
     assert [u["leaves"] for u in v["uplinks_named"]] == [["leaf1", "leaf2"]], v["uplinks_named"]
     reasons = " ".join(v["uplinks_named"][0]["reasons"])
-    assert "the path between leaves leaf1 and leaf2: two-node all-reduce, busbw: 16 pairs across" in reasons
+    assert "the path between leaves leaf1 and leaf2: two-node all-reduce, busbw: 4 pairs across" in reasons
     across, under = [], []
     for pair, x in v["pair_figures"]["busbw_gbps"].items():
         a, b = pair.split()
         (across if _leaf(a) != _leaf(b) else under).append(x)
-    assert len(across) == 16 and len(under) == 12
+    assert len(across) == 4 and len(under) == 8
     assert max(across) < RATE_GBPS < min(under), (sorted(across), sorted(under))
     assert "uplink leaf1 - leaf2: the path between leaves leaf1 and leaf2" in " ".join(r.stdout.split())
     print(f"\nleaf1's uplink at {RATE}: {took:.1f} s; {reasons}")
