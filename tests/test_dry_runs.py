@@ -8,6 +8,7 @@ hold plans and scripts only, no log, no result, no process.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -26,7 +27,7 @@ CASES = [
     ("nodes", "local", ("--nodes", "64")),
     ("nodes", "slurm", ("--cluster", str(PROFILE), "--nodelist", "bnode[1-64]")),
     ("nodes", "submitit", ("--cluster", str(PROFILE), "--nodelist", "bnode[1-64]")),
-    ("accept", "slurm", ("--cluster", "ACCEPT", "--nodelist", "bnode[1-4]")),
+    ("accept", "slurm", ("--cluster", "ACCEPT", "--nodelist", "bnode[1-4]", "--soak", "30")),
     ("accept", "submitit", ("--cluster", "ACCEPT", "--nodelist", "bnode[1-4]")),
 ]
 
@@ -45,6 +46,8 @@ def test_a_dry_run_starts_nothing(tmp_path, slurm_stand_ins, command, executor, 
     assert files and started == [], files
     assert not [f for f in files if f.endswith(("allreduce.json", ".ranks.json", ".links.json", "steps.json"))], files
     assert left_in(out) == []
+    if "--soak" in args:  # the acceptance's node check is soaked as asked (docs/guides/nodes.md, "Soak")
+        assert json.loads((out / "nodes" / "check.json").read_text())["options"]["soak_s"] == 1800.0
 
 
 # ---- the GPU acceptance run (docs/guides/gpu-acceptance.md): here, its refusal and its plan

@@ -56,6 +56,24 @@ def _rails(args: argparse.Namespace, batch: bool, profile: ClusterProfile | None
     return profile.rails
 
 
+SOAK_HELP = (
+    "once the rounds have run, measure their pairs again, pass after pass, for this long, and name a link or "
+    "node whose figures fall while warm (whole passes: at least 2 are needed)"
+)
+SOAK_MAX_MIN = 7 * 24 * 60
+
+
+def soak_minutes(text: str) -> float:
+    """--soak's minutes: a number above 0, at most a week."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of minutes") from None
+    if not 0 < value <= SOAK_MAX_MIN:
+        raise argparse.ArgumentTypeError(f"must be minutes above 0, at most {SOAK_MAX_MIN} (a week), found {text}")
+    return value
+
+
 def cmd_nodes(args: argparse.Namespace) -> int:
     # With --json the verdict alone goes to stdout, and the rest to stderr.
     console = console_to(sys.stderr if args.json else sys.stdout)
@@ -93,6 +111,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
         concurrency=args.concurrency or ((profile.max_running_jobs if profile else None) if kind.batch else 1),
         step_timeout_s=args.step_timeout,
         rails=_rails(args, kind.batch, profile),
+        soak_s=(args.soak or 0.0) * 60,
     )
     _check_options(options)
     if args.time_limit is not None:
@@ -136,7 +155,13 @@ def cmd_accept(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     gpus = args.gpus_per_node or max((r.gpus_per_node or 1 for r in profile.reference), default=1)
-    options = Options(gpus_per_node=gpus, bytes=size, iters=args.iters, rails=_rails(args, kind.batch, profile))
+    options = Options(
+        gpus_per_node=gpus,
+        bytes=size,
+        iters=args.iters,
+        rails=_rails(args, kind.batch, profile),
+        soak_s=(args.soak or 0.0) * 60,
+    )
     _check_options(options)
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     return accept.start(
@@ -203,6 +228,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="each pair again on each rail of the profile (rails:) alone, one rank a node: a slow HCA or "
         "cable is named with its rail",
     )
+    n.add_argument("--soak", type=soak_minutes, metavar="MINUTES", help=SOAK_HELP)
     n.add_argument(
         "--concurrency",
         type=positive_int,
@@ -279,6 +305,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="the node check: each pair again on each rail of the profile (rails:) alone, one rank a node: a "
         "slow HCA or cable is named with its rail",
     )
+    a.add_argument("--soak", type=soak_minutes, metavar="MINUTES", help="the node check: " + SOAK_HELP)
     a.add_argument("--threshold", help="the node check's threshold (default 10%%; 50%% locally, as bench nodes)")
     a.add_argument("--db", help=DB_HELP + "; the node check's estimate takes the cluster's last check")
     a.add_argument(

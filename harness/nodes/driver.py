@@ -158,6 +158,7 @@ class Driver:
         self.steps: dict[str, dict[str, Any]] = {}  # the running round's
         self.round_s: list[float] = []
         self.again = 0  # rounds run after the plan's: 1 once the links that read low are measured again
+        self.soak = 0  # the soak's rounds begun, after those (docs/guides/nodes.md, "Soak")
 
     def save(self, k: int | None = None) -> None:
         """The record: round `k`'s steps (rounds/<k>.json), then steps.json, which says how many
@@ -168,7 +169,7 @@ class Driver:
         if k is not None:
             inside.write(self.run, folder / ROUNDS_DIR / f"{k}.json", json_bytes(self.steps))
         summary = {"format_version": RECORD_VERSION, "hosts": self.names, "rounds": len(self.plan), "again": self.again}
-        record = {**summary, "round_s": self.round_s, "ran": len(self.round_s)}
+        record = {**summary, "soak": self.soak, "round_s": self.round_s, "ran": len(self.round_s)}
         inside.write(self.run, folder / RECORD, json_bytes(record))
 
     def drive(self, progress: Callable[[str], None] = lambda line: None) -> None:
@@ -185,11 +186,16 @@ class Driver:
             except ValueError as exc:  # the record just written, unreadable: the verdict will say so
                 progress(f"the links that read low are not measured again: {exc}")
             else:
-                self._measure_again(links, index, progress)
+                index = self._measure_again(links, index, progress)
+        if self.options.soak_s:
+            self._soak(index, progress)
         self._read_faults("after", progress)
 
-    def _round(self, k: int, steps: list[Step], index: int, progress: Callable[[str], None]) -> int:
-        """Round `k`, of `steps`, run and recorded; the next step's index."""
+    def _round(
+        self, k: int, steps: list[Step], index: int, progress: Callable[[str], None], what: str | None = None
+    ) -> int:
+        """Round `k`, of `steps`, run and recorded, and said to be `what` (else the plan's round
+        k, or the links measured again); the next step's index."""
         self.steps = {}
         start = time.monotonic()
         width = self.options.concurrency or len(steps)
@@ -203,26 +209,42 @@ class Driver:
         self.round_s.append(round(time.monotonic() - start, 3))
         self.save(k)
         failed = [s.name for s in steps if self.steps[s.name]["state"] != COMPLETED]
-        of = f"{k + 1} of {len(self.plan)}" if k < len(self.plan) else f"{k + 1}, the links that read low, again"
+        plan = f"{k + 1} of {len(self.plan)}" if k < len(self.plan) else f"{k + 1}, the links that read low, again"
+        of = what or plan
         progress(
             f"round {of}: {len(steps)} step(s) in {self.round_s[-1]:.1f} s"
             + (f", failed: {' '.join(failed)}" if failed else "")
         )
         return index
 
-    def _measure_again(
-        self, links: Sequence[tuple[str, int, int]], index: int, progress: Callable[[str], None]
-    ) -> None:
+    def _measure_again(self, links: Sequence[tuple[str, int, int]], index: int, progress: Callable[[str], None]) -> int:
         """`links`, which the rounds so far name for a low figure, measured once more, those that
         share no node at once: a link is named only when both its readings are low, so that a
-        pair slowed while it ran (another job's traffic, emulated nodes sharing CPUs) is not."""
+        pair slowed while it ran (another job's traffic, emulated nodes sharing CPUs) is not.
+        The next step's index."""
         steps = [s for r in node_rounds.again_rounds(links) for s in node_rounds.steps(r, self.options, self.folder)]
         if not steps:
-            return
+            return index
         if len(steps) < len(links):
             progress(f"{len(links) - len(steps)} of {len(links)} low links share a node with another: one reading")
         self.again = 1
-        self._round(len(self.plan), steps, index, progress)
+        return self._round(len(self.plan), steps, index, progress)
+
+    def _soak(self, index: int, progress: Callable[[str], None]) -> None:
+        """The soak (docs/guides/nodes.md, "Soak"): whole passes of the plan's pairs
+        (node_rounds.soak_pass), each begun while its seconds have not yet passed since the
+        soak began, so that every link is measured as often as every other."""
+        start = time.monotonic()
+        p = 0
+        while time.monotonic() - start < self.options.soak_s:
+            p += 1
+            passing = node_rounds.soak_pass(self.plan, p)
+            for j, round_ in enumerate(passing):
+                k = len(self.plan) + self.again + self.soak
+                self.soak += 1  # begun: an interrupted round is counted among those that ran
+                what = f"{k + 1}, the soak's pass {p}, {j + 1} of {len(passing)}"
+                index = self._round(k, node_rounds.steps(round_, self.options, self.folder), index, progress, what)
+        progress(f"the soak: {p} pass(es) of the pairs in {time.monotonic() - start:.1f} s")
 
     def _read_faults(self, when: str, progress: Callable[[str], None]) -> None:
         """Every node's reading of its hardware faults (node_rounds.fault_step), outside the
@@ -310,19 +332,20 @@ def read_record(folder: Path, with_rounds: bool = True) -> dict[str, Any]:
         raise ValueError(f"{path}: format_version required {RECORD_VERSION}, found {data.get('format_version')!r}")
     hosts, rounds, ran, rs = data.get("hosts"), data.get("rounds"), data.get("ran"), data.get("round_s")
     again = data.setdefault("again", 0)  # absent from the records of checks before it ran
+    soak = data.setdefault("soak", 0)  # as is the soak's
     if not isinstance(hosts, list) or not all(isinstance(h, str) and NODE_NAME_RE.fullmatch(h) for h in hosts):
         raise ValueError(f"{path}: hosts must be a list of node names")
     if len(set(hosts)) != len(hosts):
         raise ValueError(f"{path}: hosts names a node twice")
-    for key, value in (("rounds", rounds), ("ran", ran)):
+    for key, value in (("rounds", rounds), ("ran", ran), ("soak", soak)):
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10**6:
             raise ValueError(f"{path}: {key} must be a count of rounds, found {value!r}")
     if isinstance(again, bool) or not isinstance(again, int) or again not in (0, 1):
         raise ValueError(f"{path}: again must be 0 or 1, the rounds run after the plan's, found {again!r}")
     if not isinstance(rs, list) or len(rs) != ran or not all(_seconds(v) for v in rs):
         raise ValueError(f"{path}: round_s must be the seconds of each round that ran")
-    if ran > data["rounds"] + again:  # rounds, checked above as a count
-        raise ValueError(f"{path}: {ran} rounds ran of {rounds} planned and {again} after them")
+    if ran > data["rounds"] + again + soak:  # rounds and soak, checked above as counts
+        raise ValueError(f"{path}: {ran} rounds ran of {rounds} planned, {again} after them and {soak} of the soak")
     if not with_rounds:
         return data
     steps: dict[str, Any] = {}
@@ -375,6 +398,11 @@ class Figures:
     record: dict[str, Any]
     rails: dict[str, RailFigures] = dataclasses.field(default_factory=dict)  # rail name -> its pairs
     again: Readings = dataclasses.field(default_factory=dict)  # the links measured again
+    # the soak's readings: metric -> (a, b) -> pass -> figure (None: its step failed), and why
+    # each link's first failed step failed (docs/guides/nodes.md, "Soak")
+    soak: dict[str, dict[tuple[str, str], dict[int, float | None]]] = dataclasses.field(default_factory=dict)
+    soak_failures: dict[tuple[str, str], str] = dataclasses.field(default_factory=dict)
+    soak_passes: int = 0  # the soak's whole passes: every pair of the plan once each
 
 
 def gather(run: Path, plan: Plan, leaf_of: Mapping[str, str] | None = None) -> Figures:
@@ -419,7 +447,9 @@ def gather(run: Path, plan: Plan, leaf_of: Mapping[str, str] | None = None) -> F
             if figures is None:
                 into.failures[" ".join(nodes)] = f"{step.name} {why}"
     again = _measured_again(folder, record, plan.options, out)
-    if len(record["steps"]) > planned - out.never + again:
+    soaked = _soaked(folder, record, plan.options, out)
+    out.soak_passes = record["soak"] // max(1, sum(kind == "pair" for kind, _ in rounds))
+    if len(record["steps"]) > planned - out.never + again + soaked:
         raise ValueError(f"{where}: its rounds record {len(record['steps'])} steps; the plan has {planned}")
     return out
 
@@ -454,6 +484,32 @@ def _measured_again(folder: Path, record: dict[str, Any], options: Options, out:
             for m, v in into.again[pair].items():
                 into.pairs[m][pair] = max(v)
     return len(steps)
+
+
+def _soaked(folder: Path, record: dict[str, Any], options: Options, out: Figures) -> int:
+    """The soak's steps (Driver._soak), `soak<p>-A-B`, folded into `out.soak` by pass; how many
+    steps the record has of them. ValueError for a step of a pass the record does not count, or
+    of a link the plan did not measure on the whole node."""
+    measured = {pair for by_pair in out.pairs.values() for pair in by_pair}
+    count = 0
+    for name, rec in record["steps"].items():
+        match = re.fullmatch(rf"{node_rounds.SOAK}(\d+)-(\d+)-(\d+)", name)
+        if not match:
+            continue
+        p, a, b = int(match[1]), int(match[2]), int(match[3])
+        if not (1 <= p <= record["soak"] and a < b < len(out.names)) or (out.names[a], out.names[b]) not in measured:
+            raise ValueError(f"{folder / RECORD}: step {name} is of no soak pass of a link the plan measured")
+        count += 1
+        if rec.get("state") in (None, "RUNNING"):  # cut short: no reading, and no failure
+            continue
+        step = node_rounds.steps((f"{node_rounds.SOAK}{p}", [(a, b)]), options, FOLDER)[0]
+        figures, why = _figures(folder, step, rec)
+        pair = (out.names[a], out.names[b])
+        for metric in node_rounds.KIND_METRICS["pair"]:
+            out.soak.setdefault(metric, {}).setdefault(pair, {})[p] = None if figures is None else figures[metric]
+        if figures is None:
+            out.soak_failures.setdefault(pair, f"{step.name} {why}")
+    return count
 
 
 def _link_of(name: str, options: Options, out: Figures) -> tuple[Step, tuple[str, str], Figures | RailFigures] | None:
@@ -511,6 +567,7 @@ _RANGES: dict[str, tuple[type, float, float]] = {
     "partners": (int, 3, 100_000),
     "concurrency": (int, 1, 100_000),
     "step_timeout_s": (float, 1, 86400),
+    "soak_s": (float, 0, 7 * 86400),
     "timeout_s": (float, 1, 86400),
 }
 

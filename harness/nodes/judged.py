@@ -15,6 +15,7 @@ from harness.errors import DataError
 from harness.evidence import faults
 from harness.nodes.driver import FOLDER, Figures, Plan, gather
 from harness.nodes.rounds import METRICS, RAIL, planned_metrics
+from harness.nodes.soak import judge_soak
 from harness.nodes.verdict import Finding, Verdict, by_leaves, expected, judge
 
 if TYPE_CHECKING:
@@ -36,6 +37,9 @@ def judge_check(run: Path, plan: Plan, profile: ClusterProfile | None) -> tuple[
         if not (f.nodes.get(metric) or f.pairs.get(metric)):
             v.unjudged.append(f"{METRICS[metric][0]}: no step measured it")
     on_rails(v, f, plan.threshold)
+    if plan.options.soak_s:  # each link's first reading: its round's, before any reading again
+        first = {m: {p: f.again.get(p, {}).get(m, (x,))[0] for p, x in by.items()} for m, by in f.pairs.items()}
+        judge_soak(v, first, f.soak, f.soak_failures, f.soak_passes, plan.threshold)
     for rail in plan.options.rails:  # a rail nothing measured was not judged either
         if rail.name not in f.rails or not any(f.rails[rail.name].pairs.values()):
             v.unjudged.append(f"rail {rail.name}: no step measured it")

@@ -116,6 +116,9 @@ class Options:
     timeout_s: float = 120.0  # the process group's timeout inside each step
     # Each pair again on each rail alone, one rank a node (docs/guides/nodes.md, "Rails")
     rails: tuple[Rail, ...] = ()
+    # Seconds of the soak: once the rounds have run, their pairs again and again, whole passes
+    # begun until this long has passed (docs/guides/nodes.md, "Soak"); 0: none
+    soak_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -183,12 +186,15 @@ def round_count(n: int, o: Options) -> int:
     """How many rounds `schedule` gives for `n` nodes, counted rather than planned; by leaf as
     without leaves: the rounds by leaf hold each pair once, so as many as the tournament's at
     least, and the first `o.partners` are taken alike."""
+    return int(o.gemm) + int(o.gpus_per_node > 1) + pair_round_count(n, o) * (1 + len(o.rails))
+
+
+def pair_round_count(n: int, o: Options) -> int:
+    """How many rounds of pairs on the whole node `schedule` gives for `n` nodes (`round_count`)."""
     r = len(o.reference)
     if r:
-        pairs = tournament(r) + -(-(n - r) // r)
-    else:
-        pairs = tournament(n) if o.partners is None else min(o.partners, tournament(n))
-    return int(o.gemm) + int(o.gpus_per_node > 1) + pairs * (1 + len(o.rails))
+        return tournament(r) + -(-(n - r) // r)
+    return tournament(n) if o.partners is None else min(o.partners, tournament(n))
 
 
 # A round: what its steps run ("gemm", "intra", "pair", "rail<r>": the pairs on rail r alone, or
@@ -197,6 +203,13 @@ def round_count(n: int, o: Options) -> int:
 Round = tuple[str, list[tuple[int, ...]]]
 RAIL = "rail"  # a round of one rail's pairs is "rail<r>", r its index in Options.rails
 AGAIN = "again"  # the kinds after the plan's rounds: links that read low (docs/guides/nodes.md, "Measured again")
+SOAK = "soak"  # a round of the soak's pass p is "soak<p>", p from 1 (docs/guides/nodes.md, "Soak")
+
+
+def soak_pass(plan: Sequence[Round], p: int) -> list[Round]:
+    """Pass `p` of the soak: the plan's rounds of pairs on the whole node, again, as rounds of
+    kind "soak<p>" (not its rails' rounds: a rail is soaked as its node is)."""
+    return [(f"{SOAK}{p}", members) for kind, members in plan if kind == "pair"]
 
 
 def again_rounds(links: Sequence[tuple[str, int, int]]) -> list[Round]:

@@ -137,6 +137,10 @@ class Verdict:
     # (pairs across, the median of their figures over the lesser of their nodes' medians)
     paths: dict[str, dict[tuple[str, str], tuple[int, float]]] = field(default_factory=dict)
     leaf_of: Mapping[str, str] = field(default_factory=dict)  # node -> its leaf, where judged by leaves
+    # the soak (harness/nodes/soak.py): its whole passes (None: no soak asked), and each link it
+    # judged: metric -> pair -> (the link's first reading, its last, its drift)
+    soak_passes: int | None = None
+    soak: dict[str, dict[tuple[str, str], tuple[float, float, float]]] = field(default_factory=dict)
 
     def by_leaf(self) -> list[str]:
         """The nodes in the order a report draws them: leaf by leaf, each leaf's in the check's

@@ -13,13 +13,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.errors import shown
 from harness.files import inside
 from harness.nodes.driver import Plan
-from harness.nodes.rounds import AGAIN, METRICS
+from harness.nodes.rounds import AGAIN, METRICS, SOAK
 from harness.nodes.verdict import Verdict
 from harness.present.plot import draw_heatmap
 from harness.run.rundir import COMPLETED
@@ -61,6 +62,17 @@ def as_json(v: Verdict, record: dict[str, Any], plan: Plan) -> dict[str, Any]:
         "pair_figures": {m: {pair_key(p): x for p, x in figs.items()} for m, figs in v.pair_figures.items()},
         # each link measured again, its two readings by metric (docs/guides/nodes.md, "Measured again")
         "measured_again": {pair_key(p): {m: list(r) for m, r in by.items()} for p, by in v.again.items()},
+        # the soak (docs/guides/nodes.md, "Soak"): its whole passes, and each link it judged by
+        # metric, its first reading, its last and its drift (the last third's median over the first's)
+        "soak": None
+        if v.soak_passes is None
+        else {
+            "passes": v.soak_passes,
+            "links": {
+                m: {pair_key(p): {"first": x0, "last": xn, "drift": d} for p, (x0, xn, d) in by.items()}
+                for m, by in v.soak.items()
+            },
+        },
         "populations": {m: vars(p) for m, p in v.populations.items()},
         "units": {m: unit for m, (_, unit, _) in METRICS.items()},
         "threshold": plan.threshold,
@@ -160,6 +172,16 @@ def print_verdict(console: Console, v: Verdict, record: dict[str, Any]) -> None:
                 f"nodes'): {shown(', '.join(healthy))}",
                 soft_wrap=True,
             )
+    for m, drifts in v.soak.items():
+        if drifts:
+            lowest, (_, _, least) = min(drifts.items(), key=lambda item: item[1][2])
+            centre = statistics.median(d for _, _, d in drifts.values())
+            console.print(
+                f"the soak, {v.soak_passes} passes: {METRICS[m][0]}, each link's last readings over its first: "
+                f"median {centre:.0%}, lowest {least:.0%} ({' - '.join(lowest)})",
+                soft_wrap=True,
+                markup=False,
+            )
     for line in v.cluster:
         console.print(f"[red]every node[/]: {shown(line)}", soft_wrap=True)
     for line in v.unjudged:
@@ -169,9 +191,11 @@ def print_verdict(console: Console, v: Verdict, record: dict[str, Any]) -> None:
     steps = record["steps"]
     failed = sum(s.get("state") != COMPLETED for s in steps.values())
     again = sum(name.startswith(AGAIN) for name in steps)  # again-A-B and againrail<r>-A-B
+    soak = sum(name.startswith(SOAK) for name in steps)
     console.print(
         f"{len(steps)} steps in {min(record['ran'], record['rounds'])} of {record['rounds']} rounds"
         + (f" and {again} link(s) that read low measured again" if again else "")
+        + (f" and {soak} in the soak's {record['soak']} rounds" if soak else "")
         + f", {sum(record['round_s']):.1f} s"
         + (f", {failed} failed" if failed else ""),
         markup=False,

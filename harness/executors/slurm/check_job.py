@@ -34,7 +34,7 @@ from harness.executors.slurm.script import (
 from harness.executors.slurm.via_submitit import SubmititExecutor
 from harness.nodes.allocation import in_submitit_task
 from harness.nodes.driver import FOLDER, JOB, RECORD, STEP_SCRIPT, STEP_TASKS, Plan
-from harness.nodes.rounds import round_count
+from harness.nodes.rounds import pair_round_count, round_count
 from harness.run.plan import Job, WorkloadRun
 from harness.run.rundir import RunDir
 
@@ -46,7 +46,9 @@ def check_job(plan: Plan, time_limit_min: float | None = None) -> Job:
     one "workload", the driver, whose result file is the steps' record (steps.json)."""
     o = plan.options
     rounds = round_count(plan.nodes, o) + 1  # and the round of the links that read low, measured again
-    limit = time_limit_min or rounds * o.step_timeout_s / 60 + SLACK_MIN
+    # the soak: its minutes, and the pass begun just before they end (every pair round once more)
+    soak = o.soak_s + pair_round_count(plan.nodes, o) * o.step_timeout_s if o.soak_s else 0.0
+    limit = time_limit_min or (rounds * o.step_timeout_s + soak) / 60 + SLACK_MIN
     return Job(
         name=JOB,
         config_hash="nodecheck",

@@ -6,6 +6,7 @@ stand-in srun that records its arguments, against hostile values), and the matmu
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -30,7 +31,7 @@ from harness.executors.slurm.check_job import check_job, render_check_script, re
 from harness.nodes import rounds as node_rounds
 from harness.nodes.driver import FOLDER, Driver, LocalLauncher, Plan
 from harness.nodes.judged import judge_check, low_links
-from harness.nodes.rounds import Options
+from harness.nodes.rounds import SOAK, Options
 from harness.nodes.verdict import drain_command
 from harness.run.procs import tagged
 
@@ -173,9 +174,15 @@ def _tamper(tmp_path: Path, source: Path, rel: str, edit) -> Path:
         # the round of links measured again (docs/guides/nodes.md, "Measured again")
         ("jobs/nodes/steps.json", lambda t: _edit(t, again=1.0), "again must be 0 or 1"),
         ("jobs/nodes/steps.json", lambda t: _edit(t, again="1; id"), "again must be 0 or 1"),
-        ("jobs/nodes/steps.json", lambda t: _edit(t, ran=2, round_s=[1, 1]), "2 rounds ran of 1 planned and 0 after"),
+        ("jobs/nodes/steps.json", lambda t: _edit(t, ran=2, round_s=[1, 1]), "2 rounds ran of 1 planned, 0 after"),
         ("jobs/nodes/rounds/0.json", lambda t: _edit(t, **{"again-0-9": {}}), "step again-0-9 measured again a link"),
         ("jobs/nodes/rounds/0.json", lambda t: _edit(t, **{"againrail0-0-1": {}}), "step againrail0-0-1 measured"),
+        # the soak's rounds (docs/guides/nodes.md, "Soak")
+        ("check.json", lambda t: t.replace('"soak_s": 0.0', '"soak_s": "60; id"'), "soak_s must be a number"),
+        ("check.json", lambda t: t.replace('"soak_s": 0.0', '"soak_s": 1e9'), "soak_s must be a number from 0"),
+        ("jobs/nodes/steps.json", lambda t: _edit(t, soak=-1), "soak must be a count of rounds"),
+        ("jobs/nodes/rounds/0.json", lambda t: _edit(t, **{"soak1-0-1": {}}), "step soak1-0-1 is of no soak pass"),
+        ("jobs/nodes/steps.json", lambda t: _edit(t, ran=2, round_s=[1, 1], soak=1), "nodes/rounds/1.json"),
     ],
 )
 def test_a_tampered_check_is_one_line_and_exit_2(local_check, tmp_path, rel, edit, words):
@@ -385,7 +392,7 @@ class _Replay:
         (run / FOLDER / "rounds").mkdir()
         plan.write(run)
 
-    def round(self, names: list[str], again: int = 0) -> None:
+    def round(self, names: list[str], again: int = 0, soak: int = 0) -> None:
         for name in names:
             result = json.loads(self.real)
             for row in result["rows"]:
@@ -396,7 +403,7 @@ class _Replay:
         self.ran += 1
         planned = node_rounds.round_count(self.plan.nodes, self.plan.options)
         record = {"format_version": 1, "hosts": [f"local{i}" for i in range(self.plan.nodes)], "rounds": planned}
-        record |= {"again": again, "round_s": [1.0] * self.ran, "ran": self.ran}
+        record |= {"again": again, "soak": soak, "round_s": [1.0] * self.ran, "ran": self.ran}
         (self.run / FOLDER / "steps.json").write_text(json.dumps(record))
 
 
@@ -432,6 +439,63 @@ def test_a_rail_s_link_measured_again_is_judged_by_its_better_reading(local_chec
         assert "measured again)" in named[link][0]
     r = bench("nodes", "--report", str(run), check=False)  # the terminal counts a rail's link measured again
     assert "13 steps in 6 of 6 rounds and 1 link(s) that read low measured again" in r.stdout, r.describe()
+
+
+def test_a_local_soak_measures_the_pairs_again_pass_after_pass(tmp_path):
+    """Two emulated nodes, one gloo rank each, soaked 15 s (`--soak 0.25`): once the check's one
+    round has run, the driver runs its pair again in whole passes while the 15 s last, each a
+    round of its own; the verdict holds the link's first and last readings and its drift, and
+    says that one link's drift cannot be judged (exit 3, as every 2-node check): here one pair's
+    readings have fallen by three quarters from one pass to the next, loopback's two rates
+    (docs/concepts/noise.md). `--report` judges it again alike."""
+    out = tmp_path / "soak"
+    check = ("nodes", "--executor", "local", "--nodes", "2", "--no-gemm", "--bytes", "256K", "--iters", "5")
+    r = bench(*check, "--soak", "0.25", "--json", "--out", str(out), check=False, timeout=300)
+    assert r.returncode == 3, r.describe()
+    v = json.loads(r.stdout)
+    passes = v["soak"]["passes"]
+    assert passes >= 2, r.stderr  # rounds of about 6 s here: 3 passes, 2 on a loaded machine
+    assert f"the soak: {passes} pass(es) of the pairs in " in r.stderr
+    assert read_json(out / "jobs/nodes/steps.json")["soak"] == passes and v["rounds"] == 1
+    soaked = [f"{SOAK}{p}-0-1" for p in range(1, passes + 1)]
+    assert sorted(v["steps"]) == sorted(["pair-0-1", *soaked]) and {s["state"] for s in v["steps"].values()} == {
+        "COMPLETED"
+    }
+    link = v["soak"]["links"]["busbw_gbps"]["local0 local1"]
+    last = read_json(out / f"jobs/nodes/steps/{soaked[-1]}.json")
+    row = next(x for x in last["rows"] if x["collective"] == "all_reduce")
+    assert link["last"] == pytest.approx(row["busbw_gbps"] * row["time_us"] / row["time_us_median"])
+    assert link["first"] == v["pair_figures"]["busbw_gbps"]["local0 local1"] and link["drift"] > 0
+    assert "two-node all-reduce, busbw over the soak: 1 link(s) with a reading of every pass; judging" in " ".join(
+        v["not_judged"]
+    )
+    assert v["links_named"] == v["cluster"] == []  # one link's drift is no population's
+    again = bench("nodes", "--report", str(out), "--json", check=False)
+    assert json.loads(again.stdout)["soak"] == v["soak"], again.describe()
+
+
+def test_a_link_that_falls_in_the_soak_is_named_with_its_first_and_last_readings(local_check, tmp_path):
+    """Four nodes, every pair, soaked 3 passes, every result a real pair's replayed in the
+    driver's order: the link local0 - local3 at 0.8, 0.5 and 0.3 of its round's figure pass by
+    pass, the others as they were. `--report` names that link for its drift, neither node."""
+    run = tmp_path / "run"
+    plan = Plan("local", Options(gemm=False, device="cpu", backend="gloo", soak_s=60.0), 0.5, 4)
+    falls = {f"{SOAK}{p}-0-3": x for p, x in ((1, 0.8), (2, 0.5), (3, 0.3))}
+    replay = _Replay(local_check[1], run, plan, falls)
+    planned = [pairs for _, pairs in node_rounds.schedule([f"local{i}" for i in range(4)], plan.options)]
+    for pairs in planned:
+        replay.round([f"pair-{a}-{b}" for a, b in pairs])
+    for p in (1, 2, 3):
+        for k, pairs in enumerate(planned):
+            replay.round([f"{SOAK}{p}-{a}-{b}" for a, b in pairs], soak=(p - 1) * len(planned) + k + 1)
+    r = bench("nodes", "--report", str(run), check=False)
+    assert r.returncode == 1, r.describe()
+    v = read_json(run / "verdict.json")
+    assert v["nodes_named"] == [] and [link["nodes"] for link in v["links_named"]] == [["local0", "local3"]]
+    why = " ".join(v["links_named"][0]["reasons"])
+    assert "over the soak: 70% lower at its end than at its start, while the links' median moved +0%" in why
+    assert v["soak"]["passes"] == 3 and v["soak"]["links"]["p2p_gbps"]["local0 local3"]["drift"] == pytest.approx(0.3)
+    assert "the soak, 3 passes: two-node all-reduce, busbw" in r.stdout and "lowest 30% (local0 - local3)" in r.stdout
 
 
 def test_a_check_of_a_profile_s_leaves_names_the_slow_path_between_them(local_check, tmp_path):
@@ -663,6 +727,9 @@ def test_the_check_is_one_job_of_every_node_running_the_driver():
     assert "export GLOO_SOCKET_IFNAME=eth0" in script
     with pytest.raises(ValueError, match="not a Slurm hostlist"):
         render_check_script(job, profile, Plan("slurm", plan.options, 0.1, 4, "a;b"))
+    # soaked 30 minutes: those, and the pass begun just before they end (3 rounds at 2 min): 13 + 36
+    soaked = Plan("slurm", dataclasses.replace(plan.options, soak_s=1800.0), 0.1, 4, "bnode[1-4]")
+    assert "#SBATCH --time=00:49:00\n" in render_check_script(check_job(soaked), profile, soaked)
 
 
 @pytest.fixture
