@@ -17,6 +17,8 @@
    check ran every other step.
 5. The same check of the 8 by leaf with leaf1's uplink shaped (`testbed shape --uplink leaf1`):
    the path between the leaves named, no node and no link, exit 1.
+6. bnode[1-4] soaked 30 s (`--soak 0.5`), the link bnode1 - bnode2 shaped once the soak has
+   begun: that link named for its drift over the soak, neither node.
 
 Every check runs 1 gloo rank per node (device cpu, so no matmul) at 4M, 20 calls. The emulated
 nodes share this machine's 2 cores, so the profile's max_running_jobs (1) runs one step at a
@@ -28,10 +30,13 @@ link's read 84-97% below.
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import pytest
 from conftest import SLURM_ENV, SWEEPS, bench, no_eth0_on, read_json, run, sacct_rows, shape
+
+from harness.nodes.rounds import SOAK
 
 PROFILE = SWEEPS / "clusters" / "testbed.yaml"
 CHECK = ("nodes", "--executor", "slurm", "--cluster", str(PROFILE), "--device", "cpu", "--bytes", "4M")
@@ -93,7 +98,26 @@ def checks(eight_nodes, tmp_path_factory):
         shape("--clear")
     with no_eth0_on("bnode4"):
         check("broken", "--nodelist", "bnode[1-4]")
+    # the soak: the link bnode1 - bnode2 shaped once the soak's first step has begun, so that it
+    # reads well in the check's round and falls while the soak runs (docs/guides/nodes.md, "Soak")
+    warm = threading.Thread(target=_shape_when_soaking, args=(root / "warm", "bnode1", "bnode2"), daemon=True)
+    warm.start()
+    try:
+        check("warm", "--nodelist", "bnode[1-4]", "--soak", "0.5", "--json")
+    finally:
+        warm.join(timeout=5)
+        shape("--clear")
     return out
+
+
+def _shape_when_soaking(run, node, peer):
+    """Shape the link `node` - `peer` once the check in `run` has begun its soak's first step."""
+    deadline = time.monotonic() + 600
+    while not list((run / "jobs/nodes/steps").glob(f"{SOAK}1-*.log")):
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.2)
+    shape("--rate", RATE, "--node", node, "--peer", peer)
 
 
 def verdict(path):
@@ -289,6 +313,25 @@ def test_a_slow_link_is_named_and_neither_node(checks):
     assert (path / "heatmap.png").stat().st_size > 0
     cells = (path / "heatmap.csv").read_text().splitlines()
     assert len(cells) == 1 + 2 * 6  # two panels of 6 pairs
+
+
+def test_a_link_that_falls_while_the_soak_runs_is_named_for_its_drift(checks):
+    """bnode[1-4], soaked 30 s: the link bnode1 - bnode2 reads well in the check's round, then
+    is shaped to 1gbit once the soak has begun: its last readings fall below the shaped rate,
+    the other links' hold, and it is named for its drift over the soak, neither node."""
+    r, _, took = checks["warm"]
+    assert r.returncode == 1, r.describe()
+    v = json.loads(r.stdout)
+    assert v["nodes_named"] == [] and v["drain"] == "", v["nodes_named"]
+    assert [link["nodes"] for link in v["links_named"]] == [["bnode1", "bnode2"]], v["links_named"]
+    assert "over the soak" in " ".join(v["links_named"][0]["reasons"])
+    assert v["pair_figures"]["p2p_gbps"]["bnode1 bnode2"] > RATE_GBPS  # cold, its round read well
+    soak = v["soak"]
+    assert soak["passes"] >= 2
+    link = soak["links"]["p2p_gbps"]["bnode1 bnode2"]
+    others = [x["drift"] for pair, x in soak["links"]["p2p_gbps"].items() if pair != "bnode1 bnode2"]
+    assert link["last"] < RATE_GBPS and link["drift"] < min(others), soak
+    print(f"\nthe soak of bnode[1-4], bnode1 - bnode2 shaped once it began: {took:.1f} s; {soak}")
 
 
 def test_a_node_whose_steps_fail_is_named_and_the_check_goes_on(checks):
