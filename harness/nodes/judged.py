@@ -1,5 +1,5 @@
 """A check that ran, judged (docs/guides/nodes.md): what its steps measured, read back from its
-run directory (harness/nodes/driver.py), judged by harness/nodes/verdict.py, by the profile's
+run directory (harness/nodes/figures.py), judged by harness/nodes/verdict.py, by the profile's
 leaves where it states them; each rail's pairs judged alone; the hardware faults its nodes
 recorded (harness/evidence/faults.py); and, while it runs, the links that read low, which the
 driver measures again.
@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 from harness.config.hostlists import hostlist
 from harness.errors import DataError
 from harness.evidence import faults
-from harness.nodes.driver import FOLDER, Figures, Plan, gather
+from harness.nodes.driver import FOLDER, Plan
+from harness.nodes.figures import Figures, gather
 from harness.nodes.rounds import METRICS, RAIL, planned_metrics
 from harness.nodes.soak import judge_soak
 from harness.nodes.verdict import Finding, Verdict, by_leaves, expected, judge

@@ -484,7 +484,7 @@ def test_each_round_of_pairs_runs_again_on_each_rail_alone_one_rank_a_node():
 def test_a_node_slow_on_one_rail_is_named_with_the_rail():
     """Each rail's pairs judged alone: bnode3 slow on eth1 (the testbed's slow-node figures) and
     not on eth0 nor on the whole node is named for eth1 alone; the drain line names the node."""
-    from harness.nodes.driver import Figures, RailFigures
+    from harness.nodes.figures import Figures, RailFigures
     from harness.nodes.judged import on_rails
 
     f = Figures(names(4), {}, pairs_of(UNSHAPED), {}, 0, {})
