@@ -270,16 +270,14 @@ def _announce(
 ) -> None:
     """The check's first line: its nodes, steps and rounds, and how pairs are chosen."""
     steps = sum(len(members) for _, members in rounds)
-    crossing = [
-        any(leaf_of.get(names[a]) != leaf_of.get(names[b]) for a, b in members)
-        for kind, members in rounds
-        if kind == "pair"
-    ]
-    by_leaf = (
-        f", by leaf: {crossing.count(False)} round(s) under the leaves, {crossing.count(True)} across"
-        if leaf_of
-        else ""
-    )
+    by_leaf = ""
+    if leaf_of and options.partners:  # the K rounds by leaf (rounds.leaf_rounds), not every pair's
+        crossing = [
+            any(leaf_of.get(names[a]) != leaf_of.get(names[b]) for a, b in members)
+            for kind, members in rounds
+            if kind == "pair"
+        ]
+        by_leaf = f", by leaf: {crossing.count(False)} round(s) under the leaves, {crossing.count(True)} across"
     console.print(
         f"node check: {len(names)} nodes x {options.gpus_per_node} rank(s), {steps} steps in {len(rounds)} rounds"
         + (

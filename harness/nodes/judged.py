@@ -7,6 +7,7 @@ driver measures again.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,11 +26,12 @@ if TYPE_CHECKING:
 
 def judge_check(run: Path, plan: Plan, profile: ClusterProfile | None) -> tuple[Verdict, dict[str, Any]]:
     """The verdict of the check in `run`, from what its steps measured, and its record (steps.json)."""
+    leaf_of = profile.leaf_of() if profile else {}
     try:
-        f = gather(run, plan, profile.leaf_of() if profile else {})
+        f = gather(run, plan, leaf_of)
     except ValueError as exc:
         raise DataError(str(exc)) from None
-    v = _judged(f, plan, profile)
+    v = _judged(f, plan, profile, leaf_of)
     if f.never:
         v.unjudged.append(
             f"{f.never} step(s) never ran (the check was cut short): their nodes and pairs are not judged"
@@ -54,8 +56,9 @@ def low_links(run: Path, plan: Plan, profile: ClusterProfile | None) -> list[tup
     a, node b by index): the driver measures them again (docs/guides/nodes.md, "Measured
     again"); a failed link is named for its failure, and is not. ValueError when the record
     cannot be read."""
-    f = gather(run, plan, profile.leaf_of() if profile else {})
-    v = _judged(f, plan, profile)
+    leaf_of = profile.leaf_of() if profile else {}
+    f = gather(run, plan, leaf_of)
+    v = _judged(f, plan, profile, leaf_of)
     found = [("pair", f.pairs, list(v.links))]  # before on_rails folds each rail's links into them
     on_rails(v, f, plan.threshold)
     rail_kind = {rail.name: f"{RAIL}{r}" for r, rail in enumerate(plan.options.rails)}
@@ -69,10 +72,10 @@ def low_links(run: Path, plan: Plan, profile: ClusterProfile | None) -> list[tup
     ]
 
 
-def _judged(f: Figures, plan: Plan, profile: ClusterProfile | None) -> Verdict:
-    """`judge` of a check's figures, by the profile's leaves where it states them (`by_leaves`)."""
+def _judged(f: Figures, plan: Plan, profile: ClusterProfile | None, leaf_of: Mapping[str, str]) -> Verdict:
+    """`judge` of a check's figures, by the profile's leaves (`leaf_of`, node -> leaf) where it
+    states them (`by_leaves`)."""
     expect = expected(profile, plan.options.gpus_per_node)
-    leaf_of = profile.leaf_of() if profile else {}
     if leaf_of:
         return by_leaves(f.names, f.nodes, f.pairs, plan.threshold, expect, f.failures, f.again, leaf_of)
     return judge(f.names, f.nodes, f.pairs, plan.threshold, expect, f.failures, f.again)

@@ -44,9 +44,9 @@ def round_of(n: int, r: int) -> list[tuple[int, int]]:
 
 
 def leaf_rounds(groups: Sequence[Sequence[int]], first: int | None = None) -> list[list[tuple[int, int]]]:
-    """The rounds (the first `first`, where given) of pairs of nodes grouped by leaf switch (docs/guides/nodes.md,
-    "Pairs by leaf"): a round under the leaves (each leaf's own round-robin, every leaf at
-    once), then a round across them, and so on, so that each node's score has pairs under its
+    """The rounds (the first `first`, where given) of pairs of nodes grouped by leaf switch
+    (docs/guides/nodes.md, "Pairs by leaf"): a round under the leaves (each leaf's own
+    round-robin, every leaf at once), then a round across them, and so on, so that each node's score has pairs under its
     own leaf to come from and each path between two leaves has pairs across to judge it by.
 
     A round across pairs the leaves as a round-robin of leaves does; two leaves paired, each
@@ -84,9 +84,9 @@ def _across(groups: Sequence[Sequence[int]], k: int, meets: int) -> list[tuple[i
     for x, y in round_of(len(groups), k % meets):
         small, large = sorted((groups[x], groups[y]), key=len)
         if shift < len(large):
-            out += [
-                (min(a, b), max(a, b)) for a, b in ((a, large[(i + shift) % len(large)]) for i, a in enumerate(small))
-            ]
+            for i, a in enumerate(small):
+                b = large[(i + shift) % len(large)]
+                out.append((min(a, b), max(a, b)))
     return out
 
 

@@ -454,7 +454,7 @@ def test_a_local_soak_measures_the_pairs_again_pass_after_pass(tmp_path):
     assert r.returncode == 3, r.describe()
     v = json.loads(r.stdout)
     passes = v["soak"]["passes"]
-    assert passes >= 2, r.stderr  # rounds of about 6 s here: 3 passes, 2 on a loaded machine
+    assert passes >= 2, r.stderr  # a third pass may not begin in time on a loaded machine
     assert f"the soak: {passes} pass(es) of the pairs in " in r.stderr
     assert read_json(out / "jobs/nodes/steps.json")["soak"] == passes and v["rounds"] == 1
     soaked = [f"{SOAK}{p}-0-1" for p in range(1, passes + 1)]
