@@ -32,7 +32,6 @@ root 0; sendrecv sends to the next rank and receives from the previous, and need
 from __future__ import annotations
 
 import argparse
-import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
@@ -59,6 +58,7 @@ from .linkprobe import link_probe
 from .results import wrong_count, wrong_results
 from .runtime import Context, Workload, exit_rank, gather_at_root, gather_rows, worst_of_ranks
 from .runtime import main as run_main
+from .timing import soak, time_calls
 
 
 def bus_factor(name: str, world_size: int) -> float:
@@ -154,6 +154,14 @@ def build_parser() -> argparse.ArgumentParser:
         f"(default {format_size(D.link_bytes)})",
     )
     p.add_argument("--link-iters", type=int, default=D.link_iters, help="link probe passes (default %(default)s)")
+    p.add_argument(
+        "--soak",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="after the sizes, time the first collective on the world at the largest size, window after window, "
+        "this long (default 0: no soak)",
+    )
     add_common_args(p)
     return p
 
@@ -179,13 +187,15 @@ def _groups(text: str) -> list[str]:
 
 def check_args(args: argparse.Namespace, world_size: int | None) -> None:
     _collectives(args.collective)
-    _groups(args.groups)
+    if WORLD not in _groups(args.groups) and args.soak:
+        raise UsageError(f"--soak: --groups {args.groups} has no world group, where the soak runs; add world")
     for flag, value, low in (
         ("--iters", args.iters, 1),
         ("--warmup-iters", args.warmup_iters, 0),
         ("--check", args.check, 0),
         ("--link-iters", args.link_iters, 1),
         ("--link-bytes", args.link_bytes, 0),
+        ("--soak", args.soak, 0),
     ):
         if value < low:
             raise UsageError(f"{flag} must be at least {low}, found {value}")
@@ -380,41 +390,11 @@ class CollectiveRun:
         return wrong
 
 
-def _time_calls(call: Callable[[], Any], iters: int, warmup: int, device: torch.device) -> tuple[float, list[float]]:
-    """(average microseconds per call, per-call microseconds) on this rank."""
-    cuda = device.type == "cuda"
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
-    for _ in range(warmup):
-        call()
-    sync()
-    dist.barrier()
-    sync()
-    if cuda:
-        events = [torch.cuda.Event(enable_timing=True) for _ in range(iters + 1)]
-        t0 = time.perf_counter_ns()
-        events[0].record()
-        for i in range(iters):
-            call()
-            events[i + 1].record()
-        sync()
-        t1 = time.perf_counter_ns()
-        samples = [events[i].elapsed_time(events[i + 1]) * 1e3 for i in range(iters)]
-    else:
-        stamps = [0] * (iters + 1)
-        t0 = stamps[0] = time.perf_counter_ns()
-        for i in range(iters):
-            call()
-            stamps[i + 1] = time.perf_counter_ns()
-        t1 = time.perf_counter_ns()
-        samples = [(stamps[i + 1] - stamps[i]) / 1e3 for i in range(iters)]
-    return (t1 - t0) / iters / 1e3, samples
-
-
 def _measure_mode(
     coll: CollectiveRun, in_place: bool, args: argparse.Namespace, ctx: Context, size: int
 ) -> dict[str, Any]:
     coll.fill(in_place)
-    avg_us, samples = _time_calls(coll.call(in_place), args.iters, args.warmup_iters, ctx.device)
+    avg_us, samples = time_calls(coll.call(in_place), args.iters, args.warmup_iters, ctx.device)
     time_us, *worst = worst_of_ranks([avg_us, *samples], ctx.device)
     wrong = 0
     checks = args.check if coll.tolerance is not None else 0  # the same on every rank: one group size
@@ -527,6 +507,7 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
     if args.check:  # nccl-tests' footer line, and its rule: a wrong element fails the run (failed, below)
         wrong = sum(wrong_count(r) for r in rows)
         ctx.log(f"# Out of bounds values : {wrong} {'FAILED' if wrong else 'OK'}")
+    soaked = _soak(args, ctx, plan, op, inp, out) if args.soak else None
     links = None
     if args.link_bytes and world > 1:
         ctx.log(
@@ -555,9 +536,25 @@ def measure(args: argparse.Namespace, ctx: Context) -> dict[str, Any]:
             + ("from CUDA events" if ctx.device.type == "cuda" else "from the host clock"),
         },
         "rows": rows,
+        **({"soak": soaked} if soaked else {}),
         PER_RANK: {"rows": per_rank},
         **({LINKS: links} if links else {}),
     }
+
+
+def _soak(args: argparse.Namespace, ctx: Context, plan: dict, op: Any, inp: torch.Tensor, out: torch.Tensor) -> dict:
+    """The soak of the first collective measured on the world, at its largest size (benchmarks/timing.py)."""
+    world = [(name, group, max(sizes)) for (name, kind), (group, sizes) in plan.items() if kind == WORLD]
+    if not world:
+        raise UsageError(f"--soak: no collective of --collective {args.collective} runs on the world group to soak")
+    name, group, size = world[0]
+    coll = CollectiveRun(collective(name), op, args.op, size // inp.element_size(), inp, out, group)
+    coll.fill(coll.coll.in_place)
+    found = soak(coll.call(coll.coll.in_place), args.soak, size, coll.coll.bus_factor(coll.n), args.iters, ctx)
+    busbw = [w[2] for w in found["windows"]]
+    ctx.log(f"# soak: {name} {format_size(size)} on the world, {args.soak:g} s: {len(busbw)} windows, busbw first"
+            f" {busbw[0]:.4f} last {busbw[-1]:.4f} GB/s")  # fmt: skip
+    return {"collective": name, "group": WORLD, "size_bytes": size, **found}
 
 
 def per_rank_rows(rows: list[dict[str, Any]], ranks_us: list[list[float]]) -> list[dict[str, Any]]:

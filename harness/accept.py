@@ -5,6 +5,10 @@
    reference figures name (their workloads, node and GPU counts, collectives, groups, sizes and
    scaling modes), into DIR/sweep.
 3. That sweep judged against the references (`bench regress --baseline reference`).
+4. With `--soak MINUTES`, which soaks the node check's pairs that long: one job more, into
+   DIR/soak, on the most nodes the references name, of the sweep's first collective at its
+   largest size, timed window after window that long; its drift judged (docs/guides/accept.md,
+   "Soak").
 
 The verdict (DIR/verdict.json, DIR/report.html, the terminal's last line) passes only when the
 check named nothing and judged everything, every job of the sweep completed, and every reference
@@ -17,12 +21,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmarks.catalog import COLLECTIVE_WORKLOAD, TRAINING, WORLD
-from benchmarks.common import format_size
-from benchmarks.results import read_regular
+from benchmarks.common import format_size, spread
+from benchmarks.results import ResultError, load_result, read_regular
 from harness import check_nodes, sweep
 from harness.analysis import profile_reference
 from harness.analysis.compare import FAILED, SLOWER, UNJUDGED
@@ -30,9 +36,11 @@ from harness.analysis.sides import load_run
 from harness.analysis.store import Location
 from harness.config import hostlists
 from harness.config.cluster_profile import ClusterProfile, Reference
+from harness.config.spec import DEFAULT_TIME_LIMIT_MIN, Sweep
 from harness.config.sweepfile import load_sweep
 from harness.errors import EXIT_FOUND, EXIT_INTERRUPTED, EXIT_UNJUDGED, RunDirError, UsageError
 from harness.nodes.rounds import Options
+from harness.nodes.soak import drift
 from harness.present import acceptance
 from harness.present.regress import write_all
 from harness.run import provenance
@@ -43,7 +51,8 @@ if TYPE_CHECKING:
 
     from harness.executors import Executor
 
-NODES_DIR, SWEEP_DIR = "nodes", "sweep"
+NODES_DIR, SWEEP_DIR, SOAK_DIR = "nodes", "sweep", "soak"
+MIN_WINDOWS = 3  # windows of the collective's soak it takes to judge a drift: a third of one each
 
 
 def narrowing(refs: tuple[Reference, ...]) -> tuple[str, ...]:
@@ -113,6 +122,9 @@ def start(
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise RunDirError(f"{out}: exists and is not an empty directory; bench accept writes a new one")
     sweep.planned(spec, sweep_path, executor, profile)  # refused now, not after the node check has run
+    soak = _soak_sweep(sweep_path, spec, refs, profile, options.soak_s) if options.soak_s else None
+    if soak:
+        sweep.planned(soak, sweep_path, executor, profile)
     console.print(f"bench accept: {len(refs)} reference figure(s) of {profile.name}, into {out}", markup=False)
     console.print("1. the node check", markup=False)
     status = check_nodes.start(
@@ -133,6 +145,9 @@ def start(
     if dry_run:  # both plans written, nothing submitted or started, nothing judged
         console.print(f"2. the acceptance sweep: {_keys(refs)}", markup=False)
         sweep.start(spec, sweep_path, executor, profile, out / SWEEP_DIR, console, dry_run=True, yes=yes)
+        if soak:
+            console.print(f"3. the soak: {_soaked(soak)}", markup=False)
+            sweep.start(soak, sweep_path, executor, profile, out / SOAK_DIR, console, dry_run=True, yes=yes)
         console.print(f"bench accept: dry run, nothing submitted; the plans are in {out}", markup=False)
         return 0
     if status == EXIT_INTERRUPTED:
@@ -156,6 +171,11 @@ def start(
         if outcome.sweep_status == EXIT_INTERRUPTED:
             return EXIT_INTERRUPTED
         _judge(outcome, out, refs, profile.name)
+        if soak:
+            console.print(f"3. the soak: {_soaked(soak)}", markup=False)
+            if sweep.start(soak, sweep_path, executor, profile, out / SOAK_DIR, console, yes=yes) == EXIT_INTERRUPTED:
+                return EXIT_INTERRUPTED
+            _judge_soak(outcome, out / SOAK_DIR, threshold)
     asked = nodelist if executor.batch else hostlists.hostlist(check_nodes.local_names(count or 0))
     acceptance.write(out, outcome, profile, provenance.record(), asked)
     console.print(f"bench accept: {outcome.line()}", markup=False, soft_wrap=True)
@@ -208,3 +228,90 @@ def _keys(refs: tuple[Reference, ...]) -> str:
         )
         parts.append(f"{what} on {r.nodes}x{r.gpus_per_node or '*'}")
     return "; ".join(parts)
+
+
+def _soak_sweep(
+    sweep_path: Path, spec: Sweep, refs: tuple[Reference, ...], profile: ClusterProfile, seconds: float
+) -> Sweep:
+    """The soak's sweep: one job, on the most nodes the references name and the most GPUs the
+    acceptance sweep runs, of its first collective (the sweep file's, where no reference names
+    one) on the world at its largest size, `seconds` long, with the job's time limit that much
+    longer; the first launcher and settings set only."""
+    coll = spec.workloads.allreduce or load_sweep(sweep_path).workloads.allreduce
+    if coll is None:
+        raise UsageError(f"--soak: {sweep_path} measures no collective to soak; enable workloads.allreduce in it")
+    nodes = max(r.nodes for r in refs)
+    limit = spec.time_limit_min or profile.time_limit_min or DEFAULT_TIME_LIMIT_MIN
+    overrides = (
+        f"nodes=[{nodes}]",
+        f"max_nodes={nodes}",
+        f"gpus_per_node=[{max(spec.gpus_per_node)}]",
+        "repeat=1",
+        f"time_limit_min={limit + seconds / 60:g}",
+        *(f"workloads.{w}=false" for w in TRAINING),
+        f"workloads.allreduce.collectives=[{coll.collectives[0]}]",
+        f"workloads.allreduce.groups=[{WORLD}]",
+        f"workloads.allreduce.min_bytes={coll.max_bytes}",
+        f"workloads.allreduce.max_bytes={coll.max_bytes}",
+        "workloads.allreduce.link_bytes=0",
+        f"workloads.allreduce.soak_s={seconds:g}",
+    )
+    only = (f"launcher={spec.launchers[0]}", f"nccl={next(iter(spec.nccl))}")
+    return load_sweep(sweep_path, overrides=overrides, only=only)
+
+
+def _soaked(soak: Sweep) -> str:
+    """What the soak runs, in words."""
+    coll = soak.workloads.allreduce
+    assert coll is not None
+    nodes, gpus = soak.node_counts[-1], soak.gpus_per_node[0]
+    return (
+        f"{coll.collectives[0]} {format_size(coll.max_bytes)} on {nodes} node(s) x {gpus} GPU(s),"
+        f" {coll.soak_s / 60:g} min, window after window"
+    )
+
+
+def _judge_soak(outcome: acceptance.Outcome, path: Path, threshold: float) -> None:
+    """The soak's job and its windows, into `outcome`: fewer than MIN_WINDOWS, or a result that
+    cannot be read, is not judged; a drift (harness/nodes/soak.py) below 1 - threshold fails."""
+    run = RunDir(path)
+    jobs = run.jobs()
+    table = run.read_table(jobs)
+    job = jobs[0]
+    record = table[job.name]
+    if record.state != COMPLETED:
+        outcome.reasons.append(f"the soak's job {job.name} did not complete: {record.reason or record.state}")
+        return
+    result = path / job.result_path(job.runs[0])
+    try:  # a result file is data, not trusted: every figure read is checked
+        found = load_result(result)["soak"]
+        what = f"{found['collective']} {format_size(int(found['size_bytes']))} on {job.nodes} node(s)"
+        seconds, windows = float(found["seconds"]), [float(w[2]) for w in found["windows"]]
+    except (ResultError, KeyError, IndexError, TypeError, ValueError) as exc:
+        outcome.reasons.append(f"the soak's result {result} cannot be read: {type(exc).__name__} {exc}")
+        outcome.unjudged = True
+        return
+    if len(windows) < MIN_WINDOWS or not all(math.isfinite(b) and b >= 0 for b in windows):
+        outcome.reasons.append(
+            f"the soak: {len(windows)} window(s) of readable figures in {result}; a drift takes {MIN_WINDOWS}"
+        )
+        outcome.unjudged = True
+        return
+    k = max(1, len(windows) // 3)
+    what = f"{found['collective']} {format_size(int(found['size_bytes']))} on {job.nodes} node(s)"
+    outcome.soak = {
+        "job": job.name,
+        "what": what,
+        "seconds": seconds,
+        "windows": len(windows),
+        "first_gbps": statistics.median(windows[:k]),
+        "last_gbps": statistics.median(windows[-k:]),
+        "drift": drift(windows),
+        **spread(windows),
+    }
+    s = outcome.soak
+    if s["drift"] < 1 - threshold:
+        outcome.reasons.append(
+            f"the soak of {what} read {1 - s['drift']:.0%} lower at its end than at its start"
+            f" (busbw {s['first_gbps']:.3g} GB/s over its first third, {s['last_gbps']:.3g} over its last)"
+        )

@@ -47,6 +47,15 @@ def _sweep(tmp: Path, extra: str = "", replace: tuple[str, str] | None = None) -
     return str(_file(tmp, "sweep.yaml", in_place_of(text, extra) if extra.startswith("env:") else text + extra))
 
 
+def _without_collectives(tmp: Path) -> str:
+    """local.yaml measuring no collective: its allreduce workload turned off."""
+    import yaml
+
+    data = yaml.safe_load(LOCAL)
+    data["workloads"]["allreduce"] = False
+    return str(_file(tmp, "sweep.yaml", yaml.safe_dump(data)))
+
+
 def _dry(tmp: Path, sweep: str, *more: str) -> list[str]:
     return ["sweep", sweep, "--dry-run", "--executor", "local", "--out", str(tmp / "out"), *more]
 
@@ -278,6 +287,7 @@ CASES = [
         lambda t, r: _dry(t, _sweep(t), "--set", "workloads.allreduce.link_bytes=-1"),
         "link_bytes",
     ),
+    Case("soak-negative", lambda t, r: _dry(t, _sweep(t), "--set", "workloads.allreduce.soak_s=-1"), "soak_s", "0"),
     Case(
         "env-reserved-slurm-job-id",
         lambda t, r: _dry(t, _sweep(t, "env: {SLURM_JOB_ID: 'OMP_NUM_THREADS[$(touch /tmp/p)]'}\n")),
@@ -541,6 +551,16 @@ CASES = [
     Case("nodes-soak-word", lambda t, r: ["nodes", "--executor", "local", "--soak", "1h"], "--soak", "'1h'"),
     Case("nodes-soak-nan", lambda t, r: ["nodes", "--executor", "local", "--soak", "nan"], "--soak", "above 0"),
     Case("accept-soak-long", lambda t, r: ["accept", "--executor", "local", "--soak", "20000"], "--soak", "a week"),
+    Case(
+        "accept-soak-no-collective",  # a training reference alone, and a sweep that measures no collective
+        lambda t, r: _accept(
+            t,
+            "name: lab\nreference:\n  - {workload: synthetic, scaling: weak, nodes: 2, images_per_s: 30}\n",
+            *("--soak", "1", "--dry-run", "--sweep", _without_collectives(t)),
+        ),
+        "--soak",
+        "measures no collective to soak",
+    ),
     Case("nodes-time-limit", lambda t, r: ["nodes", "--executor", "local", "--time-limit", "-5"], "--time-limit"),
     Case("nodes-one-node", lambda t, r: ["nodes", "--executor", "local", "--nodes", "1"], "at least 2 nodes"),
     Case("nodes-nodelist-local", lambda t, r: ["nodes", "--executor", "local", "--nodelist", "n1"], "--nodelist"),
@@ -942,6 +962,8 @@ def test_bench_run_says_why_a_launch_is_unusable():
     [
         (["-b", "0"], "size '0' must be positive (see bench run allreduce --help)"),
         (["--link-bytes", "-1"], "--link-bytes"),
+        (["--soak", "-1"], "--soak must be at least 0"),
+        (["--soak", "5", "--groups", "intra"], "--soak: --groups intra has no world group"),
         (["-n", "0"], "--iters must be at least 1"),
     ],
 )

@@ -48,6 +48,13 @@ def test_a_dry_run_starts_nothing(tmp_path, slurm_stand_ins, command, executor, 
     assert left_in(out) == []
     if "--soak" in args:  # the acceptance's node check is soaked as asked (docs/guides/nodes.md, "Soak")
         assert json.loads((out / "nodes" / "check.json").read_text())["options"]["soak_s"] == 1800.0
+        # and the sweep's collective, one job on the references' most nodes, its time limit 30 min longer
+        plan = json.loads((out / "soak" / "plan.json").read_text())
+        (job,) = plan["jobs"]
+        assert (job["name"], job["time_limit_min"]) == ("n2-g1-torchrun-default", 30.0 + 30), job
+        (run,) = plan["runs"]
+        assert " ".join(run["args"]).startswith("-b 4194304 -e 4194304 ") and run["args"][-2:] == ["--soak", "1800"]
+        assert "--time=01:00:00" in (out / "soak" / "jobs" / job["name"] / "job.sbatch").read_text()
 
 
 # ---- the GPU acceptance run (docs/guides/gpu-acceptance.md): here, its refusal and its plan

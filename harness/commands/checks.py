@@ -305,7 +305,15 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="the node check: each pair again on each rail of the profile (rails:) alone, one rank a node: a "
         "slow HCA or cable is named with its rail",
     )
-    a.add_argument("--soak", type=soak_minutes, metavar="MINUTES", help="the node check: " + SOAK_HELP)
+    a.add_argument(
+        "--soak",
+        type=soak_minutes,
+        metavar="MINUTES",
+        help="the node check: "
+        + SOAK_HELP
+        + "; then, after the sweep, its first collective at its largest size on its most nodes, this long again, "
+        "judged by how its bus bandwidth falls while warm",
+    )
     a.add_argument("--threshold", help="the node check's threshold (default 10%%; 50%% locally, as bench nodes)")
     a.add_argument("--db", help=DB_HELP + "; the node check's estimate takes the cluster's last check")
     a.add_argument(

@@ -32,6 +32,7 @@ from benchmarks.catalog import (
 )
 from harness.config.fields import (
     TIME_RANGES,
+    WEEK_S,
     FieldError,
     check_env,
     check_expect,
@@ -82,6 +83,9 @@ class AllreduceSpec:
     out_of_place: bool = COLLECTIVE_DEFAULTS.out_of_place
     link_bytes: int = field(default=COLLECTIVE_DEFAULTS.link_bytes, metadata={"size": True, "zero": True})
     link_iters: int = COLLECTIVE_DEFAULTS.link_iters
+    # seconds of the first collective on the world at max_bytes, timed window after window once the
+    # sizes are measured (benchmarks/timing.py); `bench accept --soak` sets it on a job of its own
+    soak_s: float = 0.0
 
     def __post_init__(self) -> None:
         for key in ("min_bytes", "max_bytes"):
@@ -94,6 +98,7 @@ class AllreduceSpec:
         within("warmup_iters", self.warmup_iters, 0, MAX_COUNT)
         within("check_iters", self.check_iters, 0, MAX_COUNT)
         within("link_iters", self.link_iters, 1, MAX_COUNT)
+        within("soak_s", self.soak_s, 0, WEEK_S)
         choice("dtype", self.dtype, DTYPES)
         choice("op", self.op, OPS)
         if not self.collectives:
@@ -132,6 +137,8 @@ class AllreduceSpec:
             str(self.link_bytes),
             "--link-iters",
             str(self.link_iters),
+            # only when asked: every other job's arguments, and so its config hash, stay as they were
+            *(["--soak", f"{self.soak_s:g}"] if self.soak_s else []),
         ]
 
 

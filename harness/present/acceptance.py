@@ -52,6 +52,8 @@ class Outcome:
     jobs: list[tuple[str, str, str | None]] = field(default_factory=list)  # (job, state, reason)
     comparison: Comparison | None = None
     environment: dict[str, Any] = field(default_factory=dict)
+    # the collective's soak (harness/accept.py, _judge_soak): what, windows, drift; None: not run
+    soak: dict[str, Any] | None = None
     reasons: list[str] = field(default_factory=list)  # why it did not pass, one line each
     unjudged: bool = False
 
@@ -100,10 +102,12 @@ def as_json(outcome: Outcome, profile: ClusterProfile, bench: dict[str, Any], no
             "not_judged": v.get("not_judged", []),
             "not_read": v.get("not_read", []),
             "exit_status": outcome.nodes_status,
+            "soak_passes": (v.get("soak") or {}).get("passes"),
         },
         "sweep_ran": outcome.sweep_status is not None,
         "jobs": [{"job": j, "state": s, "reason": r} for j, s, r in outcome.jobs],
         "references": references(outcome),
+        "soak": outcome.soak,
     }
 
 
@@ -139,6 +143,7 @@ def render(out: Path, data: dict[str, Any]) -> str:
                 ["node check", _check_line(nodes)],
                 ["acceptance sweep", f"{len(data['jobs'])} job(s)" if data["sweep_ran"] else "not run"],
                 ["references", f"{len(data['references'])} judged"],
+                ["soak", _soak_line(data)],
             ],
         ),
         "<h2>With which bench and software</h2>",
@@ -210,6 +215,18 @@ def render(out: Path, data: dict[str, Any]) -> str:
         "</body></html>",
     ]
     return "\n".join(parts) + "\n"
+
+
+def _soak_line(data: dict[str, Any]) -> str:
+    """The soaks, of the pairs and of the collective, in a line (docs/guides/accept.md, "Soak")."""
+    passes, soak = data["nodes"].get("soak_passes"), data.get("soak")
+    parts = [f"the pairs: {passes} pass(es)"] if passes is not None else []
+    if soak:
+        parts.append(
+            f"{soak['what']}: {soak['windows']} windows over {soak['seconds'] / 60:g} min, busbw p10 {soak['p10']:.3g},"
+            f" median {soak['median']:.3g}, p90 {soak['p90']:.3g} GB/s; its end over its start {soak['drift']:.2f}"
+        )
+    return "; ".join(parts) or "not run"
 
 
 def _check_line(nodes: dict[str, Any]) -> str:

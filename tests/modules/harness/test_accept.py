@@ -125,3 +125,61 @@ def test_a_local_acceptance_on_fewer_nodes_than_its_references_is_refused(tmp_pa
     r = bench("accept", "--executor", "local", "--nodes", "2", "--out", str(out), check=False)
     assert r.returncode == 2 and not out.exists(), r.describe()
     assert r.stderr.splitlines()[-1].endswith("has a reference on 4 nodes; give --nodes 4 or more"), r.describe()
+
+
+def test_the_collective_is_soaked_on_real_ranks_and_judged_by_its_drift(tmp_path):
+    """`bench accept --soak`'s job after the sweep (harness/accept.py): sweeps/local-accept.yaml's
+    all_reduce at its largest size on the 4 emulated nodes its references name, real gloo ranks,
+    2 s of windows; judged, then its own windows replayed falling, too few and unreadable."""
+    import io
+    import json
+
+    from rich.console import Console
+
+    from harness import accept, executors, sweep
+    from harness.config.cluster_profile import load_profile
+    from harness.present.acceptance import Outcome
+
+    profile = load_profile(SWEEPS / "clusters" / "local.yaml")
+    path = SWEEPS / "local-accept.yaml"
+    spec = load_sweep(path, overrides=narrowing(profile.reference))
+    soak = accept._soak_sweep(path, spec, profile.reference, profile, 2.0)
+    console = Console(file=io.StringIO(), width=200)
+    assert sweep.start(soak, path, executors.get("local"), profile, tmp_path, console) == 0, console.file.getvalue()
+
+    def judged() -> Outcome:
+        outcome = Outcome(0, {})
+        accept._judge_soak(outcome, tmp_path, 0.5)
+        return outcome
+
+    measured = judged()
+    s = measured.soak
+    assert s is not None and s["what"] == "all_reduce 4M on 4 node(s)" and s["seconds"] == 2.0, s
+    assert s["windows"] >= 3 and 0 < s["p10"] <= s["median"] <= s["p90"], s
+    fell = [f"the soak of all_reduce 4M on 4 node(s) read {1 - s['drift']:.0%} lower at its end than at its start"]
+    assert [r.split(" (")[0] for r in measured.reasons] == ([] if s["drift"] >= 0.5 else fell), measured.reasons
+    result = tmp_path / "jobs" / "n4-g1-torchrun-default" / "allreduce.json"
+    data = json.loads(result.read_text())
+    windows = data["soak"]["windows"]
+    assert windows[-1][0] >= 2.0 and all(calls >= 1 and busbw > 0 for _, calls, busbw in windows), windows
+    assert len(windows) == s["windows"] and [w[0] for w in windows] == sorted(w[0] for w in windows)
+
+    def replayed(found: object) -> Outcome:
+        result.write_text(json.dumps({**data, "soak": found}))
+        return judged()
+
+    n = len(windows)  # the last third of the windows at 30% of the first's figure: a drift of 0.3
+    falling = [[t, c, 1.0 if i < n - n // 3 else 0.3] for i, (t, c, _) in enumerate(windows)]
+    outcome = replayed({**data["soak"], "windows": falling})
+    assert (
+        outcome.reasons
+        == [
+            "the soak of all_reduce 4M on 4 node(s) read 70% lower at its end than at its start (busbw 1 GB/s over"
+            " its first third, 0.3 over its last)"
+        ]
+        and not outcome.unjudged
+    ), outcome.reasons
+    outcome = replayed({**data["soak"], "windows": windows[:2]})
+    assert outcome.unjudged and outcome.reasons[0].startswith("the soak: 2 window(s)"), outcome.reasons
+    outcome = replayed({**data["soak"], "windows": "falling"})
+    assert outcome.unjudged and outcome.reasons[0].startswith(f"the soak's result {result} cannot be read"), outcome

@@ -114,7 +114,7 @@ def test_a_stopped_rank_of_a_local_job_is_named(tmp_path):
     host = os.uname().nodename
     assert hang["reason"].startswith(f"rank 1 on {host} is stopped (state T) in all_reduce"), hang
     # where rank 0 waits is read from its stack: the all-reduce, or the barrier before the timed
-    # calls when rank 1 was stopped in the warm-up (benchmarks/allreduce.py, _time_calls)
+    # calls when rank 1 was stopped in the warm-up (benchmarks/timing.py, time_calls)
     assert re.search(rf"rank 0 on {host} waits in (all_reduce|barrier) \(all_reduce 1M\)", hang["reason"]), hang
     # rank 0 dumped its flight recorder when asked; the stopped rank 1 could not
     recorded = hang["flight"]
