@@ -3,7 +3,9 @@
     node_checks    one row per added check: cluster, label, when it ran, its nodes, what it named
     node_figures   its figures: per node ("node bnode3") its matmul, its all-reduce and, of each
                    pair figure, the median over its partners; per pair ("pair bnode3 bnode5")
-                   each pair figure; a failed step's figure is NULL
+                   each pair figure; a failed step's figure is NULL. A soaked check adds each
+                   pair figure's drift over the soak (metric "busbw_gbps_soak_drift"), per link
+                   and, the median of its links', per node
 
 `bench history changes --nodes` searches each (metric, node or pair) series for change points
 as it does a sweep's keys, so a node that degrades over weeks is seen. The tables are made by the
@@ -67,6 +69,10 @@ def is_check(path: Path) -> bool:
 # The check's own row among its figures: the median seconds of its rounds, which the next check's
 # estimate takes (`bench nodes`, docs/guides/nodes.md "Cost"); not a metric, so no change is searched in it.
 ROUND_S = ("check", "round_s")
+# A pair figure's drift over the soak (harness/nodes/soak.py), stored as a metric of its own: a link
+# that warms worse check after check is a series for `bench history changes --nodes` too.
+DRIFT = "_soak_drift"
+SERIES_METRICS = (*METRICS, *(m + DRIFT for m, (_, _, kind) in METRICS.items() if kind == "pair"))
 
 
 def rows(v: Verdict) -> list[tuple[str, str, float | None]]:
@@ -78,6 +84,13 @@ def rows(v: Verdict) -> list[tuple[str, str, float | None]]:
             out += [(f"node {n}", metric, x) for n, x in figures.items()]
     for metric, by_pair in v.pair_figures.items():
         out += [(f"pair {a} {b}", metric, x) for (a, b), x in by_pair.items()]
+    for metric, links in v.soak.items():
+        out += [(f"pair {a} {b}", metric + DRIFT, drift) for (a, b), (_, _, drift) in links.items()]
+        drifts: dict[str, list[float]] = {}
+        for pair, (_, _, drift) in links.items():
+            for n in pair:
+                drifts.setdefault(n, []).append(drift)
+        out += [(f"node {n}", metric + DRIFT, statistics.median(d)) for n, d in drifts.items()]
     return out
 
 
@@ -237,8 +250,10 @@ def series(db: Location, cluster: str) -> tuple[list[NodeEntry], pd.DataFrame]:
     rows = [r for r in rows if r[3] is not None]
     frame = pd.DataFrame(rows, columns=["check", "key", "metric", "value"])
     frame["entry"] = frame["check"].map(index)
-    return found, frame[frame["metric"].isin(list(METRICS))][["metric", "key", "entry", "value"]]
+    return found, frame[frame["metric"].isin(SERIES_METRICS)][["metric", "key", "entry", "value"]]
 
 
 def metric_label(metric: str) -> str:
+    if metric.endswith(DRIFT):
+        return f"{METRICS[metric.removesuffix(DRIFT)][0]}, its soak's end over its start"
     return METRICS[metric][0]

@@ -286,7 +286,7 @@ def history_changes(args: argparse.Namespace) -> int:
         text = changes.render(result, args.cluster, threshold, nodehistory.metric_label)
         console.print(text.replace(" runs;", " node checks;", 1), markup=False)
         if args.store:
-            changes.store(db, args.cluster, changes.NODE_CHECKS, list(nodehistory.METRICS), result[0], threshold)
+            changes.store(db, args.cluster, changes.NODE_CHECKS, nodehistory.SERIES_METRICS, result[0], threshold)
             console.print(f"stored {len(result[0])} change points of node checks in {db}", markup=False)
         return 0
     metrics = metric_names(args.metric)

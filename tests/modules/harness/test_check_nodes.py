@@ -496,6 +496,19 @@ def test_a_link_that_falls_in_the_soak_is_named_with_its_first_and_last_readings
     assert "over the soak: 70% lower at its end than at its start, while the links' median moved +0%" in why
     assert v["soak"]["passes"] == 3 and v["soak"]["links"]["p2p_gbps"]["local0 local3"]["drift"] == pytest.approx(0.3)
     assert "the soak, 3 passes: two-node all-reduce, busbw" in r.stdout and "lowest 30% (local0 - local3)" in r.stdout
+    # in the history, each link's drift is a series, and each node's median of its links' (docs/guides/nodes.md)
+    db = tmp_path / "history.sqlite"
+    nodehistory.add(db, run, "lab", None, check_nodes.verdict_of(run), create=True)
+    _, frame = nodehistory.series(db, "lab")
+    drifts = {
+        (m, k): x for m, k, x in frame[frame["metric"].str.endswith("_soak_drift")][["metric", "key", "value"]].values
+    }
+    assert len(drifts) == 2 * (6 + 4) and drifts["p2p_gbps_soak_drift", "pair local0 local3"] == pytest.approx(0.3)
+    assert drifts["p2p_gbps_soak_drift", "node local0"] == pytest.approx(1.0, abs=0.2)  # 2 of its 3 links held
+    assert (
+        nodehistory.metric_label("p2p_gbps_soak_drift")
+        == "point-to-point exchange, per rank, its soak's end over its start"
+    )
 
 
 def test_a_check_of_a_profile_s_leaves_names_the_slow_path_between_them(local_check, tmp_path):
