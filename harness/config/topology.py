@@ -42,6 +42,24 @@ def leaves_of(text: str) -> tuple[Leaf, ...]:
     return tuple(leaves)
 
 
+def leaf_in_address(address: str, pattern: str, host: str) -> str:
+    """The leaf switch above `host` in its job step's SLURM_TOPOLOGY_ADDR (`spine.leaf1.bnode3`),
+    read by SLURM_TOPOLOGY_ADDR_PATTERN (`switch.switch.node`): the switch the node hangs from.
+    ValueError says what does not fit: parts that do not pair, a last part that is not this
+    node, no switch above it, or a hostile switch name."""
+    parts, kinds = address.split("."), pattern.split(".")
+    if len(parts) != len(kinds) or len(kinds) < 2 or kinds[-2:] != ["switch", "node"]:
+        raise ValueError(
+            f"SLURM_TOPOLOGY_ADDR {_short(address)!r} by pattern {_short(pattern)!r}: no switch above a node"
+        )
+    if parts[-1] != host:
+        raise ValueError(f"SLURM_TOPOLOGY_ADDR {_short(address)!r} ends in another node than {host}")
+    try:
+        return Leaf(name=parts[-2], nodes=host).name
+    except FieldError as exc:
+        raise ValueError(f"SLURM_TOPOLOGY_ADDR {_short(address)!r}: {exc}") from None
+
+
 def _lines(text: str) -> list[tuple[int, str]]:
     """(number of its first line, text) of each statement: comments (`#` on) dropped, a line
     that ends in a backslash joined to the next, blank ones skipped."""

@@ -181,6 +181,12 @@ FOLDER = "faults"  # in a check's folder: before/<host>.json and after/<host>.js
 SYSFS_ENV = "BENCH_SYSFS_ROOT"  # where sysfs is mounted, if not /sys (a container's view of the host's)
 READING_VERSION = 1
 READING_LIMIT = 1 << 22  # bytes of one node's reading: thousands of Xids, hundreds of ports
+# This node's place in Slurm's switch tree as its job step sees it (topology/tree only): the switches
+# from the top down and the node, `spine.leaf1.bnode3`, and what each part is, `switch.switch.node`
+# (docs/reference/sources.md, "The switch tree"). Kept beside the faults, which every node of a check
+# reads in a step of its own, so that the check's leaves can be held against Slurm's.
+TOPOLOGY_ENV = ("SLURM_TOPOLOGY_ADDR", "SLURM_TOPOLOGY_ADDR_PATTERN")
+ADDRESS_LIMIT = 1024  # characters of each
 
 
 def uptime_s(proc: Path = Path("/proc")) -> float:
@@ -198,7 +204,14 @@ def reading(sys_root: Path = Path("/sys"), proc: Path = Path("/proc")) -> dict[s
         "ib_errors": read_ib_errors(sys_root),
         "xids": [asdict(x) for x in parse_xids(text)] if text is not None else None,
         "kernel_log": why,
+        "topology": _address(),
     }
+
+
+def _address() -> list[str] | None:
+    """[SLURM_TOPOLOGY_ADDR, its pattern] of this step, None where either is unset or too long."""
+    found = [os.environ.get(name, "") for name in TOPOLOGY_ENV]
+    return found if all(0 < len(x) <= ADDRESS_LIMIT for x in found) else None
 
 
 def write_reading(folder: Path, host: str, sys_root: Path = Path("/sys"), proc: Path = Path("/proc")) -> Path:
@@ -226,6 +239,15 @@ def is_reading(data: object) -> bool:
         and is_counters(data.get("ib_errors"))
         and (data.get("xids") is None) != (data.get("kernel_log") is None)
         and all(_xid(x) for x in data.get("xids") or ())
+        and _is_address(data.get("topology"))
+    )
+
+
+def _is_address(data: object) -> bool:
+    """None (no address: not under Slurm's topology/tree, or a reading from before it was read),
+    or [address, pattern] as `_address` reads them."""
+    return data is None or (
+        isinstance(data, list) and len(data) == 2 and all(isinstance(x, str) and len(x) <= ADDRESS_LIMIT for x in data)
     )
 
 
@@ -307,6 +329,20 @@ def read_check(folder: Path, names: list[str]) -> list[NodeFaults]:
             except (OSError, ValueError) as exc:
                 found.unjudged.append(f"its reading {when} the check cannot be read ({str(exc)[:120]})")
         out.append(judge(host, *readings) if len(readings) == 2 else found)
+    return out
+
+
+def addresses(folder: Path, names: list[str]) -> dict[str, tuple[str, str]]:
+    """Each node's (SLURM_TOPOLOGY_ADDR, pattern) from its reading before the check in `folder`,
+    where it has one; a reading that cannot be read gives none (read_check says why)."""
+    out = {}
+    for host in names:
+        try:
+            found = load_reading(folder / "before" / f"{host}.json").get("topology")
+        except (OSError, ValueError):
+            continue
+        if found:
+            out[host] = (found[0], found[1])
     return out
 
 

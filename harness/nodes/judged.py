@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.config.hostlists import hostlist
+from harness.config.topology import leaf_in_address
 from harness.errors import DataError
 from harness.evidence import faults
 from harness.nodes.driver import FOLDER, Plan
@@ -47,6 +48,8 @@ def judge_check(run: Path, plan: Plan, profile: ClusterProfile | None) -> tuple[
         if rail.name not in f.rails or not any(f.rails[rail.name].pairs.values()):
             v.unjudged.append(f"rail {rail.name}: no step measured it")
     hardware_faults(v, faults.read_check(run / FOLDER / faults.FOLDER, f.names))
+    if leaf_of:
+        leaves_in_job(v, faults.addresses(run / FOLDER / faults.FOLDER, f.names), leaf_of)
     return v, f.record
 
 
@@ -100,6 +103,29 @@ def on_rails(v: Verdict, f: Figures, threshold: float) -> None:
         v.unjudged += [f"rail {rail}: {line}" for line in rv.unjudged]
     v.nodes = sorted(named.values(), key=lambda x: order.get(x.nodes[0], 0))
     v.links = sorted(links.values(), key=lambda x: tuple(order.get(n, 0) for n in x.nodes))
+
+
+def leaves_in_job(v: Verdict, found: Mapping[str, tuple[str, str]], leaf_of: Mapping[str, str]) -> None:
+    """Hold the leaves the check is judged by (`leaf_of`: the profile's, or its topology's as the
+    check was planned) against those Slurm gave each node's step (`found`: SLURM_TOPOLOGY_ADDR and
+    its pattern, read with the node's faults). A node under another leaf in the job fails closed:
+    the paths between leaves rest on the leaves, so they are not taken as judged. An address that
+    cannot be read is said."""
+    job, unread = {}, []
+    for host, (address, pattern) in found.items():
+        try:
+            job[host] = leaf_in_address(address, pattern, host)
+        except ValueError as exc:
+            unread.append(f"{host}: {exc}")
+    moved = [n for n in v.names if n in job and n in leaf_of and job[n] != leaf_of[n]]
+    if moved:
+        n = moved[0]
+        v.unjudged.append(
+            f"the leaves: Slurm's SLURM_TOPOLOGY_ADDR in the job puts {hostlist(moved)} under other leaves than the"
+            f" check's ({n} under {job[n]}, not {leaf_of[n]}): the paths between leaves cannot be judged by them;"
+            " mend the profile's leaves or topology"
+        )
+    v.unread += unread
 
 
 def hardware_faults(v: Verdict, found: list[faults.NodeFaults]) -> None:

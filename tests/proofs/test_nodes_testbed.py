@@ -30,6 +30,7 @@ link's read 84-97% below.
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 import time
 
@@ -144,7 +145,7 @@ def test_nothing_shaped_names_nothing(checks, name):
         assert result["world_size"] == 4 and sorted(result["params"]["groups"]) == ["inter", "world"]
 
 
-def test_the_leaves_slurm_reports_plan_and_judge_the_pairs(checks):
+def test_the_leaves_slurm_reports_plan_and_judge_the_pairs(checks, tmp_path):
     """The testbed's topology.conf puts bnode[1-4] under leaf1 and bnode[5-8] under leaf2; a
     profile of `topology: slurm` reads them from `scontrol show topology`, and the 3 partners'
     rounds follow them: under the leaves, across (each node of leaf1 with one of leaf2), under.
@@ -168,6 +169,26 @@ def test_the_leaves_slurm_reports_plan_and_judge_the_pairs(checks):
     assert judged == {m: (["leaf1", "leaf2"], 4) for m in ("busbw_gbps", "p2p_gbps")}, v["paths_judged"]
     assert "paths between leaves judged healthy" in r.stdout
     print(f"\n8 nodes by leaf, 3 partners: {took:.1f} s; paths {v['paths_judged']}")
+    # each node's step saw its place in the tree as Slurm set it (SLURM_TOPOLOGY_ADDR), kept with
+    # its faults; held against the check's leaves, they agree. With bnode8's moved under leaf1 (a
+    # copy of the check, judged again), they do not, and the paths are not taken as judged.
+    before = path / "jobs/nodes/faults/before"
+    for host in hosts:
+        assert read_json(before / f"{host}.json")["topology"] == [
+            f"spine.leaf{_leaf(host)}.{host}",
+            "switch.switch.node",
+        ]
+    moved = tmp_path / "moved"
+    shutil.copytree(path, moved, symlinks=True)
+    reading = moved / "jobs/nodes/faults/before/bnode8.json"
+    reading.write_text(reading.read_text().replace("spine.leaf2.bnode8", "spine.leaf1.bnode8"))
+    again = bench("nodes", "--report", str(moved), check=False)
+    assert again.returncode == 3, again.describe()
+    assert verdict(moved)["not_judged"] == [
+        "the leaves: Slurm's SLURM_TOPOLOGY_ADDR in the job puts bnode8 under other leaves than the check's (bnode8"
+        " under leaf1, not leaf2): the paths between leaves cannot be judged by them; mend the profile's leaves or"
+        " topology"
+    ]
 
 
 def test_a_slow_uplink_is_named_and_no_node_or_link(checks):

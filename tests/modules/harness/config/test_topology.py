@@ -4,12 +4,14 @@ topology` of Slurm 22.05.8 printed of the testbed's tree and the topology.conf i
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from conftest import ROOT
 
 from harness.config.cluster_profile import ClusterProfile, Leaf
 from harness.config.fields import FieldError
-from harness.config.topology import leaves_of
+from harness.config.topology import leaf_in_address, leaves_of
 
 FIXTURES = ROOT / "tests" / "fixtures" / "topology"
 TESTBED = (Leaf(name="leaf1", nodes="bnode[1-4]"), Leaf(name="leaf2", nodes="bnode[5-8]"))
@@ -65,3 +67,25 @@ def test_a_profile_s_topology_is_slurm_or_an_absolute_path_and_never_beside_leav
     with pytest.raises(FieldError, match=said) as raised:
         ClusterProfile(name="lab", topology=fields["topology"], leaves=leaves)
     assert raised.value.key == "topology"
+
+
+def test_a_node_s_leaf_is_read_from_its_job_step_s_address():
+    """SLURM_TOPOLOGY_ADDR and its pattern as Slurm 22.05.8 set them in an srun step on the
+    testbed's 4 nodes (`spine.leaf2.bnode4`, `switch.switch.node`; docs/reference/sources.md)."""
+    assert leaf_in_address("spine.leaf2.bnode4", "switch.switch.node", "bnode4") == "leaf2"
+    assert leaf_in_address("s1.bnode1", "switch.node", "bnode1") == "s1"  # a tree of one level
+
+
+@pytest.mark.parametrize(
+    ("address", "pattern", "said"),
+    [
+        ("spine.leaf2.bnode4", "switch.switch.node", "ends in another node than bnode3"),
+        ("spine.leaf2.bnode3", "switch.node", "no switch above a node"),
+        ("bnode3", "node", "no switch above a node"),
+        ("spine.leaf2.bnode3", "switch.node.node", "no switch above a node"),
+        ("spine.le$(id)af.bnode3", "switch.switch.node", "le$(id)af"),
+    ],
+)
+def test_an_address_that_does_not_fit_is_refused_with_what_is_wrong(address, pattern, said):
+    with pytest.raises(ValueError, match=re.escape(said)):
+        leaf_in_address(address, pattern, "bnode3")

@@ -232,3 +232,54 @@ def test_a_checks_readings_judge_each_node_and_the_verdict_groups_what_it_could_
         "hardware faults of h4: no reading after the check",
     ]
     assert v.drain == "h1"
+
+
+def test_each_node_s_reading_holds_its_place_in_slurm_s_tree_and_the_check_holds_its_leaves_to_it(
+    tmp_path, monkeypatch
+):
+    """Each node's reading before the check keeps its step's SLURM_TOPOLOGY_ADDR and pattern (the
+    testbed's, Slurm 22.05.8). Judged by leaves that put h4 under leaf1 where Slurm puts it under
+    leaf2, the paths cannot be judged, and the verdict says so; an address that does not end in
+    its node is said; none at all (not under topology/tree) is no address."""
+    from harness.nodes import judged, verdict
+
+    stand_in_dmesg(tmp_path / "bin", monkeypatch, "exit 0")
+    folder = tmp_path / "faults"
+    (folder / "before").mkdir(parents=True)
+    monkeypatch.setenv("SLURM_TOPOLOGY_ADDR_PATTERN", "switch.switch.node")
+    for host, address in (
+        ("h1", "spine.leaf1.h1"),
+        ("h2", "spine.leaf1.h2"),
+        ("h3", "spine.leaf2.h9"),
+        ("h4", "spine.leaf2.h4"),
+    ):
+        monkeypatch.setenv("SLURM_TOPOLOGY_ADDR", address)
+        faults.write_reading(folder / "before", host, tmp_path / "no-sys")
+    monkeypatch.delenv("SLURM_TOPOLOGY_ADDR")
+    faults.write_reading(folder / "before", "h5", tmp_path / "no-sys")
+    names = ["h1", "h2", "h3", "h4", "h5"]
+    found = faults.addresses(folder, names)
+    assert found == {
+        h: (a, "switch.switch.node")
+        for h, a in (
+            ("h1", "spine.leaf1.h1"),
+            ("h2", "spine.leaf1.h2"),
+            ("h3", "spine.leaf2.h9"),
+            ("h4", "spine.leaf2.h4"),
+        )
+    }
+    leaves = {"h1": "leaf1", "h2": "leaf1", "h3": "leaf2", "h4": "leaf1", "h5": "leaf2"}
+    v = verdict.judge(names, {}, {}, 0.1, {})
+    judged.leaves_in_job(v, found, leaves)
+    assert v.unjudged == [
+        "the leaves: Slurm's SLURM_TOPOLOGY_ADDR in the job puts h4 under other leaves than the check's (h4 under"
+        " leaf2, not leaf1): the paths between leaves cannot be judged by them; mend the profile's leaves or topology"
+    ]
+    assert v.unread == ["h3: SLURM_TOPOLOGY_ADDR 'spine.leaf2.h9' ends in another node than h3"]
+    v = verdict.judge(names, {}, {}, 0.1, {})
+    judged.leaves_in_job(v, found, leaves | {"h4": "leaf2"})
+    assert v.unjudged == []  # the same leaves: nothing said
+    path = folder / "before" / "h1.json"
+    path.write_text(path.read_text().replace('"topology": [', '"topology": [1, '))  # a reading is data, not trusted
+    with pytest.raises(ValueError, match="not a reading of a node's faults"):
+        faults.load_reading(path)
