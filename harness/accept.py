@@ -298,7 +298,6 @@ def _judge_soak(outcome: acceptance.Outcome, path: Path, threshold: float) -> No
         outcome.unjudged = True
         return
     k = max(1, len(windows) // 3)
-    what = f"{found['collective']} {format_size(int(found['size_bytes']))} on {job.nodes} node(s)"
     outcome.soak = {
         "job": job.name,
         "what": what,

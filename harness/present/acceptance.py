@@ -223,7 +223,7 @@ def _soak_line(data: dict[str, Any]) -> str:
     parts = [f"the pairs: {passes} pass(es)"] if passes is not None else []
     if soak:
         parts.append(
-            f"{soak['what']}: {soak['windows']} windows over {soak['seconds'] / 60:g} min, busbw p10 {soak['p10']:.3g},"
+            f"{soak['what']}: {soak['windows']} windows over {soak['seconds']:g} s, busbw p10 {soak['p10']:.3g},"
             f" median {soak['median']:.3g}, p90 {soak['p90']:.3g} GB/s; its end over its start {soak['drift']:.2f}"
         )
     return "; ".join(parts) or "not run"

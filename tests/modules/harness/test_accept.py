@@ -138,7 +138,9 @@ def test_the_collective_is_soaked_on_real_ranks_and_judged_by_its_drift(tmp_path
 
     from harness import accept, executors, sweep
     from harness.config.cluster_profile import load_profile
+    from harness.present import acceptance
     from harness.present.acceptance import Outcome
+    from harness.run import provenance
 
     profile = load_profile(SWEEPS / "clusters" / "local.yaml")
     path = SWEEPS / "local-accept.yaml"
@@ -157,6 +159,10 @@ def test_the_collective_is_soaked_on_real_ranks_and_judged_by_its_drift(tmp_path
     assert s is not None and s["what"] == "all_reduce 4M on 4 node(s)" and s["seconds"] == 2.0, s
     assert s["windows"] >= 3 and 0 < s["p10"] <= s["median"] <= s["p90"], s
     fell = [f"the soak of all_reduce 4M on 4 node(s) read {1 - s['drift']:.0%} lower at its end than at its start"]
+    data = acceptance.as_json(measured, profile, provenance.record(), "local[0-3]")  # the page to sign says it
+    assert data["soak"] == s and f"all_reduce 4M on 4 node(s): {s['windows']} windows over 2 s" in (
+        acceptance.render(tmp_path, data)
+    )
     assert [r.split(" (")[0] for r in measured.reasons] == ([] if s["drift"] >= 0.5 else fell), measured.reasons
     result = tmp_path / "jobs" / "n4-g1-torchrun-default" / "allreduce.json"
     data = json.loads(result.read_text())
