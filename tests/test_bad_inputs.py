@@ -550,6 +550,7 @@ CASES = [
     Case("nodes-soak-zero", lambda t, r: ["nodes", "--executor", "local", "--soak", "0"], "--soak", "above 0"),
     Case("nodes-soak-word", lambda t, r: ["nodes", "--executor", "local", "--soak", "1h"], "--soak", "'1h'"),
     Case("nodes-soak-nan", lambda t, r: ["nodes", "--executor", "local", "--soak", "nan"], "--soak", "above 0"),
+    Case("nodes-dcgm-level", lambda t, r: ["nodes", "--executor", "local", "--dcgm", "5"], "--dcgm", "1, 2, 3, 4"),
     Case("accept-soak-long", lambda t, r: ["accept", "--executor", "local", "--soak", "20000"], "--soak", "a week"),
     Case(
         "accept-soak-no-collective",  # a training reference alone, and a sweep that measures no collective

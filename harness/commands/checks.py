@@ -25,6 +25,7 @@ from harness.commands.shared import (
 from harness.config.cluster_profile import ClusterProfile, Rail, load_profile
 from harness.config.fields import SHIPPED, FieldError, check_time
 from harness.errors import UsageError
+from harness.evidence.dcgm import LEVELS
 from harness.nodes.driver import check_options
 from harness.nodes.rounds import Options
 
@@ -61,6 +62,10 @@ SOAK_HELP = (
     "node whose figures fall while warm (whole passes: at least 2 are needed)"
 )
 SOAK_MAX_MIN = 7 * 24 * 60
+DCGM_HELP = (
+    "first run DCGM's diagnostic of every node's GPUs at this level, 1 to 4 (dcgmi diag -r LEVEL), and name a "
+    "node whose GPU fails a test; a node without dcgmi is not judged"
+)
 
 
 def soak_minutes(text: str) -> float:
@@ -112,6 +117,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
         step_timeout_s=args.step_timeout,
         rails=_rails(args, kind.batch, profile),
         soak_s=(args.soak or 0.0) * 60,
+        dcgm=args.dcgm or 0,
     )
     _check_options(options)
     if args.time_limit is not None:
@@ -161,6 +167,7 @@ def cmd_accept(args: argparse.Namespace) -> int:
         iters=args.iters,
         rails=_rails(args, kind.batch, profile),
         soak_s=(args.soak or 0.0) * 60,
+        dcgm=args.dcgm or 0,
     )
     _check_options(options)
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -229,6 +236,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "cable is named with its rail",
     )
     n.add_argument("--soak", type=soak_minutes, metavar="MINUTES", help=SOAK_HELP)
+    n.add_argument("--dcgm", type=int, choices=LEVELS, metavar="LEVEL", help=DCGM_HELP)
     n.add_argument(
         "--concurrency",
         type=positive_int,
@@ -314,6 +322,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         + "; then, after the sweep, its first collective at its largest size on its most nodes, this long again, "
         "judged by how its bus bandwidth falls while warm",
     )
+    a.add_argument("--dcgm", type=int, choices=LEVELS, metavar="LEVEL", help="the node check: " + DCGM_HELP)
     a.add_argument("--threshold", help="the node check's threshold (default 10%%; 50%% locally, as bench nodes)")
     a.add_argument("--db", help=DB_HELP + "; the node check's estimate takes the cluster's last check")
     a.add_argument(

@@ -44,7 +44,7 @@ from typing import Any
 
 from benchmarks.catalog import COLLECTIVES, WORLD, collective
 from benchmarks.results import bounded_lines, open_regular
-from harness.evidence import faults
+from harness.evidence import dcgm, faults
 from harness.files import inside
 
 DIR = "telemetry"  # jobs/<job>/telemetry/
@@ -654,7 +654,7 @@ def nic_columns(result: Mapping[str, Any], key: str, tele: Telemetry) -> tuple[d
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m harness.telemetry sample|mark|faults`, run by the executors, the batch script and
+    """`python -m harness.telemetry sample|mark|faults|dcgm`, run by the executors, the batch script and
     the node check; not a user command."""
     parser = argparse.ArgumentParser(prog="python -m harness.telemetry")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -667,9 +667,14 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("event", choices=("start", "end"))
     f = sub.add_parser("faults", help="write this node's IB error counters and Xids to FOLDER/<host>.json")
     f.add_argument("folder", type=Path)
+    d = sub.add_parser("dcgm", help="run DCGM's diagnostic of this node's GPUs into FOLDER/<host>.json")
+    d.add_argument("folder", type=Path)
+    d.add_argument("level", type=int, choices=dcgm.LEVELS)
     args = parser.parse_args(argv)
     if args.command == "faults":
         faults.read_here(args.folder)
+    elif args.command == "dcgm":
+        dcgm.run_here(args.folder, args.level)
     elif args.command == "sample":
         if not (0.05 <= args.interval_s <= 3600):
             parser.error(f"--interval-s must be between 0.05 and 3600, found {args.interval_s:g}")

@@ -29,6 +29,7 @@ from benchmarks.results import RESULT_LIMIT, json_bytes, read_regular
 from harness.config.cluster_profile import Rail
 from harness.config.fields import FieldError
 from harness.config.hostlists import HOSTLIST_RE, NODE_NAME_RE
+from harness.evidence import dcgm
 from harness.evidence.faults import FOLDER as FAULTS
 from harness.evidence.logs import error_line, tail
 from harness.files import inside
@@ -49,6 +50,7 @@ STEP_SCRIPT = "step.sh"  # the srun line of a step, rendered by harness/executor
 # An environment variable, not an argument, so that a driver and a step script of two bench
 # versions (a check queued across an upgrade) still agree on the arguments.
 STEP_TASKS = "BENCH_STEP_TASKS"
+STEP_MINUTES = "BENCH_STEP_MINUTES"  # a step's srun --time where it is not the step timeout: DCGM's
 _POLL_S = 0.05
 _GRACE_S = 30.0  # past the step timeout before the driver ends a step Slurm's --time did not
 FAULTS_TIMEOUT_S = 60.0  # for every node's reading of its faults: a few small files and dmesg
@@ -115,9 +117,11 @@ class SrunLauncher(Launcher):
         port = 20000 + (self.job_id % 20000 + index) % 40000
         nodes = ",".join(names[i] for i in step.nodes)
         command = ["bash", self.script, step.name, nodes, str(len(step.nodes)), str(port), step.module, *step.args]
-        env = {k: v for k, v in os.environ.items() if k != STEP_TASKS} | dict(step.env)
+        env = {k: v for k, v in os.environ.items() if k not in (STEP_TASKS, STEP_MINUTES)} | dict(step.env)
         if step.tasks:
             env[STEP_TASKS] = str(step.tasks)
+        if step.limit_s:
+            env[STEP_MINUTES] = str(math.ceil(step.limit_s / 60))
         return [_popen(command, self.run, env, log)]
 
 
@@ -173,10 +177,15 @@ class Driver:
         inside.write(self.run, folder / RECORD, json_bytes(record))
 
     def drive(self, progress: Callable[[str], None] = lambda line: None) -> None:
-        for sub in (node_rounds.STEPS_DIR, ROUNDS_DIR, FAULTS):
+        for sub in (node_rounds.STEPS_DIR, ROUNDS_DIR, FAULTS, *([dcgm.FOLDER] if self.options.dcgm else [])):
             inside.mkdir(self.run, PurePosixPath(self.folder) / sub)
         self.save()
         self._read_faults("before", progress)
+        if self.options.dcgm:  # DCGM's diagnostic, before the rounds load the GPUs (harness/evidence/dcgm.py)
+            level = self.options.dcgm
+            step = node_rounds.dcgm_step(len(self.names), level, self.folder)
+            if not self._on_each_node(step, step.limit_s or dcgm.TIMEOUT_S[level]):
+                progress(f"DCGM's diagnostic (level {level}) failed on some node: see {self.folder}/{step.log}")
         index = 0
         for k, round_ in enumerate(self.plan):
             index = self._round(k, node_rounds.steps(round_, self.options, self.folder), index, progress)
@@ -251,18 +260,24 @@ class Driver:
         rounds' record: a node whose reading is missing is not judged by it, and the verdict
         says so (harness/evidence/faults.py)."""
         step = node_rounds.fault_step(len(self.names), when, self.folder)
+        if not self._on_each_node(step, FAULTS_TIMEOUT_S):
+            progress(f"reading the nodes' hardware faults {when} the check failed: see {self.folder}/{step.log}")
+
+    def _on_each_node(self, step: Step, timeout_s: float) -> bool:
+        """Run `step`, a program on every node, outside the rounds' record, for at most
+        `timeout_s`; whether every node's ended well. What each node's program writes is read by
+        the verdict, which says where it is missing."""
         log = inside.append(self.run, PurePosixPath(self.folder) / step.log)
         tag, procs = new_tag(), []
         try:
             procs = self.launcher.start(step, self.names, 0, log, tag)
-            deadline = time.monotonic() + FAULTS_TIMEOUT_S + self.launcher.grace_s
+            deadline = time.monotonic() + timeout_s + self.launcher.grace_s
             while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
                 time.sleep(_POLL_S)
         finally:
             kill_groups(procs, tag)
             log.close()
-        if any(p.returncode != 0 for p in procs):
-            progress(f"reading the nodes' hardware faults {when} the check failed: see {self.folder}/{step.log}")
+        return all(p.returncode == 0 for p in procs)
 
     def _run(self, steps: list[Step], index: int) -> int:
         """Run `steps` at once to their end; the next step's index."""
@@ -401,6 +416,7 @@ _RANGES: dict[str, tuple[type, float, float]] = {
     "concurrency": (int, 1, 100_000),
     "step_timeout_s": (float, 1, 86400),
     "soak_s": (float, 0, 7 * 86400),
+    "dcgm": (int, 0, max(dcgm.LEVELS)),
     "timeout_s": (float, 1, 86400),
 }
 

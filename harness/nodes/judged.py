@@ -7,14 +7,14 @@ driver measures again.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.config.hostlists import hostlist
 from harness.config.topology import leaf_in_address
 from harness.errors import DataError
-from harness.evidence import faults
+from harness.evidence import dcgm, faults
 from harness.nodes.driver import FOLDER, Plan
 from harness.nodes.figures import Figures, gather
 from harness.nodes.rounds import METRICS, RAIL, planned_metrics
@@ -48,6 +48,8 @@ def judge_check(run: Path, plan: Plan, profile: ClusterProfile | None) -> tuple[
         if rail.name not in f.rails or not any(f.rails[rail.name].pairs.values()):
             v.unjudged.append(f"rail {rail.name}: no step measured it")
     hardware_faults(v, faults.read_check(run / FOLDER / faults.FOLDER, f.names))
+    if plan.options.dcgm:
+        hardware_faults(v, dcgm.read_check(run / FOLDER / dcgm.FOLDER, f.names), "DCGM")
     if leaf_of:
         leaves_in_job(v, faults.addresses(run / FOLDER / faults.FOLDER, f.names), leaf_of)
     return v, f.record
@@ -128,21 +130,25 @@ def leaves_in_job(v: Verdict, found: Mapping[str, tuple[str, str]], leaf_of: Map
     v.unread += unread
 
 
-def hardware_faults(v: Verdict, found: list[faults.NodeFaults]) -> None:
-    """Name each node whose hardware recorded a fault during the check, the port or GPU in the
-    reason (harness/evidence/faults.py); what could not be judged is said once per reason, with
-    the nodes it holds for."""
+def hardware_faults(
+    v: Verdict, found: Sequence[faults.NodeFaults | dcgm.Diagnosis], source: str = "hardware fault"
+) -> None:
+    """Name each node whose hardware recorded a fault during the check (harness/evidence/faults.py)
+    or that DCGM's diagnostic failed (`source` "DCGM", harness/evidence/dcgm.py), the port, GPU or
+    test in the reason; what could not be judged is said once per reason, with the nodes it holds
+    for."""
     order = {n: i for i, n in enumerate(v.names)}
     named = {f.nodes[0]: f for f in v.nodes}
     unjudged: dict[str, list[str]] = {}
     unread: dict[str, list[str]] = {}
     for node in found:
         for line in node.named:
-            named.setdefault(node.host, Finding((node.host,))).reasons.append(f"hardware fault: {line}")
+            named.setdefault(node.host, Finding((node.host,))).reasons.append(f"{source}: {line}")
         for line in node.unjudged:
             unjudged.setdefault(line, []).append(node.host)
         for line in node.unread:
             unread.setdefault(line, []).append(node.host)
+    of = "hardware faults" if source == "hardware fault" else source
     v.nodes = sorted(named.values(), key=lambda f: order.get(f.nodes[0], 0))
-    v.unjudged += [f"hardware faults of {hostlist(hosts)}: {line}" for line, hosts in unjudged.items()]
+    v.unjudged += [f"{of} of {hostlist(hosts)}: {line}" for line, hosts in unjudged.items()]
     v.unread += [f"{hostlist(hosts)}: {line}" for line, hosts in unread.items()]

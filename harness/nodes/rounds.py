@@ -22,6 +22,8 @@ from typing import Any
 
 from benchmarks.common import format_size
 from harness.config.cluster_profile import Rail
+from harness.evidence.dcgm import FOLDER as DCGM
+from harness.evidence.dcgm import TIMEOUT_S as DCGM_TIMEOUT_S
 from harness.evidence.faults import FOLDER as FAULTS
 
 
@@ -119,6 +121,9 @@ class Options:
     # Seconds of the soak: once the rounds have run, their pairs again and again, whole passes
     # begun until this long has passed (docs/guides/nodes.md, "Soak"); 0: none
     soak_s: float = 0.0
+    # DCGM's diagnostic of every node's GPUs at this level before the rounds (`dcgmi diag -r`,
+    # docs/concepts/faults.md, "DCGM's diagnostic"); 0: none
+    dcgm: int = 0
 
 
 @dataclass(frozen=True)
@@ -133,6 +138,7 @@ class Step:
     tasks: int | None = None  # processes a node: one a rank (the check's ranks a node) where None
     env: tuple[tuple[str, str], ...] = ()  # set for the step's processes: its rail's
     rail: str | None = None  # the rail a rail step measures
+    limit_s: float | None = None  # how long Slurm lets it run, where not the check's step timeout
 
     @property
     def result(self) -> str:
@@ -289,6 +295,14 @@ def fault_step(n: int, when: str, folder: str) -> Step:
     its IB error counters and its kernel log's Xids (harness/evidence/faults.py)."""
     args = ("faults", f"{folder}/{FAULTS}/{when}")
     return Step(f"faults-{when}", tuple(range(n)), "harness.telemetry", args, plain=True, tasks=1)
+
+
+def dcgm_step(n: int, level: int, folder: str) -> Step:
+    """Every node's run of DCGM's diagnostic at `level` (harness/evidence/dcgm.py), a minute past
+    the level's bound, so that the node ends dcgmi and keeps what it printed before Slurm ends it."""
+    args = ("dcgm", f"{folder}/{DCGM}", str(level))
+    limit = DCGM_TIMEOUT_S[level] + 60
+    return Step("dcgm", tuple(range(n)), "harness.telemetry", args, plain=True, tasks=1, limit_s=limit)
 
 
 def _json(folder: str, name: str) -> tuple[str, str]:

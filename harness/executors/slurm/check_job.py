@@ -33,8 +33,8 @@ from harness.executors.slurm.script import (
 )
 from harness.executors.slurm.via_submitit import SubmititExecutor
 from harness.nodes.allocation import in_submitit_task
-from harness.nodes.driver import FOLDER, JOB, RECORD, STEP_SCRIPT, STEP_TASKS, Plan
-from harness.nodes.rounds import pair_round_count, round_count
+from harness.nodes.driver import FOLDER, JOB, RECORD, STEP_MINUTES, STEP_SCRIPT, STEP_TASKS, Plan
+from harness.nodes.rounds import dcgm_step, pair_round_count, round_count
 from harness.run.plan import Job, WorkloadRun
 from harness.run.rundir import RunDir
 
@@ -48,7 +48,8 @@ def check_job(plan: Plan, time_limit_min: float | None = None) -> Job:
     rounds = round_count(plan.nodes, o) + 1  # and the round of the links that read low, measured again
     # the soak: its minutes, and the pass begun just before they end (every pair round once more)
     soak = o.soak_s + pair_round_count(plan.nodes, o) * o.step_timeout_s if o.soak_s else 0.0
-    limit = time_limit_min or (rounds * o.step_timeout_s + soak) / 60 + SLACK_MIN
+    diagnosed = (dcgm_step(1, o.dcgm, FOLDER).limit_s or 0.0) if o.dcgm else 0.0  # DCGM's diagnostic
+    limit = time_limit_min or (rounds * o.step_timeout_s + soak + diagnosed) / 60 + SLACK_MIN
     return Job(
         name=JOB,
         config_hash="nodecheck",
@@ -110,7 +111,7 @@ def render_step_script(job: Job, profile: ClusterProfile, plan: Plan, overlap: b
     srun = " ".join(
         [
             'srun --job-name="$name" --nodes="$nnodes" --nodelist="$nodes" --ntasks="$ntasks"',
-            f'--ntasks-per-node="$tasks" --cpus-per-task={cpus} --kill-on-bad-exit=1 --time={step_limit}',
+            f'--ntasks-per-node="$tasks" --cpus-per-task={cpus} --kill-on-bad-exit=1 --time="$limit"',
             *(["--overlap"] if overlap else []),
             *(_quote(o) for o in profile.srun_options),
             *container,
@@ -123,14 +124,20 @@ def render_step_script(job: Job, profile: ClusterProfile, plan: Plan, overlap: b
                 "# One step of bench's node check, run by harness/nodes/driver.py from the run directory:",
                 "#   step.sh NAME NODES NNODES PORT MODULE [ARG...]",
                 "# The rendezvous is the step's first node; Slurm ends the step at the step timeout.",
-                f"# {STEP_TASKS}, where the driver sets it: tasks a node (1: a program each node runs once).",
+                f"# {STEP_TASKS}, where the driver sets it: tasks a node (1: a program each node runs once);",
+                f"# {STEP_MINUTES}: its minutes, where not the step timeout (DCGM's diagnostic).",
                 "set -euo pipefail",
                 "name=$1 nodes=$2 nnodes=$3 port=$4 module=$5",
                 "shift 5",
                 f"tasks=${{{STEP_TASKS}:-{tasks}}}",
+                f"limit=${{{STEP_MINUTES}:-{step_limit}}}",
                 'case "$nnodes:$port:$tasks" in',
                 "  *[!0-9:]*|:*|*:|*::*)",
                 f'    echo "bench: step.sh: NNODES, PORT and {STEP_TASKS} must be numbers" >&2; exit 2 ;;',
+                "esac",
+                'case "$limit" in',
+                "  ''|*[!0-9:]*)",
+                f'    echo "bench: step.sh: {STEP_MINUTES} must be minutes" >&2; exit 2 ;;',
                 "esac",
                 'case "$name" in',
                 '  ""|*[!a-z0-9-]*) echo "bench: step.sh: NAME must be letters, digits and -" >&2; exit 2 ;;',

@@ -180,6 +180,8 @@ def _tamper(tmp_path: Path, source: Path, rel: str, edit) -> Path:
         # the soak's rounds (docs/guides/nodes.md, "Soak")
         ("check.json", lambda t: t.replace('"soak_s": 0.0', '"soak_s": "60; id"'), "soak_s must be a number"),
         ("check.json", lambda t: t.replace('"soak_s": 0.0', '"soak_s": 1e9'), "soak_s must be a number from 0"),
+        ("check.json", lambda t: t.replace('"dcgm": 0', '"dcgm": 9'), "dcgm must be an integer from 0 to 4"),
+        ("check.json", lambda t: t.replace('"dcgm": 0', '"dcgm": "1; id"'), "dcgm must be an integer from 0 to 4"),
         ("jobs/nodes/steps.json", lambda t: _edit(t, soak=-1), "soak must be a count of rounds"),
         ("jobs/nodes/rounds/0.json", lambda t: _edit(t, **{"soak1-0-1": {}}), "step soak1-0-1 is of no soak pass"),
         ("jobs/nodes/steps.json", lambda t: _edit(t, ran=2, round_s=[1, 1], soak=1), "nodes/rounds/1.json"),
@@ -743,6 +745,9 @@ def test_the_check_is_one_job_of_every_node_running_the_driver():
     # soaked 30 minutes: those, and the pass begun just before they end (3 rounds at 2 min): 13 + 36
     soaked = Plan("slurm", dataclasses.replace(plan.options, soak_s=1800.0), 0.1, 4, "bnode[1-4]")
     assert "#SBATCH --time=00:49:00\n" in render_check_script(check_job(soaked), profile, soaked)
+    # DCGM's diagnostic at level 2 first: its 30 minutes and a minute more
+    diagnosed = Plan("slurm", dataclasses.replace(plan.options, dcgm=2), 0.1, 4, "bnode[1-4]")
+    assert "#SBATCH --time=00:44:00\n" in render_check_script(check_job(diagnosed), profile, diagnosed)
 
 
 @pytest.fixture
@@ -771,15 +776,15 @@ def test_a_plain_step_runs_once_a_node_however_many_ranks_a_node_has(tmp_path, f
     """A node check of 4 ranks a node: its pair steps run 4 tasks a node, and the reading of
     each node's faults, a plain step, one: the driver's SrunLauncher says so to the step script
     (BENCH_STEP_TASKS), which refuses a value that is not a number."""
-    from harness.nodes.driver import STEP_TASKS, SrunLauncher
-    from harness.nodes.rounds import fault_step
+    from harness.nodes.driver import STEP_MINUTES, STEP_TASKS, SrunLauncher
+    from harness.nodes.rounds import dcgm_step, fault_step
 
     env, record = fake_srun
     plan = Plan("slurm", Options(gpus_per_node=4, gemm=False), 0.1, 4, "bnode[1-4]")
     pair = _step(tmp_path, env, "pair-0-1", "bnode1,bnode2", "2", "21234", "benchmarks.allreduce", plan=plan)
     assert pair.returncode == 0, pair.stderr
     argv = json.loads(record.read_text())["argv"]
-    assert "--ntasks=8" in argv and "--ntasks-per-node=4" in argv
+    assert "--ntasks=8" in argv and "--ntasks-per-node=4" in argv and "--time=00:02:00" in argv  # the step timeout
     monkeypatch.setenv("PATH", env["PATH"])  # the launcher's steps take the driver's environment
     with open(tmp_path / "step.log", "wb") as log:
         (proc,) = SrunLauncher(tmp_path.parent, tmp_path.name, 4242).start(
@@ -792,6 +797,19 @@ def test_a_plain_step_runs_once_a_node_however_many_ranks_a_node_has(tmp_path, f
         record.unlink(missing_ok=True)
         step = _step(tmp_path, env | {STEP_TASKS: value}, "faults-before", "bnode1", "1", "1", "m", plan=plan)
         assert step.returncode == 2 and f"{STEP_TASKS} must be numbers" in step.stderr and not record.exists()
+    # DCGM's diagnostic runs longer than a step: its level's bound and a minute (11 min at level 1),
+    # which the launcher tells the step script (BENCH_STEP_MINUTES), which refuses what is not minutes
+    with open(tmp_path / "step.log", "wb") as log:
+        (proc,) = SrunLauncher(tmp_path.parent, tmp_path.name, 4242).start(
+            dcgm_step(4, 1, "x"), ["bnode1", "bnode2", "bnode3", "bnode4"], 0, log, "tag"
+        )
+        assert proc.wait(timeout=30) == 0
+    argv = json.loads(record.read_text())["argv"]
+    assert "--time=11" in argv and argv[-4:] == ["harness.telemetry", "dcgm", "x/dcgm", "1"], argv
+    for value in ("x", "1 2", "-1", "$(id)", "1;id"):
+        record.unlink(missing_ok=True)
+        step = _step(tmp_path, env | {STEP_MINUTES: value}, "dcgm", "bnode1", "1", "1", "m", plan=plan)
+        assert step.returncode == 2 and f"{STEP_MINUTES} must be minutes" in step.stderr and not record.exists()
 
 
 def test_a_step_is_an_srun_step_on_its_nodes(tmp_path, fake_srun):
