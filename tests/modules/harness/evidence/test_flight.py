@@ -4,6 +4,7 @@ ranks with bench's dumper (benchmarks/recorder.py), each holding a fault the tes
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import signal
@@ -43,6 +44,21 @@ def _faulty_ranks(job_dir: Path, fault: str) -> tuple[subprocess.Popen, flight.R
         os.killpg(proc.pid, signal.SIGCONT)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
+        _end_ranks(job_dir)
+
+
+def _end_ranks(job_dir: Path) -> None:
+    """torchrun starts each rank in a session of its own, out of reach of the agent's group: once
+    the agent is killed they would live on (a stopped one forever), so each is ended by the job
+    directory its command line names."""
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0") if entry.name.isdigit() else []
+        except OSError:  # ended meanwhile
+            continue
+        if str(RANKS).encode() in argv and str(job_dir).encode() in argv:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(entry.name), signal.SIGKILL)
 
 
 def test_a_rank_stopped_before_an_all_reduce_is_the_one_without_a_dump(tmp_path):
