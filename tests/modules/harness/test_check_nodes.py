@@ -444,15 +444,16 @@ def test_a_rail_s_link_measured_again_is_judged_by_its_better_reading(local_chec
 
 
 def test_a_local_soak_measures_the_pairs_again_pass_after_pass(tmp_path):
-    """Two emulated nodes, one gloo rank each, soaked 15 s (`--soak 0.25`): once the check's one
-    round has run, the driver runs its pair again in whole passes while the 15 s last, each a
+    """Two emulated nodes, one gloo rank each, soaked 30 s (`--soak 0.5`, twice a pass's time on a
+    loaded machine, so that a second pass begins): once the check's one
+    round has run, the driver runs its pair again in whole passes while the 30 s last, each a
     round of its own; the verdict holds the link's first and last readings and its drift, and
     says that one link's drift cannot be judged (exit 3, as every 2-node check): here one pair's
     readings have fallen by three quarters from one pass to the next, loopback's two rates
     (docs/concepts/noise.md). `--report` judges it again alike."""
     out = tmp_path / "soak"
     check = ("nodes", "--executor", "local", "--nodes", "2", "--no-gemm", "--bytes", "256K", "--iters", "5")
-    r = bench(*check, "--soak", "0.25", "--json", "--out", str(out), check=False, timeout=300)
+    r = bench(*check, "--soak", "0.5", "--json", "--out", str(out), check=False, timeout=300)
     assert r.returncode == 3, r.describe()
     v = json.loads(r.stdout)
     passes = v["soak"]["passes"]
