@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,7 +39,7 @@ from harness.config.spec import DEFAULT_TIME_LIMIT_MIN, Sweep
 from harness.config.sweepfile import load_sweep
 from harness.errors import EXIT_FOUND, EXIT_INTERRUPTED, EXIT_UNJUDGED, RunDirError, UsageError
 from harness.nodes.rounds import Options
-from harness.nodes.soak import drift
+from harness.nodes.soak import drift, ends
 from harness.present import acceptance
 from harness.present.regress import write_all
 from harness.run import provenance
@@ -297,14 +296,14 @@ def _judge_soak(outcome: acceptance.Outcome, path: Path, threshold: float) -> No
         )
         outcome.unjudged = True
         return
-    k = max(1, len(windows) // 3)
+    first, last = ends(windows)
     outcome.soak = {
         "job": job.name,
         "what": what,
         "seconds": seconds,
         "windows": len(windows),
-        "first_gbps": statistics.median(windows[:k]),
-        "last_gbps": statistics.median(windows[-k:]),
+        "first_gbps": first,
+        "last_gbps": last,
         "drift": drift(windows),
         **spread(windows),
     }

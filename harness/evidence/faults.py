@@ -280,6 +280,7 @@ class NodeFaults:
     named: list[str] = field(default_factory=list)
     unjudged: list[str] = field(default_factory=list)  # of what the node has: a check that cannot vouch
     unread: list[str] = field(default_factory=list)  # what the node does not let bench read: said, not judged
+    address: tuple[str, str] | None = None  # SLURM_TOPOLOGY_ADDR and its pattern, where its step had them
 
 
 def judge(host: str, before: dict[str, Any], after: dict[str, Any]) -> NodeFaults:
@@ -314,35 +315,26 @@ def read_here(folder: Path) -> Path:
 
 
 def read_check(folder: Path, names: list[str]) -> list[NodeFaults]:
-    """Each node's faults over a check whose readings are in FOLDER/before and FOLDER/after; a
-    node without both, or with one that cannot be read, is not judged, and says why."""
+    """Each node's faults over a check whose readings are in FOLDER/before and FOLDER/after, with
+    its place in Slurm's tree from the first; a node without both, or with one that cannot be
+    read, is not judged, and says why."""
     out = []
     for host in names:
         found = NodeFaults(host)
-        readings = []
+        readings = {}
         for when in ("before", "after"):
             path = folder / when / f"{host}.json"
             try:
-                readings.append(load_reading(path))
+                readings[when] = load_reading(path)
             except FileNotFoundError:
                 found.unjudged.append(f"no reading {when} the check")
             except (OSError, ValueError) as exc:
                 found.unjudged.append(f"its reading {when} the check cannot be read ({str(exc)[:120]})")
-        out.append(judge(host, *readings) if len(readings) == 2 else found)
-    return out
-
-
-def addresses(folder: Path, names: list[str]) -> dict[str, tuple[str, str]]:
-    """Each node's (SLURM_TOPOLOGY_ADDR, pattern) from its reading before the check in `folder`,
-    where it has one; a reading that cannot be read gives none (read_check says why)."""
-    out = {}
-    for host in names:
-        try:
-            found = load_reading(folder / "before" / f"{host}.json").get("topology")
-        except (OSError, ValueError):
-            continue
-        if found:
-            out[host] = (found[0], found[1])
+        if len(readings) == 2:
+            found = judge(host, readings["before"], readings["after"])
+        if address := readings.get("before", {}).get("topology"):
+            found.address = (address[0], address[1])
+        out.append(found)
     return out
 
 

@@ -47,11 +47,12 @@ def judge_check(run: Path, plan: Plan, profile: ClusterProfile | None) -> tuple[
     for rail in plan.options.rails:  # a rail nothing measured was not judged either
         if rail.name not in f.rails or not any(f.rails[rail.name].pairs.values()):
             v.unjudged.append(f"rail {rail.name}: no step measured it")
-    hardware_faults(v, faults.read_check(run / FOLDER / faults.FOLDER, f.names))
+    found = faults.read_check(run / FOLDER / faults.FOLDER, f.names)
+    hardware_faults(v, found)
     if plan.options.dcgm:
-        hardware_faults(v, dcgm.read_check(run / FOLDER / dcgm.FOLDER, f.names), "DCGM")
-    if leaf_of:
-        leaves_in_job(v, faults.addresses(run / FOLDER / faults.FOLDER, f.names), leaf_of)
+        hardware_faults(v, dcgm.read_check(run / FOLDER / dcgm.FOLDER, f.names), "DCGM", "DCGM")
+    if leaf_of:  # each node's place in Slurm's tree, kept with its faults
+        leaves_in_job(v, {node.host: node.address for node in found if node.address}, leaf_of)
     return v, f.record
 
 
@@ -131,12 +132,15 @@ def leaves_in_job(v: Verdict, found: Mapping[str, tuple[str, str]], leaf_of: Map
 
 
 def hardware_faults(
-    v: Verdict, found: Sequence[faults.NodeFaults | dcgm.Diagnosis], source: str = "hardware fault"
+    v: Verdict,
+    found: Sequence[faults.NodeFaults | dcgm.Diagnosis],
+    source: str = "hardware fault",
+    sources: str = "hardware faults",
 ) -> None:
     """Name each node whose hardware recorded a fault during the check (harness/evidence/faults.py)
     or that DCGM's diagnostic failed (`source` "DCGM", harness/evidence/dcgm.py), the port, GPU or
     test in the reason; what could not be judged is said once per reason, with the nodes it holds
-    for."""
+    for (`sources` of them)."""
     order = {n: i for i, n in enumerate(v.names)}
     named = {f.nodes[0]: f for f in v.nodes}
     unjudged: dict[str, list[str]] = {}
@@ -148,7 +152,6 @@ def hardware_faults(
             unjudged.setdefault(line, []).append(node.host)
         for line in node.unread:
             unread.setdefault(line, []).append(node.host)
-    of = "hardware faults" if source == "hardware fault" else source
     v.nodes = sorted(named.values(), key=lambda f: order.get(f.nodes[0], 0))
-    v.unjudged += [f"{of} of {hostlist(hosts)}: {line}" for line, hosts in unjudged.items()]
+    v.unjudged += [f"{sources} of {hostlist(hosts)}: {line}" for line, hosts in unjudged.items()]
     v.unread += [f"{hostlist(hosts)}: {line}" for line, hosts in unread.items()]

@@ -21,12 +21,17 @@ MIN_PASSES = 2  # passes of the soak it takes to judge a drift: with the round's
 Pair = tuple[str, str]
 
 
+def ends(readings: Sequence[float]) -> tuple[float, float]:
+    """The medians of the first third and of the last third of `readings` (a reading each at
+    least), so that one slow reading at either end is not taken for the figure there."""
+    k = max(1, len(readings) // 3)
+    return statistics.median(readings[:k]), statistics.median(readings[-k:])
+
+
 def drift(readings: Sequence[float]) -> float:
     """How a link's figure moved over the soak: the median of the last third of its readings over
-    the median of the first third (a reading each at least), so that one slow reading at either
-    end is not taken for a drift; 0 when the first third's median is 0."""
-    k = max(1, len(readings) // 3)
-    early, late = statistics.median(readings[:k]), statistics.median(readings[-k:])
+    the median of the first third (`ends`); 0 when the first third's median is 0."""
+    early, late = ends(readings)
     return late / early if early > 0 else 0.0
 
 

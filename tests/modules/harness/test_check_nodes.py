@@ -746,7 +746,7 @@ def test_the_check_is_one_job_of_every_node_running_the_driver():
     # soaked 30 minutes: those, and the pass begun just before they end (3 rounds at 2 min): 13 + 36
     soaked = Plan("slurm", dataclasses.replace(plan.options, soak_s=1800.0), 0.1, 4, "bnode[1-4]")
     assert "#SBATCH --time=00:49:00\n" in render_check_script(check_job(soaked), profile, soaked)
-    # DCGM's diagnostic at level 2 first: its 30 minutes and a minute more
+    # DCGM's diagnostic first: the job's limit adds the level's bound and the minute its step has past it
     diagnosed = Plan("slurm", dataclasses.replace(plan.options, dcgm=2), 0.1, 4, "bnode[1-4]")
     assert "#SBATCH --time=00:44:00\n" in render_check_script(check_job(diagnosed), profile, diagnosed)
 
@@ -798,8 +798,8 @@ def test_a_plain_step_runs_once_a_node_however_many_ranks_a_node_has(tmp_path, f
         record.unlink(missing_ok=True)
         step = _step(tmp_path, env | {STEP_TASKS: value}, "faults-before", "bnode1", "1", "1", "m", plan=plan)
         assert step.returncode == 2 and f"{STEP_TASKS} must be numbers" in step.stderr and not record.exists()
-    # DCGM's diagnostic runs longer than a step: its level's bound and a minute (11 min at level 1),
-    # which the launcher tells the step script (BENCH_STEP_MINUTES), which refuses what is not minutes
+    # DCGM's diagnostic runs longer than a step: its level's bound and a minute, so that the node ends
+    # dcgmi first; the launcher tells the step script (BENCH_STEP_MINUTES), which refuses what is not minutes
     with open(tmp_path / "step.log", "wb") as log:
         (proc,) = SrunLauncher(tmp_path.parent, tmp_path.name, 4242).start(
             dcgm_step(4, 1, "x"), ["bnode1", "bnode2", "bnode3", "bnode4"], 0, log, "tag"

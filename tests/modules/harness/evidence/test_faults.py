@@ -258,7 +258,7 @@ def test_each_node_s_reading_holds_its_place_in_slurm_s_tree_and_the_check_holds
     monkeypatch.delenv("SLURM_TOPOLOGY_ADDR")
     faults.write_reading(folder / "before", "h5", tmp_path / "no-sys")
     names = ["h1", "h2", "h3", "h4", "h5"]
-    found = faults.addresses(folder, names)
+    found = {node.host: node.address for node in faults.read_check(folder, names) if node.address}
     assert found == {
         h: (a, "switch.switch.node")
         for h, a in (
